@@ -1,0 +1,83 @@
+"""The ``probe`` command. Each subcommand only parses its arguments and delegates.
+
+Subcommands live in :mod:`probe.commands`; each module there exposes
+``register(groups)`` where ``groups`` maps a command path to the argparse
+sub-parser collection it adds to: ``""`` (top level, e.g. ``probe score``),
+``"data"`` (``probe data fetch``), ``"data build"`` (``probe data build hbb``)
+and ``"metrics"`` (``probe metrics bbq``). A registered parser sets
+``func=callable(args) -> int`` with ``set_defaults``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+from probe import __version__
+from probe.errors import ProbeError
+
+#: Command modules, registered in this order. Heavy imports (torch) stay inside
+#: their functions so that ``probe --help`` is instant.
+COMMAND_MODULES = (
+    "probe.commands.score",
+    "probe.commands.demo",
+    "probe.commands.data",
+    "probe.commands.implicitbbq",
+    "probe.commands.hbb",
+    "probe.commands.cmp_iso",
+    "probe.commands.activations",
+    "probe.commands.run",
+)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="probe", description=__doc__.splitlines()[0])
+    parser.add_argument("--version", action="version", version=f"probe {__version__}")
+    top = parser.add_subparsers(dest="command", metavar="COMMAND")
+    data = top.add_parser("data", help="fetch benchmark data sets and build benchmark items")
+    data_sub = data.add_subparsers(dest="data_command", metavar="SUBCOMMAND")
+    build = data_sub.add_parser("build", help="build benchmark items (one JSONL line per instance)")
+    build_sub = build.add_subparsers(dest="benchmark", metavar="BENCHMARK")
+    metrics = top.add_parser("metrics", help="compute a benchmark's metrics from predictions made anywhere")
+    metrics_sub = metrics.add_subparsers(dest="metric", metavar="BENCHMARK")
+    groups = {"": top, "data": data_sub, "data build": build_sub, "metrics": metrics_sub}
+    for name in COMMAND_MODULES:
+        try:
+            module = importlib.import_module(name)
+        except ModuleNotFoundError as exc:
+            if exc.name == name:  # a command module not written yet
+                continue
+            raise
+        module.register(groups)
+    for p, sub in ((data, data_sub), (build, build_sub), (metrics, metrics_sub)):
+        p.set_defaults(func=_usage(p))
+    return parser
+
+
+def _usage(parser: argparse.ArgumentParser):
+    def show(_args: argparse.Namespace) -> int:
+        parser.print_help(sys.stderr)
+        return 2
+
+    return show
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not getattr(args, "func", None):
+        parser.print_help(sys.stderr)
+        return 2
+    try:
+        return int(args.func(args) or 0)
+    except ProbeError as exc:
+        print(f"probe: error: {exc}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print("probe: interrupted; records written so far are kept, re-run the same command to resume", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

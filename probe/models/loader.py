@@ -1,0 +1,265 @@
+"""Load any Hugging Face causal LM: a built-in name, a ``.gguf`` file, a local
+directory or a hub id (offline when ``HF_HUB_OFFLINE=1``).
+
+GGUF files are de-quantized by transformers, which is slow (~35 s for
+SmolLM2-135M, ~110 s for Gemma-3-270M). The first load converts the file once
+and caches the result as safetensors + tokenizer under
+``$PROBE_CACHE/models/<sha256 prefix>/``; later loads read the cache (~1 s).
+
+>>> from probe.models import load_model        # doctest: +SKIP
+>>> lm = load_model("smollm2")                 # doctest: +SKIP
+>>> lm.info()["file_sha256"][:8]               # doctest: +SKIP
+'...'
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from probe.data.paths import cache_dir
+from probe.errors import ModelLoadError
+from probe.models.builtins import BUILTINS, builtin_gguf_path
+
+DTYPES = ("float32", "bfloat16", "float16", "auto")
+CACHE_FORMAT = 1  # bump when the cache layout changes
+
+
+@dataclass
+class LoadedModel:
+    """A model, its tokenizer and where they came from (for provenance)."""
+
+    model: Any
+    tokenizer: Any
+    name: str
+    source: str
+    file_sha256: str | None = None
+    revision: str | None = None
+    dtype: str = "float32"
+    device: str = "cpu"
+    quantization: str | None = None
+    extra: dict = field(default_factory=dict)
+
+    @property
+    def has_chat_template(self) -> bool:
+        return bool(getattr(self.tokenizer, "chat_template", None))
+
+    @property
+    def max_length(self) -> int | None:
+        cfg = getattr(self.model, "config", None)
+        cfg = getattr(cfg, "get_text_config", lambda: cfg)()
+        n = getattr(cfg, "max_position_embeddings", None)
+        return int(n) if n else None
+
+    def info(self) -> dict:
+        """Everything needed to say which model produced a number."""
+        return {
+            "name": self.name,
+            "source": self.source,
+            "file_sha256": self.file_sha256,
+            "revision": self.revision,
+            "dtype": self.dtype,
+            "device": self.device,
+            "quantization": self.quantization,
+            "architecture": type(self.model).__name__,
+            "n_parameters": sum(p.numel() for p in self.model.parameters()),
+            "tokenizer": type(self.tokenizer).__name__,
+            "vocab_size": len(self.tokenizer),
+            **self.extra,
+        }
+
+
+def sha256_file(path: str | Path, chunk: int = 1 << 20) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        while block := f.read(chunk):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def _resolve_device(device: str) -> str:
+    import torch
+
+    if device == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    if device.startswith("cuda") and not torch.cuda.is_available():
+        raise ModelLoadError(f"device {device!r} requested but no CUDA GPU is available (torch {torch.__version__})")
+    return device
+
+
+def _resolve_dtype(dtype: str, device: str):
+    import torch
+
+    if dtype not in DTYPES:
+        raise ModelLoadError(f"unknown dtype {dtype!r}; choose one of {', '.join(DTYPES)}")
+    if dtype == "auto":
+        dtype = "bfloat16" if device.startswith("cuda") else "float32"
+    return dtype, getattr(torch, dtype)
+
+
+def load_model(
+    name_or_path: str = "smollm2",
+    *,
+    device: str = "cpu",
+    dtype: str = "float32",
+    load_in_8bit: bool = False,
+    load_in_4bit: bool = False,
+    device_map: str | dict | None = None,
+    trust_remote_code: bool = False,
+    revision: str | None = None,
+    attn_implementation: str | None = None,
+) -> LoadedModel:
+    """Load a causal LM and its tokenizer, in eval mode, gradients off.
+
+    ``name_or_path``: a built-in name (``smollm2``, ``gemma3-270m``), a path to a
+    ``.gguf`` file, a local model directory, or a hub id (needs the hub or its
+    local cache). ``trust_remote_code`` stays off unless asked.
+    """
+    import torch
+
+    device = _resolve_device(device)
+    dtype_name, torch_dtype = _resolve_dtype(dtype, device)
+    quantization = "8bit" if load_in_8bit else "4bit" if load_in_4bit else None
+    if load_in_8bit and load_in_4bit:
+        raise ModelLoadError("choose one of load_in_8bit and load_in_4bit")
+    if quantization and not torch.cuda.is_available():
+        raise ModelLoadError(
+            f"load_in_{quantization} uses bitsandbytes, which needs a CUDA GPU; none is available here. "
+            "Use dtype float32/bfloat16 on CPU."
+        )
+
+    file_sha = None
+    source = name_or_path
+    if name_or_path in BUILTINS:
+        gguf = builtin_gguf_path(name_or_path)
+        model_dir, file_sha = converted_gguf_dir(gguf)
+        source = str(gguf)
+    elif name_or_path.endswith(".gguf"):
+        gguf = Path(name_or_path).expanduser()
+        if not gguf.is_file():
+            raise ModelLoadError(f"GGUF file not found: {gguf}")
+        model_dir, file_sha = converted_gguf_dir(gguf)
+        source = str(gguf.resolve())
+    else:
+        model_dir = Path(name_or_path).expanduser()
+        if model_dir.exists() and not model_dir.is_dir():
+            raise ModelLoadError(f"{model_dir} is a file but not a .gguf file; give a model directory, a .gguf file or a hub id")
+        if not model_dir.exists():
+            if name_or_path.startswith((".", "/", "~")) or name_or_path.count("/") > 1:
+                raise ModelLoadError(f"model path does not exist: {model_dir}")
+            model_dir = name_or_path  # a hub id: resolved through the hub or its local cache
+
+    kwargs: dict[str, Any] = {"trust_remote_code": trust_remote_code, "revision": revision}
+    if attn_implementation:
+        kwargs["attn_implementation"] = attn_implementation
+    if quantization:
+        from transformers import BitsAndBytesConfig
+
+        kwargs["quantization_config"] = (
+            BitsAndBytesConfig(load_in_8bit=True)
+            if load_in_8bit
+            else BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_compute_dtype=torch_dtype)
+        )
+        kwargs["device_map"] = device_map or "auto"
+    elif device_map is not None:
+        kwargs["device_map"] = device_map
+    model, tokenizer = _from_pretrained(model_dir, torch_dtype, kwargs, name_or_path)
+    if "device_map" not in kwargs:
+        model.to(device)
+    model.eval()
+    model.requires_grad_(False)
+    if tokenizer.pad_token_id is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    revision_seen = getattr(model.config, "_commit_hash", None) or revision
+    return LoadedModel(
+        model=model,
+        tokenizer=tokenizer,
+        name=name_or_path,
+        source=source if isinstance(model_dir, str) or file_sha else str(Path(model_dir).resolve()),
+        file_sha256=file_sha,
+        revision=revision_seen,
+        dtype=dtype_name,
+        device=str(next(model.parameters()).device),
+        quantization=quantization,
+    )
+
+
+def _from_pretrained(model_dir: str | Path, torch_dtype, kwargs: dict, name: str):
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(
+            model_dir, trust_remote_code=kwargs["trust_remote_code"], revision=kwargs.get("revision")
+        )
+        model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch_dtype, **kwargs)
+    except (OSError, ValueError) as exc:
+        offline = os.environ.get("HF_HUB_OFFLINE") == "1"
+        hint = (
+            f"built-in names: {', '.join(BUILTINS)}; or a local model directory, a .gguf file, or a hub id"
+            + (" already in the local Hugging Face cache (HF_HUB_OFFLINE=1)" if offline else "")
+        )
+        raise ModelLoadError(f"cannot load model {name!r}: {exc.__class__.__name__}: {str(exc).splitlines()[0]} ({hint})") from exc
+    return model, tokenizer
+
+
+def converted_gguf_dir(gguf: Path) -> tuple[Path, str]:
+    """Return the cached safetensors conversion of ``gguf`` (creating it once) and the file's sha256."""
+    file_sha = sha256_file(gguf)
+    target = cache_dir() / "models" / f"gguf-{file_sha[:24]}"
+    stamp = target / "probe_conversion.json"
+    if stamp.is_file():
+        try:
+            meta = json.loads(stamp.read_text())
+            if meta.get("file_sha256") == file_sha and meta.get("format") == CACHE_FORMAT:
+                return target, file_sha
+        except ValueError:
+            pass  # a damaged stamp: convert again
+    _convert_gguf(gguf, target, file_sha)
+    return target, file_sha
+
+
+def _convert_gguf(gguf: Path, target: Path, file_sha: str) -> None:
+    """De-quantize once; save as a plain (non-GGUF) model that reloads in ~1 s.
+
+    ``save_pretrained`` refuses GGUF-loaded models, so the same architecture is
+    rebuilt from the config without ``quantization_config`` and the
+    de-quantized state dict is loaded into it.
+    """
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
+        gguf_model = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=torch.float32)
+    except Exception as exc:  # gguf raises a zoo of types for truncated/corrupt files
+        raise ModelLoadError(f"cannot read GGUF file {gguf}: {exc.__class__.__name__}: {exc}") from exc
+    config = gguf_model.config
+    if hasattr(config, "quantization_config"):
+        del config.quantization_config
+    plain = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+    missing, unexpected = plain.load_state_dict(gguf_model.state_dict(), strict=False)
+    missing = [k for k in missing if "lm_head" not in k]  # tied embeddings
+    if missing or unexpected:
+        raise ModelLoadError(f"GGUF conversion of {gguf} lost weights: missing={missing[:5]} unexpected={unexpected[:5]}")
+    if getattr(config, "tie_word_embeddings", False):
+        plain.tie_weights()
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(dir=target.parent, prefix=".convert-"))
+    try:
+        plain.save_pretrained(tmp)
+        tokenizer.save_pretrained(tmp)
+        (tmp / "probe_conversion.json").write_text(
+            json.dumps({"format": CACHE_FORMAT, "file_sha256": file_sha, "gguf_file": str(gguf)}, indent=2)
+        )
+        if target.exists():
+            shutil.rmtree(target)
+        os.replace(tmp, target)
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp, ignore_errors=True)

@@ -1,0 +1,92 @@
+"""Render a prompt to the exact string the scorer tokenizes.
+
+Rules (documented in ``docs/scoring.md`` and tested):
+
+- ``chat_template=True`` and the tokenizer has one: the system message (if any)
+  and the user turn go through ``tokenizer.apply_chat_template`` with the
+  generation prompt appended. Templates that reject a ``system`` role get the
+  system text folded into the user turn (``system + "\\n\\n" + user``).
+- ``prefill`` (e.g. ``"Answer:"``) is appended verbatim after the assistant
+  header, so the model continues the assistant's own words.
+- ``chat_template=False`` (base models): plain text,
+  ``system + "\\n\\n" + user`` then ``"\\n" + prefill`` when given.
+
+The rendered string of a chat template already holds any BOS token, so the
+scorer tokenizes it without adding special tokens again (see
+:func:`wants_special_tokens`).
+
+>>> class Plain:  # a tokenizer without a chat template
+...     chat_template = None
+>>> render_prompt(Plain(), "Who?", system="Be brief.", prefill="Answer:")
+'Be brief.\\n\\nWho?\\nAnswer:'
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+
+def render_prompt(
+    tokenizer: Any,
+    user: str | None = None,
+    system: str | None = None,
+    prefill: str | None = None,
+    chat_template: bool = True,
+    messages: list[dict] | None = None,
+) -> str:
+    """Render ``system``/``user`` (or full ``messages``) plus an optional assistant ``prefill``."""
+    if messages is None:
+        if user is None:
+            raise ValueError("render_prompt needs `user` or `messages`")
+        messages = ([{"role": "system", "content": system}] if system else []) + [{"role": "user", "content": user}]
+    elif system:
+        messages = [{"role": "system", "content": system}] + [m for m in messages if m.get("role") != "system"]
+    _check_messages(messages)
+    if chat_template and getattr(tokenizer, "chat_template", None):
+        text = _apply_template(tokenizer, messages)
+        return text + (prefill or "")
+    parts = [m["content"] for m in messages if m["role"] == "system"]
+    parts += [m["content"] for m in messages if m["role"] != "system"]
+    text = "\n\n".join(parts)
+    if prefill:
+        text += "\n" + prefill
+    return text
+
+
+def _apply_template(tokenizer: Any, messages: list[dict]) -> str:
+    try:
+        return tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+    except Exception as exc:  # jinja raises TemplateError for "System role not supported"
+        if not any(m["role"] == "system" for m in messages) or "system" not in str(exc).lower():
+            raise
+    return tokenizer.apply_chat_template(fold_system(messages), tokenize=False, add_generation_prompt=True)
+
+
+def fold_system(messages: list[dict]) -> list[dict]:
+    """Merge system messages into the first user turn, for templates without a system role."""
+    system = "\n\n".join(m["content"] for m in messages if m["role"] == "system")
+    rest = [dict(m) for m in messages if m["role"] != "system"]
+    if system and rest and rest[0]["role"] == "user":
+        rest[0]["content"] = system + "\n\n" + rest[0]["content"]
+    elif system:
+        rest.insert(0, {"role": "user", "content": system})
+    return rest
+
+
+def _check_messages(messages: list[dict]) -> None:
+    for i, m in enumerate(messages):
+        if not isinstance(m, dict) or m.get("role") not in ("system", "user", "assistant"):
+            raise ValueError(f"messages[{i}]: needs a 'role' of system, user or assistant")
+        if not isinstance(m.get("content"), str):
+            raise ValueError(f"messages[{i}]: 'content' must be a string")
+
+
+def wants_special_tokens(tokenizer: Any, text: str) -> bool:
+    """Whether tokenizing ``text`` should add special tokens (BOS).
+
+    Text that already starts with the BOS token (chat templates render it) must
+    not get a second one; plain text gets the tokenizer's default.
+    """
+    bos = getattr(tokenizer, "bos_token", None)
+    return not (bos and text.startswith(bos))

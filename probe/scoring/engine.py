@@ -1,0 +1,193 @@
+"""Forward passes: shared prefixes computed once, log-softmax only where needed.
+
+The engine works on *groups*: token sequences that share a prefix (the options
+of one question, the paired demographic variants of one item, requests with a
+common system prompt). A group's prefix runs once; its KV cache is reused by
+every sequence's remaining tokens (the *suffix*). Sequences that share nothing
+run as plain rows.
+
+Only the hidden states at the positions whose next token is scored go through
+the unembedding, in float32 and in chunks, so a ``[batch, seq, vocab]`` float32
+tensor never exists.
+
+Padding: prefixes are left-padded (so the suffix follows each prefix without a
+gap, which keeps sliding-window attention exact), suffixes and plain rows are
+right-padded; position ids are always explicit, so a token's position never
+depends on its batch-mates.
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import torch
+
+HEAD_CHUNK = 256  # rows of hidden states unembedded at once: 256 x vocab float32 stays small
+
+
+@dataclass
+class Row:
+    """A unique sequence to run. ``score_from``: first scored token (see tokens.Sequence)."""
+
+    ids: tuple[int, ...]
+    score_from: int
+    label_ids: tuple[int, ...] = ()
+
+
+@dataclass
+class RowOutput:
+    label_logprobs: dict[int, float] = field(default_factory=dict)
+    token_logprobs: list[float] = field(default_factory=list)
+    finite: bool = True
+
+
+@dataclass
+class Group:
+    """Rows sharing ``prefix`` (``len(prefix) == 0``: plain rows, no cache)."""
+
+    prefix: tuple[int, ...]
+    rows: list[Row]
+
+    @property
+    def cost(self) -> int:
+        return len(self.prefix) + sum(len(r.ids) - len(self.prefix) for r in self.rows)
+
+
+class Engine:
+    """Runs groups of rows through a Hugging Face causal LM."""
+
+    def __init__(self, model: Any, pad_id: int) -> None:
+        self.model = model
+        self.decoder = model.get_decoder()
+        self.head = model.get_output_embeddings()
+        self.config = model.config.get_text_config() if hasattr(model.config, "get_text_config") else model.config
+        self.pad_id = pad_id
+        self.device = next(model.parameters()).device
+        self.softcap = getattr(self.config, "final_logit_softcapping", None)
+        self.logit_scale = getattr(self.config, "logit_scale", None)  # Cohere-style multiplier
+        self.logits_scaling = getattr(self.config, "logits_scaling", None)  # Granite-style divisor
+        self.forward_passes = 0  # counted for benchmarks
+        self.tokens_run = 0  # non-pad tokens actually computed
+
+    # -- unembedding -------------------------------------------------------
+    def logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        """float32 logits for a few hidden states ``[n, d_model]``, as the model's own head computes them."""
+        out = self.head(hidden).float()
+        if self.logit_scale:
+            out = out * self.logit_scale
+        if self.logits_scaling:
+            out = out / self.logits_scaling
+        if self.softcap:
+            out = torch.tanh(out / self.softcap) * self.softcap
+        return out
+
+    # -- forward passes ----------------------------------------------------
+    def _decoder(self, **kwargs: Any) -> Any:
+        self.forward_passes += 1
+        return self.decoder(**kwargs)
+
+    def run_prefixes(self, prefixes: list[tuple[int, ...]]) -> tuple[Any, torch.Tensor]:
+        """Left-padded prefix pass; returns the KV cache and the prefix attention mask."""
+        from transformers import DynamicCache
+
+        width = max(len(p) for p in prefixes)
+        ids = torch.full((len(prefixes), width), self.pad_id, dtype=torch.long)
+        mask = torch.zeros((len(prefixes), width), dtype=torch.long)
+        pos = torch.zeros((len(prefixes), width), dtype=torch.long)
+        for i, p in enumerate(prefixes):
+            ids[i, width - len(p):] = torch.tensor(p)
+            mask[i, width - len(p):] = 1
+            pos[i, width - len(p):] = torch.arange(len(p))
+        self.tokens_run += sum(len(p) for p in prefixes)
+        cache = DynamicCache(config=self.model.config)
+        out = self._decoder(
+            input_ids=ids.to(self.device),
+            attention_mask=mask.to(self.device),
+            position_ids=pos.to(self.device),
+            past_key_values=cache,
+            use_cache=True,
+        )
+        return out.past_key_values, mask
+
+    def run_rows(
+        self,
+        rows: list[Row],
+        starts: list[int],
+        cache: Any = None,
+        prefix_mask: torch.Tensor | None = None,
+        cache_rows: list[int] | None = None,
+        on_hidden: Callable[[torch.Tensor, list[Row], list[int]], None] | None = None,
+    ) -> list[RowOutput]:
+        """Run each row's tokens from ``starts[i]`` on (right-padded), after the cached prefix
+        ``cache_rows[i]`` if a cache is given, and read the scored positions."""
+        lengths = [len(r.ids) - s for r, s in zip(rows, starts)]
+        width = max(lengths)
+        ids = torch.full((len(rows), width), self.pad_id, dtype=torch.long)
+        mask = torch.zeros((len(rows), width), dtype=torch.long)
+        pos = torch.zeros((len(rows), width), dtype=torch.long)
+        for i, (r, s, n) in enumerate(zip(rows, starts, lengths)):
+            ids[i, :n] = torch.tensor(r.ids[s:])
+            mask[i, :n] = 1
+            pos[i, :] = torch.arange(s, s + width)
+        self.tokens_run += sum(lengths)
+        kwargs: dict[str, Any] = {}
+        if cache is not None:
+            index = torch.tensor(cache_rows, dtype=torch.long)
+            sub = copy.copy(cache)  # shallow: selection and updates rebind tensors, the shared cache stays intact
+            sub.layers = [copy.copy(layer) for layer in cache.layers]
+            sub.batch_select_indices(index.to(self.device))
+            mask = torch.cat([prefix_mask[index], mask], dim=1)
+            kwargs.update(past_key_values=sub, use_cache=True)
+        out = self._decoder(
+            input_ids=ids.to(self.device),
+            attention_mask=mask.to(self.device),
+            position_ids=pos.to(self.device),
+            **kwargs,
+        )
+        hidden = out.last_hidden_state
+        if on_hidden is not None:
+            on_hidden(hidden, rows, starts)
+        return self._read(hidden, rows, starts)
+
+    def _read(self, hidden: torch.Tensor, rows: list[Row], starts: list[int]) -> list[RowOutput]:
+        """Log-probabilities at the needed positions only, in float32."""
+        outputs = [RowOutput() for _ in rows]
+        # (row, position in this pass, target ids)
+        wanted: list[tuple[int, int, tuple[int, ...]]] = []
+        for i, (r, s) in enumerate(zip(rows, starts)):
+            if r.label_ids:
+                wanted.append((i, len(r.ids) - 1 - s, r.label_ids))
+            for j in range(max(r.score_from, s + 1), len(r.ids)):
+                wanted.append((i, j - 1 - s, (r.ids[j],)))
+        for c in range(0, len(wanted), HEAD_CHUNK):
+            chunk = wanted[c : c + HEAD_CHUNK]
+            h = hidden[torch.tensor([w[0] for w in chunk]), torch.tensor([w[1] for w in chunk])]
+            logits = self.logits(h)
+            finite = torch.isfinite(logits).all(dim=-1).tolist()
+            norm = torch.logsumexp(logits, dim=-1)
+            for k, (i, _, targets) in enumerate(chunk):
+                lp = (logits[k, list(targets)] - norm[k]).tolist()
+                out = outputs[i]
+                out.finite &= bool(finite[k])
+                if rows[i].label_ids and not out.label_logprobs and targets is rows[i].label_ids:
+                    out.label_logprobs = dict(zip(targets, lp))
+                else:
+                    out.token_logprobs.append(lp[0])
+        return outputs
+
+
+def common_prefix_length(seqs: list[tuple[int, ...]]) -> int:
+    """Length of the longest common prefix of token sequences."""
+    if not seqs:
+        return 0
+    first, n = seqs[0], min(len(s) for s in seqs)
+    for other in seqs[1:]:
+        k = 0
+        while k < n and other[k] == first[k]:
+            k += 1
+        n = k
+        if n == 0:
+            break
+    return n

@@ -1,0 +1,179 @@
+"""The scorer on a tiny random Llama: equality with a plain reference, invariance
+to batch size / order / prefix sharing, deduplication and the joining rules."""
+
+from __future__ import annotations
+
+import math
+import random
+
+import pytest
+
+from probe.prompts.chat import render_prompt
+from probe.scoring import ContinuationRequest, LabelRequest, PerplexityRequest, Scorer
+from tests import reference
+
+TOL = 1e-4
+
+SYSTEM = "Background: Person A wears a tilak. Person B attends Sunday service. Context: they met at the market."
+QUESTIONS = [
+    "Who was not comfortable using the phone?",
+    "Was the woman the secretary?",
+    "Who has wrinkles?",
+    "The cat sat on the mat. Who sat?",
+]
+OPTIONS = ("Person A", "Person B", "Not enough information")
+
+
+def _requests(lm):
+    reqs = []
+    for i, q in enumerate(QUESTIONS):
+        for variant, person in enumerate(("Person A", "Person B")):
+            prompt = render_prompt(lm.tokenizer, f"{q} Think of {person}.", system=SYSTEM, prefill="Answer:")
+            reqs.append(LabelRequest(f"l{i}-{variant}", prompt, ("A", "B", "C"), group=f"q{i}"))
+            reqs.append(ContinuationRequest(f"c{i}-{variant}", prompt, OPTIONS, group=f"q{i}"))
+        reqs.append(LabelRequest(f"raw{i}", f"Question: {q}\nAnswer:", ("Yes", "No")))
+        reqs.append(PerplexityRequest(f"p{i}", f"The cat sat on the mat {i}.", prefix=SYSTEM if i % 2 else ""))
+    return reqs
+
+
+def _flat(result):
+    """All numbers of a result, for comparisons."""
+    if hasattr(result, "label_mass"):
+        return list(result.logprobs)
+    if hasattr(result, "token_logprobs") and hasattr(result, "options"):
+        return [x for t in result.token_logprobs for x in t]
+    return list(result.token_logprobs)
+
+
+def _max_diff(a, b):
+    return max(abs(x - y) for ra, rb in zip(a, b) for x, y in zip(_flat(ra), _flat(rb)))
+
+
+def test_matches_plain_reference(tiny_lm):
+    reqs = _requests(tiny_lm)
+    results = Scorer(tiny_lm, batch_size=8).score(reqs)
+    worst = 0.0
+    for req, res in zip(reqs, results):
+        if isinstance(req, LabelRequest):
+            ref = reference.label_logprobs(tiny_lm, req.prompt, list(req.labels))
+            got = list(res.logprobs)
+            assert math.isclose(sum(res.probs), 1.0, abs_tol=1e-9)
+            assert res.label_mass == pytest.approx(sum(math.exp(x) for x in got))
+        elif isinstance(req, ContinuationRequest):
+            ref = [x for o in req.options for x in reference.continuation_logprobs(tiny_lm, req.prompt, o)]
+            got = [x for t in res.token_logprobs for x in t]
+            assert res.logprobs[0] == pytest.approx(sum(res.token_logprobs[0]))
+        else:
+            nll, n = reference.perplexity(tiny_lm, req.text, req.prefix)
+            assert res.n_tokens == n
+            ref, got = [nll], [res.nll]
+        assert len(ref) == len(got)
+        worst = max(worst, max(abs(a - b) for a, b in zip(ref, got)))
+    assert worst <= TOL, worst
+
+
+@pytest.mark.parametrize("batch_size", [1, 3, 64])
+def test_batch_size_and_order_invariance(tiny_lm, batch_size):
+    reqs = _requests(tiny_lm)
+    base = Scorer(tiny_lm, batch_size=8).score(reqs)
+    shuffled = reqs[:]
+    random.Random(batch_size).shuffle(shuffled)
+    got = Scorer(tiny_lm, batch_size=batch_size, token_budget=512).score(shuffled)
+    by_id = {r.id: r for r in got}
+    assert _max_diff(base, [by_id[r.id] for r in reqs]) <= TOL
+
+
+def test_prefix_sharing_equals_full_recomputation(tiny_lm):
+    reqs = _requests(tiny_lm)
+    shared = Scorer(tiny_lm, batch_size=8)
+    plain = Scorer(tiny_lm, batch_size=8, share_prefixes=False)
+    a, b = shared.score(reqs), plain.score(reqs)
+    assert _max_diff(a, b) <= TOL
+    # and sharing really ran fewer tokens
+    assert shared.engine.tokens_run < plain.engine.tokens_run
+
+
+def test_identical_requests_are_computed_once(tiny_lm):
+    prompt = "Question: Who has wrinkles?\nAnswer:"
+    scorer = Scorer(tiny_lm)
+    scorer.score([LabelRequest("a", prompt, ("A", "B"))])
+    once = scorer.engine.tokens_run
+    scorer.engine.tokens_run = 0
+    res = scorer.score([LabelRequest(str(i), prompt, ("A", "B")) for i in range(5)])
+    assert scorer.engine.tokens_run == once
+    assert len({r.logprobs for r in res}) == 1
+
+
+def test_label_space_rule(tiny_lm):
+    tok = tiny_lm.tokenizer
+    scorer = Scorer(tiny_lm)
+    spaced = scorer.encode(LabelRequest("a", "Answer:", ("A",)))
+    bare = scorer.encode(LabelRequest("b", "Answer:\n", ("A",)))
+    assert tok.convert_ids_to_tokens(spaced.label_variants[0][0]) == "ĠA"
+    assert tok.convert_ids_to_tokens(bare.label_variants[0][0]) == "A"
+    both = scorer.encode(LabelRequest("c", "Answer:", ("A",), space="both"))
+    assert len(both.label_variants[0]) == 2
+    # a trailing space moves into the label, like lm-evaluation-harness
+    moved = scorer.encode(LabelRequest("d", "Answer: ", ("A",)))
+    assert moved.label_variants == spaced.label_variants
+    assert moved.sequences[0].ids == spaced.sequences[0].ids
+
+
+def test_both_variants_add_probabilities(tiny_lm):
+    scorer = Scorer(tiny_lm)
+    [sp, bare, both] = scorer.score(
+        [
+            LabelRequest("s", "Answer:", ("A", "B"), space="space"),
+            LabelRequest("n", "Answer:", ("A", "B"), space="none"),
+            LabelRequest("b", "Answer:", ("A", "B"), space="both"),
+        ]
+    )
+    for i in range(2):
+        assert math.exp(both.logprobs[i]) == pytest.approx(math.exp(sp.logprobs[i]) + math.exp(bare.logprobs[i]), rel=1e-6)
+
+
+def test_colliding_labels_are_rejected(tiny_lm):
+    with pytest.raises(ValueError, match="same token"):
+        Scorer(tiny_lm).encode(LabelRequest("x", "Answer:", ("Person A", "Person B")))
+
+
+def test_prompt_longer_than_context_window(tiny_lm):
+    scorer = Scorer(tiny_lm)
+    scorer.encoder.max_length = 16
+    with pytest.raises(ValueError, match="context window"):
+        scorer.encode(LabelRequest("long", "word " * 50, ("A", "B")))
+
+
+def test_requests_validate_fields():
+    with pytest.raises(ValueError, match="labels"):
+        LabelRequest("x", "p", ())
+    with pytest.raises(ValueError, match="duplicates"):
+        LabelRequest("x", "p", ("A", "A"))
+    with pytest.raises(ValueError, match="options"):
+        ContinuationRequest("x", "p", ("ok", ""))
+    with pytest.raises(ValueError, match="prompt"):
+        LabelRequest("x", "", ("A",))
+    with pytest.raises(ValueError, match="text"):
+        PerplexityRequest("x", "")
+
+
+def test_continuation_normalizations(tiny_lm):
+    [res] = Scorer(tiny_lm).score([ContinuationRequest("c", "Question: Who?\nAnswer:", ("Person A", "Unknown"))])
+    assert res.token_counts[0] >= 1
+    assert res.byte_counts == (len(" Person A"), len(" Unknown"))
+    assert res.mean_logprobs[0] == pytest.approx(res.logprobs[0] / res.token_counts[0])
+    assert sum(res.probs("byte")) == pytest.approx(1.0)
+
+
+def test_nonfinite_logits_are_flagged(tiny_lm):
+    import copy
+
+    import torch
+
+    lm = copy.copy(tiny_lm)
+    lm.model = copy.deepcopy(tiny_lm.model)
+    with torch.no_grad():
+        lm.model.lm_head.weight[5] = float("nan")
+    [res] = Scorer(lm).score([LabelRequest("n", "Answer:", ("A", "B"))])
+    assert not res.finite
+    assert all(math.isnan(p) for p in res.probs)
