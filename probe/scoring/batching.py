@@ -31,19 +31,33 @@ class Batch:
         return sum(len(g.rows) for g in self.prefix_groups) + len(self.plain_rows)
 
 
-def make_group(rows: list[Row], min_shared: int = MIN_SHARED) -> Group:
-    """A group whose prefix is the rows' common prefix, capped before the first scored position."""
+def make_group(rows: list[Row], min_shared: int = MIN_SHARED, nested: bool = True) -> Group:
+    """A group whose prefix is the rows' common prefix, capped before the first scored position.
+
+    With ``nested``, rows sharing at least ``min_shared`` more tokens beyond that
+    prefix form subgroups (a two-level prefix tree): the group prefix runs once,
+    each subgroup's extra segment once on top of it, then the rows.
+    """
     cap = min(r.score_from - 1 for r in rows)
     n = min(common_prefix_length([r.ids for r in rows]), cap)
     if len(rows) < 2 or n < min_shared:
         return Group(prefix=(), rows=rows)
-    return Group(prefix=rows[0].ids[:n], rows=rows)
+    if not nested:
+        return Group(prefix=rows[0].ids[:n], rows=rows)
+    subgroups, direct = [], []
+    for cluster in _clusters(rows, n + min_shared, max_rows=10**9):
+        k = min(common_prefix_length([r.ids for r in cluster]), min(r.score_from - 1 for r in cluster))
+        if len(cluster) >= 2 and k >= n + min_shared:
+            subgroups.append(Group(prefix=cluster[0].ids[:k], rows=cluster))
+        else:
+            direct.extend(cluster)
+    return Group(prefix=rows[0].ids[:n], rows=rows, subgroups=subgroups, direct=direct)
 
 
-def cluster_ungrouped(rows: list[Row], min_shared: int = MIN_SHARED, max_rows: int = 64) -> list[Group]:
-    """Cluster single rows by shared token prefixes (deterministic: sorted by ids)."""
+def _clusters(rows: list[Row], min_shared: int, max_rows: int) -> list[list[Row]]:
+    """Neighbours in token order sharing >= ``min_shared`` tokens (before any scored position)."""
     rows = sorted(rows, key=lambda r: (r.ids, r.score_from, r.label_ids))
-    groups: list[Group] = []
+    out: list[list[Row]] = []
     current: list[Row] = []
     for row in rows:
         if current:
@@ -52,11 +66,16 @@ def cluster_ungrouped(rows: list[Row], min_shared: int = MIN_SHARED, max_rows: i
             if min(shared, cap) >= min_shared and len(current) < max_rows:
                 current.append(row)
                 continue
-            groups.append(make_group(current, min_shared))
+            out.append(current)
         current = [row]
     if current:
-        groups.append(make_group(current, min_shared))
-    return groups
+        out.append(current)
+    return out
+
+
+def cluster_ungrouped(rows: list[Row], min_shared: int = MIN_SHARED, max_rows: int = 64, nested: bool = True) -> list[Group]:
+    """Cluster single rows by shared token prefixes (deterministic: sorted by ids)."""
+    return [make_group(c, min_shared, nested) for c in _clusters(rows, min_shared, max_rows)]
 
 
 def plan_batches(

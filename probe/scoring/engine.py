@@ -45,10 +45,22 @@ class RowOutput:
 
 @dataclass
 class Group:
-    """Rows sharing ``prefix`` (``len(prefix) == 0``: plain rows, no cache)."""
+    """Rows sharing ``prefix`` (``len(prefix) == 0``: plain rows, no cache).
+
+    ``subgroups``: clusters of rows that share a longer prefix on top of this
+    one (e.g. the options of one question inside a group of paired variants
+    that share only the system prompt); their prefix extends this group's
+    cache once. ``direct``: rows run straight against this group's cache.
+    """
 
     prefix: tuple[int, ...]
     rows: list[Row]
+    subgroups: list["Group"] = field(default_factory=list)
+    direct: list[Row] | None = None
+
+    def __post_init__(self) -> None:
+        if self.direct is None:
+            self.direct = list(self.rows)
 
     @property
     def cost(self) -> int:
@@ -119,9 +131,13 @@ class Engine:
         prefix_mask: torch.Tensor | None = None,
         cache_rows: list[int] | None = None,
         on_hidden: Callable[[torch.Tensor, list[Row], list[int]], None] | None = None,
-    ) -> list[RowOutput]:
+        keep_cache: bool = False,
+    ) -> Any:
         """Run each row's tokens from ``starts[i]`` on (right-padded), after the cached prefix
-        ``cache_rows[i]`` if a cache is given, and read the scored positions."""
+        ``cache_rows[i]`` if a cache is given, and read the scored positions.
+
+        ``keep_cache``: read nothing; return the extended cache and its attention
+        mask instead (a shared segment that further rows build on)."""
         lengths = [len(r.ids) - s for r, s in zip(rows, starts)]
         width = max(lengths)
         ids = torch.full((len(rows), width), self.pad_id, dtype=torch.long)
@@ -140,12 +156,18 @@ class Engine:
             sub.batch_select_indices(index.to(self.device))
             mask = torch.cat([prefix_mask[index], mask], dim=1)
             kwargs.update(past_key_values=sub, use_cache=True)
+        elif keep_cache:
+            from transformers import DynamicCache
+
+            kwargs.update(past_key_values=DynamicCache(config=self.model.config), use_cache=True)
         out = self._decoder(
             input_ids=ids.to(self.device),
             attention_mask=mask.to(self.device),
             position_ids=pos.to(self.device),
             **kwargs,
         )
+        if keep_cache:
+            return out.past_key_values, mask
         hidden = out.last_hidden_state
         if on_hidden is not None:
             on_hidden(hidden, rows, starts)

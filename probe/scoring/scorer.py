@@ -103,6 +103,11 @@ class Scorer:
 
     # -- planning and running ----------------------------------------------
     def plan(self, encoded: list[Encoded]) -> list[Batch]:
+        longest = max((len(s.ids) for e in encoded for s in e.sequences), default=0)
+        # Sliding-window attention counts cache columns, so padding gaps inside a
+        # long prompt would shift the window: then only gap-free layouts are used.
+        self._equal = bool(self._sliding and longest > self._sliding // 2)
+        self._nested = not self._equal
         rows: dict[RowKey, Row] = {}
         grouped: dict[str, list[RowKey]] = defaultdict(list)
         loose: list[RowKey] = []
@@ -132,17 +137,15 @@ class Scorer:
                 groups.append(self._group([rows[k] for k in members]))
         free = [rows[k] for k in dict.fromkeys(loose) if k not in taken]
         if self.share_prefixes:
-            groups.extend(cluster_ungrouped(free, self.min_shared, max_rows=max(self.batch_size, 1)))
+            groups.extend(cluster_ungrouped(free, self.min_shared, max_rows=max(self.batch_size, 1), nested=self._nested))
         else:
             groups.extend(Group((), [r]) for r in free)
-        longest = max((len(r.ids) for r in rows.values()), default=0)
-        equal = bool(self._sliding and longest > self._sliding // 2)
-        return plan_batches(groups, self.batch_size, self.token_budget, equal_prefix_lengths=equal)
+        return plan_batches(groups, self.batch_size, self.token_budget, equal_prefix_lengths=self._equal)
 
     def _group(self, rows: list[Row]) -> Group:
         if not self.share_prefixes:
             return Group((), rows)
-        return make_group(rows, self.min_shared)
+        return make_group(rows, self.min_shared, nested=self._nested)
 
     def _run(self, encoded: list[Encoded], progress: bool, on_hidden=None) -> dict[RowKey, RowOutput]:
         batches = self.plan(encoded)
@@ -166,8 +169,26 @@ class Scorer:
         return outputs
 
     def _run_shared(self, batch: Batch, outputs: dict[RowKey, RowOutput], bar, on_hidden) -> None:
-        cache, prefix_mask = self.engine.run_prefixes([g.prefix for g in batch.prefix_groups])
-        flat = [(gi, row, len(g.prefix)) for gi, g in enumerate(batch.prefix_groups) for row in g.rows]
+        groups = batch.prefix_groups
+        cache, prefix_mask = self.engine.run_prefixes([g.prefix for g in groups])
+        self._run_against(cache, prefix_mask, [(gi, row, len(g.prefix)) for gi, g in enumerate(groups) for row in g.direct], outputs, bar, on_hidden)
+        subs = [(gi, sg) for gi, g in enumerate(groups) for sg in g.subgroups]
+        for c in range(0, len(subs), self.batch_size):
+            part = subs[c : c + self.batch_size]
+            segments = [Row(sg.prefix, len(sg.prefix) + 1) for _, sg in part]
+            cache2, mask2 = self.engine.run_rows(
+                segments,
+                [len(groups[gi].prefix) for gi, _ in part],
+                cache=cache,
+                prefix_mask=prefix_mask,
+                cache_rows=[gi for gi, _ in part],
+                keep_cache=True,
+            )
+            flat = [(si, row, len(sg.prefix)) for si, (_, sg) in enumerate(part) for row in sg.rows]
+            self._run_against(cache2, mask2, flat, outputs, bar, on_hidden)
+
+    def _run_against(self, cache, prefix_mask, flat, outputs: dict[RowKey, RowOutput], bar, on_hidden) -> None:
+        """Run (cache row, row, start) triples against a cache, ``batch_size`` rows at a time."""
         for c in range(0, len(flat), self.batch_size):
             part = flat[c : c + self.batch_size]
             rows = [row for _, row, _ in part]

@@ -1,0 +1,37 @@
+"""`probe demo`: the main job on the embedded default model and demo data."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from probe.models.builtins import DEFAULT_MODEL
+
+
+def register(groups: dict) -> None:
+    p = groups[""].add_parser(
+        "demo",
+        help="score the embedded demo set (default model: smollm2) and write records, summary and report",
+        description="Writes DIR/records.jsonl, DIR/summary.json, DIR/report.md. Re-running with the same --output resumes.",
+    )
+    p.add_argument("--model", default=DEFAULT_MODEL)
+    p.add_argument("--output", type=Path, default=Path("probe-demo"))
+    p.add_argument("--batch-size", type=int, default=16)
+    p.add_argument("--device", default="cpu")
+    p.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16", "auto"])
+    p.add_argument("--limit", type=int, default=None, help="score only the first N demo items (quick checks)")
+    tmpl = p.add_mutually_exclusive_group()
+    tmpl.add_argument("--chat-template", dest="chat_template", action="store_true", default=None)
+    tmpl.add_argument("--no-chat-template", dest="chat_template", action="store_false")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from probe.demo import run_demo
+
+    run_demo(model=args.model, output=args.output, batch_size=args.batch_size, device=args.device,
+             dtype=args.dtype, chat_template=args.chat_template, limit=args.limit)
+    print((args.output / "report.md").read_text())
+    print(f"wrote {args.output}/records.jsonl, summary.json, report.md", file=sys.stderr)
+    return 0

@@ -1,0 +1,62 @@
+"""What produced a number: model, data, code, config, machine.
+
+Timestamps live only here (``provenance.json``), never in records or summaries,
+so re-running a config gives byte-identical result files.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import hashlib
+import platform
+import sys
+from importlib import metadata
+from pathlib import Path
+from typing import Any, Iterable
+
+LIBRARIES = ("torch", "transformers", "accelerate", "numpy", "scipy", "pandas", "scikit-learn", "tokenizers", "gguf")
+
+
+def file_sha256(path: str | Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        while block := f.read(1 << 20):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def library_versions() -> dict[str, str | None]:
+    out: dict[str, str | None] = {}
+    for name in ("probe",) + LIBRARIES:
+        try:
+            out[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            out[name] = None
+    return out
+
+
+def provenance(lm: Any = None, config: Any = None, data_files: Iterable[str | Path] = (), **extra: Any) -> dict:
+    """A JSON-ready record of everything needed to reproduce a run."""
+    files = {}
+    for f in data_files:
+        p = Path(f)
+        files[str(p)] = file_sha256(p) if p.is_file() else None
+    info: dict[str, Any] = {
+        "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        "command": sys.argv,
+        "python": sys.version.split()[0],
+        "platform": platform.platform(),
+        "versions": library_versions(),
+        "model": lm.info() if lm is not None and hasattr(lm, "info") else None,
+        "config": config,
+        "data_files": files,
+    }
+    try:
+        import torch
+
+        info["torch_threads"] = torch.get_num_threads()
+        info["cuda"] = torch.cuda.get_device_name(0) if torch.cuda.is_available() else None
+    except ImportError:  # pragma: no cover
+        pass
+    info.update(extra)
+    return info

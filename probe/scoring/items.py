@@ -1,0 +1,131 @@
+"""The generic item file that ``probe score`` and ``probe activations`` read.
+
+One JSON object per line::
+
+    {"id": "q1", "prompt": "..." | "messages": [...], "options": ["A", "B"],
+     "kind": "label" | "continuation", "group": "optional pairing key"}
+
+``prompt`` is the user turn (rendered through the chat template unless
+``--no-chat-template``); ``messages`` is a full chat. Errors name the file,
+line and field.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from probe.errors import InputError
+from probe.prompts.chat import render_prompt
+from probe.runs.records import iter_jsonl
+from probe.scoring.requests import ContinuationRequest, LabelRequest, PerplexityRequest, Request
+
+KINDS = ("label", "continuation")
+
+
+@dataclass(frozen=True)
+class PromptStyle:
+    chat_template: bool | None = None  # None: use it when the tokenizer has one
+    system: str | None = None
+    prefill: str | None = None
+
+
+def read_score_items(path: str | Path, tokenizer: Any, style: PromptStyle) -> list[tuple[dict, Request]]:
+    """Parse and validate every line before any scoring starts (bad input costs nothing)."""
+    seen: dict[str, int] = {}
+    out: list[tuple[dict, Request]] = []
+    use_template = style.chat_template if style.chat_template is not None else bool(getattr(tokenizer, "chat_template", None))
+    for n, obj in iter_jsonl(path, required=("id", "options")):
+        rid = obj["id"]
+        if not isinstance(rid, (str, int)) or isinstance(rid, bool) or str(rid) == "":
+            raise InputError(path, n, "id", "must be a non-empty string or integer")
+        rid = str(rid)
+        if rid in seen:
+            raise InputError(path, n, "id", f"duplicate id {rid!r} (first on line {seen[rid]})")
+        seen[rid] = n
+        kind = obj.get("kind", "label")
+        if kind not in KINDS:
+            raise InputError(path, n, "kind", f"unknown kind {kind!r}; expected one of {', '.join(KINDS)}")
+        options = obj["options"]
+        if not isinstance(options, list) or not options or not all(isinstance(o, str) and o for o in options):
+            raise InputError(path, n, "options", "must be a non-empty list of non-empty strings")
+        group = obj.get("group")
+        if group is not None and not isinstance(group, (str, int)):
+            raise InputError(path, n, "group", "must be a string or integer")
+        try:
+            prompt = _render(obj, tokenizer, style, use_template)
+        except (TypeError, ValueError) as exc:
+            field = "messages" if "messages" in obj else "prompt"
+            raise InputError(path, n, field, str(exc)) from None
+        try:
+            cls = LabelRequest if kind == "label" else ContinuationRequest
+            req = cls(rid, prompt, tuple(options), group=None if group is None else str(group))
+        except ValueError as exc:
+            raise InputError(path, n, "options", str(exc)) from None
+        out.append((obj, req))
+    return out
+
+
+def _render(obj: dict, tokenizer: Any, style: PromptStyle, use_template: bool) -> str:
+    if "messages" in obj:
+        if not isinstance(obj["messages"], list) or not obj["messages"]:
+            raise ValueError("must be a non-empty list of {role, content} objects")
+        return render_prompt(tokenizer, messages=obj["messages"], system=style.system, prefill=style.prefill, chat_template=use_template)
+    prompt = obj.get("prompt")
+    if not isinstance(prompt, str) or not prompt:
+        raise ValueError("missing: each line needs a non-empty 'prompt' string or a 'messages' list")
+    return render_prompt(tokenizer, prompt, system=style.system, prefill=style.prefill, chat_template=use_template)
+
+
+def read_perplexity_items(path: str | Path) -> list[PerplexityRequest]:
+    seen: dict[str, int] = {}
+    out = []
+    for n, obj in iter_jsonl(path, required=("id", "text")):
+        rid = str(obj["id"])
+        if rid in seen:
+            raise InputError(path, n, "id", f"duplicate id {rid!r} (first on line {seen[rid]})")
+        seen[rid] = n
+        text, prefix = obj["text"], obj.get("prefix", "")
+        if not isinstance(text, str) or not text:
+            raise InputError(path, n, "text", "must be a non-empty string")
+        if not isinstance(prefix, str):
+            raise InputError(path, n, "prefix", "must be a string")
+        out.append(PerplexityRequest(rid, text, prefix=prefix, space="none"))
+    return out
+
+
+def result_record(result: Any) -> dict:
+    """The output line of ``probe score`` / ``probe perplexity`` for one result."""
+    from probe.scoring.requests import ContinuationResult, LabelResult
+
+    if isinstance(result, LabelResult):
+        return {
+            "id": result.id,
+            "kind": "label",
+            "options": list(result.labels),
+            "logprobs": list(result.logprobs),
+            "probs": list(result.probs),
+            "label_mass": result.label_mass,
+            "pred_index": result.argmax if result.finite else None,
+            "token_ids": [list(t) for t in result.token_ids],
+            "n_prompt_tokens": result.n_prompt_tokens,
+            "finite": result.finite,
+        }
+    if isinstance(result, ContinuationResult):
+        probs = result.probs("sum")
+        return {
+            "id": result.id,
+            "kind": "continuation",
+            "options": list(result.options),
+            "logprobs": list(result.logprobs),
+            "mean_logprobs": list(result.mean_logprobs),
+            "per_byte_logprobs": list(result.per_byte_logprobs),
+            "probs": list(probs),
+            "pred_index": max(range(len(probs)), key=lambda i: (probs[i], -i)) if result.finite else None,
+            "token_counts": list(result.token_counts),
+            "byte_counts": list(result.byte_counts),
+            "n_prompt_tokens": result.n_prompt_tokens,
+            "finite": result.finite,
+        }
+    return {"id": result.id, "ppl": result.ppl, "nll": result.nll, "n_tokens": result.n_tokens, "finite": result.finite}
