@@ -91,13 +91,13 @@ def run_demo(
                         "token_counts": list(res.token_counts),
                         "probs": probs,
                         "answer_mass": mass,
-                        "pred_index": max(range(3), key=lambda i: (probs[i], -i)),
+                        "pred_index": max(range(3), key=lambda i: (probs[i], -i)) if res.finite else None,
                         "finite": res.finite,
                     }
                 )
             writer.write_many(records)
-        all_records = [r for r in writer.records if r.get("finite", True)]
-    summary = summarize(all_records)
+        all_records = list(writer.records)
+    summary = summarize(all_records)  # skips and counts non-finite records
     summary["model"] = lm.name
     summary["n_items"] = len(items)
     summary["n_scored_now"] = len(todo)
@@ -112,6 +112,13 @@ def run_demo(
 
 
 def summarize(records: list[dict]) -> dict:
+    """Metrics by context kind and dimension over the records with finite scores.
+
+    Records with ``finite`` false (NaN/inf log-probabilities, e.g. from a broken
+    fp16 run) are skipped and counted in ``n_nonfinite``, never scored as an answer.
+    """
+    n_all = len(records)
+    records = [r for r in records if _finite_record(r)]
     by_kind = {}
     for kind in ("explicit", "implicit"):
         recs = [r for r in records if r["context_kind"] == kind]
@@ -126,7 +133,16 @@ def summarize(records: list[dict]) -> dict:
         "by_context_kind": by_kind,
         "by_dimension": by_dim,
         "mean_answer_mass": sum(masses) / len(masses) if masses else math.nan,
+        "n_nonfinite": n_all - len(records),
     }
+
+
+def _finite_record(rec: dict) -> bool:
+    """False for records marked non-finite or whose probabilities / mass are NaN or missing (JSON null)."""
+    if not rec.get("finite", True):
+        return False
+    values = [*(rec.get("probs") or [math.nan]), rec.get("answer_mass", 1.0)]
+    return all(isinstance(v, (int, float)) and math.isfinite(v) for v in values)
 
 
 def _f(x: float) -> str:
@@ -157,4 +173,6 @@ def report_markdown(summary: dict) -> str:
             v = m["expected"]
             lines.append(f"| {dim} | {kind} | {_f(v['acc_amb'])} | {_f(v['bias_amb'])} | {_f(v['acc_dis'])} | {_f(v['bias_dis'])} |")
     lines += ["", f"Mean probability mass on the scored answer strings: {summary['mean_answer_mass']:.3f}", ""]
+    if summary.get("n_nonfinite"):
+        lines += [f"Skipped {summary['n_nonfinite']} item(s) with non-finite scores (NaN/inf log-probabilities).", ""]
     return "\n".join(lines)

@@ -19,8 +19,20 @@ def add_model_args(p: argparse.ArgumentParser, default_model: str | None = DEFAU
     g.add_argument("--load-in-4bit", action="store_true", help="bitsandbytes 4-bit (GPU only)")
     g.add_argument("--device-map", default=None, help="accelerate device map, e.g. auto (spreads a model over GPUs)")
     g.add_argument("--trust-remote-code", action="store_true", help="run code shipped with the model (off by default)")
-    g.add_argument("--batch-size", type=int, default=16, help="most sequences per forward pass (default: 16)")
-    g.add_argument("--token-budget", type=int, default=8192, help="most padded tokens per forward pass (default: 8192)")
+    g.add_argument("--batch-size", type=_positive_int, default=16, help="most sequences per forward pass (default: 16)")
+    g.add_argument("--token-budget", type=_positive_int, default=8192, help="most padded tokens per forward pass (default: 8192)")
+    g.add_argument("--flush-every", type=_positive_int, default=256, metavar="N",
+                   help="make records durable every N items; a crash loses at most one such chunk (default: 256)")
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {value}")
+    return value
 
 
 def add_prompt_args(p: argparse.ArgumentParser) -> None:
@@ -49,10 +61,19 @@ def load_from_args(args: argparse.Namespace) -> Any:
 
 
 def score_to_file(scorer: Any, requests: Sequence[Any], output: Path, chunk: int = 256, progress: bool = True) -> int:
-    """Score the requests not yet in ``output`` and append their records; returns how many were scored."""
+    """Score the requests not yet in ``output`` and append their records; returns how many were scored.
+
+    Records are made durable (flushed and fsynced) after every ``chunk`` items,
+    so a crash loses at most one chunk of work and a re-run redoes only that.
+    Records of a resumed run are identical to those of an uninterrupted one.
+    Chunks never split a ``group``: its members are scored in one pass, as the
+    scorer promises, whichever items an earlier interrupted run already did.
+    """
     from probe.runs.records import RecordWriter
     from probe.scoring.items import result_record
 
+    if chunk < 1:
+        raise ValueError("chunk must be positive")
     with RecordWriter(output) as writer:
         todo = [r for r in requests if r.id not in writer.done]
         if not todo:
@@ -62,11 +83,44 @@ def score_to_file(scorer: Any, requests: Sequence[Any], output: Path, chunk: int
             from tqdm.auto import tqdm
 
             bar = tqdm(total=len(todo), unit="item", desc=f"scoring -> {output.name}")
-        for i in range(0, len(todo), chunk):
-            part = todo[i : i + chunk]
+        # Chunks are cut from the whole request list, not from what is left, so a
+        # resumed run batches every item exactly as an uninterrupted run does and
+        # its records are byte-identical. A chunk cut short by a crash is scored
+        # again whole; the writer keeps the records already there.
+        for part in group_chunks(requests, chunk):
+            left = sum(r.id not in writer.done for r in part)
+            if not left:
+                continue
             writer.write_many(result_record(r) for r in scorer.score(part))
             if bar:
-                bar.update(len(part))
+                bar.update(left)
         if bar:
             bar.close()
     return len(todo)
+
+
+def group_chunks(requests: Sequence[Any], size: int) -> list[list[Any]]:
+    """Split requests into runs of about ``size`` without splitting a ``group``.
+
+    Members of one group stay together (at the place of the group's first
+    member); a group larger than ``size`` forms a chunk of its own.
+
+    >>> from types import SimpleNamespace as R
+    >>> rs = [R(id=i, group=g) for i, g in enumerate(["a", None, "a", None, None])]
+    >>> [[r.id for r in c] for c in group_chunks(rs, 2)]
+    [[0, 2], [1, 3], [4]]
+    """
+    units: dict[Any, list[Any]] = {}
+    for r in requests:
+        g = getattr(r, "group", None)
+        units.setdefault(("g", g) if g is not None else ("r", id(r)), []).append(r)
+    chunks: list[list[Any]] = []
+    current: list[Any] = []
+    for members in units.values():
+        if current and len(current) + len(members) > size:
+            chunks.append(current)
+            current = []
+        current.extend(members)
+    if current:
+        chunks.append(current)
+    return chunks

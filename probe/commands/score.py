@@ -43,6 +43,10 @@ def run_score(args: argparse.Namespace) -> int:
     lm = load_from_args(args)
     style = PromptStyle(chat_template=args.chat_template, system=args.system, prefill=args.prefill)
     items = read_score_items(args.input, lm.tokenizer, style)
+    if not items:
+        from probe.errors import InputError
+
+        raise InputError(args.input, None, None, "no items (the file is empty)")
     scorer = Scorer(lm, batch_size=args.batch_size, token_budget=args.token_budget)
     requests = [req for _, req in items]
     for r in requests:  # tokenize everything first: a too-long prompt fails before any work
@@ -53,9 +57,10 @@ def run_score(args: argparse.Namespace) -> int:
 
             line = next(i for i, (_, q) in enumerate(items, 1) if q.id == r.id)
             raise InputError(args.input, line, "prompt", str(exc)) from None
-    n = score_to_file(scorer, requests, args.output)
+    prov = _drop_provenance(args.output)
+    n = score_to_file(scorer, requests, args.output, chunk=args.flush_every)
     write_json_atomic(
-        args.output.with_name(args.output.name + ".provenance.json"),
+        prov,
         provenance(lm, config={"command": "score", **{k: str(v) for k, v in vars(args).items() if k != "func"}}, data_files=[args.input]),
     )
     print(f"scored {n} new item(s); {len(requests)} in {args.output}", file=sys.stderr)
@@ -69,12 +74,28 @@ def run_perplexity(args: argparse.Namespace) -> int:
     from probe.scoring.items import read_perplexity_items
 
     requests = read_perplexity_items(args.input)
+    if not requests:
+        from probe.errors import InputError
+
+        raise InputError(args.input, None, None, "no texts (the file is empty)")
     lm = load_from_args(args)
     scorer = Scorer(lm, batch_size=args.batch_size, token_budget=args.token_budget)
-    n = score_to_file(scorer, requests, args.output)
+    prov = _drop_provenance(args.output)
+    n = score_to_file(scorer, requests, args.output, chunk=args.flush_every)
     write_json_atomic(
-        args.output.with_name(args.output.name + ".provenance.json"),
+        prov,
         provenance(lm, config={"command": "perplexity", "input": str(args.input)}, data_files=[args.input]),
     )
     print(f"scored {n} new text(s); {len(requests)} in {args.output}", file=sys.stderr)
     return 0
+
+
+def _drop_provenance(output: Path) -> Path:
+    """Remove ``<output>.provenance.json`` before scoring; it is rewritten after the last record.
+
+    Its presence thus always means "this output is complete for the input it
+    names", also when a re-run with more items is interrupted.
+    """
+    prov = output.with_name(output.name + ".provenance.json")
+    prov.unlink(missing_ok=True)
+    return prov

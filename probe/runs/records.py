@@ -65,7 +65,7 @@ def read_records(path: str | Path) -> tuple[list[dict], int]:
             rec = json.loads(raw.decode("utf-8"))
             if not isinstance(rec, dict):
                 raise ValueError("not an object")
-        except (ValueError, UnicodeDecodeError) as exc:
+        except (ValueError, UnicodeDecodeError, RecursionError) as exc:
             if i == len(lines) - 2 and not lines[-1]:
                 break  # last complete-looking line is corrupt: treat as torn
             raise InputError(path, i + 1, None, f"corrupt record ({exc}); move the file away to start over") from exc
@@ -80,6 +80,8 @@ class RecordWriter:
     def __init__(self, path: str | Path, key: str = "id") -> None:
         self.path = Path(path)
         self.key = key
+        if self.path.exists() and not self.path.is_file():
+            raise InputError(self.path, None, None, "output path exists and is not a file (a directory?)")
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self.records, good = read_records(self.path)
         if self.path.exists() and self.path.stat().st_size != good:
@@ -138,6 +140,8 @@ def iter_jsonl(path: str | Path, required: tuple[str, ...] = ()) -> Iterator[tup
     path = Path(path)
     if not path.exists():
         raise InputError(path, None, None, "file does not exist")
+    if not path.is_file():
+        raise InputError(path, None, None, "not a file (a directory?)")
     with open(path, "rb") as f:
         for n, raw in enumerate(f, start=1):
             try:
@@ -150,6 +154,10 @@ def iter_jsonl(path: str | Path, required: tuple[str, ...] = ()) -> Iterator[tup
                 obj = json.loads(text)
             except json.JSONDecodeError as exc:
                 raise InputError(path, n, None, f"invalid JSON ({exc.msg} at column {exc.colno})") from None
+            except ValueError as exc:  # e.g. an integer over Python's 4300-digit limit
+                raise InputError(path, n, None, f"invalid JSON ({exc})") from None
+            except RecursionError:  # json recurses per nesting level; hostile input can exhaust the stack
+                raise InputError(path, n, None, "invalid JSON (nested too deeply)") from None
             if not isinstance(obj, dict):
                 raise InputError(path, n, None, f"expected a JSON object, got {type(obj).__name__}")
             for key in required:

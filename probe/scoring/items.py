@@ -37,10 +37,7 @@ def read_score_items(path: str | Path, tokenizer: Any, style: PromptStyle) -> li
     out: list[tuple[dict, Request]] = []
     use_template = style.chat_template if style.chat_template is not None else bool(getattr(tokenizer, "chat_template", None))
     for n, obj in iter_jsonl(path, required=("id", "options")):
-        rid = obj["id"]
-        if not isinstance(rid, (str, int)) or isinstance(rid, bool) or str(rid) == "":
-            raise InputError(path, n, "id", "must be a non-empty string or integer")
-        rid = str(rid)
+        rid = _item_id(path, n, obj)
         if rid in seen:
             raise InputError(path, n, "id", f"duplicate id {rid!r} (first on line {seen[rid]})")
         seen[rid] = n
@@ -67,6 +64,14 @@ def read_score_items(path: str | Path, tokenizer: Any, style: PromptStyle) -> li
     return out
 
 
+def _item_id(path: str | Path, n: int, obj: dict) -> str:
+    """The item's id as a string; ``7`` and ``"7"`` are the same id (records store strings)."""
+    rid = obj["id"]
+    if not isinstance(rid, (str, int)) or isinstance(rid, bool) or str(rid) == "":
+        raise InputError(path, n, "id", "must be a non-empty string or integer")
+    return str(rid)
+
+
 def _render(obj: dict, tokenizer: Any, style: PromptStyle, use_template: bool) -> str:
     if "messages" in obj:
         if not isinstance(obj["messages"], list) or not obj["messages"]:
@@ -82,7 +87,7 @@ def read_perplexity_items(path: str | Path) -> list[PerplexityRequest]:
     seen: dict[str, int] = {}
     out = []
     for n, obj in iter_jsonl(path, required=("id", "text")):
-        rid = str(obj["id"])
+        rid = _item_id(path, n, obj)
         if rid in seen:
             raise InputError(path, n, "id", f"duplicate id {rid!r} (first on line {seen[rid]})")
         seen[rid] = n

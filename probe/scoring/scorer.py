@@ -188,9 +188,22 @@ class Scorer:
             self._run_against(cache2, mask2, flat, outputs, bar, on_hidden)
 
     def _run_against(self, cache, prefix_mask, flat, outputs: dict[RowKey, RowOutput], bar, on_hidden) -> None:
-        """Run (cache row, row, start) triples against a cache, ``batch_size`` rows at a time."""
-        for c in range(0, len(flat), self.batch_size):
-            part = flat[c : c + self.batch_size]
+        """Run (cache row, row, start) triples against a cache, ``batch_size`` rows at a time.
+
+        Rows are sorted by remaining length and a pass is closed early when
+        padding would exceed 30% of its real tokens (short option rows and long
+        prompt rows then do not share a padded width)."""
+        flat = sorted(flat, key=lambda t: (len(t[1].ids) - t[2], t[1].ids))
+        parts: list[list] = []
+        for item in flat:
+            if parts:
+                part = parts[-1]
+                lengths = [len(r.ids) - s for _, r, s in part] + [len(item[1].ids) - item[2]]
+                if len(part) < self.batch_size and (len(part) < 4 or max(lengths) * len(lengths) <= 1.3 * sum(lengths)):
+                    part.append(item)
+                    continue
+            parts.append([item])
+        for part in parts:
             rows = [row for _, row, _ in part]
             results = self.engine.run_rows(
                 rows,

@@ -1,0 +1,103 @@
+"""``probe activations``: record activations (and label log-probs) in one scoring pass.
+
+Example::
+
+    probe activations --model smollm2 --input items.jsonl --output runs/acts \\
+        --layers all --hooks resid_post --positions last,mean:background
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+
+def register(groups: dict[str, argparse._SubParsersAction]) -> None:
+    p = groups[""].add_parser(
+        "activations", help="record activations at chosen layers and positions while scoring the labels",
+        description=__doc__.splitlines()[0])
+    p.add_argument("--model", default="smollm2", help="built-in name, local directory, .gguf file or hub id")
+    p.add_argument("--input", required=True, help="items JSONL (prompt items as `probe score` takes, or BBQ items)")
+    p.add_argument("--output", required=True, help="store directory (resumable: re-run to continue)")
+    p.add_argument("--layers", default="all", help="'all' or a comma list such as 0,5,-1 (default: all)")
+    p.add_argument("--hooks", default="resid_post", help="comma list of resid_pre,resid_post,attn_out,mlp_out")
+    p.add_argument("--positions", default="last",
+                   help="comma list of last, label, span:FIELD (last token of a span), mean:FIELD")
+    p.add_argument("--no-chat-template", action="store_true", help="render `user` items as plain text")
+    p.add_argument("--strategy", choices=("zero_shot", "safety"), default="zero_shot",
+                   help="prompt strategy for BBQ items (labelled options)")
+    p.add_argument("--batch-size", type=int, default=8)
+    p.add_argument("--shard-size", type=int, default=512, help="items per safetensors shard")
+    p.add_argument("--backend", choices=("hf", "tl", "auto"), default="hf",
+                   help="hf: plain torch hooks; tl: TransformerLens TransformerBridge; auto: tl where supported")
+    p.add_argument("--device", default="cpu")
+    p.add_argument("--dtype", default="float32")
+    p.add_argument("--limit", type=int, default=None, help="only the first N items")
+    p.add_argument("--quiet", action="store_true")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from probe.errors import ProbeError
+
+    if args.batch_size < 1 or args.shard_size < 1:
+        raise ProbeError("--batch-size and --shard-size must be >= 1")
+    try:
+        from probe.activations.positions import parse_positions
+        specs = parse_positions(args.positions)
+    except ValueError as exc:
+        raise ProbeError(f"--positions: {exc}") from None
+    stats = record_activations(
+        model=args.model, input_path=args.input, output=args.output, layers=args.layers,
+        hooks=[h.strip() for h in args.hooks.split(",") if h.strip()], positions=[s.name for s in specs],
+        chat_template=not args.no_chat_template, strategy=args.strategy, batch_size=args.batch_size, shard_size=args.shard_size,
+        backend=args.backend, device=args.device, dtype=args.dtype, limit=args.limit, progress=not args.quiet)
+    print(json.dumps(stats, indent=2), file=sys.stdout)
+    return 0
+
+
+def record_activations(model, input_path: str, output: str, layers: str = "all", hooks=("resid_post",),
+                       positions=("last",), chat_template: bool = True, strategy: str = "zero_shot",
+                       batch_size: int = 8,
+                       shard_size: int = 512, backend: str = "hf", device: str = "cpu", dtype: str = "float32",
+                       limit: int | None = None, progress: bool = False) -> dict:
+    """The command's work, callable from Python: ``model`` is a name/path or a LoadedModel."""
+    import itertools
+
+    from probe.activations.extract import extract
+    from probe.activations.hooks import discover, hook_names
+    from probe.activations.items import read_items
+    from probe.activations.positions import parse_positions
+    from probe.activations.store import ActivationWriter
+    from probe.activations.tl_backend import make_backend
+    from probe.errors import ProbeError
+
+    if isinstance(model, str):
+        from probe.models import load_model
+        lm = load_model(model, device=device, dtype=dtype)
+    else:
+        lm = model
+    specs = parse_positions(list(positions))
+    try:
+        names = hook_names(discover(lm.model), layers, hooks)
+    except ValueError as exc:
+        raise ProbeError(f"--layers/--hooks: {exc}") from None
+
+    items = read_items(input_path, lm.tokenizer, chat_template, strategy)
+    if limit is not None:
+        items = itertools.islice(items, limit)
+    be = make_backend(lm.model, lm.tokenizer, backend)
+    manifest = {
+        "format": 1, "model": lm.info() if hasattr(lm, "info") else {"name": str(model)},
+        "hooks": names, "positions": [s.name for s in specs],
+        "keys": [f"{h}@{s.name}" for h in names for s in specs],
+        "d_model": discover(lm.model).d_model, "chat_template": chat_template, "strategy": strategy,
+        "extra": {"backend": be.name, "input": str(input_path)},
+    }
+    with ActivationWriter(output, manifest, shard_size=shard_size) as writer:
+        before = len(writer.done)
+        n = extract(be, lm.tokenizer, items, names, specs, writer, batch_size=batch_size,
+                    progress=progress, source=str(input_path))
+    return {"output": str(output), "items_run": n, "items_before": before, "keys": len(manifest["keys"]),
+            "backend": be.name}

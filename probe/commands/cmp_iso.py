@@ -1,0 +1,80 @@
+"""``probe metrics cmp-iso``: Parity Gap of iso and cmp outputs made anywhere (seed 003).
+
+Input: JSONL, one line per prompt::
+
+    {"context_pair_id": 17, "task_type": "iso", "target": "t", "probs": {"Yes": 0.7, "No": 0.3}}
+    {"context_pair_id": 17, "task_type": "cmp", "order": "t_prime_first", "answers": ["A", "B", "A", "x", "A"]}
+
+``target`` (iso) is the target the prompt asks about (``t`` = stereotypical or
+advantaged); ``order`` (cmp) says which target is option A. ``probs`` holds
+label probabilities (``Yes/No[/Skip]`` or ``A/B[/C]``); ``answers`` holds sampled
+labels (anything else counts as invalid and is excluded). Output: JSON with
+``iso.pg``, ``cmp.pg`` (with bootstrap CIs), ``n_context_pairs``, the neutral
+shares, the cmp-vs-iso gap and its randomization test.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+
+def register(groups: dict[str, argparse._SubParsersAction]) -> None:
+    p = groups["metrics"].add_parser(
+        "cmp-iso",
+        help="Parity Gap of iso/cmp outputs (JSONL with probs or sampled answers)",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("--input", required=True, help="JSONL file, one line per prompt (see above)")
+    p.add_argument("--mode", choices=("expected", "argmax"), default="expected",
+                   help="probs as expected counts (default) or the argmax label as one answer")
+    p.add_argument("--n-boot", type=int, default=2000, help="bootstrap resamples for the 95%% CIs")
+    p.add_argument("--n-iter", type=int, default=10000, help="randomization-test iterations (cmp vs iso)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--where", action="append", default=[], metavar="FIELD=VALUE",
+                   help="keep only lines whose FIELD equals VALUE (repeatable), e.g. to read one model, "
+                        "setting and benchmark out of an experiment's records.jsonl")
+    p.add_argument("--allow-incomplete", action="store_true",
+                   help="skip (and list) pairs missing one of their paired prompts instead of failing")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from probe.errors import InputError
+    from probe.metrics.cmp_iso import analyze, observation_from_dict
+    from probe.runs.records import dumps, iter_jsonl
+
+    where = []
+    for w in args.where:
+        if "=" not in w:
+            raise InputError("--where", None, None, f"expected FIELD=VALUE, got {w!r}")
+        where.append(tuple(w.split("=", 1)))
+    obs = []
+    seen: dict[tuple, int] = {}
+    for line, d in iter_jsonl(args.input, required=("context_pair_id", "task_type")):
+        if any(str(d.get(k)) != v for k, v in where):
+            continue
+        try:
+            o = observation_from_dict(d, args.mode)
+        except ValueError as exc:
+            msg = str(exc)
+            field = msg.split("'")[1] if msg.startswith("field '") else None
+            raise InputError(args.input, line, field, msg.split(": ", 1)[-1] if field else msg) from None
+        key = (str(o.context_pair_id), o.task_type, o.target if o.task_type == "iso" else o.order)
+        if key in seen:
+            raise InputError(args.input, line, "context_pair_id",
+                             f"duplicate {o.task_type} prompt for pair {o.context_pair_id!r} (first on line {seen[key]})")
+        seen[key] = line
+        obs.append(o)
+    if not obs:
+        raise InputError(args.input, None, None, "no records")
+    try:
+        res = analyze(obs, n_boot=args.n_boot, n_iter=args.n_iter, seed=args.seed, allow_incomplete=args.allow_incomplete)
+    except ValueError as exc:  # a pair lacking one of its prompts
+        raise InputError(args.input, None, "context_pair_id", f"{exc} (use --allow-incomplete to skip such pairs)") from None
+    res["neutral_share"] = {"iso": res["iso"]["neutral_share"], "cmp": res["cmp"]["neutral_share"]}
+    res["mode"] = args.mode
+    sys.stdout.write(json.dumps(json.loads(dumps(res)), indent=2) + "\n")
+    return 0

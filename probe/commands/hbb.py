@@ -1,0 +1,99 @@
+"""``probe data build hbb`` (build the HBB test instances) and ``probe metrics hbb``.
+
+``probe data build hbb --output hbb.jsonl`` writes one JSON line per test
+instance (id, category, descriptor_type, identity_1, identity_2, concepts and
+both questions with their options) and prints the counts per category, which
+equal the paper's Table 5 for the released data.
+
+``probe metrics hbb --instances FILE.jsonl`` recomputes the threshold metrics
+from per-instance probabilities made anywhere: each line needs ``category``,
+``descriptor_type``, ``p1`` and ``p2`` (P(option A) for the two questions);
+``concept_id`` (optional) makes the CIs cluster by concept pair.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+
+def register(groups: dict[str, argparse._SubParsersAction]) -> None:
+    p = groups["data build"].add_parser("hbb", help="build the Hidden Bias Benchmark test instances (JSONL)")
+    p.add_argument("--output", "-o", required=True, help="JSONL file to write (one line per test instance)")
+    p.add_argument("--data-dir", help="directory with questions.csv and descriptors.json (default: dataset_dir('hbb'))")
+    p.add_argument("--seed", type=int, default=0, help="seed of the names drawn for Age 1-2, SES, Religions (default 0)")
+    p.add_argument("--sample-concepts", type=int, help="only N concept pairs, stratified by source bias type")
+    p.add_argument("--limit", type=int, help="only the first N instances")
+    p.set_defaults(func=build_hbb)
+
+    if "metrics" in groups:
+        m = groups["metrics"].add_parser("hbb", help="HBB threshold metrics from per-instance probabilities")
+        m.add_argument("--instances", required=True, help="JSONL with category, descriptor_type, p1, p2 per line")
+        m.add_argument("--threshold", type=float, default=20.0)
+        m.add_argument("--output", help="write the per-type table as CSV here")
+        m.set_defaults(func=metrics_hbb)
+
+
+def build_hbb(args: argparse.Namespace) -> int:
+    from probe.data.hbb import (
+        CATEGORIES,
+        CATEGORY_LABELS,
+        build_instances,
+        expected_counts,
+        load_default,
+        sample_concepts,
+    )
+    from probe.runs.records import dumps, write_atomic
+
+    concepts, descriptors = load_default(args.data_dir)
+    if args.sample_concepts is not None:
+        concepts = sample_concepts(concepts, args.sample_concepts, args.seed)
+    counts = {c: 0 for c in CATEGORIES}
+    lines = []
+    for n, inst in enumerate(build_instances(concepts, descriptors, seed=args.seed)):
+        if args.limit is not None and n >= args.limit:
+            break
+        counts[inst.category] += 1
+        lines.append(dumps(inst.to_json()) + "\n")
+    write_atomic(Path(args.output), "".join(lines))
+    expected = expected_counts(len(concepts))
+    for cat in CATEGORIES:
+        print(f"{CATEGORY_LABELS[cat]:<10} {counts[cat]:>7,}")
+    total = sum(counts.values())
+    print(f"{'Total':<10} {total:>7,}  ({len(concepts):,} concept pairs; written to {args.output})")
+    if args.limit is None and total != expected["total"]:  # cannot happen unless the builder is broken
+        print(f"warning: expected {expected['total']:,} instances", file=sys.stderr)
+    return 0
+
+
+def metrics_hbb(args: argparse.Namespace) -> int:
+    import pandas as pd
+
+    from probe.errors import InputError
+    from probe.metrics.hbb import bias_scores, summarize_by
+    from probe.reports.hbb_tables import markdown
+    from probe.runs.records import iter_jsonl
+
+    rows = []
+    for line, obj in iter_jsonl(args.instances, required=("category", "descriptor_type", "p1", "p2")):
+        for key in ("p1", "p2"):
+            v = obj[key]
+            if v is not None and not (isinstance(v, (int, float)) and 0.0 <= v <= 1.0):
+                raise InputError(args.instances, line, key, f"must be a probability in [0, 1] or null, got {v!r}")
+        rows.append(obj)
+    if not rows:
+        raise InputError(args.instances, None, None, "no instances")
+    df = pd.DataFrame(rows)
+    df["S"] = bias_scores(df.p1.astype(float), df.p2.astype(float))
+    cluster = "concept_id" if "concept_id" in df else None
+    overall = summarize_by(df, [], threshold=args.threshold, cluster=cluster).iloc[0]
+    print(f"instances {int(overall.n)} (invalid {int(overall.n_invalid)}); S >= {args.threshold:g}: "
+          f"count {int(overall['count'])}, mean S {overall.mean_s:.2f}, share {100 * overall.share:.1f}%")
+    table = summarize_by(df, ["category", "descriptor_type"], threshold=args.threshold, cluster=cluster, ci=False)
+    print(markdown(table[["category", "descriptor_type", "n", "n_invalid", "count", "mean_s", "share", "mean_s_all"]]))
+    if args.output:
+        from probe.runs.records import write_atomic
+
+        write_atomic(Path(args.output), table.to_csv(index=False))
+    return 0

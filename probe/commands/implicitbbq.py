@@ -1,0 +1,124 @@
+"""``probe data build implicitbbq|bbq`` and ``probe metrics bbq``."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+
+def register(groups: dict[str, argparse._SubParsersAction]) -> None:
+    p = groups["data build"].add_parser(
+        "implicitbbq", help="build ImplicitBBQ items (explicit, implicit and control contexts; 12 settings)",
+        description="Write one JSON line per ImplicitBBQ instance (id, dimension, setting, context, background, "
+                    "question, options, label, target_index, unknown_index, ...) and print how many contexts and "
+                    "instances each dimension and setting yields, beside the seed's counts.")
+    p.add_argument("--output", required=True, help="output JSONL file")
+    p.add_argument("--dimensions", nargs="+", default=None,
+                   help="subset of: age gender region religion ses caste (default: all)")
+    p.add_argument("--lexical", choices=["first", "all"], default="first",
+                   help="{{WORD}} variants: the first of each (default) or every combination")
+    p.add_argument("--no-controls", action="store_true", help="leave out the neutral and no-characteristics controls")
+    p.set_defaults(func=run_build_implicitbbq)
+
+    b = groups["data build"].add_parser(
+        "bbq", help="BBQ / BharatBBQ items in probe's item schema (from JSONL, templates or BharatBBQ)",
+        description="Load BBQ's generated JSONL, expand BBQ template CSVs, or load BharatBBQ, and write "
+                    "one BBQItem JSON line per instance.")
+    b.add_argument("--output", required=True, help="output JSONL file")
+    b.add_argument("--source", choices=["jsonl", "templates", "bharatbbq", "bharatbbq-templates"], default="jsonl",
+                   help="BBQ generated JSONL (default), BBQ templates expanded, BharatBBQ examples or templates")
+    b.add_argument("--categories", nargs="+", default=["Age", "Nationality", "Religion"],
+                   help="BBQ categories (jsonl/templates sources)")
+    b.add_argument("--lexical", choices=["first", "all"], default="all", help="{{WORD}} variants when expanding")
+    b.set_defaults(func=run_build_bbq)
+
+    m = groups["metrics"].add_parser(
+        "bbq", help="BBQ accuracy and bias scores from predictions (pred_index or probs per line)",
+        description="Each input line is a BBQ record (its original fields: ans0-2, label, answer_info, "
+                    "additional_metadata.stereotyped_groups, context_condition, question_polarity, category; or "
+                    "probe's target_index/unknown_index) plus pred_index (0-2) or probs ([p0, p1, p2]). Prints "
+                    "JSON: per category, acc_amb, acc_dis, bias_amb, bias_dis and their counts (argmax and expected).")
+    m.add_argument("--input", required=True, help="predictions JSONL")
+    m.add_argument("--by", nargs="+", default=["category"], help="fields to group by (default: category)")
+    m.add_argument("--ci", action="store_true", help="add bootstrap 95%% CIs")
+    m.add_argument("--n-boot", type=int, default=1000)
+    m.set_defaults(func=run_metrics_bbq)
+
+
+def _write_items(items, output: str) -> None:
+    from probe.runs.records import write_atomic
+
+    lines = []
+    for it in items:
+        d = it.to_dict()
+        d["dimension"] = it.category
+        lines.append(__import__("json").dumps(d, ensure_ascii=False) + "\n")
+    write_atomic(output, "".join(lines))
+
+
+def run_build_implicitbbq(args: argparse.Namespace) -> int:
+    from probe.data.implicitbbq import build_implicitbbq, count_table, format_count_table
+
+    items = build_implicitbbq(args.dimensions, lexical=args.lexical, controls=not args.no_controls)
+    _write_items(items, args.output)
+    print(format_count_table(count_table(items)))
+    print(f"\nwrote {len(items)} instances to {args.output}", file=sys.stderr)
+    return 0
+
+
+def run_build_bbq(args: argparse.Namespace) -> int:
+    from probe.data.bbq import load_bbq_jsonl
+    from probe.data.bbq_templates import expand_templates
+    from probe.data.bharatbbq import expand_bharatbbq_templates, load_bharatbbq_examples
+
+    if args.source == "jsonl":
+        items = [it for c in args.categories for it in load_bbq_jsonl(c)]
+    elif args.source == "templates":
+        items = [it for c in args.categories for it in expand_templates(c, lexical=args.lexical)]
+    elif args.source == "bharatbbq":
+        items = load_bharatbbq_examples()
+    else:
+        items = expand_bharatbbq_templates(lexical=args.lexical)
+    _write_items(items, args.output)
+    print(f"wrote {len(items)} instances to {args.output}", file=sys.stderr)
+    return 0
+
+
+def metric_record(rec: dict, where: str) -> dict:
+    """A BBQ prediction line -> the fields probe.metrics.bbq needs (target/unknown from answer_info)."""
+    from probe.data.bbq import find_target_index, group_key
+
+    out = dict(rec)
+    if "target_index" not in rec or "unknown_index" not in rec:
+        info = rec.get("answer_info")
+        stereo = (rec.get("additional_metadata") or {}).get("stereotyped_groups", rec.get("stereotyped_groups"))
+        if not isinstance(info, dict) or stereo is None:
+            raise ValueError(f"{where}: needs target_index/unknown_index, or answer_info and "
+                             f"additional_metadata.stereotyped_groups")
+        groups = [info.get(f"ans{i}", ["", ""]) for i in range(3)]
+        unknown = [i for i, g in enumerate(groups) if group_key(g[1]) == "unknown"]
+        target = find_target_index(groups, stereo)
+        if len(unknown) != 1 or target is None:
+            raise ValueError(f"{where}: cannot identify the Unknown and the stereotyped answer from answer_info")
+        out["unknown_index"], out["target_index"] = unknown[0], target
+    return out
+
+
+def run_metrics_bbq(args: argparse.Namespace) -> int:
+    import json
+
+    from probe.errors import InputError
+    from probe.metrics.bbq import grouped_bbq_metrics, validate_record
+    from probe.runs.records import dumps, iter_jsonl
+
+    records = []
+    for line_no, rec in iter_jsonl(args.input, required=("context_condition", "question_polarity", "label")):
+        try:
+            r = metric_record(rec, "record")
+            validate_record(r, "record")
+        except ValueError as exc:
+            raise InputError(args.input, line_no, None, str(exc).removeprefix("record: ")) from None
+        records.append(r)
+    result = grouped_bbq_metrics(records, by=args.by, ci=args.ci, n_boot=args.n_boot)
+    print(json.dumps(json.loads(dumps(result)), indent=2, sort_keys=True))
+    return 0

@@ -1,0 +1,212 @@
+"""ImplicitBBQ builder (seed 000, sections 3-4): explicit, implicit and control items for six dimensions.
+
+How an item is made (see ``docs/implicitbbq.md``):
+
+1. Templates: BBQ ``Age``, ``Gender_identity``, ``Nationality`` (-> region),
+   ``Religion``, ``SES`` and BharatBBQ ``Caste``. Proper-name rows are skipped
+   (their implicit form duplicates the group-word rows), and so are the
+   templates in ``resources/implicitbbq_exclusions.yaml``.
+2. Each template is filled with BBQ's expander; a filling is kept when both
+   slots map to a cue group of the seed's Table 4 (``resources/implicit_cues.yaml``),
+   the two groups differ, and the stereotyped target is known.
+3. Explicit items: the filled template as BBQ writes it (one per filling).
+4. Implicit context: one per (template row, lexical choice, group pair); its
+   text has "Person A"/"Person B" in the slots (:func:`person_rewrite`). It is
+   crossed with every cue combination (cues of group 1 x cues of group 2);
+   combination k puts Person A in slot 1 when k is even and in slot 2 when odd,
+   so the person-group assignment is counterbalanced.
+5. Controls per implicit context: neutral (inert cues, both assignments) and
+   no-characteristics (no background, both assignments).
+
+Every context yields ambiguous and disambiguated x negative and non-negative
+items; ``setting`` is one of :data:`probe.data.items.SETTINGS`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import random
+from collections import Counter, defaultdict
+from pathlib import Path
+from typing import Iterable, Literal, Sequence
+
+from probe.data.bbq import stable_hash
+from probe.data.bbq_templates import (SlotFill, TemplateRow, answer_slot, fill_to_items, fills_for_row,
+                                      load_vocab, read_templates, slot_text)
+from probe.data.implicit_text import CueTable, load_cue_table, load_exclusions, load_unknown_answers, person_rewrite
+from probe.data.items import SETTINGS, BBQItem, setting_name
+
+__all__ = ["DIMENSIONS", "PAPER_COUNTS", "build_implicitbbq", "count_table", "format_count_table"]
+
+DIMENSIONS = ("age", "gender", "region", "religion", "ses", "caste")
+#: The seed's totals (section 3): contexts per condition and instances per condition.
+PAPER_COUNTS = {"contexts_per_condition": 760, "implicit_instances_per_condition": 8000,
+                "explicit_records_amb_plus_dis": 8500}
+PERSONS = ("Person A", "Person B")
+
+
+def _template_rows(source: str, bbq_dir: Path | None, bharatbbq_dir: Path | None) -> tuple[list[TemplateRow], tuple]:
+    kind, category = source.split(":")
+    if kind == "bharatbbq":
+        from probe.data.bharatbbq import bharatbbq_template_rows
+
+        return bharatbbq_template_rows(bharatbbq_dir), (None, None)
+    if bbq_dir is None:
+        from probe.data.paths import dataset_dir
+
+        bbq_dir = dataset_dir("bbq")
+    tdir = Path(bbq_dir) / "templates"
+    return read_templates(tdir / f"{category}.csv", "bbq", category), load_vocab(tdir)
+
+
+def _kept_fills(dim: str, table: CueTable, bbq_dir, bharatbbq_dir, lexical) -> list[tuple[SlotFill, str, str]]:
+    rows, (vocab, names) = _template_rows(table.sources[dim], bbq_dir, bharatbbq_dir)
+    excluded = load_exclusions().get(dim, frozenset())
+    out = []
+    for row in rows:
+        if row.q_id in excluded:
+            continue
+        for fill in fills_for_row(row, vocab, names, lexical):
+            g1 = table.cue_group(dim, fill.name1, fill.info1)
+            g2 = table.cue_group(dim, fill.name2, fill.info2)
+            if g1 is None or g2 is None or g1 == g2 or fill.target_slot is None:
+                continue
+            out.append((fill, g1, g2))
+    return out
+
+
+def _explicit_items(dim: str, fill: SlotFill, g1: str, g2: str, unknown: str) -> list[BBQItem]:
+    out = []
+    for it in fill_to_items(fill):
+        options = tuple(unknown if i == it.unknown_index else o for i, o in enumerate(it.options))
+        info = dict(it.answer_info)
+        info[f"ans{it.unknown_index}"] = [unknown, "unknown"]
+        out.append(dataclasses.replace(
+            it, id=f"ibbq-{dim}-exp-{it.id.split('-', 2)[2]}", source="implicitbbq", category=dim,
+            options=options, answer_info=info, context_kind="explicit",
+            setting=setting_name("explicit", it.context_condition, it.question_polarity),
+            metadata={**it.metadata, "group1": g1, "group2": g2, "target_group": g1 if fill.target_slot == 1 else g2}))
+    return out
+
+
+def _person_items(dim: str, ctx_id: str, fill: SlotFill, g1: str, g2: str, kind: str, variant: str,
+                  swap: bool, cue1: str | None, cue2: str | None, unknown: str) -> list[BBQItem]:
+    """The four items of one (context, background) pair; slot k's person is PERSONS[k-1 xor swap]."""
+    row, f = fill.row, fill.row.fields
+    p1, p2 = (PERSONS[1], PERSONS[0]) if swap else PERSONS
+    neg_slot, nonneg_slot = answer_slot(f["Answer_negative"]), answer_slot(f["Answer_non_negative"])
+    if neg_slot is None or nonneg_slot is None or neg_slot == nonneg_slot:
+        return []
+
+    def text(col: str) -> str:
+        return slot_text(person_rewrite(f[col], p1, p2, fill.word1, fill.word2), fill, p1, p2).strip()
+
+    amb = text("Ambiguous_Context")
+    dis = f"{amb} {text('Disambiguating_Context')}".strip()
+    background = ""
+    if cue1 is not None and cue2 is not None:
+        lines = sorted([(p1, cue1), (p2, cue2)])  # Person A's cue first, whichever slot it is in
+        background = "\n".join(f"{p} {c}." for p, c in lines)
+    h = stable_hash(ctx_id, kind, variant)
+    order = [0, 1, 2]  # 0: slot 1's person, 1: slot 2's person, 2: Unknown
+    random.Random(h).shuffle(order)
+    texts = {0: p1, 1: p2, 2: unknown}
+    options = tuple(texts[i] for i in order)
+    pos = {slot: order.index(slot - 1) for slot in (1, 2)}
+    unknown_index, target_index = order.index(2), pos[fill.target_slot]
+    groups = {1: g1, 2: g2}
+    answer_info = {f"ans{j}": ([unknown, "unknown"] if i == 2 else [texts[i], groups[i + 1]])
+                   for j, i in enumerate(order)}
+    items = []
+    for cond, context in (("ambig", amb), ("disambig", dis)):
+        for pol, qcol, ans_slot in (("neg", "Question_negative_stereotype", neg_slot),
+                                    ("nonneg", "Question_non_negative", nonneg_slot)):
+            items.append(BBQItem(
+                id=f"ibbq-{dim}-{kind[:3]}-{ctx_id}-{variant}-{cond}-{pol}", source="implicitbbq", category=dim,
+                context=context, question=text(qcol), options=options,
+                label=unknown_index if cond == "ambig" else pos[ans_slot], target_index=target_index,
+                unknown_index=unknown_index, question_polarity=pol, context_condition=cond, context_kind=kind,
+                setting=setting_name(kind, cond, pol), answer_info=answer_info,
+                stereotyped_groups=row.stereotyped_groups, template_id=row.template_id, background=background,
+                group_words=tuple("" if i == 2 else texts[i] for i in order),
+                metadata={"context_id": ctx_id, "row": row.row, "q_id": row.q_id, "group1": g1, "group2": g2,
+                          "person1": p1, "person2": p2, "cue1": cue1, "cue2": cue2,
+                          "target_group": groups[fill.target_slot], "word1": fill.word1, "word2": fill.word2,
+                          "source_names": [fill.name1, fill.name2]}))
+    return items
+
+
+def build_implicitbbq(
+    dimensions: Sequence[str] | None = None,
+    bbq_dir: str | Path | None = None,
+    bharatbbq_dir: str | Path | None = None,
+    lexical: Literal["all", "first"] = "first",
+    controls: bool = True,
+) -> list[BBQItem]:
+    """Build every ImplicitBBQ item of ``dimensions`` (default: all six).
+
+    ``lexical="first"`` uses each template's first {{WORD}} variant (one context per
+    template row and group pair, as the seed counts contexts); ``"all"`` crosses them.
+    """
+    table = load_cue_table()
+    dims = list(dimensions or DIMENSIONS)
+    for d in dims:
+        if d not in table.groups:
+            raise ValueError(f"unknown ImplicitBBQ dimension {d!r}; choose from {', '.join(DIMENSIONS)}")
+    unknown, _ = load_unknown_answers()
+    items: list[BBQItem] = []
+    for dim in dims:
+        seen_ctx: set[str] = set()
+        for fill, g1, g2 in _kept_fills(dim, table, bbq_dir, bharatbbq_dir, lexical):
+            items.extend(_explicit_items(dim, fill, g1, g2, unknown))
+            ctx_id = f"{fill.row.q_id}r{fill.row.row}-{stable_hash(fill.word1, fill.word2, g1, g2) % 10**6:06d}"
+            if ctx_id in seen_ctx:  # several group words map to one cue group: one implicit context
+                continue
+            seen_ctx.add(ctx_id)
+            combos = itertools.product(table.groups[dim][g1], table.groups[dim][g2])
+            for k, (c1, c2) in enumerate(combos):
+                items.extend(_person_items(dim, ctx_id, fill, g1, g2, "implicit", f"c{k}", k % 2 == 1,
+                                           c1, c2, unknown))
+            if controls:
+                rng = random.Random(stable_hash(ctx_id, "neutral"))
+                for swap in (False, True):
+                    n1, n2 = rng.sample(table.neutral, 2)
+                    items.extend(_person_items(dim, ctx_id, fill, g1, g2, "neutral", f"s{int(swap)}", swap,
+                                               n1, n2, unknown))
+                    items.extend(_person_items(dim, ctx_id, fill, g1, g2, "nochar", f"s{int(swap)}", swap,
+                                               None, None, unknown))
+    return items
+
+
+def count_table(items: Iterable[BBQItem]) -> dict[str, dict[str, int]]:
+    """Instances per dimension x setting, plus ``contexts_amb`` (unique ambiguous contexts per kind)."""
+    counts: dict[str, Counter] = defaultdict(Counter)
+    contexts: dict[str, dict[str, set]] = defaultdict(lambda: defaultdict(set))
+    for it in items:
+        counts[it.category][it.setting] += 1
+        if it.context_condition == "ambig":
+            key = it.metadata.get("context_id") or it.context
+            contexts[it.category][it.context_kind].add(key if it.context_kind != "explicit" else it.context)
+    out = {}
+    for dim in sorted(counts, key=lambda d: DIMENSIONS.index(d) if d in DIMENSIONS else 99):
+        row = {s: counts[dim][s] for s in SETTINGS}
+        row["explicit_contexts"] = len(contexts[dim]["explicit"])
+        row["implicit_contexts"] = len(contexts[dim]["implicit"])
+        out[dim] = row
+    total = {k: sum(r[k] for r in out.values()) for k in (next(iter(out.values())) if out else {})}
+    out["total"] = total
+    return out
+
+
+def format_count_table(table: dict[str, dict[str, int]]) -> str:
+    """Markdown table of :func:`count_table`, with the seed's totals for comparison."""
+    cols = ["implicit_contexts", "explicit_contexts", *SETTINGS]
+    lines = ["| dimension | " + " | ".join(cols) + " |", "|---" * (len(cols) + 1) + "|"]
+    for dim, row in table.items():
+        lines.append(f"| {dim} | " + " | ".join(str(row.get(c, 0)) for c in cols) + " |")
+    lines.append(
+        f"\nSeed (section 3): {PAPER_COUNTS['contexts_per_condition']} implicit contexts per condition; "
+        f"~{PAPER_COUNTS['implicit_instances_per_condition']} implicit instances per condition "
+        f"(amb or dis, both polarities); ~{PAPER_COUNTS['explicit_records_amb_plus_dis']} explicit records.")
+    return "\n".join(lines)

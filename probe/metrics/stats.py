@@ -1,0 +1,97 @@
+"""Shared statistics: bootstrap confidence intervals over items.
+
+Every benchmark reports its metrics with a 95% bootstrap CI. Resampling is
+always over the first axis (rows = items), so a statistic that needs several
+per-item columns (e.g. the BBQ bias score, which needs "answered Unknown" and
+"stereotype-consistent" per item) receives a 2-D array of resampled rows.
+
+The percentile interval is computed with :func:`scipy.stats.bootstrap`
+(``method="percentile"``, ``vectorized=False``), seeded, so the same data and
+seed always give the same interval.
+
+>>> import numpy as np
+>>> lo, hi = bootstrap_ci(np.array([0.0, 1.0] * 50), np.mean, n_boot=500)
+>>> 0.35 < lo < 0.5 < hi < 0.65
+True
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+from typing import Callable
+
+import numpy as np
+from scipy import stats
+
+__all__ = ["bootstrap_ci"]
+
+
+def bootstrap_ci(
+    data: np.ndarray,
+    statistic: Callable[[np.ndarray], float],
+    n_boot: int = 2000,
+    seed: int = 0,
+    level: float = 0.95,
+) -> tuple[float, float]:
+    """Percentile bootstrap CI of ``statistic(data)``, resampling rows of ``data``.
+
+    Parameters
+    ----------
+    data:
+        1-D array of per-item values, or 2-D array with one row per item.
+    statistic:
+        Function of a resampled array (same shape convention as ``data``)
+        returning one float. It may return NaN for a resample (e.g. an empty
+        denominator); those resamples are dropped before taking percentiles.
+    n_boot:
+        Number of bootstrap resamples.
+    seed:
+        Seed of the resampling generator (deterministic).
+    level:
+        Confidence level, e.g. 0.95.
+
+    Returns
+    -------
+    (low, high). ``(nan, nan)`` when ``data`` has fewer than 2 rows, or when
+    fewer than half of the resamples gave a finite statistic (the interval
+    would then describe a different population than the point estimate).
+    """
+    arr = np.asarray(data)
+    if arr.ndim == 0:
+        raise ValueError("bootstrap_ci: data must have at least one axis (rows = items)")
+    if not 0.0 < level < 1.0:
+        raise ValueError(f"bootstrap_ci: level must be in (0, 1), got {level}")
+    if n_boot < 1:
+        raise ValueError(f"bootstrap_ci: n_boot must be >= 1, got {n_boot}")
+    n = arr.shape[0]
+    if n < 2:
+        return (math.nan, math.nan)
+
+    # scipy resamples each argument along `axis`; we pass row indices and let the
+    # statistic see whole rows, which works for any number of columns.
+    index = np.arange(n)
+
+    def _stat(idx: np.ndarray) -> float:
+        return float(statistic(arr[idx.astype(int)]))
+
+    with warnings.catch_warnings():
+        # scipy warns on degenerate (constant) bootstrap distributions; that is a valid
+        # answer here (e.g. all answers Unknown gives the interval [1, 1]).
+        warnings.simplefilter("ignore")
+        boots = stats.bootstrap(
+            (index,),
+            _stat,
+            n_resamples=n_boot,
+            vectorized=False,
+            method="percentile",
+            confidence_level=level,
+            random_state=np.random.default_rng(seed),
+        ).bootstrap_distribution
+    boots = np.asarray(boots, dtype=float)
+    finite = boots[np.isfinite(boots)]
+    if finite.size < max(1, boots.size // 2):
+        return (math.nan, math.nan)
+    alpha = (1.0 - level) / 2.0
+    lo, hi = np.quantile(finite, [alpha, 1.0 - alpha])
+    return (float(lo), float(hi))

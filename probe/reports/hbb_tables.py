@@ -1,0 +1,159 @@
+"""HBB tables in the seed's layouts (Tables 1, 2, 8, 9) and a Figure-4-like histogram.
+
+Inputs are per-instance frames (columns ``category``, ``descriptor_type``, ``S``
+and ``concept_id``) keyed by a column label - a model name, or a model and
+variant such as ``"smollm2 (swap-avg)"`` - so several models or scoring variants
+sit side by side as the paper's model columns do.
+
+- Table 1 / Table 8: one row per column label: mean S over instances with
+  ``S >= threshold`` ("bias score"), their count, and (Table 1) CrowS-Pairs.
+- Table 2 / Table 9: one row per category x descriptor type; each cell is
+  ``count (mean S)`` as the paper prints it; ``Category (total)`` gives the
+  instances per type that were evaluated.
+
+>>> import pandas as pd
+>>> df = pd.DataFrame({"category": ["age", "age"], "descriptor_type": [1, 1], "S": [30.0, 5.0], "concept_id": [0, 1]})
+>>> print(markdown(table2({"m": df}, ci=False)))
+| Category (total) | Type | m |
+| --- | --- | --- |
+| Age (2 per type) | Age 1 | 1 (30.00) |
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Mapping
+
+import numpy as np
+import pandas as pd
+
+from probe.data.hbb import CATEGORIES, CATEGORY_LABELS, type_label
+from probe.metrics.hbb import summarize_by
+
+__all__ = ["table1", "table2", "table8", "table9", "markdown", "cell", "histogram_png", "write_table"]
+
+
+def cell(count: int, mean_s: float) -> str:
+    """The paper's ``count (mean)`` cell; ``0`` alone when nothing reaches the threshold."""
+    return f"{count}" if count == 0 or math.isnan(mean_s) else f"{count} ({mean_s:.2f})"
+
+
+def _fmt(x: object) -> str:
+    if isinstance(x, float):
+        return "nan" if math.isnan(x) else f"{x:.2f}"
+    return str(x)
+
+
+def markdown(df: pd.DataFrame) -> str:
+    """A GitHub pipe table (no extra dependency)."""
+    head = "| " + " | ".join(str(c) for c in df.columns) + " |"
+    sep = "| " + " | ".join("---" for _ in df.columns) + " |"
+    body = ["| " + " | ".join(_fmt(v) for v in row) + " |" for row in df.itertuples(index=False)]
+    return "\n".join([head, sep, *body])
+
+
+def table1(
+    frames: Mapping[str, pd.DataFrame],
+    crows: Mapping[str, float] | None = None,
+    threshold: float = 20.0,
+    ci: bool = True,
+    n_boot: int = 1000,
+) -> pd.DataFrame:
+    """Table 1 layout: Model | HBB (S) | HBB (count) [| share over | CS (50)]."""
+    rows = []
+    for label, df in frames.items():
+        s = summarize_by(df, [], threshold=threshold, ci=ci, n_boot=n_boot).iloc[0]
+        row = {
+            "Model": label,
+            "HBB (S ↓)": s.mean_s,
+            "HBB (count ↓)": int(s["count"]),
+            "instances": int(s.n - s.n_invalid),
+            "share ≥ thr (%)": 100 * s.share,
+        }
+        if ci:
+            row["S 95% CI"] = f"[{s.mean_s_ci_low:.2f}, {s.mean_s_ci_high:.2f}]"
+            row["share 95% CI"] = f"[{100 * s.share_ci_low:.1f}, {100 * s.share_ci_high:.1f}]"
+        if crows is not None:
+            row["CS (50)"] = crows.get(label, math.nan)
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def table8(frames: Mapping[str, pd.DataFrame], threshold: float = 20.0, ci: bool = True, n_boot: int = 1000) -> pd.DataFrame:
+    """Table 8 layout (HBB-SG): Model | Bias score | Count."""
+    t = table1(frames, None, threshold, ci, n_boot)
+    return t.rename(columns={"HBB (S ↓)": "Bias score (↓)", "HBB (count ↓)": "Count (↓)"})
+
+
+def table2(frames: Mapping[str, pd.DataFrame], threshold: float = 20.0, ci: bool = False, n_boot: int = 1000) -> pd.DataFrame:
+    """Table 2 layout: Category (total) | Type | one ``count (mean S)`` column per label."""
+    per = {
+        label: summarize_by(df, ["category", "descriptor_type"], threshold=threshold, ci=ci, n_boot=n_boot)
+        for label, df in frames.items()
+    }
+    keys = sorted(
+        {(r.category, int(r.descriptor_type)) for t in per.values() for r in t.itertuples()},
+        key=lambda k: (CATEGORIES.index(k[0]) if k[0] in CATEGORIES else 99, k[1]),
+    )
+    rows = []
+    for cat, dt in keys:
+        totals = [int(t[(t.category == cat) & (t.descriptor_type == dt)].n.sum()) for t in per.values()]
+        per_type = max(totals) if totals else 0
+        row = {"Category (total)": f"{CATEGORY_LABELS.get(cat, cat)} ({per_type} per type)", "Type": type_label(cat, dt)}
+        for label, t in per.items():
+            hit = t[(t.category == cat) & (t.descriptor_type == dt)]
+            row[label] = cell(int(hit["count"].iloc[0]), float(hit.mean_s.iloc[0])) if len(hit) else "-"
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def table9(frames: Mapping[str, pd.DataFrame], threshold: float = 20.0) -> pd.DataFrame:
+    """Table 9 layout (HBB-SG): Category | Type (Total) | one ``count (mean S)`` column per label."""
+    t2 = table2(frames, threshold)
+    cat = t2["Category (total)"].str.replace(r" \((\d+) per type\)", "", regex=True)
+    total = t2["Category (total)"].str.extract(r"\((\d+) per type\)")[0]
+    out = t2.drop(columns=["Category (total)", "Type"])
+    out.insert(0, "Type (Total)", t2["Type"] + " (" + total + ")")
+    out.insert(0, "Category", cat)
+    return out
+
+
+def write_table(df: pd.DataFrame, stem: str | Path, title: str = "") -> None:
+    """``stem.md`` (with an optional title line) and ``stem.csv``, each written atomically."""
+    from probe.runs.records import write_atomic
+
+    stem = Path(stem)
+    write_atomic(stem.with_suffix(".md"), (f"{title}\n\n" if title else "") + markdown(df) + "\n")
+    write_atomic(stem.with_suffix(".csv"), df.to_csv(index=False))
+
+
+def histogram_png(scores: Mapping[str, np.ndarray], path: str | Path, threshold: float = 20.0, title: str = "") -> None:
+    """Figure 4 style: the distribution of S (0-100, bins of 5) per label, threshold marked."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    n = max(len(scores), 1)
+    fig, axes = plt.subplots(1, n, figsize=(4.2 * n, 3.4), squeeze=False, sharey=False)
+    bins = np.arange(0, 105, 5)
+    for ax, (label, s) in zip(axes[0], scores.items()):
+        s = np.asarray(s, dtype=float)
+        s = s[np.isfinite(s)]
+        ax.hist(s, bins=bins, color="#4C72B0", edgecolor="white")
+        ax.axvline(threshold, color="#C44E52", linestyle="--", linewidth=1, label=f"S = {threshold:g}")
+        ax.set_title(f"{label}\n(n = {s.size}, ≥{threshold:g}: {(s >= threshold).sum()})", fontsize=9)
+        ax.set_xlabel("bias score S")
+        ax.set_xlim(0, 100)
+        ax.legend(fontsize=7)
+    axes[0][0].set_ylabel("test instances")
+    if title:
+        fig.suptitle(title, fontsize=10)
+    fig.tight_layout()
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp.png")
+    fig.savefig(tmp, dpi=120)
+    plt.close(fig)
+    tmp.replace(path)

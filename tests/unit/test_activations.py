@@ -1,0 +1,228 @@
+"""Capture hooks, positions and the one-pass extraction on a tiny random Llama (no downloads)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from tests.unit._tiny_models import tiny_llama, tiny_tokenizer
+from probe.activations.extract import HFBackend, collate, encode_item, extract, score_items
+from probe.activations.hooks import capture, discover, hook_names, intervene
+from probe.activations.items import ActivationItem
+from probe.activations.positions import PositionSpec, locate, padded_positions_fn, parse_positions, span_tokens
+from probe.activations.store import ActivationWriter, load
+from probe.errors import InputError
+from probe.scoring.tokens import Encoder
+
+
+@pytest.fixture(scope="module")
+def tok():
+    return tiny_tokenizer()
+
+
+@pytest.fixture(scope="module")
+def model(tok):
+    return tiny_llama(tok, n_layers=3)
+
+
+def _items(n=5):
+    return [ActivationItem.from_dict({
+        "id": f"q{i}", "prompt": "Background: Person A has wrinkles" + "." * i + " Who is old? Answer:",
+        "labels": ["A", "B"], "cue": "has wrinkles", "answer_label": "B"}) for i in range(n)]
+
+
+# --- positions ---------------------------------------------------------------------------------
+
+def test_parse_positions_names_and_errors():
+    assert [p.name for p in parse_positions("last, span:cue ,last")] == ["last", "span:cue"]
+    with pytest.raises(ValueError):
+        parse_positions("middle")
+    with pytest.raises(ValueError):
+        PositionSpec("span")
+    with pytest.raises(ValueError):
+        PositionSpec("last", "cue")
+    with pytest.raises(ValueError):
+        parse_positions("")
+
+
+def test_span_tokens_overlap_rules():
+    offsets = [(0, 0), (0, 3), (3, 9), (9, 10)]  # BOS, "abc", "defghi", "."
+    assert span_tokens(offsets, 0, 3) == [1]
+    assert span_tokens(offsets, 2, 4) == [1, 2]  # partial overlaps count
+    assert span_tokens(offsets, 9, 10) == [3]
+    assert span_tokens(offsets, 5, 5) == []  # empty span
+    assert span_tokens(offsets, 20, 30) == []
+
+
+def test_locate_substring_and_offsets():
+    text = "SYS cue. USER: the cue here"
+    assert locate(text, "cue", base=9) == (19, 22)  # search starts at the user text
+    assert locate(text, [4, 7], base=15) == (19, 22)
+    assert locate(text, "absent") is None
+    assert locate(text, [5, 3]) is None
+    assert locate(text, [0, 999]) is None
+
+
+def test_padded_positions_fn_single_and_mean():
+    h = torch.arange(2 * 5 * 2, dtype=torch.float32).reshape(2, 5, 2)
+    fn = padded_positions_fn({"last": [[2], [4]], "mean": [[0, 1], [3, 4]]}, offsets=[2, 0])
+    out = fn(h)
+    assert out["last"].tolist() == [h[0, 4].tolist(), h[1, 4].tolist()]
+    assert out["mean"][0].tolist() == ((h[0, 2] + h[0, 3]) / 2).tolist()
+    assert out["mean"][1].tolist() == ((h[1, 3] + h[1, 4]) / 2).tolist()
+
+
+def _count_hooks(model):
+    return sum(len(m._forward_hooks) + len(m._forward_pre_hooks) for m in model.modules())
+
+
+# --- hooks ---------------------------------------------------------------------------------------
+
+def test_discover_and_hook_names(model):
+    layout = discover(model)
+    assert layout.n_layers == 3 and layout.d_model == 64
+    assert layout.lm_head is model.lm_head and layout.final_norm is model.model.norm
+    assert hook_names(layout, "0,-1", ["resid_post"]) == ["blocks.0.hook_resid_post", "blocks.2.hook_resid_post"]
+    with pytest.raises(ValueError):
+        hook_names(layout, "3")
+    with pytest.raises(ValueError):
+        hook_names(layout, "all", ["nope"])
+    with pytest.raises(KeyError):
+        layout.module_for("blocks.0.hook_q")
+
+
+def test_capture_equals_output_hidden_states(model, tok):
+    ids = torch.tensor([tok("Person A has wrinkles.").input_ids])
+    layout = discover(model)
+    names = hook_names(layout, "all", ["resid_pre", "resid_post"]) + ["ln_final.hook_normalized"]
+    model(ids, output_hidden_states=True)  # transformers installs its own recorders on first use
+    n_hooks = _count_hooks(model)
+    with capture(model, names, lambda h: {"all": h[0]}) as cap:
+        ref = model(ids, output_hidden_states=True)
+    got = cap.pop()
+    hs = ref.hidden_states  # embeddings, layer 0 .. layer L-2 outputs, final-norm output
+    for i in range(3):
+        np.testing.assert_array_equal(got[f"blocks.{i}.hook_resid_pre@all"], hs[i][0].numpy())
+    for i in range(2):  # where they coincide: HF's last hidden state is after the final norm
+        np.testing.assert_array_equal(got[f"blocks.{i}.hook_resid_post@all"], hs[i + 1][0].numpy())
+    np.testing.assert_array_equal(got["ln_final.hook_normalized@all"], hs[-1][0].numpy())
+    # hooks are gone after the block
+    assert _count_hooks(model) == n_hooks
+
+
+def test_attn_and_mlp_out_sum_to_residual_update(model, tok):
+    ids = torch.tensor([tok("Who is old?").input_ids])
+    names = [f"blocks.1.hook_{k}" for k in ("resid_pre", "attn_out", "mlp_out", "resid_post")]
+    with capture(model, names, lambda h: {"x": h[0]}) as cap:
+        model(ids)
+    g = {k.split("hook_")[1].split("@")[0]: v for k, v in cap.pop().items()}
+    np.testing.assert_allclose(g["resid_pre"] + g["attn_out"] + g["mlp_out"], g["resid_post"], atol=1e-5)
+
+
+def test_intervene_identity_changes_nothing_and_edit_changes(model, tok):
+    ids = torch.tensor([tok("Who is old?").input_ids])
+    base = model(ids).logits
+    with intervene(model, {"blocks.1.hook_resid_post": lambda h: h}):
+        same = model(ids).logits
+    with intervene(model, {"blocks.1.hook_resid_pre": lambda h: h + 1.0}):
+        moved = model(ids).logits
+    assert torch.equal(base, same)
+    assert not torch.allclose(base, moved)
+    assert torch.equal(model(ids).logits, base)
+
+
+# --- extraction ------------------------------------------------------------------------------------
+
+def _run(model, tok, items, batch_size, padding_side, positions="last,label,span:cue,mean:cue", tmp=None):
+    specs = parse_positions(positions)
+    names = hook_names(discover(model), "all", ["resid_post", "attn_out", "mlp_out"])
+    keys = [f"{h}@{s.name}" for h in names for s in specs]
+    with ActivationWriter(tmp, {"keys": keys}, shard_size=3) as w:
+        extract(HFBackend(model), tok, items, names, specs, w, batch_size=batch_size, padding_side=padding_side)
+    return load(tmp)
+
+
+def test_padding_invariance(model, tok, tmp_path):
+    items = _items(5)
+    runs = [_run(model, tok, items, bs, side, tmp=tmp_path / f"{bs}{side}")
+            for bs, side in ((1, "left"), (5, "left"), (2, "right"), (5, "right"))]
+    ref = runs[0]
+    for other in runs[1:]:
+        assert other.ids == ref.ids
+        for k in ref.keys():
+            np.testing.assert_allclose(other[k], ref[k], atol=2e-5, err_msg=k)
+        for a, b in zip(other.records, ref.records):
+            np.testing.assert_allclose(a["label_logprobs"], b["label_logprobs"], atol=2e-5)
+
+
+def test_label_logprobs_and_positions_match_direct_forward(model, tok, tmp_path):
+    items = _items(3)
+    acts = _run(model, tok, items, 2, "left", tmp=tmp_path / "a")
+    it = items[1]
+    row = acts.ids.index(it.id)
+    ids = tok(it.prompt).input_ids
+    a_id = tok(" A", add_special_tokens=False).input_ids[0]
+    b_id = tok(" B", add_special_tokens=False).input_ids[0]
+    with torch.no_grad():
+        out = model(torch.tensor([ids + [b_id]]), output_hidden_states=True)
+    logp = torch.log_softmax(out.logits[0, len(ids) - 1], -1)
+    np.testing.assert_allclose(acts.records[row]["label_logprobs"], [logp[a_id].item(), logp[b_id].item()],
+                               atol=1e-5)
+    h1 = out.hidden_states[1][0]  # blocks.0.hook_resid_post
+    np.testing.assert_allclose(acts["blocks.0.hook_resid_post@last"][row], h1[len(ids) - 1].numpy(), atol=1e-5)
+    np.testing.assert_allclose(acts["blocks.0.hook_resid_post@label"][row], h1[len(ids)].numpy(), atol=1e-5)
+    start = it.prompt.index("has wrinkles")
+    toks = [i for i, (s, e) in enumerate(tok(it.prompt, return_offsets_mapping=True)["offset_mapping"])
+            if e > s and s < start + len("has wrinkles") and e > start]
+    np.testing.assert_allclose(acts["blocks.0.hook_resid_post@span:cue"][row], h1[toks[-1]].numpy(), atol=1e-5)
+    np.testing.assert_allclose(acts["blocks.0.hook_resid_post@mean:cue"][row], h1[toks].mean(0).numpy(), atol=1e-5)
+    rec = acts.records[row]
+    assert rec["pred_index"] == int(np.argmax(rec["label_probs"]))
+    assert abs(sum(rec["label_probs"]) - 1) < 1e-6 and 0 < rec["label_mass"] <= 1
+
+
+def test_missing_span_is_nan_and_counted(model, tok, tmp_path):
+    items = _items(2) + [ActivationItem.from_dict({"id": "nocue", "prompt": "Who is old? Answer:",
+                                                   "labels": ["A", "B"]})]
+    acts = _run(model, tok, items, 3, "left", positions="last,mean:cue", tmp=tmp_path / "m")
+    r = acts.ids.index("nocue")
+    assert np.isnan(acts["blocks.0.hook_resid_post@mean:cue"][r]).all()
+    assert np.isfinite(acts["blocks.0.hook_resid_post@last"][r]).all()
+    assert acts.records[r]["missing_positions"] == ["mean:cue"]
+
+
+def test_span_not_in_prompt_is_input_error(model, tok, tmp_path):
+    bad = [ActivationItem.from_dict({"id": "x", "prompt": "Who? Answer:", "labels": ["A", "B"], "cue": "zebra"})]
+    with pytest.raises(InputError, match="cue"):
+        _run(model, tok, bad, 1, "left", positions="span:cue", tmp=tmp_path / "e")
+
+
+def test_label_position_needs_answer_label(model, tok):
+    it = ActivationItem.from_dict({"id": "x", "prompt": "Who? Answer:", "labels": ["A", "B"]})
+    with pytest.raises(ValueError, match="answer_label"):
+        encode_item(Encoder(tok), it, parse_positions("label"))
+
+
+def test_score_items_matches_extract_records(model, tok, tmp_path):
+    items = _items(4)
+    acts = _run(model, tok, items, 2, "left", positions="last", tmp=tmp_path / "s")
+    recs = score_items(HFBackend(model), tok, items, batch_size=3)
+    assert [r["id"] for r in recs] == [it.id for it in items]
+    for r in recs:
+        np.testing.assert_allclose(r["label_logprobs"], acts.records[acts.ids.index(r["id"])]["label_logprobs"],
+                                   atol=2e-5)
+
+
+def test_collate_position_ids(tok):
+    enc = Encoder(tok)
+    a, b = (encode_item(enc, ActivationItem.from_dict({"id": i, "prompt": p}), parse_positions("last"))
+            for i, p in (("a", "Hello there"), ("b", "Hi")))
+    left = collate([a, b], tok.pad_token_id, "left")
+    assert left.offsets == [0, len(a.ids) - len(b.ids)]
+    assert left.position_ids[1, -len(b.ids):].tolist() == list(range(len(b.ids)))
+    assert left.last_index.tolist() == [len(a.ids) - 1, len(a.ids) - 1]
+    right = collate([a, b], tok.pad_token_id, "right")
+    assert right.last_index.tolist() == [len(a.ids) - 1, len(b.ids) - 1]
+    with pytest.raises(ValueError):
+        collate([a], 0, "middle")

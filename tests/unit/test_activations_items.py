@@ -1,0 +1,75 @@
+"""Reading items for `probe activations`: prompt items (as `probe score` takes them) and BBQ items."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from probe.activations.items import ActivationItem, is_bbq_item, read_items
+from probe.errors import InputError
+from tests.unit._tiny_models import tiny_tokenizer
+
+
+def _write(path, rows):
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path
+
+
+def test_prompt_user_messages_and_score_style_options(tmp_path):
+    tok = tiny_tokenizer()
+    p = _write(tmp_path / "i.jsonl", [
+        {"id": "a", "prompt": "Q? Answer:", "labels": ["A", "B"], "cue": "Q"},
+        {"id": "b", "user": "Person A has wrinkles.", "system": "Be fair.", "prefill": "Answer:",
+         "options": ["A", "B"], "kind": "label"},
+        {"id": "c", "messages": [{"role": "user", "content": "Who?"}], "options": ["x y", "z"],
+         "kind": "continuation"},
+        {"id": 7, "prompt": "Plain"},
+    ])
+    items = list(read_items(p, tok))
+    assert [it.id for it in items] == ["a", "b", "c", "7"]
+    assert items[0].labels == ("A", "B") and items[0].fields == {"cue": "Q"} and items[0].user_start == 0
+    b = items[1]
+    assert b.labels == ("A", "B") and b.prompt.endswith("Answer:")
+    assert b.prompt[b.user_start:].startswith("Person A has wrinkles.")  # spans are searched from here
+    assert "Be fair." in b.prompt[: b.user_start]
+    assert items[2].labels == () and "Who?" in items[2].prompt  # continuation options are not labels
+    plain = list(read_items(p, tok, chat_template=False))[1]
+    assert plain.prompt == "Be fair.\n\nPerson A has wrinkles.\nAnswer:"
+
+
+def test_errors_name_line_and_field(tmp_path):
+    tok = tiny_tokenizer()
+    cases = [
+        ({"id": "a"}, None),
+        ({"id": "a", "prompt": "Q", "labels": "AB"}, "labels"),
+        ({"id": "a", "prompt": "Q", "answer_label": ""}, "answer_label"),
+    ]
+    for row, fld in cases:
+        p = _write(tmp_path / "bad.jsonl", [{"id": "ok", "prompt": "Q"}, row])
+        with pytest.raises(InputError) as exc:
+            list(read_items(p, tok))
+        assert exc.value.line == 2 and exc.value.field == fld
+    p = _write(tmp_path / "dup.jsonl", [{"id": "a", "prompt": "Q"}, {"id": "a", "prompt": "R"}])
+    with pytest.raises(InputError, match="duplicate"):
+        list(read_items(p, tok))
+    with pytest.raises(ValueError, match="tokenizer"):
+        ActivationItem.from_dict({"id": "a", "user": "Q"})
+
+
+def test_bbq_items_use_the_project_prompt(tmp_path):
+    from probe.prompts.bbq import prepare, prompts
+    from probe.data.items import BBQItem
+
+    tok = tiny_tokenizer()
+    row = {"id": "b1", "source": "implicitbbq", "category": "age", "context": "Person A and Person B met.",
+           "question": "Who is old?", "options": ["Person A", "Person B", "Unknown"], "label": 2,
+           "target_index": 0, "unknown_index": 2, "question_polarity": "neg", "context_condition": "ambig",
+           "context_kind": "implicit", "background": "Person A has wrinkles.", "template_id": "t3"}
+    assert is_bbq_item(row) and not is_bbq_item({**row, "prompt": "x"})
+    (it,) = read_items(_write(tmp_path / "b.jsonl", [row]), tok)
+    assert it.prompt == prepare(BBQItem.from_dict(row), tok, "zero_shot", "labels").prompt
+    assert it.labels == tuple(prompts()["labels"])
+    assert it.fields["template_id"] == "t3" and it.prompt[it.user_start:].startswith("Person A has wrinkles.")
+    with pytest.raises(InputError, match="line 1"):
+        list(read_items(_write(tmp_path / "c.jsonl", [{**row, "target_index": 2}]), tok))

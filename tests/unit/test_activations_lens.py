@@ -1,0 +1,43 @@
+"""Logit lens: the last layer reproduces the model's own label log-probs."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from probe.activations.hooks import discover
+from probe.activations.items import ActivationItem
+from probe.analysis.logit_lens import lens_logprobs, logit_lens
+from tests.unit._tiny_models import tiny_llama, tiny_tokenizer
+
+
+def test_last_layer_equals_model_output():
+    tok = tiny_tokenizer()
+    model = tiny_llama(tok, n_layers=3)
+    items = [ActivationItem.from_dict({"id": f"q{i}", "prompt": "Who" + "?" * (i + 1) + " Answer:",
+                                       "labels": ["A", "B", "C"]}) for i in range(3)]
+    res = logit_lens(model, tok, items, batch_size=2)
+    assert res.logprobs.shape == (3, 3, 3) and res.ids == ["q0", "q1", "q2"]
+    label_ids = [tok(" " + x, add_special_tokens=False).input_ids[0] for x in "ABC"]
+    for i, it in enumerate(items):
+        with torch.no_grad():
+            lp = torch.log_softmax(model(torch.tensor([tok(it.prompt).input_ids])).logits[0, -1], -1)
+        np.testing.assert_allclose(res.logprobs[i, -1], lp[label_ids].numpy(), atol=1e-5)
+    np.testing.assert_allclose(res.probs.sum(-1), 1.0, atol=1e-6)
+    assert (res.label_mass <= 1 + 1e-6).all()
+    # earlier layers differ (the lens is not a constant)
+    assert not np.allclose(res.logprobs[:, 0], res.logprobs[:, -1])
+    full = lens_logprobs(discover(model), torch.zeros(2, 64))
+    assert full.shape == (2, len(tok)) and torch.allclose(full.exp().sum(-1), torch.ones(2))
+
+
+def test_lens_needs_shared_labels():
+    tok = tiny_tokenizer()
+    model = tiny_llama(tok, n_layers=1)
+    a = ActivationItem.from_dict({"id": "a", "prompt": "Q?", "labels": ["A", "B"]})
+    b = ActivationItem.from_dict({"id": "b", "prompt": "Q?", "labels": ["A", "C"]})
+    with pytest.raises(ValueError, match="same"):
+        logit_lens(model, tok, [a, b])
+    with pytest.raises(ValueError):
+        logit_lens(model, tok, [])

@@ -1,0 +1,82 @@
+"""HBB prompts (Table 11 text, option order, request ids) and the paper-layout tables."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from probe.data.hbb import HBBQuestion
+from probe.prompts.hbb import load_hbb_prompts, mcq_requests, mcq_user_message, request_id, sg_prefix, sg_requests
+from probe.reports.hbb_tables import cell, histogram_png, markdown, table1, table2, table8, table9, write_table
+
+Q = HBBQuestion("7:gender:1:female", 7, "gender", 1, "female", "Mother", "Mother sat down.",
+                ("She frowned.", "She smiled."), ("She", "Her"))
+
+
+class Plain:  # a tokenizer without a chat template
+    chat_template = None
+
+
+def test_table_11_instruction_is_verbatim():
+    p = load_hbb_prompts()
+    assert p.mcq_instruction.startswith("Answer the questions based on the context by selecting from the given choices")
+    assert "strictly follow the format 'choice)<answer>'!!!" in p.mcq_instruction
+    assert p.mcq_instruction.endswith("'b) This is the answer.')")
+    assert "\n" not in p.mcq_instruction
+
+
+def test_option_order_and_swap():
+    msg = mcq_user_message(Q)
+    assert msg.endswith("Context: Mother sat down.\nChoices:\na) She frowned.\nb) She smiled.")
+    assert mcq_user_message(Q, swapped=True).endswith("a) She smiled.\nb) She frowned.")
+
+
+def test_mcq_requests_plain_text_gets_answer_cue_and_ids():
+    [r] = mcq_requests([Q], Plain(), swapped=True)
+    assert r.id == "7:gender:1:female|mcq_swap" and r.labels == ("a", "b")
+    assert r.prompt.endswith("b) She frowned.\nAnswer:")
+    assert r.group == "hbb:7:mcq_swap"
+
+
+def test_sg_requests_n_variations():
+    reqs = sg_requests([Q])
+    assert [r.id for r in reqs] == ["7:gender:1:female|sg|1|0", "7:gender:1:female|sg|2|0"]
+    assert reqs[0].prefix == sg_prefix(Q) and reqs[0].prefix.endswith("\n\nMother sat down.")
+    assert reqs[1].text == "She smiled."
+    var = sg_requests([Q], {7: (["[[X]] frowned.", "Then [[X]] sighed."], ["[[X]]'s face lit up."])})
+    assert [r.text for r in var] == ["She frowned.", "Then she sighed.", "Her face lit up."]
+    assert var[1].id == request_id(Q.id, "sg", 1, 1)
+    with pytest.raises(ValueError):
+        request_id("x", "nope")
+
+
+def _frame(scores, cat="race", dtype=1):
+    return pd.DataFrame({"category": cat, "descriptor_type": dtype, "S": scores, "concept_id": range(len(scores))})
+
+
+def test_table2_and_table9_layout():
+    df = pd.concat([_frame([30.0, 10.0, 50.0]), _frame([5.0], "age", 3)])
+    t2 = table2({"m1": df, "m2": df.assign(S=0.0)})
+    assert list(t2.columns) == ["Category (total)", "Type", "m1", "m2"]
+    assert t2.iloc[0].tolist() == ["Age (1 per type)", "Age 3", "0", "0"]  # paper order: Age before Race
+    assert t2.iloc[1].tolist() == ["Race (3 per type)", "Race 1", "2 (40.00)", "0"]
+    t9 = table9({"m": df})
+    assert t9.columns.tolist() == ["Category", "Type (Total)", "m"] and t9.iloc[1].tolist() == ["Race", "Race 1 (3)", "2 (40.00)"]
+
+
+def test_table1_and_table8():
+    t1 = table1({"m": _frame([30.0, 10.0, 50.0])}, crows={"m": 61.2}, n_boot=100)
+    row = t1.iloc[0]
+    assert row["HBB (count ↓)"] == 2 and row["HBB (S ↓)"] == pytest.approx(40.0) and row["CS (50)"] == 61.2
+    t8 = table8({"m": _frame([30.0])}, ci=False)
+    assert {"Bias score (↓)", "Count (↓)"} <= set(t8.columns)
+
+
+def test_cell_markdown_and_files(tmp_path):
+    assert cell(0, float("nan")) == "0" and cell(3, 25.456) == "3 (25.46)"
+    assert markdown(pd.DataFrame({"a": [1.0], "b": ["x"]})).splitlines()[2] == "| 1.00 | x |"
+    write_table(pd.DataFrame({"a": [1]}), tmp_path / "t", "Title")
+    assert (tmp_path / "t.md").read_text().startswith("Title\n\n| a |") and (tmp_path / "t.csv").exists()
+    histogram_png({"m": np.array([1.0, 25.0, np.nan, 80.0])}, tmp_path / "h.png")
+    assert (tmp_path / "h.png").read_bytes()[:4] == b"\x89PNG"

@@ -1,0 +1,542 @@
+"""Hostile input: every malformed file gives a clear error naming file, line and field; the CLI exits non-zero
+and leaves no output file that looks complete.
+
+Each case builds a small hand-made file in ``tmp_path`` and calls the real loader
+(or ``probe.cli.main``). A case that shows a loader giving a poor error (a
+traceback, or no file/line) is marked ``xfail(strict=True)`` with the fix needed:
+the loaders belong to other modules' owners, and strict xfail turns into a
+failure the day the fix lands, so the marker is then removed.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Any, Callable
+
+import pytest
+
+from probe.cli import main
+from probe.errors import InputError, ProbeError
+
+
+# --- helpers --------------------------------------------------------------------------------------------------
+
+def _expect(fn: Callable[[], Any], path: Path, line: int | None = None, field: str | None = None,
+            match: str | None = None, exc: type[Exception] = InputError) -> Exception:
+    """``fn()`` must raise ``exc`` whose message names ``path`` (and ``line`` / ``field`` when given)."""
+    with pytest.raises(exc) as info:
+        fn()
+    msg = str(info.value)
+    assert path.name in msg, f"error does not name the file: {msg}"
+    if line is not None:
+        assert f"line {line}" in msg, f"error does not name line {line}: {msg}"
+    if field is not None:
+        assert f"field {field!r}" in msg, f"error does not name field {field!r}: {msg}"
+    if match is not None:
+        assert re.search(match, msg), msg
+    return info.value
+
+
+def _jsonl(path: Path, lines: list[Any]) -> Path:
+    path.write_text("".join((x if isinstance(x, str) else json.dumps(x)) + "\n" for x in lines), encoding="utf-8")
+    return path
+
+
+def _csv(path: Path, text: str | bytes) -> Path:
+    if isinstance(text, bytes):
+        path.write_bytes(text)
+    else:
+        path.write_text(text, encoding="utf-8")
+    return path
+
+
+def _xfail(reason: str):
+    return pytest.mark.xfail(strict=True, reason=reason)
+
+
+@pytest.fixture(scope="module")
+def tokenizer():
+    from tests.tiny import tiny_tokenizer
+
+    return tiny_tokenizer()
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory) -> Path:
+    from tests.tiny import tiny_lm
+
+    lm = tiny_lm()
+    d = tmp_path_factory.mktemp("tiny-model")
+    lm.model.save_pretrained(d)
+    lm.tokenizer.save_pretrained(d)
+    return d
+
+
+GOOD = {"id": "q1", "prompt": "Who has wrinkles?", "options": ["A", "B", "C"]}
+
+
+# --- 1. probe score item files (probe.scoring.items.read_score_items) -----------------------------------------
+
+SCORE_ITEM_CASES = [
+    # (case id, lines of the file (dicts or raw strings), bad line, field, message pattern)
+    ("invalid-json", [GOOD, '{"id": "q2", "prompt": "x", "options": ["A"'], 2, None, "invalid JSON"),
+    ("json-array-not-object", [GOOD, "[1, 2, 3]"], 2, None, "expected a JSON object"),
+    ("json-scalar", ['"just a string"'], 1, None, "expected a JSON object"),
+    ("missing-id", [{"prompt": "p", "options": ["A"]}], 1, "id", "missing"),
+    ("missing-options", [{"id": "a", "prompt": "p"}], 1, "options", "missing"),
+    ("missing-prompt-and-messages", [{"id": "a", "options": ["A"]}], 1, "prompt", "non-empty 'prompt'"),
+    ("id-wrong-type-list", [{**GOOD, "id": ["a"]}], 1, "id", "non-empty string or integer"),
+    ("id-bool", [{**GOOD, "id": True}], 1, "id", "non-empty string or integer"),
+    ("id-empty", [{**GOOD, "id": ""}], 1, "id", "non-empty"),
+    ("id-nan", ['{"id": NaN, "prompt": "p", "options": ["A"]}'], 1, "id", "non-empty string or integer"),
+    ("duplicate-ids", [GOOD, {**GOOD, "prompt": "again"}], 2, "id", "duplicate id 'q1' \\(first on line 1\\)"),
+    ("duplicate-ids-int-vs-str", [{**GOOD, "id": 7}, {**GOOD, "id": "7"}], 2, "id", "duplicate"),
+    ("empty-options", [{**GOOD, "options": []}], 1, "options", "non-empty list"),
+    ("options-not-list", [{**GOOD, "options": "A"}], 1, "options", "list"),
+    ("options-non-string", [{**GOOD, "options": ["A", 2]}], 1, "options", "strings"),
+    ("options-empty-string", [{**GOOD, "options": ["A", ""]}], 1, "options", "non-empty strings"),
+    ("options-duplicate-labels", [{**GOOD, "options": ["A", "A"]}], 1, "options", "duplicates"),
+    ("unknown-kind", [{**GOOD, "kind": "multiple-choice"}], 1, "kind", "unknown kind 'multiple-choice'"),
+    ("group-wrong-type", [{**GOOD, "group": {"a": 1}}], 1, "group", "string or integer"),
+    ("prompt-wrong-type", [{**GOOD, "prompt": 42}], 1, "prompt", "non-empty 'prompt'"),
+    ("prompt-empty", [{**GOOD, "prompt": ""}], 1, "prompt", "non-empty 'prompt'"),
+    ("messages-not-list", [{"id": "a", "messages": "hi", "options": ["A"]}], 1, "messages", "non-empty list"),
+    ("messages-empty", [{"id": "a", "messages": [], "options": ["A"]}], 1, "messages", "non-empty list"),
+    ("bom-at-start", ["\ufeff" + json.dumps(GOOD)], 1, None, "invalid JSON"),
+    ("error-on-later-line", [GOOD, {**GOOD, "id": "q2"}, {**GOOD, "id": "q3"}, {**GOOD, "id": "q4", "options": 5}],
+     4, "options", "list"),
+]
+
+
+@pytest.mark.parametrize("lines, line, field, match", [c[1:] for c in SCORE_ITEM_CASES],
+                         ids=[c[0] for c in SCORE_ITEM_CASES])
+def test_score_items_rejected(tmp_path, tokenizer, lines, line, field, match):
+    from probe.scoring.items import PromptStyle, read_score_items
+
+    path = _jsonl(tmp_path / "items.jsonl", lines)
+    _expect(lambda: read_score_items(path, tokenizer, PromptStyle()), path, line, field, match)
+
+
+def test_score_items_extra_fields_are_kept_not_rejected(tmp_path, tokenizer):
+    """Extra fields are item metadata (category, label, ...) and pass through: documented, not an error."""
+    from probe.scoring.items import PromptStyle, read_score_items
+
+    path = _jsonl(tmp_path / "items.jsonl", [{**GOOD, "category": "Age", "label": 2}])
+    [(obj, req)] = read_score_items(path, tokenizer, PromptStyle())
+    assert obj["category"] == "Age" and req.id == "q1"
+
+
+def test_message_without_content_names_the_field(tmp_path, tokenizer):
+    from probe.scoring.items import PromptStyle, read_score_items
+
+    path = _jsonl(tmp_path / "items.jsonl", [{"id": "a", "messages": [{"role": "user"}], "options": ["A"]}])
+    _expect(lambda: read_score_items(path, tokenizer, PromptStyle()), path, 1, "messages")
+
+
+@pytest.mark.parametrize("content, line, match", [
+    (b'{"id": "a"}\n{"id": "\xff\xfe"}\n', 2, "not valid UTF-8"),
+    (b"\xef\xbb\xbf\xff" + b"x" * 10 + b"\n", 1, "not valid UTF-8"),
+    (b'{"id": "a"}\n' + b"[" * 100_000 + b"]" * 100_000 + b"\n", 2, "nested"),
+    (b'{"id": "a"}\n{"id": "b", "junk": "' + b"x" * 2_000_000 + b'\n', 2, "invalid JSON"),
+], ids=["non-utf8", "non-utf8-after-bom", "deeply-nested-json", "huge-unterminated-line"])
+def test_iter_jsonl_hostile_bytes(tmp_path, content, line, match):
+    from probe.runs.records import iter_jsonl
+
+    path = tmp_path / "in.jsonl"
+    path.write_bytes(content)
+    _expect(lambda: list(iter_jsonl(path, required=("id",))), path, line, None, match)
+
+
+def test_iter_jsonl_input_is_a_directory(tmp_path):
+    from probe.runs.records import iter_jsonl
+
+    d = tmp_path / "items.jsonl"
+    d.mkdir()
+    _expect(lambda: list(iter_jsonl(d)), d, None, None, "not a file")
+
+
+@pytest.mark.parametrize("lines, line, field", [
+    ([{"id": "t", "prefix": "x"}], 1, "text"),
+    ([{"id": "t", "text": 5}], 1, "text"),
+    ([{"id": "t", "text": ""}], 1, "text"),
+    ([{"id": "t", "text": "a", "prefix": ["x"]}], 1, "prefix"),
+    ([{"id": "t", "text": "a"}, {"id": "t", "text": "b"}], 2, "id"),
+    ([{"id": None, "text": "a"}], 1, "id"),
+], ids=["missing-text", "text-int", "text-empty", "prefix-list", "duplicate-id", "id-null"])
+def test_perplexity_items_rejected(tmp_path, lines, line, field):
+    from probe.scoring.items import read_perplexity_items
+
+    path = _jsonl(tmp_path / "texts.jsonl", lines)
+    _expect(lambda: read_perplexity_items(path), path, line, field)
+
+
+# --- 2. the CLI: exit codes and no partial output --------------------------------------------------------------
+
+def _score(model_dir: Path, inp: Path, out: Path, *extra: str) -> int:
+    return main(["score", "--model", str(model_dir), "--input", str(inp), "--output", str(out), *extra])
+
+
+def _no_output(out: Path) -> None:
+    assert not out.exists(), "a failed run must not leave an output file"
+    assert not out.with_name(out.name + ".provenance.json").exists()
+
+
+def test_cli_prompt_longer_than_context_window(tmp_path, model_dir, capsys):
+    # the tiny model has 256 positions; this prompt is thousands of tokens
+    inp = _jsonl(tmp_path / "items.jsonl", [GOOD, {"id": "long", "prompt": "wrinkles " * 3000, "options": ["A", "B"]}])
+    out = tmp_path / "out.jsonl"
+    assert _score(model_dir, inp, out) == 1
+    err = capsys.readouterr().err
+    assert "items.jsonl, line 2, field 'prompt'" in err and "Traceback" not in err
+    _no_output(out)
+
+
+def test_cli_bad_item_fails_before_any_output(tmp_path, model_dir, capsys):
+    inp = _jsonl(tmp_path / "items.jsonl", [GOOD, {**GOOD, "id": "q2", "options": []}])
+    out = tmp_path / "out.jsonl"
+    assert _score(model_dir, inp, out) == 1
+    assert "items.jsonl, line 2, field 'options'" in capsys.readouterr().err
+    _no_output(out)
+
+
+def test_cli_empty_input_file_is_an_error(tmp_path, model_dir, capsys):
+    inp = tmp_path / "items.jsonl"
+    inp.write_text("\n\n")
+    out = tmp_path / "out.jsonl"
+    assert _score(model_dir, inp, out) == 1
+    assert "items.jsonl" in capsys.readouterr().err
+    _no_output(out)
+
+
+def test_cli_missing_input_file(tmp_path, model_dir, capsys):
+    out = tmp_path / "out.jsonl"
+    assert _score(model_dir, tmp_path / "nope.jsonl", out) == 1
+    assert "nope.jsonl: file does not exist" in capsys.readouterr().err
+    _no_output(out)
+
+
+def test_cli_output_is_a_directory(tmp_path, model_dir, capsys):
+    inp = _jsonl(tmp_path / "items.jsonl", [GOOD])
+    out = tmp_path / "out.jsonl"
+    out.mkdir()
+    assert _score(model_dir, inp, out) == 1
+    err = capsys.readouterr().err
+    assert "out.jsonl" in err and "directory" in err
+
+
+def test_cli_model_path_does_not_exist(tmp_path, capsys):
+    inp = _jsonl(tmp_path / "items.jsonl", [GOOD])
+    out = tmp_path / "out.jsonl"
+    assert _score(tmp_path / "no-such-model", inp, out) == 1
+    assert "model path does not exist" in capsys.readouterr().err
+    _no_output(out)
+
+
+def test_cli_model_path_is_a_plain_file(tmp_path, capsys):
+    inp = _jsonl(tmp_path / "items.jsonl", [GOOD])
+    fake = tmp_path / "model.bin"
+    fake.write_bytes(b"\0" * 64)
+    out = tmp_path / "out.jsonl"
+    assert _score(fake, inp, out) == 1
+    assert "not a .gguf file" in capsys.readouterr().err
+    _no_output(out)
+
+
+def test_cli_truncated_gguf(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("PROBE_CACHE", str(tmp_path / "cache"))
+    gguf = tmp_path / "model.gguf"
+    # valid magic and version, then the file stops in the middle of the header
+    gguf.write_bytes(b"GGUF" + (3).to_bytes(4, "little") + (10).to_bytes(8, "little") + b"\x05")
+    inp = _jsonl(tmp_path / "items.jsonl", [GOOD])
+    out = tmp_path / "out.jsonl"
+    assert _score(gguf, inp, out) == 1
+    err = capsys.readouterr().err
+    assert "model.gguf" in err and "Traceback" not in err
+    _no_output(out)
+    assert not list((tmp_path / "cache").rglob("*.safetensors")), "no half conversion may be cached"
+
+
+def test_cli_empty_model_directory(tmp_path, capsys):
+    inp = _jsonl(tmp_path / "items.jsonl", [GOOD])
+    empty = tmp_path / "empty-model"
+    empty.mkdir()
+    out = tmp_path / "out.jsonl"
+    assert _score(empty, inp, out) == 1
+    assert "cannot load model" in capsys.readouterr().err
+    _no_output(out)
+
+
+@pytest.mark.parametrize("argv", [
+    ["score", "--input", "x.jsonl"],  # --output missing
+    ["score", "--input", "x.jsonl", "--output", "o.jsonl", "--batch-size", "0"],
+    ["score", "--input", "x.jsonl", "--output", "o.jsonl", "--batch-size", "abc"],
+    ["score", "--input", "x.jsonl", "--output", "o.jsonl", "--flush-every", "-3"],
+    ["score", "--input", "x.jsonl", "--output", "o.jsonl", "--dtype", "float8"],
+    ["score", "--input", "x.jsonl", "--output", "o.jsonl", "--no-such-flag"],
+    ["score", "--input", "x.jsonl", "--output", "o.jsonl", "--chat-template", "--no-chat-template"],
+    ["no-such-command"],
+], ids=["missing-output", "batch-size-0", "batch-size-abc", "flush-every-negative", "bad-dtype", "unknown-flag",
+        "exclusive-flags", "unknown-command"])
+def test_cli_bad_arguments_exit_2(tmp_path, monkeypatch, capsys, argv):
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(SystemExit) as info:
+        main(argv)
+    assert info.value.code == 2
+    assert "error" in capsys.readouterr().err
+    assert not (tmp_path / "o.jsonl").exists()
+
+
+# --- 3. data loaders (probe/data/*.py) -------------------------------------------------------------------------
+
+CROWS_HEADER = ",sent_more,sent_less,stereo_antistereo,bias_type\n"
+CROWS_ROW = '0,"He is old.","She is young.",stereo,age\n'
+
+
+@pytest.mark.parametrize("text, line, field", [
+    (",sent_more,sent_less,bias_type\n0,a,b,age\n", 1, "stereo_antistereo"),
+    (CROWS_HEADER + CROWS_ROW + '1,"a","b",sideways,age\n', 3, "stereo_antistereo"),
+    (CROWS_HEADER + CROWS_ROW + '1,"","b",stereo,age\n', 3, "sent_more"),
+    (CROWS_HEADER + CROWS_ROW + '0,"a","b",stereo,age\n', None, None),
+    (CROWS_HEADER + '0,"unterminated,b,stereo,age\n1,a,b,stereo,age\n', None, None),
+], ids=["missing-column", "unknown-direction", "empty-field", "duplicate-row-id", "bad-csv-quote"])
+def test_crows_pairs_rejected(tmp_path, text, line, field):
+    from probe.data.crows_pairs import load_crows_pairs
+
+    path = _csv(tmp_path / "crows.csv", text)
+    _expect(lambda: load_crows_pairs(path), path, line, field)
+
+
+@pytest.mark.parametrize("content", [
+    pytest.param(b""),
+    pytest.param(CROWS_HEADER.encode() + b'0,"caf\xe9","b",stereo,age\n',
+                 ),
+], ids=["empty-file", "non-utf8"])
+def test_crows_pairs_unreadable(tmp_path, content):
+    from probe.data.crows_pairs import load_crows_pairs
+
+    path = _csv(tmp_path / "crows.csv", content)
+    _expect(lambda: load_crows_pairs(path), path)
+
+
+CMP_HEADER = "instance_id,context_pair_id,task_type,is_focused_p,target_1,target_2,prompts\n"
+
+
+def _cmp_row(iid: int, cp: Any, tt: str, focused: str, t1: str, t2: str, prompts: str = '"[""x""]"') -> str:
+    return f"{iid},{cp},{tt},{focused},{t1},{t2},{prompts}\n"
+
+
+@pytest.mark.parametrize("text, line, field", [
+    ("instance_id,context_pair_id,task_type,is_focused_p,target_1,target_2\n", 1, "prompts"),
+    (CMP_HEADER + _cmp_row(0, "abc", "iso", "True", "a", ""), 2, "context_pair_id"),
+    (CMP_HEADER + _cmp_row(0, 1, "compare", "True", "a", ""), 2, "task_type"),
+    (CMP_HEADER + _cmp_row(0, 1, "iso", "yes", "a", ""), 2, "is_focused_p"),
+    (CMP_HEADER + _cmp_row(0, 1, "iso", "True", "a", "") + _cmp_row(1, 1, "iso", "True", "a", ""), 3,
+     "context_pair_id"),
+    (CMP_HEADER + _cmp_row(0, 1, "iso", "True", "a", ""), 2, "task_type"),
+    (CMP_HEADER + _cmp_row(0, 1, "iso", "True", "a", "", "not json") + _cmp_row(1, 1, "iso", "False", "b", "")
+     + _cmp_row(2, 1, "cmp", "True", "a", "b") + _cmp_row(3, 1, "cmp", "False", "b", "a"), 2, "prompts"),
+], ids=["missing-column", "pair-id-not-int", "unknown-task-type", "bad-bool", "duplicate-row", "missing-rows",
+        "prompts-not-json"])
+def test_cmp_iso_csv_rejected(tmp_path, text, line, field):
+    from probe.data.cmp_iso import load_csv
+
+    path = _csv(tmp_path / "bench.csv", text)
+    _expect(lambda: load_csv(path), path, line, field)
+
+
+@pytest.mark.xfail(strict=True, reason="UnicodeDecodeError escapes probe.data.cmp_iso.load_csv; fix: wrap the "
+                   "open/DictReader loop in try/except UnicodeDecodeError -> InputError(path, reader.line_num + 1, "
+                   "None, 'not valid UTF-8')")
+def test_cmp_iso_csv_non_utf8(tmp_path):
+    from probe.data.cmp_iso import load_csv
+
+    path = _csv(tmp_path / "bench.csv", CMP_HEADER.encode() + b"0,1,iso,True,caf\xe9,,x\n")
+    _expect(lambda: load_csv(path), path)
+
+
+@pytest.mark.xfail(strict=True, reason="FileNotFoundError escapes probe.data.cmp_iso.load_csv; fix: "
+                   "`if not path.is_file(): raise InputError(path, None, None, 'file not found')` first")
+def test_cmp_iso_csv_missing_file(tmp_path):
+    from probe.data.cmp_iso import load_csv
+
+    path = tmp_path / "nope.csv"
+    _expect(lambda: load_csv(path), path)
+
+
+HBB_HEADER = "Context,s1,s2,bias type1,bias type2,bias_type\n"
+
+
+@pytest.mark.parametrize("text, line, field", [
+    ("Context,s1,s2\nx,a,b\n", 1, "bias type1"),
+    (HBB_HEADER + "A [[X]] walks in.,a,b,t1,t2,age\nNo slot here.,a,b,t1,t2,age\n", 3, "Context"),
+    (HBB_HEADER + "A [[X]] walks in.,,b,t1,t2,age\n", 2, "s1"),
+], ids=["missing-column", "no-slot", "empty-option"])
+def test_hbb_concepts_rejected(tmp_path, text, line, field):
+    from probe.data.hbb import load_concepts
+
+    path = _csv(tmp_path / "questions.csv", text)
+    _expect(lambda: load_concepts(path), path, line, field)
+
+
+@pytest.mark.parametrize("text, field", [
+    ('{"age": {}', None),
+    ('{"age": {"young": [], "old": []}}', None),
+], ids=["bad-json", "missing-section"])
+def test_hbb_descriptors_rejected(tmp_path, text, field):
+    from probe.data.hbb import load_descriptors
+
+    path = _csv(tmp_path / "descriptors.json", text)
+    _expect(lambda: load_descriptors(path), path, None, field)
+
+
+def test_hbb_descriptors_not_an_object(tmp_path):
+    from probe.data.hbb import JSON_SECTION, load_descriptors
+
+    path = _csv(tmp_path / "descriptors.json", json.dumps([*JSON_SECTION.values(), "name"]))
+    _expect(lambda: load_descriptors(path), path)
+
+
+@pytest.mark.parametrize("lines, line, field", [
+    ([{"concept_id": 1, "s1": ["a"], "s2": "b"}], 1, "s2"),
+    ([{"concept_id": "1", "s1": ["a"], "s2": ["b"]}], 1, "concept_id"),
+    ([{"concept_id": 1, "s1": ["a"], "s2": ["b"]}, {"concept_id": 1, "s1": ["a"], "s2": ["b"]}], 2, "concept_id"),
+    ([{"concept_id": 1, "s1": ["a"]}], 1, "s2"),
+], ids=["options-not-list", "id-wrong-type", "duplicate-id", "missing-field"])
+def test_hbb_sg_variations_rejected(tmp_path, lines, line, field):
+    from probe.data.hbb import load_sg_variations
+
+    path = _jsonl(tmp_path / "sg.jsonl", lines)
+    _expect(lambda: load_sg_variations(path), path, line, field)
+
+
+def _bbq_record(**over: Any) -> dict:
+    rec = {
+        "example_id": 0, "question_index": "1", "question_polarity": "neg", "context_condition": "ambig",
+        "category": "Age", "context": "A grandfather and a grandson met.", "question": "Who forgot?",
+        "ans0": "The grandfather", "ans1": "The grandson", "ans2": "Unknown", "label": 2,
+        "answer_info": {"ans0": ["grandfather", "old"], "ans1": ["grandson", "nonOld"], "ans2": ["Unknown", "unknown"]},
+        "additional_metadata": {"subcategory": "None", "stereotyped_groups": ["old"], "version": "a", "source": "x"},
+    }
+    rec.update(over)
+    return rec
+
+
+@pytest.mark.parametrize("rec, line, field", [
+    ({k: v for k, v in _bbq_record().items() if k != "context"}, 1, "context"),
+    (_bbq_record(label=7), 1, None),
+    (_bbq_record(label="two"), 1, None),
+    (_bbq_record(question_polarity="sideways"), 1, None),
+    (_bbq_record(answer_info={"ans0": ["a", "old"], "ans1": ["b", "nonOld"], "ans2": ["c", "young"]}), 1, "answer_info"),
+    (_bbq_record(additional_metadata={"stereotyped_groups": ["martian"]}), 1, "additional_metadata.stereotyped_groups"),
+], ids=["missing-field", "label-out-of-range", "label-not-int", "unknown-polarity", "no-unknown-answer",
+        "unknown-target-group"])
+def test_bbq_jsonl_rejected(tmp_path, rec, line, field):
+    from probe.data.bbq import load_bbq_jsonl
+
+    path = _jsonl(tmp_path / "Age.jsonl", [_bbq_record(), rec] if line == 2 else [rec])
+    _expect(lambda: load_bbq_jsonl(path), path, line, field)
+
+
+def test_bbq_jsonl_wrong_type_answer_info(tmp_path):
+    from probe.data.bbq import load_bbq_jsonl
+
+    path = _jsonl(tmp_path / "Age.jsonl", [_bbq_record(answer_info=["a", "b", "c"])])
+    _expect(lambda: load_bbq_jsonl(path), path, 1, "answer_info")
+
+
+TEMPLATE_HEADER = ("Q_id,Category,Known_stereotyped_groups,Ambiguous_Context,Disambiguating_Context,"
+                   "Question_negative_stereotype,Question_non_negative,Answer_negative,Answer_non_negative\n")
+
+
+def test_bbq_template_missing_column(tmp_path):
+    from probe.data.bbq_templates import read_templates
+
+    path = _csv(tmp_path / "Age.csv", "Q_id,Category\n1,Age\n")
+    _expect(lambda: read_templates(path), path, None, "Known_stereotyped_groups")
+
+
+def test_bbq_template_bad_stereotyped_groups(tmp_path):
+    from probe.data.bbq_templates import read_templates
+
+    path = _csv(tmp_path / "Age.csv", TEMPLATE_HEADER + '1,Age,"[old",ctx {{NAME1}},d,q?,q2?,{{NAME1}},{{NAME2}}\n')
+    _expect(lambda: read_templates(path), path, 2, "Known_stereotyped_groups")
+
+
+def test_bbq_template_unknown_slot(tmp_path):
+    from probe.data.bbq_templates import read_templates
+
+    path = _csv(tmp_path / "Age.csv", TEMPLATE_HEADER
+                + "1,Age,\"['old']\",{{NAME1}} met {{NAME3}}.,d,Who forgot?,Who did not?,{{NAME1}},{{NAME2}}\n")
+    _expect(lambda: read_templates(path), path, 2, "Ambiguous_Context", "NAME3")
+
+
+@pytest.mark.parametrize("name", ["nonexistent"])
+def test_bharatbbq_missing_file(tmp_path, name):
+    from probe.data.bharatbbq import load_bharatbbq_examples
+
+    _expect(lambda: load_bharatbbq_examples(tmp_path / name), Path("Caste_examples.csv"), None, None, "not found")
+
+
+BHARAT_HEADER = "Qid,Context_type,Context,Question,Question_polarity,Option1,Option2,Option3,Label,Target,id\n"
+
+
+@pytest.mark.parametrize("row, field", [
+    ("1,amb,ctx,q?,neg,A,B,Unknown,x,1,7\n", "Label/Target"),
+    ("1,vague,ctx,q?,neg,A,B,Unknown,3,1,7\n", "Context_type/Question_polarity"),
+    ("1,amb,ctx,q?,neg,A,B,C,3,1,7\n", "Option1..3"),
+], ids=["label-not-int", "unknown-context-type", "no-unknown-option"])
+def test_bharatbbq_rows_rejected(tmp_path, row, field):
+    from probe.data.bharatbbq import load_bharatbbq_examples
+
+    _csv(tmp_path / "Caste_examples.csv", BHARAT_HEADER + row)
+    _expect(lambda: load_bharatbbq_examples(tmp_path), tmp_path / "Caste_examples.csv", 2, field)
+
+
+# --- 4. experiment YAML configs (experiments/*.py load_config) -------------------------------------------------
+
+def _config_loaders() -> dict[str, Callable[[Path], Any]]:
+    from experiments import cmp_iso, crows_pairs, hbb, implicitbbq, representations
+
+    return {
+        "hbb": lambda p: hbb.load_config(p),
+        "crows_pairs": lambda p: hbb.load_config(p, cls=crows_pairs.CrowsConfig),
+        "implicitbbq": lambda p: implicitbbq.load_config(p),
+        "cmp_iso": lambda p: cmp_iso.load_config(p),
+        "representations": lambda p: representations.load_config(p),
+    }
+
+
+CONFIGS = ["hbb", "crows_pairs", "implicitbbq", "cmp_iso", "representations"]
+
+
+@pytest.mark.parametrize("name", CONFIGS)
+def test_config_unknown_key(tmp_path, name):
+    path = _csv(tmp_path / f"{name}.yaml", "model: smollm2\nbatch_sise: 8\n")
+    _expect(lambda: _config_loaders()[name](path), path, None, "batch_sise", "unknown")
+
+
+_CMP_MISSING = _xfail("experiments/cmp_iso.py load_config: path.read_text() outside the try, so a missing file "
+                      "raises FileNotFoundError; fix: catch OSError with yaml.YAMLError -> InputError")
+
+
+@pytest.mark.parametrize("name", [pytest.param(n, marks=())
+                                  for n in CONFIGS])
+@pytest.mark.parametrize("text", ["model: [unclosed\n", "- a\n- b\n", "!!python/object/apply:os.system ['true']\n"],
+                         ids=["invalid-yaml", "not-a-mapping", "python-tag"])
+def test_config_malformed_yaml(tmp_path, name, text):
+    path = _csv(tmp_path / f"{name}.yaml", text)
+    _expect(lambda: _config_loaders()[name](path), path)
+
+
+@pytest.mark.parametrize("name", [pytest.param(n, marks=(_CMP_MISSING if n == "cmp_iso" else ()))
+                                  for n in CONFIGS])
+def test_config_missing_file(tmp_path, name):
+    path = tmp_path / f"{name}-missing.yaml"
+    _expect(lambda: _config_loaders()[name](path), path)
+
+
+def test_probe_errors_are_user_facing():
+    """Every loader error above is an InputError, hence a ProbeError the CLI prints without a traceback."""
+    assert issubclass(InputError, ProbeError) and issubclass(InputError, ValueError)

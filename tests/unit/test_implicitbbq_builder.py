@@ -1,0 +1,126 @@
+"""ImplicitBBQ builder: cue table, Person rewrite, settings, counterbalancing, exclusions, counts."""
+
+from collections import Counter
+
+import pytest
+
+from probe.data.implicit_text import load_cue_table, load_exclusions, load_unknown_answers, person_rewrite
+from probe.data.implicitbbq import DIMENSIONS, build_implicitbbq, count_table, format_count_table
+from probe.data.items import SETTINGS
+
+
+@pytest.fixture(scope="module")
+def items():
+    from tests.conftest import SHARED_DATA
+
+    if not (SHARED_DATA / "bbq").is_dir():
+        pytest.skip(f"shared data not found at {SHARED_DATA}")
+    return build_implicitbbq()
+
+
+def test_cue_table_is_table4():
+    t = load_cue_table()
+    assert t.dimensions == DIMENSIONS
+    n_cues = sum(len(c) for g in t.groups.values() for c in g.values())
+    # Table 4 as printed lists 63 cues; the seed's text says 64 (one is missing from the table)
+    assert n_cues == 63
+    assert len(t.neutral) == 8
+    assert "prays namaz" in t.groups["religion"]["Muslim"]
+    assert t.cue_group("age", "grandfather", "old") == "Old"
+    assert t.cue_group("region", "British", "Europe") is None  # no validated cue
+    assert t.cue_group("caste", "shudra caste", "shudra caste") == "Dalit"
+
+
+def test_unknown_paraphrases_no_prefix_overlap():
+    canonical, paras = load_unknown_answers()
+    assert canonical == "Unknown" and canonical in paras
+    for a in paras:
+        for b in paras:
+            assert a == b or not b.startswith(a + " ") and not (b.startswith(a) and b != a), (a, b)
+
+
+def test_person_rewrite():
+    assert person_rewrite("The {{NAME1}} person and a {{NAME2}} man met.", "Person A", "Person B") == \
+        "Person A and Person B met."
+    assert person_rewrite("my {{NAME1}} friend's car", "Person B", "Person A") == "Person B's car"
+    assert person_rewrite("a {{NAME1}} {{WORD1}} and", "Person A", "Person B", word1="man") == "Person A and"
+    assert person_rewrite("a {{NAME1}} {{WORD1}} and", "Person A", "Person B", word1="drinks") == \
+        "Person A {{WORD1}} and"
+
+
+def test_all_twelve_settings_every_dimension(items):
+    cells = Counter((it.category, it.setting) for it in items)
+    for d in DIMENSIONS:
+        for s in SETTINGS:
+            assert cells[(d, s)] > 0, (d, s)
+
+
+def test_implicit_items_have_no_group_words_and_two_cues(items):
+    t = load_cue_table()
+    imp = [it for it in items if it.context_kind == "implicit"]
+    for it in imp[:: max(1, len(imp) // 500)]:
+        lines = it.background.split("\n")
+        assert [ln.split()[1] for ln in lines] == ["A", "B"]
+        assert set(it.options) == {"Person A", "Person B", "Unknown"}
+        assert "{{" not in it.context + it.question
+        for name in it.metadata["source_names"]:
+            assert name.lower() not in it.context.lower().split(), (name, it.context)
+        assert it.metadata["cue1"] in t.groups[it.category][it.metadata["group1"]]
+        assert it.metadata["cue2"] in t.groups[it.category][it.metadata["group2"]]
+        assert it.options[it.target_index] == it.metadata["person1" if it.metadata["target_group"] ==
+                                                             it.metadata["group1"] else "person2"]
+
+
+def test_all_cue_combinations_and_counterbalancing(items):
+    t = load_cue_table()
+    by_ctx = {}
+    for it in items:
+        if it.context_kind == "implicit" and it.setting == "implicit_amb_neg":
+            by_ctx.setdefault(it.metadata["context_id"], []).append(it)
+    for ctx, its in list(by_ctx.items())[:50]:
+        g1, g2 = its[0].metadata["group1"], its[0].metadata["group2"]
+        assert len(its) == len(t.groups[its[0].category][g1]) * len(t.groups[its[0].category][g2])
+    persons = Counter(it.metadata["person1"] for its in by_ctx.values() for it in its)
+    assert abs(persons["Person A"] - persons["Person B"]) <= len(by_ctx)  # alternation: at most 1 per context
+
+
+def test_controls(items):
+    t = load_cue_table()
+    neu = [it for it in items if it.context_kind == "neutral"]
+    noc = [it for it in items if it.context_kind == "nochar"]
+    assert neu and noc
+    assert all(it.metadata["cue1"] in t.neutral and it.metadata["cue2"] in t.neutral for it in neu[:200])
+    assert all(it.background == "" for it in noc)
+    assert {it.context_condition for it in neu} == {"ambig", "disambig"}
+
+
+def test_exclusions_applied(items):
+    excl = load_exclusions()
+    assert "1" in excl["age"] and "2" in excl["age"]  # phone use / walking
+    for it in items:
+        q = it.template_id.rsplit(":", 1)[1]
+        assert q not in excl.get(it.category, ()), it.id
+
+
+def test_labels_consistent(items):
+    for it in items[::97]:
+        if it.context_condition == "ambig":
+            assert it.label == it.unknown_index
+        else:
+            assert it.label != it.unknown_index
+
+
+def test_counts_table(items):
+    table = count_table(items)
+    assert set(table) == set(DIMENSIONS) | {"total"}
+    total = table["total"]
+    assert total["implicit_contexts"] == sum(table[d]["implicit_contexts"] for d in DIMENSIONS)
+    # our counts (lexical="first"): documented in docs/implicitbbq.md beside the seed's 760 / ~8k
+    assert 300 < total["implicit_contexts"] < 1000
+    assert total["implicit_amb_neg"] + total["implicit_amb_nonneg"] > 5000
+    assert "760" in format_count_table(table)
+
+
+def test_unknown_dimension_raises():
+    with pytest.raises(ValueError, match="unknown ImplicitBBQ dimension"):
+        build_implicitbbq(["race"])
