@@ -79,8 +79,8 @@ def load_config(path: str | Path) -> CmpIsoConfig:
     path = Path(path)
     try:
         raw = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
-    except yaml.YAMLError as exc:
-        raise InputError(path, None, None, f"invalid YAML ({exc})") from None
+    except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
+        raise InputError(path, None, None, f"cannot read YAML config ({exc})") from None
     if not isinstance(raw, dict):
         raise InputError(path, None, None, "expected a mapping of config keys")
     return _from_dict(CmpIsoConfig, raw, path, "")

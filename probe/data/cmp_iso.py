@@ -152,6 +152,15 @@ def load_csv(path: str | Path, benchmark: str | None = None) -> list[CmpIsoPair]
     path = Path(path)
     benchmark = benchmark or path.stem
     csv.field_size_limit(1 << 30)
+    if not path.is_file():
+        raise InputError(path, None, None, "file not found")
+    try:
+        return _load_csv(path, benchmark)
+    except UnicodeDecodeError as exc:
+        raise InputError(path, None, None, f"not valid UTF-8 ({exc.reason} at byte {exc.start})") from None
+
+
+def _load_csv(path: Path, benchmark: str) -> list[CmpIsoPair]:
     by_pair: dict[int, dict[tuple[str, bool], tuple[dict, int]]] = {}
     with open(path, newline="", encoding="utf-8") as f:
         reader = csv.DictReader(f)

@@ -346,9 +346,6 @@ def test_cmp_iso_csv_rejected(tmp_path, text, line, field):
     _expect(lambda: load_csv(path), path, line, field)
 
 
-@pytest.mark.xfail(strict=True, reason="UnicodeDecodeError escapes probe.data.cmp_iso.load_csv; fix: wrap the "
-                   "open/DictReader loop in try/except UnicodeDecodeError -> InputError(path, reader.line_num + 1, "
-                   "None, 'not valid UTF-8')")
 def test_cmp_iso_csv_non_utf8(tmp_path):
     from probe.data.cmp_iso import load_csv
 
@@ -356,8 +353,6 @@ def test_cmp_iso_csv_non_utf8(tmp_path):
     _expect(lambda: load_csv(path), path)
 
 
-@pytest.mark.xfail(strict=True, reason="FileNotFoundError escapes probe.data.cmp_iso.load_csv; fix: "
-                   "`if not path.is_file(): raise InputError(path, None, None, 'file not found')` first")
 def test_cmp_iso_csv_missing_file(tmp_path):
     from probe.data.cmp_iso import load_csv
 
@@ -517,10 +512,6 @@ def test_config_unknown_key(tmp_path, name):
     _expect(lambda: _config_loaders()[name](path), path, None, "batch_sise", "unknown")
 
 
-_CMP_MISSING = _xfail("experiments/cmp_iso.py load_config: path.read_text() outside the try, so a missing file "
-                      "raises FileNotFoundError; fix: catch OSError with yaml.YAMLError -> InputError")
-
-
 @pytest.mark.parametrize("name", [pytest.param(n, marks=())
                                   for n in CONFIGS])
 @pytest.mark.parametrize("text", ["model: [unclosed\n", "- a\n- b\n", "!!python/object/apply:os.system ['true']\n"],
@@ -530,7 +521,7 @@ def test_config_malformed_yaml(tmp_path, name, text):
     _expect(lambda: _config_loaders()[name](path), path)
 
 
-@pytest.mark.parametrize("name", [pytest.param(n, marks=(_CMP_MISSING if n == "cmp_iso" else ()))
+@pytest.mark.parametrize("name", [pytest.param(n, marks=())
                                   for n in CONFIGS])
 def test_config_missing_file(tmp_path, name):
     path = tmp_path / f"{name}-missing.yaml"
