@@ -12,7 +12,7 @@ from probe.errors import InputError
 def test_config_rejects_unknown_keys(tmp_path):
     p = tmp_path / "c.yaml"
     p.write_text("model: smollm2\nper_cel: {zero_shot: 1}\n")
-    with pytest.raises(InputError, match="unknown config key"):
+    with pytest.raises(InputError, match="unknown key"):
         load_config(p)
 
 
