@@ -25,6 +25,18 @@ def tiny_lm():
 
 
 @pytest.fixture(scope="session")
+def model_dir(tmp_path_factory) -> Path:
+    """The tiny model saved as a local model directory (for CLI tests that take --model DIR)."""
+    from tests.tiny import tiny_lm as make
+
+    lm = make()
+    d = tmp_path_factory.mktemp("tiny-model")
+    lm.model.save_pretrained(d)
+    lm.tokenizer.save_pretrained(d)
+    return d
+
+
+@pytest.fixture(scope="session")
 def smollm2():
     """The real embedded default model (converted once, then cached under PROBE_CACHE)."""
     try:

@@ -10,15 +10,6 @@ from probe.cli import main
 from tests.tiny import tiny_lm
 
 
-@pytest.fixture(scope="module")
-def model_dir(tmp_path_factory):
-    lm = tiny_lm()
-    d = tmp_path_factory.mktemp("tiny-model")
-    lm.model.save_pretrained(d)
-    lm.tokenizer.save_pretrained(d)
-    return d
-
-
 def _write(path, lines):
     path.write_text("".join(json.dumps(x) + "\n" for x in lines))
     return path

@@ -63,17 +63,6 @@ def tokenizer():
     return tiny_tokenizer()
 
 
-@pytest.fixture(scope="module")
-def model_dir(tmp_path_factory) -> Path:
-    from tests.tiny import tiny_lm
-
-    lm = tiny_lm()
-    d = tmp_path_factory.mktemp("tiny-model")
-    lm.model.save_pretrained(d)
-    lm.tokenizer.save_pretrained(d)
-    return d
-
-
 GOOD = {"id": "q1", "prompt": "Who has wrinkles?", "options": ["A", "B", "C"]}
 
 

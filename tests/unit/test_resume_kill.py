@@ -41,15 +41,6 @@ def one_thread():
     torch.set_num_threads(before)
 
 
-@pytest.fixture(scope="module")
-def model_dir(tmp_path_factory) -> Path:
-    lm = tiny_lm()
-    d = tmp_path_factory.mktemp("tiny-model")
-    lm.model.save_pretrained(d)
-    lm.tokenizer.save_pretrained(d)
-    return d
-
-
 def _items(n: int = N_ITEMS) -> list[dict]:
     """Short prompts; pairs share a group (the scorer keeps a group in one pass)."""
     out = []

@@ -29,17 +29,6 @@ def _score(model_dir: Path, inp: Path, out: Path, *extra: str) -> int:
     return main(["score", "--model", str(model_dir), "--input", str(inp), "--output", str(out), *extra])
 
 
-@pytest.fixture(scope="module")
-def model_dir(tmp_path_factory) -> Path:
-    from tests.tiny import tiny_lm
-
-    lm = tiny_lm()
-    d = tmp_path_factory.mktemp("tiny-model")
-    lm.model.save_pretrained(d)
-    lm.tokenizer.save_pretrained(d)
-    return d
-
-
 # --- 5. security -----------------------------------------------------------------------------------------------
 
 ROOT = Path(__file__).resolve().parents[2]
