@@ -53,3 +53,12 @@ def perplexity(lm, text: str, prefix: str = "") -> tuple[float, int]:
     lp = _logprobs(lm.model, whole)
     nll = -sum(lp[i - 1, whole[i]].item() for i in range(len(ctx), len(whole)))
     return nll, len(whole) - len(ctx)
+
+
+def result_numbers(result) -> list[float]:
+    """Every log-probability a scorer result holds, flattened (for comparisons)."""
+    if hasattr(result, "label_mass"):
+        return list(result.logprobs)
+    if hasattr(result, "options"):
+        return [x for t in result.token_logprobs for x in t]
+    return list(result.token_logprobs)

@@ -35,14 +35,6 @@ def _requests(lm):
     return reqs
 
 
-def _numbers(res):
-    if hasattr(res, "label_mass"):
-        return list(res.logprobs)
-    if hasattr(res, "options"):
-        return [x for t in res.token_logprobs for x in t]
-    return list(res.token_logprobs)
-
-
 def test_a_matches_independent_reference(smollm2):
     reqs = _requests(smollm2)
     results = Scorer(smollm2, batch_size=8).score(reqs)
@@ -58,7 +50,7 @@ def test_a_matches_independent_reference(smollm2):
             ref = None
             worst = max(worst, abs(nll - res.nll) / n)
             continue
-        got = _numbers(res)
+        got = reference.result_numbers(res)
         assert len(got) == len(ref)
         worst = max(worst, max(abs(a - b) for a, b in zip(got, ref)))
     print(f"\n(a) max |scorer - reference| log-prob = {worst:.2e}")
@@ -67,13 +59,13 @@ def test_a_matches_independent_reference(smollm2):
 
 def test_b_batch_size_and_order_invariance(smollm2):
     reqs = _requests(smollm2)
-    base = {r.id: _numbers(r) for r in Scorer(smollm2, batch_size=1).score(reqs)}
+    base = {r.id: reference.result_numbers(r) for r in Scorer(smollm2, batch_size=1).score(reqs)}
     shuffled = reqs[:]
     random.Random(7).shuffle(shuffled)
     worst = 0.0
     for bs, rs in ((8, reqs), (8, shuffled), (3, shuffled)):
         for res in Scorer(smollm2, batch_size=bs).score(rs):
-            worst = max(worst, max(abs(a - b) for a, b in zip(_numbers(res), base[res.id])))
+            worst = max(worst, max(abs(a - b) for a, b in zip(reference.result_numbers(res), base[res.id])))
     print(f"\n(b) max |bs=1 - bs=8/shuffled/bs=3| log-prob = {worst:.2e}")
     assert worst <= TOL
 
@@ -84,7 +76,7 @@ def test_c_kv_reuse_equals_full_recomputation(smollm2):
     shared = Scorer(smollm2, batch_size=8)
     full = Scorer(smollm2, batch_size=8, share_prefixes=False)
     a, b = shared.score(reqs), full.score(reqs)
-    worst = max(abs(x - y) for ra, rb in zip(a, b) for x, y in zip(_numbers(ra), _numbers(rb)))
+    worst = max(abs(x - y) for ra, rb in zip(a, b) for x, y in zip(reference.result_numbers(ra), reference.result_numbers(rb)))
     print(f"\n(c) max |KV-reuse - full recomputation| = {worst:.2e}; tokens run {shared.engine.tokens_run} vs {full.engine.tokens_run}")
     assert worst <= TOL
     assert shared.engine.tokens_run < full.engine.tokens_run / 2

@@ -36,17 +36,8 @@ def _requests(lm):
     return reqs
 
 
-def _flat(result):
-    """All numbers of a result, for comparisons."""
-    if hasattr(result, "label_mass"):
-        return list(result.logprobs)
-    if hasattr(result, "token_logprobs") and hasattr(result, "options"):
-        return [x for t in result.token_logprobs for x in t]
-    return list(result.token_logprobs)
-
-
 def _max_diff(a, b):
-    return max(abs(x - y) for ra, rb in zip(a, b) for x, y in zip(_flat(ra), _flat(rb)))
+    return max(abs(x - y) for ra, rb in zip(a, b) for x, y in zip(reference.result_numbers(ra), reference.result_numbers(rb)))
 
 
 def test_matches_plain_reference(tiny_lm):
