@@ -1,123 +1,157 @@
-"""Planning: which sequences share a prefix, and which groups run together.
+"""Planning: a prefix tree over the unique token sequences, and the passes that run it.
 
-- Rows are unique token sequences: identical requests across a run are computed once.
-- Requests with the same ``group`` key (and all options of one continuation
-  request) form one group; its prefix is the longest common token prefix of
-  its rows, capped so that every scored position stays in the suffix.
-- Ungrouped single-sequence requests are clustered automatically: sorted by
-  token ids, neighbours sharing at least ``min_shared`` tokens join one group
-  (a shared system prompt or few-shot block is then computed once).
-- Batches are filled with groups in a fixed, length-sorted order under a row
-  count and a padded-token budget. The plan depends only on the set of
-  requests, never on their order.
+- Rows are unique token sequences: identical requests across a call are computed once.
+- All rows of one :meth:`Scorer.score` call go into one *prefix tree* (a radix
+  tree over token ids). An internal node is a token segment shared by every
+  row below it: it runs once and its KV cache is extended by its children. A
+  leaf is one row's remaining tokens, where its scored positions are read.
+  Shared segments stop before a row's first scored position, so every score is
+  read in the row's own leaf. The tree finds what ``group`` keys cannot say:
+  a system prompt shared by every request, a context shared by the text and
+  the letter form of a question, the question shared by its answer options.
+- A segment is kept shared only when that saves at least ``min_shared`` tokens
+  (``(children - 1) x length``); cheaper branch points are folded into their
+  children, since each tree level costs a forward pass.
+- Siblings run together in passes: sorted by width, at most ``max_rows`` per
+  pass, within ``token_budget`` padded tokens (the parent cache columns count),
+  closed early when padding would exceed 30% of the real tokens.
+
+The tree and the passes depend only on the set of rows, never on their order.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
-from probe.scoring.engine import Group, Row, common_prefix_length
+from probe.scoring.engine import Row, common_prefix_length
 
-MIN_SHARED = 16  # below this many common tokens a prefix pass is not worth its overhead
+MIN_SHARED = 16  # a shared segment must save at least this many tokens to be worth a tree level
+PAD_SLACK = 1.3  # a pass may hold at most 30% padding (once it has 4 rows)
 
 
 @dataclass
-class Batch:
-    prefix_groups: list[Group]
-    plain_rows: list[Row]
+class Node:
+    """Tokens ``ids[start:end]`` of every row below this node.
+
+    Internal nodes have ``children`` (at least two) and no row; a leaf has one
+    ``row`` and runs its tokens from ``start`` to the row's end.
+    """
+
+    start: int
+    end: int
+    ids: tuple[int, ...]
+    children: list["Node"] = field(default_factory=list)
+    row: Row | None = None
 
     @property
-    def n_rows(self) -> int:
-        return sum(len(g.rows) for g in self.prefix_groups) + len(self.plain_rows)
+    def width(self) -> int:
+        return self.end - self.start
+
+    @property
+    def is_leaf(self) -> bool:
+        return self.row is not None
+
+    def leaves(self) -> int:
+        return 1 if self.is_leaf else sum(c.leaves() for c in self.children)
 
 
-def make_group(rows: list[Row], min_shared: int = MIN_SHARED, nested: bool = True) -> Group:
-    """A group whose prefix is the rows' common prefix, capped before the first scored position.
+def _leaf(row: Row, start: int) -> Node:
+    return Node(start=start, end=len(row.ids), ids=row.ids, row=row)
 
-    With ``nested``, rows sharing at least ``min_shared`` more tokens beyond that
-    prefix form subgroups (a two-level prefix tree): the group prefix runs once,
-    each subgroup's extra segment once on top of it, then the rows.
+
+def _cap(row: Row) -> int:
+    """How many leading tokens of ``row`` may be shared: all before its first scored position's input."""
+    return row.score_from - 1
+
+
+def build_tree(rows: list[Row], min_shared: int = MIN_SHARED, share: bool = True) -> list[Node]:
+    """The top-level nodes of the prefix tree over ``rows`` (``share=False``: one leaf per row).
+
+    >>> from probe.scoring.engine import Row
+    >>> rows = [Row((1, 2, 3, 4, 5, 6), 5), Row((1, 2, 3, 4, 7, 8), 5)]
+    >>> [(n.start, n.end, len(n.children)) for n in build_tree(rows, min_shared=2)]
+    [(0, 4, 2)]
     """
-    cap = min(r.score_from - 1 for r in rows)
-    n = min(common_prefix_length([r.ids for r in rows]), cap)
-    if len(rows) < 2 or n < min_shared:
-        return Group(prefix=(), rows=rows)
-    if not nested:
-        return Group(prefix=rows[0].ids[:n], rows=rows)
-    subgroups, direct = [], []
-    for cluster in _clusters(rows, n + min_shared, max_rows=10**9):
-        k = min(common_prefix_length([r.ids for r in cluster]), min(r.score_from - 1 for r in cluster))
-        if len(cluster) >= 2 and k >= n + min_shared:
-            subgroups.append(Group(prefix=cluster[0].ids[:k], rows=cluster))
-        else:
-            direct.extend(cluster)
-    return Group(prefix=rows[0].ids[:n], rows=rows, subgroups=subgroups, direct=direct)
-
-
-def _clusters(rows: list[Row], min_shared: int, max_rows: int) -> list[list[Row]]:
-    """Neighbours in token order sharing >= ``min_shared`` tokens (before any scored position)."""
     rows = sorted(rows, key=lambda r: (r.ids, r.score_from, r.label_ids))
-    out: list[list[Row]] = []
-    current: list[Row] = []
-    for row in rows:
-        if current:
-            shared = common_prefix_length([current[0].ids, row.ids])
-            cap = min(min(r.score_from for r in current), row.score_from) - 1
-            if min(shared, cap) >= min_shared and len(current) < max_rows:
-                current.append(row)
-                continue
-            out.append(current)
-        current = [row]
-    if current:
-        out.append(current)
+    if not share:
+        return [_leaf(r, 0) for r in rows]
+    return _fold(_split(rows, 0), min_shared)
+
+
+def _split(rows: list[Row], depth: int) -> list[Node]:
+    """Nodes for sorted ``rows`` that share their first ``depth`` tokens."""
+    out: list[Node] = []
+    open_rows = []
+    for r in rows:
+        if _cap(r) <= depth:
+            out.append(_leaf(r, depth))  # cannot share a token more
+        else:
+            open_rows.append(r)
+    i = 0
+    while i < len(open_rows):
+        # sorted rows with the same token at ``depth`` are neighbours
+        j = i + 1
+        while j < len(open_rows) and open_rows[j].ids[depth] == open_rows[i].ids[depth]:
+            j += 1
+        cluster = open_rows[i:j]
+        if len(cluster) == 1:
+            out.append(_leaf(cluster[0], depth))
+        else:
+            end = min(common_prefix_length([cluster[0].ids, cluster[-1].ids]), min(_cap(r) for r in cluster))
+            out.append(Node(start=depth, end=end, ids=cluster[0].ids[:end], children=_split(cluster, end)))
+        i = j
     return out
 
 
-def cluster_ungrouped(rows: list[Row], min_shared: int = MIN_SHARED, max_rows: int = 64, nested: bool = True) -> list[Group]:
-    """Cluster single rows by shared token prefixes (deterministic: sorted by ids)."""
-    return [make_group(c, min_shared, nested) for c in _clusters(rows, min_shared, max_rows)]
+def _fold(nodes: list[Node], min_shared: int) -> list[Node]:
+    """Fold internal nodes that save fewer than ``min_shared`` tokens into their children."""
+    out: list[Node] = []
+    for n in nodes:
+        if n.is_leaf:
+            out.append(n)
+        elif (len(n.children) - 1) * n.width < min_shared:
+            for c in n.children:
+                c.start = n.start
+            out.extend(_fold(n.children, min_shared))
+        else:
+            n.children = _fold(n.children, min_shared)
+            out.append(n)
+    return out
 
 
-def plan_batches(
-    groups: list[Group],
+def plan_passes(
+    nodes: list[Node],
     max_rows: int,
     token_budget: int,
-    equal_prefix_lengths: bool = False,
-) -> list[Batch]:
-    """Pack groups into batches, longest first, within ``max_rows`` and ``token_budget`` padded tokens.
+    cache_width: int = 0,
+    equal_widths: bool = False,
+) -> list[list[int]]:
+    """Split sibling ``nodes`` into passes; returns index lists into ``nodes``.
 
-    A group with more rows than ``max_rows`` gets a batch of its own; the engine
-    then runs its suffixes in chunks against one prefix cache.
-    ``equal_prefix_lengths``: only batch prefixes of one length (sliding-window
-    models, where left padding inside a long prompt would shift the window).
+    ``cache_width``: columns of the parent cache every row attends to (counted
+    in the budget). ``equal_widths``: a pass whose cache is kept holds only
+    internal nodes of one width and leaves run in passes of their own, so no
+    padding ever sits between two segments of a row (sliding-window attention
+    counts cache columns, and a gap would shift its window).
     """
-    shared = sorted((g for g in groups if g.prefix), key=lambda g: (-len(g.prefix), -g.cost, g.prefix))
-    plain = sorted((r for g in groups if not g.prefix for r in g.rows), key=lambda r: (-len(r.ids), r.ids, r.label_ids))
-    batches: list[Batch] = []
-
-    current: list[Group] = []
-    for g in shared:
-        if current:
-            rows = sum(len(x.rows) for x in current) + len(g.rows)
-            width_p = max(len(x.prefix) for x in current + [g])
-            width_s = max(len(r.ids) - len(x.prefix) for x in current + [g] for r in x.rows)
-            padded = width_p * (len(current) + 1) + width_s * rows
-            same = not equal_prefix_lengths or len(g.prefix) == len(current[0].prefix)
-            if rows <= max_rows and padded <= token_budget and same:
-                current.append(g)
+    order = sorted(range(len(nodes)), key=lambda i: (nodes[i].width, nodes[i].ids, nodes[i].start))
+    if equal_widths:
+        order.sort(key=lambda i: (not nodes[i].is_leaf, nodes[i].width if not nodes[i].is_leaf else 0))
+    passes: list[list[int]] = []
+    for i in order:
+        if passes:
+            part = passes[-1]
+            widths = [nodes[k].width for k in part] + [nodes[i].width]
+            fits = (
+                len(part) < max_rows
+                and (cache_width + max(widths)) * len(widths) <= token_budget
+                and (len(part) < 4 or max(widths) * len(widths) <= PAD_SLACK * sum(widths))
+            )
+            if equal_widths:
+                first = nodes[part[0]]
+                fits = fits and first.is_leaf == nodes[i].is_leaf and (first.is_leaf or first.width == nodes[i].width)
+            if fits:
+                part.append(i)
                 continue
-            batches.append(Batch(current, []))
-        current = [g]
-    if current:
-        batches.append(Batch(current, []))
-
-    chunk: list[Row] = []
-    for r in plain:
-        # rows are sorted longest first, so the first row sets the padded width
-        if chunk and (len(chunk) + 1 > max_rows or len(chunk[0].ids) * (len(chunk) + 1) > token_budget):
-            batches.append(Batch([], chunk))
-            chunk = []
-        chunk.append(r)
-    if chunk:
-        batches.append(Batch([], chunk))
-    return batches
+        passes.append([i])
+    return passes

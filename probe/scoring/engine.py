@@ -1,26 +1,24 @@
 """Forward passes: shared prefixes computed once, log-softmax only where needed.
 
-The engine works on *groups*: token sequences that share a prefix (the options
-of one question, the paired demographic variants of one item, requests with a
-common system prompt). A group's prefix runs once; its KV cache is reused by
-every sequence's remaining tokens (the *suffix*). Sequences that share nothing
-run as plain rows.
+The engine runs *segments*: the tokens of a sequence from some position on,
+after a KV cache holding the positions before it (a shared prefix computed
+once, see :mod:`probe.scoring.batching` for the prefix tree that decides
+which). Sequences that share nothing run as plain rows from position 0.
 
 Only the hidden states at the positions whose next token is scored go through
 the unembedding, in float32 and in chunks, so a ``[batch, seq, vocab]`` float32
 tensor never exists.
 
-Padding: prefixes are left-padded (so the suffix follows each prefix without a
-gap, which keeps sliding-window attention exact), suffixes and plain rows are
-right-padded; position ids are always explicit, so a token's position never
-depends on its batch-mates.
+Padding: top-level shared segments are left-padded, later segments and plain
+rows right-padded (the attention mask hides the gaps); position ids are always
+explicit, so a token's position never depends on its batch-mates.
 """
 
 from __future__ import annotations
 
 import copy
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 import torch
 
@@ -41,30 +39,6 @@ class RowOutput:
     label_logprobs: dict[int, float] = field(default_factory=dict)
     token_logprobs: list[float] = field(default_factory=list)
     finite: bool = True
-
-
-@dataclass
-class Group:
-    """Rows sharing ``prefix`` (``len(prefix) == 0``: plain rows, no cache).
-
-    ``subgroups``: clusters of rows that share a longer prefix on top of this
-    one (e.g. the options of one question inside a group of paired variants
-    that share only the system prompt); their prefix extends this group's
-    cache once. ``direct``: rows run straight against this group's cache.
-    """
-
-    prefix: tuple[int, ...]
-    rows: list[Row]
-    subgroups: list["Group"] = field(default_factory=list)
-    direct: list[Row] | None = None
-
-    def __post_init__(self) -> None:
-        if self.direct is None:
-            self.direct = list(self.rows)
-
-    @property
-    def cost(self) -> int:
-        return len(self.prefix) + sum(len(r.ids) - len(self.prefix) for r in self.rows)
 
 
 class Engine:
@@ -101,7 +75,7 @@ class Engine:
         return self.decoder(**kwargs)
 
     def run_prefixes(self, prefixes: list[tuple[int, ...]]) -> tuple[Any, torch.Tensor]:
-        """Left-padded prefix pass; returns the KV cache and the prefix attention mask."""
+        """Left-padded pass over sequences starting at position 0; returns the KV cache and its attention mask."""
         from transformers import DynamicCache
 
         width = max(len(p) for p in prefixes)
@@ -123,28 +97,27 @@ class Engine:
         )
         return out.past_key_values, mask
 
-    def run_rows(
+    def run_segments(
         self,
-        rows: list[Row],
-        starts: list[int],
+        segments: list[tuple[tuple[int, ...], int]],
         cache: Any = None,
         prefix_mask: torch.Tensor | None = None,
         cache_rows: list[int] | None = None,
-        on_hidden: Callable[[torch.Tensor, list[Row], list[int]], None] | None = None,
         keep_cache: bool = False,
-    ) -> Any:
-        """Run each row's tokens from ``starts[i]`` on (right-padded), after the cached prefix
-        ``cache_rows[i]`` if a cache is given, and read the scored positions.
+    ) -> tuple[torch.Tensor, Any, torch.Tensor | None]:
+        """Run ``ids[start:]`` of each ``(ids, start)`` (right-padded, explicit positions) after
+        row ``cache_rows[i]`` of ``cache`` (positions ``0..start-1``) when a cache is given.
 
-        ``keep_cache``: read nothing; return the extended cache and its attention
-        mask instead (a shared segment that further rows build on)."""
-        lengths = [len(r.ids) - s for r, s in zip(rows, starts)]
+        Returns the last hidden states ``[rows, width, d_model]`` and, with
+        ``keep_cache``, the extended cache and its attention mask (a shared
+        segment that further rows build on)."""
+        lengths = [len(ids) - s for ids, s in segments]
         width = max(lengths)
-        ids = torch.full((len(rows), width), self.pad_id, dtype=torch.long)
-        mask = torch.zeros((len(rows), width), dtype=torch.long)
-        pos = torch.zeros((len(rows), width), dtype=torch.long)
-        for i, (r, s, n) in enumerate(zip(rows, starts, lengths)):
-            ids[i, :n] = torch.tensor(r.ids[s:])
+        ids_t = torch.full((len(segments), width), self.pad_id, dtype=torch.long)
+        mask = torch.zeros((len(segments), width), dtype=torch.long)
+        pos = torch.zeros((len(segments), width), dtype=torch.long)
+        for i, ((ids, s), n) in enumerate(zip(segments, lengths)):
+            ids_t[i, :n] = torch.tensor(ids[s:])
             mask[i, :n] = 1
             pos[i, :] = torch.arange(s, s + width)
         self.tokens_run += sum(lengths)
@@ -161,16 +134,42 @@ class Engine:
 
             kwargs.update(past_key_values=DynamicCache(config=self.model.config), use_cache=True)
         out = self._decoder(
-            input_ids=ids.to(self.device),
+            input_ids=ids_t.to(self.device),
             attention_mask=mask.to(self.device),
             position_ids=pos.to(self.device),
             **kwargs,
         )
         if keep_cache:
-            return out.past_key_values, mask
-        hidden = out.last_hidden_state
-        if on_hidden is not None:
-            on_hidden(hidden, rows, starts)
+            return out.last_hidden_state, out.past_key_values, mask
+        return out.last_hidden_state, None, None
+
+    @staticmethod
+    def merge_caches(parts: list[tuple[Any, torch.Tensor, list[int]]]) -> tuple[Any, torch.Tensor]:
+        """One cache from rows ``keep`` of several ``(cache, mask, keep)`` pass caches of different widths.
+
+        Narrower caches are padded on the right (masked), so siblings from
+        different passes can run in one later pass. Full-attention layers only:
+        a gap would shift a sliding window.
+        """
+        width = max(m.shape[1] for _, m, _ in parts)
+        first = parts[0][0]
+        merged = copy.copy(first)
+        merged.layers = [copy.copy(layer) for layer in first.layers]
+        for li, layer in enumerate(merged.layers):
+            for attr in ("keys", "values"):
+                blocks = []
+                for cache, mask, keep in parts:
+                    t = getattr(cache.layers[li], attr)
+                    t = t[torch.tensor(keep, dtype=torch.long, device=t.device)]
+                    blocks.append(torch.nn.functional.pad(t, (0, 0, 0, width - t.shape[-2])))
+                setattr(layer, attr, torch.cat(blocks, dim=0))
+        mask = torch.cat([torch.nn.functional.pad(m[torch.tensor(keep, dtype=torch.long)], (0, width - m.shape[1])) for _, m, keep in parts])
+        return merged, mask
+
+    def read(self, hidden: torch.Tensor, rows: list[Row], starts: list[int], index: list[int] | None = None) -> list[RowOutput]:
+        """Log-probabilities of ``rows`` (hidden-state rows ``index``, default all) at their scored positions."""
+        if index is not None:
+            hidden = hidden[torch.tensor(index, dtype=torch.long, device=hidden.device)]
         return self._read(hidden, rows, starts)
 
     def _read(self, hidden: torch.Tensor, rows: list[Row], starts: list[int]) -> list[RowOutput]:

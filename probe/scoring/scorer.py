@@ -11,13 +11,13 @@
 from __future__ import annotations
 
 import math
-from collections import defaultdict
-from typing import Any, Callable, Iterable, Sequence as Seq
+import warnings
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Sequence as Seq
 
 import torch
 
-from probe.scoring.batching import MIN_SHARED, Batch, cluster_ungrouped, make_group, plan_batches
-from probe.scoring.engine import Engine, Group, Row, RowOutput
+from probe.scoring.batching import MIN_SHARED, Node, build_tree, plan_passes
+from probe.scoring.engine import Engine, Row, RowOutput
 from probe.scoring.requests import (
     ContinuationRequest,
     ContinuationResult,
@@ -30,6 +30,9 @@ from probe.scoring.requests import (
     softmax,
 )
 from probe.scoring.tokens import Encoded, Encoder
+
+if TYPE_CHECKING:
+    from probe.scoring.cache import ScoreCache
 
 RowKey = tuple[tuple[int, ...], int]
 
@@ -48,6 +51,11 @@ class Scorer:
     share_prefixes:
         compute shared token prefixes once (on by default; off gives the plain
         padded-batch computation, used to check that sharing changes nothing).
+    min_shared:
+        a shared segment must save at least this many tokens to run once.
+    cache:
+        a :class:`probe.scoring.cache.ScoreCache` opened for this model's
+        fingerprint: sequences scored before are read from it, new ones added.
     """
 
     def __init__(
@@ -57,6 +65,7 @@ class Scorer:
         token_budget: int = 8192,
         share_prefixes: bool = True,
         min_shared: int = MIN_SHARED,
+        cache: "ScoreCache | None" = None,
     ) -> None:
         if batch_size < 1 or token_budget < 1:
             raise ValueError("batch_size and token_budget must be positive")
@@ -65,6 +74,14 @@ class Scorer:
         self.token_budget = token_budget
         self.share_prefixes = share_prefixes
         self.min_shared = min_shared
+        if cache is not None:
+            from probe.scoring.cache import model_fingerprint
+
+            if cache.fingerprint != model_fingerprint(lm):
+                raise ValueError(f"score cache {cache.path} was opened for another model fingerprint")
+        self.cache = cache
+        self._row_cap = batch_size  # lowered for good after an out-of-memory error
+        self._equal = False
         tok = lm.tokenizer
         pad = tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id
         self.engine = Engine(lm.model, pad_id=pad if pad is not None else 0)
@@ -102,18 +119,10 @@ class Scorer:
             yield self.score(chunk, progress=progress)
 
     # -- planning and running ----------------------------------------------
-    def plan(self, encoded: list[Encoded]) -> list[Batch]:
-        longest = max((len(s.ids) for e in encoded for s in e.sequences), default=0)
-        # Sliding-window attention counts cache columns, so padding gaps inside a
-        # long prompt would shift the window: then only gap-free layouts are used.
-        self._equal = bool(self._sliding and longest > self._sliding // 2)
-        self._nested = not self._equal
+    def rows(self, encoded: list[Encoded]) -> list[Row]:
+        """The unique token sequences behind ``encoded`` (identical requests collapse to one row)."""
         rows: dict[RowKey, Row] = {}
-        grouped: dict[str, list[RowKey]] = defaultdict(list)
-        loose: list[RowKey] = []
         for e in encoded:
-            r = e.request
-            keys = []
             for s in e.sequences:
                 key = (s.ids, s.score_from)
                 row = rows.get(key)
@@ -121,102 +130,126 @@ class Scorer:
                     rows[key] = Row(s.ids, s.score_from, s.label_ids)
                 elif s.label_ids and set(s.label_ids) - set(row.label_ids):
                     row.label_ids = tuple(sorted(set(row.label_ids) | set(s.label_ids)))
-                keys.append(key)
-            if r.group is not None:
-                grouped[f"g:{r.group}"].extend(keys)
-            elif len(keys) > 1:
-                grouped[f"r:{r.id}"].extend(keys)
-            else:
-                loose.extend(keys)
-        groups: list[Group] = []
-        taken: set[RowKey] = set()
-        for name in sorted(grouped):
-            members = [k for k in dict.fromkeys(grouped[name]) if k not in taken]
-            taken.update(members)
-            if members:
-                groups.append(self._group([rows[k] for k in members]))
-        free = [rows[k] for k in dict.fromkeys(loose) if k not in taken]
-        if self.share_prefixes:
-            groups.extend(cluster_ungrouped(free, self.min_shared, max_rows=max(self.batch_size, 1), nested=self._nested))
-        else:
-            groups.extend(Group((), [r]) for r in free)
-        return plan_batches(groups, self.batch_size, self.token_budget, equal_prefix_lengths=self._equal)
+        return list(rows.values())
 
-    def _group(self, rows: list[Row]) -> Group:
-        if not self.share_prefixes:
-            return Group((), rows)
-        return make_group(rows, self.min_shared, nested=self._nested)
+    def plan(self, encoded: list[Encoded]) -> list[Node]:
+        """The prefix tree the rows of ``encoded`` run as (see :mod:`probe.scoring.batching`)."""
+        longest = max((len(s.ids) for e in encoded for s in e.sequences), default=0)
+        # Sliding-window attention counts cache columns, so padding gaps inside a
+        # long prompt would shift the window: then only gap-free layouts are used.
+        self._equal = bool(self._sliding and longest > self._sliding // 2)
+        return build_tree(self.rows(encoded), self.min_shared, share=self.share_prefixes)
 
     def _run(self, encoded: list[Encoded], progress: bool, on_hidden=None) -> dict[RowKey, RowOutput]:
-        batches = self.plan(encoded)
+        # cached sequences come from disk and only the rest runs; hooks (activation capture) bypass the cache
+        if self.cache is not None and on_hidden is None:
+            return self.cache.outputs(encoded, lambda todo: self._compute(todo, progress), model=self.lm.model)
+        return self._compute(encoded, progress, on_hidden)
+
+    def _compute(self, encoded: list[Encoded], progress: bool, on_hidden=None) -> dict[RowKey, RowOutput]:
+        tree = self.plan(encoded)
         outputs: dict[RowKey, RowOutput] = {}
         bar = None
         if progress:
             from tqdm.auto import tqdm
 
-            bar = tqdm(total=sum(b.n_rows for b in batches), unit="seq", desc="scoring", leave=False)
-        for batch in batches:
-            if batch.prefix_groups:
-                self._run_shared(batch, outputs, bar, on_hidden)
-            if batch.plain_rows:
-                rows = batch.plain_rows
-                for row, out in zip(rows, self.engine.run_rows(rows, [0] * len(rows), on_hidden=on_hidden)):
-                    outputs[(row.ids, row.score_from)] = out
-                if bar:
-                    bar.update(len(rows))
+            bar = tqdm(total=sum(n.leaves() for n in tree), unit="seq", desc="scoring", leave=False)
+        self._run_level(tree, None, None, [0] * len(tree), outputs, bar, on_hidden)
         if bar:
             bar.close()
         return outputs
 
-    def _run_shared(self, batch: Batch, outputs: dict[RowKey, RowOutput], bar, on_hidden) -> None:
-        groups = batch.prefix_groups
-        cache, prefix_mask = self.engine.run_prefixes([g.prefix for g in groups])
-        self._run_against(cache, prefix_mask, [(gi, row, len(g.prefix)) for gi, g in enumerate(groups) for row in g.direct], outputs, bar, on_hidden)
-        subs = [(gi, sg) for gi, g in enumerate(groups) for sg in g.subgroups]
-        for c in range(0, len(subs), self.batch_size):
-            part = subs[c : c + self.batch_size]
-            segments = [Row(sg.prefix, len(sg.prefix) + 1) for _, sg in part]
-            cache2, mask2 = self.engine.run_rows(
-                segments,
-                [len(groups[gi].prefix) for gi, _ in part],
-                cache=cache,
-                prefix_mask=prefix_mask,
-                cache_rows=[gi for gi, _ in part],
-                keep_cache=True,
-            )
-            flat = [(si, row, len(sg.prefix)) for si, (_, sg) in enumerate(part) for row in sg.rows]
-            self._run_against(cache2, mask2, flat, outputs, bar, on_hidden)
+    def _run_level(self, nodes: list[Node], cache, mask, parents: list[int], outputs, bar, on_hidden) -> None:
+        """Run sibling ``nodes`` (children of cache rows ``parents``; no cache: top level), then their subtrees.
 
-    def _run_against(self, cache, prefix_mask, flat, outputs: dict[RowKey, RowOutput], bar, on_hidden) -> None:
-        """Run (cache row, row, start) triples against a cache, ``batch_size`` rows at a time.
+        The caches of this level's passes are merged (up to the token budget)
+        so the next level runs the children of many passes together: fewer,
+        fuller forward passes."""
+        kept: list[tuple[Any, torch.Tensor, list[Node]]] = []
+        if cache is None:  # top level: shared segments in left-padded passes, lone rows as plain rows
+            shared = [n for n in nodes if not n.is_leaf]
+            lone = [n for n in nodes if n.is_leaf]
+            for part in self._passes(shared, 0):
+                kept += self._run_top([shared[i] for i in part])
+            for part in self._passes(lone, 0):
+                kept += self._run_pass([lone[i] for i in part], None, None, None, outputs, bar, on_hidden)
+        else:
+            for part in self._passes(nodes, mask.shape[1]):
+                kept += self._run_pass([nodes[i] for i in part], cache, mask, [parents[i] for i in part], outputs, bar, on_hidden)
+        del cache, mask
+        for block in self._merge_blocks(kept):
+            if len(block) == 1:
+                c, m, part = block[0]
+                keep = [i for i, n in enumerate(part) if not n.is_leaf]
+            else:
+                c, m = self.engine.merge_caches([(c, m, [i for i, n in enumerate(p) if not n.is_leaf]) for c, m, p in block])
+                keep = list(range(m.shape[0]))
+            internal = [n for _, _, p in block for n in p if not n.is_leaf]
+            children = [(child, keep[i]) for i, n in enumerate(internal) for child in n.children]
+            self._run_level([ch for ch, _ in children], c, m, [r for _, r in children], outputs, bar, on_hidden)
 
-        Rows are sorted by remaining length and a pass is closed early when
-        padding would exceed 30% of its real tokens (short option rows and long
-        prompt rows then do not share a padded width)."""
-        flat = sorted(flat, key=lambda t: (len(t[1].ids) - t[2], t[1].ids))
-        parts: list[list] = []
-        for item in flat:
-            if parts:
-                part = parts[-1]
-                lengths = [len(r.ids) - s for _, r, s in part] + [len(item[1].ids) - item[2]]
-                if len(part) < self.batch_size and (len(part) < 4 or max(lengths) * len(lengths) <= 1.3 * sum(lengths)):
-                    part.append(item)
+    def _merge_blocks(self, kept: list) -> list[list]:
+        """Consecutive pass caches merged while rows x width stays within the token budget
+        (never with sliding-window layers, where padding gaps would shift the window)."""
+        blocks: list[list] = []
+        for item in kept:
+            if blocks and not self._sliding:
+                block = blocks[-1] + [item]
+                rows = sum(sum(not n.is_leaf for n in p) for _, _, p in block)
+                if rows * max(m.shape[1] for _, m, _ in block) <= self.token_budget:
+                    blocks[-1] = block
                     continue
-            parts.append([item])
-        for part in parts:
-            rows = [row for _, row, _ in part]
-            results = self.engine.run_rows(
-                rows,
-                [start for _, _, start in part],
-                cache=cache,
-                prefix_mask=prefix_mask,
-                cache_rows=[gi for gi, _, _ in part],
-                on_hidden=on_hidden,
-            )
-            for row, out in zip(rows, results):
+            blocks.append([item])
+        return blocks
+
+    def _run_top(self, part: list[Node]) -> list:
+        """A left-padded pass over top-level shared segments; returns its cache for the subtrees."""
+        try:
+            cache, mask = self.engine.run_prefixes([n.ids for n in part])
+        except torch.OutOfMemoryError:
+            if len(part) == 1:
+                raise
+            self._back_off(len(part))
+            k = len(part) // 2
+            return self._run_top(part[:k]) + self._run_top(part[k:])
+        return [(cache, mask, part)]
+
+    def _run_pass(self, part: list[Node], cache, mask, parents, outputs, bar, on_hidden) -> list:
+        """One forward pass over sibling segments: reads the leaves; returns the cache of the
+        internal nodes (for their subtrees), if any."""
+        keep = any(not n.is_leaf for n in part)
+        try:
+            hidden, cache2, mask2 = self.engine.run_segments(
+                [(n.ids, n.start) for n in part], cache=cache, prefix_mask=mask, cache_rows=parents, keep_cache=keep)
+        except torch.OutOfMemoryError:
+            if len(part) == 1:
+                raise
+            self._back_off(len(part))
+            k = len(part) // 2
+            return (self._run_pass(part[:k], cache, mask, parents and parents[:k], outputs, bar, on_hidden)
+                    + self._run_pass(part[k:], cache, mask, parents and parents[k:], outputs, bar, on_hidden))
+        leaf_at = [i for i, n in enumerate(part) if n.is_leaf]
+        if leaf_at:
+            rows = [part[i].row for i in leaf_at]
+            starts = [part[i].start for i in leaf_at]
+            if on_hidden is not None:
+                on_hidden(hidden[torch.tensor(leaf_at)], rows, starts)
+            for row, out in zip(rows, self.engine.read(hidden, rows, starts, leaf_at)):
                 outputs[(row.ids, row.score_from)] = out
             if bar:
                 bar.update(len(rows))
+        return [(cache2, mask2, part)] if keep else []
+
+    def _passes(self, nodes: list[Node], cache_width: int) -> list[list[int]]:
+        return plan_passes(nodes, min(self.batch_size, self._row_cap), self.token_budget, cache_width, equal_widths=self._equal)
+
+    def _back_off(self, rows: int) -> None:
+        """After an out-of-memory error with ``rows`` sequences in a pass: at most half as many from now on."""
+        self._row_cap = max(1, rows // 2)
+        if torch.cuda.is_available():
+            torch.cuda.empty_cache()
+        warnings.warn(f"out of memory with {rows} sequences in one forward pass; "
+                      f"continuing with at most {self._row_cap} (results are unchanged)", RuntimeWarning, stacklevel=2)
 
     # -- results -----------------------------------------------------------
     def _assemble(self, e: Encoded, outputs: dict[RowKey, RowOutput]) -> Result:

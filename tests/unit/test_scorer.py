@@ -168,3 +168,102 @@ def test_nonfinite_logits_are_flagged(tiny_lm):
     [res] = Scorer(lm).score([LabelRequest("n", "Answer:", ("A", "B"))])
     assert not res.finite
     assert all(math.isnan(p) for p in res.probs)
+
+
+def _paths(nodes, prefix=()):
+    """(row, tokens along its tree path) for every leaf."""
+    for n in nodes:
+        seg = prefix + n.ids[n.start:n.end]
+        if n.is_leaf:
+            yield n.row, seg
+        else:
+            yield from _paths(n.children, seg)
+
+
+def test_prefix_tree_covers_every_row_and_ignores_order():
+    from probe.scoring.batching import build_tree
+    from probe.scoring.engine import Row
+
+    rng = random.Random(0)
+    base = tuple(rng.randrange(50) for _ in range(30))
+    rows = []
+    for i in range(40):
+        cut = rng.choice([5, 12, 20, 30])
+        ids = base[:cut] + tuple(rng.randrange(50) for _ in range(rng.randrange(2, 9)))
+        rows.append(Row(ids, score_from=len(ids) - rng.randrange(0, 2), label_ids=(1,)))
+    rows = list({(r.ids, r.score_from): r for r in rows}.values())
+    tree = build_tree(rows, min_shared=4)
+    leaves = list(_paths(tree))
+    assert sorted((r.ids, r.score_from) for r, _ in leaves) == sorted((r.ids, r.score_from) for r in rows)
+    for row, tokens in leaves:
+        assert tokens == row.ids  # the segments on a path spell the row
+    def starts(nodes):
+        for n in nodes:
+            if n.is_leaf:
+                assert n.start <= n.row.score_from - 1  # every scored position is read in the row's own leaf
+            else:
+                assert len(n.children) >= 2 and (len(n.children) - 1) * n.width >= 4
+                starts(n.children)
+    starts(tree)
+    def shape(nodes):
+        return [(n.start, n.end, n.ids, shape(n.children)) for n in nodes]
+    shuffled = rows[:]
+    random.Random(1).shuffle(shuffled)
+    assert shape(build_tree(shuffled, min_shared=4)) == shape(tree)
+    computed = sum(n.width for n in _all(tree))
+    assert computed < sum(len(r.ids) for r in rows)
+
+
+def _all(nodes):
+    for n in nodes:
+        yield n
+        yield from _all(n.children)
+
+
+def test_prefix_shared_across_groups_runs_once(tiny_lm):
+    """A system prompt common to requests of different groups is computed once, whatever the groups say."""
+    prompt = lambda q: render_prompt(tiny_lm.tokenizer, q, system=SYSTEM, prefill="Answer:")  # noqa: E731
+    reqs = [LabelRequest(f"l{i}", prompt(q), ("A", "B"), group=f"g{i}") for i, q in enumerate(QUESTIONS)]
+    scorer = Scorer(tiny_lm, batch_size=8, min_shared=1)  # 1: every branch point is kept
+    scorer.score(reqs)
+    encoded = [scorer.encode(r) for r in reqs]
+    ids = [e.sequences[0].ids for e in encoded]
+    trie = {s[:k] for s in ids for k in range(1, len(s) + 1)}
+    assert scorer.engine.tokens_run == len(trie)  # each distinct prefix exactly once
+    assert len(trie) < 0.6 * sum(len(s) for s in ids)
+
+
+def test_out_of_memory_backs_off_and_keeps_results(tiny_lm, monkeypatch):
+    import torch
+
+    reqs = _requests(tiny_lm)
+    want = Scorer(tiny_lm, batch_size=8).score(reqs)
+    scorer = Scorer(tiny_lm, batch_size=8)
+    real_segments, real_prefixes = scorer.engine.run_segments, scorer.engine.run_prefixes
+
+    def small_only(fn):
+        def run(rows, *a, **k):
+            if len(rows) > 2:
+                raise torch.OutOfMemoryError("CUDA out of memory (simulated)")
+            return fn(rows, *a, **k)
+        return run
+
+    monkeypatch.setattr(scorer.engine, "run_segments", small_only(real_segments))
+    monkeypatch.setattr(scorer.engine, "run_prefixes", small_only(real_prefixes))
+    with pytest.warns(RuntimeWarning, match="out of memory"):
+        got = scorer.score(reqs)
+    assert scorer._row_cap <= 2
+    assert _max_diff(want, got) <= TOL
+
+
+def test_out_of_memory_on_a_single_sequence_is_raised(tiny_lm, monkeypatch):
+    import torch
+
+    scorer = Scorer(tiny_lm, batch_size=8)
+
+    def oom(*a, **k):
+        raise torch.OutOfMemoryError("simulated")
+
+    monkeypatch.setattr(scorer.engine, "run_segments", oom)
+    with pytest.raises(torch.OutOfMemoryError):
+        scorer.score([LabelRequest("x", "Question: who?\nAnswer:", ("A", "B"))])

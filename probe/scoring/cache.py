@@ -1,0 +1,405 @@
+"""A persistent cache of scores, keyed on what decides a number: the model, its
+tokenizer, dtype and device type, and the exact token ids (never strings).
+
+Re-running an evaluation (a new metric, an extra prompt variant, a crashed job)
+then costs only the sequences not scored before. A cached value is the
+scorer's per-sequence output (:class:`probe.scoring.engine.RowOutput`), stored
+bit-exactly (IEEE float64 bytes, so ``-inf``, ``-0.0`` and NaN survive).
+
+>>> import tempfile, pathlib
+>>> from probe.scoring.engine import RowOutput
+>>> path = pathlib.Path(tempfile.mkdtemp()) / "scores.sqlite"
+>>> key = ((1, 5, 7), 3, (8, 9))               # token ids, score_from, label ids
+>>> with ScoreCache(path, "model-fingerprint") as cache:
+...     cache.put_many({key: RowOutput({8: -0.5, 9: -1.25}, [], True)})
+...     cache.get_many([key])[key].label_logprobs
+{8: -0.5, 9: -1.25}
+
+Design choices (see ``docs/reliability.md``):
+
+* **Fingerprint** (:func:`model_fingerprint`): weights identity (the GGUF's
+  sha256; else the sha256 of the weight files in the model directory; else the
+  hub commit; else the bytes of the in-memory tensors - fine for test models,
+  slow for big ones), the model config, the tokenizer, dtype, quantization,
+  attention implementation, device *type* (CPU and CUDA kernels give different
+  float noise), the torch and transformers ``major.minor`` versions (a new
+  release may change a model's code, e.g. a RoPE fix) and
+  :data:`ENGINE_VERSION`. All are cheap after the first hash of a file.
+* **Non-finite rows are cached** like any other: NaN/inf logits are a
+  deterministic property of model + dtype + ids (all in the key), and ``finite``
+  round-trips, so a cached NaN row is reported exactly as a fresh one.
+* **Never wrong silently**: every value carries a digest of its key and bytes;
+  a damaged value, a file that is not a cache, or a cache of an unknown format
+  is a :class:`probe.errors.ProbeError` naming the file.
+* **Hooks bypass the cache**: a forward hook (steering, patching, activation
+  capture) changes what the forward pass computes without changing the
+  weights, so :meth:`ScoreCache.outputs` neither reads nor writes while one is
+  registered on the model, nor once a weight was edited in place after its
+  first call (a file-loaded model's fingerprint is that of its files).
+* Storage is stdlib ``sqlite3`` in WAL mode: atomic commits, many readers and
+  one writer at a time across processes (concurrent writers wait). Use a local
+  disk: WAL needs shared memory, which network file systems may not provide.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import sqlite3
+import struct
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Iterable, Iterator, Sequence
+
+from probe.errors import ProbeError
+from probe.scoring.engine import RowOutput
+
+#: Bump when the engine's numerics change (cached values of older engines are then not reused).
+ENGINE_VERSION = 1
+FORMAT = 1  # layout of the sqlite file and of a stored value
+WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".gguf", ".ckpt")
+_CHUNK = 500  # keys per SELECT: under SQLite's bound-parameter limit on every build
+_BUSY_MS = 120_000  # how long a writer waits for another process's transaction
+
+CacheKey = tuple[tuple[int, ...], int, tuple[int, ...]]  # (token ids, score_from, label ids)
+
+
+# -- fingerprints -----------------------------------------------------------
+def model_fingerprint(lm: Any) -> str:
+    """sha256 (hex) identifying everything about ``lm`` that can change a score.
+
+    ``lm`` is a :class:`probe.models.LoadedModel` (or anything with ``.model``
+    and ``.tokenizer``). See :func:`fingerprint_parts` for what goes in.
+    """
+    return combine_parts(fingerprint_parts(lm))
+
+
+def combine_parts(parts: dict[str, str]) -> str:
+    """The fingerprint of already computed :func:`fingerprint_parts` (saves hashing a tokenizer twice)."""
+    return _sha(_canonical(parts))
+
+
+def fingerprint_parts(lm: Any) -> dict[str, str]:
+    """The named parts of :func:`model_fingerprint` (short values or sha256 hex).
+
+    Kept apart so that a mismatch can say *what* differs (e.g. ``dtype``).
+    """
+    import torch
+    import transformers
+
+    model, tok = lm.model, lm.tokenizer
+    params = list(model.parameters())
+    devices = sorted({p.device.type for p in params}) or ["cpu"]
+    # the declared dtype (compute dtype of a quantized model) and the tensors' actual ones (a later .to())
+    actual = sorted({str(p.dtype).replace("torch.", "") for p in params})
+    dtype = f"{getattr(lm, 'dtype', None)}/{','.join(actual)}"
+    cfg = getattr(model, "config", None)
+    return {
+        "weights": weights_identity(lm),
+        "config": _sha(_canonical(_config_dict(cfg))),
+        "tokenizer": tokenizer_fingerprint(tok),
+        "dtype": dtype,
+        "quantization": str(getattr(lm, "quantization", None)),
+        "attention": str(getattr(cfg, "_attn_implementation", None)),
+        "device": ",".join(devices),
+        "torch": _major_minor(torch.__version__),
+        "transformers": _major_minor(transformers.__version__),
+        "engine": str(ENGINE_VERSION),
+    }
+
+
+def weights_identity(lm: Any) -> str:
+    """Which weights: ``gguf:<sha256>``, ``files:<sha256>``, ``hub:<id>@<commit>`` or ``tensors:<sha256>``.
+
+    Files are hashed once per process (memo keyed on path, size and mtime).
+    In-memory tensors are hashed when the model came from no file; the result
+    is memoized on ``lm`` together with every parameter's in-place version
+    counter, so editing a weight in place gives a new identity.
+    """
+    if getattr(lm, "file_sha256", None):
+        return f"gguf:{lm.file_sha256}"
+    source = Path(str(getattr(lm, "source", "") or "")).expanduser()
+    files = sorted(p for p in source.iterdir() if p.suffix in WEIGHT_SUFFIXES and p.is_file()) if source.is_dir() else []
+    if files:
+        return "files:" + _sha(_canonical({p.name: _file_sha(p) for p in files}))
+    revision = str(getattr(lm, "revision", None) or "")
+    if len(revision) == 40 and all(c in "0123456789abcdef" for c in revision) and not source.exists():
+        return f"hub:{lm.source}@{revision}"  # a commit pins the files
+    return "tensors:" + _tensor_sha(lm)
+
+
+def tokenizer_fingerprint(tokenizer: Any) -> str:
+    """sha256 of a tokenizer's full definition (vocab, merges, added and special tokens, pre/post-processing)."""
+    backend = getattr(tokenizer, "backend_tokenizer", None)
+    if backend is not None:
+        body = backend.to_str()
+    else:  # a slow (Python) tokenizer: its vocabulary is what we can see
+        body = _canonical(sorted(tokenizer.get_vocab().items(), key=lambda kv: kv[1]))
+    special = {k: str(v) for k, v in getattr(tokenizer, "special_tokens_map", {}).items()}
+    return _sha(_canonical({"class": type(tokenizer).__name__, "body": _sha(body), "special": special}))
+
+
+_FILE_MEMO: dict[tuple[str, int, int], str] = {}
+
+
+def _file_sha(path: Path) -> str:
+    st = path.stat()
+    memo_key = (str(path.resolve()), st.st_size, st.st_mtime_ns)
+    if memo_key not in _FILE_MEMO:
+        digest = hashlib.sha256()
+        with open(path, "rb") as f:
+            while block := f.read(1 << 20):
+                digest.update(block)
+        _FILE_MEMO[memo_key] = digest.hexdigest()
+    return _FILE_MEMO[memo_key]
+
+
+def _tensor_sha(lm: Any) -> str:
+    """Hash every state-dict tensor (name, dtype, shape, bytes); ~1 s per GB, memoized on ``lm``."""
+    import torch
+
+    state = lm.model.state_dict()
+    # data pointer + in-place version counter: changes when a tensor is replaced or edited in place
+    stamp = tuple((name, t.data_ptr(), t._version) for name, t in sorted(state.items()))
+    memo = getattr(lm, "_probe_tensor_sha", None)
+    if memo is not None and memo[0] == stamp:
+        return memo[1]
+    digest = hashlib.sha256()
+    for name, t in sorted(state.items()):
+        flat = t.detach().to("cpu").contiguous().reshape(-1)
+        digest.update(_canonical([name, str(t.dtype), list(t.shape)]).encode())
+        digest.update(flat.view(torch.uint8).numpy().tobytes() if flat.numel() else b"")
+    value = digest.hexdigest()
+    try:
+        lm._probe_tensor_sha = (stamp, value)
+    except AttributeError:  # an object with __slots__: no memo
+        pass
+    return value
+
+
+def _config_dict(cfg: Any) -> dict:
+    if cfg is None:
+        return {}
+    d = cfg.to_dict() if hasattr(cfg, "to_dict") else dict(vars(cfg))
+    # where the files were and which release wrote them do not change the numbers
+    return {k: v for k, v in d.items() if k not in ("_name_or_path", "transformers_version", "_commit_hash")}
+
+
+def _major_minor(version: str) -> str:
+    return ".".join(version.split("+")[0].split(".")[:2])
+
+
+def _canonical(obj: Any) -> str:
+    return json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=True, default=str)
+
+
+def _sha(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+# -- hooks ---------------------------------------------------------------------
+def forward_hooked(model: Any) -> bool:
+    """True when a forward (pre-)hook is registered on ``model``, on any submodule, or globally."""
+    from torch.nn.modules import module as mod
+
+    if any(getattr(mod, g, None) for g in ("_global_forward_hooks", "_global_forward_pre_hooks")):
+        return True
+    return any(m._forward_hooks or m._forward_pre_hooks for m in model.modules())
+
+
+# -- the store -------------------------------------------------------------------
+@dataclass
+class CacheStats:
+    hits: int = 0
+    misses: int = 0
+    writes: int = 0
+    bypassed: int = 0  # sequences computed without the cache (hooks on the model)
+
+
+class ScoreCache:
+    """Scores on disk at ``path`` (SQLite, created if missing), for one model ``fingerprint``.
+
+    Several processes may share one file (e.g. shards of one run); one file may
+    also hold several models' scores, since the fingerprint is part of every key.
+    """
+
+    def __init__(self, path: str | Path, fingerprint: str) -> None:
+        self.path = Path(path)
+        self.fingerprint = fingerprint
+        self.stats = CacheStats()
+        self._stamps: dict[int, tuple] = {}  # id(model) -> parameter versions when first seen
+        if self.path.exists() and not self.path.is_file():
+            raise ProbeError(f"score cache {self.path} exists and is not a file")
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        with self._errors("open"):
+            self._db = sqlite3.connect(self.path, timeout=_BUSY_MS / 1000, isolation_level=None)
+        try:
+            with self._errors("open"):
+                self._db.execute(f"PRAGMA busy_timeout={_BUSY_MS}")
+                self._db.execute("PRAGMA journal_mode=WAL")
+                self._db.execute("BEGIN IMMEDIATE")  # schema set-up races with other processes otherwise
+                try:
+                    self._db.execute("CREATE TABLE IF NOT EXISTS meta (name TEXT PRIMARY KEY, value TEXT NOT NULL)")
+                    self._db.execute("CREATE TABLE IF NOT EXISTS scores (key BLOB PRIMARY KEY, value BLOB NOT NULL) WITHOUT ROWID")
+                    self._db.execute("INSERT OR IGNORE INTO meta VALUES ('format', ?)", (str(FORMAT),))
+                    self._db.execute("COMMIT")
+                except BaseException:
+                    self._db.execute("ROLLBACK")
+                    raise
+                (found,) = self._db.execute("SELECT value FROM meta WHERE name = 'format'").fetchone()
+            if found != str(FORMAT):
+                raise ProbeError(f"score cache {self.path} has format {found}, this probe reads format {FORMAT}; "
+                                 "use another --score-cache file")
+        except BaseException:
+            self._db.close()
+            raise
+
+    # -- keys and values ---------------------------------------------------------
+    def key_digest(self, key: CacheKey) -> bytes:
+        """32-byte row key: sha256 over the fingerprint, the ids, ``score_from`` and the sorted label ids."""
+        ids, score_from, label_ids = key
+        labels = sorted(label_ids)
+        digest = hashlib.sha256(b"probe-score-cache/1\0" + self.fingerprint.encode() + b"\0")
+        digest.update(struct.pack(f"<qq{len(ids)}q", score_from, len(ids), *ids))
+        digest.update(struct.pack(f"<q{len(labels)}q", len(labels), *labels))
+        return digest.digest()
+
+    @staticmethod
+    def _encode(digest: bytes, out: RowOutput) -> bytes:
+        labels = sorted(out.label_logprobs.items())
+        body = struct.pack(f"<BBII{len(labels)}q{len(labels)}d{len(out.token_logprobs)}d",
+                           FORMAT, bool(out.finite), len(labels), len(out.token_logprobs),
+                           *(k for k, _ in labels), *(v for _, v in labels), *out.token_logprobs)
+        return body + hashlib.blake2b(digest + body, digest_size=8).digest()
+
+    def _decode(self, digest: bytes, blob: Any) -> RowOutput:
+        blob = bytes(blob) if isinstance(blob, (bytes, memoryview)) else b""
+        body, check = blob[:-8], blob[-8:]
+        try:
+            if len(blob) < 18 or hashlib.blake2b(digest + body, digest_size=8).digest() != check:
+                raise ValueError("digest mismatch")
+            fmt, finite, n_labels, n_tokens = struct.unpack_from("<BBII", body)
+            if fmt != FORMAT or len(body) != 10 + 16 * n_labels + 8 * n_tokens:
+                raise ValueError("bad layout")
+            values = struct.unpack_from(f"<{n_labels}q{n_labels}d{n_tokens}d", body, 10)
+        except (ValueError, struct.error) as exc:
+            raise ProbeError(f"score cache {self.path} holds a damaged value ({exc}); "
+                             "delete the file (it is only a cache)") from None
+        ids, lps = values[:n_labels], values[n_labels : 2 * n_labels]
+        return RowOutput(dict(zip(ids, lps)), list(values[2 * n_labels :]), bool(finite))
+
+    # -- API -----------------------------------------------------------------------------
+    def get_many(self, keys: Iterable[CacheKey]) -> dict[CacheKey, RowOutput]:
+        """The cached outputs among ``keys`` (missing keys are absent); counts hits and misses."""
+        wanted = {self.key_digest(k): k for k in dict.fromkeys(keys)}
+        found: dict[CacheKey, RowOutput] = {}
+        digests = list(wanted)
+        with self._errors("read"):
+            for c in range(0, len(digests), _CHUNK):
+                part = digests[c : c + _CHUNK]
+                marks = ",".join("?" * len(part))
+                for digest, blob in self._db.execute(f"SELECT key, value FROM scores WHERE key IN ({marks})", part):
+                    found[wanted[digest]] = self._decode(digest, blob)
+        self.stats.hits += len(found)
+        self.stats.misses += len(wanted) - len(found)
+        return found
+
+    def put_many(self, items: dict[CacheKey, RowOutput]) -> None:
+        """Store outputs in one transaction (all or nothing). A key already present keeps its first value."""
+        rows = []
+        for key, out in items.items():
+            digest = self.key_digest(key)
+            rows.append((digest, self._encode(digest, out)))
+        if not rows:
+            return
+        with self._errors("write"):
+            self._db.execute("BEGIN IMMEDIATE")
+            try:
+                self._db.executemany("INSERT OR IGNORE INTO scores VALUES (?, ?)", rows)
+                self._db.execute("COMMIT")
+            except BaseException:
+                self._db.execute("ROLLBACK")
+                raise
+        self.stats.writes += len(rows)
+
+    def outputs(
+        self,
+        encoded: Sequence[Any],
+        compute: Callable[[list[Any]], dict[tuple[tuple[int, ...], int], RowOutput]],
+        model: Any = None,
+    ) -> dict[tuple[tuple[int, ...], int], RowOutput]:
+        """Outputs keyed ``(ids, score_from)`` for encoded requests, computing only what is not cached.
+
+        ``encoded``: :class:`probe.scoring.tokens.Encoded` objects; ``compute(todo)``
+        runs a subset and returns its outputs keyed ``(ids, score_from)`` (the
+        scorer's ``_run``). A request is recomputed whole when any of its
+        sequences is missing, and so is every request sharing such a sequence
+        (the scorer merges their label ids into one row). Each sequence is stored
+        under its own label ids. With ``model`` hooked, the cache is bypassed.
+        """
+        if model is not None and (forward_hooked(model) or self._weights_edited(model)):
+            self.stats.bypassed += sum(len(e.sequences) for e in encoded)
+            return compute(list(encoded))
+        hit = self.get_many(sequence_key(s) for e in encoded for s in e.sequences)
+        missing = {(s.ids, s.score_from) for e in encoded for s in e.sequences if sequence_key(s) not in hit}
+        todo = [e for e in encoded if any((s.ids, s.score_from) in missing for s in e.sequences)]
+        outputs = compute(todo) if todo else {}
+        new = {}
+        for e in todo:
+            for s in e.sequences:
+                out = outputs[(s.ids, s.score_from)]
+                labels = {t: out.label_logprobs[t] for t in s.label_ids}
+                new[sequence_key(s)] = RowOutput(labels, list(out.token_logprobs), out.finite)
+        self.put_many(new)
+        for (ids, score_from, _), out in hit.items():
+            row = (ids, score_from)
+            if row in missing:
+                continue
+            have = outputs.get(row)
+            if have is None:
+                outputs[row] = out
+            else:  # the same sequence cached under other label ids: one row holds the union
+                have.label_logprobs.update(out.label_logprobs)
+                have.finite = have.finite and out.finite
+        return outputs
+
+    def _weights_edited(self, model: Any) -> bool:
+        """True once a parameter of ``model`` was replaced or edited in place since the first call.
+
+        The fingerprint of a model loaded from files is that of the files, so an
+        in-place edit (e.g. ablating a weight) would otherwise go unseen.
+        """
+        stamp = tuple((p.data_ptr(), p._version) for p in model.parameters())
+        first = self._stamps.setdefault(id(model), stamp)
+        return first != stamp
+
+    def __len__(self) -> int:
+        """Rows stored in the file (all fingerprints)."""
+        with self._errors("read"):
+            return self._db.execute("SELECT COUNT(*) FROM scores").fetchone()[0]
+
+    def close(self) -> None:
+        self._db.close()
+
+    def __enter__(self) -> "ScoreCache":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    @contextlib.contextmanager
+    def _errors(self, what: str) -> Iterator[None]:
+        """Turn sqlite errors into a ProbeError naming the file."""
+        try:
+            yield
+        except sqlite3.Error as exc:
+            raise ProbeError(
+                f"score cache {self.path}: cannot {what} it ({exc.__class__.__name__}: {exc}); "
+                "if it is damaged, delete it (it is only a cache) or choose another --score-cache"
+            ) from exc
+
+
+def sequence_key(seq: Any) -> CacheKey:
+    """The cache key of a :class:`probe.scoring.tokens.Sequence` (label ids sorted)."""
+    return (tuple(seq.ids), int(seq.score_from), tuple(sorted(seq.label_ids)))
