@@ -56,3 +56,26 @@ def test_transformer_lens_backend_agrees(smollm2, tmp_path):
         np.testing.assert_allclose(tl[k], hf[k], atol=1e-4 * scale, rtol=0, err_msg=k)
     for a, b in zip(hf.records, tl.records):
         np.testing.assert_allclose(a["label_logprobs"], b["label_logprobs"], atol=1e-3)
+
+
+def test_score_and_capture_on_smollm2(smollm2):
+    """Capture in the scoring passes: the last-token residual equals output_hidden_states and the
+    scores equal the prefix-sharing scorer's."""
+    from probe.activations.scoring_capture import CaptureSpec, score_and_capture
+    from probe.prompts.chat import render_prompt
+    from probe.scoring import ContinuationRequest, LabelRequest, Scorer
+
+    prompt = render_prompt(smollm2.tokenizer, "Person A has wrinkles. Person B has smooth skin. Who forgot the keys?",
+                           prefill="Answer:")
+    reqs = [LabelRequest("l", prompt, ("A", "B")), ContinuationRequest("c", prompt, ("Person A", "Person B"))]
+    scorer = Scorer(smollm2)
+    results, acts = score_and_capture(scorer, reqs, CaptureSpec(hooks=("blocks.12.hook_resid_post",), positions=("last",)))
+    plain = scorer.score(reqs)
+    for a, b in zip(results, plain):
+        assert max(abs(x - y) for x, y in zip(a.logprobs, b.logprobs)) <= 1e-4
+    ids = torch.tensor([smollm2.tokenizer(prompt, add_special_tokens=False).input_ids])
+    with torch.no_grad():
+        hs = smollm2.model(ids, output_hidden_states=True).hidden_states
+    got = acts.arrays["blocks.12.hook_resid_post@last"]
+    for row in got:
+        np.testing.assert_allclose(row, hs[13][0, -1].numpy(), atol=1e-4)
