@@ -75,3 +75,24 @@ def tiny_lm(seed: int = 0, chat_template: str = CHATML, layers: int = 2):
 
     tok = tiny_tokenizer(chat_template)
     return LoadedModel(model=tiny_model(len(tok), seed, layers), tokenizer=tok, name="tiny-llama", source="tests/tiny.py")
+
+
+def score_items(n: int) -> list[dict]:
+    """``n`` short `probe score` items: labels, continuations every third, groups of two every five."""
+    out = []
+    for i in range(n):
+        item = {"id": f"q{i:03d}", "prompt": f"Who has item {i}?", "options": ["A", "B", "C"]}
+        if i % 3 == 1:
+            item.update(kind="continuation", options=["Person A", "the grandson"])
+        if i % 5 < 2:
+            item["group"] = f"g{i // 5}"
+        out.append(item)
+    return out
+
+
+def write_items(path, items: list[dict]):
+    """Write ``items`` as JSONL to ``path`` and return it."""
+    import json
+
+    path.write_text("".join(json.dumps(x) + "\n" for x in items))
+    return path

@@ -21,7 +21,8 @@ from pathlib import Path
 import pytest
 
 from probe.cli import main
-from tests.tiny import tiny_lm
+from tests.tiny import score_items, tiny_lm
+from tests.tiny import write_items as _write_items
 
 ROOT = Path(__file__).resolve().parents[2]
 N_ITEMS = 200
@@ -43,21 +44,7 @@ def one_thread():
 
 
 def _items(n: int = N_ITEMS) -> list[dict]:
-    """Short prompts; pairs share a group (the scorer keeps a group in one pass)."""
-    out = []
-    for i in range(n):
-        item = {"id": f"q{i:03d}", "prompt": f"Who has item {i}?", "options": ["A", "B", "C"]}
-        if i % 3 == 1:
-            item.update(kind="continuation", options=["Person A", "the grandson"])
-        if i % 5 < 2:
-            item["group"] = f"g{i // 5}"
-        out.append(item)
-    return out
-
-
-def _write_items(path: Path, items: list[dict]) -> Path:
-    path.write_text("".join(json.dumps(x) + "\n" for x in items))
-    return path
+    return score_items(n)
 
 
 def _args(model_dir: Path, inp: Path, out: Path, batch_size: int = 2, flush_every: int = 4) -> list[str]:

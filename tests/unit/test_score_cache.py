@@ -235,15 +235,20 @@ def test_a_damaged_value_is_an_error_not_a_wrong_score(tmp_path):
     path = tmp_path / "scores.sqlite"
     with ScoreCache(path, FP) as cache:
         cache.put_many({KEY: RowOutput({7: -1.0, 5: -2.0}, [], True)})
-    db = sqlite3.connect(path)
-    (blob,) = db.execute("SELECT value FROM scores").fetchone()
+    (blob,) = sqlite3.connect(path).execute("SELECT value FROM scores").fetchone()
     damaged = bytearray(blob)
     damaged[12] ^= 0x01  # one flipped bit in a stored id or float
-    db.execute("UPDATE scores SET value = ?", (bytes(damaged),))
-    db.commit()
-    db.close()
+    _edit(path, "UPDATE scores SET value = ?", (bytes(damaged),))
     with ScoreCache(path, FP) as cache, pytest.raises(ProbeError, match="scores.sqlite.*damaged"):
         cache.get_many([KEY])
+
+
+def _edit(path, sql: str, params: tuple = ()) -> None:
+    """Change the cache file behind the cache's back (what damage on disk would do)."""
+    db = sqlite3.connect(path)
+    db.execute(sql, params)
+    db.commit()
+    db.close()
 
 
 def test_a_value_moved_to_another_key_is_detected(tmp_path):
@@ -252,11 +257,8 @@ def test_a_value_moved_to_another_key_is_detected(tmp_path):
     with ScoreCache(path, FP) as cache:
         cache.put_many({KEY: RowOutput({7: -1.0, 5: -2.0}, [], True), other: RowOutput({}, [-1.0, -2.0], True)})
         digest = cache.key_digest(other)
-    db = sqlite3.connect(path)
-    (blob,) = db.execute("SELECT value FROM scores WHERE key != ?", (digest,)).fetchone()
-    db.execute("UPDATE scores SET value = ? WHERE key = ?", (blob, digest))
-    db.commit()
-    db.close()
+    (blob,) = sqlite3.connect(path).execute("SELECT value FROM scores WHERE key != ?", (digest,)).fetchone()
+    _edit(path, "UPDATE scores SET value = ? WHERE key = ?", (blob, digest))
     with ScoreCache(path, FP) as cache, pytest.raises(ProbeError, match="damaged"):
         cache.get_many([other])
 
@@ -264,10 +266,7 @@ def test_a_value_moved_to_another_key_is_detected(tmp_path):
 def test_unknown_format_and_directory_are_refused(tmp_path):
     path = tmp_path / "scores.sqlite"
     ScoreCache(path, FP).close()
-    db = sqlite3.connect(path)
-    db.execute("UPDATE meta SET value = '99' WHERE name = 'format'")
-    db.commit()
-    db.close()
+    _edit(path, "UPDATE meta SET value = '99' WHERE name = 'format'")
     with pytest.raises(ProbeError, match="scores.sqlite has format 99"):
         ScoreCache(path, FP)
     with pytest.raises(ProbeError, match="not a file"):

@@ -25,6 +25,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from probe.cli import main
+from tests.tiny import score_items as _items
+from tests.tiny import write_items as _write_items
 from probe.commands.common import check_input, group_chunks, score_to_file
 from probe.errors import InputError, ProbeError
 from probe.runs.shard import (
@@ -219,21 +221,6 @@ class _Sequential(Processes):
         pass
 
 
-def _items(n: int) -> list[dict]:
-    out = []
-    for i in range(n):
-        item = {"id": f"q{i:03d}", "prompt": f"Who has item {i}?", "options": ["A", "B", "C"]}
-        if i % 3 == 1:
-            item.update(kind="continuation", options=["Person A", "the grandson"])
-        if i % 5 < 2:
-            item["group"] = f"g{i // 5}"
-        out.append(item)
-    return out
-
-
-def _write_items(path: Path, items: list[dict]) -> Path:
-    path.write_text("".join(json.dumps(x) + "\n" for x in items))
-    return path
 
 
 def test_sequential_ranks_equal_one_process_perplexity(tmp_path, tiny_lm):
