@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 
 from probe import __version__
@@ -72,7 +73,9 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return int(args.func(args) or 0)
     except ProbeError as exc:
-        print(f"probe: error: {exc}", file=sys.stderr)
+        # under `accelerate launch` every rank meets the same bad input: say it once
+        if os.environ.get("RANK", "0") == "0":
+            print(f"probe: error: {exc}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
         print("probe: interrupted; records written so far are kept, re-run the same command to resume", file=sys.stderr)
