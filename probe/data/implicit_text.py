@@ -25,7 +25,7 @@ import yaml
 
 from probe.data.bbq import group_key
 
-__all__ = ["CueTable", "load_cue_table", "load_exclusions", "load_unknown_answers", "person_rewrite"]
+__all__ = ["CueTable", "load_cue_table", "load_exclusions", "load_unknown_answers", "person_agreement", "person_rewrite"]
 
 # Head nouns dropped after an adjective slot ("the {{NAME1}} man" -> "Person A").
 HEAD_NOUNS = (
@@ -67,6 +67,28 @@ def person_rewrite(text: str, person1: str, person2: str, word1: str = "", word2
         )
         text = pattern.sub(lambda m, p=person: repl(m, p), text)
     return re.sub(r"\s{2,}", " ", text)
+
+
+# Verbs written for a plural group ("the Muslims are ...") that must agree with one person.
+_SINGULAR = {"are": "is", "were": "was", "have": "has", "aren't": "isn't", "weren't": "wasn't", "don't": "doesn't"}
+
+
+def person_agreement(text: str, persons: tuple[str, str]) -> str:
+    """``Person A are`` -> ``Person A is`` where the person alone is the subject (run on the
+    fully slotted text: templates written for plural groups, "the Muslims are ...").
+
+    Left alone: ``Person A and Person B are`` (a plural subject) and ``the parents of
+    Person B were`` (the person is not the subject). A stray article before a person
+    (``and a Person B``, left from a group noun) is dropped.
+
+    >>> person_agreement("While Person A are competent, Person A and Person B were late.", ("Person A", "Person B"))
+    'While Person A is competent, Person A and Person B were late.'
+    """
+    names = "|".join(re.escape(p) for p in persons)
+    verbs = "|".join(re.escape(v) for v in _SINGULAR)
+    text = re.sub(rf"\b[Aa] ({names})\b", r"\1", text)  # "and a Person B" (an article left from a group noun)
+    pattern = re.compile(rf"(?<!\band )(?<!\band the )(?<!\bof )\b({names})\s+({verbs})(?![\w'])")
+    return pattern.sub(lambda m: f"{m.group(1)} {_SINGULAR[m.group(2)]}", text)
 
 
 @dataclass(frozen=True)

@@ -34,7 +34,7 @@ from typing import Iterable, Literal, Sequence
 from probe.data.bbq import stable_hash
 from probe.data.bbq_templates import (SlotFill, TemplateRow, answer_slot, fill_to_items, fills_for_row,
                                       load_vocab, read_templates, slot_text)
-from probe.data.implicit_text import CueTable, load_cue_table, load_exclusions, load_unknown_answers, person_rewrite
+from probe.data.implicit_text import CueTable, load_cue_table, load_exclusions, load_unknown_answers, person_agreement, person_rewrite
 from probe.data.items import SETTINGS, BBQItem, setting_name
 
 __all__ = ["DIMENSIONS", "PAPER_COUNTS", "build_implicitbbq", "count_table", "format_count_table"]
@@ -100,7 +100,7 @@ def _person_items(dim: str, ctx_id: str, fill: SlotFill, g1: str, g2: str, kind:
         return []
 
     def text(col: str) -> str:
-        return slot_text(person_rewrite(f[col], p1, p2, fill.word1, fill.word2), fill, p1, p2).strip()
+        return person_agreement(slot_text(person_rewrite(f[col], p1, p2, fill.word1, fill.word2), fill, p1, p2), PERSONS).strip()
 
     amb = text("Ambiguous_Context")
     dis = f"{amb} {text('Disambiguating_Context')}".strip()
