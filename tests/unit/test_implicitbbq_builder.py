@@ -4,7 +4,7 @@ from collections import Counter
 
 import pytest
 
-from probe.data.implicit_text import load_cue_table, load_exclusions, load_unknown_answers, person_rewrite
+from probe.data.implicit_text import load_cue_table, load_exclusions, load_unknown_answers, person_agreement, person_rewrite
 from probe.data.implicitbbq import DIMENSIONS, build_implicitbbq, count_table, format_count_table
 from probe.data.items import SETTINGS
 
@@ -46,6 +46,27 @@ def test_person_rewrite():
     assert person_rewrite("a {{NAME1}} {{WORD1}} and", "Person A", "Person B", word1="man") == "Person A and"
     assert person_rewrite("a {{NAME1}} {{WORD1}} and", "Person A", "Person B", word1="drinks") == \
         "Person A {{WORD1}} and"
+
+
+@pytest.mark.parametrize("text, want", [
+    ("while Person A are more open and friendly.", "while Person A is more open and friendly."),
+    ("Person B have set up a range; Person A aren't and weren't.", "Person B has set up a range; Person A isn't and weren't."),
+    ("Person A don't care.", "Person A doesn't care."),
+    ("Person A and Person B were late.", "Person A and Person B were late."),  # a plural subject
+    ("the parents of Person B were open", "the parents of Person B were open"),  # not the subject
+    ("Person A and a Person B were talking", "Person A and Person B were talking"),  # article left by a group noun
+    ("Person A arena", "Person A arena"),  # only whole words
+])
+def test_person_agreement(text, want):
+    assert person_agreement(text, ("Person A", "Person B")) == want
+
+
+def test_no_plural_verb_after_a_lone_person(items):
+    import re
+
+    lone = re.compile(r"(?<!\band )(?<!\bof )\bPerson [AB] (are|were|have|aren't|weren't)\b")
+    bad = [it.id for it in items if lone.search(it.context) or lone.search(it.question)]
+    assert not bad, bad[:5]
 
 
 def test_all_twelve_settings_every_dimension(items):
