@@ -33,14 +33,8 @@ MAX_POLLS = int(120 / POLL_S)
 
 
 @pytest.fixture(scope="module", autouse=True)
-def one_thread():
+def _one_thread(one_torch_thread):
     """In-process runs use one thread like the subprocesses (fast and contention-free on a busy machine)."""
-    import torch
-
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
 
 
 def _items(n: int = N_ITEMS) -> list[dict]:

@@ -45,14 +45,8 @@ TIE = 1e-4  # |Δ log-prob| between the top two options below which a changed an
 
 
 @pytest.fixture(scope="module", autouse=True)
-def one_thread():
+def _one_thread(one_torch_thread):
     """In-process runs use one thread like the subprocesses (fast and contention-free on a busy machine)."""
-    import torch
-
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
 
 
 # --------------------------------------------------------------------------- assignment
