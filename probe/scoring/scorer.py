@@ -162,45 +162,48 @@ class Scorer:
     def _run_level(self, nodes: list[Node], cache, mask, parents: list[int], outputs, bar, on_hidden) -> None:
         """Run sibling ``nodes`` (children of cache rows ``parents``; no cache: top level), then their subtrees.
 
-        The caches of this level's passes are merged (up to the token budget)
+        The caches of consecutive passes are merged (up to the token budget)
         so the next level runs the children of many passes together: fewer,
-        fuller forward passes."""
-        kept: list[tuple[Any, torch.Tensor, list[Node]]] = []
+        fuller forward passes. A merged block's subtrees run as soon as the
+        block is full, so memory holds one block per level, not the level."""
         if cache is None:  # top level: shared segments in left-padded passes, lone rows as plain rows
             shared = [n for n in nodes if not n.is_leaf]
             lone = [n for n in nodes if n.is_leaf]
-            for part in self._passes(shared, 0):
-                kept += self._run_top([shared[i] for i in part])
+            kept = (item for part in self._passes(shared, 0) for item in self._run_top([shared[i] for i in part]))
             for part in self._passes(lone, 0):
-                kept += self._run_pass([lone[i] for i in part], None, None, None, outputs, bar, on_hidden)
+                self._run_pass([lone[i] for i in part], None, None, None, outputs, bar, on_hidden)
         else:
-            for part in self._passes(nodes, mask.shape[1]):
-                kept += self._run_pass([nodes[i] for i in part], cache, mask, [parents[i] for i in part], outputs, bar, on_hidden)
-        del cache, mask
-        for block in self._merge_blocks(kept):
-            if len(block) == 1:
-                c, m, part = block[0]
-                keep = [i for i, n in enumerate(part) if not n.is_leaf]
-            else:
-                c, m = self.engine.merge_caches([(c, m, [i for i, n in enumerate(p) if not n.is_leaf]) for c, m, p in block])
-                keep = list(range(m.shape[0]))
-            internal = [n for _, _, p in block for n in p if not n.is_leaf]
-            children = [(child, keep[i]) for i, n in enumerate(internal) for child in n.children]
-            self._run_level([ch for ch, _ in children], c, m, [r for _, r in children], outputs, bar, on_hidden)
-
-    def _merge_blocks(self, kept: list) -> list[list]:
-        """Consecutive pass caches merged while rows x width stays within the token budget
-        (never with sliding-window layers, where padding gaps would shift the window)."""
-        blocks: list[list] = []
+            kept = (item for part in self._passes(nodes, mask.shape[1])
+                    for item in self._run_pass([nodes[i] for i in part], cache, mask, [parents[i] for i in part],
+                                               outputs, bar, on_hidden))
+        block: list = []
         for item in kept:
-            if blocks and not self._sliding:
-                block = blocks[-1] + [item]
-                rows = sum(sum(not n.is_leaf for n in p) for _, _, p in block)
-                if rows * max(m.shape[1] for _, m, _ in block) <= self.token_budget:
-                    blocks[-1] = block
-                    continue
-            blocks.append([item])
-        return blocks
+            if block and not self._fits(block + [item]):
+                self._descend(block, outputs, bar, on_hidden)
+                block = []
+            block.append(item)
+        if block:
+            self._descend(block, outputs, bar, on_hidden)
+
+    def _fits(self, block: list) -> bool:
+        """Whether pass caches can merge into one: rows x width within the token budget, and never
+        with sliding-window layers (padding gaps would shift the window)."""
+        if self._sliding:
+            return False
+        rows = sum(sum(not n.is_leaf for n in p) for _, _, p in block)
+        return rows * max(m.shape[1] for _, m, _ in block) <= self.token_budget
+
+    def _descend(self, block: list, outputs, bar, on_hidden) -> None:
+        """Run the children of the internal nodes of the passes in ``block`` against their (merged) cache."""
+        if len(block) == 1:
+            cache, mask, part = block[0]
+            keep = [i for i, n in enumerate(part) if not n.is_leaf]
+        else:
+            cache, mask = self.engine.merge_caches([(c, m, [i for i, n in enumerate(p) if not n.is_leaf]) for c, m, p in block])
+            keep = list(range(mask.shape[0]))
+        internal = [n for _, _, p in block for n in p if not n.is_leaf]
+        children = [(child, keep[i]) for i, n in enumerate(internal) for child in n.children]
+        self._run_level([ch for ch, _ in children], cache, mask, [r for _, r in children], outputs, bar, on_hidden)
 
     def _run_top(self, part: list[Node]) -> list:
         """A left-padded pass over top-level shared segments; returns its cache for the subtrees."""
