@@ -28,7 +28,8 @@ from probe.data.paths import dataset_dir
 from probe.errors import InputError
 from probe.prompts.cmp_iso import N_VARIANTS, CmpIsoSetting, build_prompt, cot_answer_prompt
 from probe.runs.provenance import provenance
-from probe.runs.records import RecordWriter, read_records, write_json_atomic
+from probe.runs.records import RecordWriter
+from probe.io import read_records, write_json_atomic
 
 
 @dataclass(frozen=True)

@@ -60,7 +60,7 @@ def run_crows(scorer: Any, out: Path, limit: int | None = None, chunk_size: int 
     from probe.data.crows_pairs import load_crows_pairs
     from probe.metrics.crows import crows_by_type
     from probe.reports.hbb_tables import write_table
-    from probe.runs.records import write_json_atomic
+    from probe.io import write_json_atomic
     from probe.scoring import PerplexityRequest
 
     pairs = load_crows_pairs(data_file)[:limit] if limit is not None else load_crows_pairs(data_file)
@@ -93,7 +93,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         from probe.models import load_model
         from probe.runs.provenance import provenance
-        from probe.runs.records import write_json_atomic
+        from probe.io import write_json_atomic
         from probe.scoring import Scorer
 
         if cfg.threads:

@@ -257,7 +257,7 @@ def run(cfg: HBBConfig, lm: Any = None) -> dict:
     from probe.data.hbb import unique_questions
     from probe.models import load_model
     from probe.runs.provenance import provenance
-    from probe.runs.records import write_json_atomic
+    from probe.io import write_json_atomic
     from probe.scoring import Scorer
 
     if cfg.threads:

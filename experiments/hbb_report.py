@@ -65,7 +65,7 @@ def write_outputs(
         summarize_by,
     )
     from probe.reports.hbb_tables import histogram_png, markdown, table1, table2, table8, table9, write_table
-    from probe.runs.records import dumps, write_atomic, write_json_atomic
+    from probe.io import dumps, write_atomic, write_json_atomic
 
     thr, n_boot = cfg["threshold"], cfg["n_boot"]
     write_atomic(out / "instances.jsonl", "".join(dumps(r) + "\n" for r in inst.to_dict("records")))

@@ -140,7 +140,8 @@ def _record(item, strategy: str, fmt: str, prep, scored: dict, extra: dict | Non
 def run(cfg: ImplicitBBQConfig, report_only: bool = False, lm: Any = None) -> Path:
     """Score what is missing, then write summary, tables and plots. ``lm``: a preloaded model (tests)."""
     from probe.data.implicitbbq import build_implicitbbq, count_table
-    from probe.runs.records import RecordWriter, write_json_atomic
+    from probe.runs.records import RecordWriter
+    from probe.io import write_json_atomic
 
     out = Path(cfg.output_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -191,7 +192,7 @@ def _run_interleaved(lm, cfg: ImplicitBBQConfig, items: list, writer, timing: di
     leading units), so a run stopped at any point holds a stratified sample that is
     the same for every strategy, up to each strategy's own size.
     """
-    from probe.runs.records import write_json_atomic
+    from probe.io import write_json_atomic
 
     samples = strategy_samples(cfg, items)
     order: list = []

@@ -373,7 +373,7 @@ def run(cfg: RepresentationsConfig) -> int:
     from probe.data.items import BBQItem
     from probe.models import load_model
     from probe.runs.provenance import provenance
-    from probe.runs.records import write_json_atomic
+    from probe.io import write_json_atomic
 
     if cfg.threads:
         torch.set_num_threads(cfg.threads)

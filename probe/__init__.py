@@ -1,3 +1,42 @@
-"""probe: exact, deterministic, logit-level bias evaluation of open-weight language models."""
+"""probe: exact, deterministic, logit-level bias evaluation of open-weight language models.
+
+The library entry points are :func:`evaluate` (run a task on a model) and
+:func:`records_to_frame` (a run's records as a DataFrame). ``import probe``
+is cheap: torch, transformers and pandas load only when a function needs them.
+
+>>> import probe
+>>> probe.tasks()[:2]
+['demo', 'bbq']
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
 
 __version__ = "0.1.0"
+
+__all__ = ["__version__", "evaluate", "records_to_frame", "tasks"]
+
+if TYPE_CHECKING:
+    from probe.api import Evaluation
+
+
+def evaluate(model: Any, task: str, *, limit: int | None = None, output: Any = None, **options: Any) -> "Evaluation":
+    """Run ``task`` on ``model``; see :func:`probe.api.evaluate`."""
+    from probe.api import evaluate as _evaluate
+
+    return _evaluate(model, task, limit=limit, output=output, **options)
+
+
+def records_to_frame(records: Any) -> Any:
+    """Records (a path, a run directory, or records) as a pandas DataFrame; see :func:`probe.runs.record.records_to_frame`."""
+    from probe.runs.record import records_to_frame as _records_to_frame
+
+    return _records_to_frame(records)
+
+
+def tasks() -> list[str]:
+    """The names of every registered task."""
+    from probe.tasks import available
+
+    return list(available())

@@ -21,7 +21,8 @@ from probe.data.demo import demo_items, unknown_paraphrases
 from probe.metrics.bbq import bbq_metrics
 from probe.prompts.chat import render_prompt
 from probe.runs.provenance import provenance
-from probe.runs.records import RecordWriter, write_atomic, write_json_atomic
+from probe.runs.records import RecordWriter
+from probe.io import write_atomic, write_json_atomic
 from probe.scoring import ContinuationRequest, Scorer
 
 SYSTEM = (

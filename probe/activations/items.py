@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterator, Mapping
 
 from probe.errors import InputError
-from probe.runs.records import iter_jsonl
+from probe.io import iter_jsonl
 
 _PROMPT_KEYS = ("id", "prompt", "messages", "user", "system", "prefill", "labels", "answer_label")
 

@@ -44,7 +44,7 @@ def register(groups: dict[str, argparse._SubParsersAction]) -> None:
 def run(args: argparse.Namespace) -> int:
     from probe.errors import InputError
     from probe.metrics.cmp_iso import analyze, observation_from_dict
-    from probe.runs.records import dumps, iter_jsonl
+    from probe.io import dumps, iter_jsonl
 
     where = []
     for w in args.where:

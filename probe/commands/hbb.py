@@ -44,7 +44,7 @@ def build_hbb(args: argparse.Namespace) -> int:
         load_default,
         sample_concepts,
     )
-    from probe.runs.records import dumps, write_atomic
+    from probe.io import dumps, write_atomic
 
     concepts, descriptors = load_default(args.data_dir)
     if args.sample_concepts is not None:
@@ -73,7 +73,7 @@ def metrics_hbb(args: argparse.Namespace) -> int:
     from probe.errors import InputError
     from probe.metrics.hbb import bias_scores, summarize_by
     from probe.reports.hbb_tables import markdown
-    from probe.runs.records import iter_jsonl
+    from probe.io import iter_jsonl
 
     rows = []
     for line, obj in iter_jsonl(args.instances, required=("category", "descriptor_type", "p1", "p2")):
@@ -93,7 +93,7 @@ def metrics_hbb(args: argparse.Namespace) -> int:
     table = summarize_by(df, ["category", "descriptor_type"], threshold=args.threshold, cluster=cluster, ci=False)
     print(markdown(table[["category", "descriptor_type", "n", "n_invalid", "count", "mean_s", "share", "mean_s_all"]]))
     if args.output:
-        from probe.runs.records import write_atomic
+        from probe.io import write_atomic
 
         write_atomic(Path(args.output), table.to_csv(index=False))
     return 0

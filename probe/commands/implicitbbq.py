@@ -46,7 +46,7 @@ def register(groups: dict[str, argparse._SubParsersAction]) -> None:
 
 
 def _write_items(items, output: str) -> None:
-    from probe.runs.records import write_atomic
+    from probe.io import write_atomic
 
     lines = []
     for it in items:
@@ -109,7 +109,7 @@ def run_metrics_bbq(args: argparse.Namespace) -> int:
 
     from probe.errors import InputError
     from probe.metrics.bbq import grouped_bbq_metrics, validate_record
-    from probe.runs.records import dumps, iter_jsonl
+    from probe.io import dumps, iter_jsonl
 
     records = []
     for line_no, rec in iter_jsonl(args.input, required=("context_condition", "question_polarity", "label")):

@@ -36,7 +36,7 @@ def register(groups: dict) -> None:
 
 def run_score(args: argparse.Namespace) -> int:
     from probe.runs.provenance import provenance
-    from probe.runs.records import write_json_atomic
+    from probe.io import write_json_atomic
     from probe.scoring import Scorer
     from probe.scoring.items import PromptStyle, read_score_items
 
@@ -73,7 +73,7 @@ def run_score(args: argparse.Namespace) -> int:
 
 def run_perplexity(args: argparse.Namespace) -> int:
     from probe.runs.provenance import provenance
-    from probe.runs.records import write_json_atomic
+    from probe.io import write_json_atomic
     from probe.scoring import Scorer
     from probe.scoring.items import read_perplexity_items
 

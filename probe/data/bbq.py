@@ -21,7 +21,7 @@ from typing import Iterable, Sequence
 
 from probe.data.items import BBQItem
 from probe.errors import InputError
-from probe.runs.records import iter_jsonl
+from probe.io import iter_jsonl
 
 __all__ = [
     "BBQ_CATEGORIES",

@@ -327,7 +327,7 @@ def load_sg_variations(path: str | Path) -> dict[int, tuple[tuple[str, ...], tup
     questions.csv (the paper generated n = 10 per option; the shared data has
     none beyond the option itself, i.e. n = 1).
     """
-    from probe.runs.records import iter_jsonl
+    from probe.io import iter_jsonl
 
     out: dict[int, tuple[tuple[str, ...], tuple[str, ...]]] = {}
     for line, obj in iter_jsonl(path, required=("concept_id", "s1", "s2")):

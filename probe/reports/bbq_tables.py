@@ -197,7 +197,7 @@ def to_markdown(df: pd.DataFrame) -> str:
 def write_reports(records: Sequence[dict], out: str | Path, n_boot: int = 1000, seed: int = 0,
                   model: str = "model") -> dict[str, Any]:
     """summary.json, tables/*.md|csv and figure3.png under ``out``."""
-    from probe.runs.records import write_atomic, write_json_atomic
+    from probe.io import write_atomic, write_json_atomic
 
     out = Path(out)
     summary = summarize(records, n_boot=n_boot, seed=seed)

@@ -31,7 +31,7 @@ from pathlib import Path
 import pandas as pd
 
 from probe.data.cmp_iso import BENCHMARK_TITLES
-from probe.runs.records import write_atomic
+from probe.io import write_atomic
 
 STAR = "∗"
 

@@ -121,7 +121,7 @@ def table9(frames: Mapping[str, pd.DataFrame], threshold: float = 20.0) -> pd.Da
 
 def write_table(df: pd.DataFrame, stem: str | Path, title: str = "") -> None:
     """``stem.md`` (with an optional title line) and ``stem.csv``, each written atomically."""
-    from probe.runs.records import write_atomic
+    from probe.io import write_atomic
 
     stem = Path(stem)
     write_atomic(stem.with_suffix(".md"), (f"{title}\n\n" if title else "") + markdown(df) + "\n")

@@ -7,22 +7,15 @@ so re-running a config gives byte-identical result files.
 from __future__ import annotations
 
 import datetime as _dt
-import hashlib
 import platform
 import sys
 from importlib import metadata
 from pathlib import Path
 from typing import Any, Iterable
 
+from probe.io import file_sha256
+
 LIBRARIES = ("torch", "transformers", "accelerate", "numpy", "scipy", "pandas", "scikit-learn", "tokenizers", "gguf")
-
-
-def file_sha256(path: str | Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        while block := f.read(1 << 20):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def library_versions() -> dict[str, str | None]:

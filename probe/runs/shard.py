@@ -4,7 +4,7 @@ Started as ``accelerate launch --multi_gpu --num_processes N -m probe.cli score 
 (or ``torchrun --nproc_per_node N -m probe.cli score ...``), every process reads
 the whole input and loads its own copy of the model, then:
 
-1. The work units are the chunks of :func:`probe.commands.common.group_chunks`
+1. The work units are the chunks of :func:`probe.runs.chunks.group_chunks`
    (the same chunks a one-process run scores, so a group is never split and
    every chunk is batched exactly as in one process). Chunk ``k`` goes to rank
    ``k % world_size``: the assignment depends only on the input, never on timing.
@@ -35,7 +35,7 @@ import re
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterator, Sequence
+from typing import Any, Callable, Iterable, Iterator, Sequence
 
 from probe.errors import InputError, ProbeError
 
@@ -149,10 +149,10 @@ class process_group:
 def rank_chunks(requests: Sequence[Any], chunk: int, rank: int, world_size: int) -> list[list[Any]]:
     """The chunks rank ``rank`` of ``world_size`` scores: every ``world_size``-th chunk from ``rank`` on.
 
-    Chunks are those of a one-process run (:func:`~probe.commands.common.group_chunks`),
+    Chunks are those of a one-process run (:func:`~probe.runs.chunks.group_chunks`),
     so each is scored, and batched, exactly as one process scores it.
     """
-    from probe.commands.common import group_chunks
+    from probe.runs.chunks import group_chunks
 
     if not 0 <= rank < world_size:
         raise ValueError(f"rank {rank} outside 0..{world_size - 1}")
@@ -165,7 +165,7 @@ def record_order(requests: Sequence[Any]) -> list[str]:
     That is input order, except that a group's members follow its first member
     (``group_chunks`` keeps them together); it does not depend on the chunk size.
     """
-    from probe.commands.common import group_chunks
+    from probe.runs.chunks import group_chunks
 
     return [str(r.id) for part in group_chunks(requests, max(len(requests), 1)) for r in part]
 
@@ -195,7 +195,7 @@ def shard_files(output: Path) -> list[Path]:
 
 def _read(path: Path) -> Iterator[tuple[int, dict, bytes]]:
     """``(line_number, record, raw_line)`` of the complete records of ``path`` (a torn tail is skipped)."""
-    from probe.runs.records import read_records
+    from probe.io import read_records
 
     if path.exists() and not path.is_file():
         raise InputError(path, None, None, "output path exists and is not a file (a directory?)")
@@ -229,7 +229,7 @@ def merge_shards(output: Path, requests: Sequence[Any]) -> int:
     ``output`` atomically; shard files are deleted only after it is durable.
     Not safe to call while a rank is still writing its shard.
     """
-    from probe.runs.records import write_atomic
+    from probe.io import write_atomic
 
     shards = shard_files(output)
     if not shards:
@@ -278,8 +278,8 @@ def _fsync_dir(path: Path) -> None:
 # --------------------------------------------------------------------------- scoring
 
 
-def score_sharded(scorer: Any, requests: Sequence[Any], output: Path, procs: Processes,
-                  chunk: int = 256, progress: bool = True) -> int:
+def score_sharded(runner: Any, requests: Sequence[Any], output: Path, procs: Processes,
+                  make: Callable[[list], Iterable[dict]], chunk: int = 256, progress: bool = True) -> int:
     """Score this rank's share into its shard, wait for all ranks, merge on rank 0.
 
     Returns the number of records the merge added to ``output`` on rank 0 and
@@ -287,9 +287,9 @@ def score_sharded(scorer: Any, requests: Sequence[Any], output: Path, procs: Pro
     :class:`process_group`. Records equal those of a one-process run with the
     same ``chunk`` (the same chunks are scored whole by the same code).
     """
-    from probe.commands.common import check_input, group_chunks
+    from probe.runs.chunks import group_chunks
     from probe.runs.records import RecordWriter
-    from probe.scoring.items import result_record
+    from probe.runs.resume import check_input
 
     if chunk < 1:
         raise ValueError("chunk must be positive")
@@ -307,7 +307,7 @@ def score_sharded(scorer: Any, requests: Sequence[Any], output: Path, procs: Pro
     # Records from another model or another request under the same id are
     # refused, as in one process; rank 0 alone writes ``<output>.input.json``
     # (atomically, so the other ranks read the old or the new whole file).
-    check_input(output, done, requests, scorer.lm, write=procs.is_main)
+    check_input(output, done, requests, runner, write=procs.is_main)
     procs.barrier()
     path = shard_path(output, procs.rank, procs.world_size)
     todo = [part for part in mine if any(str(r.id) not in done for r in part)]
@@ -323,7 +323,7 @@ def score_sharded(scorer: Any, requests: Sequence[Any], output: Path, procs: Pro
             for part in todo:
                 # A chunk is scored whole even when part of it is recorded, as in
                 # one process, so its batches (and hence its numbers) are the same.
-                recs = [rec for rec in map(result_record, scorer.score(part)) if str(rec["id"]) not in done]
+                recs = [rec for rec in make(part) if str(rec["id"]) not in done]
                 before = len(writer.done)
                 writer.write_many(recs)
                 scored += len(writer.done) - before

@@ -6,7 +6,8 @@ output is cut at the first EOS or stop string.
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Mapping, Sequence
 
 import torch
 
@@ -55,3 +56,38 @@ def greedy_generate(
                     text = text[: text.index(s)]
             results[i] = text
     return results
+
+
+@dataclass(frozen=True)
+class GenerationRequest:
+    """Greedy generation after a rendered ``prompt`` (chain-of-thought settings), cut at ``stop`` strings."""
+
+    id: str
+    prompt: str
+    max_new_tokens: int = 1024
+    stop: tuple[str, ...] = ()
+    group: str | None = None
+    meta: Mapping[str, Any] = field(default_factory=dict, hash=False)
+    kind: str = field(default="generation", init=False)
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.id, str) or not self.id:
+            raise ValueError("generation request has an empty or non-string 'id'")
+        if not isinstance(self.prompt, str) or not self.prompt:
+            raise ValueError(f"generation request {self.id!r}: field 'prompt' is empty")
+        if self.max_new_tokens < 1:
+            raise ValueError(f"generation request {self.id!r}: max_new_tokens must be positive")
+
+
+def run_generation(lm: Any, requests: Sequence[GenerationRequest], batch_size: int = 8) -> list[str]:
+    """Greedy texts for ``requests`` (in order); requests with the same limits and stops are batched together."""
+    out: list[str] = [""] * len(requests)
+    by_setting: dict[tuple, list[int]] = {}
+    for i, r in enumerate(requests):
+        by_setting.setdefault((r.max_new_tokens, r.stop), []).append(i)
+    for (max_new, stop), idx in by_setting.items():
+        texts = greedy_generate(lm, [requests[i].prompt for i in idx], max_new_tokens=max_new,
+                                batch_size=batch_size, stop=stop)
+        for i, t in zip(idx, texts):
+            out[i] = t
+    return out

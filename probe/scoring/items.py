@@ -18,7 +18,7 @@ from typing import Any
 
 from probe.errors import InputError
 from probe.prompts.chat import render_prompt
-from probe.runs.records import iter_jsonl
+from probe.io import iter_jsonl
 from probe.scoring.requests import ContinuationRequest, LabelRequest, PerplexityRequest, Request
 
 KINDS = ("label", "continuation")

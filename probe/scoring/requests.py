@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Literal, Union
+from typing import Any, Literal, Mapping, Union
 
 #: How a label or continuation is joined to its prompt (see ``docs/scoring.md``):
 #: ``auto``  - prepend a space unless the prompt already ends in whitespace
@@ -38,6 +38,9 @@ class LabelRequest:
     space: SpaceRule = "auto"
     add_special_tokens: bool | None = None  # None: BOS for raw prompts only
     kind: Literal["label"] = field(default="label", init=False)
+    #: Item fields carried through to the result and the record (category, setting, ...);
+    #: never used for scoring. Not hashed (a mapping), but compared.
+    meta: Mapping[str, Any] = field(default_factory=dict, hash=False)
 
     def __post_init__(self) -> None:
         _check_common(self.id, self.prompt)
@@ -60,6 +63,9 @@ class ContinuationRequest:
     space: SpaceRule = "auto"
     add_special_tokens: bool | None = None
     kind: Literal["continuation"] = field(default="continuation", init=False)
+    #: Item fields carried through to the result and the record (category, setting, ...);
+    #: never used for scoring. Not hashed (a mapping), but compared.
+    meta: Mapping[str, Any] = field(default_factory=dict, hash=False)
 
     def __post_init__(self) -> None:
         _check_common(self.id, self.prompt)
@@ -82,6 +88,9 @@ class PerplexityRequest:
     space: SpaceRule = "none"
     add_special_tokens: bool | None = None
     kind: Literal["perplexity"] = field(default="perplexity", init=False)
+    #: Item fields carried through to the result and the record (category, setting, ...);
+    #: never used for scoring. Not hashed (a mapping), but compared.
+    meta: Mapping[str, Any] = field(default_factory=dict, hash=False)
 
     def __post_init__(self) -> None:
         if not isinstance(self.id, str) or not self.id:
@@ -105,6 +114,7 @@ class LabelResult:
     token_ids: tuple[tuple[int, ...], ...]  # the token id(s) counted for each label
     n_prompt_tokens: int
     finite: bool = True  # False when the logits held NaN/inf: never average such a result
+    meta: Mapping[str, Any] = field(default_factory=dict, hash=False, compare=False)
 
     @property
     def argmax(self) -> int:
@@ -121,6 +131,7 @@ class ContinuationResult:
     byte_counts: tuple[int, ...]  # UTF-8 bytes of the option text as scored (with its joining space)
     n_prompt_tokens: int
     finite: bool = True
+    meta: Mapping[str, Any] = field(default_factory=dict, hash=False, compare=False)
 
     @property
     def mean_logprobs(self) -> tuple[float, ...]:
@@ -144,6 +155,7 @@ class PerplexityResult:
     n_tokens: int
     token_logprobs: tuple[float, ...]
     finite: bool = True
+    meta: Mapping[str, Any] = field(default_factory=dict, hash=False, compare=False)
 
 
 Result = Union[LabelResult, ContinuationResult, PerplexityResult]

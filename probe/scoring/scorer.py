@@ -272,6 +272,7 @@ class Scorer:
                 token_ids=e.label_variants,
                 n_prompt_tokens=e.n_prompt_tokens,
                 finite=finite,
+                meta=r.meta,
             )
         if isinstance(r, ContinuationRequest):
             token_lps = tuple(tuple(o.token_logprobs) for o in outs)
@@ -284,6 +285,7 @@ class Scorer:
                 byte_counts=e.byte_counts,
                 n_prompt_tokens=e.n_prompt_tokens,
                 finite=all(o.finite for o in outs),
+                meta=r.meta,
             )
         if isinstance(r, PerplexityRequest):
             lps = tuple(outs[0].token_logprobs)
@@ -295,6 +297,7 @@ class Scorer:
                 n_tokens=len(lps),
                 token_logprobs=lps,
                 finite=outs[0].finite and math.isfinite(nll),
+                meta=r.meta,
             )
         raise TypeError(type(r).__name__)
 

@@ -8,7 +8,7 @@ import pytest
 
 from experiments.cmp_iso import CmpIsoConfig, SettingSpec, build_summary, run_model
 from probe.reports.cmp_iso_tables import write_report
-from probe.runs.records import read_records
+from probe.io import read_records
 
 
 @pytest.fixture(scope="module")

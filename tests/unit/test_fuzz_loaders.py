@@ -69,7 +69,7 @@ def _only_input_errors(fn, path: Path) -> None:
 @FUZZ
 @given(st.binary(max_size=400))
 def test_iter_jsonl_arbitrary_bytes(data):
-    from probe.runs.records import iter_jsonl
+    from probe.io import iter_jsonl
 
     path = _tmp_file(data, "in.jsonl")
     _only_input_errors(lambda: list(iter_jsonl(path, required=("id",))), path)
@@ -78,7 +78,7 @@ def test_iter_jsonl_arbitrary_bytes(data):
 @FUZZ
 @given(st.lists(st.one_of(json_values.map(json.dumps), st.text(max_size=40)), max_size=6))
 def test_iter_jsonl_json_like_lines(lines):
-    from probe.runs.records import iter_jsonl
+    from probe.io import iter_jsonl
 
     path = _tmp_file("\n".join(lines).encode("utf-8", "surrogatepass"), "in.jsonl")
     _only_input_errors(lambda: list(iter_jsonl(path, required=("id", "options"))), path)
@@ -88,7 +88,7 @@ def test_iter_jsonl_json_like_lines(lines):
 @given(st.binary(max_size=400))
 def test_read_records_arbitrary_bytes(data):
     """The resume reader: a torn tail is dropped, anything else corrupt is an InputError."""
-    from probe.runs.records import read_records
+    from probe.io import read_records
 
     path = _tmp_file(data, "out.jsonl")
     _only_input_errors(lambda: read_records(path), path)
@@ -159,7 +159,7 @@ def test_crows_pairs_csv_arbitrary_bytes(data):
 
 def test_huge_integer_is_an_input_error(tmp_path):
     """Python refuses to parse integers over 4300 digits with a plain ValueError; it must still name the line."""
-    from probe.runs.records import iter_jsonl
+    from probe.io import iter_jsonl
 
     path = tmp_path / "in.jsonl"
     path.write_text('{"id": "a"}\n{"id": ' + "9" * 5000 + "}\n")

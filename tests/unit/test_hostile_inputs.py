@@ -131,7 +131,7 @@ def test_message_without_content_names_the_field(tmp_path, tokenizer):
     (b'{"id": "a"}\n{"id": "b", "junk": "' + b"x" * 2_000_000 + b'\n', 2, "invalid JSON"),
 ], ids=["non-utf8", "non-utf8-after-bom", "deeply-nested-json", "huge-unterminated-line"])
 def test_iter_jsonl_hostile_bytes(tmp_path, content, line, match):
-    from probe.runs.records import iter_jsonl
+    from probe.io import iter_jsonl
 
     path = tmp_path / "in.jsonl"
     path.write_bytes(content)
@@ -139,7 +139,7 @@ def test_iter_jsonl_hostile_bytes(tmp_path, content, line, match):
 
 
 def test_iter_jsonl_input_is_a_directory(tmp_path):
-    from probe.runs.records import iter_jsonl
+    from probe.io import iter_jsonl
 
     d = tmp_path / "items.jsonl"
     d.mkdir()

@@ -7,7 +7,8 @@ import json
 import pytest
 
 from probe.errors import InputError
-from probe.runs.records import RecordWriter, dumps, iter_jsonl, read_records, write_json_atomic
+from probe.runs.records import RecordWriter
+from probe.io import dumps, iter_jsonl, read_records, write_json_atomic
 
 
 def test_resume_skips_recorded_ids(tmp_path):

@@ -174,7 +174,7 @@ def nan_lm():
 def test_nan_logits_give_non_finite_results(nan_lm):
     import math
 
-    from probe.runs.records import dumps
+    from probe.io import dumps
     from probe.scoring import ContinuationRequest, LabelRequest, PerplexityRequest, Scorer
     from probe.scoring.items import result_record
 

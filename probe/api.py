@@ -1,0 +1,63 @@
+"""The library API: :func:`evaluate` runs one task on one model through the Runner.
+
+>>> import probe                                              # doctest: +SKIP
+>>> e = probe.evaluate("smollm2", "demo", limit=8)             # doctest: +SKIP
+>>> e.records.shape[0], sorted(e.summary)[:2]                 # doctest: +SKIP
+(8, ['by_context_kind', 'by_dimension'])
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Mapping
+
+from probe.errors import ProbeError
+from probe.runs.runner import RUN_KEYS, RunOptions, options_from
+from probe.runs.task_run import Evaluation, run_task
+
+__all__ = ["Evaluation", "evaluate", "split_options"]
+
+
+def split_options(options: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Split keyword options into run options (device, dtype, batch_size, ...) and task config values."""
+    run = {k: v for k, v in options.items() if k in RUN_KEYS}
+    task = {k: v for k, v in options.items() if k not in RUN_KEYS}
+    return run, task
+
+
+def evaluate(model: Any, task: str, *, limit: int | None = None, output: str | Path | None = None,
+             config: Any = None, **options: Any) -> Evaluation:
+    """Run the task called ``task`` on ``model`` and return an :class:`Evaluation`.
+
+    Parameters
+    ----------
+    model : a built-in name (``smollm2``), a ``.gguf`` file, a model directory,
+        a hub id (offline: one in the local cache), or an already loaded model
+        (:func:`probe.models.load_model`).
+    task : a name from ``probe.tasks()``.
+    limit : score only the first ``limit`` items.
+    output : a run directory: records, summary, tables and provenance are
+        written there, and a re-run resumes (another model is refused).
+    config : a ready task config object (else built from ``options``).
+    options : run options (``device``, ``dtype``, ``load_in_8bit``,
+        ``load_in_4bit``, ``device_map``, ``batch_size``, ``token_budget``,
+        ``chunk_size``, ``score_cache``, ``threads``, ``progress``) and task
+        config fields (``probe tasks`` and ``docs/tasks.md`` list them).
+
+    Returns
+    -------
+    Evaluation with ``.records`` (DataFrame, ``meta`` flattened), ``.summary``
+    (dict), ``.tables`` (name -> DataFrame) and ``.output``.
+    """
+    from probe.tasks import get
+
+    if limit is not None and (not isinstance(limit, int) or limit < 1):
+        raise ProbeError(f"limit must be a positive integer, got {limit!r}")
+    t = get(task)
+    run_values, task_values = split_options(options)
+    if config is None:
+        config = t.make_config(task_values, source=f"task {task!r} options")
+    elif task_values:
+        raise ProbeError(f"pass either config or task options, not both (got {sorted(task_values)})")
+    run_opts = options_from(run_values) if run_values else RunOptions(progress=False)
+    return run_task(t, config, model, output=output, limit=limit, options=run_opts)

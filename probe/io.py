@@ -1,0 +1,129 @@
+"""Generic I/O every layer may use: JSONL reading with file/line/field errors, canonical
+JSON, crash-tolerant record reading, atomic whole-file writes and file hashing.
+
+>>> import tempfile, pathlib
+>>> p = pathlib.Path(tempfile.mkdtemp()) / "x.json"
+>>> write_json_atomic(p, {"b": float("nan"), "a": 1})
+>>> p.read_text().split()
+['{', '"a":', '1,', '"b":', 'null', '}']
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import os
+import tempfile
+from pathlib import Path
+from typing import Any, Iterable, Iterator
+
+from probe.errors import InputError
+
+
+def dumps(obj: Any) -> str:
+    """Canonical JSON for records: stable key order, no NaN tokens (``null`` instead)."""
+    return json.dumps(_clean(obj), ensure_ascii=False, sort_keys=True, allow_nan=False)
+
+
+def _clean(obj: Any) -> Any:
+    if isinstance(obj, float):
+        return obj if math.isfinite(obj) else None
+    if isinstance(obj, dict):
+        return {str(k): _clean(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_clean(v) for v in obj]
+    if hasattr(obj, "item") and callable(obj.item):  # numpy / torch scalars
+        return _clean(obj.item())
+    return obj
+
+
+def read_records(path: str | Path) -> tuple[list[dict], int]:
+    """Read complete records; return them and the byte offset where complete data ends.
+
+    A final line without a newline or with invalid JSON is treated as a torn
+    write and excluded. An invalid line anywhere else is corruption: error.
+    """
+    path = Path(path)
+    if not path.exists():
+        return [], 0
+    data = path.read_bytes()
+    records: list[dict] = []
+    offset = 0
+    lines = data.split(b"\n")
+    for i, raw in enumerate(lines):
+        is_last = i == len(lines) - 1
+        if is_last:  # bytes after the final newline: a torn write (or nothing)
+            break
+        end = offset + len(raw) + 1
+        try:
+            rec = json.loads(raw.decode("utf-8"))
+            if not isinstance(rec, dict):
+                raise ValueError("not an object")
+        except (ValueError, UnicodeDecodeError, RecursionError) as exc:
+            if i == len(lines) - 2 and not lines[-1]:
+                break  # last complete-looking line is corrupt: treat as torn
+            raise InputError(path, i + 1, None, f"corrupt record ({exc}); move the file away to start over") from exc
+        records.append(rec)
+        offset = end
+    return records, offset
+
+
+def write_atomic(path: str | Path, text: str) -> None:
+    """Write a whole file so readers see the old or the new content, never half."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+
+
+def write_json_atomic(path: str | Path, obj: Any) -> None:
+    write_atomic(path, json.dumps(_clean(obj), ensure_ascii=False, indent=2, sort_keys=True, allow_nan=False) + "\n")
+
+
+def iter_jsonl(path: str | Path, required: tuple[str, ...] = ()) -> Iterator[tuple[int, dict]]:
+    """Yield ``(line_number, object)`` from a JSONL file with errors naming file, line and field."""
+    path = Path(path)
+    if not path.exists():
+        raise InputError(path, None, None, "file does not exist")
+    if not path.is_file():
+        raise InputError(path, None, None, "not a file (a directory?)")
+    with open(path, "rb") as f:
+        for n, raw in enumerate(f, start=1):
+            try:
+                text = raw.decode("utf-8")
+            except UnicodeDecodeError as exc:
+                raise InputError(path, n, None, f"not valid UTF-8 ({exc.reason} at byte {exc.start})") from None
+            if not text.strip():
+                continue
+            try:
+                obj = json.loads(text)
+            except json.JSONDecodeError as exc:
+                raise InputError(path, n, None, f"invalid JSON ({exc.msg} at column {exc.colno})") from None
+            except ValueError as exc:  # e.g. an integer over Python's 4300-digit limit
+                raise InputError(path, n, None, f"invalid JSON ({exc})") from None
+            except RecursionError:  # json recurses per nesting level; hostile input can exhaust the stack
+                raise InputError(path, n, None, "invalid JSON (nested too deeply)") from None
+            if not isinstance(obj, dict):
+                raise InputError(path, n, None, f"expected a JSON object, got {type(obj).__name__}")
+            for key in required:
+                if key not in obj:
+                    raise InputError(path, n, key, "missing required field")
+            yield n, obj
+
+
+def file_sha256(path: str | Path) -> str:
+    """sha256 (hex) of a file's bytes, read in 1 MiB blocks."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        while block := f.read(1 << 20):
+            digest.update(block)
+    return digest.hexdigest()

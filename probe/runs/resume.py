@@ -1,0 +1,105 @@
+"""Refuse to resume an output with records of another model or of changed inputs.
+
+Every output a run appends to (``records.jsonl``, ``generations.jsonl``, a
+``probe score`` output) has a sidecar ``<output>.input.json`` with the model
+fingerprint and one digest per request id (:func:`check_input`). Every task
+runs through it, so no task can mix two models' records or stale ones.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+from pathlib import Path
+from typing import Any, Sequence
+
+from probe.errors import ProbeError
+
+INPUT_CHECK_FORMAT = 1
+
+
+def input_sidecar(output: Path) -> Path:
+    """``<output>.input.json``: the model and the requests behind the records in ``output``."""
+    return output.with_name(output.name + ".input.json")
+
+
+def request_digest(request: Any) -> str:
+    """sha256 (hex) of every field of a request (id, kind, prompt or text, labels or options, group, joining rule)."""
+    fields = dataclasses.asdict(request) if dataclasses.is_dataclass(request) else dict(vars(request))
+    text = json.dumps(fields, sort_keys=True, ensure_ascii=True, separators=(",", ":"), default=str)
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def check_input(output: Path, done: set[str], requests: Sequence[Any], lm: Any, write: bool = True) -> None:
+    """Refuse to resume ``output`` with records from another model or another request under the same id.
+
+    The sidecar ``<output>.input.json`` holds the model fingerprint (weights,
+    tokenizer, dtype, device type, ... see :func:`probe.scoring.cache.fingerprint_parts`)
+    and one digest per request id. It is written before the first record.
+    Resuming needs the same model fingerprint, and every id already recorded
+    (``done``) that is also in ``requests`` must have the same request digest.
+    New ids may be added (they are appended to the sidecar); batch size and
+    token budget are not part of it, as they change numbers only by float noise.
+    ``write=False`` checks without writing (the non-zero ranks of a sharded run:
+    rank 0 writes). Raises :class:`ProbeError` naming the output, the sidecar
+    and what differs.
+    """
+    from probe.io import write_json_atomic
+    from probe.scoring.cache import combine_parts, fingerprint_parts
+
+    sidecar = input_sidecar(output)
+    # a Runner carries its model's fingerprint (computed once) and the model as ``.lm``
+    parts = getattr(lm, "fingerprint_parts", None) or fingerprint_parts(lm)
+    model_obj = getattr(lm, "lm", lm)
+    model = {"fingerprint": combine_parts(parts), "parts": parts,
+             "name": str(getattr(model_obj, "name", None)), "source": str(getattr(model_obj, "source", None))}
+    current = {str(r.id): request_digest(r) for r in requests}
+    start_over = f"Choose a new --output, or delete {output} and {sidecar} to start over."
+    if not done:
+        if write:
+            write_json_atomic(sidecar, {"format": INPUT_CHECK_FORMAT, "model": model, "requests": current})
+        return
+    old = _read_sidecar(output, sidecar, len(done), start_over)
+    if old["model"].get("fingerprint") != model["fingerprint"]:
+        was = old["model"].get("parts", {})
+        diffs = ", ".join(f"{k}: {_short(was.get(k))} -> {_short(v)}" for k, v in parts.items() if was.get(k) != v)
+        raise ProbeError(
+            f"{output} was scored by a different model or model setting ({diffs or 'fingerprint'}): it came from "
+            f"{old['model'].get('name')} ({old['model'].get('source')}), this run uses {model['name']} "
+            f"({model['source']}), as recorded in {sidecar}. Resuming would mix their scores. {start_over}"
+        )
+    recorded = old["requests"]
+    unknown = sorted(i for i in done if i not in recorded)
+    changed = sorted(i for i in done if i in current and recorded.get(i) != current[i])
+    if unknown or changed:
+        what = (f"{len(changed)} already-scored id(s) have a different request in this input "
+                f"(prompt, labels/options, kind, group or joining rule), e.g. {', '.join(map(repr, changed[:3]))}"
+                if changed else
+                f"{len(unknown)} record(s) are not listed in {sidecar.name}, e.g. {', '.join(map(repr, unknown[:3]))}")
+        raise ProbeError(f"{output} was produced from a different input than this run: {what} "
+                         f"(recorded in {sidecar}). Resuming would mix old and new scores. {start_over}")
+    merged = {**{i: recorded[i] for i in done}, **current}
+    if write and merged != recorded:
+        write_json_atomic(sidecar, {**old, "requests": merged})
+
+
+def _read_sidecar(output: Path, sidecar: Path, n_done: int, start_over: str) -> dict:
+    if not sidecar.is_file():
+        raise ProbeError(
+            f"{output} already holds {n_done} record(s) but {sidecar} is missing, so it cannot be checked that they "
+            f"came from this input and model. {start_over}"
+        )
+    try:
+        old = json.loads(sidecar.read_text(encoding="utf-8"))
+        if (not isinstance(old, dict) or old.get("format") != INPUT_CHECK_FORMAT
+                or not isinstance(old.get("model"), dict) or not isinstance(old.get("requests"), dict)):
+            raise ValueError(f"not a format-{INPUT_CHECK_FORMAT} input record")
+    except (OSError, ValueError) as exc:
+        raise ProbeError(f"{sidecar} (the input check of {output}) is unreadable: {exc}. {start_over}") from None
+    return old
+
+
+def _short(value: Any) -> str:
+    text = str(value)
+    return text[:19] + "..." if len(text) > 22 else text

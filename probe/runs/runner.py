@@ -1,0 +1,251 @@
+"""The one Runner: every task, ``probe score``, ``probe perplexity`` and the demo score through it.
+
+It owns what a run needs beyond the scorer, the same for every task:
+
+- the model (name, path or an already loaded model; dtype, device, 8/4-bit,
+  ``device_map``: :class:`RunOptions`);
+- chunking from the full request list (:mod:`probe.runs.chunks`: groups whole,
+  prefix sharing within a chunk, byte-identical resumes);
+- the record writer (crash-safe JSONL, one :class:`~probe.runs.record.Record`
+  per request) and the input check (:mod:`probe.runs.resume`: another model
+  or changed requests in the same output are refused);
+- the score cache (``score_cache``) and data-parallel sharding
+  (``accelerate launch`` / ``torchrun``: :mod:`probe.runs.shard`);
+- an optional generate-then-score step (chain-of-thought), whose generations
+  are recorded and resumed like scores;
+- timing (seconds per request kind, for projections).
+
+>>> from probe.runs.runner import RunOptions
+>>> RunOptions(batch_size=8).chunk_size
+1024
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Iterable, Sequence
+
+from probe.errors import ProbeError
+from probe.runs.chunks import group_chunks
+from probe.runs.record import Record
+
+#: Keys of a run (not of a task) that a YAML config or ``--set`` may give.
+RUN_KEYS = ("device", "dtype", "load_in_8bit", "load_in_4bit", "device_map", "trust_remote_code", "batch_size",
+            "token_budget", "chunk_size", "score_cache", "threads", "progress")
+
+
+@dataclass(frozen=True)
+class RunOptions:
+    """How to load the model and run the scorer; none of it changes a number beyond float noise."""
+
+    device: str = "cpu"
+    dtype: str = "float32"
+    load_in_8bit: bool = False
+    load_in_4bit: bool = False
+    device_map: str | None = None
+    trust_remote_code: bool = False
+    batch_size: int = 16
+    token_budget: int = 8192
+    chunk_size: int = 1024  # requests per durable chunk (see probe.runs.chunks)
+    score_cache: str | None = None  # SQLite score cache path
+    threads: int | None = None  # torch CPU threads (None: torch's default)
+    progress: bool = True
+
+    def __post_init__(self) -> None:
+        for name in ("batch_size", "token_budget", "chunk_size"):
+            if int(getattr(self, name)) < 1:
+                raise ValueError(f"{name} must be a positive integer, got {getattr(self, name)!r}")
+        if self.load_in_8bit and self.load_in_4bit:
+            raise ValueError("choose one of load_in_8bit and load_in_4bit")
+
+
+def load(model: Any, options: RunOptions) -> Any:
+    """``model`` as a :class:`probe.models.LoadedModel`: loaded from a name or path, or passed through."""
+    if hasattr(model, "model") and hasattr(model, "tokenizer"):
+        return model
+    from probe.models import load_model
+    from probe.runs.shard import detect
+
+    device = options.device
+    procs = detect()
+    if procs.distributed:  # one model copy per process: cuda -> cuda:LOCAL_RANK
+        if options.device_map is not None:
+            raise ProbeError("device_map spreads one model over all GPUs and cannot be combined with "
+                             f"{procs.world_size} processes; use one process for device_map, or one GPU per process")
+        device = procs.device(device)
+    return load_model(str(model), device=device, dtype=options.dtype, load_in_8bit=options.load_in_8bit,
+                      load_in_4bit=options.load_in_4bit, device_map=options.device_map,
+                      trust_remote_code=options.trust_remote_code)
+
+
+class Runner:
+    """Scores requests into a crash-safe, resumable, model-checked record file.
+
+    ``Runner(lm, options)``; :meth:`score` and :meth:`generate` may be called
+    several times (one output file each). Under ``accelerate launch`` /
+    ``torchrun`` every process runs the same calls; the work is sharded and
+    rank 0 holds the merged records.
+    """
+
+    def __init__(self, lm: Any, options: RunOptions | None = None) -> None:
+        from probe.runs.shard import detect
+        from probe.scoring import Scorer
+        from probe.scoring.cache import ScoreCache, combine_parts, fingerprint_parts
+
+        self.options = options or RunOptions()
+        if self.options.threads:
+            import torch
+
+            torch.set_num_threads(int(self.options.threads))
+        self.procs = detect()
+        self.lm = lm
+        self.fingerprint_parts = fingerprint_parts(lm)
+        self.fingerprint = combine_parts(self.fingerprint_parts)
+        cache = ScoreCache(Path(self.options.score_cache).expanduser(), self.fingerprint) if self.options.score_cache else None
+        self.scorer = Scorer(lm, batch_size=self.options.batch_size, token_budget=self.options.token_budget, cache=cache)
+        #: seconds and request counts per request kind (``meta["kind"]`` or the request kind), this process
+        self.timing: dict[str, dict[str, float]] = {}
+
+    @property
+    def model_id(self) -> str:
+        """The short model fingerprint every record carries."""
+        return self.fingerprint[:12]
+
+    def close(self) -> None:
+        if self.scorer.cache is not None:
+            self.scorer.cache.close()
+
+    def __enter__(self) -> "Runner":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- scoring --------------------------------------------------------------
+    def check_requests(self, requests: Sequence[Any], where: str | Path = "requests") -> None:
+        """Tokenize every request first: a too-long prompt fails before any work; duplicate ids are refused."""
+        seen: set[str] = set()
+        for r in requests:
+            if r.id in seen:
+                raise ProbeError(f"{where}: duplicate request id {r.id!r}; ids key records and resume")
+            seen.add(r.id)
+            if r.kind != "generation":
+                self.scorer.encode(r)
+
+    def score(self, requests: Sequence[Any], output: str | Path | None = None, task: str = "score",
+              progress: bool | None = None) -> list[Record]:
+        """Score ``requests`` (resuming ``output`` if it holds records); return their records in request order.
+
+        ``output`` None scores in memory (no file, no resume). Records already
+        in ``output`` that are not among ``requests`` are kept in the file but
+        not returned.
+        """
+        to_record = lambda res: Record.from_result(task, self.model_id, res).to_dict()  # noqa: E731
+        self.check_requests(requests)
+        show = self.options.progress if progress is None else progress
+        if output is None:
+            out: list[Record] = []
+            for part in group_chunks(requests, self.options.chunk_size):
+                out += [Record.from_dict(d) for d in map(to_record, self._timed(part, self.scorer.score))]
+            return out
+        dicts = self._to_file(requests, Path(output), lambda part: map(to_record, self._timed(part, self.scorer.score)),
+                              show, "scoring")
+        return [Record.from_dict(d) for d in dicts]
+
+    def generate(self, requests: Sequence[Any], output: str | Path | None = None, task: str = "generate",
+                 progress: bool | None = None) -> dict[str, str]:
+        """Greedy generations for :class:`~probe.scoring.generate.GenerationRequest` s, recorded and resumed
+        like scores (``generations.jsonl``); returns ``{id: text}``."""
+        from probe.scoring.generate import run_generation
+
+        show = self.options.progress if progress is None else progress
+
+        def gen(part: list) -> Iterable[dict]:
+            texts = self._timed(part, lambda p: run_generation(self.lm, p, batch_size=self.options.batch_size))
+            return ({"task": task, "id": r.id, "model": self.model_id, "kind": "generation", "text": t,
+                     "max_new_tokens": r.max_new_tokens, "meta": dict(r.meta)} for r, t in zip(part, texts))
+
+        if output is None:
+            return {d["id"]: d["text"] for part in group_chunks(requests, self.options.chunk_size) for d in gen(part)}
+        return {d["id"]: d["text"] for d in self._to_file(requests, Path(output), gen, show, "generating")}
+
+    def _timed(self, part: list, fn: Callable[[list], list]) -> list:
+        t0 = time.perf_counter()
+        out = fn(part)
+        share = (time.perf_counter() - t0) / max(len(part), 1)
+        for r in part:
+            kind = str((r.meta or {}).get("kind", r.kind)) if hasattr(r, "meta") else r.kind
+            t = self.timing.setdefault(kind, {"n": 0, "seconds": 0.0})
+            t["n"] += 1
+            t["seconds"] += share
+        return out
+
+    def _to_file(self, requests: Sequence[Any], output: Path, make: Callable[[list], Iterable[dict]],
+                 progress: bool, verb: str) -> list[dict]:
+        """Append the records of the requests not yet in ``output``; return every request's record, in order."""
+        from probe.io import read_records
+        from probe.runs.resume import check_input
+        from probe.runs.shard import merge_shards, process_group, recorded_ids, score_sharded, shard_files
+
+        if self.procs.distributed:
+            with process_group(self.procs):
+                score_sharded(self, requests, output, self.procs, make=make, chunk=self.options.chunk_size,
+                              progress=progress)
+                self.procs.barrier()  # rank 0 has merged the shards: every rank may read the output
+        else:
+            if shard_files(output):
+                # shards left by an interrupted multi-process run are folded in first (their work
+                # is kept), after checking that they came from this model and input
+                check_input(output, recorded_ids(output), requests, self, write=False)
+                merge_shards(output, requests)
+            self._append(requests, output, make, progress, verb)
+        by_id = {str(r["id"]): r for r in read_records(output)[0]}
+        missing = [r.id for r in requests if r.id not in by_id]
+        if missing:  # pragma: no cover - would be a runner bug
+            raise ProbeError(f"{output}: {len(missing)} request(s) have no record after the run, e.g. {missing[:3]}")
+        return [by_id[r.id] for r in requests]
+
+    def _append(self, requests: Sequence[Any], output: Path, make: Callable[[list], Iterable[dict]],
+                progress: bool, verb: str) -> int:
+        from probe.runs.records import RecordWriter
+        from probe.runs.resume import check_input
+
+        with RecordWriter(output) as writer:
+            check_input(output, writer.done, requests, self)
+            todo = [r for r in requests if r.id not in writer.done]
+            if not todo:
+                return 0
+            bar = None
+            if progress:
+                from tqdm.auto import tqdm
+
+                bar = tqdm(total=len(todo), unit="req", desc=f"{verb} -> {output.name}", file=sys.stderr)
+            # Chunks come from the whole list (see probe.runs.chunks): a resumed run batches
+            # exactly as an uninterrupted one; a chunk cut short by a crash is redone whole.
+            for part in group_chunks(requests, self.options.chunk_size):
+                left = sum(r.id not in writer.done for r in part)
+                if not left:
+                    continue
+                writer.write_many(make(part))
+                if bar:
+                    bar.update(left)
+            if bar:
+                bar.close()
+        return len(todo)
+
+    def cache_note(self) -> str:
+        """What the score cache saved in this process, as a sentence fragment ('' without a cache)."""
+        cache = self.scorer.cache
+        if cache is None:
+            return ""
+        return f" (score cache: {cache.stats.hits} sequence(s) read, {cache.stats.writes} written)"
+
+
+def options_from(values: dict[str, Any]) -> RunOptions:
+    """:class:`RunOptions` from a mapping that may hold other keys (they are ignored)."""
+    fields = {f.name for f in dataclasses.fields(RunOptions)}
+    return RunOptions(**{k: v for k, v in values.items() if k in fields and v is not None})

@@ -1,0 +1,108 @@
+"""Run any task through the Runner: items -> (generations) -> requests -> records -> aggregate -> report.
+
+Outputs in the run directory (when one is given):
+
+- ``records.jsonl`` (+ ``records.jsonl.input.json``, the model and input check);
+- ``generations.jsonl`` when the task generates first (chain-of-thought);
+- ``summary.json``; ``tables/*.md|csv``; the task's report files;
+- ``timing.json`` (seconds per request kind) and ``provenance.json``.
+
+Re-running into the same directory resumes; another model or changed
+requests are refused, naming both models.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Mapping
+
+from probe.errors import ProbeError
+from probe.runs.runner import RunOptions, Runner, load
+from probe.tasks.base import Aggregate, Task
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+
+@dataclass
+class Evaluation:
+    """The result of one task run: ``records`` (DataFrame, ``meta`` flattened), ``summary``, ``tables``, ``output``."""
+
+    task: str
+    model: str
+    records: "pd.DataFrame"
+    summary: dict[str, Any]
+    tables: dict[str, "pd.DataFrame"] = field(default_factory=dict)
+    output: Path | None = None
+    config: Any = None
+
+    def __repr__(self) -> str:
+        where = f", output={str(self.output)!r}" if self.output else ""
+        return f"Evaluation(task={self.task!r}, model={self.model!r}, records={len(self.records)}{where})"
+
+
+def run_task(task: Task, config: Any, model: Any, output: str | Path | None = None, limit: int | None = None,
+             options: RunOptions | None = None, runner: Runner | None = None) -> Evaluation:
+    """Run ``task`` with ``config`` on ``model`` (a name, a path or a loaded model).
+
+    ``runner``: an already built :class:`Runner` (reuses its model and cache).
+    """
+    from probe.io import write_json_atomic
+    from probe.runs.provenance import provenance
+    from probe.runs.record import records_to_frame
+
+    options = options or (runner.options if runner else RunOptions())
+    out = Path(output) if output is not None else None
+    t_start = time.perf_counter()
+    items = task.select(config, task.items(config), limit)
+    if not items:
+        raise ProbeError(f"task {task.name!r}: no items selected (check the data, the limit and the config)")
+    own = runner is None
+    runner = runner or Runner(load(model, options), options)
+    try:
+        lm = runner.lm
+        gen_requests = task.generation_requests(config, items, lm.tokenizer)
+        generations = None
+        if gen_requests:
+            if runner.procs.distributed and out is None:
+                raise ProbeError("several processes need an output directory to share generations")
+            generations = runner.generate(gen_requests, out / "generations.jsonl" if out else None, task=task.name)
+        requests = task.requests(config, items, lm.tokenizer, generations)
+        if not requests:
+            raise ProbeError(f"task {task.name!r}: the selected items gave no requests")
+        records = runner.score(requests, out / "records.jsonl" if out else None, task=task.name)
+        if not runner.procs.is_main:  # rank 0 merged the shards; it alone aggregates and writes
+            return Evaluation(task.name, str(getattr(lm, "name", "")), records_to_frame([]), {}, {}, out, config)
+        frame = records_to_frame(records)
+        result: Aggregate = task.aggregate(config, frame, items)
+        summary = {"task": task.name, "model": str(getattr(lm, "name", "")), "model_fingerprint": runner.model_id,
+                   "n_items": len(items), "n_records": len(records), **result.summary}
+        if out is not None:
+            write_json_atomic(out / "summary.json", summary)
+            task.report(config, Aggregate(summary, result.tables), out)
+            write_json_atomic(out / "timing.json", {"wall_seconds": round(time.perf_counter() - t_start, 3),
+                                                     "scored_this_invocation": runner.timing})
+            write_json_atomic(out / "provenance.json", provenance(
+                lm, config={"task": task.name, "limit": limit, "task_config": _plain(config),
+                            "run_options": _plain(options)},
+                data_files=task.data_files(config), world_size=runner.procs.world_size))
+            note = runner.cache_note()
+            print(f"{task.name}: {len(records)} record(s) in {out / 'records.jsonl'}{note}", file=sys.stderr)
+        return Evaluation(task.name, str(getattr(lm, "name", "")), frame, summary, result.tables, out, config)
+    finally:
+        if own:
+            runner.close()
+
+
+def _plain(obj: Any) -> Any:
+    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+        return {f.name: _plain(getattr(obj, f.name)) for f in dataclasses.fields(obj)}
+    if isinstance(obj, Mapping):
+        return {str(k): _plain(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_plain(v) for v in obj]
+    return obj if isinstance(obj, (str, int, float, bool, type(None))) else str(obj)

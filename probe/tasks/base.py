@@ -1,0 +1,130 @@
+"""What a task is: one benchmark's stages, wired for the one Runner.
+
+A task subclasses :class:`Task` and fills in its stages; the runner
+(:func:`probe.runs.task_run.run_task`) does everything else (model, chunks,
+records, resume, cache, shards, provenance, timing) the same way for every
+task. A task never writes records or loops over chunks itself.
+
+Stages, in the order the runner calls them:
+
+1. ``items(config)``: the benchmark's items (source files -> item objects);
+2. ``select(config, items, limit)``: the first ``limit`` items (override to
+   keep pairs or clusters whole);
+3. ``generation_requests(config, items, tokenizer)``: optional greedy
+   generations before scoring (chain-of-thought); default none;
+4. ``requests(config, items, tokenizer, generations)``: scorer requests, each
+   with ``meta`` (the item fields its record needs: category, setting, ...);
+   ids unique; what shares a prompt prefix adjacent;
+5. ``aggregate(config, records, items)``: a summary dict and tables
+   (name -> DataFrame) from the records (a DataFrame with ``meta`` flattened,
+   one row per record);
+6. ``report(config, result, output)``: extra files (report.md, figures);
+   default writes the tables as Markdown and CSV.
+
+A third-party task registers its :class:`Task` subclass (or a module with a
+``TASK`` attribute) under the entry-point group ``probe.tasks``; see
+``docs/tasks.md``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, ClassVar, Mapping, Sequence
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+
+@dataclass(frozen=True)
+class TaskConfig:
+    """Base of every task's config: frozen; YAML keys and ``--set`` values map onto fields."""
+
+
+@dataclass
+class Aggregate:
+    """What ``Task.aggregate`` returns: the summary (JSON-ready) and named tables."""
+
+    summary: dict[str, Any]
+    tables: dict[str, "pd.DataFrame"] = field(default_factory=dict)
+
+
+class Task:
+    """One benchmark. Subclasses set ``name``, ``description``, ``Config`` and the stages."""
+
+    name: ClassVar[str] = ""
+    description: ClassVar[str] = ""
+    Config: ClassVar[type] = TaskConfig
+
+    # -- stages ---------------------------------------------------------------
+    def items(self, config: Any) -> Sequence[Any]:
+        raise NotImplementedError
+
+    def select(self, config: Any, items: Sequence[Any], limit: int | None) -> Sequence[Any]:
+        """The items a run with ``--limit`` scores (default: the first ``limit``)."""
+        return items if limit is None else list(items)[:limit]
+
+    def generation_requests(self, config: Any, items: Sequence[Any], tokenizer: Any) -> list[Any]:
+        return []
+
+    def requests(self, config: Any, items: Sequence[Any], tokenizer: Any,
+                 generations: Mapping[str, str] | None = None) -> list[Any]:
+        raise NotImplementedError
+
+    def aggregate(self, config: Any, records: "pd.DataFrame", items: Sequence[Any]) -> Aggregate:
+        raise NotImplementedError
+
+    def report(self, config: Any, result: Aggregate, output: Path) -> None:
+        """Extra outputs; the default writes every table as ``tables/NAME.md`` and ``.csv``."""
+        write_tables(result.tables, output)
+
+    def data_files(self, config: Any) -> list[Path]:
+        """Input files whose sha256 goes into ``provenance.json``."""
+        return []
+
+    # -- config ---------------------------------------------------------------
+    def make_config(self, values: Mapping[str, Any] | None = None, source: str = "config") -> Any:
+        """``Config`` from a mapping; unknown keys are an error naming ``source`` and the valid keys."""
+        values = dict(values or {})
+        known = {f.name for f in dataclasses.fields(self.Config)}
+        unknown = sorted(set(values) - known)
+        if unknown:
+            from probe.errors import ProbeError
+
+            raise ProbeError(f"{source}: unknown key(s) {', '.join(unknown)} for task {self.name!r}; "
+                             f"valid keys: {', '.join(sorted(known)) or '(none)'}")
+        try:
+            return self.Config(**values)
+        except (TypeError, ValueError) as exc:
+            from probe.errors import ProbeError
+
+            raise ProbeError(f"{source}: {exc}") from None
+
+
+def write_tables(tables: Mapping[str, "pd.DataFrame"], output: Path) -> list[Path]:
+    """Each table as ``output/tables/NAME.md`` (Markdown) and ``.csv``; returns the paths written."""
+    from probe.io import write_atomic
+
+    written = []
+    for name, df in tables.items():
+        base = output / "tables" / name
+        md = _markdown(df)
+        write_atomic(base.with_suffix(".md"), md)
+        write_atomic(base.with_suffix(".csv"), df.to_csv(index=False))
+        written += [base.with_suffix(".md"), base.with_suffix(".csv")]
+    return written
+
+
+def _markdown(df: "pd.DataFrame") -> str:
+    cols = [str(c) for c in df.columns]
+    lines = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
+    for row in df.itertuples(index=False):
+        lines.append("| " + " | ".join(_cell(v) for v in row) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def _cell(v: Any) -> str:
+    if isinstance(v, float):
+        return "n/a" if v != v else f"{v:.4g}"
+    return str(v)
