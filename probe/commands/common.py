@@ -3,18 +3,13 @@
 from __future__ import annotations
 
 import argparse
-import dataclasses
-import hashlib
-import json
 import os
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
-from probe.errors import ProbeError
 from probe.models.builtins import DEFAULT_MODEL
 
 SCORE_CACHE_ENV = "PROBE_SCORE_CACHE"
-INPUT_CHECK_FORMAT = 1
 
 
 def add_model_args(p: argparse.ArgumentParser, default_model: str | None = DEFAULT_MODEL) -> None:
@@ -44,14 +39,16 @@ def score_cache_path(args: argparse.Namespace) -> Path | None:
     return Path(path).expanduser() if path else None
 
 
-def open_score_cache(args: argparse.Namespace, lm: Any) -> Any:
-    """The :class:`probe.scoring.cache.ScoreCache` asked for by ``args`` for model ``lm``, or None."""
-    path = score_cache_path(args)
-    if path is None:
-        return None
-    from probe.scoring.cache import ScoreCache, model_fingerprint
+def run_options(args: argparse.Namespace) -> Any:
+    """The :class:`probe.runs.runner.RunOptions` of the model arguments."""
+    from probe.runs.runner import RunOptions
 
-    return ScoreCache(path, model_fingerprint(lm))
+    cache = score_cache_path(args)
+    return RunOptions(device=args.device, dtype=args.dtype, load_in_8bit=args.load_in_8bit,
+                      load_in_4bit=args.load_in_4bit, device_map=args.device_map,
+                      trust_remote_code=args.trust_remote_code, batch_size=args.batch_size,
+                      token_budget=args.token_budget, chunk_size=args.flush_every,
+                      score_cache=str(cache) if cache else None)
 
 
 def _positive_int(text: str) -> int:
@@ -73,17 +70,3 @@ def add_prompt_args(p: argparse.ArgumentParser) -> None:
                       help="plain text prompts (base models)")
     g.add_argument("--system", default=None, help="system message")
     g.add_argument("--prefill", default=None, help="text the assistant's answer starts with, e.g. 'Answer:'")
-
-
-def load_from_args(args: argparse.Namespace) -> Any:
-    from probe.models import load_model
-
-    return load_model(
-        args.model,
-        device=args.device,
-        dtype=args.dtype,
-        load_in_8bit=args.load_in_8bit,
-        load_in_4bit=args.load_in_4bit,
-        device_map=args.device_map,
-        trust_remote_code=args.trust_remote_code,
-    )

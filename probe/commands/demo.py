@@ -28,10 +28,14 @@ def register(groups: dict) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from probe.demo import run_demo
+    from probe.runs.runner import RunOptions
+    from probe.runs.task_run import run_task
+    from probe.tasks import get
 
-    run_demo(model=args.model, output=args.output, batch_size=args.batch_size, device=args.device,
-             dtype=args.dtype, chat_template=args.chat_template, limit=args.limit)
-    print((args.output / "report.md").read_text())
+    task = get("demo")
+    options = RunOptions(device=args.device, dtype=args.dtype, batch_size=args.batch_size)
+    run_task(task, task.make_config({"chat_template": args.chat_template}), args.model, output=args.output,
+             limit=args.limit, options=options)
+    print((args.output / "report.md").read_text(encoding="utf-8"))
     print(f"wrote {args.output}/records.jsonl, summary.json, report.md", file=sys.stderr)
     return 0

@@ -1,51 +1,167 @@
-"""`probe run CONFIG.yaml`: run any experiment from its YAML config.
+"""`probe tasks` and `probe run TASK | CONFIG.yaml`: any installed task, through the one runner.
 
-The experiment is named by ``--experiment`` or inferred from the config's file
-name (``configs/hbb_quick.yaml`` -> ``hbb``). Experiments live in the
-repository's ``experiments/`` package (thin scripts: a config in, the runner and
-reports out); the command finds it beside the config's ``configs/`` directory
-or in the current directory, and passes the config and any extra arguments on.
+``probe run hbb --model smollm2 --limit 16 --output out`` runs a task with its
+default config; ``probe run configs/hbb.yaml`` runs the config's ``task`` with
+its settings. A config's keys: ``task``; ``model`` (or ``models: [a, b]``: each
+model runs into ``OUTPUT/<model>``); ``output``; run options (device, dtype,
+batch_size, ...); every other key is a field of the task's config. Command-line
+options override the config; ``--set key=value`` (repeatable, YAML values)
+sets any key. Works from any directory after a plain ``pip install``.
 """
 
 from __future__ import annotations
 
 import argparse
-import importlib
+import re
 import sys
 from pathlib import Path
+from typing import Any
 
 from probe.errors import ProbeError
 
-EXPERIMENTS = ("implicitbbq", "hbb", "crows_pairs", "cmp_iso", "representations")
+#: config keys that are neither run options nor task fields
+RUN_LEVEL_KEYS = ("task", "model", "models", "output")
 
 
 def register(groups: dict) -> None:
-    p = groups[""].add_parser("run", help="run an experiment from a YAML config (configs/*.yaml)")
-    p.add_argument("config", type=Path)
-    p.add_argument("--experiment", choices=EXPERIMENTS, default=None,
-                   help="which experiment (default: inferred from the config file name)")
-    p.add_argument("extra", nargs=argparse.REMAINDER, help="further arguments for the experiment")
+    t = groups[""].add_parser("tasks", help="list the installed tasks (benchmarks), one line each")
+    t.add_argument("--verbose", "-v", action="store_true", help="also list each task's config keys and defaults")
+    t.set_defaults(func=list_tasks)
+
+    p = groups[""].add_parser(
+        "run", help="run a task (probe tasks) or a YAML config naming its task",
+        description=__doc__.split("\n\n")[1].replace("``", "'"),
+    )
+    p.add_argument("target", help="a task name (see `probe tasks`) or a YAML config file")
+    p.add_argument("--model", default=None, help="built-in name, .gguf file, model directory or hub id "
+                   "(default: the config's model, else smollm2)")
+    p.add_argument("--limit", type=_positive, default=None, help="score only the first N items of the task")
+    p.add_argument("--output", type=Path, default=None,
+                   help="run directory (default: the config's output, else runs/TASK_MODEL); re-running resumes")
+    p.add_argument("--set", dest="sets", action="append", default=[], metavar="KEY=VALUE",
+                   help="set a task config field or run option (YAML value), e.g. --set threshold=10; repeatable")
+    g = p.add_argument_group("model and runner (override the config)")
+    g.add_argument("--device", default=None, help="cpu, cuda, cuda:N or auto (default: cpu)")
+    g.add_argument("--dtype", default=None, choices=["float32", "bfloat16", "float16", "auto"])
+    g.add_argument("--load-in-8bit", action="store_true", default=None, help="bitsandbytes 8-bit (GPU)")
+    g.add_argument("--load-in-4bit", action="store_true", default=None, help="bitsandbytes 4-bit (GPU)")
+    g.add_argument("--device-map", default=None, help="accelerate device map, e.g. auto")
+    g.add_argument("--trust-remote-code", action="store_true", default=None)
+    g.add_argument("--batch-size", type=_positive, default=None, help="most sequences per forward pass (default 16)")
+    g.add_argument("--token-budget", type=_positive, default=None, help="most padded tokens per pass (default 8192)")
+    g.add_argument("--chunk-size", type=_positive, default=None,
+                   help="requests per durable chunk (default 1024; see docs/tasks.md)")
+    g.add_argument("--score-cache", default=None, metavar="PATH", help="SQLite score cache shared between runs")
+    g.add_argument("--threads", type=_positive, default=None, help="torch CPU threads")
+    g.add_argument("--no-progress", dest="progress", action="store_false", default=None)
     p.set_defaults(func=run)
 
 
-def infer_experiment(config: Path) -> str:
-    stem = config.stem
-    for name in sorted(EXPERIMENTS, key=len, reverse=True):
-        if stem == name or stem.startswith(name + "_"):
-            return name
-    raise ProbeError(f"cannot tell the experiment from {config.name!r}; pass --experiment ({', '.join(EXPERIMENTS)})")
+def _positive(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {value}")
+    return value
+
+
+def list_tasks(args: argparse.Namespace) -> int:
+    import dataclasses
+
+    from probe.tasks import available, get
+
+    for name in available():
+        try:
+            task = get(name)
+        except Exception as exc:  # a broken third-party task must not hide the others
+            print(f"{name:14s} (cannot be loaded: {exc})")
+            continue
+        print(f"{name:14s} {task.description}")
+        if args.verbose:
+            for f in dataclasses.fields(task.Config):
+                default = f.default if f.default is not dataclasses.MISSING else (
+                    f.default_factory() if f.default_factory is not dataclasses.MISSING else "(required)")
+                print(f"{'':16s}{f.name} = {default!r}")
+    return 0
+
+
+def parse_sets(sets: list[str]) -> dict[str, Any]:
+    """``["a=1", "b=[x, y]"]`` -> ``{"a": 1, "b": ["x", "y"]}`` (values read as YAML)."""
+    import yaml
+
+    out: dict[str, Any] = {}
+    for item in sets:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise ProbeError(f"--set {item!r}: expected KEY=VALUE")
+        try:
+            out[key.strip()] = yaml.safe_load(value) if value.strip() else None
+        except yaml.YAMLError as exc:
+            raise ProbeError(f"--set {item!r}: the value is not valid YAML ({exc})") from None
+    return out
+
+
+def read_config(path: Path) -> dict[str, Any]:
+    import yaml
+
+    if not path.is_file():
+        raise ProbeError(f"config not found: {path}")
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+    except yaml.YAMLError as exc:
+        raise ProbeError(f"{path}: not valid YAML ({exc})") from None
+    if not isinstance(data, dict):
+        raise ProbeError(f"{path}: a config is a mapping of keys to values, got {type(data).__name__}")
+    if "task" not in data:
+        raise ProbeError(f"{path}: the config names no task; add e.g. `task: hbb` (tasks: `probe tasks`)")
+    return data
 
 
 def run(args: argparse.Namespace) -> int:
-    if not args.config.is_file():
-        raise ProbeError(f"config not found: {args.config}")
-    name = args.experiment or infer_experiment(args.config)
-    for root in (args.config.resolve().parent.parent, Path.cwd()):
-        if (root / "experiments" / f"{name}.py").is_file():
-            if str(root) not in sys.path:
-                sys.path.insert(0, str(root))
-            break
-    else:
-        raise ProbeError(f"experiments/{name}.py not found next to {args.config.parent} or in {Path.cwd()}")
-    module = importlib.import_module(f"experiments.{name}")
-    return int(module.main(["--config", str(args.config), *args.extra]) or 0)
+    from probe.api import split_options
+    from probe.models.builtins import DEFAULT_MODEL
+    from probe.runs.runner import options_from
+    from probe.runs.task_run import run_task
+    from probe.tasks import get
+
+    target = args.target
+    is_config = target.endswith((".yaml", ".yml")) or Path(target).is_file()
+    values: dict[str, Any] = read_config(Path(target)) if is_config else {"task": target}
+    source = target if is_config else f"task {target!r}"
+    values.update(parse_sets(args.sets))
+    cli = {k: v for k, v in vars(args).items() if v is not None and k in (
+        "device", "dtype", "load_in_8bit", "load_in_4bit", "device_map", "trust_remote_code", "batch_size",
+        "token_budget", "chunk_size", "score_cache", "threads", "progress")}
+    values.update(cli)
+    task = get(str(values.pop("task")))
+    models = values.pop("models", None)
+    model = values.pop("model", None)
+    output = values.pop("output", None)
+    if args.model:
+        models, model = None, args.model
+    if models is not None and model is not None:
+        raise ProbeError(f"{source}: give `model` or `models`, not both")
+    if models is not None and (not isinstance(models, list) or not models):
+        raise ProbeError(f"{source}: `models` must be a non-empty list")
+    run_values, task_values = split_options(values)
+    config = task.make_config(task_values, source=source)
+    options = options_from(run_values)
+    names = [str(m) for m in models] if models is not None else [str(model or DEFAULT_MODEL)]
+    base = args.output or (Path(output) if output else None)
+    for name in names:
+        if base is None:
+            out = Path("runs") / f"{task.name}_{_slug(name)}"
+        else:
+            out = base / _slug(name) if len(names) > 1 else base
+        evaluation = run_task(task, config, name, output=out, limit=args.limit, options=options)
+        if evaluation.output is not None and (evaluation.output / "report.md").is_file():
+            print((evaluation.output / "report.md").read_text(encoding="utf-8"))
+        print(f"wrote {out}/records.jsonl, summary.json, provenance.json", file=sys.stderr)
+    return 0
+
+
+def _slug(name: str) -> str:
+    """A model name or path as a directory name."""
+    return re.sub(r"[^A-Za-z0-9._-]+", "_", Path(name).name if "/" in name and Path(name).exists() else name).strip("_")

@@ -9,9 +9,13 @@ HBB-SG (appendix E.1): each option sentence (or each of its n variations) is
 scored by its perplexity as the continuation of ``instruction + context``; the
 prefix is not scored.
 
-Request ids (joined back by :mod:`experiments.hbb`):
-``{question_id}|mcq``, ``{question_id}|mcq_swap``, ``{question_id}|sg|{option}|{j}``
-with option 1 (s1) or 2 (s2) and j the variation index.
+Each request carries its structure in ``meta`` (``question_id``, ``kind``:
+``mcq`` / ``mcq_swap`` / ``sg``, ``concept_id``, ``category``,
+``descriptor_type``, ``identity``; HBB-SG adds ``option``: 1 for s1, 2 for s2,
+and ``variation``: the sentence variation index), which the ``hbb`` task
+(:mod:`probe.tasks.hbb`) joins back on. Ids (``{question_id}|mcq``,
+``{question_id}|mcq_swap``, ``{question_id}|sg|{option}|{j}``) only need to be
+unique; nothing parses them.
 
 >>> p = load_hbb_prompts()
 >>> p.mcq_labels
@@ -30,7 +34,7 @@ import yaml
 from probe.data.hbb import HBBQuestion
 from probe.scoring.requests import LabelRequest, PerplexityRequest
 
-__all__ = ["HBBPrompts", "load_hbb_prompts", "mcq_user_message", "mcq_requests", "sg_requests", "request_id"]
+__all__ = ["HBBPrompts", "load_hbb_prompts", "mcq_user_message", "mcq_requests", "sg_requests", "request_id", "question_meta"]
 
 
 @dataclass(frozen=True)
@@ -58,6 +62,13 @@ def load_hbb_prompts() -> HBBPrompts:
         sg_instruction=raw["sg_instruction"],
         sg_prefix=raw["sg_prefix"],
     )
+
+
+def question_meta(question: HBBQuestion, kind: str) -> dict[str, Any]:
+    """The ``meta`` of a request about ``question`` (see the module doc)."""
+    return {"question_id": question.id, "kind": kind, "concept_id": question.concept_id,
+            "category": question.category, "descriptor_type": question.descriptor_type,
+            "identity": question.identity}
 
 
 def request_id(question_id: str, kind: str, option: int | None = None, variation: int | None = None) -> str:
@@ -103,6 +114,7 @@ def mcq_requests(
             ),
             labels=p.mcq_labels,
             group=f"hbb:{q.concept_id}:{kind}",
+            meta=question_meta(q, kind),
         )
         for q in questions
     ]
@@ -138,7 +150,8 @@ def sg_requests(
             for j, text in enumerate(texts):
                 out.append(
                     PerplexityRequest(
-                        id=request_id(q.id, "sg", k, j), text=text, prefix=prefix, group=f"hbb-sg:{q.concept_id}", space="auto"
+                        id=request_id(q.id, "sg", k, j), text=text, prefix=prefix, group=f"hbb-sg:{q.concept_id}",
+                        space="auto", meta={**question_meta(q, "sg"), "option": k, "variation": j},
                     )
                 )
     return out

@@ -71,7 +71,8 @@ class Record:
             return cls(task, result.id, model, "label", tuple(result.labels), tuple(result.logprobs),
                        tuple(result.probs), result.argmax if finite else None,
                        result.label_mass, finite, result.n_prompt_tokens, meta,
-                       {"token_ids": [list(t) for t in result.token_ids]})
+                       # label_mass: the `probe score` output field of earlier versions, kept for scripts
+                       {"token_ids": [list(t) for t in result.token_ids], "label_mass": result.label_mass})
         if isinstance(result, ContinuationResult):
             finite = bool(result.finite)
             probs = result.probs("sum")

@@ -98,39 +98,3 @@ def read_perplexity_items(path: str | Path) -> list[PerplexityRequest]:
             raise InputError(path, n, "prefix", "must be a string")
         out.append(PerplexityRequest(rid, text, prefix=prefix, space="none"))
     return out
-
-
-def result_record(result: Any) -> dict:
-    """The output line of ``probe score`` / ``probe perplexity`` for one result."""
-    from probe.scoring.requests import ContinuationResult, LabelResult
-
-    if isinstance(result, LabelResult):
-        return {
-            "id": result.id,
-            "kind": "label",
-            "options": list(result.labels),
-            "logprobs": list(result.logprobs),
-            "probs": list(result.probs),
-            "label_mass": result.label_mass,
-            "pred_index": result.argmax if result.finite else None,
-            "token_ids": [list(t) for t in result.token_ids],
-            "n_prompt_tokens": result.n_prompt_tokens,
-            "finite": result.finite,
-        }
-    if isinstance(result, ContinuationResult):
-        probs = result.probs("sum")
-        return {
-            "id": result.id,
-            "kind": "continuation",
-            "options": list(result.options),
-            "logprobs": list(result.logprobs),
-            "mean_logprobs": list(result.mean_logprobs),
-            "per_byte_logprobs": list(result.per_byte_logprobs),
-            "probs": list(probs),
-            "pred_index": max(range(len(probs)), key=lambda i: (probs[i], -i)) if result.finite else None,
-            "token_counts": list(result.token_counts),
-            "byte_counts": list(result.byte_counts),
-            "n_prompt_tokens": result.n_prompt_tokens,
-            "finite": result.finite,
-        }
-    return {"id": result.id, "ppl": result.ppl, "nll": result.nll, "n_tokens": result.n_tokens, "finite": result.finite}

@@ -15,7 +15,7 @@ import time
 import pytest
 
 from probe.data.demo import demo_items
-from probe.demo import request_for, user_turn
+from probe.tasks.demo import request_for, user_turn
 from probe.prompts.chat import render_prompt
 from probe.scoring import ContinuationRequest, LabelRequest, PerplexityRequest, Scorer
 from tests import reference
@@ -105,12 +105,16 @@ def test_cached_conversion_loads_fast(smollm2):
 
 
 def test_demo_resumes(tmp_path, smollm2):
-    from probe.demo import run_demo
+    import json
+
+    import probe
 
     out = tmp_path / "demo"
-    first = run_demo(output=out, limit=4, progress=False)
-    assert first["n_scored_now"] == 4
-    again = run_demo(output=out, limit=4, progress=False)
-    assert again["n_scored_now"] == 0
+    first = probe.evaluate(smollm2, "demo", output=out, limit=4, progress=False)
+    assert len(first.records) == 4
+    assert json.loads((out / "timing.json").read_text())["scored_this_invocation"]["continuation"]["n"] == 4
+    again = probe.evaluate(smollm2, "demo", output=out, limit=4, progress=False)
+    assert json.loads((out / "timing.json").read_text())["scored_this_invocation"] == {}  # nothing rescored
+    assert again.summary == first.summary
     assert (out / "records.jsonl").read_text().count("\n") == 4
     assert {"summary.json", "report.md", "records.jsonl", "provenance.json"} <= {p.name for p in out.iterdir()}

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from probe.cli import main
-from probe.commands.common import check_input, input_sidecar, request_digest
+from probe.runs.resume import check_input, input_sidecar, request_digest
 from probe.errors import ProbeError
 from probe.scoring import ContinuationRequest, LabelRequest
 

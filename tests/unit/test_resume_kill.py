@@ -68,7 +68,7 @@ def _assert_same_records(got: list[dict], want: list[dict], tol: float = 1e-6) -
         for key, value in ref.items():
             if key in ("logprobs", "probs", "mean_logprobs", "per_byte_logprobs"):
                 assert rec[key] == pytest.approx(value, abs=tol, rel=0), (ref["id"], key)
-            elif key == "label_mass":
+            elif key in ("label_mass", "mass"):
                 assert rec[key] == pytest.approx(value, abs=tol, rel=0), ref["id"]
             else:
                 assert rec[key] == value, (ref["id"], key)
@@ -219,7 +219,7 @@ def test_batch_size_and_input_order_do_not_change_results(tmp_path, model_dir):
 
 def test_provenance_marks_only_complete_outputs(tmp_path, model_dir, reference, monkeypatch):
     """An interrupted re-run (here with more items) leaves no provenance file claiming the output is complete."""
-    from probe.commands import score
+    from probe.runs.runner import Runner
 
     inp, ref_out, want = reference
     out = tmp_path / "out.jsonl"
@@ -231,7 +231,7 @@ def test_provenance_marks_only_complete_outputs(tmp_path, model_dir, reference, 
     def crash(*a, **k):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(score, "score_to_file", crash)
+    monkeypatch.setattr(Runner, "_append", crash)
     assert main(_args(model_dir, inp, out)) == 130
     assert not prov.exists()
     monkeypatch.undo()

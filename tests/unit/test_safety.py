@@ -176,7 +176,9 @@ def test_nan_logits_give_non_finite_results(nan_lm):
 
     from probe.io import dumps
     from probe.scoring import ContinuationRequest, LabelRequest, PerplexityRequest, Scorer
-    from probe.scoring.items import result_record
+    from probe.runs.record import Record
+
+    result_record = lambda res: Record.from_result("score", "m", res).to_dict()  # noqa: E731
 
     lab, cont, ppl = Scorer(nan_lm, batch_size=4).score([
         LabelRequest("l", "Who has wrinkles?", ("A", "B")),
@@ -201,7 +203,7 @@ def _demo_record(i: int, finite: bool = True) -> dict:
 
 
 def test_demo_summary_skips_and_counts_non_finite_records():
-    from probe.demo import report_markdown, summarize
+    from probe.tasks.demo import report_markdown, summarize
 
     good = [_demo_record(i) for i in range(4)]
     bad = [_demo_record(10 + i, finite=False) for i in range(3)]
@@ -215,7 +217,7 @@ def test_demo_summary_skips_and_counts_non_finite_records():
 def test_demo_summary_of_only_non_finite_records_is_nan_not_zero():
     import math
 
-    from probe.demo import summarize
+    from probe.tasks.demo import summarize
 
     s = summarize([_demo_record(1, finite=False)])
     assert s["n_nonfinite"] == 1 and math.isnan(s["mean_answer_mass"])

@@ -394,16 +394,18 @@ def test_scorer_with_cache_gives_identical_results_without_forward_passes(tmp_pa
 # -- the CLI option ------------------------------------------------------------------------------------
 def test_score_cache_option_and_environment(tmp_path, monkeypatch, tiny_lm):
     from probe.cli import build_parser
-    from probe.commands.common import open_score_cache, score_cache_path
+    from probe.commands.common import run_options, score_cache_path
+    from probe.runs.runner import Runner
 
     monkeypatch.delenv("PROBE_SCORE_CACHE", raising=False)
     args = build_parser().parse_args(["score", "--input", "i.jsonl", "--output", "o.jsonl"])
-    assert score_cache_path(args) is None and open_score_cache(args, tiny_lm) is None
+    assert score_cache_path(args) is None and run_options(args).score_cache is None
     monkeypatch.setenv("PROBE_SCORE_CACHE", str(tmp_path / "env.sqlite"))
     assert score_cache_path(args) == tmp_path / "env.sqlite"
     args = build_parser().parse_args(["score", "--input", "i", "--output", "o", "--score-cache", str(tmp_path / "x.sqlite")])
     assert score_cache_path(args) == tmp_path / "x.sqlite"  # the option wins over the environment
-    with open_score_cache(args, tiny_lm) as cache:
+    with Runner(tiny_lm, run_options(args)) as runner:
+        cache = runner.scorer.cache
         assert cache.fingerprint == model_fingerprint(tiny_lm) and (tmp_path / "x.sqlite").is_file()
     assert score_cache_path(argparse.Namespace()) == tmp_path / "env.sqlite"
 

@@ -27,7 +27,10 @@ from hypothesis import strategies as st
 from probe.cli import main
 from tests.tiny import score_items as _items
 from tests.tiny import write_items as _write_items
-from probe.commands.common import check_input, group_chunks, score_to_file
+from probe.runs.chunks import group_chunks
+from probe.runs.record import Record
+from probe.runs.resume import check_input
+from probe.runs.runner import RunOptions, Runner
 from probe.errors import InputError, ProbeError
 from probe.runs.shard import (
     Processes,
@@ -217,22 +220,28 @@ class _Sequential(Processes):
 
 
 
+def _maker(runner, task):
+    """What the runner writes per chunk: one record dict per result."""
+    return lambda part: [Record.from_result(task, runner.model_id, r).to_dict() for r in runner.scorer.score(part)]
+
+
 def test_sequential_ranks_equal_one_process_perplexity(tmp_path, tiny_lm):
     from probe.scoring import PerplexityRequest, Scorer
 
     reqs = [PerplexityRequest(id=f"t{i}", text=f" sat on mat number {i}.", prefix="The cat" if i % 2 else "")
             for i in range(7)]
-    scorer = Scorer(tiny_lm, batch_size=2)
+    runner = Runner(tiny_lm, RunOptions(batch_size=2, chunk_size=2, progress=False))
     ref = tmp_path / "ref.jsonl"
-    score_to_file(scorer, reqs, ref, chunk=2, progress=False)
+    runner.score(reqs, ref, task="perplexity")
+    make = _maker(runner, "perplexity")
     out = tmp_path / "out.jsonl"
     # rank 0 writes <output>.input.json before the first barrier, i.e. before any rank appends
     check_input(out, set(), reqs, tiny_lm)
     # chunks t0-1 | t2-3 | t4-5 | t6: rank 2 scores t4-5, rank 1 t2-3, rank 0 t0-1 and t6
-    assert score_sharded(scorer, reqs, out, _Sequential(2, 3), chunk=2, progress=False) == 2
-    assert score_sharded(scorer, reqs, out, _Sequential(1, 3), chunk=2, progress=False) == 2
+    assert score_sharded(runner, reqs, out, _Sequential(2, 3), make=make, chunk=2, progress=False) == 2
+    assert score_sharded(runner, reqs, out, _Sequential(1, 3), make=make, chunk=2, progress=False) == 2
     assert not out.exists()  # only rank 0 merges
-    assert score_sharded(scorer, reqs, out, _Sequential(0, 3), chunk=2, progress=False) == 7
+    assert score_sharded(runner, reqs, out, _Sequential(0, 3), make=make, chunk=2, progress=False) == 7
     assert out.read_bytes() == ref.read_bytes() and shard_files(out) == []
 
 
@@ -240,11 +249,12 @@ def test_small_input_warns_that_processes_idle(tmp_path, tiny_lm, capsys):
     from probe.scoring import PerplexityRequest, Scorer
 
     reqs = [PerplexityRequest(id=f"t{i}", text=f"The cat {i}.") for i in range(3)]
-    scorer = Scorer(tiny_lm, batch_size=4)
+    runner = Runner(tiny_lm, RunOptions(batch_size=4, progress=False))
+    make = _maker(runner, "perplexity")
     check_input(tmp_path / "out.jsonl", set(), reqs, tiny_lm)
-    assert score_sharded(scorer, reqs, tmp_path / "out.jsonl", _Sequential(1, 2), chunk=4, progress=False) == 0
+    assert score_sharded(runner, reqs, tmp_path / "out.jsonl", _Sequential(1, 2), make=make, chunk=4, progress=False) == 0
     assert "warning" not in capsys.readouterr().err  # only rank 0 says it
-    assert score_sharded(scorer, reqs, tmp_path / "out.jsonl", _Sequential(0, 2), chunk=4, progress=False) == 3
+    assert score_sharded(runner, reqs, tmp_path / "out.jsonl", _Sequential(0, 2), make=make, chunk=4, progress=False) == 3
     err = capsys.readouterr().err
     assert "3 item(s) make 1 chunk(s) of --flush-every 4 for 2 processes; 1 will idle" in err
 

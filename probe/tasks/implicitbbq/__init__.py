@@ -1,0 +1,232 @@
+"""``implicitbbq``: ImplicitBBQ (seed 000), 12 settings x 4 prompting strategies, scored exactly.
+
+Flow: every item of the configured dimensions (:mod:`probe.data.implicitbbq`)
+-> each strategy's stratified sample (``per_cell`` items per dimension x
+setting; :mod:`.sample`) -> the strategy's prompt in each answer format
+(:mod:`probe.prompts.bbq`) -> for CoT, greedy reasoning first (the runner's
+generation stage) and the final answer scored after ``Final Answer:`` ->
+BBQ accuracy and bias per strategy|format, context kind and dimension, argmax
+and expected, with bootstrap CIs (:mod:`probe.reports.bbq_tables`).
+
+    probe run configs/implicitbbq_quick.yaml
+    probe run implicitbbq --model smollm2 --limit 12 --output runs/x
+
+One record per (item, strategy, format), id ``ITEM|STRATEGY|FORMAT``; its
+``meta`` holds the item fields, ``kind`` = ``strategy/format`` (the runner
+times each kind) and, for CoT, the ``reasoning``. Outputs beside the runner's:
+``tables/table2_{expected,argmax}`` (the seed's Table 2 layout),
+``tables/per_dimension_<strategy>_<format>_<version>`` (Tables 5-7),
+``figure3_zero_shot_<format>.png``, ``counts.json`` (builder counts) and
+``projection.json`` (hours to score the full grid at the measured rates).
+
+>>> from probe.tasks import get
+>>> cfg = get("implicitbbq").make_config({"strategies": ["zero_shot"], "per_cell": {"zero_shot": 1}})
+>>> cfg.strategies, cfg.answer_formats
+(('zero_shot',), ('oneword',))
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+from probe.data.implicitbbq import DIMENSIONS
+from probe.errors import ProbeError
+from probe.io import write_json_atomic
+from probe.tasks.base import Aggregate, Task, TaskConfig, write_tables
+from probe.tasks.implicitbbq import results
+from probe.tasks.implicitbbq.sample import Selection, select, stratified_sample, unit_key
+
+__all__ = ["ImplicitBBQConfig", "ImplicitBBQTask", "STRATEGIES", "FORMATS", "request_id", "stratified_sample",
+           "unit_key"]
+
+STRATEGIES = ("zero_shot", "safety", "few_shot", "cot")
+FORMATS = ("oneword", "labels")
+
+
+@dataclass(frozen=True)
+class ImplicitBBQConfig(TaskConfig):
+    """Task settings (YAML keys; unknown keys are rejected)."""
+
+    dimensions: tuple[str, ...] = DIMENSIONS
+    strategies: tuple[str, ...] = STRATEGIES
+    answer_formats: tuple[str, ...] = ("oneword",)  # "oneword" (the seed's) and/or "labels"
+    # items per dimension x setting, per strategy (None = every item)
+    per_cell: dict[str, int | None] = field(default_factory=lambda: {
+        "zero_shot": 34, "safety": 34, "few_shot": 8, "cot": 3})
+    # the seed applies mitigations to explicit/implicit contexts only, not to the controls
+    control_strategies: tuple[str, ...] = ("zero_shot",)
+    seed: int = 0
+    lexical: str = "first"
+    n_shots: int = 5
+    cot_max_new_tokens: int = 256
+    chat_template: bool = True
+    n_boot: int = 1000
+    bbq_dir: str | None = None
+    bharatbbq_dir: str | None = None
+
+    def __post_init__(self) -> None:
+        for k in ("dimensions", "strategies", "answer_formats", "control_strategies"):
+            value = getattr(self, k)
+            object.__setattr__(self, k, (value,) if isinstance(value, str) else tuple(value))
+        bad = set(self.strategies) - set(STRATEGIES)
+        if bad:
+            raise ValueError(f"unknown strategies {sorted(bad)}; choose from {', '.join(STRATEGIES)}")
+        bad = set(self.answer_formats) - set(FORMATS)
+        if bad:
+            raise ValueError(f"unknown answer_formats {sorted(bad)}; choose from {', '.join(FORMATS)}")
+        bad = set(self.dimensions) - set(DIMENSIONS)
+        if bad:
+            raise ValueError(f"unknown dimensions {sorted(bad)}; choose from {', '.join(DIMENSIONS)}")
+        if self.lexical not in ("first", "all"):
+            raise ValueError(f"lexical must be 'first' or 'all', got {self.lexical!r}")
+        if not isinstance(self.per_cell, Mapping):
+            raise ValueError(f"per_cell must map strategies to item counts, got {self.per_cell!r}")
+        missing = [s for s in self.strategies if s not in self.per_cell]
+        if missing:
+            raise ValueError(f"per_cell has no entry for strategies {missing}")
+        for s, n in self.per_cell.items():
+            if n is not None and (not isinstance(n, int) or isinstance(n, bool) or n < 1):
+                raise ValueError(f"per_cell[{s!r}] must be a positive integer or null (every item), got {n!r}")
+
+
+def request_id(item: Any, strategy: str, answer_format: str) -> str:
+    """The id of one (item, strategy, format) request and record."""
+    return f"{item.id}|{strategy}|{answer_format}"
+
+
+class ImplicitBBQTask(Task):
+    name = "implicitbbq"
+    description = "ImplicitBBQ (seed 000): explicit vs implicit identity, 12 settings x zero-shot/safety/few-shot/CoT"
+    Config = ImplicitBBQConfig
+
+    def items(self, config: ImplicitBBQConfig) -> list:
+        from probe.data.implicitbbq import build_implicitbbq
+
+        return build_implicitbbq(config.dimensions, config.bbq_dir, config.bharatbbq_dir, lexical=config.lexical)
+
+    def select(self, config: ImplicitBBQConfig, items: Sequence[Any], limit: int | None) -> Selection:
+        """Each strategy's stratified sample; ``limit``: the first N items of their union (see :mod:`.sample`)."""
+        return select(config, items.pool if isinstance(items, Selection) else items, limit)
+
+    def generation_requests(self, config: ImplicitBBQConfig, items: Sequence[Any], tokenizer: Any) -> list:
+        """CoT: one greedy reasoning per (item, format), before its final answer is scored."""
+        from probe.prompts.bbq import prepare
+        from probe.scoring.generate import GenerationRequest
+
+        out = []
+        for strategy, it, fmt in self._jobs(config, items, only="cot"):
+            prep = prepare(it, tokenizer, strategy, fmt, (), config.chat_template)
+            out.append(GenerationRequest(request_id(it, strategy, fmt), prep.prompt, config.cot_max_new_tokens,
+                                         meta={"kind": f"{strategy}/{fmt}/generate", "item_id": it.id}))
+        return out
+
+    def requests(self, config: ImplicitBBQConfig, items: Sequence[Any], tokenizer: Any,
+                 generations: Mapping[str, str] | None = None) -> list:
+        from probe.prompts.bbq import DemoIndex, cot_final_prompt, prepare
+        from probe.scoring.requests import ContinuationRequest, LabelRequest
+
+        sel = self._selection(config, items)
+        demos = DemoIndex(sel.pool) if "few_shot" in config.strategies else None
+        out = []
+        for strategy, it, fmt in self._jobs(config, sel):
+            rid = request_id(it, strategy, fmt)
+            shots = demos.select(it, config.n_shots, config.seed) if strategy == "few_shot" else ()
+            prep = prepare(it, tokenizer, strategy, fmt, shots, config.chat_template)
+            meta = _meta(it, strategy, fmt, prep.owner)
+            if strategy == "cot":
+                if generations is None or rid not in generations:
+                    raise ProbeError(f"implicitbbq: no CoT reasoning was generated for {rid!r}")
+                meta["reasoning"] = generations[rid]
+                prep = cot_final_prompt(prep, generations[rid])
+            # the 4 variants of a context unit go in one chunk: they share its system prompt and context
+            group = f"{strategy}|{unit_key(it)}"
+            cls, key = (LabelRequest, "labels") if fmt == "labels" else (ContinuationRequest, "options")
+            out.append(cls(id=rid, prompt=prep.prompt, group=group, space=prep.space, meta=meta,
+                           **{key: prep.texts}))
+        return out
+
+    def aggregate(self, config: ImplicitBBQConfig, records: Any, items: Sequence[Any]) -> Aggregate:
+        from probe.data.implicitbbq import count_table
+        from probe.reports.bbq_tables import summarize
+
+        sel = self._selection(config, items)
+        recs, skipped = results.metric_records(records)
+        by_strategy = summarize(recs, n_boot=config.n_boot, seed=config.seed)
+        model = str(records["model"].iloc[0]) if len(records) else "model"
+        summary = {
+            "by_strategy": by_strategy,
+            "n_nonfinite": skipped,
+            "sample": {s: len(v) for s, v in sel.samples.items()},
+            "full_grid_items": results.full_grid_items(sel.pool, config.strategies, config.control_strategies),
+            "counts": count_table(sel.pool),
+        }
+        return Aggregate(summary, results.tables(by_strategy, model))
+
+    def report(self, config: ImplicitBBQConfig, result: Aggregate, output: Path) -> None:
+        """Tables (.md/.csv), ``figure3_*.png``, ``counts.json`` and ``projection.json``."""
+        summary = result.summary
+        model = str(summary.get("model") or "model")
+        tables = dict(result.tables)
+        for name, df in tables.items():  # the Model column names the model, not its fingerprint
+            if name.startswith("table2_") and "Model" in df.columns:
+                tables[name] = df.assign(Model=model)
+        write_tables(tables, output)
+        results.write_figures(summary["by_strategy"], output, model)
+        write_json_atomic(output / "counts.json", summary["counts"])
+        timing = results.read_timing(output)
+        write_json_atomic(output / "projection.json", {"timing": timing, **results.projection(
+            timing, summary["full_grid_items"])})
+
+    def data_files(self, config: ImplicitBBQConfig) -> list[Path]:
+        from probe.data.implicit_text import load_cue_table
+        from probe.data.paths import dataset_dir
+
+        files = []
+        sources = load_cue_table().sources
+        for dim in config.dimensions:
+            kind, category = sources[dim].split(":")
+            if kind == "bharatbbq":
+                files.append(Path(config.bharatbbq_dir or dataset_dir("bharatbbq")) / "Caste_templates.csv")
+            else:
+                tdir = Path(config.bbq_dir or dataset_dir("bbq")) / "templates"
+                files += [tdir / f"{category}.csv", tdir / "vocabulary.csv", tdir / "vocabulary_proper_names.csv"]
+        return [f for f in dict.fromkeys(files) if f.is_file()]
+
+    # -- helpers --------------------------------------------------------------
+    def _selection(self, config: ImplicitBBQConfig, items: Sequence[Any]) -> Selection:
+        """``items`` as a :class:`Selection` (a plain item list is taken as the pool and sampled)."""
+        return items if isinstance(items, Selection) else select(config, items)
+
+    def _jobs(self, config: ImplicitBBQConfig, items: Sequence[Any], only: str | None = None) -> list[tuple]:
+        """(strategy, item, format) in scoring order: unit by unit (strategies advance together, so a
+        run stopped anywhere holds the same leading units for every strategy), then strategy, item, format
+        (the two formats of an item share its prompt up to the question)."""
+        sel = self._selection(config, items)
+        member = {s: {it.id for it in v} for s, v in sel.samples.items()}
+        units: dict[str, list] = {}
+        for it in sel:
+            units.setdefault(unit_key(it), []).append(it)
+        jobs = []
+        for unit in units.values():
+            for strategy in config.strategies:
+                if only is not None and strategy != only:
+                    continue
+                for it in unit:
+                    if it.id in member[strategy]:
+                        jobs += [(strategy, it, fmt) for fmt in config.answer_formats]
+        return jobs
+
+
+def _meta(item: Any, strategy: str, answer_format: str, owner: Sequence[int]) -> dict:
+    """The item fields a record carries (``answers``: the item's options; ``owner``: option of each scored text)."""
+    return {
+        "kind": f"{strategy}/{answer_format}", "item_id": item.id, "strategy": strategy,
+        "answer_format": answer_format, "dimension": item.category, "category": item.category,
+        "setting": item.setting, "context_kind": item.context_kind, "context_condition": item.context_condition,
+        "question_polarity": item.question_polarity, "label": item.label, "target_index": item.target_index,
+        "unknown_index": item.unknown_index, "template_id": item.template_id, "owner": list(owner),
+        "answers": list(item.options), "cue1": item.metadata.get("cue1"), "cue2": item.metadata.get("cue2"),
+        "target_group": item.metadata.get("target_group"),
+    }

@@ -1,0 +1,93 @@
+"""Which ImplicitBBQ items each prompting strategy scores: stratified, paired, nested samples.
+
+A *unit* is one context with one background (or none): its ambiguous /
+disambiguated x negative / non-negative items, so the four explicit (or
+implicit) settings are scored on the same contexts (paired). Units are ranked
+by a seeded hash, so a smaller sample is a prefix of a larger one and the
+strategies are compared on shared items. The selection a run scores is the
+union of the strategies' samples in round-robin order over (dimension, context
+kind); ``--limit N`` keeps its first N items, which therefore stays spread over
+the dimensions and kinds (a multiple of 4 keeps every unit whole).
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from typing import Any, Iterable, Mapping, Sequence
+
+__all__ = ["Selection", "select", "strategy_samples", "stratified_sample", "unit_key"]
+
+
+def unit_key(item: Any) -> str:
+    """The (context, background) an item belongs to: its 4 condition x polarity variants share it."""
+    return item.id.rsplit("-", 2)[0]
+
+
+def stratified_sample(items: Iterable[Any], per_cell: int | None, seed: int,
+                      settings: set[str] | None = None) -> list:
+    """At least ``per_cell`` items per (dimension, setting), drawn as whole context units.
+
+    Control settings hold both conditions, so they need half as many units.
+    Units are ranked by a seeded hash (smaller samples are prefixes of larger
+    ones) and returned round-robin over (dimension, kind): any prefix of the
+    list stays stratified. ``per_cell`` None takes every unit.
+    """
+    from probe.data.bbq import stable_hash
+
+    units: dict[tuple[str, str], dict[str, list]] = defaultdict(lambda: defaultdict(list))
+    for it in items:
+        if settings is None or it.setting in settings:
+            units[(it.category, it.context_kind)][unit_key(it)].append(it)
+    ranked: dict[tuple[str, str], list[list]] = {}
+    for key in sorted(units):
+        order = sorted(units[key], key=lambda u: stable_hash(u, seed))
+        need = None
+        if per_cell is not None:
+            need = per_cell if key[1] in ("explicit", "implicit") else -(-per_cell // 2)
+        ranked[key] = [sorted(units[key][u], key=lambda it: it.id) for u in order[:need]]
+    out = []
+    depth = max((len(v) for v in ranked.values()), default=0)
+    for i in range(depth):
+        for v in ranked.values():
+            if i < len(v):
+                out.extend(v[i])
+    return out
+
+
+def strategy_samples(config: Any, items: Sequence[Any]) -> dict[str, list]:
+    """Each strategy's stratified sample (the controls only for ``control_strategies``)."""
+    mitigated = {s for s in {it.setting for it in items} if not s.startswith(("neutral", "nochar"))}
+    return {s: stratified_sample(items, config.per_cell[s], config.seed,
+                                 None if s in config.control_strategies else mitigated)
+            for s in config.strategies}
+
+
+class Selection(list):
+    """The items a run scores (in scoring order), with each strategy's sample and the whole pool.
+
+    A plain list of items to the runner; the task's later stages read
+    ``samples`` (strategy -> its items, in the same order) and ``pool`` (every
+    built item: few-shot demonstrations and the full-grid counts come from it).
+    """
+
+    def __init__(self, items: Iterable[Any], samples: Mapping[str, list], pool: Sequence[Any]) -> None:
+        super().__init__(items)
+        self.samples = dict(samples)
+        self.pool = pool
+
+
+def select(config: Any, pool: Sequence[Any], limit: int | None = None) -> Selection:
+    """The union of the strategies' samples (in ``config.strategies`` order), cut to its first ``limit`` items."""
+    samples = strategy_samples(config, pool)
+    order: list = []
+    seen: set[str] = set()
+    for strategy in config.strategies:
+        for it in samples[strategy]:
+            if it.id not in seen:
+                seen.add(it.id)
+                order.append(it)
+    if limit is not None:
+        order = order[:limit]
+        kept = {it.id for it in order}
+        samples = {s: [it for it in v if it.id in kept] for s, v in samples.items()}
+    return Selection(order, samples, pool)
