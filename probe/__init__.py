@@ -5,7 +5,7 @@ The library entry points are :func:`evaluate` (run a task on a model) and
 is cheap: torch, transformers and pandas load only when a function needs them.
 
 >>> import probe
->>> probe.tasks()[:2]
+>>> probe.list_tasks()[:2]
 ['demo', 'bbq']
 """
 
@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 __version__ = "0.1.0"
 
-__all__ = ["__version__", "evaluate", "records_to_frame", "tasks"]
+__all__ = ["__version__", "evaluate", "list_tasks", "records_to_frame"]
 
 if TYPE_CHECKING:
     from probe.api import Evaluation
@@ -35,8 +35,8 @@ def records_to_frame(records: Any) -> Any:
     return _records_to_frame(records)
 
 
-def tasks() -> list[str]:
-    """The names of every registered task."""
+def list_tasks() -> list[str]:
+    """The names of every registered task (``probe.tasks`` is the registry subpackage)."""
     from probe.tasks import available
 
     return list(available())

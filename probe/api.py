@@ -34,7 +34,7 @@ def evaluate(model: Any, task: str, *, limit: int | None = None, output: str | P
     model : a built-in name (``smollm2``), a ``.gguf`` file, a model directory,
         a hub id (offline: one in the local cache), or an already loaded model
         (:func:`probe.models.load_model`).
-    task : a name from ``probe.tasks()``.
+    task : a name from ``probe.list_tasks()``.
     limit : score only the first ``limit`` items.
     output : a run directory: records, summary, tables and provenance are
         written there, and a re-run resumes (another model is refused).
