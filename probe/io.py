@@ -1,5 +1,6 @@
 """Generic I/O every layer may use: JSONL reading with file/line/field errors, canonical
-JSON, crash-tolerant record reading, atomic whole-file writes and file hashing.
+JSON, crash-tolerant record reading and appending (:class:`RecordWriter`), atomic whole-file
+writes and file hashing.
 
 >>> import tempfile, pathlib
 >>> p = pathlib.Path(tempfile.mkdtemp()) / "x.json"
@@ -66,6 +67,46 @@ def read_records(path: str | Path) -> tuple[list[dict], int]:
         records.append(rec)
         offset = end
     return records, offset
+
+
+class RecordWriter:
+    """Crash-safe appender of JSON records keyed by ``id`` (see module doc)."""
+
+    def __init__(self, path: str | Path, key: str = "id") -> None:
+        self.path = Path(path)
+        self.key = key
+        if self.path.exists() and not self.path.is_file():
+            raise InputError(self.path, None, None, "output path exists and is not a file (a directory?)")
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.records, good = read_records(self.path)
+        if self.path.exists() and self.path.stat().st_size != good:
+            with open(self.path, "r+b") as f:  # drop the torn tail so appends stay line-aligned
+                f.truncate(good)
+        self.done: set[str] = {str(r[key]) for r in self.records if key in r}
+        self._fh = open(self.path, "a", encoding="utf-8")
+
+    def write_many(self, records: Iterable[dict]) -> None:
+        lines = []
+        for rec in records:
+            rid = str(rec[self.key])
+            if rid in self.done:
+                continue
+            self.done.add(rid)
+            self.records.append(rec)
+            lines.append(dumps(rec) + "\n")
+        if lines:
+            self._fh.write("".join(lines))
+            self._fh.flush()
+            os.fsync(self._fh.fileno())
+
+    def close(self) -> None:
+        self._fh.close()
+
+    def __enter__(self) -> "RecordWriter":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
 
 def write_atomic(path: str | Path, text: str) -> None:

@@ -25,9 +25,8 @@ from probe.activations.hooks import capture, discover
 from probe.activations.items import ActivationItem
 from probe.activations.positions import PositionSpec, locate, padded_positions_fn, span_tokens
 from probe.errors import InputError
-from probe.prompts.chat import wants_special_tokens
 from probe.scoring.requests import LabelRequest
-from probe.scoring.tokens import Encoder
+from probe.scoring.tokens import Encoder, wants_special_tokens
 
 
 @dataclass(frozen=True)

@@ -59,8 +59,8 @@ import torch
 from probe.activations.hooks import ModelLayout, capture, discover
 from probe.activations.positions import PositionSpec, locate, parse_positions, span_tokens
 from probe.activations.store import Activations
-from probe.prompts.chat import wants_special_tokens
 from probe.scoring.requests import ContinuationRequest, LabelRequest, Request, Result
+from probe.scoring.tokens import wants_special_tokens
 
 
 @dataclass(frozen=True)

@@ -35,7 +35,7 @@ import numpy as np
 from safetensors.numpy import load_file, save_file
 
 from probe.errors import InputError, ProbeError
-from probe.runs.records import RecordWriter
+from probe.io import RecordWriter
 from probe.io import read_records, write_json_atomic
 
 MANIFEST, TABLE, SHARDS = "manifest.json", "items.jsonl", "shards"

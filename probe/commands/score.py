@@ -37,7 +37,7 @@ def register(groups: dict) -> None:
 
 def run_score(args: argparse.Namespace) -> int:
     from probe.errors import InputError
-    from probe.scoring.items import PromptStyle, read_score_items
+    from probe.prompts.items import PromptStyle, read_score_items
 
     runner = _runner(args)
     style = PromptStyle(chat_template=args.chat_template, system=args.system, prefill=args.prefill)
@@ -55,7 +55,7 @@ def run_score(args: argparse.Namespace) -> int:
 
 def run_perplexity(args: argparse.Namespace) -> int:
     from probe.errors import InputError
-    from probe.scoring.items import read_perplexity_items
+    from probe.prompts.items import read_perplexity_items
 
     requests = read_perplexity_items(args.input)
     if not requests:

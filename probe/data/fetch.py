@@ -1,7 +1,7 @@
 """Registry of benchmark data sets and ``probe data fetch``: download (or copy), verify, store.
 
 Real benchmark data is never shipped with probe. ``fetch(NAME)`` downloads a data
-set's files from its public source into ``probe.data.paths.cache_dir()/data/NAME``;
+set's files from its public source into ``probe.paths.cache_dir()/data/NAME``;
 ``fetch(NAME, source=PATH_OR_URL)`` takes them from a local directory, a
 ``file://`` URL, or another base URL instead. A local source may use either our
 layout (``templates/Age.csv``) or the upstream one (``templates/new_templates -
@@ -216,7 +216,7 @@ def fetch(name: str, source: str | None = None, dest: str | Path | None = None, 
 
     >>> fetch("crows_pairs", source="../shared/data")  # doctest: +SKIP
     """
-    from probe.data.paths import cache_dir
+    from probe.paths import cache_dir
 
     spec = _spec(name)
     dest = Path(dest) if dest is not None else cache_dir() / "data" / name

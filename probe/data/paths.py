@@ -13,11 +13,7 @@ import os
 from pathlib import Path
 
 from probe.errors import ProbeError
-
-
-def cache_dir() -> Path:
-    """probe's cache root: ``$PROBE_CACHE`` or ``~/.cache/probe``."""
-    return Path(os.environ.get("PROBE_CACHE") or Path.home() / ".cache" / "probe").expanduser()
+from probe.paths import cache_dir
 
 
 def data_root() -> Path:

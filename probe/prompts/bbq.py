@@ -189,8 +189,8 @@ class PreparedPrompt:
     space: str = "auto"  # how answers join the prompt (see probe.scoring.requests.SpaceRule)
 
     def request(self, group: str | None = None):
-        """The scoring request (imported lazily: scoring pulls in torch)."""
-        from probe.scoring import ContinuationRequest, LabelRequest
+        """The scoring request."""
+        from probe.scoring.requests import ContinuationRequest, LabelRequest
 
         if self.answer_format == "labels":
             return LabelRequest(id=self.item_id, prompt=self.prompt, labels=self.texts, group=group,

@@ -13,7 +13,8 @@ Rules (documented in ``docs/scoring.md`` and tested):
 
 The rendered string of a chat template already holds any BOS token, so the
 scorer tokenizes it without adding special tokens again (see
-:func:`wants_special_tokens`).
+:func:`probe.scoring.tokens.wants_special_tokens`: a tokenizer rule, so it
+lives with the tokenization, below the prompts layer).
 
 >>> class Plain:  # a tokenizer without a chat template
 ...     chat_template = None
@@ -24,7 +25,6 @@ scorer tokenizes it without adding special tokens again (see
 from __future__ import annotations
 
 from typing import Any
-
 
 
 def render_prompt(
@@ -80,13 +80,3 @@ def _check_messages(messages: list[dict]) -> None:
             raise ValueError(f"messages[{i}]: needs a 'role' of system, user or assistant")
         if not isinstance(m.get("content"), str):
             raise ValueError(f"messages[{i}]: 'content' must be a string")
-
-
-def wants_special_tokens(tokenizer: Any, text: str) -> bool:
-    """Whether tokenizing ``text`` should add special tokens (BOS).
-
-    Text that already starts with the BOS token (chat templates render it) must
-    not get a second one; plain text gets the tokenizer's default.
-    """
-    bos = getattr(tokenizer, "bos_token", None)
-    return not (bos and text.startswith(bos))

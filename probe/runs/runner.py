@@ -211,7 +211,7 @@ class Runner:
 
     def _append(self, requests: Sequence[Any], output: Path, make: Callable[[list], Iterable[dict]],
                 progress: bool, verb: str) -> int:
-        from probe.runs.records import RecordWriter
+        from probe.io import RecordWriter
         from probe.runs.resume import check_input
 
         with RecordWriter(output) as writer:

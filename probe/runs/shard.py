@@ -9,7 +9,7 @@ the whole input and loads its own copy of the model, then:
    every chunk is batched exactly as in one process). Chunk ``k`` goes to rank
    ``k % world_size``: the assignment depends only on the input, never on timing.
 2. Each rank appends its records to its own crash-safe shard file
-   ``<output>.rank{r}-of-{w}.jsonl`` (:class:`~probe.runs.records.RecordWriter`),
+   ``<output>.rank{r}-of-{w}.jsonl`` (:class:`~probe.io.RecordWriter`),
    so each shard resumes on its own after a crash.
 3. After a barrier, rank 0 merges the shards into ``<output>`` atomically (temp
    file + rename) in the order a one-process run writes records, keeps every
@@ -288,7 +288,7 @@ def score_sharded(runner: Any, requests: Sequence[Any], output: Path, procs: Pro
     same ``chunk`` (the same chunks are scored whole by the same code).
     """
     from probe.runs.chunks import group_chunks
-    from probe.runs.records import RecordWriter
+    from probe.io import RecordWriter
     from probe.runs.resume import check_input
 
     if chunk < 1:

@@ -11,7 +11,7 @@ from typing import Any, Mapping, Sequence
 
 import torch
 
-from probe.prompts.chat import wants_special_tokens
+from probe.scoring.tokens import wants_special_tokens
 
 
 @torch.inference_mode()

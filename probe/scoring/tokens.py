@@ -14,6 +14,10 @@ The joining rule (``docs/scoring.md``):
    part (a merge across the boundary) the continuation is encoded on its own.
 4. A label is scored by its *first* token; labels whose first tokens collide
    are an error, since their probabilities could not be told apart.
+
+Whether a text gets special tokens (BOS) is a tokenizer rule too
+(:func:`wants_special_tokens`); the encoder, the generator and the activation
+extractors take it from here, so scoring never depends on :mod:`probe.prompts`.
 """
 
 from __future__ import annotations
@@ -21,8 +25,17 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from probe.prompts.chat import wants_special_tokens
 from probe.scoring.requests import ContinuationRequest, LabelRequest, PerplexityRequest, Request
+
+
+def wants_special_tokens(tokenizer: Any, text: str) -> bool:
+    """Whether tokenizing ``text`` should add special tokens (BOS).
+
+    Text that already starts with the BOS token (chat templates render it) must
+    not get a second one; plain text gets the tokenizer's default.
+    """
+    bos = getattr(tokenizer, "bos_token", None)
+    return not (bos and text.startswith(bos))
 
 
 @dataclass(frozen=True)

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from probe.prompts.chat import fold_system, render_prompt, wants_special_tokens
+from probe.prompts.chat import fold_system, render_prompt
+from probe.scoring.tokens import wants_special_tokens
 from tests.tiny import NO_SYSTEM, tiny_tokenizer
 
 

@@ -104,7 +104,7 @@ def tokenizer():
 @FUZZ
 @given(objs=st.lists(item_objects, min_size=1, max_size=4), template=st.booleans())
 def test_read_score_items_arbitrary_objects(tokenizer, objs, template):
-    from probe.scoring.items import PromptStyle, read_score_items, read_perplexity_items
+    from probe.prompts.items import PromptStyle, read_score_items, read_perplexity_items
 
     text = "\n".join(json.dumps(o, allow_nan=True) for o in objs)
     path = _tmp_file(text.encode("utf-8", "surrogatepass"), "items.jsonl")
@@ -115,7 +115,7 @@ def test_read_score_items_arbitrary_objects(tokenizer, objs, template):
 @FUZZ
 @given(st.binary(max_size=300))
 def test_read_score_items_arbitrary_bytes(tokenizer, data):
-    from probe.scoring.items import PromptStyle, read_score_items
+    from probe.prompts.items import PromptStyle, read_score_items
 
     path = _tmp_file(data, "items.jsonl")
     _only_input_errors(lambda: read_score_items(path, tokenizer, PromptStyle()), path)

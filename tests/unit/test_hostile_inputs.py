@@ -66,7 +66,7 @@ def tokenizer():
 GOOD = {"id": "q1", "prompt": "Who has wrinkles?", "options": ["A", "B", "C"]}
 
 
-# --- 1. probe score item files (probe.scoring.items.read_score_items) -----------------------------------------
+# --- 1. probe score item files (probe.prompts.items.read_score_items) -----------------------------------------
 
 SCORE_ITEM_CASES = [
     # (case id, lines of the file (dicts or raw strings), bad line, field, message pattern)
@@ -102,7 +102,7 @@ SCORE_ITEM_CASES = [
 @pytest.mark.parametrize("lines, line, field, match", [c[1:] for c in SCORE_ITEM_CASES],
                          ids=[c[0] for c in SCORE_ITEM_CASES])
 def test_score_items_rejected(tmp_path, tokenizer, lines, line, field, match):
-    from probe.scoring.items import PromptStyle, read_score_items
+    from probe.prompts.items import PromptStyle, read_score_items
 
     path = _jsonl(tmp_path / "items.jsonl", lines)
     _expect(lambda: read_score_items(path, tokenizer, PromptStyle()), path, line, field, match)
@@ -110,7 +110,7 @@ def test_score_items_rejected(tmp_path, tokenizer, lines, line, field, match):
 
 def test_score_items_extra_fields_are_kept_not_rejected(tmp_path, tokenizer):
     """Extra fields are item metadata (category, label, ...) and pass through: documented, not an error."""
-    from probe.scoring.items import PromptStyle, read_score_items
+    from probe.prompts.items import PromptStyle, read_score_items
 
     path = _jsonl(tmp_path / "items.jsonl", [{**GOOD, "category": "Age", "label": 2}])
     [(obj, req)] = read_score_items(path, tokenizer, PromptStyle())
@@ -118,7 +118,7 @@ def test_score_items_extra_fields_are_kept_not_rejected(tmp_path, tokenizer):
 
 
 def test_message_without_content_names_the_field(tmp_path, tokenizer):
-    from probe.scoring.items import PromptStyle, read_score_items
+    from probe.prompts.items import PromptStyle, read_score_items
 
     path = _jsonl(tmp_path / "items.jsonl", [{"id": "a", "messages": [{"role": "user"}], "options": ["A"]}])
     _expect(lambda: read_score_items(path, tokenizer, PromptStyle()), path, 1, "messages")
@@ -155,7 +155,7 @@ def test_iter_jsonl_input_is_a_directory(tmp_path):
     ([{"id": None, "text": "a"}], 1, "id"),
 ], ids=["missing-text", "text-int", "text-empty", "prefix-list", "duplicate-id", "id-null"])
 def test_perplexity_items_rejected(tmp_path, lines, line, field):
-    from probe.scoring.items import read_perplexity_items
+    from probe.prompts.items import read_perplexity_items
 
     path = _jsonl(tmp_path / "texts.jsonl", lines)
     _expect(lambda: read_perplexity_items(path), path, line, field)

@@ -7,7 +7,7 @@ import json
 import pytest
 
 from probe.errors import InputError
-from probe.runs.records import RecordWriter
+from probe.io import RecordWriter
 from probe.io import dumps, iter_jsonl, read_records, write_json_atomic
 
 

@@ -8,6 +8,9 @@ One JSON object per line::
 ``prompt`` is the user turn (rendered through the chat template unless
 ``--no-chat-template``); ``messages`` is a full chat. Errors name the file,
 line and field.
+
+It lives in the prompts layer because it renders prompts (chat templates);
+:mod:`probe.scoring` never imports :mod:`probe.prompts`.
 """
 
 from __future__ import annotations
@@ -17,8 +20,8 @@ from pathlib import Path
 from typing import Any
 
 from probe.errors import InputError
-from probe.prompts.chat import render_prompt
 from probe.io import iter_jsonl
+from probe.prompts.chat import render_prompt
 from probe.scoring.requests import ContinuationRequest, LabelRequest, PerplexityRequest, Request
 
 KINDS = ("label", "continuation")
