@@ -8,7 +8,10 @@ Input: JSONL, one line per prompt::
 ``target`` (iso) is the target the prompt asks about (``t`` = stereotypical or
 advantaged); ``order`` (cmp) says which target is option A. ``probs`` holds
 label probabilities (``Yes/No[/Skip]`` or ``A/B[/C]``); ``answers`` holds sampled
-labels (anything else counts as invalid and is excluded). Output: JSON with
+labels (anything else counts as invalid and is excluded). The ``records.jsonl``
+of a ``cmp_iso`` task run is read as is (its ``meta`` fields and
+``options``/``probs``; records with non-finite scores are skipped and counted);
+use ``--where setting=direct --where benchmark=bbq`` to pick one cell. Output: JSON with
 ``iso.pg``, ``cmp.pg`` (with bootstrap CIs), ``n_context_pairs``, the neutral
 shares, the cmp-vs-iso gap and its randomization test.
 """
@@ -35,7 +38,7 @@ def register(groups: dict[str, argparse._SubParsersAction]) -> None:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--where", action="append", default=[], metavar="FIELD=VALUE",
                    help="keep only lines whose FIELD equals VALUE (repeatable), e.g. to read one model, "
-                        "setting and benchmark out of an experiment's records.jsonl")
+                        "setting and benchmark out of a cmp_iso run's records.jsonl")
     p.add_argument("--allow-incomplete", action="store_true",
                    help="skip (and list) pairs missing one of their paired prompts instead of failing")
     p.set_defaults(func=run)
@@ -53,7 +56,13 @@ def run(args: argparse.Namespace) -> int:
         where.append(tuple(w.split("=", 1)))
     obs = []
     seen: dict[tuple, int] = {}
-    for line, d in iter_jsonl(args.input, required=("context_pair_id", "task_type")):
+    skipped = 0
+    for line, d in iter_jsonl(args.input):
+        if isinstance(d.get("meta"), dict) and "options" in d:  # a cmp_iso task record
+            if not d.get("finite", True):
+                skipped += 1  # non-finite scores never count as an answer
+                continue
+            d = {**d["meta"], "probs": dict(zip(d["options"], d.get("probs") or []))}
         if any(str(d.get(k)) != v for k, v in where):
             continue
         try:
@@ -76,5 +85,6 @@ def run(args: argparse.Namespace) -> int:
         raise InputError(args.input, None, "context_pair_id", f"{exc} (use --allow-incomplete to skip such pairs)") from None
     res["neutral_share"] = {"iso": res["iso"]["neutral_share"], "cmp": res["cmp"]["neutral_share"]}
     res["mode"] = args.mode
+    res["n_nonfinite_skipped"] = skipped
     sys.stdout.write(json.dumps(json.loads(dumps(res)), indent=2) + "\n")
     return 0

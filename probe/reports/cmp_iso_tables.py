@@ -1,9 +1,11 @@
 """Tables in the layouts of seed 003's Tables 2-7 (Markdown and CSV) and the iso-vs-cmp PG plot.
 
-Input: the ``summary.json`` dict written by ``experiments/cmp_iso.py`` (its
+Input: a combined summary of one or more ``cmp_iso`` runs
+(:func:`probe.reports.cmp_iso_models.combine_summaries` / ``combine_runs``; its
 ``results`` rows: model x setting x benchmark x mode with ``iso``/``cmp`` PG,
 CI, neutral share, consistency and the cmp-vs-iso test; ``comparisons``:
 randomization tests between settings; ``variants``: per-variant spread).
+Numbers read back from ``summary.json`` may be ``None`` (NaN in JSON); they show as "–".
 
 Tables (rows = models, columns = benchmarks, ``∗`` = p < alpha):
 
@@ -41,6 +43,11 @@ def _fmt(x: float, digits: int = 2, star: bool = False) -> str:
         return "–"
     s = f"{x:.{digits}f}"
     return f"{s} {STAR}" if star else s
+
+
+def _scaled(x: float | None, factor: float) -> float:
+    """``x * factor``; NaN for a missing value (``None``: NaN read back from JSON)."""
+    return math.nan if x is None else x * factor
 
 
 def _rows(summary: dict, setting: str, mode: str) -> dict[tuple[str, str], dict]:
@@ -89,13 +96,14 @@ def table5(summary: dict, setting: str, neutral_setting: str, mode: str = "expec
     for sub, s in (("w/o", setting), ("w/", neutral_setting)):
         for (m, b), r in _rows(summary, s, mode).items():
             star = sub == "w/" and bool(tests.get((m, b), {}).get("significant"))
-            cells[(m, b, sub)] = _fmt(abs(r["cmp"]["pg"]) * 100, 1, star)
+            pg = r["cmp"]["pg"]
+            cells[(m, b, sub)] = _fmt(_scaled(None if pg is None else abs(pg), 100), 1, star)
     return _frame(summary, cells, ("w/o", "w/"))
 
 
 def table6(summary: dict, setting: str, mode: str = "expected") -> pd.DataFrame:
     """Target consistency x 100 across the two option orders (cmp)."""
-    cells = {(m, b, ""): _fmt(r["cmp"].get("consistency", math.nan) * 100, 1)
+    cells = {(m, b, ""): _fmt(_scaled(r["cmp"].get("consistency", math.nan), 100), 1)
              for (m, b), r in _rows(summary, setting, mode).items()}
     return _frame(summary, cells, ("",))
 
@@ -105,7 +113,7 @@ def table7(summary: dict, setting: str, mode: str = "expected") -> pd.DataFrame:
     cells = {}
     for (m, b), r in _rows(summary, setting, mode).items():
         test = r.get("cmp_vs_iso") or {}
-        cells[(m, b, "")] = _fmt(r["cmp"]["pg"] * 100, 1, bool(test.get("significant")))
+        cells[(m, b, "")] = _fmt(_scaled(r["cmp"]["pg"], 100), 1, bool(test.get("significant")))
     return _frame(summary, cells, ("",))
 
 

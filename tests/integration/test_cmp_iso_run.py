@@ -1,14 +1,19 @@
-"""End-to-end iso/cmp run: tiny random model (fast) and one real smollm2 check (integration)."""
+"""End-to-end ``cmp_iso`` task runs: tiny random model (fast) and one real smollm2 check (integration)."""
 
 from __future__ import annotations
 
+import json
 import math
 
 import pytest
 
-from experiments.cmp_iso import CmpIsoConfig, SettingSpec, build_summary, run_model
-from probe.reports.cmp_iso_tables import write_report
+import probe
+from probe.cli import main as cli_main
 from probe.io import read_records
+
+OPTS = dict(benchmarks=["stereoset", "redditbias"], max_pairs=2, round_size=1, n_iter=200, n_boot=100,
+            settings=[{"reasoning": "direct"}, {"reasoning": "direct", "neutral": True}],
+            comparisons=[["direct", "direct+neutral"]], progress=False, threads=1)
 
 
 @pytest.fixture(scope="module")
@@ -21,47 +26,62 @@ def long_tiny_lm():
     return lm
 
 
-def _cfg(tmp_path, **kw):
-    base = dict(models=("tiny",), benchmarks=("stereoset", "redditbias"), max_pairs=2, round_size=1, n_iter=200, n_boot=100,
-                settings=(SettingSpec(), SettingSpec(neutral=True)), out_dir=str(tmp_path),
-                comparisons=(("direct", "direct+neutral"),))
-    base.update(kw)
-    return CmpIsoConfig(**base)
-
-
-def test_tiny_run_records_resume_and_report(tmp_path, long_tiny_lm, shared_data):
-    cfg = _cfg(tmp_path)
-    run_model(cfg, "tiny", tmp_path, progress=False, lm=long_tiny_lm)
-    recs, _ = read_records(tmp_path / "records" / "tiny.jsonl")
+def test_tiny_run_records_resume_and_report(tmp_path, long_tiny_lm, shared_data, capsys):
+    e = probe.evaluate(long_tiny_lm, "cmp_iso", output=tmp_path, **OPTS)
+    recs, _ = read_records(tmp_path / "records.jsonl")
     assert len(recs) == 2 * 2 * 4 * 2  # benchmarks x pairs x prompts x settings
     for r in recs:
-        assert set(r["probs"]) == set(r["labels"]) and math.isclose(sum(r["probs"].values()), 1.0, rel_tol=1e-6)
-        assert 0.0 < r["label_mass"] <= 1.0
-    assert {tuple(r["labels"]) for r in recs} == {("Yes", "No"), ("A", "B"), ("Yes", "No", "Skip"), ("A", "B", "C")}
-    before = (tmp_path / "records" / "tiny.jsonl").read_bytes()
-    run_model(cfg, "tiny", tmp_path, progress=False, lm=long_tiny_lm)  # resume: nothing left to score
-    assert (tmp_path / "records" / "tiny.jsonl").read_bytes() == before
-    summary = build_summary(recs, cfg)
-    assert {r["benchmark"] for r in summary["results"]} == {"stereoset", "redditbias"}
-    assert all(r["cmp"]["n_pairs"] == 2 for r in summary["results"])
-    write_report(summary, tmp_path)
+        assert math.isclose(sum(r["probs"]), 1.0, rel_tol=1e-6) and 0.0 < r["mass"] <= 1.0
+        assert r["meta"]["kind"] == r["meta"]["task_type"] and r["meta"]["setting"] in ("direct", "direct+neutral")
+    assert {tuple(r["options"]) for r in recs} == {("Yes", "No"), ("A", "B"), ("Yes", "No", "Skip"), ("A", "B", "C")}
+    # rounds of one pair per benchmark over both settings; a pair's four prompts adjacent
+    order = [(r["meta"]["setting"], r["meta"]["benchmark"], r["meta"]["context_pair_id"]) for r in recs]
+    assert [o[:2] for o in order[::4]] == [("direct", "stereoset"), ("direct", "redditbias"),
+                                           ("direct+neutral", "stereoset"), ("direct+neutral", "redditbias")] * 2
+    assert all(len(set(order[i:i + 4])) == 1 for i in range(0, len(order), 4))
+    before = (tmp_path / "records.jsonl").read_bytes()
+    probe.evaluate(long_tiny_lm, "cmp_iso", output=tmp_path, **OPTS)  # resume: nothing left to score
+    assert (tmp_path / "records.jsonl").read_bytes() == before
+    assert {r["benchmark"] for r in e.summary["results"]} == {"stereoset", "redditbias"}
+    assert all(r["cmp"]["n_pairs"] == 2 for r in e.summary["results"])
+    assert {c["a"] for c in e.summary["comparisons"]} == {"direct"}
+    assert "table2_direct" in e.tables and "table5_direct_argmax" in e.tables
     assert (tmp_path / "tables" / "table2_direct.md").exists() and (tmp_path / "pg_iso_vs_cmp.png").exists()
-    assert (tmp_path / "provenance-tiny.json").exists()
+    assert "| tiny-llama |" in (tmp_path / "tables" / "table2_direct.md").read_text()
+    assert (tmp_path / "provenance.json").exists() and (tmp_path / "summary.json").exists()
+    # `probe metrics cmp-iso` reads the run's records as they are
+    capsys.readouterr()
+    assert cli_main(["metrics", "cmp-iso", "--input", str(tmp_path / "records.jsonl"), "--where", "setting=direct",
+                     "--where", "benchmark=redditbias", "--n-iter", "200", "--n-boot", "100"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    want = next(r for r in e.summary["results"] if r["setting"] == "direct" and r["benchmark"] == "redditbias"
+                and r["mode"] == "expected")
+    assert out["cmp"]["pg"] == pytest.approx(want["cmp"]["pg"]) and out["n_nonfinite_skipped"] == 0
+
+
+def test_tiny_limit_keeps_pairs_whole(tmp_path, long_tiny_lm, shared_data):
+    e = probe.evaluate(long_tiny_lm, "cmp_iso", limit=3, **OPTS)
+    # items alternate benchmarks: 2 StereoSet pairs, 1 RedditBias pair, each with all its prompts
+    assert e.summary["n_pairs"] == {"stereoset": 2, "redditbias": 1}
+    sizes = e.records.groupby(["setting", "benchmark", "context_pair_id"]).size()
+    assert len(sizes) == 3 * 2 and set(sizes) == {4}
 
 
 def test_tiny_cot_scores_boxed_answer(tmp_path, long_tiny_lm, shared_data):
-    cfg = _cfg(tmp_path, benchmarks=("stereoset",), max_pairs=1, settings=(SettingSpec(reasoning="cot"),),
-               max_new_tokens=4)
-    run_model(cfg, "tiny", tmp_path, progress=False, lm=long_tiny_lm)
-    recs, _ = read_records(tmp_path / "records" / "tiny.jsonl")
-    assert len(recs) == 4 and all("generation" in r and "boxed_found" in r for r in recs)
+    opts = {**OPTS, "benchmarks": ["stereoset"], "max_pairs": 1, "settings": [{"reasoning": "cot"}],
+            "comparisons": [], "max_new_tokens": 4}
+    e = probe.evaluate(long_tiny_lm, "cmp_iso", output=tmp_path, **opts)
+    recs, _ = read_records(tmp_path / "records.jsonl")
+    gens, _ = read_records(tmp_path / "generations.jsonl")
+    assert len(recs) == 4 and len(gens) == 4 and {g["meta"]["kind"] for g in gens} == {"cot_generate"}
+    assert all(r["meta"]["kind"] == "cot" and "generation" in r["meta"] and "boxed_found" in r["meta"] for r in recs)
+    assert e.summary["settings"] == ["cot"]
 
 
 @pytest.mark.integration
 def test_smollm2_direct_label_mass(tmp_path, smollm2, shared_data):
-    cfg = _cfg(tmp_path, benchmarks=("bbq",), max_pairs=1, settings=(SettingSpec(),))
-    run_model(cfg, "smollm2", tmp_path, progress=False, lm=smollm2)
-    recs, _ = read_records(tmp_path / "records" / "smollm2.jsonl")
-    assert len(recs) == 4
+    e = probe.evaluate(smollm2, "cmp_iso", **{**OPTS, "benchmarks": ["bbq"], "max_pairs": 1,
+                                              "settings": [{"reasoning": "direct"}], "comparisons": []})
+    assert len(e.records) == 4
     # "My answer would be:" + " Yes"/" A": the labels carry a real share of the next-token mass
-    assert all(r["label_mass"] > 0.05 for r in recs)
+    assert (e.records["mass"] > 0.05).all()

@@ -1,28 +1,36 @@
-"""Config loading, summary, tables (seed 003 Tables 2-7 layouts), plot and the metrics command."""
+"""Task config, per-run summary, cross-model combination, tables (seed 003 Tables 2-7 layouts), plot, metrics command."""
 
 from __future__ import annotations
 
 import dataclasses
 import json
+from pathlib import Path
 
 import pytest
 
-from experiments.cmp_iso import CmpIsoConfig, SettingSpec, build_summary, load_config
 from probe.cli import main as cli_main
-from probe.errors import InputError
+from probe.errors import ProbeError
+from probe.reports.cmp_iso_models import combine_runs, combine_summaries
 from probe.reports.cmp_iso_tables import build_tables, to_markdown, write_report
+from probe.tasks import get
+from probe.tasks.cmp_iso import SettingSpec
+from probe.tasks.cmp_iso.summary import run_summary
+
+ROOT = Path(__file__).resolve().parents[2]
+TASK = get("cmp_iso")
 
 
-def _records(model="m1", n_pairs=12, bias=0.9):
-    """cmp strongly prefers t, iso is neutral; a neutral setting with 50% 'C'."""
+def _records(n_pairs=12, bias=0.9):
+    """One model's records (``meta`` flattened): cmp strongly prefers t, iso is neutral; a neutral setting with 50% 'C'."""
     recs = []
     for setting, neutral in (("direct", False), ("direct+neutral", True)):
         for cp in range(n_pairs):
             def add(tt, slot, probs):
-                recs.append({"id": f"{model}|{setting}|bbq|{cp}|{tt}|{slot}", "model": model, "setting": setting,
-                             "benchmark": "bbq", "context_pair_id": cp, "task_type": tt,
-                             "target": slot if tt == "iso" else None, "order": slot if tt == "cmp" else None,
-                             "probs": probs, "label_mass": 0.5})
+                recs.append({"id": f"{setting}|bbq|{cp}|{tt}|{slot}", "model": "fp", "kind": "label",
+                             "options": list(probs), "probs": list(probs.values()), "mass": 0.5, "finite": True,
+                             "setting": setting, "base_setting": setting, "variant": 0, "benchmark": "bbq",
+                             "context_pair_id": cp, "task_type": tt,
+                             "target": slot if tt == "iso" else None, "order": slot if tt == "cmp" else None})
             yes = {"Yes": 0.5, "No": 0.5} if not neutral else {"Yes": 0.4, "No": 0.4, "Skip": 0.2}
             add("iso", "t", yes)
             add("iso", "t_prime", yes)
@@ -33,13 +41,16 @@ def _records(model="m1", n_pairs=12, bias=0.9):
     return recs
 
 
-CFG = CmpIsoConfig(models=("m1", "m2"), benchmarks=("bbq",), n_iter=500, n_boot=200,
-                   comparisons=(("direct", "direct+neutral"),), params_b={"m1": 1.0, "m2": 2.0})
+CFG = TASK.make_config({"benchmarks": ["bbq"], "n_iter": 500, "n_boot": 200,
+                        "comparisons": [["direct", "direct+neutral"]], "params_b": {"m1": 1.0, "m2": 2.0}})
+
+
+def _summary(model, recs, cfg=CFG):
+    return {"task": "cmp_iso", "model": model, **run_summary(recs, cfg)}
 
 
 def test_summary_tables_and_plot(tmp_path):
-    recs = _records("m1") + _records("m2", bias=0.6)
-    s = build_summary(recs, CFG)
+    s = combine_summaries([_summary("m1", _records()), _summary("m2", _records(bias=0.6))])
     r = next(x for x in s["results"] if x["model"] == "m1" and x["setting"] == "direct" and x["mode"] == "expected")
     assert r["cmp"]["pg"] == pytest.approx(0.8) and r["iso"]["pg"] == pytest.approx(0.0)
     assert r["cmp_vs_iso"]["significant"]
@@ -53,44 +64,82 @@ def test_summary_tables_and_plot(tmp_path):
     assert "| m1 | 80.0 | 80.0 |" in md5  # neutral mass removed: same preference among A/B
     comp = [c for c in s["comparisons"] if c["model"] == "m1" and c["paradigm"] == "cmp" and c["mode"] == "expected"]
     assert comp and not comp[0]["significant"]
+    corr = [c for c in s["correlations"] if c["setting"] == "direct" and c["paradigm"] == "cmp"]
+    assert corr and corr[0]["n_models"] == 2  # Pearson needs 3 models: NaN here, but computed
     written = write_report(s, tmp_path)
     assert (tmp_path / "pg_iso_vs_cmp.png").stat().st_size > 1000
     assert (tmp_path / "tables" / "table2_direct.csv").exists() and len(written) > 10
 
 
+def test_combine_runs_reads_run_directories(tmp_path):
+    dirs = []
+    for model, bias in (("m1", 0.9), ("m2", 0.6)):
+        d = tmp_path / model
+        d.mkdir()
+        from probe.io import write_json_atomic
+
+        write_json_atomic(d / "summary.json", _summary(model, _records(bias=bias)))  # NaN -> null on disk
+        dirs.append(d)
+    s = combine_runs(dirs)
+    assert s["models"] == ["m1", "m2"]
+    md = to_markdown(build_tables(s)["table2_direct"][1])
+    assert "| m2 | 0.00 | 0.20 ∗ |" in md
+    r = next(x for x in s["results"] if x["setting"] == "direct" and x["mode"] == "expected")
+    assert r["iso"]["neutral_share"] is None  # NaN (no neutral option) read back from JSON
+    assert len(write_report(s, tmp_path / "both")) > 10
+    with pytest.raises(ProbeError, match="given twice: m1"):
+        combine_runs([dirs[0], dirs[0]])
+    with pytest.raises(ProbeError, match="not found"):
+        combine_runs([tmp_path / "nope"])
+
+
 def test_variants_spread():
     recs = []
     for v, bias in ((0, 0.9), (5, 0.7)):
-        for r in _records("m1", n_pairs=6, bias=bias):
+        for r in _records(n_pairs=6, bias=bias):
             if r["setting"] == "direct":
                 name = "direct" if v == 0 else f"direct+v{v}"
-                recs.append({**r, "setting": name, "id": r["id"].replace("|direct|", f"|{name}|")})
-    s = build_summary(recs, dataclasses.replace(CFG, comparisons=()))
+                recs.append({**r, "setting": name, "variant": v, "id": r["id"].replace("direct|", f"{name}|")})
+    s = combine_summaries([_summary("m1", recs, dataclasses.replace(CFG, comparisons=()))])
     (v,) = [x for x in s["variants"] if x["paradigm"] == "cmp" and x["mode"] == "expected"]
     assert v["per_variant"] == pytest.approx({"0": 0.8, "5": 0.4})
     assert v["min"] == pytest.approx(0.4) and v["max"] == pytest.approx(0.8)
 
 
-def test_config_rejects_unknown_keys(tmp_path):
-    p = tmp_path / "c.yaml"
-    p.write_text("models: [smollm2]\nsettings:\n  - {reasoning: direct, nuetral: true}\n")
-    with pytest.raises(InputError, match="settings\\[0\\].nuetral"):
-        load_config(p)
-    p.write_text("modles: [smollm2]\n")
-    with pytest.raises(InputError, match="modles"):
-        load_config(p)
-    p.write_text("benchmarks: [bbq, nope]\n")
-    with pytest.raises(InputError, match="nope"):
-        load_config(p)
-    p.write_text("settings:\n  - {reasoning: cot, variants: all}\n")
-    cfg = load_config(p)
+def test_nonfinite_records_are_skipped_and_listed():
+    recs = _records(n_pairs=3)
+    recs[0] = {**recs[0], "finite": False, "probs": [float("nan"), float("nan")]}
+    s = run_summary(recs, CFG)
+    assert s["nonfinite_records"] == [recs[0]["id"]] and s["n_nonfinite"] == 1
+    r = next(x for x in s["results"] if x["setting"] == "direct" and x["mode"] == "expected")
+    assert r["iso"]["n_pairs"] == 2 and r["cmp"]["n_pairs"] == 3 and r["incomplete"] == [0]
+
+
+def test_config_rejects_unknown_keys():
+    with pytest.raises(ProbeError, match=r"settings\[0\].nuetral"):
+        TASK.make_config({"settings": [{"reasoning": "direct", "nuetral": True}]})
+    with pytest.raises(ProbeError, match="modles"):
+        TASK.make_config({"modles": ["smollm2"]})
+    with pytest.raises(ProbeError, match="nope"):
+        TASK.make_config({"benchmarks": ["bbq", "nope"]})
+    with pytest.raises(ProbeError, match="comparisons"):
+        TASK.make_config({"comparisons": [["direct", "drect+neutral"]]})
+    with pytest.raises(ProbeError, match="reasoning"):
+        TASK.make_config({"settings": [{"reasoning": "maybe"}]})
+    cfg = TASK.make_config({"settings": [{"reasoning": "cot", "variants": "all"}]})
     assert cfg.settings == (SettingSpec(reasoning="cot", variants=tuple(range(54))),)
     assert len(cfg.expanded_settings()) == 54
 
 
 def test_shipped_configs_load():
-    for name in ("configs/cmp_iso.yaml", "configs/cmp_iso_quick.yaml"):
-        assert load_config(name).expanded_settings()
+    from probe.api import split_options
+    from probe.commands.run import RUN_LEVEL_KEYS, read_config
+
+    for name in ("cmp_iso", "cmp_iso_quick", "cmp_iso_settings"):
+        values = read_config(ROOT / "configs" / f"{name}.yaml")
+        assert values["task"] == "cmp_iso" and "out_dir" not in values
+        _, task_values = split_options({k: v for k, v in values.items() if k not in RUN_LEVEL_KEYS})
+        assert TASK.make_config(task_values, source=name).expanded_settings()
 
 
 def test_metrics_command(tmp_path, capsys):
@@ -113,3 +162,6 @@ def test_metrics_command(tmp_path, capsys):
     f.write_text(json.dumps({**lines[0], "probs": {"Maybe": 1.0}}) + "\n")
     assert cli_main(["metrics", "cmp-iso", "--input", str(f)]) == 1
     assert "line 1, field 'probs'" in capsys.readouterr().err
+    f.write_text(json.dumps({"context_pair_id": 1, "target": "t", "probs": {"Yes": 1.0}}) + "\n")
+    assert cli_main(["metrics", "cmp-iso", "--input", str(f)]) == 1
+    assert "line 1, field 'task_type'" in capsys.readouterr().err

@@ -1,0 +1,268 @@
+"""``cmp_iso``: isolated vs comparative prompts (seed 003, "To Compare, or Not to Compare") with exact probabilities.
+
+Flow: each benchmark's released context pairs (:mod:`probe.data.cmp_iso`) ->
+a seeded random sample of ``max_pairs`` per benchmark -> the four prompts of a
+pair (iso about t and t', cmp in both option orders) under every setting
+(direct / CoT, neutral option, "answer randomly", the 54 variations;
+:mod:`probe.prompts.cmp_iso`) -> for CoT, greedy reasoning first (the runner's
+generation stage), then the label right after the model's last ``\\boxed{`` ->
+next-token label probabilities -> Parity Gap per setting x benchmark x mode
+(expected counts, argmax) with bootstrap CIs and the cmp-vs-iso randomization
+test, comparisons between settings, the spread over variants
+(:mod:`.summary`) -> the seed's Tables 2-7 layouts and the PG plot
+(:mod:`probe.reports.cmp_iso_tables`).
+
+    probe run configs/cmp_iso_quick.yaml
+    probe run cmp_iso --model smollm2 --limit 4 --output runs/x
+
+An item is one sampled context pair; ``--limit N`` keeps the first N pairs, whole
+(their four prompts in every setting). Items alternate between benchmarks, each
+benchmark's pairs in a seeded shuffled order, so any prefix is a random sample
+of every benchmark. Requests run in rounds of ``round_size`` pairs per
+benchmark over all settings (an interrupted run covers every setting on a
+smaller sample); one record per (setting, benchmark, pair, prompt), its ``meta``
+holding ``kind`` (``iso``, ``cmp``, ``cot``), the setting fields and the pair
+fields. Results of several models are combined by
+:func:`probe.reports.cmp_iso_models.combine_runs`.
+
+>>> from probe.tasks import get
+>>> cfg = get("cmp_iso").make_config({"settings": [{"reasoning": "direct", "variants": "all"}]})
+>>> len(cfg.expanded_settings()), cfg.expanded_settings()[5].name
+(54, 'direct+v5')
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import random
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+from probe.data.cmp_iso import BENCHMARK_FILES, CmpIsoPair
+from probe.errors import ProbeError
+from probe.prompts.cmp_iso import N_VARIANTS, CmpIsoSetting
+from probe.tasks.base import Aggregate, Task, TaskConfig
+
+__all__ = ["CmpIsoConfig", "CmpIsoTask", "SampledPair", "SettingSpec", "request_id"]
+
+
+@dataclass(frozen=True)
+class SettingSpec:
+    """One entry of ``settings:``; ``variants: all`` expands to the 54 variations."""
+
+    reasoning: str = "direct"
+    neutral: bool = False
+    randomly: bool = False
+    variants: tuple[int, ...] = (0,)
+
+    def __post_init__(self) -> None:
+        v = self.variants
+        object.__setattr__(self, "variants", tuple(range(N_VARIANTS)) if v == "all" else
+                           (int(v),) if isinstance(v, int) else tuple(int(x) for x in v))
+
+
+def _setting_spec(value: Any, i: int) -> SettingSpec:
+    if isinstance(value, SettingSpec):
+        return value
+    if not isinstance(value, Mapping):
+        raise ValueError(f"settings[{i}]: expected a mapping like {{reasoning: direct, neutral: true}}, got {value!r}")
+    names = [f.name for f in dataclasses.fields(SettingSpec)]
+    unknown = sorted(set(value) - set(names))
+    if unknown:
+        raise ValueError(f"settings[{i}].{unknown[0]}: unknown key; allowed: {names}")
+    return SettingSpec(**value)
+
+
+@dataclass(frozen=True)
+class CmpIsoConfig(TaskConfig):
+    """Task settings (YAML keys; see docs/cmp_iso.md)."""
+
+    benchmarks: tuple[str, ...] = tuple(BENCHMARK_FILES)
+    max_pairs: int | None = 200  # seeded random sample per benchmark (all pairs when fewer)
+    round_size: int | None = 25  # pairs per benchmark per round of the request order (None: one round)
+    seed: int = 0
+    settings: tuple[SettingSpec, ...] = (SettingSpec(), SettingSpec(neutral=True))
+    direct_cue: str = "prefill"
+    max_new_tokens: int = 256  # CoT generation
+    n_iter: int = 10000  # randomization test iterations
+    n_boot: int = 2000  # bootstrap resamples
+    alpha: float = 0.05
+    # pairs of setting names compared by randomization tests, e.g. ["direct", "direct+neutral"]
+    comparisons: tuple[tuple[str, str], ...] = ()
+    # parameter counts (billions) by model name, for the cross-model PG-vs-size correlation
+    params_b: dict[str, float] = field(default_factory=dict)
+    data_dir: str | None = None  # default: dataset_dir("cmp_iso") (PROBE_DATA honoured)
+
+    def __post_init__(self) -> None:
+        b = self.benchmarks
+        object.__setattr__(self, "benchmarks", (b,) if isinstance(b, str) else tuple(b))
+        bad = [x for x in self.benchmarks if x not in BENCHMARK_FILES]
+        if bad:
+            raise ValueError(f"benchmarks: unknown benchmark {bad[0]!r}; choose from {sorted(BENCHMARK_FILES)}")
+        if not self.benchmarks:
+            raise ValueError("benchmarks: expected at least one benchmark")
+        s = self.settings
+        if isinstance(s, (SettingSpec, Mapping)) or not s:
+            raise ValueError("settings: expected a non-empty list")
+        object.__setattr__(self, "settings", tuple(_setting_spec(x, i) for i, x in enumerate(s)))
+        object.__setattr__(self, "comparisons", tuple(tuple(c) for c in self.comparisons))
+        object.__setattr__(self, "params_b", dict(self.params_b or {}))
+        for name in ("max_pairs", "round_size"):
+            v = getattr(self, name)
+            if v is not None and (not isinstance(v, int) or isinstance(v, bool) or v < 1):
+                raise ValueError(f"{name} must be a positive integer or null, got {v!r}")
+        names = {x.name for x in self.expanded_settings() if x.variant == 0}
+        for c in self.comparisons:
+            if len(c) != 2 or any(x not in names for x in c):
+                raise ValueError(f"comparisons: {list(c)} must name two of the settings {sorted(names)}")
+
+    def expanded_settings(self) -> list[CmpIsoSetting]:
+        """Every (setting, variant) to score, in config order (raises ValueError on a bad value)."""
+        return [CmpIsoSetting(s.reasoning, s.neutral, s.randomly, v, self.direct_cue)  # type: ignore[arg-type]
+                for s in self.settings for v in s.variants]
+
+
+@dataclass(frozen=True)
+class SampledPair:
+    """One item: a context pair and its place in its benchmark's shuffled sample (for the rounds)."""
+
+    pair: CmpIsoPair
+    position: int
+
+    @property
+    def benchmark(self) -> str:
+        return self.pair.benchmark
+
+
+def request_id(setting: CmpIsoSetting, benchmark: str, context_pair_id: Any, task_type: str, slot: str) -> str:
+    """The id of one (setting, benchmark, pair, prompt) request, record and generation."""
+    return f"{setting.name}|{benchmark}|{context_pair_id}|{task_type}|{slot}"
+
+
+class CmpIsoTask(Task):
+    name = "cmp_iso"
+    description = "iso vs cmp (seed 003): Parity Gap of isolated vs comparative prompts, 8 gender benchmarks"
+    Config = CmpIsoConfig
+
+    def items(self, config: CmpIsoConfig) -> list[SampledPair]:
+        """Each benchmark's sample, shuffled (seeded), interleaved one pair per benchmark at a time.
+
+        An item is a whole pair, so the default ``select`` (the first ``limit``
+        items) keeps every pair's iso t/t' and both cmp orders together.
+        """
+        from probe.data.cmp_iso import load_benchmark, sample_pairs
+
+        samples = []
+        for bench in config.benchmarks:
+            pairs = sample_pairs(load_benchmark(bench, config.data_dir), config.max_pairs, config.seed)
+            random.Random(config.seed).shuffle(pairs)  # any prefix of the work is a random sample
+            samples.append(pairs)
+        longest = max((len(p) for p in samples), default=0)
+        return [SampledPair(p[i], i) for i in range(longest) for p in samples if i < len(p)]
+
+    def generation_requests(self, config: CmpIsoConfig, items: Sequence[SampledPair], tokenizer: Any) -> list:
+        """CoT settings: one greedy reasoning per prompt, before its boxed answer is scored."""
+        from probe.scoring.generate import GenerationRequest
+
+        return [GenerationRequest(rid, text, config.max_new_tokens, group=group, meta={**meta, "kind": "cot_generate"})
+                for rid, text, labels, group, meta in self._prompts(config, items, tokenizer, "cot")]
+
+    def requests(self, config: CmpIsoConfig, items: Sequence[SampledPair], tokenizer: Any,
+                 generations: Mapping[str, str] | None = None) -> list:
+        from probe.prompts.cmp_iso import cot_answer_prompt
+        from probe.scoring.requests import LabelRequest
+
+        out = []
+        for rid, text, labels, group, meta in self._prompts(config, items, tokenizer):
+            space = "auto"
+            if meta["reasoning"] == "cot":
+                if generations is None or rid not in generations:
+                    raise ProbeError(f"cmp_iso: no CoT reasoning was generated for {rid!r}")
+                text, found = cot_answer_prompt(text, generations[rid], labels)
+                meta = {**meta, "generation": generations[rid], "boxed_found": found}
+                space = "none"  # the label follows the model's own "\boxed{"
+            out.append(LabelRequest(id=rid, prompt=text, labels=labels, group=group, space=space, meta=meta))
+        return out
+
+    def aggregate(self, config: CmpIsoConfig, records: Any, items: Sequence[SampledPair]) -> Aggregate:
+        from probe.reports.cmp_iso_models import combine_summaries
+        from probe.reports.cmp_iso_tables import build_tables
+        from probe.tasks.cmp_iso.summary import run_summary
+
+        summary = run_summary(records, config)
+        summary["n_pairs"] = {b: sum(it.benchmark == b for it in items) for b in config.benchmarks}
+        # the records name the model by fingerprint; report() redraws the tables with its name
+        model = str(records["model"].iloc[0]) if len(records) else "model"
+        return Aggregate(summary, _tables(combine_summaries([{**summary, "model": model}]), build_tables))
+
+    def report(self, config: CmpIsoConfig, result: Aggregate, output: Path) -> None:
+        """``tables/<name>[_argmax].md|csv`` (seed 003 Tables 2-7 layouts) and ``pg_iso_vs_cmp*.png``."""
+        from probe.reports.cmp_iso_models import combine_summaries
+        from probe.reports.cmp_iso_tables import write_report
+
+        write_report(combine_summaries([result.summary]), output)
+
+    def data_files(self, config: CmpIsoConfig) -> list[Path]:
+        from probe.data.paths import dataset_dir
+
+        root = Path(config.data_dir) if config.data_dir else dataset_dir("cmp_iso")
+        return [root / BENCHMARK_FILES[b] for b in config.benchmarks]
+
+    # -- helpers --------------------------------------------------------------
+    def _prompts(self, config: CmpIsoConfig, items: Sequence[SampledPair], tokenizer: Any,
+                 reasoning: str | None = None) -> list[tuple]:
+        """(id, rendered prompt, labels, group, meta) of every prompt, in scoring order.
+
+        Rounds of ``round_size`` pairs per benchmark; in a round, setting by
+        setting and benchmark by benchmark; a pair's four prompts adjacent and
+        in one group (iso t/t' and the cmp orders share their prefixes, and a
+        chunk never holds half a pair).
+        """
+        from probe.prompts.cmp_iso import build_prompt
+        from probe.prompts.chat import render_prompt
+
+        settings = config.expanded_settings()
+        if reasoning is not None:
+            settings = [s for s in settings if s.reasoning == reasoning]
+        longest = max((it.position + 1 for it in items), default=0)
+        rs = config.round_size or longest or 1
+        by_bench: dict[str, list[SampledPair]] = {b: [] for b in config.benchmarks}
+        for it in items:
+            by_bench[it.benchmark].append(it)
+        out = []
+        for start in range(0, longest, rs):
+            for setting in settings:
+                base = dataclasses.replace(setting, variant=0).name
+                for bench in config.benchmarks:
+                    for it in by_bench[bench]:
+                        if not start <= it.position < start + rs:
+                            continue
+                        pair = it.pair
+                        group = f"{setting.name}|{bench}|{pair.context_pair_id}"
+                        for p in pair.prompts():
+                            slot = p.target if p.task_type == "iso" else p.order
+                            built = build_prompt(p, setting)
+                            text = render_prompt(tokenizer, built.user, prefill=built.prefill)
+                            meta = {"kind": "cot" if setting.reasoning == "cot" else p.task_type,
+                                    "setting": setting.name, "base_setting": base, "variant": setting.variant,
+                                    "reasoning": setting.reasoning, "neutral": setting.neutral,
+                                    "randomly": setting.randomly, "benchmark": bench,
+                                    "context_pair_id": pair.context_pair_id, "task_type": p.task_type,
+                                    "target": p.target, "order": p.order, "t_name": pair.t_name,
+                                    "t_prime_name": pair.t_prime_name}
+                            out.append((request_id(setting, bench, pair.context_pair_id, p.task_type, slot), text,
+                                        built.labels, group, meta))
+        return out
+
+
+def _tables(summary: dict, build_tables: Any) -> dict:
+    """Every table of both modes, by file name (``_argmax`` suffix as written by the report)."""
+    out = {}
+    for mode, suffix in (("expected", ""), ("argmax", "_argmax")):
+        for name, (title, df) in build_tables(summary, mode).items():
+            if mode == "argmax" and name.startswith(("label_mass", "variants")):
+                continue
+            df.attrs["title"] = title
+            out[name + suffix] = df
+    return out

@@ -1,0 +1,122 @@
+"""One model's iso/cmp results from its records: PG per setting x benchmark x mode, comparisons, variants.
+
+Input: the records of a ``cmp_iso`` run as a DataFrame (``meta`` flattened:
+``setting``, ``base_setting``, ``variant``, ``benchmark``, ``context_pair_id``,
+``task_type``, ``target``, ``order``) with ``options``, ``probs``, ``mass`` and
+``finite``. Records with non-finite scores are never averaged; their ids are
+listed in ``nonfinite_records``. The summary's rows carry no model name;
+:func:`probe.reports.cmp_iso_models.combine_summaries` adds it.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+
+MODES = ("expected", "argmax")
+
+
+def _finite(rec: dict) -> bool:
+    probs = rec.get("probs")
+    return bool(rec.get("finite", True)) and probs is not None and len(probs) > 0 and all(
+        isinstance(p, (int, float)) and math.isfinite(p) for p in probs)
+
+
+def _observation_dict(rec: dict) -> dict:
+    """The ``probe metrics cmp-iso`` line of one record (label -> probability)."""
+    return {"context_pair_id": rec["context_pair_id"], "task_type": rec["task_type"],
+            "target": rec.get("target"), "order": rec.get("order"),
+            "probs": dict(zip(rec["options"], rec["probs"]))}
+
+
+def _key(kv: tuple) -> tuple:
+    return tuple(map(str, kv[0]))
+
+
+def run_summary(records: Any, config: Any) -> dict:
+    """Everything the tables and the plot need for one model (JSON-ready).
+
+    ``records``: a records DataFrame (or a list of such row dicts); ``config``:
+    the task config (``n_boot``, ``n_iter``, ``seed``, ``alpha``,
+    ``comparisons``, ``benchmarks``, ``max_pairs``, ``params_b``).
+    """
+    from probe.metrics.cmp_iso import analyze, observation_from_dict, summarize
+    from probe.metrics.significance import randomization_test
+
+    rows = records.to_dict("records") if hasattr(records, "to_dict") else list(records)
+    nonfinite = [str(r["id"]) for r in rows if not _finite(r)]
+    groups: dict[tuple, list[dict]] = {}
+    for r in rows:
+        if _finite(r):  # NaN/inf logits: never averaged, listed in the summary
+            groups.setdefault((r["setting"], r["benchmark"]), []).append(r)
+    results, gaps_by = [], {}
+    for (setting, bench), recs in sorted(groups.items(), key=_key):
+        base, variant = recs[0]["base_setting"], int(recs[0]["variant"])
+        mass = {tt: float(np.mean([r["mass"] for r in recs if r["task_type"] == tt] or [np.nan]))
+                for tt in ("iso", "cmp")}
+        lines = [_observation_dict(r) for r in recs]
+        for mode in MODES:
+            obs = [observation_from_dict(d, mode) for d in lines]
+            res = analyze(obs, n_boot=config.n_boot, n_iter=config.n_iter, seed=config.seed, alpha=config.alpha,
+                          allow_incomplete=True)  # an interrupted run: finished pairs only
+            results.append({"setting": setting, "base_setting": base, "variant": variant, "benchmark": bench,
+                            "mode": mode, "label_mass": mass, **res})
+            s = summarize(obs, allow_incomplete=True)
+            for par in (s.iso, s.cmp):
+                gaps_by[(base, variant, bench, mode, par.paradigm)] = dict(zip(par.pair_ids, par.gaps))
+    return {"benchmarks": list(config.benchmarks), "settings": sorted({r["setting"] for r in results}),
+            "max_pairs": config.max_pairs, "seed": config.seed, "alpha": config.alpha, "n_iter": config.n_iter,
+            "n_boot": config.n_boot, "nonfinite_records": nonfinite, "n_nonfinite": len(nonfinite),
+            "results": results, "comparisons": comparisons(gaps_by, config, randomization_test),
+            "variants": variant_spread(results), "params_b": dict(config.params_b)}
+
+
+def comparisons(gaps_by: dict[tuple, dict], config: Any, test: Any) -> list[dict]:
+    """Randomization tests between the setting pairs of ``config.comparisons``, per benchmark, mode, paradigm.
+
+    All variants of both settings enter; a pair's variants form one swap block
+    (seed 003, appendix D). ``gaps_by``: (base setting, variant, benchmark,
+    mode, paradigm) -> {pair id: gap}.
+    """
+    out = []
+    for a, b in config.comparisons:
+        for (base, variant, bench, mode, par), _ in sorted(gaps_by.items(), key=_key):
+            if base != a or variant != 0:
+                continue
+            xs, ys, blocks = [], [], []
+            for (b2, v2, be2, mo2, pa2), ga in gaps_by.items():
+                if (b2, be2, mo2, pa2) != (a, bench, mode, par):
+                    continue
+                other = gaps_by.get((b, v2, bench, mode, par), {})
+                for cp, g in ga.items():
+                    if cp in other:
+                        xs.append(g), ys.append(other[cp]), blocks.append(str(cp))
+            if not xs:
+                continue
+            t = test(xs, ys, n_iter=config.n_iter, seed=config.seed, blocks=blocks)
+            out.append({"benchmark": bench, "mode": mode, "paradigm": par, "a": a, "b": b,
+                        "pg_a": float(np.mean(xs)), "pg_b": float(np.mean(ys)), "observed": t.observed,
+                        "p_value": t.p_value, "significant": t.p_value < config.alpha,
+                        "n_units": t.n_units, "n_blocks": t.n_blocks})
+    return out
+
+
+def variant_spread(results: list[dict]) -> list[dict]:
+    """PG over the variants of each base setting (mean, std, IQR, range), where it has two or more."""
+    by_base: dict[tuple, dict[int, float]] = {}
+    for r in results:
+        for par in ("iso", "cmp"):
+            by_base.setdefault((r["base_setting"], r["benchmark"], r["mode"], par), {})[r["variant"]] = r[par]["pg"]
+    out = []
+    for (base, bench, mode, par), pv in sorted(by_base.items(), key=_key):
+        if len(pv) < 2:
+            continue
+        vals = np.array([pv[k] for k in sorted(pv)], dtype=float)
+        q1, q3 = np.nanpercentile(vals, [25, 75])
+        out.append({"setting": base, "benchmark": bench, "mode": mode, "paradigm": par,
+                    "per_variant": {str(k): pv[k] for k in sorted(pv)}, "mean": float(np.nanmean(vals)),
+                    "std": float(np.nanstd(vals, ddof=1)), "iqr": float(q3 - q1),
+                    "min": float(np.nanmin(vals)), "max": float(np.nanmax(vals))})
+    return out
