@@ -34,7 +34,8 @@ import yaml
 from probe.data.hbb import HBBQuestion
 from probe.scoring.requests import LabelRequest, PerplexityRequest
 
-__all__ = ["HBBPrompts", "load_hbb_prompts", "mcq_user_message", "mcq_requests", "sg_requests", "request_id", "question_meta"]
+__all__ = ["HBBPrompts", "load_hbb_prompts", "mcq_user_message", "mcq_requests", "sg_requests", "request_id",
+           "question_meta"]
 
 
 @dataclass(frozen=True)

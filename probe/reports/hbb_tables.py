@@ -10,6 +10,10 @@ sit side by side as the paper's model columns do.
 - Table 2 / Table 9: one row per category x descriptor type; each cell is
   ``count (mean S)`` as the paper prints it; ``Category (total)`` gives the
   instances per type that were evaluated.
+- :func:`run_tables` assembles every table of one run (the layouts above at the
+  run's thresholds, exact vs 10-sample scoring, direction) with a title and a
+  heading in ``DataFrame.attrs``; :func:`report_markdown` writes them as one
+  Markdown report.
 
 >>> import pandas as pd
 >>> df = pd.DataFrame({"category": ["age", "age"], "descriptor_type": [1, 1], "S": [30.0, 5.0], "concept_id": [0, 1]})
@@ -23,7 +27,7 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
-from typing import Mapping
+from typing import Any, Mapping, Sequence
 
 import numpy as np
 import pandas as pd
@@ -31,7 +35,8 @@ import pandas as pd
 from probe.data.hbb import CATEGORIES, CATEGORY_LABELS, type_label
 from probe.metrics.hbb import summarize_by
 
-__all__ = ["table1", "table2", "table8", "table9", "markdown", "cell", "histogram_png", "write_table"]
+__all__ = ["table1", "table2", "table8", "table9", "markdown", "cell", "histogram_png", "write_table", "run_tables",
+           "report_markdown", "with_model"]
 
 
 def cell(count: int, mean_s: float) -> str:
@@ -157,3 +162,90 @@ def histogram_png(scores: Mapping[str, np.ndarray], path: str | Path, threshold:
     fig.savefig(tmp, dpi=120)
     plt.close(fig)
     tmp.replace(path)
+
+
+def _titled(df: pd.DataFrame, title: str, heading: str) -> pd.DataFrame:
+    df.attrs.update(title=title, heading=heading)
+    return df
+
+
+def run_tables(
+    frames: Mapping[str, pd.DataFrame],
+    labels: Mapping[str, str],
+    threshold: float = 20.0,
+    extra_thresholds: Sequence[float] = (),
+    n_boot: int = 1000,
+    crows_score: float | None = None,
+    sampled: Mapping[str, Mapping[str, Any]] | None = None,
+) -> dict[str, pd.DataFrame]:
+    """Every table of one HBB run, by file name, each with ``attrs["title"]`` and ``attrs["heading"]``.
+
+    ``frames``: per variant (``hbb``, ``hbb_swapavg``, ``hbb_sg``) the per-instance
+    frame (``S``, ``direction``); ``labels``: each variant's column label.
+    ``crows_score``: the overall CrowS-Pairs score for Table 1's CS column.
+    ``sampled``: per variant the expected 10-sample result
+    (:func:`probe.metrics.hbb.sampled_estimator_expectation`).
+    """
+    from probe.metrics.hbb import identity_concept1_rates
+
+    thr = threshold
+    out: dict[str, pd.DataFrame] = {}
+    mcq = {labels[v]: frames[v] for v in ("hbb", "hbb_swapavg") if v in frames}
+    sg = {labels["hbb_sg"]: frames["hbb_sg"]} if "hbb_sg" in frames else {}
+    if mcq:
+        cs = {k: crows_score for k in mcq} if crows_score is not None else None
+        out["table1"] = _titled(table1(mcq, cs, thr, n_boot=n_boot), f"Table 1 layout (HBB, S >= {thr:g})",
+                                "Table 1 (HBB)")
+        out["table2"] = _titled(table2(mcq, thr), f"Table 2 layout: count (mean S) of instances with S >= {thr:g}",
+                                "Table 2 (HBB)")
+    if sg:
+        out["table8"] = _titled(table8(sg, thr, n_boot=n_boot), f"Table 8 layout (HBB-SG, S >= {thr:g})",
+                                "Table 8 (HBB-SG)")
+        out["table9"] = _titled(table9(sg, thr), f"Table 9 layout (HBB-SG): count (mean S), S >= {thr:g}",
+                                "Table 9 (HBB-SG)")
+    for t in (t for t in extra_thresholds if t != thr):
+        if mcq:
+            out[f"table2_thr{t:g}"] = _titled(table2(mcq, t), f"Table 2 layout at S >= {t:g}: count (mean S)",
+                                              f"Table 2 layout at threshold {t:g}")
+        if sg:
+            out[f"table9_thr{t:g}"] = _titled(table9(sg, t), f"Table 9 layout (HBB-SG) at S >= {t:g}: count (mean S)",
+                                              f"Table 9 layout (HBB-SG) at threshold {t:g}")
+    if sampled is not None:
+        noise = pd.DataFrame([{
+            "Scoring": labels[v], "exact: count": int((f["S"] >= thr).sum()),
+            "exact: mean S": float(f.loc[f["S"] >= thr, "S"].mean()) if (f["S"] >= thr).any() else float("nan"),
+            "10 samples (expected): count": sampled[v]["expected_count"],
+            "10 samples (expected): mean S": sampled[v]["expected_mean_s"],
+        } for v, f in frames.items()])
+        if not noise.empty:
+            out["sampling_noise"] = _titled(
+                noise, f"Exact scoring vs. the paper's 10-sample estimator (expected value for the same "
+                f"probabilities), S >= {thr:g}", "Exact scoring vs. 10 sampled answers per question (expected)")
+    for v, df in frames.items():
+        rates = identity_concept1_rates(df, threshold=thr)
+        if not rates.empty:
+            out[f"direction_{v}"] = _titled(
+                rates, f"Share of S >= {thr:g} instances where the identity gets the `bias type1` concept "
+                "(0.5 = no direction)",
+                f"Direction ({labels[v]}): share of instances over threshold giving the identity concept 1")
+    return out
+
+
+def with_model(df: pd.DataFrame, model: str, labels: Sequence[str]) -> pd.DataFrame:
+    """``df`` with each variant label (a column name, or a ``Model`` / ``Scoring`` value) as
+    ``"MODEL (label)"``, the paper's model columns; ``attrs`` kept."""
+    named = {lab: f"{model} ({lab})" for lab in labels}
+    out = df.rename(columns=named)
+    for col in ("Model", "Scoring"):
+        if col in out:
+            out[col] = out[col].map(lambda x: named.get(x, x))
+    out.attrs = dict(df.attrs)
+    return out
+
+
+def report_markdown(model: str, tables: Mapping[str, pd.DataFrame]) -> str:
+    """The run's Markdown report: a heading, then each table under its ``attrs["heading"]``."""
+    md = [f"# HBB results: {model}", ""]
+    for df in tables.values():
+        md += [f"## {df.attrs.get('heading', '')}", "", markdown(df), ""]
+    return "\n".join(md) + "\n"

@@ -67,7 +67,7 @@ def crows_summary(records: Any) -> tuple[dict, Any]:
     table = crows_by_type(frame)
     summary = {"n_pairs": len(frame), "forward_passes": len(records), "by_bias_type": table.to_dict("records")}
     shown = table[SHOWN].copy()
-    shown.attrs["title"] = TITLE
+    shown.attrs.update(title=TITLE, heading="CrowS-Pairs")
     return summary, shown
 
 

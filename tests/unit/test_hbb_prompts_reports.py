@@ -37,6 +37,8 @@ def test_mcq_requests_plain_text_gets_answer_cue_and_ids():
     assert r.id == "7:gender:1:female|mcq_swap" and r.labels == ("a", "b")
     assert r.prompt.endswith("b) She frowned.\nAnswer:")
     assert r.group == "hbb:7:mcq_swap"
+    assert r.meta == {"question_id": Q.id, "kind": "mcq_swap", "concept_id": 7, "category": "gender",
+                      "descriptor_type": 1, "identity": "female"}
 
 
 def test_sg_requests_n_variations():
@@ -47,6 +49,8 @@ def test_sg_requests_n_variations():
     var = sg_requests([Q], {7: (["[[X]] frowned.", "Then [[X]] sighed."], ["[[X]]'s face lit up."])})
     assert [r.text for r in var] == ["She frowned.", "Then she sighed.", "Her face lit up."]
     assert var[1].id == request_id(Q.id, "sg", 1, 1)
+    assert [(r.meta["kind"], r.meta["option"], r.meta["variation"]) for r in var] == [("sg", 1, 0), ("sg", 1, 1),
+                                                                                      ("sg", 2, 0)]
     with pytest.raises(ValueError):
         request_id("x", "nope")
 

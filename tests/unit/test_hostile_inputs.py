@@ -481,18 +481,15 @@ def test_bharatbbq_rows_rejected(tmp_path, row, field):
 # --- 4. experiment YAML configs (experiments/*.py load_config) -------------------------------------------------
 
 def _config_loaders() -> dict[str, Callable[[Path], Any]]:
-    from experiments import cmp_iso, crows_pairs, hbb, implicitbbq, representations
+    from experiments import representations
 
     return {
-        "hbb": lambda p: hbb.load_config(p),
-        "crows_pairs": lambda p: hbb.load_config(p, cls=crows_pairs.CrowsConfig),
-        "implicitbbq": lambda p: implicitbbq.load_config(p),
-        "cmp_iso": lambda p: cmp_iso.load_config(p),
         "representations": lambda p: representations.load_config(p),
     }
 
 
-CONFIGS = ["hbb", "crows_pairs", "implicitbbq", "cmp_iso", "representations"]
+# implicitbbq, hbb, crows_pairs: task configs (test_task_implicitbbq, test_task_hbb)
+CONFIGS = ["representations"]
 
 
 @pytest.mark.parametrize("name", CONFIGS)

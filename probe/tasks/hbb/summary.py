@@ -1,0 +1,132 @@
+"""The HBB summary (every metric with CIs, counts, diagnostics), its tables, and the timing projection."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, Sequence
+
+import pandas as pd
+
+from probe.tasks.hbb.join import LABELS, mcq_diagnostics, request_kinds, variant_frames
+
+
+def hbb_summary(config: Any, instances: Sequence[Any], records: pd.DataFrame, inst: pd.DataFrame,
+                crows: dict | None = None) -> tuple[dict, dict[str, pd.DataFrame]]:
+    """The summary and the paper-layout tables of one run.
+
+    ``records``: the HBB records (kinds ``mcq``, ``mcq_swap``, ``sg``);
+    ``inst``: the per-instance frame (:func:`~probe.tasks.hbb.join.instance_frame`);
+    ``crows``: the CrowS-Pairs summary, when the run scored it.
+    """
+    from probe.data.hbb import unique_questions
+    from probe.metrics.hbb import (
+        direction_by_pair,
+        identity_concept1_rates,
+        sampled_estimator_expectation,
+        summarize_by,
+    )
+    from probe.reports.hbb_tables import run_tables
+
+    thr, n_boot = config.threshold, config.n_boot
+    kinds: dict[str, int] = {}
+    for k in request_kinds(records):
+        kinds[k] = kinds.get(k, 0) + 1
+    n_questions = len(unique_questions(instances))
+    summary: dict[str, Any] = {
+        "threshold": thr,
+        "n_instances": len(instances),
+        "n_distinct_questions": n_questions,
+        "instances_per_cell": inst.groupby(["category", "descriptor_type"]).size().rename("n").reset_index()
+        .to_dict("records"),
+        "forward_passes": {"by_kind": kinds, "total": len(records)},
+        "paper_equivalent_generations": {
+            "questions_x10": 2 * len(instances) * 10,
+            "distinct_questions_x10": n_questions * 10,
+            "note": "the paper samples each question >= 10 times (each a full generation); one label "
+            "forward pass per distinct question and option order replaces them",
+        },
+        "mcq_diagnostics": mcq_diagnostics(records),
+        "variants": {},
+    }
+    frames = variant_frames(inst)
+    for v, df in frames.items():
+        summary["variants"][v] = {
+            "overall": summarize_by(df, [], threshold=thr, n_boot=n_boot).to_dict("records")[0],
+            "by_category": summarize_by(df, ["category"], threshold=thr, n_boot=n_boot).to_dict("records"),
+            "by_type": summarize_by(df, ["category", "descriptor_type"], threshold=thr, n_boot=n_boot)
+            .to_dict("records"),
+            "by_identity_pair": summarize_by(
+                df, ["category", "descriptor_type", "identity_1", "identity_2"], threshold=thr, ci=False
+            ).to_dict("records"),
+            "direction_by_pair": direction_by_pair(df, threshold=thr).to_dict("records"),
+            "identity_concept1_rate": identity_concept1_rates(df, threshold=thr).to_dict("records"),
+            # what the paper's 10-sample estimator would report for these exact probabilities
+            "sampled_10_expected": sampled_estimator_expectation(df[f"{v}_p1"], df[f"{v}_p2"], 10, thr),
+        }
+    summary["threshold_sweep"] = {v: _sweep(df, sorted({*config.extra_thresholds, thr})) for v, df in frames.items()}
+    cs = None
+    if crows is not None:
+        summary["crows_pairs"] = crows
+        cs = next(r for r in crows["by_bias_type"] if r["bias_type"] == "all")["score"]
+    tables = run_tables(frames, LABELS, thr, config.extra_thresholds, n_boot, cs,
+                        {v: s["sampled_10_expected"] for v, s in summary["variants"].items()})
+    return summary, tables
+
+
+def _sweep(df: pd.DataFrame, thresholds: Sequence[float]) -> dict[str, list]:
+    """Count, share and mean S per category and overall at each threshold (no CIs)."""
+    from probe.metrics.hbb import summarize_by
+
+    out = {}
+    for t in thresholds:
+        overall = summarize_by(df, [], threshold=t, ci=False).iloc[0]
+        out[f"{t:g}"] = (summarize_by(df, ["category"], threshold=t, ci=False)[["category", "count", "share", "mean_s"]]
+                         .to_dict("records") + [{"category": "all", **{k: overall[k]
+                                                                      for k in ("count", "share", "mean_s")}}])
+    return out
+
+
+def full_benchmark_requests() -> dict[str, int]:
+    """Requests per kind for all 103,649 instances (77,350 distinct questions; HBB-SG at n = 1)."""
+    from probe.data.hbb import IDENTITIES, TYPE_INDEX
+
+    per_concept = sum(len(TYPE_INDEX[c]) * len(IDENTITIES[c]) for c in TYPE_INDEX)  # 50 distinct questions
+    full_questions = 1547 * per_concept
+    return {"mcq": full_questions, "mcq_swap": full_questions, "sg": 2 * full_questions}
+
+
+def projection(timing: dict[str, dict[str, float]]) -> dict:
+    """Seconds per request kind (``{kind: {"n", "seconds"}}``, the runner's timing) and the projection to
+    the full benchmark on the same machine."""
+    from probe.data.hbb import expected_counts
+
+    full_requests = full_benchmark_requests()
+    per = {k: v["seconds"] / v["n"] for k, v in timing.items() if v.get("n")}
+    projected = {k: per[k] * n for k, n in full_requests.items() if k in per}
+    return {
+        "scored": timing,
+        "seconds_per_request": per,
+        "full_benchmark": {"instances": expected_counts()["total"], "distinct_questions": full_requests["mcq"],
+                           "requests": full_requests, "projected_seconds": projected,
+                           "projected_hours_total": sum(projected.values()) / 3600 if projected else None},
+    }
+
+
+def write_projection(output: Path) -> Path | None:
+    """``timing_projection.json`` from the runner's ``timing.json`` (its ``scored_this_invocation``).
+
+    An invocation that scored nothing (a finished run resumed) keeps the projection already there.
+    """
+    from probe.io import write_json_atomic
+
+    src = output / "timing.json"
+    try:
+        timing = json.loads(src.read_text(encoding="utf-8")).get("scored_this_invocation") or {}
+    except (OSError, ValueError):
+        return None
+    if not any(k in timing for k in full_benchmark_requests()):
+        return None
+    path = output / "timing_projection.json"
+    write_json_atomic(path, projection(timing))
+    return path

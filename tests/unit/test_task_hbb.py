@@ -1,0 +1,211 @@
+"""The ``hbb`` task: configs, ``--limit`` on instances, the join of question scores into instances, the
+timing projection, and a resumable end-to-end run on the tiny random model (short prompts: the tiny
+model has 256 positions)."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+
+from probe.data.hbb import HBBConcept, build_instances
+from probe.errors import ProbeError
+from probe.runs.record import records_to_frame
+from probe.runs.runner import RunOptions
+from probe.runs.task_run import run_task
+from probe.tasks import get
+from probe.tasks.hbb import HBBConfig
+from probe.tasks.hbb.join import instance_frame, question_probs
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def task_config(path: Path):
+    """A `probe run` YAML config as (task, task config, run values); as `probe run` splits it."""
+    from probe.api import split_options
+    from probe.commands.run import RUN_LEVEL_KEYS, read_config
+
+    values = read_config(path)
+    task = get(values["task"])
+    run, rest = split_options({k: v for k, v in values.items() if k not in RUN_LEVEL_KEYS})
+    return task, task.make_config(rest, source=str(path)), run
+
+
+def test_configs_parse_and_unknown_keys_are_rejected(tmp_path):
+    for name in ("hbb.yaml", "hbb_quick.yaml"):
+        task, cfg, run = task_config(ROOT / "configs" / name)
+        assert task.name == "hbb" and isinstance(cfg, HBBConfig)
+        RunOptions(**run)  # every run key is a real run option
+    task, cfg, _ = task_config(ROOT / "configs" / "hbb_quick.yaml")
+    assert cfg.per_cell == 2 and cfg.crows_pairs and cfg.crows_limit == 40
+    hbb = get("hbb")
+    with pytest.raises(ProbeError, match="unknown key.*sample_concept"):
+        hbb.make_config({"sample_concept": 3})
+    with pytest.raises(ProbeError, match="at most one"):
+        hbb.make_config({"sample_concepts": 3, "per_cell": 2})
+    for gone in ("output_dir", "chunk_size", "model", "limit"):  # the runner owns these
+        with pytest.raises(ProbeError, match="unknown key"):
+            hbb.make_config({gone: 1})
+    assert hbb.make_config({"categories": ["ses"]}).categories == ("ses",)
+
+
+def test_crows_config_parses():
+    task, cfg, run = task_config(ROOT / "configs" / "crows_pairs.yaml")
+    assert task.name == "crows_pairs" and cfg.data_file is None and run["batch_size"] == 16
+
+
+@pytest.fixture
+def descriptors(shared_data):
+    from probe.data.hbb import load_descriptors
+
+    return load_descriptors(shared_data / "hbb" / "descriptors.json")
+
+
+def _rec(qid: str, kind: str, **fields) -> dict:
+    meta = {"question_id": qid, "kind": kind, **{k: fields.pop(k) for k in ("option",) if k in fields}}
+    return {"id": f"{qid}|{kind}|{meta.get('option', '')}", "kind": "perplexity" if kind == "sg" else "label",
+            "meta": meta, **fields}
+
+
+def test_join_computes_s_for_each_variant(descriptors):
+    concept = HBBConcept(0, "[[X]] sat.", "[[X]] ran.", "[[X]] slept.", "c1", "c2", "age")
+    [inst] = [i for i in build_instances([concept], descriptors, categories=("ses",)) if i.descriptor_type == 1]
+    q1, q2 = inst.question_1.id, inst.question_2.id
+    recs = records_to_frame([
+        _rec(q1, "mcq", probs=[0.8, 0.2], mass=0.5),
+        _rec(q2, "mcq", probs=[0.3, 0.7], mass=0.5),
+        _rec(q1, "mcq_swap", probs=[0.4, 0.6], mass=0.5),  # P(s1) = 0.6
+        _rec(q2, "mcq_swap", probs=[0.5, 0.5], mass=0.5),  # P(s1) = 0.5
+        _rec(q1, "sg", option=1, ppl=2.0),
+        _rec(q1, "sg", option=2, ppl=6.0),  # P(A) = 0.75
+        _rec(q2, "sg", option=1, ppl=4.0),
+        _rec(q2, "sg", option=2, ppl=None),  # invalid -> NaN
+    ])
+    df = instance_frame([inst], question_probs(recs)).iloc[0]
+    assert df.hbb_S == pytest.approx(50.0) and df.hbb_direction == 1.0
+    assert df.hbb_swapavg_p1 == pytest.approx(0.7) and df.hbb_swapavg_p2 == pytest.approx(0.4)
+    assert df.hbb_swapavg_S == pytest.approx(30.0)
+    assert math.isnan(df.hbb_sg_S) and df.hbb_sg_p1 == pytest.approx(0.75)
+
+
+def test_limit_keeps_the_first_instances_after_sampling(shared_data):
+    hbb = get("hbb")
+    cfg = hbb.make_config({"per_cell": 2, "categories": ["ses", "age"]})
+    items = hbb.items(cfg)
+    assert len(items) == 2 * (2 + 3)  # 2 per SES and Age type
+    assert [i.id for i in hbb.select(cfg, items, 3)] == [i.id for i in items[:3]]
+    assert len(hbb.select(cfg, items, None)) == len(items)
+
+
+def test_projection_from_the_runner_timing(tmp_path):
+    from probe.tasks.hbb.summary import projection, write_projection
+
+    p = projection({"mcq": {"n": 4, "seconds": 2.0}, "crows": {"n": 2, "seconds": 1.0}})
+    assert p["seconds_per_request"] == {"mcq": 0.5, "crows": 0.5}
+    assert p["full_benchmark"]["instances"] == 103649 and p["full_benchmark"]["distinct_questions"] == 77350
+    assert p["full_benchmark"]["projected_seconds"] == {"mcq": 0.5 * 77350}
+    assert p["full_benchmark"]["requests"]["sg"] == 2 * 77350
+    assert write_projection(tmp_path) is None  # no timing.json yet
+    (tmp_path / "timing.json").write_text(json.dumps({"scored_this_invocation": {"sg": {"n": 2, "seconds": 1.0}}}))
+    assert json.loads(write_projection(tmp_path).read_text())["full_benchmark"]["projected_seconds"] == {
+        "sg": 0.5 * 2 * 77350}
+    (tmp_path / "timing.json").write_text(json.dumps({"scored_this_invocation": {}}))  # a resume that scored nothing
+    assert write_projection(tmp_path) is None and (tmp_path / "timing_projection.json").exists()
+
+
+def test_tables_carry_titles_and_take_the_model_name():
+    import pandas as pd
+
+    from probe.reports.hbb_tables import report_markdown, run_tables, with_model
+    from probe.tasks.hbb.join import LABELS
+
+    df = pd.DataFrame({"category": "race", "descriptor_type": 1, "S": [30.0, 5.0], "direction": [1.0, -1.0],
+                       "concept_id": [0, 1], "identity_1": "a", "identity_2": "b", "hbb_p1": [0.9, 0.5],
+                       "hbb_p2": [0.6, 0.45]})
+    sampled = {"hbb": {"expected_count": 1.0, "expected_mean_s": 25.0}}
+    tables = run_tables({"hbb": df}, LABELS, 20.0, (5.0,), n_boot=20, crows_score=55.0, sampled=sampled)
+    assert list(tables) == ["table1", "table2", "table2_thr5", "sampling_noise", "direction_hbb"]
+    t1 = with_model(tables["table1"], "m", LABELS.values())
+    assert t1.Model.tolist() == ["m (a)=s1)"] and t1["CS (50)"].tolist() == [55.0]
+    assert t1.attrs["title"] == "Table 1 layout (HBB, S >= 20)"
+    assert "m (a)=s1)" in with_model(tables["table2"], "m", LABELS.values()).columns
+    md = report_markdown("m", tables)
+    assert md.startswith("# HBB results: m\n") and "## Table 2 layout at threshold 5" in md
+
+
+SHORT = dict(mcq_instruction="Pick a or b.", mcq_question="{context}\na) {option_a}\nb) {option_b}",
+             mcq_labels=("a", "b"), mcq_answer_cue="Answer:", sg_instruction="Story:",
+             sg_prefix="{instruction} {context}")
+
+
+@pytest.fixture
+def data(tmp_path, descriptors, monkeypatch) -> Path:
+    """Two concept pairs with the real descriptors, and prompts short enough for the tiny model."""
+    import probe.prompts.hbb as prompts
+
+    monkeypatch.setattr(prompts, "load_hbb_prompts", lambda: prompts.HBBPrompts(**SHORT))
+    data = tmp_path / "hbb"
+    data.mkdir()
+    (data / "questions.csv").write_text(
+        "Context,s1,s2,bias type1,bias type2,explanation,bias_type,target\n"
+        "[[X]] sat.,[[X]] ran.,[[X]] slept.,fast,slow,e,age,\n"
+        "[[X]] met a cat.,[[X]]'s cat hid.,[[X]] sang.,shy,bold,e,race,\n",
+        encoding="utf-8",
+    )
+    (data / "descriptors.json").write_text(json.dumps(descriptors), encoding="utf-8")
+    return data
+
+
+def test_tiny_run_end_to_end_and_resume(tmp_path, tiny_lm, data):
+    out = tmp_path / "run"
+    task = get("hbb")
+    cfg = task.make_config(dict(data_dir=str(data), categories=("ses",), n_boot=50, crows_pairs=True, crows_limit=2))
+    options = RunOptions(chunk_size=5, progress=False)
+    summary = run_task(task, cfg, tiny_lm, output=out, options=options).summary
+    assert summary["n_instances"] == 2 * 2  # 2 concepts x 2 SES types x 1 pair
+    assert summary["n_distinct_questions"] == 2 * 4
+    assert summary["forward_passes"]["by_kind"] == {"mcq": 8, "mcq_swap": 8, "sg": 16}
+    assert summary["paper_equivalent_generations"]["questions_x10"] == 80
+    assert set(summary["variants"]) == {"hbb", "hbb_swapavg", "hbb_sg"}
+    assert summary["crows_pairs"]["n_pairs"] == 2 and summary["crows_pairs"]["forward_passes"] == 4
+    for f in ("records.jsonl", "instances.jsonl", "summary.json", "timing.json", "hbb_hist.png", "report.md",
+              "tables/table1.md", "tables/table2.csv", "tables/table8.md", "tables/table9.md", "tables/crows.md",
+              "tables/table2_thr5.csv", "tables/sampling_noise.md"):
+        assert (out / f).exists(), f
+    records = [json.loads(x) for x in (out / "records.jsonl").read_text().splitlines()]
+    assert len(records) == 32 + 4
+    assert {r["meta"]["kind"] for r in records} == {"mcq", "mcq_swap", "sg", "crows"}
+    assert all(r["meta"]["option"] in (1, 2) for r in records if r["meta"]["kind"] == "sg")
+    timing = json.loads((out / "timing.json").read_text())["scored_this_invocation"]
+    assert {k: v["n"] for k, v in timing.items()} == {"mcq": 8, "mcq_swap": 8, "sg": 16, "crows": 4}
+    assert "smollm2" not in (out / "tables" / "table1.md").read_text()  # labelled with this run's model
+    first = (out / "instances.jsonl").read_text()
+    # resume: a torn last line is redone, nothing outside its chunk is rescored, results are identical
+    lines = (out / "records.jsonl").read_text().splitlines()
+    (out / "records.jsonl").write_text("\n".join(lines[:-1]) + "\n" + lines[-1][:10], encoding="utf-8")
+    run_task(task, cfg, tiny_lm, output=out, options=options)
+    timing = json.loads((out / "timing.json").read_text())
+    assert 1 <= sum(v["n"] for v in timing["scored_this_invocation"].values()) <= 5
+    assert (out / "timing_projection.json").exists()  # from the first invocation's timing.json
+    again = [json.loads(x) for x in (out / "instances.jsonl").read_text().splitlines()]
+    before = [json.loads(x) for x in first.splitlines()]
+    assert [r["id"] for r in again] == [r["id"] for r in before]
+    for a, b in zip(again, before):
+        for k in ("hbb_S", "hbb_swapavg_S", "hbb_sg_S"):
+            assert a[k] == pytest.approx(b[k], abs=1e-5)
+
+
+def test_sg_subset_and_no_swap(tiny_lm, data):
+    """``sg_sample_concepts`` scores HBB-SG on a subset only (the rest is out of it, not invalid);
+    ``swap_order: false`` drops the swapped order and its variant."""
+    task = get("hbb")
+    cfg = task.make_config(dict(data_dir=str(data), categories=("ses",), n_boot=20, swap_order=False,
+                                sg_sample_concepts=1))
+    e = run_task(task, cfg, tiny_lm, output=None, options=RunOptions(progress=False))
+    assert e.summary["forward_passes"]["by_kind"] == {"mcq": 8, "sg": 8}
+    assert set(e.summary["variants"]) == {"hbb", "hbb_sg"}
+    inst = e.tables["instances"]
+    assert inst.in_sg.sum() == 2 and inst.loc[inst.in_sg, "hbb_sg_S"].notna().all()
+    assert e.summary["variants"]["hbb_sg"]["overall"]["n"] == 2
