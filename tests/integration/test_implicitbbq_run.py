@@ -1,20 +1,23 @@
-"""End-to-end ImplicitBBQ run on a tiny sample: records, resume, summary, tables, plot."""
+"""End-to-end implicitbbq task on a tiny sample: records, generations, resume, summary, tables, plot."""
 
 import json
 
 import pytest
 
-from experiments.implicitbbq import ImplicitBBQConfig, run
+from probe.data.items import SETTINGS
+from probe.runs.runner import RunOptions
+from probe.runs.task_run import run_task
+from probe.tasks import get
 
 
-def _cfg(tmp_path, **kw):
+def _run(lm, out, **kw):
     # few-shot is left out here: its long prompts are slow with the byte-level tiny tokenizer
-    # (it is covered by tests/unit/test_implicitbbq_prompts.py)
-    base = dict(output_dir=str(tmp_path / "run"), dimensions=("age",),
-                strategies=("zero_shot", "cot"), answer_formats=("oneword", "labels"),
+    # (it is covered by tests/unit/test_implicitbbq_prompts.py and tests/unit/test_task_implicitbbq.py)
+    base = dict(dimensions=["age"], strategies=["zero_shot", "cot"], answer_formats=["oneword", "labels"],
                 per_cell={"zero_shot": 1, "cot": 1}, cot_max_new_tokens=4, n_boot=50)
     base.update(kw)
-    return ImplicitBBQConfig(**base)
+    task = get("implicitbbq")
+    return run_task(task, task.make_config(base), lm, output=out, options=RunOptions(progress=False, threads=1))
 
 
 @pytest.fixture(scope="module")
@@ -27,39 +30,47 @@ def long_tiny_lm():
     return lm
 
 
+def _lines(path):
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
 def test_tiny_run_end_to_end_and_resume(long_tiny_lm, shared_data, tmp_path):
-    tiny_lm = long_tiny_lm
-    cfg = _cfg(tmp_path)
-    out = run(cfg, lm=tiny_lm)
-    recs = [json.loads(line) for line in (out / "records.jsonl").read_text().splitlines()]
-    # zero-shot: 2 dims x 12 settings, 1 unit per explicit/implicit setting group -> 4 items per kind
-    zs = [r for r in recs if r["strategy"] == "zero_shot" and r["answer_format"] == "oneword"]
-    assert {r["setting"] for r in zs} == {s for s in __import__("probe.data.items", fromlist=["SETTINGS"]).SETTINGS}
-    assert all(abs(sum(r["probs"]) - 1) < 1e-6 and 0 <= r["mass"] <= 1 + 1e-6 for r in recs)
-    assert all("reasoning" in r for r in recs if r["strategy"] == "cot")
-    assert not any(r["setting"].startswith(("neutral", "nochar")) for r in recs if r["strategy"] != "zero_shot")
+    out = tmp_path / "run"
+    ev = _run(long_tiny_lm, out)
+    recs = _lines(out / "records.jsonl")
+    assert len(recs) == len(ev.records)
+    # zero-shot: 1 context unit (4 items) per dimension x kind -> all 12 settings
+    zs = ev.records[(ev.records.strategy == "zero_shot") & (ev.records.answer_format == "oneword")]
+    assert set(zs.setting) == set(SETTINGS)
+    assert all(r["finite"] and 0 <= r["mass"] <= 1 + 1e-6 and abs(sum(r["probs"]) - 1) < 1e-6 for r in recs)
+    cot = [r for r in recs if r["meta"]["strategy"] == "cot"]
+    gens = {g["id"]: g["text"] for g in _lines(out / "generations.jsonl")}
+    assert cot and all(r["meta"]["reasoning"] == gens[r["id"]] for r in cot)
+    assert not any(r["meta"]["setting"].startswith(("neutral", "nochar")) for r in recs
+                   if r["meta"]["strategy"] != "zero_shot")
     summary = json.loads((out / "summary.json").read_text())
-    assert "zero_shot|oneword" in summary and "implicit" in summary["zero_shot|oneword"]
+    assert "zero_shot|oneword" in summary["by_strategy"] and "implicit" in summary["by_strategy"]["zero_shot|oneword"]
+    assert summary["n_nonfinite"] == 0 and summary["sample"] == {"zero_shot": 16, "cot": 8}
+    assert summary["counts"]["age"]["implicit_amb_neg"] > 0
     assert (out / "tables" / "table2_expected.md").read_text().startswith("| Model |")
+    assert (out / "tables" / "per_dimension_cot_labels_argmax.csv").is_file()
     assert (out / "figure3_zero_shot_oneword.png").stat().st_size > 1000
-    timing = json.loads((out / "timing.json").read_text())
-    assert timing["full_grid"]["total_hours"] > 0
-    # resume: nothing new to score, same records
-    n = len(recs)
-    run(cfg, lm=tiny_lm)
-    assert len((out / "records.jsonl").read_text().splitlines()) == n
+    assert json.loads((out / "counts.json").read_text()) == summary["counts"]
+    timing = json.loads((out / "timing.json").read_text())["scored_this_invocation"]
+    assert set(timing) == {"zero_shot", "cot", "cot/generate"}
+    # resume: nothing new to score or generate, same records
+    before = (out / "records.jsonl").read_text(), (out / "generations.jsonl").read_text()
+    _run(long_tiny_lm, out)
+    assert ((out / "records.jsonl").read_text(), (out / "generations.jsonl").read_text()) == before
+    assert json.loads((out / "projection.json").read_text())["total_hours"] >= 0
 
 
 @pytest.mark.integration
 def test_smollm2_zero_shot_sample(smollm2, shared_data, tmp_path):
-    cfg = _cfg(tmp_path, dimensions=("age",), strategies=("zero_shot",), answer_formats=("oneword", "labels"),
-               per_cell={"zero_shot": 1})
-    out = run(cfg, lm=smollm2)
-    recs = [json.loads(line) for line in (out / "records.jsonl").read_text().splitlines()]
+    ev = _run(smollm2, tmp_path / "run", strategies=["zero_shot"], per_cell={"zero_shot": 1})
+    recs = ev.records
     # whole context units are sampled (4 variants each), so every one of the 12 settings has >= 1 item
-    per_format = {f: [r for r in recs if r["answer_format"] == f] for f in ("oneword", "labels")}
+    per_format = {f: recs[recs.answer_format == f] for f in ("oneword", "labels")}
     assert len(per_format["oneword"]) == len(per_format["labels"]) >= 12
-    assert {r["setting"] for r in per_format["oneword"]} >= {r["setting"] for r in per_format["labels"]}
-    assert len({r["setting"] for r in per_format["oneword"]}) == 12
-    labels = [r["mass"] for r in recs if r["answer_format"] == "labels"]
-    assert sum(labels) / len(labels) > 0.2  # an instruct model puts real mass on the option numbers
+    assert set(per_format["oneword"].setting) == set(SETTINGS) == set(per_format["labels"].setting)
+    assert per_format["labels"]["mass"].mean() > 0.2  # an instruct model puts real mass on the option numbers

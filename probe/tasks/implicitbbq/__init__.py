@@ -12,12 +12,13 @@ and expected, with bootstrap CIs (:mod:`probe.reports.bbq_tables`).
     probe run implicitbbq --model smollm2 --limit 12 --output runs/x
 
 One record per (item, strategy, format), id ``ITEM|STRATEGY|FORMAT``; its
-``meta`` holds the item fields, ``kind`` = ``strategy/format`` (the runner
-times each kind) and, for CoT, the ``reasoning``. Outputs beside the runner's:
-``tables/table2_{expected,argmax}`` (the seed's Table 2 layout),
-``tables/per_dimension_<strategy>_<format>_<version>`` (Tables 5-7),
-``figure3_zero_shot_<format>.png``, ``counts.json`` (builder counts) and
-``projection.json`` (hours to score the full grid at the measured rates).
+``meta`` holds the item fields, ``kind`` = the strategy (the runner times each
+kind; CoT reasoning is ``cot/generate``) and, for CoT, the ``reasoning``.
+Outputs beside the runner's: ``tables/table2_{expected,argmax}`` (the seed's
+Table 2 layout), ``tables/per_dimension_<strategy>_<format>_<version>``
+(Tables 5-7), ``figure3_zero_shot_<format>.png``, ``counts.json`` (builder
+counts) and ``projection.json`` (hours to score the full grid at the measured
+rates).
 
 >>> from probe.tasks import get
 >>> cfg = get("implicitbbq").make_config({"strategies": ["zero_shot"], "per_cell": {"zero_shot": 1}})
@@ -119,7 +120,7 @@ class ImplicitBBQTask(Task):
         for strategy, it, fmt in self._jobs(config, items, only="cot"):
             prep = prepare(it, tokenizer, strategy, fmt, (), config.chat_template)
             out.append(GenerationRequest(request_id(it, strategy, fmt), prep.prompt, config.cot_max_new_tokens,
-                                         meta={"kind": f"{strategy}/{fmt}/generate", "item_id": it.id}))
+                                         meta={"kind": f"{strategy}/generate", "item_id": it.id}))
         return out
 
     def requests(self, config: ImplicitBBQConfig, items: Sequence[Any], tokenizer: Any,
@@ -140,7 +141,7 @@ class ImplicitBBQTask(Task):
                     raise ProbeError(f"implicitbbq: no CoT reasoning was generated for {rid!r}")
                 meta["reasoning"] = generations[rid]
                 prep = cot_final_prompt(prep, generations[rid])
-            # the 4 variants of a context unit go in one chunk: they share its system prompt and context
+            # a context unit's 4 variants (both formats) go in one chunk: they share its system prompt and context
             group = f"{strategy}|{unit_key(it)}"
             cls, key = (LabelRequest, "labels") if fmt == "labels" else (ContinuationRequest, "options")
             out.append(cls(id=rid, prompt=prep.prompt, group=group, space=prep.space, meta=meta,
@@ -176,8 +177,9 @@ class ImplicitBBQTask(Task):
         results.write_figures(summary["by_strategy"], output, model)
         write_json_atomic(output / "counts.json", summary["counts"])
         timing = results.read_timing(output)
-        write_json_atomic(output / "projection.json", {"timing": timing, **results.projection(
-            timing, summary["full_grid_items"])})
+        if timing or not (output / "projection.json").exists():  # a run that scored nothing keeps the last one
+            write_json_atomic(output / "projection.json", {"timing": timing, **results.projection(
+                timing, summary["full_grid_items"], len(config.answer_formats))})
 
     def data_files(self, config: ImplicitBBQConfig) -> list[Path]:
         from probe.data.implicit_text import load_cue_table
@@ -200,29 +202,18 @@ class ImplicitBBQTask(Task):
         return items if isinstance(items, Selection) else select(config, items)
 
     def _jobs(self, config: ImplicitBBQConfig, items: Sequence[Any], only: str | None = None) -> list[tuple]:
-        """(strategy, item, format) in scoring order: unit by unit (strategies advance together, so a
-        run stopped anywhere holds the same leading units for every strategy), then strategy, item, format
-        (the two formats of an item share its prompt up to the question)."""
+        """(strategy, item, format) in scoring order: strategy by strategy (the runner times each chunk,
+        so a chunk of one strategy times that strategy), each in its sample's stratified unit order (a
+        run stopped anywhere holds a stratified prefix), an item's formats together (their prompts
+        share everything up to the question)."""
         sel = self._selection(config, items)
-        member = {s: {it.id for it in v} for s, v in sel.samples.items()}
-        units: dict[str, list] = {}
-        for it in sel:
-            units.setdefault(unit_key(it), []).append(it)
-        jobs = []
-        for unit in units.values():
-            for strategy in config.strategies:
-                if only is not None and strategy != only:
-                    continue
-                for it in unit:
-                    if it.id in member[strategy]:
-                        jobs += [(strategy, it, fmt) for fmt in config.answer_formats]
-        return jobs
-
+        return [(strategy, it, fmt) for strategy in config.strategies if only in (None, strategy)
+                for it in sel.samples[strategy] for fmt in config.answer_formats]
 
 def _meta(item: Any, strategy: str, answer_format: str, owner: Sequence[int]) -> dict:
     """The item fields a record carries (``answers``: the item's options; ``owner``: option of each scored text)."""
     return {
-        "kind": f"{strategy}/{answer_format}", "item_id": item.id, "strategy": strategy,
+        "kind": strategy, "item_id": item.id, "strategy": strategy,
         "answer_format": answer_format, "dimension": item.category, "category": item.category,
         "setting": item.setting, "context_kind": item.context_kind, "context_condition": item.context_condition,
         "question_polarity": item.question_polarity, "label": item.label, "target_index": item.target_index,

@@ -86,24 +86,25 @@ def full_grid_items(pool: Any, strategies: Any, control_strategies: Any) -> dict
     return {s: n_all if s in control_strategies else n_mitig for s in strategies}
 
 
-def projection(timing: Mapping[str, Mapping[str, float]], grid: Mapping[str, int]) -> dict[str, Any]:
-    """Projected hours to score the full grid at the measured rates.
+def projection(timing: Mapping[str, Mapping[str, float]], grid: Mapping[str, int],
+               n_formats: int = 1) -> dict[str, Any]:
+    """Projected hours to score the full grid (every item, every answer format) at the measured rates.
 
-    ``timing``: the runner's seconds per request kind; kinds are
-    ``strategy/format`` (scoring) and ``strategy/format/generate`` (CoT
-    reasoning), so a CoT item costs both. Rates are per scored request.
+    ``timing``: the runner's seconds and request counts per request kind; the
+    kinds are the strategies (scoring, one request per item and format) and
+    ``cot/generate`` (the reasoning, one per item and format), so a CoT item
+    costs both.
 
-    >>> projection({"zero_shot/oneword": {"n": 10, "seconds": 5.0}}, {"zero_shot": 7200})
-    {'zero_shot/oneword': {'seconds_per_item': 0.5, 'items': 7200, 'hours': 1.0}, 'total_hours': 1.0}
+    >>> projection({"zero_shot": {"n": 20, "seconds": 10.0}}, {"zero_shot": 3600}, n_formats=2)
+    {'zero_shot': {'seconds_per_item': 1.0, 'items': 3600, 'hours': 1.0}, 'total_hours': 1.0}
     """
     out: dict[str, Any] = {}
     for kind, t in sorted(timing.items()):
-        parts = kind.split("/")
-        if len(parts) != 2 or parts[0] not in grid or not t.get("n"):
+        if kind not in grid or not t.get("n"):
             continue
-        seconds = sum(float(v.get("seconds", 0.0)) for k, v in timing.items() if k == kind or k == f"{kind}/generate")
-        rate = seconds / t["n"]
-        out[kind] = {"seconds_per_item": rate, "items": grid[parts[0]], "hours": rate * grid[parts[0]] / 3600}
+        seconds = float(t.get("seconds", 0.0)) + float(timing.get(f"{kind}/generate", {}).get("seconds", 0.0))
+        rate = seconds / (t["n"] / n_formats)
+        out[kind] = {"seconds_per_item": rate, "items": grid[kind], "hours": rate * grid[kind] / 3600}
     out["total_hours"] = sum(v["hours"] for v in out.values())
     return out
 

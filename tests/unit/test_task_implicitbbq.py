@@ -1,0 +1,185 @@
+"""The implicitbbq task: config validation, the stratified paired sample, --limit, requests, records -> probs."""
+
+import math
+from collections import Counter
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from probe.data.items import BBQItem
+from probe.errors import ProbeError
+from probe.tasks import get
+from probe.tasks.implicitbbq import ImplicitBBQConfig, request_id, results
+from probe.tasks.implicitbbq.sample import Selection, select, stratified_sample, unit_key
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="module")
+def task():
+    return get("implicitbbq")
+
+
+def test_config_rejects_unknown_keys(task):
+    with pytest.raises(ProbeError, match="unknown key"):
+        task.make_config({"per_cel": {"zero_shot": 1}})
+    with pytest.raises(ProbeError, match="unknown key.*chunk_size"):  # the runner owns chunking now
+        task.make_config({"chunk_size": 48})
+
+
+def test_config_validates_strategies(task):
+    with pytest.raises(ProbeError, match="unknown strategies"):
+        task.make_config({"strategies": ["zero_shot", "sampling"], "per_cell": {"zero_shot": 1, "sampling": 1}})
+    with pytest.raises(ProbeError, match="per_cell has no entry"):
+        task.make_config({"strategies": ["zero_shot", "safety"], "per_cell": {"zero_shot": 1}})
+    with pytest.raises(ProbeError, match="unknown answer_formats"):
+        task.make_config({"answer_formats": ["letters"]})
+    with pytest.raises(ProbeError, match="per_cell"):
+        task.make_config({"per_cell": {"zero_shot": 0, "safety": 1, "few_shot": 1, "cot": 1}})
+
+
+@pytest.mark.parametrize("name", ["implicitbbq.yaml", "implicitbbq_quick.yaml", "implicitbbq_formats.yaml"])
+def test_shipped_configs_load(task, name):
+    from probe.api import split_options
+    from probe.commands.run import read_config
+    from probe.runs.runner import options_from
+
+    values = read_config(ROOT / "configs" / name)
+    assert values.pop("task") == "implicitbbq" and values.pop("model") == "smollm2"
+    assert values.pop("output").startswith("runs/")
+    run_values, task_values = split_options(values)
+    options_from(run_values)
+    assert isinstance(task.make_config(task_values, source=name), ImplicitBBQConfig)
+
+
+def _items():
+    out = []
+    for dim in ("age", "ses"):
+        for kind in ("explicit", "implicit", "neutral"):
+            for u in range(10):
+                for cond in ("ambig", "disambig"):
+                    for pol in ("neg", "nonneg"):
+                        if kind == "neutral":
+                            setting = f"neutral_{pol}"
+                        else:
+                            setting = f"{kind}_{'amb' if cond == 'ambig' else 'dis'}_{pol}"
+                        out.append(BBQItem(
+                            id=f"ibbq-{dim}-{kind[:3]}-u{u}-{cond}-{pol}", source="t", category=dim,
+                            context=f"Person A met Person B ({u}).", question=f"Who {pol}?",
+                            options=("Person A", "Person B", "Unknown"), label=2 if cond == "ambig" else 0,
+                            target_index=0, unknown_index=2, question_polarity=pol, context_condition=cond,
+                            context_kind=kind, setting=setting, template_id=f"{dim}-q{u % 3}",
+                            background="" if kind == "explicit" else "Person A has a cue.\nPerson B has a cue.",
+                            group_words=("Person A", "Person B", "")))
+    return out
+
+
+def test_stratified_sample_whole_units_nested_and_round_robin():
+    items = _items()
+    s3 = stratified_sample(items, 3, seed=0)
+    cells = Counter((it.category, it.setting) for it in s3)
+    assert all(v == 3 for k, v in cells.items() if not k[1].startswith("neutral"))
+    assert all(v == 4 for k, v in cells.items() if k[1].startswith("neutral"))  # ceil(3/2) units x 2 conditions
+    units = Counter(unit_key(it) for it in s3)
+    assert set(units.values()) == {4}  # every unit complete
+    s5 = stratified_sample(items, 5, seed=0)
+    assert {unit_key(i) for i in s3} <= {unit_key(i) for i in s5}  # nested
+    first = [unit_key(it) for it in s3[:4 * 6]]
+    assert len({u.split("-")[1] + u.split("-")[2] for u in first}) == 6  # round-robin over (dim, kind)
+    only = stratified_sample(items, 2, 0, settings={"explicit_amb_neg"})
+    assert {it.setting for it in only} == {"explicit_amb_neg"}
+
+
+def test_select_controls_only_for_control_strategies_and_limit_is_a_prefix(task):
+    items = _items()
+    cfg = ImplicitBBQConfig(strategies=("zero_shot", "safety"), per_cell={"zero_shot": 2, "safety": 3})
+    sel = task.select(cfg, items, None)
+    assert isinstance(sel, Selection) and sel.pool is items
+    assert any(it.context_kind == "neutral" for it in sel.samples["zero_shot"])
+    assert not any(it.context_kind == "neutral" for it in sel.samples["safety"])
+    assert len(sel) == len({it.id for s in sel.samples.values() for it in s})  # the union, no duplicates
+    assert [it.id for it in sel[:len(sel.samples["zero_shot"])]] == [it.id for it in sel.samples["zero_shot"]]
+    lim = task.select(cfg, items, 12)
+    assert [it.id for it in lim] == [it.id for it in sel[:12]]
+    assert {it.id for s in lim.samples.values() for it in s} <= {it.id for it in lim}
+    assert len({(it.category, it.context_kind) for it in lim}) == 3  # 3 whole units, round-robin over cells
+    assert len(select(cfg, items, 5)) == 5
+
+
+def test_requests_ids_groups_order_and_meta(task):
+    from tests.tiny import tiny_tokenizer
+
+    items = _items()
+    cfg = ImplicitBBQConfig(strategies=("zero_shot", "safety", "few_shot"), answer_formats=("oneword", "labels"),
+                            per_cell={"zero_shot": 1, "safety": 1, "few_shot": 1}, n_shots=2)
+    sel = task.select(cfg, items, None)
+    reqs = task.requests(cfg, sel, tiny_tokenizer())
+    assert len(reqs) == 2 * sum(len(v) for v in sel.samples.values())
+    assert len({r.id for r in reqs}) == len(reqs)
+    assert reqs[0].id == request_id(sel.samples["zero_shot"][0], "zero_shot", "oneword")
+    # strategy by strategy; a group (strategy x context unit, both formats) is contiguous
+    assert [r.meta["kind"] for r in reqs] == sorted((r.meta["kind"] for r in reqs),
+                                                     key=("zero_shot", "safety", "few_shot").index)
+    seen, prev = set(), None
+    for r in reqs:
+        if r.group != prev:
+            assert r.group not in seen
+            seen.add(r.group)
+            prev = r.group
+    assert all(len([r for r in reqs if r.group == g]) == 8 for g in seen)  # 4 variants x 2 formats
+    lab = next(r for r in reqs if r.meta["answer_format"] == "labels")
+    one = next(r for r in reqs if r.meta["answer_format"] == "oneword")
+    assert lab.kind == "label" and one.kind == "continuation" and one.options[:2] == ("Person A", "Person B")
+    assert one.meta["owner"][:3] == [0, 1, 2] and set(one.meta["owner"][2:]) == {2}
+    assert {"setting", "context_kind", "label", "target_index", "unknown_index", "answers"} <= set(one.meta)
+    assert task.generation_requests(cfg, sel, tiny_tokenizer()) == []
+
+
+def test_cot_needs_its_generations(task):
+    from tests.tiny import tiny_tokenizer
+
+    cfg = ImplicitBBQConfig(strategies=("cot",), per_cell={"cot": 1}, cot_max_new_tokens=7)
+    sel = task.select(cfg, _items(), None)
+    gens = task.generation_requests(cfg, sel, tiny_tokenizer())
+    assert len(gens) == len(sel.samples["cot"]) and gens[0].max_new_tokens == 7
+    assert gens[0].meta["kind"] == "cot/generate"
+    with pytest.raises(ProbeError, match="no CoT reasoning"):
+        task.requests(cfg, sel, tiny_tokenizer(), {})
+    texts = {g.id: "Because. Final Answer: Person A" for g in gens}
+    reqs = task.requests(cfg, sel, tiny_tokenizer(), texts)
+    assert reqs[0].prompt == gens[0].prompt + "Because.\nFinal Answer:"
+    assert reqs[0].meta["reasoning"] == texts[gens[0].id]
+
+
+def _rec(fmt, logprobs, probs=(), mass=None, finite=True, pred=0):
+    base = {"id": "x", "answer_format": fmt, "finite": finite, "pred_index": pred, "logprobs": logprobs,
+            "probs": list(probs), "mass": mass}
+    base.update(owner=[0, 1, 2, 2] if fmt == "oneword" else [0, 1, 2], strategy="zero_shot", dimension="age",
+                context_kind="implicit", context_condition="ambig", question_polarity="neg", label=2,
+                target_index=0, unknown_index=2)
+    return base
+
+
+def test_metric_records_sum_paraphrases_and_skip_nonfinite():
+    lp = [math.log(x) for x in (0.2, 0.2, 0.05, 0.05)]
+    recs = pd.DataFrame([
+        _rec("oneword", lp, mass=0.5),
+        _rec("labels", [-1.0, -2.0, -3.0], probs=(0.5, 0.3, 0.2), mass=0.9),
+        _rec("oneword", [math.nan] * 4, mass=math.nan, finite=False, pred=None),
+    ])
+    out, skipped = results.metric_records(recs)
+    assert skipped == 1 and len(out) == 2
+    assert out[0]["probs"] == pytest.approx([0.4, 0.4, 0.2]) and out[0]["mass"] == pytest.approx(0.5)
+    assert out[0]["pred_index"] == 0  # ties go to the lowest index
+    assert out[1]["probs"] == [0.5, 0.3, 0.2] and out[1]["mass"] == 0.9
+
+
+def test_projection_counts_cot_generation_and_formats():
+    timing = {"zero_shot": {"n": 8, "seconds": 4.0}, "cot": {"n": 4, "seconds": 2.0},
+              "cot/generate": {"n": 4, "seconds": 6.0}}
+    p = results.projection(timing, {"zero_shot": 3600, "cot": 1800}, n_formats=2)
+    assert p["zero_shot"]["seconds_per_item"] == 1.0 and p["zero_shot"]["hours"] == 1.0
+    assert p["cot"]["seconds_per_item"] == 4.0 and p["cot"]["hours"] == 2.0
+    assert p["total_hours"] == 3.0
+    assert results.projection({}, {"zero_shot": 10}) == {"total_hours": 0}
