@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import hashlib
 import re
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, Sequence
 
@@ -26,6 +27,7 @@ from probe.io import iter_jsonl
 __all__ = [
     "BBQ_CATEGORIES",
     "UNKNOWN_OPTIONS",
+    "SkippedRow",
     "find_target_index",
     "group_key",
     "load_bbq_jsonl",
@@ -80,6 +82,19 @@ def find_target_index(answer_groups: Sequence[Sequence[str]], stereotyped_groups
     return hits[0] if len(hits) == 1 else None
 
 
+@dataclass(frozen=True)
+class SkippedRow:
+    """An upstream row left out (with a warning), rather than failing the whole file."""
+
+    file: str
+    line: int
+    field: str
+    reason: str
+
+    def __str__(self) -> str:
+        return f"{self.file}:{self.line}: {self.field}: {self.reason}"
+
+
 def stable_hash(*parts: object) -> int:
     """A process-independent integer hash (Python's ``hash`` is salted per process)."""
     return int(hashlib.sha256("\x1f".join(map(str, parts)).encode()).hexdigest()[:12], 16)
@@ -94,11 +109,15 @@ def _bbq_path(category_or_path: str | Path) -> Path:
     return dataset_dir("bbq") / "data" / f"{category_or_path}.jsonl"
 
 
-def load_bbq_jsonl(category_or_path: str | Path, drop_untargeted: bool = False) -> list[BBQItem]:
+def load_bbq_jsonl(category_or_path: str | Path, drop_untargeted: bool = False,
+                   skipped: list[SkippedRow] | None = None) -> list[BBQItem]:
     """Load BBQ's generated instances of one category (``"Age"``) or from a ``.jsonl`` path.
 
-    Items whose stereotyped target cannot be identified raise an :class:`InputError`
-    unless ``drop_untargeted`` (then they are skipped): the bias score needs t.
+    Items whose stereotyped target is not exactly one named answer (BBQ's older
+    releases tag both "tattoos" and "no tattoos" with one group) raise an
+    :class:`InputError` unless ``drop_untargeted`` or ``skipped`` is given: then
+    they are skipped (the bias score needs t), and each is appended to
+    ``skipped`` as a :class:`SkippedRow` naming its file and line.
     """
     path = _bbq_path(category_or_path)
     if not path.is_file():
@@ -119,10 +138,13 @@ def load_bbq_jsonl(category_or_path: str | Path, drop_untargeted: bool = False) 
             raise InputError(path, line_no, "answer_info", "needs exactly one 'unknown' answer")
         target = find_target_index(groups, stereo)
         if target is None:
+            reason = f"no single answer matches {list(stereo)} in {groups}"
+            if skipped is not None:
+                skipped.append(SkippedRow(str(path), line_no, "additional_metadata.stereotyped_groups", reason))
+                continue
             if drop_untargeted:
                 continue
-            raise InputError(path, line_no, "additional_metadata.stereotyped_groups",
-                             f"no single answer matches {list(stereo)} in {groups}")
+            raise InputError(path, line_no, "additional_metadata.stereotyped_groups", reason)
         polarity = rec["question_polarity"]
         try:
             items.append(BBQItem(

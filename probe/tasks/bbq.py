@@ -1,0 +1,325 @@
+"""``bbq``: the original BBQ (Parrish et al., 2022), every category the user fetched, 3-way options.
+
+Flow: BBQ's generated JSONL (``<bbq>/data/<Category>.jsonl``) or, for a
+category without it, its templates (``<bbq>/templates/<Category>.csv``,
+:mod:`probe.data.bbq_templates`) -> the seed-000 zero-shot (or safety) prompt
+with BBQ's context as written -> the three options scored at once:
+``labels`` (listed under 1/2/3, next-token label probabilities) and/or
+``oneword`` (each answer's words by continuation log-likelihood, Unknown =
+the total over its paraphrases) -> BBQ's accuracy and bias scores per
+category, argmax and expected, with bootstrap CIs.
+
+Rows of the upstream JSONL whose stereotyped target is not exactly one named
+answer (BBQ's older releases tag both "tattoos" and "no tattoos" with one
+group) are skipped with a warning naming each line, and counted in the
+summary's ``n_skipped`` (``strict: true`` makes them an error).
+
+    probe run bbq --model smollm2 --limit 12 --output runs/bbq
+    probe run bbq --set categories='[Age, Religion]' --set answer_formats='[labels, oneword]'
+
+>>> from probe.tasks import get
+>>> cfg = get("bbq").make_config({"categories": ["Age"], "per_category": 2})
+>>> cfg.categories, cfg.answer_formats
+(('Age',), ('labels',))
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+from collections import defaultdict
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+from probe.errors import InputError, ProbeError
+from probe.io import write_atomic
+from probe.tasks.base import Aggregate, Task, TaskConfig, write_tables
+
+#: BBQ's 11 categories, in the upstream repository's order.
+CATEGORIES = (
+    "Age", "Disability_status", "Gender_identity", "Nationality", "Physical_appearance", "Race_ethnicity",
+    "Race_x_gender", "Race_x_SES", "Religion", "SES", "Sexual_orientation",
+)
+SOURCES = ("auto", "jsonl", "templates")
+STRATEGIES = ("zero_shot", "safety")
+FORMATS = ("labels", "oneword")
+
+
+@dataclass(frozen=True)
+class BBQConfig(TaskConfig):
+    """What the ``bbq`` task scores.
+
+    ``categories``: BBQ categories (``null``: every one found in the data
+    directory); ``source``: ``auto`` (the generated JSONL when the category has
+    one, else its templates), ``jsonl`` or ``templates``; ``answer_formats``:
+    ``labels`` and/or ``oneword``; ``strategy``: the seed's ``zero_shot`` or
+    ``safety`` system prompt; ``per_category``: template instances per category
+    (a seeded sample of whole instances: all 4 condition x polarity variants;
+    ``null``: all); ``lexical``: template expansion of lexical variants
+    (``first`` or ``all``); ``strict``: upstream rows without a single target
+    are an error instead of skipped; ``bbq_dir``: the data directory (default
+    ``$PROBE_DATA/bbq``).
+    """
+
+    categories: tuple[str, ...] | None = None
+    source: str = "auto"
+    answer_formats: tuple[str, ...] = ("labels",)
+    strategy: str = "zero_shot"
+    per_category: int | None = None
+    lexical: str = "first"
+    chat_template: bool = True
+    strict: bool = False
+    seed: int = 0
+    n_boot: int = 1000
+    bbq_dir: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.categories is not None:
+            object.__setattr__(self, "categories", _names(self.categories, "categories"))
+            unknown = [c for c in self.categories if c not in CATEGORIES]
+            if unknown:
+                raise ValueError(f"unknown BBQ categor(y/ies) {unknown}; choose from {', '.join(CATEGORIES)}")
+        object.__setattr__(self, "answer_formats", _names(self.answer_formats, "answer_formats"))
+        for name, value, allowed in (("source", self.source, SOURCES), ("strategy", self.strategy, STRATEGIES),
+                                     ("lexical", self.lexical, ("first", "all"))):
+            if value not in allowed:
+                raise ValueError(f"{name} must be one of {', '.join(allowed)}, got {value!r}")
+        bad = [f for f in self.answer_formats if f not in FORMATS]
+        if bad or not self.answer_formats:
+            raise ValueError(f"answer_formats must be a non-empty list of {', '.join(FORMATS)}, got "
+                             f"{list(self.answer_formats)}")
+        if self.per_category is not None and (not isinstance(self.per_category, int) or self.per_category < 1):
+            raise ValueError(f"per_category must be a positive integer or null, got {self.per_category!r}")
+
+
+def _names(value: Any, field: str) -> tuple[str, ...]:
+    if isinstance(value, str):
+        return (value,)
+    if not isinstance(value, (list, tuple)) or not all(isinstance(v, str) for v in value):
+        raise ValueError(f"{field} must be a list of names, got {value!r}")
+    return tuple(value)
+
+
+class BBQItems(list):
+    """The loaded (or selected) items, with what loading skipped and where each category came from."""
+
+    skipped: list = []
+    sources: dict[str, str] = {}
+
+    @classmethod
+    def of(cls, items: Sequence[Any], skipped: list, sources: dict[str, str]) -> "BBQItems":
+        out = cls(items)
+        out.skipped, out.sources = list(skipped), dict(sources)
+        return out
+
+
+def unit_key(item: Any) -> str:
+    """One template instance: its 4 condition x polarity variants (and the swapped-names fill)."""
+    return f"{item.category}|{item.template_id}|{'|'.join(sorted(item.options))}"
+
+
+def request_id(item: Any, answer_format: str) -> str:
+    return f"{item.id}|{answer_format}"
+
+
+class BBQTask(Task):
+    name = "bbq"
+    description = "BBQ (Parrish et al. 2022): all 11 categories from JSONL or templates, 3-way options"
+    Config = BBQConfig
+
+    def items(self, config: BBQConfig) -> BBQItems:
+        """Every item of the configured categories, in a stratified order (see :meth:`select`)."""
+        from probe.data.bbq import load_bbq_jsonl
+        from probe.data.bbq_templates import expand_templates
+
+        root = self._root(config)
+        skipped: list = []
+        sources: dict[str, str] = {}
+        per_category: dict[str, list] = {}
+        for category in self._categories(config, root):
+            jsonl, csv = root / "data" / f"{category}.jsonl", root / "templates" / f"{category}.csv"
+            use_jsonl = config.source == "jsonl" or (config.source == "auto" and jsonl.is_file())
+            if use_jsonl:
+                rows: list = []
+                per_category[category] = load_bbq_jsonl(jsonl, skipped=None if config.strict else rows)
+                skipped += rows
+            else:
+                per_category[category] = expand_templates(category, root / "templates", lexical=config.lexical)
+            sources[category] = "jsonl" if use_jsonl else "templates"
+            if not per_category[category]:
+                raise InputError(jsonl if use_jsonl else csv, None, None, "no usable BBQ items")
+        if skipped:
+            shown = "; ".join(str(s) for s in skipped[:10])
+            more = f" (and {len(skipped) - 10} more, listed in summary.json)" if len(skipped) > 10 else ""
+            warnings.warn(f"bbq: skipped {len(skipped)} row(s) whose stereotyped target is not exactly one named "
+                          f"answer: {shown}{more}", stacklevel=2)
+        ordered = _stratified(per_category, config.per_category, config.seed)
+        return BBQItems.of(ordered, skipped, sources)
+
+    def select(self, config: BBQConfig, items: Sequence[Any], limit: int | None) -> BBQItems:
+        """The first ``limit`` items of the stratified order: round-robin over categories, whole instances."""
+        kept = list(items) if limit is None else list(items)[:limit]
+        return BBQItems.of(kept, getattr(items, "skipped", []), getattr(items, "sources", {}))
+
+    def requests(self, config: BBQConfig, items: Sequence[Any], tokenizer: Any,
+                 generations: Mapping[str, str] | None = None) -> list:
+        from probe.prompts.bbq import prepare
+        from probe.scoring.requests import ContinuationRequest, LabelRequest
+
+        sources = getattr(items, "sources", {})
+        out = []
+        for it in items:
+            for fmt in config.answer_formats:
+                prep = prepare(it, tokenizer, config.strategy, fmt, (), config.chat_template)
+                meta = {
+                    "kind": fmt, "item_id": it.id, "answer_format": fmt, "strategy": config.strategy,
+                    "category": it.category, "source": sources.get(it.category, it.source),
+                    "context_condition": it.context_condition, "question_polarity": it.question_polarity,
+                    "label": it.label, "target_index": it.target_index, "unknown_index": it.unknown_index,
+                    "template_id": it.template_id, "example_id": it.metadata.get("example_id"),
+                    "answers": list(it.options), "owner": list(prep.owner),
+                }
+                # an instance's variants share its context: one group keeps them in one chunk (prefix sharing)
+                cls, key = (LabelRequest, "labels") if fmt == "labels" else (ContinuationRequest, "options")
+                out.append(cls(id=request_id(it, fmt), prompt=prep.prompt, group=f"{fmt}|{unit_key(it)}",
+                               space=prep.space, meta=meta, **{key: prep.texts}))
+        return out
+
+    def aggregate(self, config: BBQConfig, records: Any, items: Sequence[Any]) -> Aggregate:
+        from probe.metrics.bbq import grouped_bbq_metrics
+        from probe.tasks.implicitbbq.results import metric_records
+
+        recs, n_nonfinite = metric_records(records)
+        skipped = list(getattr(items, "skipped", []))
+        by_format: dict[str, Any] = {}
+        for fmt in config.answer_formats:
+            mine = [r for r in recs if r["answer_format"] == fmt]
+            masses = [r["mass"] for r in mine]
+            by_format[fmt] = {
+                "by_category": grouped_bbq_metrics(mine, by=("category",), ci=config.n_boot > 0,
+                                                   n_boot=max(config.n_boot, 1), seed=config.seed),
+                "mean_mass": sum(masses) / len(masses) if masses else math.nan,
+                "n_records": len(mine),
+            }
+        summary = {
+            "by_format": by_format,
+            "n_items": len(items),
+            "n_nonfinite": n_nonfinite,
+            "n_skipped": len(skipped),
+            "skipped": [vars(s) for s in skipped],
+            "sources": dict(getattr(items, "sources", {})),
+            "strategy": config.strategy,
+        }
+        return Aggregate(summary, {f"by_category_{fmt}": category_table(v["by_category"])
+                                   for fmt, v in by_format.items()})
+
+    def report(self, config: BBQConfig, result: Aggregate, output: Path) -> None:
+        write_tables(result.tables, output)
+        write_atomic(output / "report.md", report_markdown(result.summary, result.tables))
+
+    def data_files(self, config: BBQConfig) -> list[Path]:
+        root = self._root(config)
+        files = []
+        for category in self._categories(config, root):
+            for path in (root / "data" / f"{category}.jsonl", root / "templates" / f"{category}.csv"):
+                if path.is_file():
+                    files.append(path)
+        return files
+
+    # -- helpers --------------------------------------------------------------
+    @staticmethod
+    def _root(config: BBQConfig) -> Path:
+        if config.bbq_dir:
+            root = Path(config.bbq_dir)
+            if not root.is_dir():
+                raise ProbeError(f"bbq_dir {root} is not a directory")
+            return root
+        from probe.data.paths import dataset_dir
+
+        return dataset_dir("bbq")
+
+    @staticmethod
+    def _categories(config: BBQConfig, root: Path) -> list[str]:
+        def found(c: str) -> bool:
+            jsonl, csv = (root / "data" / f"{c}.jsonl").is_file(), (root / "templates" / f"{c}.csv").is_file()
+            return {"auto": jsonl or csv, "jsonl": jsonl, "templates": csv}[config.source]
+
+        if config.categories is None:
+            cats = [c for c in CATEGORIES if found(c)]
+            if not cats:
+                raise ProbeError(f"bbq: no BBQ category found under {root} (data/*.jsonl or templates/*.csv); "
+                                 f"fetch it with `probe data fetch bbq`")
+            return cats
+        missing = [c for c in config.categories if not found(c)]
+        if missing:
+            where = {"auto": "data/<C>.jsonl or templates/<C>.csv", "jsonl": "data/<C>.jsonl",
+                     "templates": "templates/<C>.csv"}[config.source]
+            raise ProbeError(f"bbq: categor(y/ies) {missing} not found under {root} ({where})")
+        return list(config.categories)
+
+
+def _stratified(per_category: Mapping[str, Sequence[Any]], per_cat: int | None, seed: int) -> list:
+    """Items in round-robin order over categories, one template instance at a time.
+
+    Instances are shuffled per category by a process-independent hash of
+    (seed, instance), so any prefix is a stratified sample and smaller samples
+    are prefixes of larger ones.
+    """
+    from probe.data.bbq import stable_hash
+
+    queues = []
+    for category, items in per_category.items():
+        units: dict[str, list] = defaultdict(list)
+        for it in items:
+            units[unit_key(it)].append(it)
+        order = sorted(units, key=lambda k: (stable_hash(seed, k), k))
+        queues.append([units[k] for k in order[:per_cat]])
+    out = []
+    for i in range(max((len(q) for q in queues), default=0)):
+        for q in queues:
+            if i < len(q):
+                out += q[i]
+    return out
+
+
+def category_table(by_category: Mapping[str, Any]) -> Any:
+    """One row per category (and ``all``): the four metrics, expected and argmax, CIs and counts."""
+    import pandas as pd
+
+    rows = []
+    for category, m in by_category.items():
+        row: dict[str, Any] = {"category": category, "n_amb": m["n_amb"], "n_dis": m["n_dis"]}
+        for version in ("expected", "argmax"):
+            v = m[version]
+            for metric in ("acc_amb", "acc_dis", "bias_amb", "bias_dis"):
+                row[f"{metric}_{version}"] = v[metric]
+                if "ci" in v:
+                    row[f"{metric}_{version}_lo"], row[f"{metric}_{version}_hi"] = v["ci"][metric]
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def _f(x: Any) -> str:
+    return "n/a" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{x:.3f}"
+
+
+def report_markdown(summary: Mapping[str, Any], tables: Mapping[str, Any]) -> str:
+    lines = [f"# BBQ — {summary.get('model', 'model')}", "",
+             f"Strategy: {summary['strategy']}. Items: {summary['n_items']}. Sources: "
+             + ", ".join(f"{c} ({s})" for c, s in summary["sources"].items()) + ".", ""]
+    for fmt, v in summary["by_format"].items():
+        lines += [f"## Answer format: {fmt}", "",
+                  "Expected counts (argmax in parentheses); 95% bootstrap CIs in tables/by_category_*.csv.", "",
+                  "| Category | n amb | n dis | Acc amb | Acc dis | Bias amb | Bias dis |", "|---|---|---|---|---|---|---|"]
+        for cat, m in v["by_category"].items():
+            e, a = m["expected"], m["argmax"]
+            cells = [f"{_f(e[k])} ({_f(a[k])})" for k in ("acc_amb", "acc_dis", "bias_amb", "bias_dis")]
+            lines.append(f"| {cat} | {m['n_amb']} | {m['n_dis']} | " + " | ".join(cells) + " |")
+        lines += ["", f"Mean probability mass on the scored answers: {_f(v['mean_mass'])}", ""]
+    if summary["n_skipped"]:
+        lines += [f"Skipped {summary['n_skipped']} upstream row(s) whose stereotyped target is not exactly one "
+                  "named answer (listed in summary.json).", ""]
+    if summary["n_nonfinite"]:
+        lines += [f"Skipped {summary['n_nonfinite']} record(s) with non-finite scores.", ""]
+    return "\n".join(lines)
