@@ -187,3 +187,21 @@ def test_probe_tasks_lists_every_task_with_a_description(pairs_installed, capsys
     assert main(["tasks"]) == 0
     out = capsys.readouterr().out
     assert "demo " in out and "pairs " in out and "worked example" in out
+
+
+@pytest.mark.parametrize("path", sorted(p.name for p in (ROOT / "configs").glob("*.yaml")
+                                        if "task:" in p.read_text()))
+def test_shipped_task_configs_are_valid(path):
+    """Every paper-scale config in configs/ names a task and only keys that task or the runner knows."""
+    from probe.api import split_options
+    from probe.commands.run import read_config
+    from probe.runs.runner import options_from
+    from probe.tasks import get
+
+    values = read_config(ROOT / "configs" / path)
+    task = get(values.pop("task"))
+    for key in ("model", "models", "output"):
+        values.pop(key, None)
+    run_values, task_values = split_options(values)
+    options_from(run_values)
+    task.make_config(task_values, source=path)
