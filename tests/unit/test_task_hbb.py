@@ -209,3 +209,24 @@ def test_sg_subset_and_no_swap(tiny_lm, data):
     inst = e.tables["instances"]
     assert inst.in_sg.sum() == 2 and inst.loc[inst.in_sg, "hbb_sg_S"].notna().all()
     assert e.summary["variants"]["hbb_sg"]["overall"]["n"] == 2
+
+
+def test_non_finite_records_never_become_answers(descriptors):
+    """A record marked non-finite gives NaN S (invalid), and stays out of the MCQ diagnostics' shares."""
+    from probe.tasks.hbb.join import mcq_diagnostics
+
+    concept = HBBConcept(0, "[[X]] sat.", "[[X]] ran.", "[[X]] slept.", "c1", "c2", "age")
+    [inst] = [i for i in build_instances([concept], descriptors, categories=("ses",)) if i.descriptor_type == 1]
+    q1, q2 = inst.question_1.id, inst.question_2.id
+    recs = records_to_frame([
+        _rec(q1, "mcq", probs=[0.8, 0.2], mass=0.5, finite=True),
+        _rec(q2, "mcq", probs=[0.3, 0.7], mass=0.5, finite=False),  # numbers present but not trusted
+        _rec(q1, "mcq_swap", probs=[0.4, 0.6], mass=0.5, finite=True),
+        _rec(q2, "mcq_swap", probs=[None, None], mass=None, finite=False),
+    ])
+    df = instance_frame([inst], question_probs(recs)).iloc[0]
+    assert math.isnan(df.hbb_S) and math.isnan(df.hbb_direction)
+    diag = mcq_diagnostics(recs)
+    assert diag["mcq"]["n"] == 2 and diag["mcq"]["n_nonfinite"] == 1
+    assert diag["mcq"]["share_argmax_a"] == 1.0 and diag["mcq_swap"]["share_argmax_a"] == 0.0
+    assert diag["order_agreement"]["n_questions"] == 1

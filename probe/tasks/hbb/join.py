@@ -33,6 +33,11 @@ def _num(x: Any) -> float:
     return math.nan if x is None else float(x)
 
 
+def _score(r: dict, x: Any) -> float:
+    """A record's score, NaN when the record is marked non-finite (it never becomes an answer)."""
+    return _num(x) if r.get("finite", True) else math.nan
+
+
 def question_probs(records: pd.DataFrame) -> pd.DataFrame:
     """Per question: P(s1) in the a)=s1 order, in the swapped order, and from HBB-SG.
 
@@ -48,11 +53,11 @@ def question_probs(records: pd.DataFrame) -> pd.DataFrame:
             continue
         q = rows.setdefault(r["question_id"], {"question_id": r["question_id"]})
         if kind == "mcq":
-            q["p_s1_mcq"], q["label_mass"] = _num(r["probs"][0]), _num(r["mass"])
+            q["p_s1_mcq"], q["label_mass"] = _score(r, r["probs"][0]), _score(r, r["mass"])
         elif kind == "mcq_swap":
-            q["p_s1_swap"], q["label_mass_swap"] = _num(r["probs"][1]), _num(r["mass"])  # s1 is option b)
+            q["p_s1_swap"], q["label_mass_swap"] = _score(r, r["probs"][1]), _score(r, r["mass"])  # s1 is option b)
         else:
-            sg.setdefault(r["question_id"], ([], []))[int(r["option"]) - 1].append(_num(r["ppl"]))
+            sg.setdefault(r["question_id"], ([], []))[int(r["option"]) - 1].append(_score(r, r["ppl"]))
     for qid, (a, b) in sg.items():
         rows[qid]["p_s1_sg"] = sg_prob_a(a, b) if a and b else np.nan
     if not rows:  # e.g. a CrowS-Pairs-only run
@@ -106,14 +111,18 @@ def mcq_diagnostics(records: pd.DataFrame) -> dict:
     for kind in ("mcq", "mcq_swap"):
         rs = [r for k, r in mcq if k == kind]
         if rs:
-            pa = np.array([_num(r["probs"][0]) for r in rs], dtype=float)
-            mass = np.array([_num(r["mass"]) for r in rs], dtype=float)
-            out[kind] = {"n": len(rs), "mean_p_label_a": float(np.nanmean(pa)),
-                         "mean_label_mass": float(np.nanmean(mass)), "share_argmax_a": float(np.nanmean(pa > 0.5))}
+            pa = np.array([_score(r, r["probs"][0]) for r in rs], dtype=float)
+            mass = np.array([_score(r, r["mass"]) for r in rs], dtype=float)
+            ok = np.isfinite(pa)  # a non-finite record is no answer: out of every share, not counted as b)
+            out[kind] = {"n": len(rs), "n_nonfinite": int((~ok).sum()),
+                         "mean_p_label_a": float(np.mean(pa[ok])) if ok.any() else math.nan,
+                         "mean_label_mass": float(np.nanmean(mass)) if ok.any() else math.nan,
+                         "share_argmax_a": float(np.mean(pa[ok] > 0.5)) if ok.any() else math.nan}
     by_q: dict[str, dict] = {}
     for kind, r in mcq:
-        by_q.setdefault(r["question_id"], {})[kind] = [_num(x) for x in r["probs"]]
-    both = [(v["mcq"][0], v["mcq_swap"][1]) for v in by_q.values() if "mcq" in v and "mcq_swap" in v]
+        by_q.setdefault(r["question_id"], {})[kind] = [_score(r, x) for x in r["probs"]]
+    both = [(v["mcq"][0], v["mcq_swap"][1]) for v in by_q.values()
+            if "mcq" in v and "mcq_swap" in v and math.isfinite(v["mcq"][0]) and math.isfinite(v["mcq_swap"][1])]
     if both:
         arr = np.array(both, dtype=float)
         out["order_agreement"] = {
