@@ -39,6 +39,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--model", default="smollm2")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--warmup", type=int, default=1, help="untimed runs of each side first (allocator, caches)")
     ap.add_argument("--batch-size", type=int, default=16)
     ap.add_argument("--set", dest="sets", action="append", default=[], metavar="KEY=VALUE")
     args = ap.parse_args(argv)
@@ -60,14 +61,17 @@ def main(argv: list[str] | None = None) -> int:
     runner = Runner(lm, options)
     base_times, run_times = [], []
     base = evaluation = None
-    for _ in range(args.repeats):
+    for i in range(args.warmup + args.repeats):
         t0 = time.perf_counter()
         base = scorer.score(requests)
-        base_times.append(time.perf_counter() - t0)
+        t_base = time.perf_counter() - t0
         with tempfile.TemporaryDirectory() as tmp:
             t0 = time.perf_counter()
             evaluation = run_task(task, config, lm, output=Path(tmp) / "run", limit=args.limit, runner=runner)
-            run_times.append(time.perf_counter() - t0)
+            t_run = time.perf_counter() - t0
+        if i >= args.warmup:
+            base_times.append(t_base)
+            run_times.append(t_run)
     by_id = {r.id: r for r in base}
     diff = 0.0
     for rec in evaluation.records.itertuples():
