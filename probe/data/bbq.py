@@ -6,7 +6,10 @@ The loader keeps every field of the source line: ``answer_info``,
 ``question_index`` (the last two and the rest of ``additional_metadata`` go to
 ``metadata``). The stereotyped target's option is found by matching each
 answer's group (``answer_info``) against ``stereotyped_groups``
-(:func:`find_target_index`).
+(:func:`find_target_index`). In the intersectional categories (``Race_x_SES``,
+``Race_x_gender``) ``stereotyped_groups`` names races only, so the target must
+also carry the template's ``Known_stereotyped_var2`` ("F", "lowSES"), read from
+``templates/<Category>.csv`` beside ``data/`` as BBQ's analysis script does.
 
 >>> from probe.data.bbq import load_bbq_jsonl  # doctest: +SKIP
 >>> items = load_bbq_jsonl("Age")               # doctest: +SKIP
@@ -14,6 +17,7 @@ answer's group (``answer_info``) against ``stereotyped_groups``
 
 from __future__ import annotations
 
+import csv
 import hashlib
 import re
 from dataclasses import dataclass
@@ -28,7 +32,9 @@ __all__ = [
     "BBQ_CATEGORIES",
     "UNKNOWN_OPTIONS",
     "SkippedRow",
+    "INTERSECTIONAL_CATEGORIES",
     "find_target_index",
+    "intersectional_var2",
     "group_key",
     "load_bbq_jsonl",
     "stable_hash",
@@ -64,22 +70,49 @@ def group_key(label: str) -> str:
     return _GROUP_ALIASES.get(k, k)
 
 
-def find_target_index(answer_groups: Sequence[Sequence[str]], stereotyped_groups: Iterable[str]) -> int | None:
+def find_target_index(answer_groups: Sequence[Sequence[str]], stereotyped_groups: Iterable[str],
+                      var2: str | None = None) -> int | None:
     """Index of the (non-unknown) answer whose group is a stereotyped group; None if not exactly one.
 
     ``answer_groups[i]`` is ``[text, group]`` as in BBQ's ``answer_info``. Both the
     group label and the answer text are tried (BBQ Religion stores the name as group).
     A group ``adult_F`` / ``M-Black`` style compound matches on any of its parts.
+
+    ``var2`` (the intersectional categories' ``Known_stereotyped_var2``) adds BBQ's
+    analysis rule for them: the target's group must *also* have var2 as a part, so
+    with races ``["Black"]`` and var2 ``"F"``, ``F-Black`` is the target and
+    ``M-Black`` / ``F-White`` are not (``lowSES-M-Black`` for var2 ``lowSES``).
+    Without it, a same-race pair (BBQ's ``intersectional_a``) has no single target.
     """
     targets = {group_key(g) for g in stereotyped_groups}
+    need = group_key(var2) if var2 else None
     hits = []
     for i, (text, group) in enumerate(answer_groups):
         if group_key(group) == "unknown":
             continue
         parts = {group_key(group), group_key(text)} | {group_key(p) for p in re.split(r"[_\-]", str(group)) if p}
-        if parts & targets:
+        if parts & targets and (need is None or need in parts):
             hits.append(i)
     return hits[0] if len(hits) == 1 else None
+
+
+#: BBQ's categories that cross race with a second variable (gender, SES).
+INTERSECTIONAL_CATEGORIES = ("Race_x_SES", "Race_x_gender")
+
+
+def intersectional_var2(template_csv: str | Path) -> dict[str, str]:
+    """``Q_id -> Known_stereotyped_var2`` of an intersectional template CSV; ``{}`` if it is absent.
+
+    BBQ's JSONL keeps only the races in ``stereotyped_groups``; its analysis
+    script joins the templates on ``question_index`` for the second variable.
+    """
+    path = Path(template_csv)
+    if not path.is_file():
+        return {}
+    with path.open(newline="", encoding="utf-8-sig") as fh:
+        rows = [(str(r.get("Q_id") or "").strip(), str(r.get("Known_stereotyped_var2") or "").strip())
+                for r in csv.DictReader(fh)]
+    return {q: v for q, v in rows if q}
 
 
 @dataclass(frozen=True)
@@ -125,6 +158,7 @@ def load_bbq_jsonl(category_or_path: str | Path, drop_untargeted: bool = False,
     required = ("example_id", "question_index", "question_polarity", "context_condition", "category",
                 "answer_info", "additional_metadata", "context", "question", "ans0", "ans1", "ans2", "label")
     items: list[BBQItem] = []
+    var2_of: dict[str, dict[str, str]] = {}  # category -> Q_id -> Known_stereotyped_var2
     for line_no, rec in iter_jsonl(path, required=required):
         for field in ("answer_info", "additional_metadata"):
             if not isinstance(rec[field], dict):
@@ -136,7 +170,12 @@ def load_bbq_jsonl(category_or_path: str | Path, drop_untargeted: bool = False,
         unknown = [i for i, g in enumerate(groups) if group_key(g[1]) == "unknown"]
         if len(unknown) != 1:
             raise InputError(path, line_no, "answer_info", "needs exactly one 'unknown' answer")
-        target = find_target_index(groups, stereo)
+        var2, cat = None, rec["category"]
+        if cat in INTERSECTIONAL_CATEGORIES:
+            if cat not in var2_of:  # BBQ's layout: data/ and templates/ side by side
+                var2_of[cat] = intersectional_var2(path.parent.parent / "templates" / f"{cat}.csv")
+            var2 = var2_of[cat].get(str(rec["question_index"])) or None
+        target = find_target_index(groups, stereo, var2)
         if target is None:
             reason = f"no single answer matches {list(stereo)} in {groups}"
             if skipped is not None:

@@ -18,6 +18,11 @@ of this expansion; ``tests/unit/test_bbq_templates.py`` checks that on Age,
 Nationality and Religion. BharatBBQ's ``Caste_templates.csv`` has the same
 layout (``Question_negative`` and ``Proper Nouns`` columns) and goes through the
 same code (``source="bharatbbq"``).
+
+The intersectional categories (``Race_x_SES``, ``Race_x_gender``; templates with
+``Known_stereotyped_race`` / ``Known_stereotyped_var2`` instead of
+``Known_stereotyped_groups``) follow BBQ's separate intersectional generator:
+see :mod:`probe.data.bbq_intersectional`.
 """
 
 from __future__ import annotations
@@ -37,7 +42,7 @@ from probe.data.items import BBQItem
 from probe.errors import InputError
 
 __all__ = ["TemplateRow", "SlotFill", "read_templates", "fills_for_row", "slot_text", "answer_slot", "load_vocab",
-           "fill_to_items", "expand_templates", "parse_name_lists"]
+           "fill_to_items", "expand_templates", "parse_name_lists", "lexical_pairs"]
 
 # BBQ: categories whose rows list one order only, so the generator also emits the flipped order.
 _FLIP_CATEGORIES = {"Race_ethnicity", "Religion", "Nationality", "Sexual_orientation"}
@@ -82,10 +87,22 @@ class SlotFill:
     word1: str = ""
     word2: str = ""
     target_slot: int | None = None  # 1 or 2: which NAME is the stereotyped target
+    # Intersectional templates only: each person's second-variable word ({{GEN1}}/{{OCC1}}: "woman",
+    # "truck driver"), BBQ's pairing condition ("intersectional_a/b/c") and what tells apart fills that
+    # BBQ repeats with identical text (its same-race pair recurs once per second race).
+    gen1: str = ""
+    gen2: str = ""
+    subcategory: str = ""
+    repeat: str = ""
+
+    def _hash_parts(self) -> tuple[str, ...]:
+        # Templates without the intersectional fields keep their historical ids and draws.
+        extra = (self.gen1, self.gen2, self.subcategory, self.repeat)
+        return (self.name1, self.name2, self.word1, self.word2) + (extra if any(extra) else ())
 
     @property
     def key(self) -> str:
-        return f"r{self.row.row}-{stable_hash(self.name1, self.name2, self.word1, self.word2) % 10**8:08d}"
+        return f"r{self.row.row}-{stable_hash(*self._hash_parts()) % 10**8:08d}"
 
 
 def parse_name_lists(text: str) -> tuple[list[str], list[str]]:
@@ -106,7 +123,10 @@ def read_templates(path: str | Path, source: str = "bbq", category: str | None =
     except (OSError, pd.errors.ParserError) as exc:
         raise InputError(path, None, None, f"cannot read template CSV ({exc})") from None
     df = df.rename(columns=_COLUMN_ALIASES)
-    for col in ("Q_id", "Category", "Known_stereotyped_groups", *_TEXT_FIELDS):
+    # Intersectional templates name the stereotyped races in their own column (plus a second variable).
+    stereo_col = "Known_stereotyped_race" if "Known_stereotyped_var2" in df.columns else "Known_stereotyped_groups"
+    extra = ("Known_stereotyped_var2",) if stereo_col == "Known_stereotyped_race" else ()
+    for col in ("Q_id", "Category", stereo_col, *extra, *_TEXT_FIELDS):
         if col not in df.columns:
             raise InputError(path, None, col, "column missing")
     rows = []
@@ -117,11 +137,11 @@ def read_templates(path: str | Path, source: str = "bbq", category: str | None =
             for slot in _SLOT.findall(str(rec.get(col, ""))):
                 if slot not in KNOWN_SLOTS:
                     raise InputError(path, i + 2, col, f"unknown slot {{{{{slot}}}}}; known: {', '.join(sorted(KNOWN_SLOTS))}")
-        raw = rec["Known_stereotyped_groups"].strip()
+        raw = rec[stereo_col].strip()
         try:
             stereo = tuple(ast.literal_eval(raw)) if raw else ()
         except (ValueError, SyntaxError):
-            raise InputError(path, i + 2, "Known_stereotyped_groups", f"not a list: {raw!r}") from None
+            raise InputError(path, i + 2, stereo_col, f"not a list: {raw!r}") from None
         proper = str(rec.get("Proper_nouns_only", "")).strip().upper() not in ("", "0", "FALSE")
         sub = rec.get("Subcategory", "").strip()
         rows.append(TemplateRow(
@@ -136,9 +156,23 @@ def _side_is_target(words: list[str], info: str, targets: set[str]) -> bool:
     return any(group_key(w) in targets for w in words) or (bool(info) and group_key(info) in targets)
 
 
+def lexical_pairs(row: TemplateRow, lexical: Literal["all", "first"] = "all") -> list[tuple[str, str]]:
+    """The ({{WORD1}}, {{WORD2}}) values of a row: every combination, or the first of each."""
+    lex = row.fields.get("Lexical_diversity", "").strip()
+    if len(lex) <= 1:
+        return [("", "")]
+    w1, w2 = parse_name_lists(lex)
+    w2 = w2 or [""]
+    return list(itertools.product(w1, w2)) if lexical == "all" else [(w1[0], w2[0])]
+
+
 def fills_for_row(row: TemplateRow, vocab: pd.DataFrame | None = None, names_vocab: pd.DataFrame | None = None,
                   lexical: Literal["all", "first"] = "all", max_proper_pairs: int = 25) -> list[SlotFill]:
     """All slot fillings of one row (see the module doc for how this differs from BBQ's sampling)."""
+    if "Known_stereotyped_var2" in row.fields:
+        from probe.data.bbq_intersectional import intersectional_fills
+
+        return intersectional_fills(row, vocab, names_vocab, lexical, max_proper_pairs)
     f, cat = row.fields, row.category
     targets = {group_key(t) for t in row.stereotyped_groups}
     info1_col, info2_col = f.get("NAME1_info", "").strip(), f.get("NAME2_info", "").strip()
@@ -207,16 +241,8 @@ def fills_for_row(row: TemplateRow, vocab: pd.DataFrame | None = None, names_voc
     if flip:
         pairs = pairs + [(b, a, ib, ia) for a, b, ia, ib in pairs]
 
-    lex = f.get("Lexical_diversity", "").strip()
-    if len(lex) > 1:
-        w1, w2 = parse_name_lists(lex)
-        w2 = w2 or [""]
-        lex_pairs = list(itertools.product(w1, w2)) if lexical == "all" else [(w1[0], w2[0])]
-    else:
-        lex_pairs = [("", "")]
-
     out = []
-    for (n1, n2, i1, i2), (lw1, lw2) in itertools.product(pairs, lex_pairs):
+    for (n1, n2, i1, i2), (lw1, lw2) in itertools.product(pairs, lexical_pairs(row, lexical)):
         ts = target_slot
         if ts is None or row.source == "bbq":
             t = find_target_index([[n1, i1], [n2, i2]], row.stereotyped_groups)
@@ -229,18 +255,22 @@ def slot_text(text: str, fill: SlotFill, name1: str | None = None, name2: str | 
     """Fill ``{{NAME1}}``/``{{NAME2}}``/``{{WORD1}}``/``{{WORD2}}`` as BBQ's ``do_slotting`` does.
 
     ``name1``/``name2`` override the fill's names (ImplicitBBQ slots "Person A"/"Person B").
+    Intersectional fills also fill ``{{GEN1}}``/``{{OCC1}}`` (and 2) with ``gen1``/``gen2``.
     The a/an repair and the two spelling fixes are BBQ's.
     """
     n1 = fill.name1 if name1 is None else name1
     n2 = fill.name2 if name2 is None else name2
     t = text.replace("{{NAME1}}", n1).replace("{{NAME2}}", n2)
+    if fill.gen1 or fill.gen2:
+        for slot in ("GEN", "OCC"):
+            t = t.replace(f"{{{{{slot}1}}}}", fill.gen1).replace(f"{{{{{slot}2}}}}", fill.gen2)
     if fill.word1 or fill.word2:
         t = t.replace("{{WORD1}}", fill.word1).replace("{{WORD2}}", fill.word2)
     # A WORD slot without lexical values is an upstream template bug (BharatBBQ Caste Q10 ships
     # "a {{WORD1}} rajput" in its own examples): drop the slot rather than show braces to a model.
     t = re.sub(r"\s?\{\{WORD[12]\}\}", "", t)
     t = t.replace("lesbian man", "lesbian woman").replace("Latino woman", "Latina woman")
-    if re.search("^[aeiou]", n1.lower()) or re.search("^[aeiou]", n2.lower()):
+    if any(re.search("^[aeiou]", w.lower()) for w in (n1, n2, fill.gen1, fill.gen2)):
         t = re.sub(r"(\s[aA])(\s[aAeEiIoOuU])", r"\1n\2", t)
         t = t.replace(" an European", " a European")
     return t
@@ -257,7 +287,7 @@ def fill_to_items(fill: SlotFill) -> list[BBQItem]:
     neg_slot, nonneg_slot = answer_slot(f["Answer_negative"]), answer_slot(f["Answer_non_negative"])
     if fill.target_slot is None or neg_slot is None or nonneg_slot is None or neg_slot == nonneg_slot:
         return []
-    h = stable_hash(row.path, row.row, fill.name1, fill.name2, fill.word1, fill.word2)
+    h = stable_hash(row.path, row.row, *fill._hash_parts())
     unknown = UNKNOWN_OPTIONS[h % len(UNKNOWN_OPTIONS)]
     answers = [slot_text(f["Answer_negative"], fill).strip(), slot_text(f["Answer_non_negative"], fill).strip(), unknown]
     slots = [neg_slot, nonneg_slot, None]
@@ -265,7 +295,8 @@ def fill_to_items(fill: SlotFill) -> list[BBQItem]:
     random.Random(h).shuffle(order)
     options = tuple(answers[i] for i in order)
     slot_of = [slots[i] for i in order]
-    names = {1: (fill.name1, fill.info1), 2: (fill.name2, fill.info2)}
+    # BBQ's answer_info text is the name plus the second-variable word ("Black woman") when there is one.
+    names = {1: (f"{fill.name1} {fill.gen1}".strip(), fill.info1), 2: (f"{fill.name2} {fill.gen2}".strip(), fill.info2)}
     answer_info = {f"ans{j}": ([unknown, "unknown"] if s is None else [names[s][0], names[s][1]])
                    for j, s in enumerate(slot_of)}
     unknown_index = slot_of.index(None)
@@ -286,10 +317,17 @@ def fill_to_items(fill: SlotFill) -> list[BBQItem]:
                 stereotyped_groups=row.stereotyped_groups, template_id=row.template_id,
                 group_words=tuple("" if s is None else names[s][0] for s in slot_of),
                 metadata={"row": row.row, "q_id": row.q_id, "version": row.version,
-                          "subcategory": row.subcategory, "name1": fill.name1, "name2": fill.name2,
-                          "info1": fill.info1, "info2": fill.info2, "word1": fill.word1, "word2": fill.word2,
-                          "proper_names": row.proper_names}))
+                          "subcategory": fill.subcategory or row.subcategory, "name1": fill.name1,
+                          "name2": fill.name2, "info1": fill.info1, "info2": fill.info2, "word1": fill.word1,
+                          "word2": fill.word2, "proper_names": row.proper_names, **_intersectional_meta(fill)}))
     return items
+
+
+def _intersectional_meta(fill: SlotFill) -> dict[str, str]:
+    if not fill.subcategory:
+        return {}
+    return {"gen1": fill.gen1, "gen2": fill.gen2,
+            "known_stereotyped_var2": fill.row.fields.get("Known_stereotyped_var2", "").strip()}
 
 
 def load_vocab(template_dir: Path) -> tuple[pd.DataFrame, pd.DataFrame | None]:
