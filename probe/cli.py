@@ -29,6 +29,7 @@ COMMAND_MODULES = (
     "probe.commands.cmp_iso",
     "probe.commands.activations",
     "probe.commands.run",
+    "probe.commands.analyze",
 )
 
 

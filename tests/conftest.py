@@ -12,7 +12,7 @@ ROOT = Path(__file__).resolve().parents[1]
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("PROBE_DATA", str((ROOT / ".." / "shared" / "data").resolve()))
-sys.path.insert(0, str(ROOT))  # `tests.tiny`, `experiments.*`
+sys.path.insert(0, str(ROOT))  # `tests.tiny`
 
 SHARED_DATA = Path(os.environ["PROBE_DATA"])
 

@@ -478,10 +478,10 @@ def test_bharatbbq_rows_rejected(tmp_path, row, field):
     _expect(lambda: load_bharatbbq_examples(tmp_path), tmp_path / "Caste_examples.csv", 2, field)
 
 
-# --- 4. experiment YAML configs (experiments/*.py load_config) -------------------------------------------------
+# --- 4. analysis YAML configs (probe.analysis.*.load_config) -------------------------------------------------
 
 def _config_loaders() -> dict[str, Callable[[Path], Any]]:
-    from experiments import representations
+    from probe.analysis import representations
 
     return {
         "representations": lambda p: representations.load_config(p),

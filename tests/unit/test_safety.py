@@ -1,6 +1,6 @@
 """Safety checks: untrusted files cannot run code or escape the output directory; NaN scores are never answers.
 
-* the source tree (AST scan of probe/ and experiments/) reads YAML only with
+* the source tree (AST scan of probe/, the whole installed package) reads YAML only with
   ``yaml.safe_load`` and never unpickles (``torch.load`` needs ``weights_only=True``);
 * ``trust_remote_code`` is off by default;
 * item ids such as ``../../x`` cannot make a writer put files outside its output directory;
@@ -32,11 +32,11 @@ def _score(model_dir: Path, inp: Path, out: Path, *extra: str) -> int:
 # --- 5. security -----------------------------------------------------------------------------------------------
 
 ROOT = Path(__file__).resolve().parents[2]
-SOURCE_DIRS = ("probe", "experiments")
+SOURCE_DIRS = ("probe",)
 
 
 def _calls(name_pairs: set[tuple[str, str]]):
-    """Every call ``module.attr(...)`` in probe/ and experiments/ with (file, line, call source)."""
+    """Every call ``module.attr(...)`` in probe/ with (file, line, call source)."""
     import ast
 
     for d in SOURCE_DIRS:
