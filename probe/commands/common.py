@@ -48,7 +48,46 @@ def run_options(args: argparse.Namespace) -> Any:
                       load_in_4bit=args.load_in_4bit, device_map=args.device_map,
                       trust_remote_code=args.trust_remote_code, batch_size=args.batch_size,
                       token_budget=args.token_budget, chunk_size=args.flush_every,
-                      score_cache=str(cache) if cache else None)
+                      score_cache=str(cache) if cache else None, sampling=sampling_specs(args))
+
+
+def add_sampling_args(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("sampling-equivalent scores (docs/scoring.md)")
+    g.add_argument("--temperature", type=_positive_float, nargs="+", default=None, metavar="T",
+                   help="also write, per temperature, what sampling at T would do: label lines get "
+                   '"sampling": [{temperature, top_p, probs, mass}], continuation lines '
+                   '"sampling": [{temperature, top_p, logprobs}] (same forward pass; bypasses --score-cache)')
+    g.add_argument("--top-p", type=_unit_float, default=None, metavar="P",
+                   help="nucleus cut for every --temperature, in (0, 1] (default: 1, no cut)")
+
+
+def sampling_specs(args: argparse.Namespace) -> tuple:
+    """The :class:`probe.scoring.sampling.SamplingSpec` s of ``--temperature`` / ``--top-p`` (none without them)."""
+    from probe.errors import ProbeError
+    from probe.scoring.sampling import SamplingSpec
+
+    temps = getattr(args, "temperature", None) or ()
+    top_p = getattr(args, "top_p", None)
+    if top_p is not None and not temps:
+        raise ProbeError("--top-p needs --temperature (the nucleus cut applies to sampling at a temperature)")
+    return tuple(SamplingSpec(t, 1.0 if top_p is None else top_p) for t in temps)
+
+
+def _positive_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+    if not (value > 0 and value != float("inf")):
+        raise argparse.ArgumentTypeError(f"expected a finite number > 0, got {text}")
+    return value
+
+
+def _unit_float(text: str) -> float:
+    value = _positive_float(text)
+    if value > 1:
+        raise argparse.ArgumentTypeError(f"expected a number in (0, 1], got {text}")
+    return value
 
 
 def _positive_int(text: str) -> int:

@@ -6,7 +6,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from probe.commands.common import add_model_args, add_prompt_args, run_options
+from probe.commands.common import add_model_args, add_prompt_args, add_sampling_args, run_options
 
 
 def register(groups: dict) -> None:
@@ -15,13 +15,14 @@ def register(groups: dict) -> None:
         help="score label / continuation items by exact log-probabilities",
         description="Each input line: {id, prompt | messages, options, kind: label|continuation, group?}. "
         "Output lines (one record each, docs/tasks.md): task, id, model, kind, options, logprobs, probs, pred_index, "
-        "mass, finite, n_prompt_tokens, meta, plus label_mass and token_ids (label) or token_counts (continuation). "
-        "Re-running with the same --output resumes.",
+        "mass, finite, n_prompt_tokens, meta, plus label_mass and token_ids (label) or token_counts (continuation), "
+        "and with --temperature a sampling list. Re-running with the same --output resumes.",
     )
     p.add_argument("--input", required=True, type=Path)
     p.add_argument("--output", required=True, type=Path)
     add_model_args(p)
     add_prompt_args(p)
+    add_sampling_args(p)
     p.set_defaults(func=run_score)
 
     q = groups[""].add_parser(

@@ -66,13 +66,17 @@ class Record:
         from probe.scoring.requests import ContinuationResult, LabelResult
 
         meta = dict(getattr(result, "meta", None) or {})
+        # sampling-equivalent scores (probe.scoring.sampling): only present when specs were asked
+        # for, so records of exact runs are unchanged
+        sampled = [s.to_dict() for s in getattr(result, "sampling", ())]
+        extra = {"sampling": sampled} if sampled else {}
         if isinstance(result, LabelResult):
             finite = bool(result.finite)
             return cls(task, result.id, model, "label", tuple(result.labels), tuple(result.logprobs),
                        tuple(result.probs), result.argmax if finite else None,
                        result.label_mass, finite, result.n_prompt_tokens, meta,
                        # label_mass: the `probe score` output field of earlier versions, kept for scripts
-                       {"token_ids": [list(t) for t in result.token_ids], "label_mass": result.label_mass})
+                       {"token_ids": [list(t) for t in result.token_ids], "label_mass": result.label_mass, **extra})
         if isinstance(result, ContinuationResult):
             finite = bool(result.finite)
             probs = result.probs("sum")
@@ -81,7 +85,7 @@ class Record:
                        tuple(probs), _argmax(probs) if finite else None, mass, finite, result.n_prompt_tokens, meta,
                        {"mean_logprobs": list(result.mean_logprobs),
                         "per_byte_logprobs": list(result.per_byte_logprobs),
-                        "token_counts": list(result.token_counts), "byte_counts": list(result.byte_counts)})
+                        "token_counts": list(result.token_counts), "byte_counts": list(result.byte_counts), **extra})
         finite = bool(result.finite)
         return cls(task, result.id, model, "perplexity", (), (-result.nll,), (), None, None, finite, None, meta,
                    {"ppl": result.ppl, "nll": result.nll, "n_tokens": result.n_tokens})
@@ -110,6 +114,27 @@ class Record:
             else _num(obj.get("mass")), finite=bool(obj.get("finite", True)),
             n_prompt_tokens=obj.get("n_prompt_tokens"), meta=dict(obj.get("meta") or {}), details=details,
         )
+
+    @property
+    def sampling(self) -> list[dict[str, Any]]:
+        """The sampling-equivalent scores, one dict per spec (empty when none were asked for).
+
+        Label records: ``{temperature, top_p, probs, mass}``; continuation records:
+        ``{temperature, top_p, logprobs}``. JSON has no infinities: a ``null``
+        continuation log-probability of a finite record is ``-inf`` (a token
+        outside the nucleus); other ``null`` values read back as NaN.
+        """
+        out = []
+        for s in self.details.get("sampling") or ():
+            d = dict(s)
+            if "probs" in d:
+                d["probs"] = [_num(x) for x in d["probs"]]
+                d["mass"] = _num(d.get("mass"))
+            if "logprobs" in d:
+                d["logprobs"] = [(-math.inf if self.finite else math.nan) if x is None else float(x)
+                                 for x in d["logprobs"]]
+            out.append(d)
+        return out
 
     @property
     def answers(self) -> bool:

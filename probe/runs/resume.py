@@ -55,12 +55,20 @@ def check_input(output: Path, done: set[str], requests: Sequence[Any], lm: Any, 
     model = {"fingerprint": combine_parts(parts), "parts": parts,
              "name": str(getattr(model_obj, "name", None)), "source": str(getattr(model_obj, "source", None))}
     current = {str(r.id): request_digest(r) for r in requests}
+    sampling = _sampling(lm, requests)
     start_over = f"Choose a new --output, or delete {output} and {sidecar} to start over."
     if not done:
         if write:
-            write_json_atomic(sidecar, {"format": INPUT_CHECK_FORMAT, "model": model, "requests": current})
+            # "sampling" only when specs apply, so the sidecars of exact runs are unchanged
+            write_json_atomic(sidecar, {"format": INPUT_CHECK_FORMAT, "model": model, "requests": current,
+                                        **({"sampling": sampling} if sampling else {})})
         return
     old = _read_sidecar(output, sidecar, len(done), start_over)
+    if old.get("sampling", []) != sampling:
+        raise ProbeError(
+            f"{output} was scored with other sampling specs ({old.get('sampling', [])} -> {sampling}, as recorded "
+            f"in {sidecar}). Resuming would mix records with and without the same sampling scores. {start_over}"
+        )
     if old["model"].get("fingerprint") != model["fingerprint"]:
         was = old["model"].get("parts", {})
         diffs = ", ".join(f"{k}: {_short(was.get(k))} -> {_short(v)}" for k, v in parts.items() if was.get(k) != v)
@@ -82,6 +90,15 @@ def check_input(output: Path, done: set[str], requests: Sequence[Any], lm: Any, 
     merged = {**{i: recorded[i] for i in done}, **current}
     if write and merged != recorded:
         write_json_atomic(sidecar, {**old, "requests": merged})
+
+
+def _sampling(lm: Any, requests: Sequence[Any]) -> list[dict]:
+    """The sampling specs of a Runner's run, as JSON, when they change its records (label or continuation
+    requests); [] otherwise (generations and perplexities carry no sampling scores)."""
+    specs = getattr(getattr(lm, "options", None), "sampling", ()) or ()
+    if not specs or not any(getattr(r, "kind", None) in ("label", "continuation") for r in requests):
+        return []
+    return [s.to_dict() for s in specs]
 
 
 def _read_sidecar(output: Path, sidecar: Path, n_done: int, start_over: str) -> dict:

@@ -54,8 +54,14 @@ class RunOptions:
     score_cache: str | None = None  # SQLite score cache path
     threads: int | None = None  # torch CPU threads (None: torch's default)
     progress: bool = True
+    #: sampling specs (probe.scoring.sampling.SamplingSpec, or {temperature, top_p} mappings): every
+    #: label / continuation record then also carries its sampling-equivalent scores ("sampling")
+    sampling: tuple[Any, ...] = ()
 
     def __post_init__(self) -> None:
+        from probe.scoring.sampling import as_specs
+
+        object.__setattr__(self, "sampling", as_specs(self.sampling))
         for name in ("batch_size", "token_budget", "chunk_size"):
             if int(getattr(self, name)) < 1:
                 raise ValueError(f"{name} must be a positive integer, got {getattr(self, name)!r}")
@@ -145,14 +151,15 @@ class Runner:
         not returned.
         """
         to_record = lambda res: Record.from_result(task, self.model_id, res).to_dict()  # noqa: E731
+        score = lambda part: self.scorer.score(part, sampling=self.options.sampling)  # noqa: E731
         self.check_requests(requests)
         show = self.options.progress if progress is None else progress
         if output is None:
             out: list[Record] = []
             for part in group_chunks(requests, self.options.chunk_size):
-                out += [Record.from_dict(d) for d in map(to_record, self._timed(part, self.scorer.score))]
+                out += [Record.from_dict(d) for d in map(to_record, self._timed(part, score))]
             return out
-        dicts = self._to_file(requests, Path(output), lambda part: map(to_record, self._timed(part, self.scorer.score)),
+        dicts = self._to_file(requests, Path(output), lambda part: map(to_record, self._timed(part, score)),
                               show, "scoring")
         return [Record.from_dict(d) for d in dicts]
 

@@ -19,6 +19,7 @@ from probe.scoring.requests import (
     Result,
     softmax,
 )
+from probe.scoring.sampling import SampledContinuation, SampledLabel, SamplingSpec
 
 if TYPE_CHECKING:
     from probe.scoring.scorer import Scorer
@@ -32,6 +33,9 @@ __all__ = [
     "PerplexityResult",
     "Request",
     "Result",
+    "SampledContinuation",
+    "SampledLabel",
+    "SamplingSpec",
     "Scorer",
     "softmax",
 ]

@@ -22,6 +22,8 @@ from typing import Any
 
 import torch
 
+from probe.scoring.sampling import target_logprobs
+
 HEAD_CHUNK = 256  # rows of hidden states unembedded at once: 256 x vocab float32 stays small
 
 
@@ -39,6 +41,9 @@ class RowOutput:
     label_logprobs: dict[int, float] = field(default_factory=dict)
     token_logprobs: list[float] = field(default_factory=list)
     finite: bool = True
+    #: per sampling spec of the call (see probe.scoring.sampling): the same numbers under that spec
+    sampled_labels: list[dict[int, float]] = field(default_factory=list)
+    sampled_tokens: list[list[float]] = field(default_factory=list)
 
 
 class Engine:
@@ -166,15 +171,18 @@ class Engine:
         mask = torch.cat([torch.nn.functional.pad(m[torch.tensor(keep, dtype=torch.long)], (0, width - m.shape[1])) for _, m, keep in parts])
         return merged, mask
 
-    def read(self, hidden: torch.Tensor, rows: list[Row], starts: list[int], index: list[int] | None = None) -> list[RowOutput]:
-        """Log-probabilities of ``rows`` (hidden-state rows ``index``, default all) at their scored positions."""
+    def read(self, hidden: torch.Tensor, rows: list[Row], starts: list[int], index: list[int] | None = None,
+             sampling: tuple = ()) -> list[RowOutput]:
+        """Log-probabilities of ``rows`` (hidden-state rows ``index``, default all) at their scored positions;
+        with ``sampling`` specs, also their sampling log-probabilities from the same logits."""
         if index is not None:
             hidden = hidden[torch.tensor(index, dtype=torch.long, device=hidden.device)]
-        return self._read(hidden, rows, starts)
+        return self._read(hidden, rows, starts, sampling)
 
-    def _read(self, hidden: torch.Tensor, rows: list[Row], starts: list[int]) -> list[RowOutput]:
-        """Log-probabilities at the needed positions only, in float32."""
-        outputs = [RowOutput() for _ in rows]
+    def _read(self, hidden: torch.Tensor, rows: list[Row], starts: list[int], sampling: tuple = ()) -> list[RowOutput]:
+        """Log-probabilities at the needed positions only, in float32 (sampling ones in float64)."""
+        outputs = [RowOutput(sampled_labels=[{} for _ in sampling], sampled_tokens=[[] for _ in sampling])
+                   for _ in rows]
         # (row, position in this pass, target ids)
         wanted: list[tuple[int, int, tuple[int, ...]]] = []
         for i, (r, s) in enumerate(zip(rows, starts)):
@@ -188,14 +196,19 @@ class Engine:
             logits = self.logits(h)
             finite = torch.isfinite(logits).all(dim=-1).tolist()
             norm = torch.logsumexp(logits, dim=-1)
+            sampled = target_logprobs(logits, [w[2] for w in chunk], sampling) if sampling else []
             for k, (i, _, targets) in enumerate(chunk):
                 lp = (logits[k, list(targets)] - norm[k]).tolist()
                 out = outputs[i]
                 out.finite &= bool(finite[k])
                 if rows[i].label_ids and not out.label_logprobs and targets is rows[i].label_ids:
                     out.label_logprobs = dict(zip(targets, lp))
+                    for s, per_spec in enumerate(sampled):
+                        out.sampled_labels[s] = dict(zip(targets, per_spec[k]))
                 else:
                     out.token_logprobs.append(lp[0])
+                    for s, per_spec in enumerate(sampled):
+                        out.sampled_tokens[s].append(per_spec[k][0])
         return outputs
 
 

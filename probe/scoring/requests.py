@@ -115,6 +115,8 @@ class LabelResult:
     n_prompt_tokens: int
     finite: bool = True  # False when the logits held NaN/inf: never average such a result
     meta: Mapping[str, Any] = field(default_factory=dict, hash=False, compare=False)
+    #: per requested SamplingSpec, a probe.scoring.sampling.SampledLabel (empty: exact scores only)
+    sampling: tuple[Any, ...] = ()
 
     @property
     def argmax(self) -> int:
@@ -132,6 +134,8 @@ class ContinuationResult:
     n_prompt_tokens: int
     finite: bool = True
     meta: Mapping[str, Any] = field(default_factory=dict, hash=False, compare=False)
+    #: per requested SamplingSpec, a probe.scoring.sampling.SampledContinuation (empty: exact scores only)
+    sampling: tuple[Any, ...] = ()
 
     @property
     def mean_logprobs(self) -> tuple[float, ...]:

@@ -29,6 +29,7 @@ from probe.scoring.requests import (
     Result,
     softmax,
 )
+from probe.scoring.sampling import SamplingSpec, sampled_continuation, sampled_label
 from probe.scoring.tokens import Encoded, Encoder
 
 if TYPE_CHECKING:
@@ -82,6 +83,7 @@ class Scorer:
         self.cache = cache
         self._row_cap = batch_size  # lowered for good after an out-of-memory error
         self._equal = False
+        self._sampling: tuple[SamplingSpec, ...] = ()  # the specs of the call in progress
         tok = lm.tokenizer
         pad = tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id
         self.engine = Engine(lm.model, pad_id=pad if pad is not None else 0)
@@ -101,22 +103,37 @@ class Scorer:
         requests: Seq[Request],
         progress: bool = False,
         on_hidden: Callable[[torch.Tensor, list[Row], list[int]], None] | None = None,
+        sampling: Seq[SamplingSpec] = (),
     ) -> list[Result]:
-        """Score ``requests``; results come back aligned with them."""
-        encoded = [self.encode(r) for r in requests]
-        outputs = self._run(encoded, progress=progress, on_hidden=on_hidden)
-        return [self._assemble(e, outputs) for e in encoded]
+        """Score ``requests``; results come back aligned with them.
 
-    def iter_score(self, requests: Iterable[Request], chunk_size: int = 256, progress: bool = False) -> Iterable[list[Result]]:
+        ``sampling``: :class:`~probe.scoring.sampling.SamplingSpec` s; label and
+        continuation results then carry, per spec in this order, what sampling
+        under it would do (``result.sampling``), read from the same forward pass.
+        The score cache is bypassed for such a call (it stores exact scores only).
+        """
+        specs = tuple(sampling)
+        if any(not isinstance(x, SamplingSpec) for x in specs):
+            raise TypeError("sampling must hold SamplingSpec objects")
+        encoded = [self.encode(r) for r in requests]
+        self._sampling = specs
+        try:
+            outputs = self._run(encoded, progress=progress, on_hidden=on_hidden)
+        finally:
+            self._sampling = ()
+        return [self._assemble(e, outputs, specs) for e in encoded]
+
+    def iter_score(self, requests: Iterable[Request], chunk_size: int = 256, progress: bool = False,
+                   sampling: Seq[SamplingSpec] = ()) -> Iterable[list[Result]]:
         """Score in chunks (for runs that record as they go); yields each chunk's results."""
         chunk: list[Request] = []
         for r in requests:
             chunk.append(r)
             if len(chunk) >= chunk_size:
-                yield self.score(chunk, progress=progress)
+                yield self.score(chunk, progress=progress, sampling=sampling)
                 chunk = []
         if chunk:
-            yield self.score(chunk, progress=progress)
+            yield self.score(chunk, progress=progress, sampling=sampling)
 
     # -- planning and running ----------------------------------------------
     def rows(self, encoded: list[Encoded]) -> list[Row]:
@@ -141,8 +158,9 @@ class Scorer:
         return build_tree(self.rows(encoded), self.min_shared, share=self.share_prefixes)
 
     def _run(self, encoded: list[Encoded], progress: bool, on_hidden=None) -> dict[RowKey, RowOutput]:
-        # cached sequences come from disk and only the rest runs; hooks (activation capture) bypass the cache
-        if self.cache is not None and on_hidden is None:
+        # cached sequences come from disk and only the rest runs; hooks (activation capture) and
+        # sampling specs (the cache holds exact scores only) bypass the cache
+        if self.cache is not None and on_hidden is None and not self._sampling:
             return self.cache.outputs(encoded, lambda todo: self._compute(todo, progress), model=self.lm.model)
         return self._compute(encoded, progress, on_hidden)
 
@@ -237,7 +255,7 @@ class Scorer:
             starts = [part[i].start for i in leaf_at]
             if on_hidden is not None:
                 on_hidden(hidden[torch.tensor(leaf_at)], rows, starts)
-            for row, out in zip(rows, self.engine.read(hidden, rows, starts, leaf_at)):
+            for row, out in zip(rows, self.engine.read(hidden, rows, starts, leaf_at, sampling=self._sampling)):
                 outputs[(row.ids, row.score_from)] = out
             if bar:
                 bar.update(len(rows))
@@ -255,7 +273,7 @@ class Scorer:
                       f"continuing with at most {self._row_cap} (results are unchanged)", RuntimeWarning, stacklevel=2)
 
     # -- results -----------------------------------------------------------
-    def _assemble(self, e: Encoded, outputs: dict[RowKey, RowOutput]) -> Result:
+    def _assemble(self, e: Encoded, outputs: dict[RowKey, RowOutput], specs: tuple[SamplingSpec, ...] = ()) -> Result:
         r = e.request
         outs = [outputs[(s.ids, s.score_from)] for s in e.sequences]
         if isinstance(r, LabelRequest):
@@ -273,6 +291,8 @@ class Scorer:
                 n_prompt_tokens=e.n_prompt_tokens,
                 finite=finite,
                 meta=r.meta,
+                sampling=tuple(sampled_label(spec, out.sampled_labels[k], e.label_variants, finite)
+                               for k, spec in enumerate(specs)),
             )
         if isinstance(r, ContinuationRequest):
             token_lps = tuple(tuple(o.token_logprobs) for o in outs)
@@ -286,6 +306,8 @@ class Scorer:
                 n_prompt_tokens=e.n_prompt_tokens,
                 finite=all(o.finite for o in outs),
                 meta=r.meta,
+                sampling=tuple(sampled_continuation(spec, [o.sampled_tokens[k] for o in outs])
+                               for k, spec in enumerate(specs)),
             )
         if isinstance(r, PerplexityRequest):
             lps = tuple(outs[0].token_logprobs)
