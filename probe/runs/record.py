@@ -158,7 +158,7 @@ def records_to_frame(records: "str | Path | Iterable[Record | Mapping[str, Any]]
 
     >>> df = records_to_frame([{"task": "t", "id": "a", "kind": "label", "options": ["A", "B"],
     ...                         "probs": [0.75, 0.25], "pred_index": 0, "meta": {"category": "age"}}])
-    >>> df.loc[0, "category"], df.loc[0, "pred_index"]
+    >>> df.loc[0, "category"], int(df.loc[0, "pred_index"])
     ('age', 0)
     """
     import pandas as pd
