@@ -95,7 +95,9 @@ def check_input(output: Path, done: set[str], requests: Sequence[Any], lm: Any, 
 def _sampling(lm: Any, requests: Sequence[Any]) -> list[dict]:
     """The sampling specs of a Runner's run, as JSON, when they change its records (label or continuation
     requests); [] otherwise (generations and perplexities carry no sampling scores)."""
-    specs = getattr(getattr(lm, "options", None), "sampling", ()) or ()
+    specs = getattr(lm, "active_sampling", None)  # a Runner's current call: run options' + the task's specs
+    if specs is None:
+        specs = getattr(getattr(lm, "options", None), "sampling", ()) or ()
     if not specs or not any(getattr(r, "kind", None) in ("label", "continuation") for r in requests):
         return []
     return [s.to_dict() for s in specs]

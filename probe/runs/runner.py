@@ -108,6 +108,7 @@ class Runner:
 
             torch.set_num_threads(int(self.options.threads))
         self.procs = detect()
+        self.active_sampling: tuple[Any, ...] | None = None  # set while score() writes an output
         self.lm = lm
         self.fingerprint_parts = fingerprint_parts(lm)
         self.fingerprint = combine_parts(self.fingerprint_parts)
@@ -143,15 +144,17 @@ class Runner:
                 self.scorer.encode(r)
 
     def score(self, requests: Sequence[Any], output: str | Path | None = None, task: str = "score",
-              progress: bool | None = None) -> list[Record]:
+              progress: bool | None = None, sampling: Sequence[Any] = ()) -> list[Record]:
         """Score ``requests`` (resuming ``output`` if it holds records); return their records in request order.
 
         ``output`` None scores in memory (no file, no resume). Records already
         in ``output`` that are not among ``requests`` are kept in the file but
-        not returned.
+        not returned. ``sampling``: specs a task needs (its paper's settings),
+        computed beside the run options' own specs, in the same passes.
         """
+        specs = self.sampling_specs(sampling)
         to_record = lambda res: Record.from_result(task, self.model_id, res).to_dict()  # noqa: E731
-        score = lambda part: self.scorer.score(part, sampling=self.options.sampling)  # noqa: E731
+        score = lambda part: self.scorer.score(part, sampling=specs)  # noqa: E731
         self.check_requests(requests)
         show = self.options.progress if progress is None else progress
         if output is None:
@@ -159,9 +162,23 @@ class Runner:
             for part in group_chunks(requests, self.options.chunk_size):
                 out += [Record.from_dict(d) for d in map(to_record, self._timed(part, score))]
             return out
-        dicts = self._to_file(requests, Path(output), lambda part: map(to_record, self._timed(part, score)),
-                              show, "scoring")
+        self.active_sampling = specs  # what the input check records and compares for this output
+        try:
+            dicts = self._to_file(requests, Path(output), lambda part: map(to_record, self._timed(part, score)),
+                                  show, "scoring")
+        finally:
+            self.active_sampling = None
         return [Record.from_dict(d) for d in dicts]
+
+    def sampling_specs(self, extra: Sequence[Any] = ()) -> tuple[Any, ...]:
+        """The run options' sampling specs, then ``extra`` ones not already among them (order kept)."""
+        from probe.scoring.sampling import as_specs
+
+        specs = list(self.options.sampling)
+        for spec in as_specs(tuple(extra)):
+            if spec not in specs:
+                specs.append(spec)
+        return tuple(specs)
 
     def generate(self, requests: Sequence[Any], output: str | Path | None = None, task: str = "generate",
                  progress: bool | None = None) -> dict[str, str]:

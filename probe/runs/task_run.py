@@ -74,7 +74,8 @@ def run_task(task: Task, config: Any, model: Any, output: str | Path | None = No
         requests = task.requests(config, items, lm.tokenizer, generations)
         if not requests:
             raise ProbeError(f"task {task.name!r}: the selected items gave no requests")
-        records = runner.score(requests, out / "records.jsonl" if out else None, task=task.name)
+        records = runner.score(requests, out / "records.jsonl" if out else None, task=task.name,
+                               sampling=task.sampling(config))
         if not runner.procs.is_main:  # rank 0 merged the shards; it alone aggregates and writes
             return Evaluation(task.name, str(getattr(lm, "name", "")), records_to_frame([]), {}, {}, out, config)
         frame = records_to_frame(records)

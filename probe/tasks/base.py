@@ -14,7 +14,8 @@ Stages, in the order the runner calls them:
    generations before scoring (chain-of-thought); default none;
 4. ``requests(config, items, tokenizer, generations)``: scorer requests, each
    with ``meta`` (the item fields its record needs: category, setting, ...);
-   ids unique; what shares a prompt prefix adjacent;
+   ids unique; what shares a prompt prefix adjacent; ``sampling(config)``:
+   the sampling specs of the paper's estimator, scored in the same passes;
 5. ``aggregate(config, records, items)``: a summary dict and tables
    (name -> DataFrame) from the records (a DataFrame with ``meta`` flattened,
    one row per record);
@@ -74,6 +75,12 @@ class Task:
 
     def aggregate(self, config: Any, records: "pd.DataFrame", items: Sequence[Any]) -> Aggregate:
         raise NotImplementedError
+
+    def sampling(self, config: Any) -> tuple[Any, ...]:
+        """Sampling specs the task's paper-equivalent estimates need (``{temperature, top_p}`` mappings or
+        :class:`~probe.scoring.sampling.SamplingSpec`): the runner computes them in the scoring passes and
+        each record carries them under ``sampling``. Default: none."""
+        return ()
 
     def report(self, config: Any, result: Aggregate, output: Path) -> None:
         """Extra outputs; the default writes every table as ``tables/NAME.md`` and ``.csv``."""

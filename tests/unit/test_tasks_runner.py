@@ -205,3 +205,29 @@ def test_shipped_task_configs_are_valid(path):
     run_values, task_values = split_options(values)
     options_from(run_values)
     task.make_config(task_values, source=path)
+
+
+def test_task_sampling_specs_reach_the_records_and_the_input_check(tiny_lm, tmp_path):
+    """A task's paper settings (Task.sampling) are scored in the same run; resuming with other specs is refused."""
+    from probe.runs.task_run import run_task
+    from probe.tasks.demo import DemoTask
+
+    class Tempered(DemoTask):
+        temperature = 0.5
+
+        def sampling(self, config):
+            return ({"temperature": self.temperature, "top_p": 1.0},)
+
+    out = tmp_path / "run"
+    e = run_task(Tempered(), Tempered().make_config({"chat_template": False}), tiny_lm, output=out, limit=4,
+                 options=RunOptions(progress=False))
+    line = json.loads((out / "records.jsonl").read_text().splitlines()[0])
+    [entry] = line["sampling"]
+    assert entry["temperature"] == 0.5 and len(entry["logprobs"]) == len(line["options"])
+    assert len(e.records) == 4
+
+    class Hotter(Tempered):
+        temperature = 0.7
+
+    with pytest.raises(ProbeError, match="other sampling specs"):
+        run_task(Hotter(), Hotter().make_config({"chat_template": False}), tiny_lm, output=out, limit=4, options=RunOptions(progress=False))
