@@ -115,11 +115,11 @@ def write_tables(tables: Mapping[str, "pd.DataFrame"], output: Path) -> list[Pat
 
     written = []
     for name, df in tables.items():
-        base = output / "tables" / name
-        md = _markdown(df)
-        write_atomic(base.with_suffix(".md"), md)
-        write_atomic(base.with_suffix(".csv"), df.to_csv(index=False))
-        written += [base.with_suffix(".md"), base.with_suffix(".csv")]
+        # names may hold dots (table2_paper_T0.1): append the suffix, never replace one
+        md_path, csv_path = output / "tables" / f"{name}.md", output / "tables" / f"{name}.csv"
+        write_atomic(md_path, _markdown(df))
+        write_atomic(csv_path, df.to_csv(index=False))
+        written += [md_path, csv_path]
     return written
 
 

@@ -74,3 +74,27 @@ def test_smollm2_zero_shot_sample(smollm2, shared_data, tmp_path):
     assert len(per_format["oneword"]) == len(per_format["labels"]) >= 12
     assert set(per_format["oneword"].setting) == set(SETTINGS) == set(per_format["labels"].setting)
     assert per_format["labels"]["mass"].mean() > 0.2  # an instruct model puts real mass on the option numbers
+
+
+def test_paper_equivalent_estimate_beside_the_exact_one(long_tiny_lm, shared_data, tmp_path):
+    """T = 0.1 (the seed's sampling) is scored in the same run, summarised, and heads the tables; T = 1 with
+    top-p 1 reproduces the exact expected counts (a check that the two paths agree)."""
+    out = tmp_path / "run"
+    ev = _run(long_tiny_lm, out, strategies=["zero_shot"], per_cell={"zero_shot": 1})
+    recs = _lines(out / "records.jsonl")
+    assert all(r["sampling"][0]["temperature"] == 0.1 for r in recs)
+    paper = ev.summary["paper_equivalent"]
+    assert paper["settings"]["temperature"] == 0.1 and "zero_shot|oneword" in paper["by_strategy"]
+    assert list(ev.tables)[0] == "table2_paper_T0.1" and (out / "tables" / "table2_paper_T0.1.md").is_file()
+    # at T = 1, top-p 1, the sampled path equals the exact expected counts
+    same = _run(long_tiny_lm, tmp_path / "t1", strategies=["zero_shot"], per_cell={"zero_shot": 1},
+                paper_temperature=1.0)
+    for key, kinds in same.summary["by_strategy"].items():
+        for kind, versions in kinds.items():
+            if kind.startswith("_"):
+                continue
+            exact = versions["expected"]["pooled"]
+            sampled = same.summary["paper_equivalent"]["by_strategy"][key][kind]["expected"]["pooled"]
+            for metric in ("acc_amb", "acc_dis", "bias_amb", "bias_dis"):
+                a, b = exact[metric], sampled[metric]
+                assert (a != a and b != b) or abs(a - b) < 1e-5, (key, kind, metric, a, b)

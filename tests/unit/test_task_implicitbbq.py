@@ -183,3 +183,20 @@ def test_projection_counts_cot_generation_and_formats():
     assert p["cot"]["seconds_per_item"] == 4.0 and p["cot"]["hours"] == 2.0
     assert p["total_hours"] == 3.0
     assert results.projection({}, {"zero_shot": 10}) == {"total_hours": 0}
+
+
+def test_sampled_option_probs_hand_cases():
+    """One-word: log-sum-exp per option, renormalised in log space; labels: the entry's probs; none sampleable: None."""
+    import math
+
+    from probe.tasks.implicitbbq.results import sampled_option_probs
+
+    # T = 0.1 makes every text's probability underflow in linear space; the ratio must survive
+    entry = {"logprobs": [-2000.0, -2000.0 - math.log(3), -2001.0, None]}
+    d = sampled_option_probs("oneword", [0, 1, 2, 2], entry)
+    assert d["probs"][0] / d["probs"][1] == pytest.approx(3.0) and d["mass"] == 0.0
+    assert d["probs"][2] / d["probs"][0] == pytest.approx(math.exp(-1.0))
+    assert sampled_option_probs("oneword", [0, 1, 2], {"logprobs": [None, None, None]}) is None
+    lab = sampled_option_probs("labels", [0, 1, 2], {"probs": [0.5, 0.5, 0.0], "mass": 0.2})
+    assert lab == {"probs": [0.5, 0.5, 0.0], "mass": 0.2}
+    assert sampled_option_probs("labels", [0, 1, 2], {"probs": [0.5, 0.5, 0.0], "mass": 0.0}) is None

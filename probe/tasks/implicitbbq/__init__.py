@@ -66,6 +66,10 @@ class ImplicitBBQConfig(TaskConfig):
     n_boot: int = 1000
     bbq_dir: str | None = None
     bharatbbq_dir: str | None = None
+    # the seed samples its answers at temperature 0.1 (section 4.1; no top-p given): the paper-equivalent
+    # estimate is the expected count under that sampling distribution (null: exact scores only)
+    paper_temperature: float | None = 0.1
+    paper_top_p: float = 1.0
 
     def __post_init__(self) -> None:
         for k in ("dimensions", "strategies", "answer_formats", "control_strategies"):
@@ -87,6 +91,11 @@ class ImplicitBBQConfig(TaskConfig):
         missing = [s for s in self.strategies if s not in self.per_cell]
         if missing:
             raise ValueError(f"per_cell has no entry for strategies {missing}")
+        if self.paper_temperature is not None and not (isinstance(self.paper_temperature, (int, float))
+                                                       and self.paper_temperature > 0):
+            raise ValueError(f"paper_temperature must be > 0 or null, got {self.paper_temperature!r}")
+        if not 0 < self.paper_top_p <= 1:
+            raise ValueError(f"paper_top_p must be in (0, 1], got {self.paper_top_p!r}")
         for s, n in self.per_cell.items():
             if n is not None and (not isinstance(n, int) or isinstance(n, bool) or n < 1):
                 raise ValueError(f"per_cell[{s!r}] must be a positive integer or null (every item), got {n!r}")
@@ -148,6 +157,11 @@ class ImplicitBBQTask(Task):
                            **{key: prep.texts}))
         return out
 
+    def sampling(self, config: ImplicitBBQConfig) -> tuple[dict, ...]:
+        """The seed's answer sampling (T = 0.1), scored beside the exact scores."""
+        spec = results.paper_spec(config)
+        return (spec,) if spec else ()
+
     def aggregate(self, config: ImplicitBBQConfig, records: Any, items: Sequence[Any]) -> Aggregate:
         from probe.data.implicitbbq import count_table
         from probe.reports.bbq_tables import summarize
@@ -156,14 +170,26 @@ class ImplicitBBQTask(Task):
         recs, skipped = results.metric_records(records)
         by_strategy = summarize(recs, n_boot=config.n_boot, seed=config.seed)
         model = str(records["model"].iloc[0]) if len(records) else "model"
+        spec = results.paper_spec(config)
+        paper: dict[str, Any] = {}
+        if spec:
+            paper_recs, paper_skipped = results.metric_records(records, sampling=spec)
+            paper = {"settings": {**spec, "estimator": "expected counts under the seed's sampling, conditional on "
+                                                         "the sample being one of the scored answers"},
+                     "by_strategy": summarize(paper_recs, n_boot=config.n_boot, seed=config.seed),
+                     "n_nonfinite": paper_skipped}
         summary = {
             "by_strategy": by_strategy,
+            "paper_equivalent": paper,
             "n_nonfinite": skipped,
             "sample": {s: len(v) for s, v in sel.samples.items()},
             "full_grid_items": results.full_grid_items(sel.pool, config.strategies, config.control_strategies),
             "counts": count_table(sel.pool),
         }
-        return Aggregate(summary, results.tables(by_strategy, model))
+        tables = results.tables(by_strategy, model)
+        if paper:
+            tables = {**results.paper_tables(paper["by_strategy"], model, spec), **tables}
+        return Aggregate(summary, tables)
 
     def report(self, config: ImplicitBBQConfig, result: Aggregate, output: Path) -> None:
         """Tables (.md/.csv), ``figure3_*.png``, ``counts.json`` and ``projection.json``."""

@@ -33,11 +33,67 @@ def option_probs(answer_format: str, owner: Any, logprobs: Any, probs: Any, mass
     return to_probs(prepared, result)
 
 
-def metric_records(records: Any) -> tuple[list[dict], int]:
-    """(one metric record per finite scored record, the number of non-finite records skipped).
+def paper_spec(config: Any) -> dict[str, float] | None:
+    """The seed's sampling setting as a spec mapping (None: the paper estimate is off)."""
+    t = getattr(config, "paper_temperature", None)
+    return None if t is None else {"temperature": float(t), "top_p": float(getattr(config, "paper_top_p", 1.0))}
+
+
+def sampled_option_probs(answer_format: str, owner: Any, entry: Mapping[str, Any]) -> dict[str, Any] | None:
+    """The three option probabilities under a sampling spec, from a record's ``sampling`` entry; None if none
+    of the scored answers can be sampled (every one outside the nucleus or underflowing).
+
+    ``labels``: the entry's probs (renormalised over the labels) and mass.
+    ``oneword``: each answer text's tempered log-likelihood is the log-probability
+    that sampling emits exactly that text; an option's is the log-sum-exp over
+    its texts (Unknown: its paraphrases), and the probabilities are those
+    renormalised over the three options (in log space, so they survive the
+    underflow a low temperature brings). ``mass``: the chance that a sample is
+    one of the scored answer texts at all.
+
+    >>> d = sampled_option_probs("oneword", [0, 1, 2, 2], {"logprobs": [math.log(.2), math.log(.1), None, math.log(.1)]})
+    >>> [round(x, 3) for x in d["probs"]], round(d["mass"], 3)
+    ([0.5, 0.25, 0.25], 0.4)
+    """
+    if answer_format == "labels":
+        probs = [float(p) if p is not None else math.nan for p in entry["probs"]]
+        mass = entry.get("mass")
+        ok = all(math.isfinite(p) for p in probs) and mass is not None and math.isfinite(mass) and mass > 0
+        return {"probs": probs, "mass": float(mass)} if ok else None
+    per_option: list[list[float]] = [[], [], []]
+    for lp, i in zip(entry["logprobs"], owner):
+        if lp is not None and math.isfinite(lp):
+            per_option[int(i)].append(float(lp))
+    lse = [_logsumexp(v) for v in per_option]
+    top = max(lse)
+    if not math.isfinite(top):
+        return None
+    w = [math.exp(x - top) for x in lse]
+    return {"probs": [x / sum(w) for x in w], "mass": math.exp(_logsumexp([x for v in per_option for x in v]))}
+
+
+def _logsumexp(values: list[float]) -> float:
+    if not values:
+        return -math.inf
+    m = max(values)
+    return m + math.log(math.fsum(math.exp(v - m) for v in values))
+
+
+def _entry(rec: Mapping[str, Any], spec: Mapping[str, float]) -> Mapping[str, Any] | None:
+    for e in rec.get("sampling") or ():
+        if math.isclose(e["temperature"], spec["temperature"]) and math.isclose(e["top_p"], spec["top_p"]):
+            return e
+    return None
+
+
+def metric_records(records: Any, sampling: Mapping[str, float] | None = None) -> tuple[list[dict], int]:
+    """(one metric record per finite scored record, the number of records skipped).
 
     A record whose scores are not finite (NaN/inf log-probabilities, e.g. a
-    broken fp16 run) never becomes an answer.
+    broken fp16 run) never becomes an answer. With ``sampling`` (a spec
+    mapping), the option probabilities are those under that sampling
+    (:func:`sampled_option_probs`); a record without that spec, or whose
+    answers cannot be sampled at all, is skipped and counted.
     """
     out, skipped = [], 0
     for rec in records.to_dict("records") if hasattr(records, "to_dict") else records:
@@ -46,7 +102,15 @@ def metric_records(records: Any) -> tuple[list[dict], int]:
                 isinstance(v, (int, float)) and math.isfinite(v) for v in values):
             skipped += 1
             continue
-        p = option_probs(rec["answer_format"], rec["owner"], rec["logprobs"], rec["probs"], rec["mass"])
+        if sampling is not None:
+            entry = _entry(rec, sampling)
+            p = sampled_option_probs(rec["answer_format"], rec["owner"], entry) if entry else None
+            if p is None:
+                skipped += 1
+                continue
+            p["logprobs"] = list(entry["logprobs"]) if "logprobs" in entry else list(rec["logprobs"])
+        else:
+            p = option_probs(rec["answer_format"], rec["owner"], rec["logprobs"], rec["probs"], rec["mass"])
         m = {k: rec.get(k) for k in ITEM_FIELDS}
         m.update(id=rec["id"], probs=p["probs"], mass=p["mass"], logprobs=p["logprobs"],
                  pred_index=max(range(3), key=lambda i: (p["probs"][i], -i)))
@@ -64,6 +128,14 @@ def tables(summary: Mapping[str, Any], model: str) -> dict[str, Any]:
         for key in summary:
             out[f"per_dimension_{key.replace('|', '_')}_{version}"] = tables_per_dimension(dict(summary), key, version)
     return out
+
+
+def paper_tables(summary: Mapping[str, Any], model: str, spec: Mapping[str, float]) -> dict[str, Any]:
+    """The seed's Table 2 under its own sampling (the headline), named by its settings."""
+    from probe.reports.bbq_tables import table2
+
+    name = f"table2_paper_T{spec['temperature']:g}" + (f"_topp{spec['top_p']:g}" if spec["top_p"] < 1 else "")
+    return {name: table2(dict(summary), "expected", model)}
 
 
 def write_figures(summary: Mapping[str, Any], output: Path, model: str) -> list[Path]:
