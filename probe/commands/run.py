@@ -54,6 +54,9 @@ def register(groups: dict) -> None:
     g.add_argument("--score-cache", default=None, metavar="PATH", help="SQLite score cache shared between runs")
     g.add_argument("--threads", type=_positive, default=None, help="torch CPU threads")
     g.add_argument("--no-progress", dest="progress", action="store_false", default=None)
+    g.add_argument("--agreement", dest="agreement_tokens", type=int, nargs="?", const=8, default=None, metavar="N",
+                   help="greedy agreement: decode N tokens (default 8) after each label prompt and report how often "
+                        "the label written is the score argmax (summary.json greedy_agreement)")
     p.set_defaults(func=run)
 
 
@@ -133,7 +136,7 @@ def run(args: argparse.Namespace) -> int:
     values.update(parse_sets(args.sets))
     cli = {k: v for k, v in vars(args).items() if v is not None and k in (
         "device", "dtype", "load_in_8bit", "load_in_4bit", "device_map", "trust_remote_code", "batch_size",
-        "token_budget", "chunk_size", "score_cache", "threads", "progress")}
+        "token_budget", "chunk_size", "score_cache", "threads", "progress", "agreement_tokens")}
     values.update(cli)
     task = get(str(values.pop("task")))
     models = values.pop("models", None)

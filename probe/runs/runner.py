@@ -35,7 +35,7 @@ from probe.runs.record import Record
 
 #: Keys of a run (not of a task) that a YAML config or ``--set`` may give.
 RUN_KEYS = ("device", "dtype", "load_in_8bit", "load_in_4bit", "device_map", "trust_remote_code", "batch_size",
-            "token_budget", "chunk_size", "score_cache", "threads", "progress")
+            "token_budget", "chunk_size", "score_cache", "threads", "progress", "agreement_tokens")
 
 
 @dataclass(frozen=True)
@@ -57,6 +57,9 @@ class RunOptions:
     #: sampling specs (probe.scoring.sampling.SamplingSpec, or {temperature, top_p} mappings): every
     #: label / continuation record then also carries its sampling-equivalent scores ("sampling")
     sampling: tuple[Any, ...] = ()
+    #: greedy agreement (probe.runs.agreement): tokens to decode greedily after each label request's
+    #: prompt, to compare the answer written with the score argmax (0: off)
+    agreement_tokens: int = 0
 
     def __post_init__(self) -> None:
         from probe.scoring.sampling import as_specs
@@ -65,6 +68,8 @@ class RunOptions:
         for name in ("batch_size", "token_budget", "chunk_size"):
             if int(getattr(self, name)) < 1:
                 raise ValueError(f"{name} must be a positive integer, got {getattr(self, name)!r}")
+        if int(self.agreement_tokens) < 0:
+            raise ValueError(f"agreement_tokens must be >= 0, got {self.agreement_tokens!r}")
         if self.load_in_8bit and self.load_in_4bit:
             raise ValueError("choose one of load_in_8bit and load_in_4bit")
 

@@ -18,7 +18,7 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Mapping
+from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 from probe.errors import ProbeError
 from probe.runs.runner import RunOptions, Runner, load
@@ -76,12 +76,14 @@ def run_task(task: Task, config: Any, model: Any, output: str | Path | None = No
             raise ProbeError(f"task {task.name!r}: the selected items gave no requests")
         records = runner.score(requests, out / "records.jsonl" if out else None, task=task.name,
                                sampling=task.sampling(config))
+        agreement = _greedy_agreement(runner, requests, records, out, task.name, options.agreement_tokens)
         if not runner.procs.is_main:  # rank 0 merged the shards; it alone aggregates and writes
             return Evaluation(task.name, str(getattr(lm, "name", "")), records_to_frame([]), {}, {}, out, config)
         frame = records_to_frame(records)
         result: Aggregate = task.aggregate(config, frame, items)
         summary = {"task": task.name, "model": str(getattr(lm, "name", "")), "model_fingerprint": runner.model_id,
-                   "n_items": len(items), "n_records": len(records), **result.summary}
+                   "n_items": len(items), "n_records": len(records), **result.summary,
+                   **({"greedy_agreement": agreement} if agreement else {})}
         if out is not None:
             write_json_atomic(out / "summary.json", summary)
             # timing first: a task's report may project the full benchmark's time from it
@@ -98,6 +100,23 @@ def run_task(task: Task, config: Any, model: Any, output: str | Path | None = No
     finally:
         if own:
             runner.close()
+
+
+def _greedy_agreement(runner: Runner, requests: Sequence[Any], records: Sequence[Any], out: Path | None,
+                      task: str, max_new_tokens: int) -> dict[str, Any] | None:
+    """Greedy-decode after every label request's prompt (``agreement.jsonl``, resumed like records) and
+    compare the label written with the score argmax (:mod:`probe.runs.agreement`); None when off."""
+    if not max_new_tokens:
+        return None
+    from probe.runs.agreement import agreement_rows, agreement_summary
+    from probe.scoring.generate import GenerationRequest
+
+    labels = [r for r in requests if r.kind == "label"]
+    if not labels:
+        return {"max_new_tokens": max_new_tokens, "note": "no label requests in this task"}
+    gen = [GenerationRequest(r.id, r.prompt, max_new_tokens, meta={"kind": "agreement"}) for r in labels]
+    texts = runner.generate(gen, out / "agreement.jsonl" if out else None, task=task)
+    return {"max_new_tokens": max_new_tokens, **agreement_summary(agreement_rows(records, texts))}
 
 
 def _timing(path: Path, now: dict[str, dict[str, float]], wall: float) -> dict[str, Any]:
