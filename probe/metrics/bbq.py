@@ -200,12 +200,29 @@ def bbq_metrics_ci(
     n_boot: int = 1000,
     seed: int = 0,
     level: float = 0.95,
+    clusters: Sequence[Any] | None = None,
 ) -> dict[str, tuple[float, float]]:
-    """Bootstrap CIs of the four metrics, resampling items within each condition.
+    """Bootstrap CIs of the four metrics.
 
-    Ambiguous and disambiguated items are resampled separately (their metrics are
-    computed on disjoint item sets), each with :func:`probe.metrics.stats.bootstrap_ci`.
+    Without ``clusters``: items are resampled within each condition
+    (ambiguous and disambiguated separately: their metrics are computed on
+    disjoint item sets), each with :func:`probe.metrics.stats.bootstrap_ci`.
+    With ``clusters`` (one id per record: the unit items were drawn from, e.g.
+    a BBQ template instance with its condition x polarity variants), whole
+    clusters are resampled (:func:`probe.metrics.stats.cluster_bootstrap_ci`),
+    the ambiguous and disambiguated items of a cluster together.
     """
+    if clusters is not None:
+        from probe.metrics.stats import cluster_bootstrap_ci
+
+        if len(clusters) != len(records):
+            raise ValueError(f"bbq_metrics_ci: {len(clusters)} cluster ids for {len(records)} records")
+        m = item_matrix(list(records), version) if len(records) else np.zeros((0, 5))
+        fns = {"acc_amb": lambda x: _amb_stats(x[x[:, _AMB] == 1])[0],
+               "bias_amb": lambda x: _amb_stats(x[x[:, _AMB] == 1])[1],
+               "acc_dis": lambda x: _dis_stats(x[x[:, _AMB] == 0])[0],
+               "bias_dis": lambda x: _dis_stats(x[x[:, _AMB] == 0])[1]}
+        return cluster_bootstrap_ci(m, list(clusters), fns, n_boot, seed, level)
     m = item_matrix(list(records), version) if len(records) else np.zeros((0, 5))
     amb, dis = m[m[:, _AMB] == 1], m[m[:, _AMB] == 0]
     nan2 = (math.nan, math.nan)
@@ -223,10 +240,13 @@ def grouped_bbq_metrics(
     ci: bool = False,
     n_boot: int = 1000,
     seed: int = 0,
+    cluster_key: str | None = None,
 ) -> dict[str, dict[str, Any]]:
     """:func:`bbq_metrics` per group (key ``"a|b"`` for several ``by`` fields), plus ``"all"``.
 
-    With ``ci=True`` each version also gets ``"ci": {metric: [low, high]}``.
+    With ``ci=True`` each version also gets ``"ci": {metric: [low, high]}``;
+    ``cluster_key``: the record field naming each record's cluster (then the
+    bootstrap resamples clusters, :func:`bbq_metrics_ci`).
     """
     groups: dict[str, list[Mapping[str, Any]]] = defaultdict(list)
     everything: list[Mapping[str, Any]] = []
@@ -239,7 +259,9 @@ def grouped_bbq_metrics(
         res = bbq_metrics(recs)
         if ci:
             for version in ("argmax", "expected"):
+                clusters = [r[cluster_key] for r in recs] if cluster_key else None
                 res[version]["ci"] = {k: list(v) for k, v in
-                                      bbq_metrics_ci(recs, version, n_boot=n_boot, seed=seed).items()}
+                                      bbq_metrics_ci(recs, version, n_boot=n_boot, seed=seed,
+                                                     clusters=clusters).items()}
         out[key] = res
     return out

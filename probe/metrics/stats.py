@@ -19,12 +19,12 @@ from __future__ import annotations
 
 import math
 import warnings
-from typing import Callable
+from typing import Callable, Hashable, Mapping, Sequence
 
 import numpy as np
 from scipy import stats
 
-__all__ = ["bootstrap_ci"]
+__all__ = ["bootstrap_ci", "cluster_bootstrap_ci"]
 
 
 def bootstrap_ci(
@@ -95,3 +95,61 @@ def bootstrap_ci(
     alpha = (1.0 - level) / 2.0
     lo, hi = np.quantile(finite, [alpha, 1.0 - alpha])
     return (float(lo), float(hi))
+
+
+def cluster_bootstrap_ci(
+    data: np.ndarray,
+    clusters: Sequence[Hashable],
+    statistics: Mapping[str, Callable[[np.ndarray], float]],
+    n_boot: int = 2000,
+    seed: int = 0,
+    level: float = 0.95,
+) -> dict[str, tuple[float, float]]:
+    """Percentile bootstrap CIs resampling whole clusters (the unit the items were drawn from).
+
+    Each resample draws as many cluster ids as there are clusters, with
+    replacement, and takes every row of each drawn cluster (a cluster drawn
+    twice contributes its rows twice); every statistic is computed on the same
+    resample. Items of one template or context are not independent: resampling
+    them one by one overstates precision. The NaN rules are those of
+    :func:`bootstrap_ci` (fewer than 2 clusters, or fewer than half the
+    resamples finite: ``(nan, nan)``).
+
+    >>> data = np.array([1.0, 1.0, 0.0, 0.0])
+    >>> ci = cluster_bootstrap_ci(data, ["a", "a", "b", "b"], {"mean": np.mean}, n_boot=200)
+    >>> ci["mean"]   # two clusters: every resample's mean is 0, 0.5 or 1
+    (0.0, 1.0)
+    """
+    arr = np.asarray(data)
+    if len(clusters) != arr.shape[0]:
+        raise ValueError(f"cluster_bootstrap_ci: {len(clusters)} cluster ids for {arr.shape[0]} rows")
+    if not 0.0 < level < 1.0:
+        raise ValueError(f"cluster_bootstrap_ci: level must be in (0, 1), got {level}")
+    if n_boot < 1:
+        raise ValueError(f"cluster_bootstrap_ci: n_boot must be >= 1, got {n_boot}")
+    rows: dict[Hashable, list[int]] = {}
+    for i, c in enumerate(clusters):
+        rows.setdefault(c, []).append(i)
+    members = [np.asarray(v) for v in rows.values()]
+    nan2 = (math.nan, math.nan)
+    if len(members) < 2:
+        return {name: nan2 for name in statistics}
+    rng = np.random.default_rng(seed)
+    boots = {name: np.empty(n_boot) for name in statistics}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # empty denominators in a resample give NaN, dropped below
+        for b in range(n_boot):
+            idx = np.concatenate([members[j] for j in rng.integers(0, len(members), len(members))])
+            sample = arr[idx]
+            for name, fn in statistics.items():
+                boots[name][b] = float(fn(sample))
+    alpha = (1.0 - level) / 2.0
+    out = {}
+    for name, values in boots.items():
+        finite = values[np.isfinite(values)]
+        if finite.size < max(1, n_boot // 2):
+            out[name] = nan2
+        else:
+            lo, hi = np.quantile(finite, [alpha, 1.0 - alpha])
+            out[name] = (float(lo), float(hi))
+    return out

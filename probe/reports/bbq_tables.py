@@ -39,12 +39,21 @@ def _metric_fn(name: str):
     return lambda m: _dis_stats(m[m[:, 0] == 0])[j]
 
 
-def _macro(records: Sequence[dict], version: str, n_boot: int, seed: int) -> dict[str, Any]:
-    """Mean over dimensions of each metric, with a bootstrap CI resampling items within dimensions."""
+def _macro(records: Sequence[dict], version: str, n_boot: int, seed: int,
+           cluster_key: str | None = None) -> dict[str, Any]:
+    """Mean over dimensions of each metric, with a bootstrap CI resampling items (or, with ``cluster_key``,
+    whole clusters) within dimensions."""
     by_dim: dict[str, list[dict]] = defaultdict(list)
     for r in records:
         by_dim[r["dimension"]].append(r)
     mats = {d: item_matrix(rs, version) for d, rs in sorted(by_dim.items())}
+    # resampling units per dimension: row index arrays of its clusters (or one row each)
+    units = {}
+    for d, rs in sorted(by_dim.items()):
+        groups: dict[Any, list[int]] = defaultdict(list)
+        for i, r in enumerate(rs):
+            groups[r[cluster_key] if cluster_key else i].append(i)
+        units[d] = [np.asarray(v) for v in groups.values()]
     out: dict[str, Any] = {"dimensions": sorted(mats)}
     rng = np.random.default_rng(seed)
     for name in METRIC_NAMES:
@@ -53,8 +62,9 @@ def _macro(records: Sequence[dict], version: str, n_boot: int, seed: int) -> dic
         finite = [v for v in vals if not math.isnan(v)]
         out[name] = float(np.mean(finite)) if finite else math.nan
         boots = []
-        for _ in range(n_boot):  # stratified: resample each dimension's items separately
-            bv = [fn(m[rng.integers(0, len(m), len(m))]) for m in mats.values() if len(m)]
+        for _ in range(n_boot):  # stratified: resample each dimension's units separately
+            bv = [fn(m[np.concatenate([units[d][j] for j in rng.integers(0, len(units[d]), len(units[d]))])])
+                  for d, m in mats.items() if len(m)]
             bv = [v for v in bv if not math.isnan(v)]
             boots.append(np.mean(bv) if bv else math.nan)
         b = np.asarray(boots, dtype=float)
@@ -63,10 +73,13 @@ def _macro(records: Sequence[dict], version: str, n_boot: int, seed: int) -> dic
     return out
 
 
-def summarize(records: Sequence[dict], n_boot: int = 1000, seed: int = 0) -> dict[str, Any]:
+def summarize(records: Sequence[dict], n_boot: int = 1000, seed: int = 0,
+              cluster_key: str | None = None) -> dict[str, Any]:
     """Nested summary: ``[strategy|format][context_kind]`` -> pooled, macro and per-dimension metrics.
 
     Also ``[strategy|format]["_mass"]``: mean probability mass the scored answers carry.
+    ``cluster_key``: the record field naming each record's cluster; CIs then
+    resample whole clusters (``None``: single items).
     """
     groups: dict[str, dict[str, list[dict]]] = defaultdict(lambda: defaultdict(list))
     for r in records:
@@ -82,17 +95,23 @@ def summarize(records: Sequence[dict], n_boot: int = 1000, seed: int = 0) -> dic
                 continue
             entry: dict[str, Any] = {"n": len(rs)}
             for version in VERSIONS:
+                def ci(part: list[dict]) -> dict[str, list[float]]:
+                    clusters = [r[cluster_key] for r in part] if cluster_key else None
+                    return {k: list(v) for k, v in bbq_metrics_ci(part, version, n_boot, seed,
+                                                                  clusters=clusters).items()}
+
                 pooled = bbq_metrics(rs)[version]
-                pooled["ci"] = {k: list(v) for k, v in bbq_metrics_ci(rs, version, n_boot, seed).items()}
+                pooled["ci"] = ci(rs)
                 by_dim = {}
                 dims: dict[str, list[dict]] = defaultdict(list)
                 for r in rs:
                     dims[r["dimension"]].append(r)
                 for d, drs in sorted(dims.items()):
                     m = bbq_metrics(drs)[version]
-                    m["ci"] = {k: list(v) for k, v in bbq_metrics_ci(drs, version, n_boot, seed).items()}
+                    m["ci"] = ci(drs)
                     by_dim[d] = m
-                entry[version] = {"pooled": pooled, "macro": _macro(rs, version, n_boot, seed), "by_dimension": by_dim}
+                entry[version] = {"pooled": pooled, "macro": _macro(rs, version, n_boot, seed, cluster_key),
+                                  "by_dimension": by_dim}
             out[key][kind] = entry
     return out
 

@@ -191,6 +191,9 @@ class BBQTask(Task):
         from probe.tasks.implicitbbq.results import metric_records
 
         recs, n_nonfinite = metric_records(records)
+        cluster = {it.id: unit_key(it) for it in items}
+        for r in recs:
+            r["cluster"] = cluster.get(r["item_id"], r["item_id"])
         skipped = list(getattr(items, "skipped", []))
         by_format: dict[str, Any] = {}
         for fmt in config.answer_formats:
@@ -198,7 +201,8 @@ class BBQTask(Task):
             masses = [r["mass"] for r in mine]
             by_format[fmt] = {
                 "by_category": grouped_bbq_metrics(mine, by=("category",), ci=config.n_boot > 0,
-                                                   n_boot=max(config.n_boot, 1), seed=config.seed),
+                                                   n_boot=max(config.n_boot, 1), seed=config.seed,
+                                                   cluster_key="cluster"),
                 "mean_mass": sum(masses) / len(masses) if masses else math.nan,
                 "n_records": len(mine),
             }
@@ -210,6 +214,8 @@ class BBQTask(Task):
             "skipped": [vars(s) for s in skipped],
             "sources": dict(getattr(items, "sources", {})),
             "strategy": config.strategy,
+            "ci": {"method": "percentile bootstrap, 95%", "n_boot": config.n_boot,
+                   "unit": "template instance (its condition x polarity variants and the swapped-name fill)"},
         }
         return Aggregate(summary, {f"by_category_{fmt}": category_table(v["by_category"])
                                    for fmt, v in by_format.items()})

@@ -2,6 +2,7 @@
 
 import math
 
+import numpy as np
 import pytest
 
 from probe.metrics.bbq import bbq_metrics, bbq_metrics_ci, grouped_bbq_metrics, item_matrix
@@ -124,3 +125,28 @@ def test_grouped_by_category():
     assert set(g) == {"A", "B", "all"}
     assert g["A"]["argmax"]["acc_amb"] == pytest.approx(0.25)
     assert g["all"]["n"] == 8
+
+
+def test_cluster_bootstrap_resamples_whole_clusters_and_is_wider_for_correlated_items():
+    """Two clusters whose items agree within a cluster: the item bootstrap is narrow, the cluster one spans
+    both cluster values; one cluster only: NaN; clusters of single items: the item bootstrap's distribution."""
+    import math
+
+    from probe.metrics.stats import cluster_bootstrap_ci
+
+    def rec(pred: int) -> dict:
+        return dict(context_condition="ambig", question_polarity="neg", label=2, target_index=0,
+                    unknown_index=2, pred_index=pred)
+
+    recs = [rec(2)] * 20 + [rec(0)] * 20  # cluster a answers Unknown, cluster b the target
+    clusters = ["a"] * 20 + ["b"] * 20
+    items = bbq_metrics_ci(recs, "argmax", n_boot=400, seed=1)["acc_amb"]
+    clustered = bbq_metrics_ci(recs, "argmax", n_boot=400, seed=1, clusters=clusters)["acc_amb"]
+    assert items[1] - items[0] < 0.4 and clustered == (0.0, 1.0)
+    one = bbq_metrics_ci(recs, "argmax", n_boot=50, clusters=["a"] * 40)
+    assert all(math.isnan(v) for pair in one.values() for v in pair)
+    with pytest.raises(ValueError, match="cluster ids"):
+        bbq_metrics_ci(recs, "argmax", clusters=["a"])
+    data = np.arange(10, dtype=float)
+    ci = cluster_bootstrap_ci(data, list(range(10)), {"mean": np.mean, "max": np.max}, n_boot=300, seed=0)
+    assert 2.0 < ci["mean"][0] < 4.5 < ci["mean"][1] < 7.0 and ci["max"][1] == 9.0

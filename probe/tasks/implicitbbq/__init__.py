@@ -168,18 +168,23 @@ class ImplicitBBQTask(Task):
 
         sel = self._selection(config, items)
         recs, skipped = results.metric_records(records)
-        by_strategy = summarize(recs, n_boot=config.n_boot, seed=config.seed)
+        results.add_clusters(recs, sel.pool)
+        by_strategy = summarize(recs, n_boot=config.n_boot, seed=config.seed, cluster_key="cluster")
         model = str(records["model"].iloc[0]) if len(records) else "model"
         spec = results.paper_spec(config)
         paper: dict[str, Any] = {}
         if spec:
             paper_recs, paper_skipped = results.metric_records(records, sampling=spec)
+            results.add_clusters(paper_recs, sel.pool)
             paper = {"settings": {**spec, "estimator": "expected counts under the seed's sampling, conditional on "
                                                          "the sample being one of the scored answers"},
-                     "by_strategy": summarize(paper_recs, n_boot=config.n_boot, seed=config.seed),
+                     "by_strategy": summarize(paper_recs, n_boot=config.n_boot, seed=config.seed,
+                                              cluster_key="cluster"),
                      "n_nonfinite": paper_skipped}
         summary = {
             "by_strategy": by_strategy,
+            "ci": {"method": "percentile bootstrap, 95%", "n_boot": config.n_boot,
+                   "unit": "template x context (a Person context with all its cue pairs; an explicit fill)"},
             "paper_equivalent": paper,
             "n_nonfinite": skipped,
             "sample": {s: len(v) for s, v in sel.samples.items()},

@@ -33,6 +33,23 @@ def option_probs(answer_format: str, owner: Any, logprobs: Any, probs: Any, mass
     return to_probs(prepared, result)
 
 
+def cluster_of(item: Any) -> str:
+    """The bootstrap cluster of an item: its template x context (a Person context crossed with its cue
+    pairs is one cluster; an explicit context is its fill with its condition x polarity variants)."""
+    from probe.tasks.implicitbbq.sample import unit_key
+
+    context = item.metadata.get("context_id") or unit_key(item)
+    return f"{item.template_id}|{context}"
+
+
+def add_clusters(recs: list[dict], items: Any) -> list[dict]:
+    """Each metric record gets ``cluster`` (:func:`cluster_of` its item)."""
+    clusters = {it.id: cluster_of(it) for it in items}
+    for r in recs:
+        r["cluster"] = clusters.get(r["item_id"], r["item_id"])
+    return recs
+
+
 def paper_spec(config: Any) -> dict[str, float] | None:
     """The seed's sampling setting as a spec mapping (None: the paper estimate is off)."""
     t = getattr(config, "paper_temperature", None)
