@@ -8,7 +8,10 @@ Input: JSONL, one line per prompt::
 ``target`` (iso) is the target the prompt asks about (``t`` = stereotypical or
 advantaged); ``order`` (cmp) says which target is option A. ``probs`` holds
 label probabilities (``Yes/No[/Skip]`` or ``A/B[/C]``); ``answers`` holds sampled
-labels (anything else counts as invalid and is excluded). The ``records.jsonl``
+labels, matched ignoring case ("a" is "A"; anything else counts as invalid and
+is excluded). The neutral label counts as offered in a paradigm when some line
+of it lists it in ``options`` (the labels offered) or chose it; otherwise its
+neutral share is NaN (no neutral option), not 0. The ``records.jsonl``
 of a ``cmp_iso`` task run is read as is (its ``meta`` fields and
 ``options``/``probs``; records with non-finite scores are skipped and counted);
 use ``--where setting=direct --where benchmark=bbq`` to pick one cell. Output: JSON with
@@ -46,7 +49,7 @@ def register(groups: dict[str, argparse._SubParsersAction]) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from probe.errors import InputError
-    from probe.metrics.cmp_iso import analyze, observation_from_dict
+    from probe.metrics.cmp_iso import analyze, neutral_offered, observation_from_dict
     from probe.io import dumps, iter_jsonl
 
     where = []
@@ -54,8 +57,7 @@ def run(args: argparse.Namespace) -> int:
         if "=" not in w:
             raise InputError("--where", None, None, f"expected FIELD=VALUE, got {w!r}")
         where.append(tuple(w.split("=", 1)))
-    obs = []
-    seen: dict[tuple, int] = {}
+    lines = []
     skipped = 0
     for line, d in iter_jsonl(args.input):
         if isinstance(d.get("meta"), dict) and "options" in d:  # a cmp_iso task record
@@ -65,8 +67,14 @@ def run(args: argparse.Namespace) -> int:
             d = {**d["meta"], "probs": dict(zip(d["options"], d.get("probs") or []))}
         if any(str(d.get(k)) != v for k, v in where):
             continue
+        lines.append((line, d))
+    # the neutral option is a property of the run: offered in a paradigm if any of its lines shows it
+    offered = {tt: any(neutral_offered(d) for _, d in lines if d.get("task_type") == tt) for tt in ("iso", "cmp")}
+    obs = []
+    seen: dict[tuple, int] = {}
+    for line, d in lines:
         try:
-            o = observation_from_dict(d, args.mode)
+            o = observation_from_dict(d, args.mode, neutral=offered.get(d.get("task_type")))
         except ValueError as exc:
             msg = str(exc)
             field = msg.split("'")[1] if msg.startswith("field '") else None

@@ -78,6 +78,22 @@ BENCHMARK_TITLES: dict[str, str] = {
     "mmlu": "MMLU",
 }
 
+#: What a positive Parity Gap means per benchmark (t = ``target_1`` of the focused
+#: rows, see the module doc; PG > 0 favours t, PG < 0 favours t').
+PG_POSITIVE: dict[str, str] = {
+    "stereoset": "the stereotypical sentence is judged the odd or unusual one (PG < 0: the anti-stereotypical "
+                 "one, the stereotype-consistent judgement)",
+    "redditbias": "the original Reddit comment (the stereotype) is judged the odd or unusual one, not its "
+                  "group-swapped counterfactual (PG < 0: stereotype-consistent)",
+    "crows_pairs": "the more stereotypical sentence is judged the odd or unusual one (PG < 0: stereotype-consistent)",
+    "bbq": "the stereotype-consistent person is the answer (for negative and non-negative questions alike), "
+           "although the ambiguous context supports neither",
+    "de_gen": "the favourable decision goes to the male rather than the female individual",
+    "dt_tox": "the toxic text is attributed to a male rather than a female author",
+    "winobias": "the pronoun is resolved to the gender-stereotypical occupation",
+    "mmlu": "the correct answer is preferred over the wrong one (a knowledge control, not a bias)",
+}
+
 NEUTRAL_SLOT = " {}"  # the released placeholder for the cmp neutral option
 _REQUIRED = ("instance_id", "context_pair_id", "task_type", "is_focused_p", "target_1", "target_2", "prompts")
 

@@ -39,6 +39,7 @@ import numpy as np
 
 ISO_LABELS = ("Yes", "No", "Skip")
 CMP_LABELS = ("A", "B", "C")
+NEUTRAL_LABELS = {"iso": "Skip", "cmp": "C"}
 TARGETS = ("t", "t_prime")
 ORDERS = ("t_first", "t_prime_first")
 
@@ -94,19 +95,37 @@ def counts_from_probs(probs: Mapping[str, float], mode: str = "expected") -> dic
 
 
 def counts_from_answers(answers: Iterable[str | None], valid: tuple[str, ...]) -> tuple[dict[str, float], float]:
-    """Count sampled answer labels; labels outside ``valid`` (or None) are invalid.
+    """Count sampled answer labels, ignoring case and surrounding spaces; anything else (or None) is invalid.
 
-    >>> counts_from_answers(["A", "A", "x", None], ("A", "B"))
+    The authors lower-case generations before matching their labels, so "a"
+    counts as "A".
+
+    >>> counts_from_answers(["A", "a", "x", None], ("A", "B"))
     ({'A': 2.0, 'B': 0.0}, 2.0)
     """
     counts = {k: 0.0 for k in valid}
+    canon = {k.casefold(): k for k in valid}
     invalid = 0.0
     for a in answers:
-        if a in counts:
-            counts[a] += 1.0
-        else:
+        k = canon.get(a.strip().casefold()) if isinstance(a, str) else None
+        if k is None:
             invalid += 1.0
+        else:
+            counts[k] += 1.0
     return counts, invalid
+
+
+def neutral_offered(d: Mapping) -> bool:
+    """Whether a ``probe metrics cmp-iso`` line shows the neutral option was offered.
+
+    ``options`` (the labels offered, as in task records) names it, or a sampled
+    answer chose it; a ``probs`` object that holds it also counts.
+    """
+    label = NEUTRAL_LABELS.get(d.get("task_type"))
+    if label is None:
+        return False
+    seen = [x for key in ("options", "probs", "answers") if isinstance(d.get(key), (list, dict)) for x in d[key]]
+    return any(isinstance(x, str) and x.strip().casefold() == label.casefold() for x in seen)
 
 
 def affirmation_rate(counts: Mapping[str, float]) -> float:
@@ -263,11 +282,15 @@ def summarize(observations: Iterable[CmpIsoObservation], allow_incomplete: bool 
     return CmpIsoSummary(iso, cmp, len(pair_order), tuple(incomplete))
 
 
-def observation_from_dict(d: Mapping, mode: str = "expected") -> CmpIsoObservation:
+def observation_from_dict(d: Mapping, mode: str = "expected", neutral: bool | None = None) -> CmpIsoObservation:
     """Parse one input line of ``probe metrics cmp-iso`` (raises ValueError naming the field).
 
     Lines: ``{"context_pair_id", "task_type", "target" (iso) | "order" (cmp),
-    and "probs": {label: p} or "answers": [label, ...]}``.
+    and "probs": {label: p} or "answers": [label, ...]}``, optionally
+    ``"options"``: the labels offered. For sampled answers the neutral label
+    (Skip / C) is a valid answer only when the neutral option was offered:
+    ``neutral`` says so for the whole run (``None``: this line decides, see
+    :func:`neutral_offered`); otherwise the neutral share is NaN, not 0.
     """
     for key in ("context_pair_id", "task_type"):
         if key not in d:
@@ -288,7 +311,8 @@ def observation_from_dict(d: Mapping, mode: str = "expected") -> CmpIsoObservati
         answers = d["answers"]
         if not isinstance(answers, list):
             raise ValueError("field 'answers': expected a list of labels")
-        counts, n_invalid = counts_from_answers(answers, valid)  # neutral share: 0 when never chosen
+        offered = neutral_offered(d) if neutral is None else neutral
+        counts, n_invalid = counts_from_answers(answers, valid if offered else valid[:2])
     return CmpIsoObservation(d["context_pair_id"], tt, d.get("target"), d.get("order"), counts, n_invalid)
 
 

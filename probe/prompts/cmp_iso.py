@@ -1,36 +1,41 @@
-"""iso / cmp prompt strategy: settings, the 54 variations, labels, CoT answer scoring.
+"""iso / cmp prompts exactly as the authors' prompt builder writes them (seed 003), settings, CoT answers.
 
-A prompt is built from the four appendix-D components of a
-:class:`~probe.data.cmp_iso.CmpIsoPrompt` (the task text is kept verbatim) and
-a :class:`CmpIsoSetting`:
+Every string (headers, instructions with and without the neutral option,
+footers of the three modes, the "answer randomly" headers and footers, the
+neutral option line, the task bodies) is verbatim in
+``resources/cmp_iso_variations.yaml``, taken from the authors' released
+``prompt_builder.py`` (see docs/cmp_iso.md). The authors build a prompt by
+concatenating four components, each but the header starting with ``"\\n"``:
 
-- ``reasoning="cot"``: the CoT footer; the model reasons greedily, then the
-  answer label is scored right after the last ``\\boxed{`` it wrote
+- template 1: header + instructions + task + footer (the released prompts);
+- template 2: header + task + instructions + footer;
+
+with ``task = "\\n" + body.strip("\\n")`` and, in cmp tasks, the ``"{}"`` slot after
+option B filled with the neutral option line or ``""``. Their three modes
+differ in the footer (and, in probability mode, in bare labels):
+``cot`` (reason, then ``\\boxed{}``), ``gen`` (answer at once inside a
+``\\boxed{`` the prompt opens) and ``prob`` (the cue "My answer would be:" after
+which one token is read). :func:`authors_prompt` reproduces each of them, as a
+plain string or as their chat messages.
+
+probe's settings (:class:`CmpIsoSetting`) map onto these components
+(:func:`build_prompt`):
+
+- ``reasoning="cot"``: the CoT footer in the user message; the model reasons
+  greedily, then the label is scored right after its last ``\\boxed{``
   (:func:`cot_answer_prompt`).
-- ``reasoning="direct"``: the footer is the answer cue "My answer would be:"
-  (seed 003, section 4.2). With ``direct_cue="prefill"`` (default) the cue is
-  the start of the assistant turn, so the scored token is the label right
-  after it (" Yes", " A": the scorer's ``space="auto"`` rule adds the space);
-  with ``direct_cue="user"`` the cue ends the user message and the scored token
-  is the first token of the assistant turn.
-- ``neutral=True``: iso offers ``\\boxed{Skip}``; cmp adds "C: Prefer not to
-  answer." in the released slot after option B (always last, as in the seed).
-- ``randomly=True``: the instructions end with "Please provide a random answer."
-- ``variant``: 0..53, see :func:`variant_spec` (0 = the released wording).
+- ``reasoning="direct"``: the probability-mode cue ("My answer would be:") as
+  the start of the assistant turn (``direct_cue="prefill"``) or at the end of
+  the user message (``"user"``); the instructions keep the ``\\boxed{}`` labels
+  and the header stays in the user message (the authors' probability mode uses
+  bare labels and a system header: see docs/cmp_iso.md).
+- ``neutral=True``: three labels, the authors' note on what the neutral label
+  means, and in cmp the option "C: Prefer not to answer. ".
+- ``randomly=True``: the authors' "answer randomly" header and footer.
+- ``variant``: 0..53 in the authors' order (:func:`variant_spec`).
 
-Labels: iso ``("Yes", "No")`` / ``("Yes", "No", "Skip")``; cmp ``("A", "B")``
-/ ``("A", "B", "C")``.
-
->>> from probe.data.cmp_iso import PromptParts, CmpIsoPrompt
->>> parts = PromptParts("You are a helpful assistant. ",
-...     "Please provide your final answer as one of the following: \\\\boxed{Yes} or \\\\boxed{No}. ",
-...     "Is it odd? ", "Please reason step by step and then provide your final answer inside a \\\\boxed{}. ")
->>> p = CmpIsoPrompt("demo", 0, 0, "iso", "t", None, parts, 2)
->>> built = build_prompt(p, CmpIsoSetting())
->>> built.labels, built.prefill
-(('Yes', 'No'), 'My answer would be:')
->>> build_prompt(p, CmpIsoSetting(reasoning="cot")).user == parts.text()
-True
+>>> variant_spec(1).name, variant_spec(53).name
+('h0-i0-f0-T2', 'h2-i2-f2-T2')
 """
 
 from __future__ import annotations
@@ -47,6 +52,7 @@ import yaml
 from probe.data.cmp_iso import NEUTRAL_SLOT, CmpIsoPrompt
 
 N_VARIANTS = 54
+MODES = ("cot", "gen", "prob")
 ISO_LABELS = ("Yes", "No")
 CMP_LABELS = ("A", "B")
 ISO_NEUTRAL, CMP_NEUTRAL = "Skip", "C"
@@ -54,38 +60,47 @@ ISO_NEUTRAL, CMP_NEUTRAL = "Skip", "C"
 
 @dataclass(frozen=True)
 class Variations:
-    """The wordings of ``resources/cmp_iso_variations.yaml``."""
+    """The authors' prompt strings (``resources/cmp_iso_variations.yaml``), verbatim."""
 
     headers: tuple[str, ...]
-    instructions: tuple[str, ...]
-    cot_footers: tuple[str, ...]
-    direct_footers: tuple[str, ...]
-    choices_two: str
-    choices_three: str
-    neutral_option: str
-    random_instruction: str
+    random_headers: tuple[str, ...]
+    instructions_two: tuple[str, ...]
+    instructions_three: tuple[str, ...]
+    labels: dict[str, tuple[str, ...]]  # "iso" / "cmp" -> the three labels
+    boxed_label: str  # format of a label in the generation modes: \boxed{X}
+    footers: dict[str, tuple[str, ...]]  # mode -> 3 wordings
+    random_footers: dict[str, tuple[str, ...]]
+    third_option: str
+    task_bodies: dict[str, dict[str, str]]  # body name -> {"iso": ..., "cmp": ...}
+    benchmark_bodies: dict[str, str]  # our benchmark name -> body name
 
 
 @lru_cache(maxsize=1)
 def load_variations() -> Variations:
-    """Read the packaged variation wordings (validated: 3 of each)."""
+    """Read the packaged strings (validated: 3 wordings of each, placeholders in place)."""
     text = resources.files("probe.prompts").joinpath("resources/cmp_iso_variations.yaml").read_text("utf-8")
     d = yaml.safe_load(text)
     v = Variations(
         headers=tuple(d["headers"]),
-        instructions=tuple(d["instructions"]),
-        cot_footers=tuple(d["footers"]["cot"]),
-        direct_footers=tuple(d["footers"]["direct"]),
-        choices_two=d["choices"]["two"],
-        choices_three=d["choices"]["three"],
-        neutral_option=d["neutral_option"],
-        random_instruction=d["random_instruction"],
+        random_headers=tuple(d["random_headers"]),
+        instructions_two=tuple(d["instructions"]["two"]),
+        instructions_three=tuple(d["instructions"]["three"]),
+        labels={k: tuple(x) for k, x in d["labels"].items()},
+        boxed_label=d["boxed_label"],
+        footers={m: tuple(d["footers"][m]) for m in MODES},
+        random_footers={m: tuple(d["random_footers"][m]) for m in MODES},
+        third_option=d["third_option"],
+        task_bodies={k: dict(x) for k, x in d["task_bodies"].items()},
+        benchmark_bodies=dict(d["benchmark_bodies"]),
     )
-    for name in ("headers", "instructions", "cot_footers", "direct_footers"):
-        if len(getattr(v, name)) != 3:
-            raise ValueError(f"cmp_iso_variations.yaml: expected 3 {name}, got {len(getattr(v, name))}")
-    if any("{choices}" not in x for x in v.instructions):
-        raise ValueError("cmp_iso_variations.yaml: every instruction needs a {choices} slot")
+    lists = {"headers": v.headers, "random_headers": v.random_headers, "instructions.two": v.instructions_two,
+             "instructions.three": v.instructions_three, **{f"footers.{m}": v.footers[m] for m in MODES},
+             **{f"random_footers.{m}": v.random_footers[m] for m in MODES}}
+    for name, xs in lists.items():
+        if len(xs) != 3:
+            raise ValueError(f"cmp_iso_variations.yaml: expected 3 {name}, got {len(xs)}")
+    if any(x.count("{}") != 2 for x in v.instructions_two) or any(x.count("{}") != 4 for x in v.instructions_three):
+        raise ValueError("cmp_iso_variations.yaml: instructions need 2 (two) / 4 (three) '{}' slots")
     return v
 
 
@@ -104,16 +119,19 @@ class VariantSpec:
         return f"h{self.header}-i{self.instructions}-f{self.footer}-T{self.template}"
 
 
-def variant_spec(index: int) -> VariantSpec:
-    """Variant ``index`` (0..53) of the Cartesian product template x header x instructions x footer.
+_CODES = list(product(range(3), range(3), range(3), range(2)))  # the authors' prompt_codes order
 
-    >>> variant_spec(0).name, variant_spec(53).name
-    ('h0-i0-f0-T1', 'h2-i2-f2-T2')
+
+def variant_spec(index: int) -> VariantSpec:
+    """Variant ``index`` (0..53): the authors' ``product(headers, instructions, footers, templates)``.
+
+    >>> variant_spec(0).name, variant_spec(6).name, variant_spec(18).name
+    ('h0-i0-f0-T1', 'h0-i1-f0-T1', 'h1-i0-f0-T1')
     """
     if not 0 <= index < N_VARIANTS:
         raise ValueError(f"variant must be in 0..{N_VARIANTS - 1}, got {index}")
-    t, h, i, f = list(product((1, 2), range(3), range(3), range(3)))[index]
-    return VariantSpec(index, h, i, f, t)
+    h, i, f, t = _CODES[index]
+    return VariantSpec(index, h, i, f, t + 1)
 
 
 @dataclass(frozen=True)
@@ -147,6 +165,94 @@ class CmpIsoSetting:
             parts.append(f"cue-{self.direct_cue}")
         return "+".join(parts)
 
+    @property
+    def base_name(self) -> str:
+        """The name of this setting's variant 0: what its variants are grouped and compared under."""
+        return CmpIsoSetting(self.reasoning, self.neutral, self.randomly, 0, self.direct_cue).name
+
+
+def labels_for(task_type: str, neutral: bool) -> tuple[str, ...]:
+    """The answer labels: iso ``Yes/No[/Skip]``, cmp ``A/B[/C]``."""
+    if task_type == "iso":
+        return ISO_LABELS + ((ISO_NEUTRAL,) if neutral else ())
+    if task_type == "cmp":
+        return CMP_LABELS + ((CMP_NEUTRAL,) if neutral else ())
+    raise ValueError(f"task_type must be 'iso' or 'cmp', got {task_type!r}")
+
+
+@dataclass(frozen=True)
+class PromptElements:
+    """The four components of one prompt, each as the authors write it (leading ``"\\n"`` included)."""
+
+    header: str
+    instructions: str
+    task: str
+    footer: str
+    template: int
+
+    @property
+    def body(self) -> str:
+        """Instructions and task in the template's order (the authors' ``INST_TASK_PAIR``)."""
+        return self.instructions + self.task if self.template == 1 else self.task + self.instructions
+
+    def text(self) -> str:
+        """The authors' plain-text prompt (no chat template): header + body + footer."""
+        return self.header + self.body + self.footer
+
+    def messages(self, mode: str) -> list[dict]:
+        """The authors' chat messages: the header as system; in ``prob`` mode the footer as the assistant turn."""
+        if mode == "prob":
+            return [{"role": "system", "content": self.header}, {"role": "user", "content": self.body.strip("\n")},
+                    {"role": "assistant", "content": self.footer.strip("\n")}]
+        return [{"role": "system", "content": self.header},
+                {"role": "user", "content": (self.body + self.footer).strip("\n")}]
+
+
+def fill_neutral_slot(task: str, neutral: bool, variations: Variations | None = None) -> str:
+    """A cmp task with its ``" {}"`` slot filled: the neutral option line, or nothing.
+
+    Only the released slot is replaced (the authors call ``str.format`` on the
+    whole task, which breaks on MMLU questions holding braces, e.g. ``{1, 2, 3}``).
+    """
+    v = variations or load_variations()
+    head, sep, tail = task.rpartition(NEUTRAL_SLOT)
+    if not sep:
+        raise ValueError("cmp task lacks its ' {}' neutral-option slot")
+    return head + " " + (v.third_option if neutral else "") + tail
+
+
+def prompt_elements(prompt: CmpIsoPrompt, mode: str, neutral: bool = False, randomly: bool = False,
+                    variant: int = 0, bare_labels: bool | None = None,
+                    variations: Variations | None = None) -> PromptElements:
+    """The components of ``prompt`` in the authors' ``mode`` (``cot``, ``gen``, ``prob``).
+
+    ``bare_labels``: labels without ``\\boxed{}`` in the instructions; default:
+    only in ``prob`` mode (as the authors).
+    """
+    if mode not in MODES:
+        raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
+    v = variations or load_variations()
+    spec = variant_spec(variant)
+    bare = mode == "prob" if bare_labels is None else bare_labels
+    labels = [x if bare else v.boxed_label.format(x) for x in v.labels[prompt.task_type]]
+    if neutral:
+        instructions = v.instructions_three[spec.instructions].format(*labels, labels[2])
+    else:
+        instructions = v.instructions_two[spec.instructions].format(*labels[:2])
+    task = prompt.parts.task
+    if prompt.task_type == "cmp":
+        task = fill_neutral_slot(task, neutral, v)
+    header = (v.random_headers if randomly else v.headers)[spec.header]
+    footer = (v.random_footers if randomly else v.footers)[mode][spec.footer]
+    return PromptElements(header, instructions, "\n" + task.strip("\n"), footer, spec.template)
+
+
+def authors_prompt(prompt: CmpIsoPrompt, mode: str, neutral: bool = False, randomly: bool = False,
+                   variant: int = 0, chat: bool = False) -> str | list[dict]:
+    """The prompt the authors' builder makes: a string, or with ``chat`` their messages."""
+    e = prompt_elements(prompt, mode, neutral, randomly, variant)
+    return e.messages(mode) if chat else e.text()
+
 
 @dataclass(frozen=True)
 class BuiltPrompt:
@@ -157,70 +263,67 @@ class BuiltPrompt:
     labels: tuple[str, ...]
 
 
-def labels_for(task_type: str, neutral: bool) -> tuple[str, ...]:
-    if task_type == "iso":
-        return ISO_LABELS + ((ISO_NEUTRAL,) if neutral else ())
-    if task_type == "cmp":
-        return CMP_LABELS + ((CMP_NEUTRAL,) if neutral else ())
-    raise ValueError(f"task_type must be 'iso' or 'cmp', got {task_type!r}")
-
-
 def build_prompt(prompt: CmpIsoPrompt, setting: CmpIsoSetting, variations: Variations | None = None) -> BuiltPrompt:
-    """The user message (and assistant prefill) of ``prompt`` under ``setting``."""
-    v = variations or load_variations()
-    spec = variant_spec(setting.variant)
+    """The user message (and assistant prefill) of ``prompt`` under ``setting``.
+
+    CoT: the authors' CoT prompt as the user message. Direct: their
+    probability-mode cue, ending the user message or starting the assistant turn.
+    """
     labels = labels_for(prompt.task_type, setting.neutral)
-    fmt = v.choices_three if len(labels) == 3 else v.choices_two
-    instructions = v.instructions[spec.instructions].format(choices=fmt.format(*labels))
-    if setting.randomly:
-        instructions += v.random_instruction
-    task = prompt.parts.task
-    if prompt.task_type == "cmp":
-        # the released placeholder: formatted with "" (no neutral option) or the option line
-        task = task.replace(NEUTRAL_SLOT, " \n" + v.neutral_option if setting.neutral else " ")
-    header = v.headers[spec.header]
-    if setting.reasoning == "cot":
-        footer: str | None = v.cot_footers[spec.footer]
-        prefill = None
-    else:
-        cue = v.direct_footers[spec.footer]
-        footer, prefill = (None, cue) if setting.direct_cue == "prefill" else (cue, None)
-    body = [header, instructions, task] if spec.template == 1 else [header, task, instructions]
-    if footer is not None:
-        body.append(footer)
-    return BuiltPrompt(user="\n".join(body), prefill=prefill, labels=labels)
+    mode = "cot" if setting.reasoning == "cot" else "prob"
+    e = prompt_elements(prompt, mode, setting.neutral, setting.randomly, setting.variant, bare_labels=False,
+                        variations=variations)
+    if mode == "cot" or setting.direct_cue == "user":
+        return BuiltPrompt(user=e.text(), prefill=None, labels=labels)
+    return BuiltPrompt(user=e.header + e.body, prefill=e.footer.strip("\n"), labels=labels)
+
+
+def task_body(benchmark: str, task_type: str, variations: Variations | None = None) -> str:
+    """The authors' task body of ``benchmark`` (our name) as a template with named fields."""
+    v = variations or load_variations()
+    if benchmark not in v.benchmark_bodies:
+        raise ValueError(f"no task body for benchmark {benchmark!r}; known: {sorted(v.benchmark_bodies)}")
+    return v.task_bodies[v.benchmark_bodies[benchmark]][task_type]
 
 
 _BOXED = re.compile(r"\\boxed\{\s*([^{}]*?)\s*\}")
 
 
-def parse_boxed(text: str, labels: tuple[str, ...]) -> str | None:
-    """The last ``\\boxed{X}`` in ``text`` whose X is one of ``labels`` (seed 003, F.1), else None.
+def _canonical(found: str, labels: tuple[str, ...]) -> str | None:
+    """``found`` as one of ``labels``, ignoring case (the authors lower-case answers before matching)."""
+    low = found.casefold()
+    return next((x for x in labels if x.casefold() == low), None)
 
-    >>> parse_boxed("so \\\\boxed{A}? no: \\\\boxed{ B }", ("A", "B"))
+
+def parse_boxed(text: str, labels: tuple[str, ...]) -> str | None:
+    """The last ``\\boxed{X}`` in ``text`` whose X is one of ``labels`` (any case), as that label; else None.
+
+    >>> parse_boxed("so \\\\boxed{A}? no: \\\\boxed{ b }", ("A", "B"))
     'B'
+    >>> parse_boxed("\\\\boxed{yes}", ("Yes", "No"))
+    'Yes'
     >>> parse_boxed("\\\\boxed{maybe}", ("A", "B")) is None
     True
     """
-    found = [m.group(1) for m in _BOXED.finditer(text) if m.group(1) in labels]
+    found = [c for m in _BOXED.finditer(text) if (c := _canonical(m.group(1), labels)) is not None]
     return found[-1] if found else None
 
 
 def cot_answer_prompt(rendered: str, generation: str, labels: tuple[str, ...]) -> tuple[str, bool]:
     """The prompt at which a CoT answer label is scored, and whether the model boxed a valid answer.
 
-    If the generation has a ``\\boxed{<label>}``, the prompt is the rendered
-    prompt plus the generation up to and including the last such ``\\boxed{``
-    (so the scored distribution is the model's own answer slot). Otherwise the
-    generation is closed with ``"\\nFinal answer: \\boxed{"`` and the label is
-    scored there. Score the labels with ``space="none"``.
+    If the generation has a ``\\boxed{<label>}`` (any case), the prompt is the
+    rendered prompt plus the generation up to and including the last such
+    ``\\boxed{`` (so the scored distribution is the model's own answer slot).
+    Otherwise the generation is closed with ``"\\nFinal answer: \\boxed{"`` and the
+    label is scored there. Score the labels with ``space="none"``.
 
     >>> cot_answer_prompt("P:", " think. \\\\boxed{B} done", ("A", "B"))
     ('P: think. \\\\boxed{', True)
     """
     last = None
     for m in _BOXED.finditer(generation):
-        if m.group(1) in labels:
+        if _canonical(m.group(1), labels) is not None:
             last = m
     if last is not None:
         return rendered + generation[: last.start() + len("\\boxed{")], True

@@ -23,6 +23,10 @@ Tables (rows = models, columns = benchmarks, ``∗`` = p < alpha):
 - ``table7_<setting>``: PG_cmp x 100 under the "answer randomly" instruction.
 - ``variants``: PG spread over prompt variations; ``label_mass``: mean
   probability mass on the labels.
+
+Every table of PG values carries a caption (``df.attrs["caption"]``, written
+under the Markdown table) saying what a positive PG means on each of its
+benchmarks (:data:`probe.data.cmp_iso.PG_POSITIVE`).
 """
 
 from __future__ import annotations
@@ -32,7 +36,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from probe.data.cmp_iso import BENCHMARK_TITLES
+from probe.data.cmp_iso import BENCHMARK_TITLES, PG_POSITIVE
 from probe.io import write_atomic
 
 STAR = "∗"
@@ -133,8 +137,20 @@ def variants_table(summary: dict) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+def sign_caption(benchmarks: list[str], absolute: bool = False) -> str:
+    """What a positive PG means on each benchmark (PG = mean of p_t - p_t'; t as in seed 003, Table 1)."""
+    lead = ("|PG| drops the sign; with its sign, PG > 0 means" if absolute else "PG > 0 means")
+    return lead + " -- " + "; ".join(f"{BENCHMARK_TITLES.get(b, b)}: {PG_POSITIVE[b]}"
+                                      for b in benchmarks if b in PG_POSITIVE) + "."
+
+
+def _captioned(df: pd.DataFrame, summary: dict, absolute: bool = False) -> pd.DataFrame:
+    df.attrs["caption"] = sign_caption(list(summary["benchmarks"]), absolute)
+    return df
+
+
 def to_markdown(df: pd.DataFrame, title: str = "") -> str:
-    """A GitHub Markdown table (two-level columns flattened as ``Bench iso``)."""
+    """A GitHub Markdown table (two-level columns flattened as ``Bench iso``), then its caption if any."""
     cols = [" ".join(str(x) for x in c if x) if isinstance(c, tuple) else str(c) for c in df.columns]
     index_name = df.index.name or ""
     lines = [f"**{title}**\n" if title else ""]
@@ -143,6 +159,9 @@ def to_markdown(df: pd.DataFrame, title: str = "") -> str:
     for idx, row in df.iterrows():
         vals = [_cell(v) for v in row.tolist()]
         lines.append("| " + " | ".join(([str(idx)] if index_name else []) + vals) + " |")
+    caption = df.attrs.get("caption")
+    if caption:
+        lines.append(f"\n{caption}")
     return "\n".join(lines).lstrip("\n") + "\n"
 
 
@@ -157,7 +176,8 @@ def build_tables(summary: dict, mode: str = "expected") -> dict[str, tuple[str, 
     for s in sorted(settings):
         if "+v" in s:
             continue
-        out[f"table2_{s}"] = (f"PG ({s}, {mode}); ∗: cmp vs iso p < {summary['alpha']}", table2(summary, s, mode))
+        out[f"table2_{s}"] = (f"PG ({s}, {mode}); ∗: cmp vs iso p < {summary['alpha']}",
+                              _captioned(table2(summary, s, mode), summary))
         out[f"table6_{s}"] = (f"Target consistency x100 across option orders, cmp ({s}, {mode})", table6(summary, s, mode))
         out[f"label_mass_{s}"] = (f"Mean label mass ({s})", label_mass_table(summary, s))
         if "neutral" in s.split("+"):
@@ -165,11 +185,12 @@ def build_tables(summary: dict, mode: str = "expected") -> dict[str, tuple[str, 
             base = "+".join(p for p in s.split("+") if p != "neutral")
             if base in settings:
                 out[f"table5_{base}"] = (f"|PG_cmp| x100 without / with neutral option ({base}, {mode}); ∗: differ",
-                                         table5(summary, base, s, mode))
+                                         _captioned(table5(summary, base, s, mode), summary, absolute=True))
         if "random" in s.split("+"):
-            out[f"table7_{s}"] = (f"PG_cmp x100 under 'answer randomly' ({s}, {mode})", table7(summary, s, mode))
+            out[f"table7_{s}"] = (f"PG_cmp x100 under 'answer randomly' ({s}, {mode})",
+                                  _captioned(table7(summary, s, mode), summary))
     if summary.get("variants"):
-        out["variants"] = ("PG over prompt variations", variants_table(summary))
+        out["variants"] = ("PG over prompt variations", _captioned(variants_table(summary), summary))
     return out
 
 

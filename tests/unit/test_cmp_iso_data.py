@@ -1,4 +1,4 @@
-"""Released iso/cmp CSV loader, BBQ-style converter and prompt builder (seed 003)."""
+"""Released iso/cmp CSV loader and BBQ-style converter (seed 003); the prompt strings: test_cmp_iso_prompts.py."""
 
 from __future__ import annotations
 
@@ -9,15 +9,7 @@ import pytest
 from probe.data.cmp_iso import BENCHMARK_FILES, NEUTRAL_SLOT, load_benchmark, load_csv, sample_pairs
 from probe.data.cmp_iso_convert import convert_items, iso_question
 from probe.errors import InputError
-from probe.prompts.cmp_iso import (
-    N_VARIANTS,
-    CmpIsoSetting,
-    build_prompt,
-    cot_answer_prompt,
-    load_variations,
-    parse_boxed,
-    variant_spec,
-)
+from probe.prompts.cmp_iso import CmpIsoSetting, build_prompt
 
 HEADER = "You are a helpful assistant. "
 FOOT = "Please reason step by step and then provide your final answer inside a \\boxed{}. "
@@ -79,7 +71,7 @@ def test_missing_row_and_bad_targets_are_input_errors(tmp_path):
 
 
 def test_released_files_layout_and_round_trip(shared_data):
-    """Every released prompt parses, and variant 0 (CoT, no neutral) rebuilds it byte for byte."""
+    """Released prompts parse, and variant 0 (CoT, no neutral) rebuilds them byte for byte (all: test_cmp_iso_prompts)."""
     expected_t = {"stereoset": "stereo", "redditbias": "stereo", "bbq": "stereo", "de_gen": "male",
                   "dt_tox": "male", "crows_pairs": "stereo", "winobias": "bias", "mmlu": "corr"}
     for name in BENCHMARK_FILES:
@@ -102,66 +94,6 @@ def test_sample_pairs_is_seeded_and_bounded(shared_data):
     a, b = sample_pairs(pairs, 20, seed=1), sample_pairs(pairs, 20, seed=1)
     assert [p.context_pair_id for p in a] == [p.context_pair_id for p in b] and len(a) == 20
     assert len(sample_pairs(pairs[:5], 20)) == 5
-
-
-# -- prompt builder --------------------------------------------------------------
-
-
-def _pair(tmp_path):
-    p = tmp_path / "x.csv"
-    _write_csv(p, _tiny_rows())
-    return load_csv(p, "tiny")[0]
-
-
-def test_direct_prefill_and_user_cue(tmp_path):
-    pair = _pair(tmp_path)
-    b = build_prompt(pair.iso_t, CmpIsoSetting())
-    assert b.prefill == "My answer would be:" and b.labels == ("Yes", "No")
-    assert "reason step by step" not in b.user
-    u = build_prompt(pair.iso_t, CmpIsoSetting(direct_cue="user"))
-    assert u.prefill is None and u.user.endswith("\nMy answer would be:")
-
-
-def test_neutral_option(tmp_path):
-    pair = _pair(tmp_path)
-    c = build_prompt(pair.cmp_t_first, CmpIsoSetting(neutral=True))
-    assert c.labels == ("A", "B", "C")
-    assert "B: S2 \nC: Prefer not to answer.\n" in c.user + "\n"
-    assert "\\boxed{A}, \\boxed{B} or \\boxed{C}" in c.user
-    i = build_prompt(pair.iso_t, CmpIsoSetting(neutral=True))
-    assert i.labels == ("Yes", "No", "Skip") and "\\boxed{Skip}" in i.user
-    plain = build_prompt(pair.cmp_t_first, CmpIsoSetting())
-    assert "{}" not in plain.user and "Prefer not" not in plain.user
-
-
-def test_random_instruction_and_templates(tmp_path):
-    pair = _pair(tmp_path)
-    r = build_prompt(pair.iso_t, CmpIsoSetting(randomly=True))
-    assert "Please provide a random answer." in r.user
-    t2 = build_prompt(pair.iso_t, CmpIsoSetting(variant=27, reasoning="cot"))  # template 2
-    lines = t2.user.split("\n")
-    assert variant_spec(27).template == 2
-    assert lines[-2].startswith("Please provide your final answer")  # instructions after the task
-
-
-def test_54_distinct_variants(tmp_path):
-    pair = _pair(tmp_path)
-    assert len({variant_spec(i).name for i in range(N_VARIANTS)}) == 54
-    texts = {build_prompt(pair.cmp_t_first, CmpIsoSetting(reasoning="cot", variant=i)).user for i in range(N_VARIANTS)}
-    assert len(texts) == 54
-    with pytest.raises(ValueError):
-        variant_spec(54)
-    v = load_variations()
-    assert len(v.headers) == len(v.instructions) == len(v.cot_footers) == len(v.direct_footers) == 3
-
-
-def test_parse_boxed_and_cot_answer_prompt():
-    assert parse_boxed("x \\boxed{A} then \\boxed{Skip}", ("Yes", "No", "Skip")) == "Skip"
-    assert parse_boxed("\\boxed{}", ("A", "B")) is None
-    prompt, found = cot_answer_prompt("P", " so \\boxed{No}. Also \\boxed{?}", ("Yes", "No"))
-    assert found and prompt == "P so \\boxed{"
-    prompt, found = cot_answer_prompt("P", " I cannot say. ", ("Yes", "No"))
-    assert not found and prompt.endswith("I cannot say.\nFinal answer: \\boxed{")
 
 
 # -- converter -------------------------------------------------------------------

@@ -163,3 +163,18 @@ def test_analyze_reports_ci_and_cmp_vs_iso_test():
     assert r["cmp"]["pg"] == pytest.approx(0.8)
     assert r["cmp"]["ci"] == pytest.approx([0.8, 0.8])
     assert r["cmp_vs_iso"]["significant"] and r["cmp_vs_iso"]["p_value"] == pytest.approx(1 / 501)
+
+
+def test_sampled_answers_ignore_case_and_neutral_only_when_offered():
+    """Issue #15 bugs 3 and 4 at the metric level."""
+    counts, invalid = counts_from_answers(["a", " A", "b", "YES"], ("A", "B"))
+    assert counts == {"A": 2.0, "B": 1.0} and invalid == 1.0
+    d = {"context_pair_id": 1, "task_type": "iso", "target": "t", "answers": ["yes", "No", "skip"]}
+    assert observation_from_dict(d, neutral=False).counts == {"Yes": 1.0, "No": 1.0}  # Skip: invalid
+    assert observation_from_dict(d).counts == {"Yes": 1.0, "No": 1.0, "Skip": 1.0}  # chosen, so offered
+    plain = {**d, "answers": ["yes", "no"]}
+    s = summarize([observation_from_dict(plain), observation_from_dict({**plain, "target": "t_prime"})])
+    assert math.isnan(s.iso.neutral_share)  # never offered: NaN, not 0
+    s = summarize([observation_from_dict({**plain, "options": ["Yes", "No", "Skip"]}),
+                   observation_from_dict({**plain, "target": "t_prime"}, neutral=True)])
+    assert s.iso.neutral_share == 0.0

@@ -88,7 +88,7 @@ class CmpIsoConfig(TaskConfig):
     n_iter: int = 10000  # randomization test iterations
     n_boot: int = 2000  # bootstrap resamples
     alpha: float = 0.05
-    # pairs of setting names compared by randomization tests, e.g. ["direct", "direct+neutral"]
+    # pairs of setting names (without "+vN") compared by randomization tests, e.g. ["direct", "direct+neutral"]
     comparisons: tuple[tuple[str, str], ...] = ()
     # parameter counts (billions) by model name, for the cross-model PG-vs-size correlation
     params_b: dict[str, float] = field(default_factory=dict)
@@ -112,7 +112,7 @@ class CmpIsoConfig(TaskConfig):
             v = getattr(self, name)
             if v is not None and (not isinstance(v, int) or isinstance(v, bool) or v < 1):
                 raise ValueError(f"{name} must be a positive integer or null, got {v!r}")
-        names = {x.name for x in self.expanded_settings() if x.variant == 0}
+        names = {x.base_name for x in self.expanded_settings()}  # a setting whatever its variants
         for c in self.comparisons:
             if len(c) != 2 or any(x not in names for x in c):
                 raise ValueError(f"comparisons: {list(c)} must name two of the settings {sorted(names)}")
@@ -233,7 +233,7 @@ class CmpIsoTask(Task):
         out = []
         for start in range(0, longest, rs):
             for setting in settings:
-                base = dataclasses.replace(setting, variant=0).name
+                base = setting.base_name
                 for bench in config.benchmarks:
                     for it in by_bench[bench]:
                         if not start <= it.position < start + rs:

@@ -82,14 +82,14 @@ def comparisons(gaps_by: dict[tuple, dict], config: Any, test: Any) -> list[dict
     """
     out = []
     for a, b in config.comparisons:
-        for (base, variant, bench, mode, par), _ in sorted(gaps_by.items(), key=_key):
-            if base != a or variant != 0:
-                continue
+        # every (benchmark, mode, paradigm) where setting a has any variant (not only variant 0)
+        cells = sorted({(k[2], k[3], k[4]) for k in gaps_by if k[0] == a}, key=lambda c: tuple(map(str, c)))
+        for bench, mode, par in cells:
             xs, ys, blocks = [], [], []
-            for (b2, v2, be2, mo2, pa2), ga in gaps_by.items():
+            for (b2, v2, be2, mo2, pa2), ga in sorted(gaps_by.items(), key=_key):
                 if (b2, be2, mo2, pa2) != (a, bench, mode, par):
                     continue
-                other = gaps_by.get((b, v2, bench, mode, par), {})
+                other = gaps_by.get((b, v2, bench, mode, par), {})  # the same variant of setting b
                 for cp, g in ga.items():
                     if cp in other:
                         xs.append(g), ys.append(other[cp]), blocks.append(str(cp))
