@@ -98,3 +98,13 @@ def test_paper_equivalent_estimate_beside_the_exact_one(long_tiny_lm, shared_dat
             for metric in ("acc_amb", "acc_dis", "bias_amb", "bias_dis"):
                 a, b = exact[metric], sampled[metric]
                 assert (a != a and b != b) or abs(a - b) < 1e-5, (key, kind, metric, a, b)
+
+
+def test_mass_distribution_and_answering_only(long_tiny_lm, shared_data, tmp_path):
+    ev = _run(long_tiny_lm, tmp_path / "run", strategies=["zero_shot"], per_cell={"zero_shot": 1}, mass_floor=0.0)
+    mass = ev.summary["mass"]["zero_shot|labels"]
+    assert mass["floor"] == 0.0 and mass["n_below_floor"] == 0 and mass["n"] > 0
+    # floor 0: every item answers, so the answering-only summary equals the full one
+    full = ev.summary["by_strategy"]["zero_shot|labels"]["explicit"]["expected"]["pooled"]
+    kept = ev.summary["answering_only"]["zero_shot|labels"]["explicit"]["expected"]["pooled"]
+    assert full["acc_amb"] == kept["acc_amb"] and full["n_amb"] == kept["n_amb"]

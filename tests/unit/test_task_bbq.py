@@ -90,6 +90,10 @@ def test_run_reports_n_skipped_and_scores_both_formats(quirky_bbq, tiny_lm, tmp_
     assert all(math.isclose(sum(p), 1.0, abs_tol=1e-6) for p in lab["probs"])
     assert (tmp_path / "out" / "tables" / "by_category_labels.csv").is_file()
     assert "Skipped 2 upstream row(s)" in (tmp_path / "out" / "report.md").read_text()
+    mass = summary["by_format"]["labels"]["mass"]
+    assert mass["n"] == 4 and mass["floor"] == 0.1 and 0 <= mass["median"] <= 1
+    kept = summary["by_format"]["labels"]["answering_only"]["all"]["n"]
+    assert kept == 4 - mass["n_below_floor"]
 
 
 def test_templates_source_and_auto_fallback(shared_data, tmp_path):

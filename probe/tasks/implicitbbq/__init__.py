@@ -70,6 +70,7 @@ class ImplicitBBQConfig(TaskConfig):
     # estimate is the expected count under that sampling distribution (null: exact scores only)
     paper_temperature: float | None = 0.1
     paper_top_p: float = 1.0
+    mass_floor: float = 0.1  # items whose scored answers carry less probability are "not answering"
 
     def __post_init__(self) -> None:
         for k in ("dimensions", "strategies", "answer_formats", "control_strategies"):
@@ -181,8 +182,18 @@ class ImplicitBBQTask(Task):
                      "by_strategy": summarize(paper_recs, n_boot=config.n_boot, seed=config.seed,
                                               cluster_key="cluster"),
                      "n_nonfinite": paper_skipped}
+        from probe.metrics.mass import answering, mass_summary
+
+        keys = sorted({f"{r['strategy']}|{r['answer_format']}" for r in recs})
+        mass = {k: mass_summary([r["mass"] for r in recs if f"{r['strategy']}|{r['answer_format']}" == k],
+                                config.mass_floor) for k in keys}
+        # the same metrics without the items whose answers carry less than the floor
+        answering_only = summarize([r for r in recs if answering(r["mass"], config.mass_floor)],
+                                   n_boot=config.n_boot, seed=config.seed, cluster_key="cluster")
         summary = {
             "by_strategy": by_strategy,
+            "mass": mass,
+            "answering_only": answering_only,
             "ci": {"method": "percentile bootstrap, 95%", "n_boot": config.n_boot,
                    "unit": "template x context (a Person context with all its cue pairs; an explicit fill)"},
             "paper_equivalent": paper,
