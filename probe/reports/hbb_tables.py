@@ -33,7 +33,7 @@ import numpy as np
 import pandas as pd
 
 from probe.data.hbb import CATEGORIES, CATEGORY_LABELS, type_label
-from probe.metrics.hbb import summarize_by
+from probe.metrics.hbb import over_threshold, summarize_by
 
 __all__ = ["table1", "table2", "table8", "table9", "markdown", "cell", "histogram_png", "write_table", "run_tables",
            "report_markdown", "with_model"]
@@ -148,7 +148,7 @@ def histogram_png(scores: Mapping[str, np.ndarray], path: str | Path, threshold:
         s = s[np.isfinite(s)]
         ax.hist(s, bins=bins, color="#4C72B0", edgecolor="white")
         ax.axvline(threshold, color="#C44E52", linestyle="--", linewidth=1, label=f"S = {threshold:g}")
-        ax.set_title(f"{label}\n(n = {s.size}, ≥{threshold:g}: {(s >= threshold).sum()})", fontsize=9)
+        ax.set_title(f"{label}\n(n = {s.size}, ≥{threshold:g}: {over_threshold(s, threshold).sum()})", fontsize=9)
         ax.set_xlabel("bias score S")
         ax.set_xlim(0, 100)
         ax.legend(fontsize=7)
@@ -211,9 +211,10 @@ def run_tables(
             out[f"table9_thr{t:g}"] = _titled(table9(sg, t), f"Table 9 layout (HBB-SG) at S >= {t:g}: count (mean S)",
                                               f"Table 9 layout (HBB-SG) at threshold {t:g}")
     if sampled is not None:
+        over = {v: over_threshold(f["S"], thr) for v, f in frames.items()}
         noise = pd.DataFrame([{
-            "Scoring": labels[v], "exact: count": int((f["S"] >= thr).sum()),
-            "exact: mean S": float(f.loc[f["S"] >= thr, "S"].mean()) if (f["S"] >= thr).any() else float("nan"),
+            "Scoring": labels[v], "exact: count": int(over[v].sum()),
+            "exact: mean S": float(f.loc[over[v], "S"].mean()) if over[v].any() else float("nan"),
             "10 samples (expected): count": sampled[v]["expected_count"],
             "10 samples (expected): mean S": sampled[v]["expected_mean_s"],
         } for v, f in frames.items()])

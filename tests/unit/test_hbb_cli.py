@@ -45,3 +45,39 @@ def test_metrics_hbb_from_probabilities(tmp_path, capsys):
     f.write_text('{"category": "age", "descriptor_type": 1, "p1": 1.5, "p2": 0.4}\n', encoding="utf-8")
     assert main(["metrics", "hbb", "--instances", str(f)]) == 1
     assert "line 1, field 'p1'" in capsys.readouterr().err
+
+
+def test_metrics_hbb_counts_s_exactly_at_the_threshold(tmp_path, capsys):
+    """p1 = 0.6, p2 = 0.4 is S = 20 on paper and 19.999999999999996 in floats: it counts at threshold 20."""
+    f = tmp_path / "p.jsonl"
+    rows = [{"category": "age", "descriptor_type": 1, "p1": 0.6, "p2": 0.4},
+            {"category": "age", "descriptor_type": 1, "p1": 0.7, "p2": 0.5},
+            {"category": "age", "descriptor_type": 1, "p1": 0.6, "p2": 0.41}]
+    f.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    assert main(["metrics", "hbb", "--instances", str(f), "--threshold", "20"]) == 0
+    assert "S >= 20: count 2, mean S 20.00" in capsys.readouterr().out
+
+
+def test_build_hbb_variations_with_a_generator_model(tiny_hbb, tmp_path, model_dir, monkeypatch, capsys):
+    """One generation per concept pair and option by the named model, recorded (and resumed), parsed into
+    variations.jsonl with the original first."""
+    import probe.prompts.hbb as prompts
+
+    short = prompts.HBBPrompts(mcq_instruction="", mcq_question="", mcq_labels=("a", "b"), mcq_answer_cue="",
+                               sg_instruction="", sg_user="", sg_system="",
+                               sg_variation_prompt="Vary [[sentence1_generated]] as [[picked_concept2]].",
+                               sg_variations_asked=9)
+    monkeypatch.setattr(prompts, "load_hbb_prompts", lambda: short)  # the tiny model has 256 positions
+    monkeypatch.setattr(prompts, "parse_variations", lambda text, limit=None: ["[[X]] v."] * (limit or 9))
+    out = tmp_path / "var"
+    args = ["data", "build", "hbb-variations", "--data-dir", str(tiny_hbb), "--output", str(out), "--model",
+            str(model_dir), "--n", "3", "--max-new-tokens", "4", "--threads", "1"]
+    assert main(args) == 0
+    gens = [json.loads(x) for x in (out / "generations.jsonl").read_text().splitlines()]
+    assert [g["id"] for g in gens] == ["0|sg_variations|1", "0|sg_variations|2"]
+    assert [json.loads(x) for x in (out / "variations.jsonl").read_text().splitlines()] == [
+        {"concept_id": 0, "s1": ["[[X]] ran.", "[[X]] v.", "[[X]] v."], "s2": ["[[X]] slept.", "[[X]] v.", "[[X]] v."]}]
+    assert "1 concept pairs, 2 generations" in capsys.readouterr().out
+    before = (out / "generations.jsonl").read_text()
+    assert main(args) == 0 and (out / "generations.jsonl").read_text() == before  # resumed: nothing redone
+    assert main(args[:-4] + ["--n", "11"]) == 1

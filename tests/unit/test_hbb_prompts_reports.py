@@ -1,4 +1,5 @@
-"""HBB prompts (Table 11 text, option order, request ids) and the paper-layout tables."""
+"""HBB prompts (Table 11 text, option order, request ids; HBB-SG as the authors compute it: their prompt files,
+system message, the sentence as the assistant turn, paired variations; variation parsing) and the tables."""
 
 from __future__ import annotations
 
@@ -6,8 +7,17 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from probe.data.hbb import HBBQuestion
-from probe.prompts.hbb import load_hbb_prompts, mcq_requests, mcq_user_message, request_id, sg_prefix, sg_requests
+from probe.data.hbb import HBBConcept, HBBQuestion
+from probe.prompts.hbb import (
+    load_hbb_prompts,
+    mcq_requests,
+    mcq_user_message,
+    parse_variations,
+    request_id,
+    sg_prefix,
+    sg_requests,
+    sg_variation_prompt,
+)
 from probe.reports.hbb_tables import cell, histogram_png, markdown, table1, table2, table8, table9, write_table
 
 Q = HBBQuestion("7:gender:1:female", 7, "gender", 1, "female", "Mother", "Mother sat down.",
@@ -41,18 +51,67 @@ def test_mcq_requests_plain_text_gets_answer_cue_and_ids():
                       "descriptor_type": 1, "identity": "female"}
 
 
-def test_sg_requests_n_variations():
-    reqs = sg_requests([Q])
+def test_sg_prompt_files_are_the_authors_verbatim():
+    p = load_hbb_prompts()
+    assert p.sg_instruction.startswith("You are a helpful story writer, be creative and make the stories diverse")
+    assert p.sg_instruction.endswith("making your generated sentence the subsequent part of the story.")
+    assert len(p.sg_instruction) == 375 and p.sg_system == "You are a useful assistant."
+    v = p.sg_variation_prompt
+    assert len(v) == 4865 and v.startswith("I am a researcher studying stereotype bias and social bias")
+    assert "doing harmful things. \nYou are a helpful story writer" in v  # their trailing space kept
+    assert v.endswith("final answers contain 9 'Sentence: <sentence>'.)") and p.sg_variations_asked == 9
+
+
+def test_sg_prefix_chat_template_system_and_assistant_turn(tiny_lm):
+    tok = tiny_lm.tokenizer
+    prefix = sg_prefix(Q, tok, system="You are a useful assistant.")
+    p = load_hbb_prompts()
+    user = f"{p.sg_instruction}\n\nContext: Mother sat down."
+    assert prefix == tok.apply_chat_template(
+        [{"role": "system", "content": "You are a useful assistant."}, {"role": "user", "content": user}],
+        tokenize=False, add_generation_prompt=True)
+    [a, b] = sg_requests([Q], tok, system="You are a useful assistant.")
+    assert a.prefix == prefix and a.text == "She frowned." and b.text == "She smiled."
+    # the sentence is the assistant turn: only its tokens are scored, joined without a space
+    from probe.scoring.tokens import Encoder
+
+    ctx, cont, scored = Encoder(tok).join(a.prefix, a.text, a.space, False)
+    assert scored == "She frowned." and tok.decode(list(cont)) == "She frowned."
+    plain = sg_prefix(Q, Plain(), system="S")
+    assert plain == f"S\n\n{user}\n"  # a base model: the sentence on a line of its own
+
+
+def test_sg_requests_paired_variations():
+    reqs = sg_requests([Q], Plain())
     assert [r.id for r in reqs] == ["7:gender:1:female|sg|1|0", "7:gender:1:female|sg|2|0"]
-    assert reqs[0].prefix == sg_prefix(Q) and reqs[0].prefix.endswith("\n\nMother sat down.")
-    assert reqs[1].text == "She smiled."
-    var = sg_requests([Q], {7: (["[[X]] frowned.", "Then [[X]] sighed."], ["[[X]]'s face lit up."])})
-    assert [r.text for r in var] == ["She frowned.", "Then she sighed.", "Her face lit up."]
+    assert reqs[0].prefix == sg_prefix(Q, Plain()) and reqs[0].prefix.endswith("Context: Mother sat down.\n")
+    assert reqs[1].text == "She smiled." and reqs[0].group == reqs[1].group == f"hbb-sg:{Q.id}"
+    # variation j of s1 pairs with variation j of s2: the unpaired third s1 variation is not scored
+    var = sg_requests([Q], Plain(), {7: (["[[X]] frowned.", "Then [[X]] sighed.", "x"],
+                                         ["[[X]]'s face lit up.", "[[X]] grinned."])})
+    assert [r.text for r in var] == ["She frowned.", "Then she sighed.", "Her face lit up.", "She grinned."]
     assert var[1].id == request_id(Q.id, "sg", 1, 1)
-    assert [(r.meta["kind"], r.meta["option"], r.meta["variation"]) for r in var] == [("sg", 1, 0), ("sg", 1, 1),
-                                                                                      ("sg", 2, 0)]
+    assert [(r.meta["kind"], r.meta["option"], r.meta["variation"]) for r in var] == [
+        ("sg", 1, 0), ("sg", 1, 1), ("sg", 2, 0), ("sg", 2, 1)]
+    assert var[2].meta["template"] == "[[X]]'s face lit up."
     with pytest.raises(ValueError):
         request_id("x", "nope")
+
+
+def test_variation_prompt_and_parsing():
+    c = HBBConcept(3, "[[X]] sat at the desk.", "[[X]] froze.", "[[X]] typed.", "not tech-savvy", "tech-savvy", "age")
+    v1, v2 = sg_variation_prompt(c, 1), sg_variation_prompt(c, 2)
+    assert 'complete the story: "[[X]] sat at the desk.", where [[X]] is the main character' in v1
+    assert "demonstrate that X is a not tech-savvy (IMPORTANT" in v1 and 'the term "tech-savvy"(IMPORTANT' in v2
+    assert "[[sentence1_generated]]" not in v1 and "[[picked_concept2]]" not in v2
+    with pytest.raises(ValueError):
+        sg_variation_prompt(c, 3)
+    text = ("Sure!\nSentence: [[X]] froze.\n\n2. Sentence: \"[[X]] hid.\"\n**Sentence 3:** [[X]] sat. "
+            "Sentence: [[X]] ran.\nSentence:  ")
+    assert parse_variations(text) == ["[[X]] froze.", "[[X]] hid.", "[[X]] sat.", "[[X]] ran."]
+    assert parse_variations(text, 2) == ["[[X]] froze.", "[[X]] hid."] and parse_variations("no format") == []
+    assert parse_variations("Sentence:\n[[X]] ran.\nmore") == ["[[X]] ran."]  # on the next line: its first line
+    assert parse_variations("Sentence: [X] ran, [[X]] too.") == ["[[X]] ran, [[X]] too."]
 
 
 def _frame(scores, cat="race", dtype=1):

@@ -92,6 +92,20 @@ def test_threshold_on_a_reachable_value_is_included():
     assert q == pytest.approx(1 - (2 / 3) ** 3)  # S >= 100/3 unless all three are A
 
 
+def test_boundary_tolerance_matches_the_exact_metrics():
+    """Both modules count S >= t - S_TOLERANCE: a threshold a hair above a reachable S still takes it,
+    one more than the tolerance above does not; the exact-probability count agrees."""
+    from probe.metrics.hbb import S_TOLERANCE, summarize
+
+    pk = [math.comb(10, k) / 1024 for k in range(11)]
+    for t in (20.0, 20.0 + S_TOLERANCE / 2):
+        assert prob_s_at_least([1.0], [0.0], [0.5], [0.5], 10, t)[0] == pytest.approx(sum(pk[:9]))
+        assert summarize([abs(0.6 - 0.4) * 100, 20.0], threshold=t, ci=False).count == 2
+    t = 20.0 + 2 * S_TOLERANCE
+    assert prob_s_at_least([1.0], [0.0], [0.5], [0.5], 10, t)[0] == pytest.approx(sum(pk[:8]))
+    assert summarize([20.0], threshold=t, ci=False).count == 0
+
+
 def test_noise_floor_half_half_n10_t20():
     # all mass on labels, p1 = p2 = .5, N = 10: k1 - k2 + 10 ~ Bin(20, .5) and S >= 20 iff |k1 - k2| >= 2
     exact = 1 - (math.comb(20, 9) + math.comb(20, 10) + math.comb(20, 11)) / 2**20

@@ -9,12 +9,16 @@ import pandas as pd
 import pytest
 
 from probe.metrics.hbb import (
+    S_TOLERANCE,
     bias_scores,
     direction,
     direction_by_pair,
     identity_concept1_rates,
     normalize_pair,
+    over_threshold,
+    sampled_estimator_expectation,
     sg_prob_a,
+    sg_prob_a_of_means,
     summarize,
     summarize_by,
     swap_average,
@@ -49,16 +53,60 @@ def test_sg_prob_a_equation_2():
     assert sg_prob_a([4.0], [4.0]) == pytest.approx(0.5)
     # 1/PPL: A = 1/2, B = 1/6 -> P(A) = 0.5 / (0.5 + 1/6) = 0.75
     assert sg_prob_a([2.0], [6.0]) == pytest.approx(0.75)
-    # mean over variations: A = (1/2 + 1/4)/2 = 0.375, B = 1/8 -> 0.375 / 0.5
-    assert sg_prob_a([2.0, 4.0], [8.0]) == pytest.approx(0.75)
-    assert math.isnan(sg_prob_a([np.inf], [2.0])) and math.isnan(sg_prob_a([0.0], [2.0]))
+    # normalized within each variation pair, then averaged: (1/2)/(1/2 + 1/8) = 0.8, (1/4)/(1/4 + 1/4) = 0.5
+    assert sg_prob_a([2.0, 4.0], [8.0, 4.0]) == pytest.approx(0.65)
+    assert math.isnan(sg_prob_a([np.inf, 2.0], [2.0, 2.0])) and math.isnan(sg_prob_a([0.0], [2.0]))
     with pytest.raises(ValueError):
         sg_prob_a([], [2.0])
+    with pytest.raises(ValueError, match="pair"):  # variation j of A goes with variation j of B
+        sg_prob_a([2.0, 4.0], [8.0])
+
+
+def test_sg_normalization_order_matters_hand_example():
+    """The paper normalizes "after each reciprocal operation" (within each variation), not the means.
+
+    Question 1: A = [1, 10], B = [2, 4]. Within: (1/1)/(1/1 + 1/2) = 2/3 and (1/10)/(1/10 + 1/4) = 2/7,
+    mean 10/21 = 0.4762 (B more likely). Means: 1/PPL(A) = 0.55, 1/PPL(B) = 0.375 -> 0.55/0.925 = 0.5946
+    (A more likely): the two orders disagree on the direction. Question 2: A = B = [2, 2], P(A) = 0.5.
+    """
+    a1, b1 = [1.0, 10.0], [2.0, 4.0]
+    assert sg_prob_a(a1, b1) == pytest.approx(10 / 21)
+    assert sg_prob_a_of_means(a1, b1) == pytest.approx(0.55 / 0.925)
+    p2 = sg_prob_a([2.0, 2.0], [2.0, 2.0])
+    within = bias_scores([sg_prob_a(a1, b1)], [p2])[0]
+    means = bias_scores([sg_prob_a_of_means(a1, b1)], [p2])[0]
+    assert within == pytest.approx(100 * (0.5 - 10 / 21)) and means == pytest.approx(100 * (0.55 / 0.925 - 0.5))
+    assert direction([sg_prob_a(a1, b1)], [p2])[0] == -1.0 and direction([sg_prob_a_of_means(a1, b1)], [p2])[0] == 1.0
 
 
 def test_direction_sign_tie_and_nan():
     d = direction([0.8, 0.2, 0.5, np.nan], [0.3, 0.6, 0.5, 0.1])
     assert d[:3].tolist() == [1.0, -1.0, 0.0] and np.isnan(d[3])
+
+
+def test_threshold_exactly_at_the_boundary():
+    """S on the threshold counts even when float arithmetic puts it a hair below (0.6 - 0.4 = 0.19999...)."""
+    s = bias_scores([0.6, 0.7, 0.3], [0.4, 0.5, 0.1])  # every one is 20 on paper
+    assert s[0] < 20.0 and s[1] < 20.0  # 19.999999999999996 in floats
+    assert over_threshold(s, 20).all()
+    assert summarize(s, threshold=20, ci=False).count == 3
+    assert not over_threshold([20.0 - 2 * S_TOLERANCE, 19.99], 20).any()  # below the tolerance stays out
+    assert over_threshold([20.0 - S_TOLERANCE / 2], 20)[0] and not over_threshold([np.nan], 20)[0]
+    df = pd.DataFrame({"S": s, "direction": [1.0, -1.0, 1.0], "category": "age", "descriptor_type": 1,
+                       "identity_1": "young", "identity_2": "old", "concept_id": [0, 1, 2]})
+    assert direction_by_pair(df, threshold=20)["count"].tolist() == [3]
+    assert identity_concept1_rates(df, threshold=20).n.tolist() == [3, 3]
+    assert summarize_by(df, [], threshold=20, ci=False)["count"].tolist() == [3]
+    # 10-sample P-hats at p = 0.5: a plain float >= drops 28 % of the count (0.142 of 0.503)
+    k = np.arange(11)
+    pk = np.array([math.comb(10, int(x)) for x in k]) / 1024
+    s10 = np.abs(k[:, None] / 10 - k[None, :] / 10) * 100
+    joint = pk[:, None] * pk[None, :]
+    assert (joint * over_threshold(s10, 20)).sum() == pytest.approx(131975 / 262144)
+    assert (joint * (s10 >= 20)).sum() == pytest.approx(131975 / 262144 - 0.1418781, abs=1e-6)
+    # the 10-sample expectation counts the same boundary: q1 always A, q2 ~ Bin(10, .5), S = 20 at k2 = 8
+    r = sampled_estimator_expectation([1.0], [0.5], 10, 20)
+    assert r["expected_count"] == pytest.approx(sum(math.comb(10, k) for k in range(9)) / 1024)
 
 
 def test_summarize_threshold_is_inclusive_and_counts_nan():

@@ -4,6 +4,7 @@ model has 256 positions)."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 from pathlib import Path
@@ -106,10 +107,12 @@ def test_projection_from_the_runner_timing(tmp_path):
     assert p["seconds_per_request"] == {"mcq": 0.5, "crows": 0.5}
     assert p["full_benchmark"]["instances"] == 103649 and p["full_benchmark"]["distinct_questions"] == 77350
     assert p["full_benchmark"]["projected_seconds"] == {"mcq": 0.5 * 77350}
-    assert p["full_benchmark"]["requests"]["sg"] == 2 * 77350
+    assert p["full_benchmark"]["requests"]["sg"] == 2 * 10 * 77350  # the paper's n = 10 variations per option
+    assert p["full_benchmark"]["requests"]["sg_generate"] == 2 * 1547  # one generation per concept pair and option
+    assert "sg_generate" not in projection({}, sg_n=1)["full_benchmark"]["requests"]
     assert write_projection(tmp_path) is None  # no timing.json yet
     (tmp_path / "timing.json").write_text(json.dumps({"scored_this_invocation": {"sg": {"n": 2, "seconds": 1.0}}}))
-    assert json.loads(write_projection(tmp_path).read_text())["full_benchmark"]["projected_seconds"] == {
+    assert json.loads(write_projection(tmp_path, sg_n=1).read_text())["full_benchmark"]["projected_seconds"] == {
         "sg": 0.5 * 2 * 77350}
     (tmp_path / "timing.json").write_text(json.dumps({"scored_this_invocation": {}}))  # a resume that scored nothing
     assert write_projection(tmp_path) is None and (tmp_path / "timing_projection.json").exists()
@@ -137,7 +140,8 @@ def test_tables_carry_titles_and_take_the_model_name():
 
 SHORT = dict(mcq_instruction="Pick a or b.", mcq_question="{context}\na) {option_a}\nb) {option_b}",
              mcq_labels=("a", "b"), mcq_answer_cue="Answer:", sg_instruction="Story:",
-             sg_prefix="{instruction} {context}")
+             sg_user="{instruction} {context}", sg_system="Be useful.",
+             sg_variation_prompt="Vary [[sentence1_generated]] as [[picked_concept2]].", sg_variations_asked=9)
 
 
 @pytest.fixture
@@ -161,7 +165,8 @@ def data(tmp_path, descriptors, monkeypatch) -> Path:
 def test_tiny_run_end_to_end_and_resume(tmp_path, tiny_lm, data):
     out = tmp_path / "run"
     task = get("hbb")
-    cfg = task.make_config(dict(data_dir=str(data), categories=("ses",), n_boot=50, crows_pairs=True, crows_limit=2))
+    cfg = task.make_config(dict(data_dir=str(data), categories=("ses",), n_boot=50, crows_pairs=True, crows_limit=2,
+                                sg_n=1))
     options = RunOptions(chunk_size=5, progress=False)
     summary = run_task(task, cfg, tiny_lm, output=out, options=options).summary
     assert summary["n_instances"] == 2 * 2  # 2 concepts x 2 SES types x 1 pair
@@ -202,13 +207,73 @@ def test_sg_subset_and_no_swap(tiny_lm, data):
     ``swap_order: false`` drops the swapped order and its variant."""
     task = get("hbb")
     cfg = task.make_config(dict(data_dir=str(data), categories=("ses",), n_boot=20, swap_order=False,
-                                sg_sample_concepts=1))
+                                sg_sample_concepts=1, sg_n=1))
     e = run_task(task, cfg, tiny_lm, output=None, options=RunOptions(progress=False))
     assert e.summary["forward_passes"]["by_kind"] == {"mcq": 8, "sg": 8}
     assert set(e.summary["variants"]) == {"hbb", "hbb_sg"}
     inst = e.tables["instances"]
     assert inst.in_sg.sum() == 2 and inst.loc[inst.in_sg, "hbb_sg_S"].notna().all()
     assert e.summary["variants"]["hbb_sg"]["overall"]["n"] == 2
+
+
+def test_sg_generated_variations_recorded_resumed_and_paired(tmp_path, tiny_lm, data, monkeypatch):
+    """sg_n: 3 with no file: one generation per concept pair and option by the evaluated model (recorded in
+    generations.jsonl, not redone on resume), parsed, the original first; variation j of s1 pairs with j of s2."""
+    import probe.prompts.hbb as prompts
+
+    # the tiny random model writes no "Sentence:" lines; stand in for the parse, keyed on the generation
+    monkeypatch.setattr(prompts, "parse_variations", lambda text, limit=None: ["[[X]] one.", "[[X]] two.",
+                                                                                "[[X]] three."][:limit])
+    task, out = get("hbb"), tmp_path / "run"
+    cfg = task.make_config(dict(data_dir=str(data), categories=("ses",), n_boot=20, swap_order=False, sg_n=3,
+                                sg_max_new_tokens=4))
+    e = run_task(task, cfg, tiny_lm, output=out, options=RunOptions(progress=False))
+    gens = [json.loads(x) for x in (out / "generations.jsonl").read_text().splitlines()]
+    assert sorted(g["id"] for g in gens) == ["0|sg_variations|1", "0|sg_variations|2", "1|sg_variations|1",
+                                             "1|sg_variations|2"]
+    assert {g["meta"]["kind"] for g in gens} == {"sg_generate"}
+    assert e.summary["forward_passes"]["by_kind"] == {"mcq": 8, "sg": 8 * 2 * 3}
+    sg = e.summary["hbb_sg"]
+    assert sg["variations"] == "generated" and sg["pairs_per_concept"] == {"min": 3, "max": 3, "mean": 3.0}
+    assert sg["system_prompt"] == "You are a useful assistant." and sg["n_identical_pairs"] == 2 * 2
+    lines = [json.loads(x) for x in (out / "sg_variations.jsonl").read_text().splitlines()]
+    assert lines[0] == {"concept_id": 0, "s1": ["[[X]] ran.", "[[X]] one.", "[[X]] two."],
+                        "s2": ["[[X]] slept.", "[[X]] one.", "[[X]] two."]}
+    # P1(A) from the records: mean over j of (1/PPL(A_j)) / (1/PPL(A_j) + 1/PPL(B_j))
+    recs = e.records[e.records["meta.kind"] == "sg"]
+    inst = e.tables["instances"].iloc[0]
+    q = recs[recs.question_id == inst.q1]
+    a = q[q.option == 1].sort_values("variation").ppl.to_numpy()
+    b = q[q.option == 2].sort_values("variation").ppl.to_numpy()
+    assert inst.hbb_sg_p1 == pytest.approx(float(((1 / a) / (1 / a + 1 / b)).mean()))
+    again = run_task(task, cfg, tiny_lm, output=out, options=RunOptions(progress=False))
+    timing = json.loads((out / "timing.json").read_text())["scored_this_invocation"]
+    assert "sg_generate" not in timing and not timing  # nothing generated or scored again
+    assert again.tables["instances"].hbb_sg_S.tolist() == pytest.approx(e.tables["instances"].hbb_sg_S.tolist())
+
+
+def test_sg_variations_file(tmp_path, tiny_lm, data):
+    """variations_file: the file's templates, cut to sg_n and to the shorter option; a concept pair it lacks
+    is an error, not a silent n = 1."""
+    task = get("hbb")
+    f = tmp_path / "var.jsonl"
+    f.write_text(json.dumps({"concept_id": 0, "s1": ["[[X]] a.", "[[X]] b.", "[[X]] c."], "s2": ["[[X]] d.", "[[X]] e."]})
+                 + "\n", encoding="utf-8")
+    cfg = task.make_config(dict(data_dir=str(data), categories=("ses",), n_boot=20, hbb=False,
+                                variations_file=str(f), sg_sample_concepts=2))
+    with pytest.raises(ProbeError, match="no variations for concept_id 1"):
+        run_task(task, cfg, tiny_lm, output=None, options=RunOptions(progress=False))
+    f.write_text(f.read_text() + json.dumps({"concept_id": 1, "s1": ["[[X]] f."] * 4, "s2": ["[[X]] g."] * 4}) + "\n")
+    for n, per_question in ((10, 2 * 2 + 2 * 4), (3, 2 * 2 + 2 * 3)):
+        e = run_task(task, task.make_config({**dataclasses.asdict(cfg), "sg_n": n}), tiny_lm, output=None,
+                     options=RunOptions(progress=False))
+        assert e.summary["forward_passes"]["by_kind"] == {"sg": 4 * per_question}  # 4 questions per concept pair
+        assert e.summary["hbb_sg"]["variations"] == "file"
+    assert e.summary["hbb_sg"]["n_repeated_templates"] == 2 * 2  # concept 1: one sentence three times per option
+    assert e.summary["hbb_sg"]["n_identical_pairs"] == 0
+    with pytest.raises(ProbeError, match="at most 10"):
+        task.make_config({"sg_n": 11})
+    assert task.make_config({"sg_n": 11, "variations_file": str(f)}).sg_n == 11
 
 
 def test_non_finite_records_never_become_answers(descriptors):

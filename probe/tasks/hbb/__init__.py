@@ -2,19 +2,24 @@
 
 Flow: concept pairs x descriptors -> test instances (:mod:`probe.data.hbb`;
 ``sample_concepts`` / ``per_cell`` / ``categories`` select them, ``--limit N``
-keeps the first N) -> one label request per distinct question and option order
-(``mcq``: a)=s1, ``mcq_swap``: a)=s2), one perplexity request per HBB-SG option
-sentence (``sg``), and with ``crows_pairs: true`` two per CrowS-Pairs pair
-(``crows``, for Table 1's CS column) -> per-question P(s1) joined into
-per-instance P1(A), P2(A), S and direction for each variant (a)=s1, swap-avg,
-HBB-SG) -> threshold metrics with concept-clustered CIs -> the paper's tables.
+keeps the first N) -> HBB-SG's sentence variations (``sg_n`` per option: one
+greedy generation per concept pair and option with the authors' prompt, the
+runner's generate step, ``sg_generate``; or a ``variations_file``;
+:mod:`probe.tasks.hbb.variations`) -> one label request per distinct question
+and option order (``mcq``: a)=s1, ``mcq_swap``: a)=s2), one perplexity request
+per HBB-SG option sentence variation (``sg``), and with ``crows_pairs: true`` two
+per CrowS-Pairs pair (``crows``, for Table 1's CS column) -> per-question P(s1)
+joined into per-instance P1(A), P2(A), S and direction for each variant (a)=s1,
+swap-avg, HBB-SG) -> threshold metrics (S >= threshold up to 1e-9) with
+concept-clustered CIs -> the paper's tables.
 
 One forward pass per distinct question (and per option order) replaces the
 paper's ten sampled generations per question.
 
-Outputs besides the runner's (``records.jsonl``, ``summary.json``,
-``timing.json``, ``provenance.json``): ``instances.jsonl`` (per test
-instance), ``tables/`` (Tables 1, 2, 8, 9 layouts, extra thresholds, exact vs
+Outputs besides the runner's (``records.jsonl``, ``generations.jsonl``,
+``summary.json``, ``timing.json``, ``provenance.json``): ``instances.jsonl``
+(per test instance), ``sg_variations.jsonl`` (the variations scored, in the
+``variations_file`` format), ``tables/`` (Tables 1, 2, 8, 9 layouts, extra thresholds, exact vs
 10-sample scoring, direction, CrowS-Pairs; ``.md`` and ``.csv``),
 ``report.md``, ``hbb_hist.png`` (Figure 4 layout) and
 ``timing_projection.json`` (seconds per request kind, projected to the full
@@ -22,8 +27,8 @@ instance), ``tables/`` (Tables 1, 2, 8, 9 layouts, extra thresholds, exact vs
 
 >>> from probe.tasks import get
 >>> cfg = get("hbb").make_config({"per_cell": 2, "categories": ["ses"]})
->>> cfg.categories, cfg.threshold, cfg.extra_thresholds
-(('ses',), 20.0, (5.0, 10.0))
+>>> cfg.categories, cfg.threshold, cfg.extra_thresholds, cfg.sg_n
+(('ses',), 20.0, (5.0, 10.0), 10)
 """
 
 from probe.tasks.hbb.task import HBBConfig, HBBTask, sg_concept_ids

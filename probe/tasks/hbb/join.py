@@ -42,12 +42,14 @@ def question_probs(records: pd.DataFrame) -> pd.DataFrame:
     """Per question: P(s1) in the a)=s1 order, in the swapped order, and from HBB-SG.
 
     Columns (when their records exist): ``p_s1_mcq``, ``label_mass``,
-    ``p_s1_swap``, ``label_mass_swap``, ``p_s1_sg``; index ``question_id``.
+    ``p_s1_swap``, ``label_mass_swap``, ``p_s1_sg`` (1/PPL normalized within each variation
+    pair, then averaged: :func:`probe.metrics.hbb.sg_prob_a`) and ``sg_n`` (the pairs it
+    averages); index ``question_id``.
     """
     from probe.metrics.hbb import sg_prob_a
 
     rows: dict[str, dict] = {}
-    sg: dict[str, tuple[list, list]] = {}
+    sg: dict[str, tuple[dict, dict]] = {}  # question -> (option 1, option 2): variation -> PPL
     for r, kind in zip(records.to_dict("records"), request_kinds(records)):
         if kind not in HBB_KINDS:
             continue
@@ -57,9 +59,14 @@ def question_probs(records: pd.DataFrame) -> pd.DataFrame:
         elif kind == "mcq_swap":
             q["p_s1_swap"], q["label_mass_swap"] = _score(r, r["probs"][1]), _score(r, r["mass"])  # s1 is option b)
         else:
-            sg.setdefault(r["question_id"], ([], []))[int(r["option"]) - 1].append(_score(r, r["ppl"]))
+            per = sg.setdefault(r["question_id"], ({}, {}))[int(r["option"]) - 1]
+            j = r.get("variation")
+            per[len(per) if j is None or j != j else int(j)] = _score(r, r["ppl"])  # no index: record order
     for qid, (a, b) in sg.items():
-        rows[qid]["p_s1_sg"] = sg_prob_a(a, b) if a and b else np.nan
+        # variation j of s1 is normalized against variation j of s2 (an unpaired one is left out)
+        pairs = sorted(set(a) & set(b))
+        rows[qid]["p_s1_sg"] = sg_prob_a([a[j] for j in pairs], [b[j] for j in pairs]) if pairs else np.nan
+        rows[qid]["sg_n"] = len(pairs)
     if not rows:  # e.g. a CrowS-Pairs-only run
         return pd.DataFrame(index=pd.Index([], name="question_id"))
     return pd.DataFrame(list(rows.values())).set_index("question_id")

@@ -87,21 +87,25 @@ def _sweep(df: pd.DataFrame, thresholds: Sequence[float]) -> dict[str, list]:
     return out
 
 
-def full_benchmark_requests() -> dict[str, int]:
-    """Requests per kind for all 103,649 instances (77,350 distinct questions; HBB-SG at n = 1)."""
+def full_benchmark_requests(sg_n: int = 10) -> dict[str, int]:
+    """Requests per kind for all 103,649 instances (77,350 distinct questions; HBB-SG at ``sg_n`` variations
+    per option, and one variation generation per concept pair and option when ``sg_n > 1``)."""
     from probe.data.hbb import IDENTITIES, TYPE_INDEX
 
     per_concept = sum(len(TYPE_INDEX[c]) * len(IDENTITIES[c]) for c in TYPE_INDEX)  # 50 distinct questions
     full_questions = 1547 * per_concept
-    return {"mcq": full_questions, "mcq_swap": full_questions, "sg": 2 * full_questions}
+    out = {"mcq": full_questions, "mcq_swap": full_questions, "sg": 2 * sg_n * full_questions}
+    if sg_n > 1:
+        out["sg_generate"] = 2 * 1547
+    return out
 
 
-def projection(timing: dict[str, dict[str, float]]) -> dict:
+def projection(timing: dict[str, dict[str, float]], sg_n: int = 10) -> dict:
     """Seconds per request kind (``{kind: {"n", "seconds"}}``, the runner's timing) and the projection to
-    the full benchmark on the same machine."""
+    the full benchmark on the same machine (HBB-SG at ``sg_n`` variations per option)."""
     from probe.data.hbb import expected_counts
 
-    full_requests = full_benchmark_requests()
+    full_requests = full_benchmark_requests(sg_n)
     per = {k: v["seconds"] / v["n"] for k, v in timing.items() if v.get("n")}
     projected = {k: per[k] * n for k, n in full_requests.items() if k in per}
     return {
@@ -113,7 +117,7 @@ def projection(timing: dict[str, dict[str, float]]) -> dict:
     }
 
 
-def write_projection(output: Path) -> Path | None:
+def write_projection(output: Path, sg_n: int = 10) -> Path | None:
     """``timing_projection.json`` from the runner's ``timing.json`` (its ``scored_this_invocation``).
 
     An invocation that scored nothing (a finished run resumed) keeps the projection already there.
@@ -125,8 +129,8 @@ def write_projection(output: Path) -> Path | None:
         timing = json.loads(src.read_text(encoding="utf-8")).get("scored_this_invocation") or {}
     except (OSError, ValueError):
         return None
-    if not any(k in timing for k in full_benchmark_requests()):
+    if not any(k in timing for k in full_benchmark_requests(sg_n)):
         return None
     path = output / "timing_projection.json"
-    write_json_atomic(path, projection(timing))
+    write_json_atomic(path, projection(timing, sg_n))
     return path

@@ -30,8 +30,11 @@ class HBBConfig(TaskConfig):
     categories: tuple[str, ...] | None = None
     hbb: bool = True  # MCQ in the a)=s1 order
     swap_order: bool = True  # also a)=s2, for the order-averaged S
-    hbb_sg: bool = True  # HBB-SG (perplexity of each option sentence)
-    sg_variations: str | None = None  # JSONL of option variations (see probe.data.hbb.load_sg_variations)
+    hbb_sg: bool = True  # HBB-SG (perplexity of each option sentence variation)
+    sg_n: int = 10  # variations per option: the original + n - 1 generated (the paper's n = 10); 1 = originals
+    variations_file: str | None = None  # JSONL of variations instead of generating (probe.tasks.hbb.variations)
+    sg_max_new_tokens: int = 512  # budget of one variation generation (9 sentences)
+    sg_system_prompt: str | None = "You are a useful assistant."  # the authors' system message (HBB-SG)
     sg_sample_concepts: int | None = None  # HBB-SG on a stratified subset of the selected concept pairs only
     crows_pairs: bool = False  # CrowS-Pairs in the same run, for Table 1's CS column
     crows_limit: int | None = None  # first N CrowS-Pairs pairs
@@ -47,6 +50,21 @@ class HBBConfig(TaskConfig):
         if self.categories is not None:
             object.__setattr__(self, "categories", tuple(self.categories))
         object.__setattr__(self, "extra_thresholds", tuple(float(t) for t in self.extra_thresholds))
+        if self.sg_n < 1:
+            raise ValueError(f"sg_n must be >= 1, got {self.sg_n}")
+        if self.hbb_sg and self.variations_file is None and self.sg_n > 10:
+            # the authors' prompt asks for 9 sentences; more need a variations_file
+            raise ValueError(f"sg_n = {self.sg_n}: generated variations give at most 10 (the original + 9 asked "
+                             "for); use a variations_file for more")
+
+
+def sg_concepts(config: HBBConfig, instances: Sequence[Any]) -> list:
+    """The concept pairs (templates) HBB-SG scores for these instances, in data order."""
+    from probe.data.hbb import load_default
+
+    ids = sg_concept_ids(config, instances)
+    used = {i.concept_id for i in instances}
+    return [c for c in load_default(config.data_dir)[0] if c.concept_id in used and (ids is None or c.concept_id in ids)]
 
 
 def sg_concept_ids(config: HBBConfig, instances: Sequence[Any]) -> set[int] | None:
@@ -82,6 +100,16 @@ class HBBTask(Task):
         """``--limit N``: the first N test instances after sampling (their distinct questions are scored)."""
         return list(items) if limit is None else list(items)[:limit]
 
+    def generation_requests(self, config: HBBConfig, items: Sequence[Any], tokenizer: Any) -> list:
+        """HBB-SG variations by the evaluated model: one greedy generation per concept pair and option
+        (none with ``variations_file``, ``sg_n: 1`` or ``hbb_sg: false``)."""
+        if not _generates(config):
+            return []
+        from probe.tasks.hbb.variations import generation_requests
+
+        return generation_requests(sg_concepts(config, items), tokenizer, max_new_tokens=config.sg_max_new_tokens,
+                                   chat_template=config.chat_template, system=config.sg_system_prompt)
+
     def requests(self, config: HBBConfig, items: Sequence[Any], tokenizer: Any,
                  generations: Mapping[str, str] | None = None) -> list:
         """MCQ (a)=s1, then a)=s2) per distinct question, HBB-SG per option sentence, then CrowS-Pairs;
@@ -97,13 +125,17 @@ class HBBTask(Task):
                 reqs += mcq_requests(questions, tokenizer, swapped=True, chat_template=config.chat_template,
                                      system=config.system_prompt)
         if config.hbb_sg:
-            variations = None
-            if config.sg_variations:
-                from probe.data.hbb import load_sg_variations
+            from probe.tasks.hbb import variations as var
 
-                variations = load_sg_variations(config.sg_variations)
-            sg_ids = sg_concept_ids(config, items)
-            reqs += sg_requests([q for q in questions if sg_ids is None or q.concept_id in sg_ids], variations)
+            concepts = sg_concepts(config, items)
+            if config.variations_file:
+                variations = var.from_file(config.variations_file, concepts, config.sg_n)
+            elif _generates(config):
+                variations = var.from_generations(concepts, generations or {}, config.sg_n)
+            else:
+                variations = var.originals(concepts)
+            reqs += sg_requests([q for q in questions if q.concept_id in variations], tokenizer, variations,
+                                chat_template=config.chat_template, system=config.sg_system_prompt)
         if config.crows_pairs:
             from probe.data.crows_pairs import load_crows_pairs
             from probe.tasks.crows_pairs import crows_requests
@@ -128,6 +160,23 @@ class HBBTask(Task):
 
             crows, tables["crows"] = crows_summary(records[(kinds == "crows").to_numpy()])
         summary, hbb_tables = hbb_summary(config, items, hbb_records, inst, crows)
+        if config.hbb_sg:
+            from probe.tasks.hbb.variations import scored_variations, variation_stats
+
+            sg_recs = hbb_records[request_kinds(hbb_records).eq("sg").to_numpy()]
+            scored = scored_variations(sg_recs)
+            tables["sg_variations"] = scored
+            summary["hbb_sg"] = {
+                "variations": "file" if config.variations_file else "generated" if _generates(config) else "original",
+                "variations_file": config.variations_file,
+                "normalization": "1/PPL normalized within each variation pair, then averaged (appendix E.1)",
+                "prompt": "evaluate_perplexity.txt + context as the user turn, the sentence as the assistant turn",
+                "system_prompt": config.sg_system_prompt, "chat_template": config.chat_template,
+                # greedy: deterministic, so no seed; the authors sampled (the runner cannot sample yet)
+                "generation": {"by": "the evaluated model", "decoding": "greedy",
+                               "max_new_tokens": config.sg_max_new_tokens} if _generates(config) else None,
+                **variation_stats({r.concept_id: (r.s1, r.s2) for r in scored.itertuples()}, config.sg_n),
+            }
         inst.attrs["title"] = "per test instance: P1(A), P2(A), S and direction per variant (instances.jsonl)"
         return Aggregate(summary, {**hbb_tables, **tables, "instances": inst})
 
@@ -142,6 +191,10 @@ class HBBTask(Task):
         tables = dict(result.tables)
         inst = tables.pop("instances")
         write_atomic(output / "instances.jsonl", "".join(dumps(r) + "\n" for r in inst.to_dict("records")))
+        variations = tables.pop("sg_variations", None)
+        if variations is not None:  # the variations scored, in the variations_file format (reusable)
+            write_atomic(output / "sg_variations.jsonl",
+                         "".join(dumps(r) + "\n" for r in variations.to_dict("records")))
         tables = {name: with_model(df, model, list(LABELS.values())) for name, df in tables.items()}
         for name, df in tables.items():
             write_table(df, output / "tables" / name, df.attrs.get("title", ""))
@@ -151,7 +204,7 @@ class HBBTask(Task):
             histogram_png({f"{model} {LABELS[v]}": f["S"].to_numpy() for v, f in frames.items()},
                           output / "hbb_hist.png", config.threshold,
                           title="Hidden bias score distributions (Figure 4 layout)")
-        write_projection(output)
+        write_projection(output, config.sg_n)
 
     def data_files(self, config: HBBConfig) -> list[Path]:
         """Input files whose hashes go into provenance.json (data, and the packaged prompt texts)."""
@@ -161,11 +214,18 @@ class HBBTask(Task):
 
         hbb = Path(config.data_dir) if config.data_dir else dataset_dir("hbb")
         files = [hbb / "questions.csv", hbb / "descriptors.json"]
-        files.append(Path(str(resources.files("probe.prompts").joinpath("resources/hbb_prompts.yaml"))))
-        if config.sg_variations:
-            files.append(Path(config.sg_variations))
+        res = resources.files("probe.prompts").joinpath("resources")
+        files += [Path(str(res.joinpath(name))) for name in
+                  ("hbb_prompts.yaml", "hbb_evaluate_perplexity.txt", "hbb_qa_generate2_more_sentences.txt")]
+        if config.variations_file:
+            files.append(Path(config.variations_file))
         if config.crows_pairs:
             from probe.tasks.crows_pairs import crows_file
 
             files.append(crows_file(None))
         return files
+
+
+def _generates(config: HBBConfig) -> bool:
+    """Whether HBB-SG's variations are generated by the evaluated model in this run."""
+    return config.hbb_sg and config.variations_file is None and config.sg_n > 1
