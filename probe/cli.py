@@ -30,6 +30,7 @@ COMMAND_MODULES = (
     "probe.commands.activations",
     "probe.commands.run",
     "probe.commands.analyze",
+    "probe.commands.report",
 )
 
 

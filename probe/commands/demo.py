@@ -13,7 +13,8 @@ def register(groups: dict) -> None:
     p = groups[""].add_parser(
         "demo",
         help="score the embedded demo set (default model: smollm2) and write records, summary and report",
-        description="Writes DIR/records.jsonl, DIR/summary.json, DIR/report.md. Re-running with the same --output resumes.",
+        description="Writes DIR/records.jsonl, DIR/summary.json, DIR/report.md, DIR/report.html (with a figure). "
+                    "Re-running with the same --output resumes.",
     )
     p.add_argument("--model", default=DEFAULT_MODEL)
     p.add_argument("--output", type=Path, default=Path("probe-demo"))
@@ -37,5 +38,5 @@ def run(args: argparse.Namespace) -> int:
     run_task(task, task.make_config({"chat_template": args.chat_template}), args.model, output=args.output,
              limit=args.limit, options=options)
     print((args.output / "report.md").read_text(encoding="utf-8"))
-    print(f"wrote {args.output}/records.jsonl, summary.json, report.md", file=sys.stderr)
+    print(f"wrote {args.output}/records.jsonl, summary.json, report.md, report.html", file=sys.stderr)
     return 0

@@ -98,6 +98,7 @@ class DemoTask(Task):
     def report(self, config: DemoConfig, result: Aggregate, output: Path) -> None:
         write_tables(result.tables, output)
         write_atomic(output / "report.md", report_markdown(result.summary))
+        write_html_report(result.summary, output)
 
 
 def answer_records(records: Any) -> list[dict]:
@@ -159,6 +160,119 @@ def _kind_table(summary: dict) -> Any:
             rows.append({"context": kind, "estimator": version, "acc_amb": v["acc_amb"], "bias_amb": v["bias_amb"],
                          "acc_dis": v["acc_dis"], "bias_dis": v["bias_dis"], "n_amb": m["n_amb"], "n_dis": m["n_dis"]})
     return pd.DataFrame(rows)
+
+
+#: bootstrap replicates of the CIs in report.html (the demo config has no n_boot: its summary has no CIs)
+HTML_N_BOOT = 1000
+
+
+def _records_frame(path: Path) -> Any:
+    """``records.jsonl`` as the runner's records frame (``meta`` flattened; a clashing key prefixed ``meta.``)."""
+    import pandas as pd
+
+    from probe.io import read_records
+
+    rows = []
+    for rec in read_records(path)[0]:
+        obj = dict(rec)
+        for k, v in (obj.pop("meta", None) or {}).items():
+            obj[f"meta.{k}" if k in obj else k] = v
+        rows.append(obj)
+    return pd.DataFrame(rows)
+
+
+def dimension_ci(answers: list[dict], n_boot: int = HTML_N_BOOT, seed: int = 0) -> list[dict]:
+    """Per dimension and context kind: the four metrics (expected counts) with 95% bootstrap CIs over items."""
+    from probe.metrics.bbq import bbq_metrics_ci
+
+    answers = [r for r in answers if _finite_record(r)]
+    rows = []
+    for dim in sorted({r["dimension"] for r in answers}):
+        for kind in ("explicit", "implicit"):
+            recs = [r for r in answers if r["dimension"] == dim and r["context_kind"] == kind]
+            if not recs:
+                continue
+            m = bbq_metrics(recs)
+            ci = bbq_metrics_ci(recs, "expected", n_boot=n_boot, seed=seed)
+            rows.append({"dimension": dim, "context": kind, "n_amb": m["n_amb"], "n_dis": m["n_dis"],
+                         **{k: m["expected"][k] for k in ci}, **{f"{k}_ci": list(v) for k, v in ci.items()}})
+    return rows
+
+
+def _dimension_figure(rows: list[dict], output: Path, model: str) -> Any:
+    """Explicit vs implicit accuracy and bias per dimension, with 95% CI whiskers (PNG + SVG)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    from probe.reports.compare.tables import save_figure
+
+    dims = sorted({r["dimension"] for r in rows})
+    fig, axes = plt.subplots(2, 2, figsize=(10, 6), sharex=True)
+    panels = (("acc_amb", "accuracy, ambiguous ↑"), ("bias_amb", "bias, ambiguous →0"),
+              ("acc_dis", "accuracy, disambiguated ↑"), ("bias_dis", "bias, disambiguated →0"))
+    x = np.arange(len(dims))
+    for ax, (metric, ylab) in zip(axes.flat, panels):
+        for j, (kind, color) in enumerate((("explicit", "#4C72B0"), ("implicit", "#DD8452"))):
+            by = {r["dimension"]: r for r in rows if r["context"] == kind}
+            v = np.array([by[d][metric] if d in by else np.nan for d in dims], dtype=float)
+            ci = [by[d][f"{metric}_ci"] if d in by else [np.nan, np.nan] for d in dims]
+            lo = [a - c[0] if np.isfinite(a) and np.isfinite(c[0]) else 0 for a, c in zip(v, ci)]
+            hi = [c[1] - a if np.isfinite(a) and np.isfinite(c[1]) else 0 for a, c in zip(v, ci)]
+            ax.bar(x + (j - 0.5) * 0.38, v, 0.38, yerr=[np.maximum(lo, 0), np.maximum(hi, 0)], capsize=2,
+                   color=color, label=kind)
+        ax.axhline(0, color="black", lw=0.7)
+        ax.set_ylim(-1 if metric.startswith("bias") else 0, 1)
+        ax.set_ylabel(ylab, fontsize=8)
+        ax.set_xticks(x, dims, fontsize=8)
+    axes[0, 0].legend(fontsize=8)
+    fig.suptitle(f"Demo set, {model}: explicit vs implicit by dimension (expected counts, 95% bootstrap CI)",
+                 fontsize=10)
+    fig.tight_layout()
+    return save_figure(fig, output, "demo_by_dimension", "demo", "Explicit vs implicit accuracy and bias per dimension",
+                       f"Task demo, model {model}. Estimator: exact expected counts (T = 1). Whiskers: 95% percentile "
+                       f"bootstrap CI over items (n_boot = {HTML_N_BOOT}, seed 0). n per dimension and context: "
+                       "table demo_by_dimension.")
+
+
+def write_html_report(summary: dict, output: Path) -> Path:
+    """``report.html``: the metrics by context kind, per dimension with CIs, and one figure (self-contained)."""
+    import pandas as pd
+
+    from probe.reports.compare.html import render
+    from probe.reports.compare.tables import Section, Table, fmt, fmt_ci
+
+    model = str(summary.get("model") or "model")
+    names = {"acc_amb": "Acc amb ↑", "acc_dis": "Acc dis ↑", "bias_amb": "Bias amb →0", "bias_dis": "Bias dis →0"}
+    rows = dimension_ci(answer_records(_records_frame(output / "records.jsonl")))
+    kinds = []
+    for kind, m in summary["by_context_kind"].items():
+        for version in ("expected", "argmax"):
+            kinds.append({"Context": kind, "Estimator": version, "n amb": m["n_amb"], "n dis": m["n_dis"],
+                          **{names[k]: fmt(m[version][k]) for k in names}})
+    dims = pd.DataFrame([{"Dimension": r["dimension"], "Context": r["context"], "n amb": r["n_amb"],
+                          "n dis": r["n_dis"], **{names[k]: fmt_ci(r[k], r[f"{k}_ci"]) for k in names}}
+                         for r in rows])
+    items = [
+        Table("demo_by_context", "demo", "Explicit vs implicit", (
+            f"Task demo, model {model}. Estimators: exact expected counts (T = 1) and argmax answers. n: items per "
+            "condition. CI: per dimension below. Accuracy ↑ (amb: picks Unknown; dis: the correct person); bias "
+            "→ 0 (+1 all stereotyped)."), pd.DataFrame(kinds)),
+        Table("demo_by_dimension", "demo", "Per dimension, with CIs", (
+            f"Task demo, model {model}. Estimator: exact expected counts. n: the n columns. CI: 95% percentile "
+            f"bootstrap over items (n_boot = {HTML_N_BOOT}, seed 0)."), dims),
+        _dimension_figure(rows, output, model),
+    ]
+    intro = ("Embedded demo set (our own BBQ-style scenarios), ImplicitBBQ zero-shot prompt, one-word answers "
+             "scored by exact continuation log-likelihood; Unknown = total over its paraphrases. Mean probability "
+             f"mass on the scored answer strings: {fmt(summary.get('mean_answer_mass'), 3)}.")
+    if summary.get("n_nonfinite"):
+        intro += f" Skipped {summary['n_nonfinite']} item(s) with non-finite scores."
+    path = output / "report.html"
+    write_atomic(path, render(f"probe demo report: {model}", intro, [Section("demo", "Demo set", "", items)]))
+    return path
 
 
 def _f(x: float) -> str:

@@ -1,0 +1,14 @@
+"""Comparison reports over many runs (``probe report``): the seeds' multi-model layouts, paired tests, HTML.
+
+Modules: :mod:`.runs` (run directories read back, grouped and labelled),
+:mod:`.bbq_layouts` and :mod:`.other_layouts` (each task's tables and figures
+with several models), :mod:`.units` and :mod:`.paired` (paired comparisons
+between two models on the same items), :mod:`.tables` (captioned tables and
+figures, Markdown/CSV/PNG/SVG), :mod:`.html` (the self-contained page) and
+:mod:`.build` (:func:`build_report`). Numbers in, files out: no model code.
+"""
+
+from probe.reports.compare.build import build_report
+from probe.reports.compare.runs import Run, load_run, load_runs
+
+__all__ = ["build_report", "Run", "load_run", "load_runs"]

@@ -1,0 +1,265 @@
+"""BBQ-family layouts with several models: plain BBQ per category, ImplicitBBQ Table 2 and Tables 5-7, demo.
+
+Inputs are the runs' ``summary.json`` (:class:`~probe.reports.compare.runs.Run`):
+
+- ``bbq``: ``by_format[fmt]["by_category"][category]`` = the metrics of
+  :func:`probe.metrics.bbq.grouped_bbq_metrics` (expected and argmax, CIs);
+- ``implicitbbq``: ``by_strategy["strategy|format"][context_kind]`` as
+  :func:`probe.reports.bbq_tables.summarize` builds it (macro over dimensions,
+  pooled, per dimension; CIs);
+- ``demo``: ``by_context_kind`` and ``by_dimension`` (no CIs).
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any, Sequence
+
+import numpy as np
+import pandas as pd
+
+from probe.reports.compare.runs import Run
+from probe.reports.compare.tables import Figure, Table, fmt, fmt_ci, save_figure
+
+__all__ = ["bbq_section", "implicitbbq_section", "demo_section", "table2_paper"]
+
+METRICS = ("acc_amb", "acc_dis", "bias_amb", "bias_dis")
+ESTIMATOR = {"expected": "exact expected counts (sums of option probabilities under the model's distribution, T = 1)",
+             "argmax": "argmax answers (counts of each item's most probable option)"}
+
+
+def _boots(runs: Sequence[Run]) -> str:
+    vals = sorted({r.n_boot for r in runs if r.n_boot})
+    return "/".join(str(v) for v in vals) or "?"
+
+
+def _models(runs: Sequence[Run]) -> str:
+    return ", ".join(r.label for r in runs)
+
+
+# -- plain BBQ -----------------------------------------------------------------------------------------------
+def bbq_section(runs: Sequence[Run], out: Path) -> list[Any]:
+    """Per answer format and estimator: rows category x model, the four metrics with CIs; one figure."""
+    items: list[Any] = []
+    formats = list(dict.fromkeys(f for r in runs for f in r.summary.get("by_format", {})))
+    for f in formats:
+        for version in ("expected", "argmax"):
+            rows = []
+            cats = list(dict.fromkeys(c for r in runs
+                                      for c in r.summary["by_format"].get(f, {}).get("by_category", {})))
+            for c in cats:
+                for r in runs:
+                    m = r.summary["by_format"].get(f, {}).get("by_category", {}).get(c)
+                    if m is None:
+                        continue
+                    v = m[version]
+                    ci = v.get("ci", {})
+                    rows.append({"Category": c, "Model": r.label, "n amb": m["n_amb"], "n dis": m["n_dis"],
+                                 **{k: fmt_ci(v[k], ci.get(k)) for k in METRICS}})
+            df = pd.DataFrame(rows).rename(columns={"acc_amb": "Acc amb ↑", "acc_dis": "Acc dis ↑",
+                                                    "bias_amb": "Bias amb →0", "bias_dis": "Bias dis →0"})
+            strategies = sorted({str(r.summary.get("strategy")) for r in runs})
+            items.append(Table(
+                f"bbq_{f}_{version}", "bbq", f"BBQ by category ({f} format, {version})",
+                f"Task bbq, models {_models(runs)}; strategy {'/'.join(strategies)}. Estimator: {ESTIMATOR[version]}. "
+                "n: items per category and condition (n amb, n dis). CI: 95% percentile bootstrap over items "
+                f"(n_boot = {_boots(runs)}). Accuracy: amb = picks Unknown, dis = picks the correct person; bias in "
+                "[-1, 1], 0 = unbiased, + = stereotyped.", df))
+        items.append(_bbq_figure(runs, f, out))
+    return items
+
+
+def _bars(ax: Any, groups: Sequence[str], series: Sequence[tuple[str, Sequence[float], Sequence[Any]]]) -> None:
+    """Grouped bars with CI whiskers: ``series`` = (label, values, [lo, hi] or None per group)."""
+    width = 0.8 / max(1, len(series))
+    x = np.arange(len(groups))
+    for j, (label, vals, cis) in enumerate(series):
+        v = np.array([np.nan if a is None else a for a in vals], dtype=float)
+        lo = [max(0.0, a - c[0]) if c and c[0] is not None and np.isfinite(a) else 0 for a, c in zip(v, cis)]
+        hi = [max(0.0, c[1] - a) if c and c[1] is not None and np.isfinite(a) else 0 for a, c in zip(v, cis)]
+        ax.bar(x + (j - (len(series) - 1) / 2) * width, v, width, yerr=[lo, hi], capsize=2, label=label)
+    ax.set_xticks(x, groups, rotation=25, ha="right", fontsize=8)
+    ax.axhline(0, color="black", lw=0.7)
+
+
+def _bbq_figure(runs: Sequence[Run], f: str, out: Path) -> Figure:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    cats = [c for c in dict.fromkeys(c for r in runs for c in r.summary["by_format"].get(f, {}).get("by_category", {}))]
+    fig, axes = plt.subplots(1, 2, figsize=(11, 3.8))
+    panels = ((axes[0], "acc_amb", "accuracy, ambiguous ↑"), (axes[1], "bias_amb", "bias, ambiguous →0"))
+    for ax, metric, ylab in panels:
+        series = []
+        for r in runs:
+            bc = r.summary["by_format"].get(f, {}).get("by_category", {})
+            vals = [bc[c]["expected"][metric] if c in bc else math.nan for c in cats]
+            cis = [bc[c]["expected"].get("ci", {}).get(metric) if c in bc else None for c in cats]
+            series.append((r.label, vals, cis))
+        _bars(ax, cats, series)
+        ax.set_ylabel(ylab)
+        ax.set_ylim(-1 if metric.startswith("bias") else 0, 1)
+    axes[0].legend(fontsize=7)
+    fig.suptitle(f"BBQ ({f} format): ambiguous-context accuracy and bias by category", fontsize=10)
+    fig.tight_layout()
+    return save_figure(fig, out, f"bbq_{f}", "bbq", f"BBQ by category ({f})",
+                       f"Task bbq, models {_models(runs)}. Expected counts; whiskers: 95% percentile bootstrap CI over "
+                       f"items (n_boot = {_boots(runs)}); n per category in table bbq_{f}_expected.")
+
+
+# -- ImplicitBBQ ---------------------------------------------------------------------------------------------
+def _macro(summary: dict, key: str, kind: str, version: str, metric: str) -> float:
+    e = summary.get(key, {}).get(kind, {}).get(version)
+    v = e["macro"][metric] if e else None
+    return math.nan if v is None else float(v)
+
+
+def _delta(exp: float, imp: float, bold_drop: float | None = None) -> str:
+    """The seed's change cell: direction arrow and size at two decimals, blank when unchanged."""
+    if not (math.isfinite(exp) and math.isfinite(imp)):
+        return "–"
+    d = round(imp, 2) - round(exp, 2)
+    if abs(d) < 0.005:
+        return ""
+    s = f"{'↑' if d > 0 else '↓'}{abs(d):.2f}"
+    return f"**{s}**" if bold_drop is not None and -d > bold_drop else s
+
+
+def _bias(x: float) -> str:
+    return f"**{fmt(x)}**" if math.isfinite(x) and x > 0.15 else fmt(x)
+
+
+def table2_paper(summaries: Sequence[tuple[str, dict]], key: str, version: str) -> pd.DataFrame:
+    """The seed's Table 2 (models as rows): Exp., Imp. and the explicit -> implicit change for ambiguous and
+    disambiguated accuracy and bias (macro over dimensions), then the control accuracies; bold: accuracy
+    drop > 0.30, bias > 0.15."""
+    rows = []
+    for label, s in summaries:
+        if key not in s:
+            continue
+        row: dict[str, Any] = {"Model": label}
+        for metric, name in (("acc_amb", "Acc Amb"), ("acc_dis", "Acc Dis"), ("bias_amb", "Bias Amb"),
+                             ("bias_dis", "Bias Dis")):
+            e, i = _macro(s, key, "explicit", version, metric), _macro(s, key, "implicit", version, metric)
+            acc = metric.startswith("acc")
+            row[f"{name} Exp."] = fmt(e) if acc else _bias(e)
+            row[f"{name} Imp."] = fmt(i) if acc else _bias(i)
+            row[f"{name} Δ"] = _delta(e, i, 0.30 if acc else None)
+        for kind, name in (("neutral", "Neutral"), ("nochar", "NoChar")):
+            row[f"{name} Amb."] = fmt(_macro(s, key, kind, version, "acc_amb"))
+            row[f"{name} Dis."] = fmt(_macro(s, key, kind, version, "acc_dis"))
+        n = {k: s.get(key, {}).get(k, {}).get(version, {}).get("pooled", {}) for k in ("explicit", "implicit")}
+        row["n (exp amb/dis, imp amb/dis)"] = "/".join(str(n[k].get(f"n_{c}", 0)) for k in n for c in ("amb", "dis"))
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def implicitbbq_section(runs: Sequence[Run], out: Path) -> list[Any]:
+    """Table 2 (paper layout, per zero-shot format and estimator) with its CI companion, Tables 5-7 (per
+    dimension, model columns, every strategy|format), and the explicit-vs-implicit bias figure."""
+    from probe.reports.bbq_tables import table2, tables_per_dimension
+
+    summaries = [(r.label, r.summary.get("by_strategy", {})) for r in runs]
+    keys = list(dict.fromkeys(k for _, s in summaries for k in s))
+    nb = _boots(runs)
+    ci_text = (f"CI: 95% percentile bootstrap (items resampled within each dimension for the macro mean; "
+               f"n_boot = {nb})")
+    items: list[Any] = []
+    for key in (k for k in keys if k.startswith("zero_shot")):
+        for version in ("expected", "argmax"):
+            items.append(Table(
+                f"implicitbbq_table2_{key.replace('|', '_')}_{version}", "implicitbbq",
+                f"ImplicitBBQ Table 2 layout ({key.replace('|', ', ')}, {version})",
+                f"Task implicitbbq, models {_models(runs)}. Estimator: {ESTIMATOR[version]}; model-wise scores are "
+                "the mean over dimensions (the seed's rule). n: items pooled over dimensions (last column). Δ: "
+                "explicit → implicit change, ↑ up, ↓ down, blank unchanged at two decimals. Bold: accuracy drop > "
+                f"0.30; bias > 0.15. No CIs in this layout; they are in implicitbbq_table2_ci_{version}.",
+                table2_paper(summaries, key, version)))
+    for version in ("expected", "argmax"):
+        frames = [table2({k: v for k, v in s.items()}, version, label) for label, s in summaries]
+        df = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
+        items.append(Table(f"implicitbbq_table2_ci_{version}", "implicitbbq",
+                           f"ImplicitBBQ Table 2 values with CIs ({version}), every strategy/format",
+                           f"Task implicitbbq, models {_models(runs)}. Estimator: {ESTIMATOR[version]}; mean over "
+                           f"dimensions. n: last-but-one column. {ci_text}.", df))
+    for key in keys:
+        merged = None
+        for label, s in summaries:
+            if key not in s:
+                continue
+            t = tables_per_dimension(s, key, "expected")
+            if t.empty:
+                continue
+            t = t.rename(columns={"": "E/I"}).drop(columns=["abs(Bias)>=0.10"])
+            t = t.rename(columns={c: f"{label} {c}" for c in ("Acc", "Bias", "n_amb")})
+            bias = f"{label} Bias"
+            t[bias] = [f"**{c}**" if _abs_ge(c, 0.10) else c for c in t[bias]]
+            merged = t if merged is None else merged.merge(t, on=["Dim.", "E/I"], how="outer")
+        if merged is None:
+            continue
+        items.append(Table(f"implicitbbq_per_dimension_{key.replace('|', '_')}", "implicitbbq",
+                           "ImplicitBBQ Tables 5-7 layout: per dimension, ambiguous contexts "
+                           f"({key.replace('|', ', ')})",
+                           f"Task implicitbbq, models {_models(runs)} (columns). E explicit, I implicit. Estimator: "
+                           f"{ESTIMATOR['expected']}. n: the n_amb columns. CI: 95% percentile bootstrap over items "
+                           f"(n_boot = {nb}). Bold: |Bias| ≥ 0.10 (the seed's rule).", merged))
+    for key in (k for k in keys if k.startswith("zero_shot")):
+        items.append(_implicit_figure(runs, key, out))
+    return items
+
+
+def _abs_ge(cell: Any, thr: float) -> bool:
+    try:
+        return abs(float(str(cell).split(" ")[0])) >= thr
+    except ValueError:
+        return False
+
+
+def _implicit_figure(runs: Sequence[Run], key: str, out: Path) -> Figure:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    dims = sorted({d for r in runs for k in ("explicit", "implicit")
+                   for d in r.summary.get("by_strategy", {}).get(key, {}).get(k, {}).get("expected", {})
+                   .get("by_dimension", {})})
+    fig, ax = plt.subplots(figsize=(max(7, 1.6 * len(dims)), 3.8))
+    series = []
+    for r in runs:
+        s = r.summary.get("by_strategy", {}).get(key, {})
+        for kind, tag in (("explicit", "exp."), ("implicit", "imp.")):
+            bd = s.get(kind, {}).get("expected", {}).get("by_dimension", {})
+            series.append((f"{r.label} {tag}", [bd[d]["bias_amb"] if d in bd else math.nan for d in dims],
+                           [bd[d]["ci"]["bias_amb"] if d in bd else None for d in dims]))
+    _bars(ax, dims, series)
+    ax.set_ylim(-1, 1)
+    ax.set_ylabel("bias, ambiguous (→0)")
+    ax.legend(fontsize=7, ncol=2)
+    ax.set_title(f"ImplicitBBQ ({key.replace('|', ', ')}): explicit vs implicit bias by dimension (Figure 3 layout)",
+                 fontsize=9)
+    fig.tight_layout()
+    return save_figure(fig, out, f"implicitbbq_bias_{key.replace('|', '_')}", "implicitbbq",
+                       f"ImplicitBBQ explicit vs implicit bias ({key.replace('|', ', ')})",
+                       f"Task implicitbbq, models {_models(runs)}. Expected counts; whiskers: 95% percentile bootstrap "
+                       f"CI over items (n_boot = {_boots(runs)}); n per dimension in the per-dimension table.")
+
+
+# -- demo ----------------------------------------------------------------------------------------------------
+def demo_section(runs: Sequence[Run], out: Path) -> list[Any]:
+    """The demo's explicit vs implicit metrics, one row per model, context kind and estimator."""
+    rows = []
+    for r in runs:
+        for kind, m in r.summary.get("by_context_kind", {}).items():
+            for version in ("expected", "argmax"):
+                v = m[version]
+                rows.append({"Model": r.label, "Context": kind, "Estimator": version, "n amb": m["n_amb"],
+                             "n dis": m["n_dis"], **{k: fmt(v[k]) for k in METRICS}})
+    df = pd.DataFrame(rows)
+    return [Table("demo_by_context", "demo", "Demo set: explicit vs implicit", (
+        f"Task demo, models {_models(runs)}. Estimators: expected counts (T = 1) and argmax answers (column "
+        "Estimator). n: items per condition. CI: none in the demo summary (see the paired comparison below and "
+        "each run's report.html)."), df)]

@@ -1,0 +1,182 @@
+"""Assemble a comparison report from finished runs: layouts per task, paired comparisons, Markdown, CSV, HTML.
+
+:func:`build_report` takes labelled :class:`~probe.reports.compare.runs.Run`
+objects (``load_runs``), writes under ``output``:
+
+- ``tables/NAME.md`` and ``.csv`` for every table, ``figures/NAME.png`` and
+  ``.svg`` for every figure;
+- ``report.md`` (every table with its caption, figures linked) and
+  ``report.html`` (self-contained; :mod:`.html`);
+- ``manifest.json`` (the runs, and each table's and figure's name, task,
+  title and files), which tests and scripts read.
+
+Paired comparisons need per-unit data: ``hbb``, ``crows_pairs`` and
+``cmp_iso`` units are read here from the run directories; BBQ-family units
+(``bbq``, ``implicitbbq``, ``demo``) need the task's own answer conversion, so
+the caller sets ``run.units`` (``probe report`` does; :mod:`probe.commands.report`).
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import re
+from pathlib import Path
+from typing import Any, Callable, Mapping, Sequence
+
+import pandas as pd
+
+from probe.io import write_atomic, write_json_atomic
+from probe.reports.compare import bbq_layouts, other_layouts, units as U
+from probe.reports.compare.html import render
+from probe.reports.compare.paired import MIN_CLUSTERS, compare
+from probe.reports.compare.runs import Run, by_task
+from probe.reports.compare.tables import Figure, Section, Table, markdown, write_table
+
+__all__ = ["build_report", "TASK_TITLES"]
+
+TASK_TITLES = {"bbq": "BBQ", "implicitbbq": "ImplicitBBQ (seed 000)", "hbb": "Hidden Bias Benchmark (seed 004)",
+               "crows_pairs": "CrowS-Pairs", "cmp_iso": "iso vs cmp (seed 003)", "demo": "Demo set"}
+#: tasks in report order (others follow, in the order given)
+ORDER = ("implicitbbq", "bbq", "demo", "hbb", "crows_pairs", "cmp_iso")
+
+
+def _slug(text: str) -> str:
+    return re.sub(r"[^A-Za-z0-9]+", "_", text).strip("_").lower()
+
+
+def _layout(task: str, runs: Sequence[Run], out: Path, all_by_task: Mapping[str, list[Run]],
+            params_b: Mapping[str, float] | None) -> list[Any]:
+    if task == "bbq":
+        return bbq_layouts.bbq_section(runs, out)
+    if task == "implicitbbq":
+        return bbq_layouts.implicitbbq_section(runs, out)
+    if task == "demo":
+        return bbq_layouts.demo_section(runs, out)
+    if task == "hbb":
+        return other_layouts.hbb_section(runs, out, all_by_task.get("crows_pairs", []))
+    if task == "crows_pairs":
+        return other_layouts.crows_section(runs, out)
+    if task == "cmp_iso":
+        return other_layouts.cmp_iso_section(runs, out, params_b)
+    return other_layouts.generic_section(runs, out)
+
+
+def _units(run: Run, spec: U.Spec) -> pd.DataFrame | None:
+    if run.units is not None:
+        return run.units
+    if run.task == "hbb":
+        return U.hbb_units(run, float(run.summary.get("threshold", 20.0)))
+    if run.task == "crows_pairs":
+        return U.crows_units(run)
+    if run.task == "cmp_iso":
+        return U.cmp_iso_units(run)
+    return None
+
+
+def paired_tables(task: str, runs: Sequence[Run], n_boot: int, seed: int) -> tuple[list[Table], str]:
+    """Every A-vs-B table of ``task`` (each pair of runs, each block) and a note on what was left out."""
+    spec = U.spec_for(task, runs)
+    if spec is None or len(runs) < 2:
+        return [], "" if len(runs) < 2 else f"No paired comparison is defined for task {task}."
+    units = {r.label: _units(r, spec) for r in runs}
+    missing = [lab for lab, u in units.items() if u is None or len(u) == 0]
+    if missing:
+        return [], f"Paired comparisons left out: no per-unit data for {', '.join(missing)}."
+    out, disjoint = [], []
+    for a, b in itertools.combinations(runs, 2):
+        for block, df in compare(units[a.label], units[b.label], spec, n_boot, seed).items():
+            n_all = df.loc[df["Category"] == "all", "n units"]
+            n = int(n_all.iloc[0]) if len(n_all) else 0
+            if n == 0:  # e.g. two samples drawn with different seeds: nothing to pair
+                disjoint.append(f"{a.label} vs {b.label} ({block})")
+                continue
+            out.append(Table(
+                f"paired_{task}_{_slug(a.label)}_vs_{_slug(b.label)}_{_slug(block)}", task,
+                f"{a.label} vs {b.label}: {block}", (
+                    f"Task {task}, A = {a.label}, B = {b.label}; n = {n} units scored by both "
+                    f"({df.attrs.get('dropped', 0)} left out: in one run only or non-finite). Estimator: Δ = A − B "
+                    f"of each metric from {spec.estimator}. CI: 95% percentile paired bootstrap over "
+                    f"{spec.cluster}s (the "
+                    f"same resampled clusters for both models; n_boot = {n_boot}, seed {seed}; none with fewer than "
+                    f"{MIN_CLUSTERS} clusters); p: two-sided bootstrap p. McNemar: exact test on whether "
+                    f"{spec.binary} (A+B−: A yes, B no), units treated "
+                    "as independent. p columns: raw / Holm-adjusted across the categories of this table (the all "
+                    "row is not adjusted); bold: adjusted p < 0.05."), df))
+    note = f"No unit scored by both runs, so no paired comparison: {'; '.join(disjoint)}." if disjoint else ""
+    return out, note
+
+
+def _runs_table(runs: Sequence[Run]) -> Table:
+    rows = []
+    for r in runs:
+        m = r.provenance.get("model") or {}
+        rows.append({"Label": r.label, "Task": r.task, "Model": r.model,
+                     "Parameters (B)": f"{r.params_b:.3g}" if math.isfinite(r.params_b) else "–",
+                     "Quantization / dtype": f"{m.get('quantization') or '–'} / {m.get('dtype') or '–'}",
+                     "Items": r.summary.get("n_items", "–"), "Limit": r.config.get("limit") or "–",
+                     "Created": r.provenance.get("created", "–"), "Directory": str(r.path)})
+    return Table("runs", "", "Runs in this report", "One row per run directory given; labels name what differs "
+                 "between runs of the same model (config keys, limit), as used in every table.", pd.DataFrame(rows))
+
+
+def build_report(runs: Sequence[Run], output: str | Path, n_boot: int = 2000, seed: int = 0,
+                 params_b: Mapping[str, float] | None = None, title: str | None = None,
+                 progress: Callable[[str], None] | None = None) -> dict[str, Any]:
+    """Write the report of ``runs`` into ``output``; return the manifest (also ``manifest.json``)."""
+    out = Path(output)
+    out.mkdir(parents=True, exist_ok=True)
+    groups = by_task(runs)
+    tasks = [t for t in ORDER if t in groups] + [t for t in groups if t not in ORDER]
+    sections: list[Section] = []
+    for task in tasks:
+        trs = groups[task]
+        if progress:
+            progress(f"{task}: {len(trs)} run(s)")
+        items = _layout(task, trs, out, groups, params_b)
+        paired, note = paired_tables(task, trs, n_boot, seed)
+        models = ", ".join(r.label for r in trs)
+        intro = f"{len(trs)} run(s): {models}." + (f" {note}" if note else "")
+        sections.append(Section(task, TASK_TITLES.get(task, task), intro, items + paired))
+    runs_table = _runs_table(runs)
+    all_items = [runs_table] + [it for s in sections for it in s.items]
+    names = [it.name for it in all_items]
+    dup = sorted({n for n in names if names.count(n) > 1})
+    if dup:  # two labels that slug alike: keep files apart
+        seen: dict[str, int] = {}
+        for it in all_items:
+            if it.name in dup:
+                seen[it.name] = seen.get(it.name, 0) + 1
+                it.name = f"{it.name}_{seen[it.name]}"
+    for it in all_items:
+        if isinstance(it, Table):
+            write_table(it, out)
+    models = sorted({r.model for r in runs})
+    title = title or f"probe comparison report: {', '.join(models)}"
+    intro = (f"{len(runs)} run(s) of {len(tasks)} task(s) ({', '.join(tasks)}), models {', '.join(models)}. "
+             "Every table and figure states its estimator, sample size and CI method.")
+    write_atomic(out / "report.html", render(title, intro, sections, runs_table))
+    write_atomic(out / "report.md", _markdown(title, intro, sections, runs_table))
+    manifest = {
+        "title": title,
+        "runs": [{"label": r.label, "task": r.task, "model": r.model, "path": str(r.path)} for r in runs],
+        "tables": [{"name": it.name, "task": it.task, "title": it.title, "md": f"tables/{it.name}.md",
+                    "csv": f"tables/{it.name}.csv"} for it in all_items if isinstance(it, Table)],
+        "figures": [{"name": it.name, "task": it.task, "title": it.title, "png": f"figures/{it.png.name}",
+                     "svg": f"figures/{it.svg.name}"} for it in all_items if isinstance(it, Figure)],
+    }
+    write_json_atomic(out / "manifest.json", manifest)
+    return manifest
+
+
+def _markdown(title: str, intro: str, sections: Sequence[Section], runs_table: Table) -> str:
+    md = [f"# {title}", "", intro, "", "## Runs", "", markdown(runs_table.df), ""]
+    for s in sections:
+        md += [f"## {s.title}", "", s.intro, ""]
+        for it in s.items:
+            if isinstance(it, Table):
+                md += [f"### {it.title}", "", markdown(it.df), "", f"*{it.caption}*", ""]
+            else:
+                md += [f"### {it.title}", "", f"![{it.title}](figures/{it.png.name})", "", f"*{it.caption}* "
+                       f"(SVG: figures/{it.svg.name})", ""]
+    return "\n".join(md)

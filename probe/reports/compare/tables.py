@@ -1,0 +1,136 @@
+"""What a comparison report holds (captioned tables and figures) and how they are written.
+
+A :class:`Table` is a DataFrame with a caption that states the task, the
+models, the estimator, the sample size and the CI method; it is written as
+``tables/NAME.md`` and ``tables/NAME.csv``. A cell may mark emphasis as
+``**text**`` (the seeds' bold rules): Markdown keeps it, the CSV drops the
+markers, the HTML shows it bold. A :class:`Figure` is a matplotlib figure saved
+as ``figures/NAME.png`` and ``.svg``.
+
+>>> import pandas as pd
+>>> t = Table("x", "bbq", "Title", "Caption.", pd.DataFrame({"a": ["**1.00**"], "b": [0.5]}))
+>>> print(markdown(t.df))
+| a | b |
+|---|---|
+| **1.00** | 0.500 |
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Sequence
+
+import pandas as pd
+
+from probe.io import write_atomic
+
+__all__ = ["Table", "Figure", "Section", "markdown", "write_table", "save_figure", "fmt", "fmt_ci", "flatten",
+           "plain"]
+
+BOLD = re.compile(r"\*\*(.+?)\*\*")
+
+
+@dataclass
+class Table:
+    """One captioned table of the report."""
+
+    name: str  # file stem, unique in the report
+    task: str
+    title: str
+    caption: str  # estimator, n, CI method (and the table's rules)
+    df: pd.DataFrame
+
+
+@dataclass
+class Figure:
+    """One captioned figure; ``png`` and ``svg`` are the files written."""
+
+    name: str
+    task: str
+    title: str
+    caption: str
+    png: Path
+    svg: Path
+
+
+@dataclass
+class Section:
+    """A task's part of the report: its tables and figures, then its paired comparisons."""
+
+    task: str
+    title: str
+    intro: str
+    items: list[Any] = field(default_factory=list)  # Table | Figure, in order
+
+
+def fmt(x: Any, digits: int = 2) -> str:
+    """A number for a table cell; NaN / None as an en dash."""
+    if x is None or (isinstance(x, float) and not math.isfinite(x)):
+        return "–"
+    if isinstance(x, (int, float)):
+        return f"{x:.{digits}f}"
+    return str(x)
+
+
+def fmt_ci(x: Any, ci: Sequence[Any] | None, digits: int = 2) -> str:
+    """``value [lo, hi]`` (the interval left out when it is missing)."""
+    s = fmt(x, digits)
+    if ci is not None and len(ci) == 2 and all(isinstance(c, (int, float)) and math.isfinite(c) for c in ci):
+        s += f" [{ci[0]:.{digits}f}, {ci[1]:.{digits}f}]"
+    return s
+
+
+def flatten(df: pd.DataFrame) -> pd.DataFrame:
+    """Two-level columns as ``"A iso"`` and a named index as the first column (what Markdown/CSV/HTML show)."""
+    out = df.copy()
+    if isinstance(out.columns, pd.MultiIndex):
+        out.columns = [" ".join(str(x) for x in c if str(x)) for c in out.columns]
+    if out.index.name is not None:
+        out = out.reset_index()
+    out.attrs = {}
+    return out
+
+
+def plain(text: Any) -> str:
+    """A cell without the ``**bold**`` markers."""
+    return BOLD.sub(r"\1", str(text))
+
+
+def _cell(v: Any) -> str:
+    if isinstance(v, float):
+        return "–" if not math.isfinite(v) else f"{v:.3f}"
+    return str(v).replace("|", "\\|").replace("\n", " ")
+
+
+def markdown(df: pd.DataFrame) -> str:
+    """A GitHub pipe table."""
+    cols = [_cell(c) for c in df.columns]
+    lines = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
+    lines += ["| " + " | ".join(_cell(v) for v in row) + " |" for row in df.itertuples(index=False)]
+    return "\n".join(lines)
+
+
+def write_table(table: Table, out: Path) -> list[Path]:
+    """``out/tables/NAME.md`` (title, table, caption) and ``.csv`` (no bold markers)."""
+    md, csv = out / "tables" / f"{table.name}.md", out / "tables" / f"{table.name}.csv"
+    write_atomic(md, f"**{table.title}**\n\n{markdown(table.df)}\n\n{table.caption}\n")
+    write_atomic(csv, table.df.map(lambda v: plain(v) if isinstance(v, str) else v).to_csv(index=False))
+    return [md, csv]
+
+
+def save_figure(fig: Any, out: Path, name: str, task: str, title: str, caption: str) -> Figure:
+    """Save a matplotlib figure as ``out/figures/NAME.png`` and ``.svg``, close it, describe it."""
+    import matplotlib.pyplot as plt
+
+    d = out / "figures"
+    d.mkdir(parents=True, exist_ok=True)
+    png, svg = d / f"{name}.png", d / f"{name}.svg"
+    for path, kw in ((png, {"dpi": 110}), (svg, {})):
+        tmp = path.with_name(f".{path.stem}.tmp{path.suffix}")  # the suffix picks the format
+        fig.savefig(tmp, **kw, metadata={"Date": None} if path.suffix == ".svg" else None)
+        tmp.replace(path)
+    plt.close(fig)
+    return Figure(name, task, title, caption, png, svg)
