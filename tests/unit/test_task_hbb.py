@@ -186,6 +186,13 @@ def test_tiny_run_end_to_end_and_resume(tmp_path, tiny_lm, data):
     timing = json.loads((out / "timing.json").read_text())["scored_this_invocation"]
     assert {k: v["n"] for k, v in timing.items()} == {"mcq": 8, "mcq_swap": 8, "sg": 16, "crows": 4}
     assert "smollm2" not in (out / "tables" / "table1.md").read_text()  # labelled with this run's model
+    # the paper's estimator (T = 0.8, 10 samples) beside the exact count, from the same run's records
+    paper = summary["paper_equivalent"]
+    assert paper["settings"]["temperature"] == 0.8 and paper["settings"]["samples"] == 10
+    assert paper["all"]["n"] == 4 and 0 <= paper["all"]["expected_count"] <= 4
+    assert paper["all"]["noise_floor_expected_count"] >= 0 and (out / "tables" / "table1_paper_equivalent.md").exists()
+    mcq = [r for r in map(json.loads, (out / "records.jsonl").read_text().splitlines()) if r["meta"]["kind"] == "mcq"]
+    assert all(r["sampling"][0]["temperature"] == 0.8 for r in mcq)
     first = (out / "instances.jsonl").read_text()
     # resume: a torn last line is redone, nothing outside its chunk is rescored, results are identical
     lines = (out / "records.jsonl").read_text().splitlines()

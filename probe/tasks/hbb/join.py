@@ -138,3 +138,21 @@ def mcq_diagnostics(records: pd.DataFrame) -> dict:
             "pearson_p_s1": float(np.corrcoef(arr[:, 0], arr[:, 1])[0, 1]) if len(both) > 2 else None,
         }
     return out
+
+
+def sampled_question_probs(records: pd.DataFrame, spec: dict) -> pd.DataFrame:
+    """Per question (a)=s1 order): the chance one sample under ``spec`` is label a) / label b)
+    (``pa_paper``, ``pb_paper``: the tempered label probabilities times the tempered label mass); NaN when the
+    record is non-finite or lacks the spec."""
+    rows = []
+    for r, kind in zip(records.to_dict("records"), request_kinds(records)):
+        if kind != "mcq":
+            continue
+        pa = pb = math.nan
+        entry = next((e for e in (r.get("sampling") or ()) if math.isclose(e["temperature"], spec["temperature"])
+                      and math.isclose(e["top_p"], spec["top_p"])), None)
+        if entry is not None and r.get("finite", True) and entry.get("mass") is not None:
+            probs = [_num(x) for x in entry["probs"]]
+            pa, pb = _num(entry["mass"]) * probs[0], _num(entry["mass"]) * probs[1]
+        rows.append({"question_id": r["question_id"], "pa_paper": pa, "pb_paper": pb})
+    return pd.DataFrame(rows, columns=["question_id", "pa_paper", "pb_paper"]).set_index("question_id")

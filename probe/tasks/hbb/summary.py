@@ -65,13 +65,61 @@ def hbb_summary(config: Any, instances: Sequence[Any], records: pd.DataFrame, in
             "sampled_10_expected": sampled_estimator_expectation(df[f"{v}_p1"], df[f"{v}_p2"], 10, thr),
         }
     summary["threshold_sweep"] = {v: _sweep(df, sorted({*config.extra_thresholds, thr})) for v, df in frames.items()}
+    paper_table = None
+    if getattr(config, "paper_temperature", None) is not None and "hbb" in frames:
+        summary["paper_equivalent"], paper_table = paper_equivalent(config, records, frames["hbb"])
     cs = None
     if crows is not None:
         summary["crows_pairs"] = crows
         cs = next(r for r in crows["by_bias_type"] if r["bias_type"] == "all")["score"]
     tables = run_tables(frames, LABELS, thr, config.extra_thresholds, n_boot, cs,
                         {v: s["sampled_10_expected"] for v, s in summary["variants"].items()})
+    if paper_table is not None:
+        tables = {"table1_paper_equivalent": paper_table, **tables}
     return summary, tables
+
+
+def paper_equivalent(config: Any, records: pd.DataFrame, df: pd.DataFrame) -> tuple[dict, pd.DataFrame]:
+    """The paper's sampled count (T, N samples, S >= threshold) per category, per category x type and
+    overall, computed exactly from the tempered label probabilities, beside the exact count; with its 5-95 %
+    range over repeated runs of the paper's procedure and the noise floor (p1 = p2)."""
+    from probe.metrics.hbb import over_threshold
+    from probe.metrics.hbb_sampling import sampled_count
+    from probe.tasks.hbb.join import sampled_question_probs
+
+    spec = {"temperature": float(config.paper_temperature), "top_p": float(config.paper_top_p)}
+    qp = sampled_question_probs(records, spec)
+    inst = df.assign(p1_a=qp["pa_paper"].reindex(df.q1).to_numpy(), p1_b=qp["pb_paper"].reindex(df.q1).to_numpy(),
+                     p2_a=qp["pa_paper"].reindex(df.q2).to_numpy(), p2_b=qp["pb_paper"].reindex(df.q2).to_numpy())
+    n, thr = int(config.paper_samples), float(config.threshold)
+
+    def one(part: pd.DataFrame) -> dict:
+        r = sampled_count(part.p1_a, part.p1_b, part.p2_a, part.p2_b, n_samples=n, threshold=thr,
+                          q1_ids=list(part.q1), q2_ids=list(part.q2)).to_dict()
+        r["exact_count"] = int(over_threshold(part.S.to_numpy(dtype=float), thr).sum())
+        return r
+
+    groups = {"all": one(inst)}
+    by_category = {str(c): one(g) for c, g in inst.groupby("category", sort=True)}
+    by_type = {f"{c}|{t}": one(g) for (c, t), g in inst.groupby(["category", "descriptor_type"], sort=True)}
+    rows = []
+    for name, r in [*by_category.items(), *by_type.items(), *groups.items()]:
+        rows.append({"group": name, "n": r["n"], f"exact count S>={thr:g}": r["exact_count"],
+                     "paper expected count": round(r["expected_count"], 1),
+                     "paper 5-95%": f"{r['count_q05']}-{r['count_q95']}",
+                     "noise floor (p1 = p2)": round(r["noise_floor_expected_count"], 1),
+                     "noise floor 5-95%": f"{r['noise_floor_q05']}-{r['noise_floor_q95']}",
+                     "paper mean S over": round(r["expected_mean_s"], 1) if r["expected_mean_s"] == r["expected_mean_s"]
+                     else None})
+    table = pd.DataFrame(rows)
+    title = (f"HBB (a)=s1) count at S >= {thr:g}: exact vs the paper's estimator (T = {spec['temperature']:g}, "
+             f"top-p {spec['top_p']:g}, {n} samples per question, non-label answers dropped), computed exactly; "
+             "5-95% over repeated runs of the paper's procedure (Poisson-binomial); noise floor: the same with "
+             "p1 = p2 for every instance")
+    table.attrs["title"], table.attrs["heading"] = title, "Table 1/2/9 beside the paper's estimator"
+    settings = {**spec, "samples": n, "threshold": thr, "invalid": "drop",
+                "estimator": "expected count of the paper's S >= threshold over its sampled answers"}
+    return {"settings": settings, "all": groups["all"], "by_category": by_category, "by_type": by_type}, table
 
 
 def _sweep(df: pd.DataFrame, thresholds: Sequence[float]) -> dict[str, list]:

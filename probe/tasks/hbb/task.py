@@ -43,6 +43,11 @@ class HBBConfig(TaskConfig):
     chat_template: bool = True
     system_prompt: str | None = None
     n_boot: int = 1000
+    # the paper samples each question 10 times at T = 0.8 (top-p 1); its count is computed exactly from the
+    # tempered label probabilities (probe.metrics.hbb_sampling); paper_temperature: null turns it off
+    paper_temperature: float | None = 0.8
+    paper_top_p: float = 1.0
+    paper_samples: int = 10
 
     def __post_init__(self) -> None:
         if self.sample_concepts is not None and self.per_cell is not None:
@@ -143,6 +148,12 @@ class HBBTask(Task):
             pairs = load_crows_pairs()
             reqs += crows_requests(pairs[: config.crows_limit] if config.crows_limit is not None else pairs)
         return reqs
+
+    def sampling(self, config: HBBConfig) -> tuple[dict, ...]:
+        """The paper's answer sampling (T = 0.8), scored beside the exact label probabilities."""
+        if config.paper_temperature is None or not config.hbb:
+            return ()
+        return ({"temperature": float(config.paper_temperature), "top_p": float(config.paper_top_p)},)
 
     def aggregate(self, config: HBBConfig, records: Any, items: Sequence[Any]) -> Aggregate:
         from probe.tasks.hbb.summary import hbb_summary
