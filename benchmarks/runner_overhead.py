@@ -9,7 +9,7 @@ Each side runs ``--repeats`` times, alternating, in one process; the script
 prints the median times, the overhead ratio and the largest difference
 between the two sides' log-probabilities (they must agree).
 
-    python benchmarks/runner_overhead.py                         # hbb, 48 instances, smollm2
+    python benchmarks/runner_overhead.py                         # hbb (sg_n 1), 48 instances, smollm2
     python benchmarks/runner_overhead.py --task bbq --limit 96
 """
 
@@ -48,7 +48,11 @@ def main(argv: list[str] | None = None) -> int:
     from probe.commands.run import parse_sets
 
     task = get(args.task)
-    config = task.make_config(parse_sets(args.sets))
+    values = parse_sets(args.sets)
+    if args.task == "hbb":
+        # generated HBB-SG variations are a generation step, not scoring: compare scoring on the originals
+        values.setdefault("sg_n", 1)
+    config = task.make_config(values)
     lm = load_model(args.model)
     options = RunOptions(batch_size=args.batch_size, progress=False)
     items = task.select(config, task.items(config), args.limit)
