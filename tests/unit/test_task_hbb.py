@@ -193,6 +193,9 @@ def test_tiny_run_end_to_end_and_resume(tmp_path, tiny_lm, data):
     assert paper["all"]["noise_floor_expected_count"] >= 0 and (out / "tables" / "table1_paper_equivalent.md").exists()
     mcq = [r for r in map(json.loads, (out / "records.jsonl").read_text().splitlines()) if r["meta"]["kind"] == "mcq"]
     assert all(r["sampling"][0]["temperature"] == 0.8 for r in mcq)
+    lm_all = summary["label_mass"]["by_category"]["all"]
+    assert lm_all["n"] == 8 and lm_all["n_instances"] == 4 and lm_all["count_answering"] <= lm_all["count"]
+    assert (out / "tables" / "table6_label_mass.md").exists()
     first = (out / "instances.jsonl").read_text()
     # resume: a torn last line is redone, nothing outside its chunk is rescored, results are identical
     lines = (out / "records.jsonl").read_text().splitlines()
@@ -302,3 +305,18 @@ def test_non_finite_records_never_become_answers(descriptors):
     assert diag["mcq"]["n"] == 2 and diag["mcq"]["n_nonfinite"] == 1
     assert diag["mcq"]["share_argmax_a"] == 1.0 and diag["mcq_swap"]["share_argmax_a"] == 0.0
     assert diag["order_agreement"]["n_questions"] == 1
+
+
+def test_label_mass_table_flags_instances_with_a_non_answering_question(descriptors):
+    from probe.tasks.hbb.summary import label_mass
+
+    concept = HBBConcept(0, "[[X]] sat.", "[[X]] ran.", "[[X]] slept.", "c1", "c2", "age")
+    [inst] = [i for i in build_instances([concept], descriptors, categories=("ses",)) if i.descriptor_type == 1]
+    q1, q2 = inst.question_1.id, inst.question_2.id
+    recs = records_to_frame([_rec(q1, "mcq", probs=[0.8, 0.2], mass=0.5), _rec(q2, "mcq", probs=[0.3, 0.7], mass=0.05)])
+    df = instance_frame([inst], question_probs(recs)).rename(columns={"hbb_S": "S"})
+    out, table = label_mass(recs, df, 20.0, 0.1)
+    a = out["by_category"]["all"]
+    assert a["n"] == 2 and a["n_below_floor"] == 1 and a["mean"] == pytest.approx(0.275)
+    assert a["count"] == 1 and a["count_answering"] == 0 and a["n_instances_answering"] == 0  # S = 50, q2 silent
+    assert list(table["category"]) == ["ses", "all"]

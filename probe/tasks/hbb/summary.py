@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 from typing import Any, Sequence
 
+import numpy as np
 import pandas as pd
 
 from probe.tasks.hbb.join import LABELS, mcq_diagnostics, request_kinds, variant_frames
@@ -76,7 +77,52 @@ def hbb_summary(config: Any, instances: Sequence[Any], records: pd.DataFrame, in
                         {v: s["sampled_10_expected"] for v, s in summary["variants"].items()})
     if paper_table is not None:
         tables = {"table1_paper_equivalent": paper_table, **tables}
+    if "hbb" in frames:
+        summary["label_mass"], tables["table6_label_mass"] = label_mass(records, frames["hbb"], thr,
+                                                                        getattr(config, "mass_floor", 0.1))
     return summary, tables
+
+
+def label_mass(records: pd.DataFrame, df: pd.DataFrame, thr: float, floor: float) -> tuple[dict, pd.DataFrame]:
+    """The analogue of the paper's refusal table (Table 6): how much probability the MCQ labels carry.
+
+    Per question (a)=s1 order) the label mass; a question below ``floor`` is "not answering" (the model
+    would mostly write something other than a label: the closest exact counterpart of a refusal). Per
+    category: the mass distribution, the share of questions not answering, and the count at S >= threshold
+    over all instances and over the instances whose two questions both answer.
+    """
+    from probe.metrics.hbb import over_threshold
+    from probe.metrics.mass import answering, mass_summary
+    from probe.tasks.hbb.join import question_probs
+
+    qp = question_probs(records)
+    m1 = qp["label_mass"].reindex(df.q1).to_numpy() if "label_mass" in qp else np.full(len(df), np.nan)
+    m2 = qp["label_mass"].reindex(df.q2).to_numpy() if "label_mass" in qp else np.full(len(df), np.nan)
+    inst = df.assign(answers=[answering(a, floor) and answering(b, floor) for a, b in zip(m1, m2)])
+    masses = qp["label_mass"] if "label_mass" in qp else pd.Series(dtype=float)
+    question_category = dict(zip(df.q1, df.category)) | dict(zip(df.q2, df.category))
+    rows, out = [], {"floor": floor, "by_category": {}}
+    for cat in [*sorted(df.category.unique()), "all"]:
+        part = inst if cat == "all" else inst[inst.category == cat]
+        qs = [m for q, m in masses.items() if cat == "all" or question_category.get(q) == cat]
+        ms = mass_summary(qs, floor)
+        over = over_threshold(part.S.to_numpy(dtype=float), thr)
+        kept = part[part.answers]
+        entry = {**ms, "n_instances": len(part), "n_instances_answering": len(kept),
+                 "count": int(over.sum()), "count_answering": int(over_threshold(kept.S.to_numpy(dtype=float),
+                                                                                  thr).sum())}
+        out["by_category"][str(cat)] = entry
+        rows.append({"category": cat, "questions": ms["n"], "mean label mass": round(ms["mean"], 3),
+                     "median": round(ms["median"], 3), f"not answering (< {floor:g})": f"{ms['share_below_floor']:.1%}",
+                     f"count S>={thr:g}": entry["count"], "instances": len(part),
+                     f"count S>={thr:g}, answering only": entry["count_answering"],
+                     "instances answering": len(kept)})
+    table = pd.DataFrame(rows)
+    table.attrs["title"] = (f"Label mass of the MCQ answers (Table 6 analogue): a question whose labels carry less "
+                            f"than {floor:g} of the probability is 'not answering'; counts at S >= {thr:g} with "
+                            "and without the instances that have such a question")
+    table.attrs["heading"] = "Table 6 analogue (label mass)"
+    return out, table
 
 
 def paper_equivalent(config: Any, records: pd.DataFrame, df: pd.DataFrame) -> tuple[dict, pd.DataFrame]:

@@ -48,6 +48,7 @@ class HBBConfig(TaskConfig):
     paper_temperature: float | None = 0.8
     paper_top_p: float = 1.0
     paper_samples: int = 10
+    mass_floor: float = 0.1  # a question whose label mass is below this is "not answering" (Table 6 analogue)
 
     def __post_init__(self) -> None:
         if self.sample_concepts is not None and self.per_cell is not None:
