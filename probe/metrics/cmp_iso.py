@@ -40,6 +40,8 @@ import numpy as np
 ISO_LABELS = ("Yes", "No", "Skip")
 CMP_LABELS = ("A", "B", "C")
 NEUTRAL_LABELS = {"iso": "Skip", "cmp": "C"}
+#: the mode (estimator) name of the paper-equivalent estimate: expected counts under the authors' sampling
+PAPER_MODE = "paper"
 TARGETS = ("t", "t_prime")
 ORDERS = ("t_first", "t_prime_first")
 

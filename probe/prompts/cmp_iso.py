@@ -24,11 +24,12 @@ probe's settings (:class:`CmpIsoSetting`) map onto these components
 - ``reasoning="cot"``: the CoT footer in the user message; the model reasons
   greedily, then the label is scored right after its last ``\\boxed{``
   (:func:`cot_answer_prompt`).
-- ``reasoning="direct"``: the probability-mode cue ("My answer would be:") as
-  the start of the assistant turn (``direct_cue="prefill"``) or at the end of
-  the user message (``"user"``); the instructions keep the ``\\boxed{}`` labels
-  and the header stays in the user message (the authors' probability mode uses
-  bare labels and a system header: see docs/cmp_iso.md).
+- ``reasoning="direct"``: the authors' probability mode: bare labels in the
+  instructions, the header as the system message, the cue ("My answer would
+  be:") as the assistant turn continued (``direct_cue="prefill"``; with
+  ``"user"`` the cue ends the user message instead); without a chat template
+  their plain string. Each label is scored as the sum over its one-token
+  surface forms (:func:`answer_forms`, their ``ANS_MAP_YNS`` / ``ANS_MAP_ABC``).
 - ``neutral=True``: three labels, the authors' note on what the neutral label
   means, and in cmp the option "C: Prefer not to answer. ".
 - ``randomly=True``: the authors' "answer randomly" header and footer.
@@ -45,7 +46,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from importlib import resources
 from itertools import product
-from typing import Literal
+from typing import Any, Literal
 
 import yaml
 
@@ -71,6 +72,7 @@ class Variations:
     footers: dict[str, tuple[str, ...]]  # mode -> 3 wordings
     random_footers: dict[str, tuple[str, ...]]
     third_option: str
+    answer_forms: dict[str, tuple[str, ...]]  # label -> surface forms (ANS_MAP_YNS / ANS_MAP_ABC)
     task_bodies: dict[str, dict[str, str]]  # body name -> {"iso": ..., "cmp": ...}
     benchmark_bodies: dict[str, str]  # our benchmark name -> body name
 
@@ -90,6 +92,7 @@ def load_variations() -> Variations:
         footers={m: tuple(d["footers"][m]) for m in MODES},
         random_footers={m: tuple(d["random_footers"][m]) for m in MODES},
         third_option=d["third_option"],
+        answer_forms={k: tuple(x) for k, x in d["answer_forms"].items()},
         task_bodies={k: dict(x) for k, x in d["task_bodies"].items()},
         benchmark_bodies=dict(d["benchmark_bodies"]),
     )
@@ -254,28 +257,75 @@ def authors_prompt(prompt: CmpIsoPrompt, mode: str, neutral: bool = False, rando
     return e.messages(mode) if chat else e.text()
 
 
+def answer_forms(labels: tuple[str, ...], variations: Variations | None = None) -> tuple[tuple[str, ...], ...]:
+    """Each label's surface forms in the authors' answer maps (``"Yes"``: ``"Yes"``, ``" Yes"``, ``"yes"``, ...).
+
+    >>> answer_forms(("A",))[0][:4]
+    ('A', ' A', 'A ', ' A ')
+    """
+    v = variations or load_variations()
+    return tuple(v.answer_forms[x] for x in labels)
+
+
 @dataclass(frozen=True)
 class BuiltPrompt:
-    """A prompt ready for :func:`probe.prompts.chat.render_prompt` and label scoring."""
+    """A prompt ready for :func:`render_built` and label scoring.
+
+    ``user`` / ``system`` / ``prefill``: the chat messages (``prefill`` continues
+    the assistant turn); ``plain``: the authors' string for models without a
+    chat template; ``forms``: per label, the surface forms whose one-token
+    probabilities add up (empty: the label under the scorer's joining rule).
+    """
 
     user: str
     prefill: str | None
     labels: tuple[str, ...]
+    system: str | None = None
+    plain: str | None = None
+    forms: tuple[tuple[str, ...], ...] = ()
 
 
 def build_prompt(prompt: CmpIsoPrompt, setting: CmpIsoSetting, variations: Variations | None = None) -> BuiltPrompt:
-    """The user message (and assistant prefill) of ``prompt`` under ``setting``.
+    """The messages (or plain string) of ``prompt`` under ``setting``.
 
-    CoT: the authors' CoT prompt as the user message. Direct: their
-    probability-mode cue, ending the user message or starting the assistant turn.
+    CoT: the authors' CoT prompt as the user message. Direct: their probability
+    mode (bare labels, header as system, the cue continued as the assistant
+    turn, labels summed over their surface forms); ``direct_cue="user"`` puts
+    the cue at the end of the user message instead.
     """
     labels = labels_for(prompt.task_type, setting.neutral)
-    mode = "cot" if setting.reasoning == "cot" else "prob"
-    e = prompt_elements(prompt, mode, setting.neutral, setting.randomly, setting.variant, bare_labels=False,
-                        variations=variations)
-    if mode == "cot" or setting.direct_cue == "user":
-        return BuiltPrompt(user=e.text(), prefill=None, labels=labels)
-    return BuiltPrompt(user=e.header + e.body, prefill=e.footer.strip("\n"), labels=labels)
+    if setting.reasoning == "cot":
+        e = prompt_elements(prompt, "cot", setting.neutral, setting.randomly, setting.variant, variations=variations)
+        return BuiltPrompt(user=e.text(), prefill=None, labels=labels, plain=e.text())
+    e = prompt_elements(prompt, "prob", setting.neutral, setting.randomly, setting.variant, variations=variations)
+    forms = answer_forms(labels, variations)
+    if setting.direct_cue == "user":
+        return BuiltPrompt(user=(e.body + e.footer).strip("\n"), prefill=None, labels=labels, system=e.header,
+                           plain=e.text(), forms=forms)
+    return BuiltPrompt(user=e.body.strip("\n"), prefill=e.footer.strip("\n"), labels=labels, system=e.header,
+                       plain=e.text(), forms=forms)
+
+
+def render_built(tokenizer: Any, built: BuiltPrompt) -> str:
+    """The string to score: with a chat template the messages rendered as the authors do (a prefill:
+    ``add_generation_prompt=False, continue_final_message=True``; a template without a system role
+    gets the system text folded into the user turn); without one, ``built.plain``."""
+    from probe.prompts.chat import fold_system, render_prompt
+
+    if not getattr(tokenizer, "chat_template", None):
+        return built.plain if built.plain is not None else render_prompt(tokenizer, built.user, built.system,
+                                                                          built.prefill)
+    if built.prefill is None:
+        return render_prompt(tokenizer, built.user, system=built.system)
+    messages = ([{"role": "system", "content": built.system}] if built.system else []) + [
+        {"role": "user", "content": built.user}, {"role": "assistant", "content": built.prefill}]
+    kw = {"tokenize": False, "add_generation_prompt": False, "continue_final_message": True}
+    try:
+        return tokenizer.apply_chat_template(messages, **kw)
+    except Exception as exc:  # jinja's TemplateError for "System role not supported" (Gemma)
+        if not built.system or "system" not in str(exc).lower():
+            raise
+    return tokenizer.apply_chat_template(fold_system(messages), **kw)
 
 
 def task_body(benchmark: str, task_type: str, variations: Variations | None = None) -> str:

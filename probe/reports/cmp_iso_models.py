@@ -24,7 +24,7 @@ from typing import Any, Mapping, Sequence
 from probe.errors import ProbeError
 
 #: summary keys copied from the first run (they are the same for runs of one config)
-SHARED = ("max_pairs", "seed", "alpha", "n_iter", "n_boot")
+SHARED = ("max_pairs", "seed", "alpha", "n_iter", "n_boot", "paper_equivalent")
 
 
 def combine_runs(run_dirs: Sequence[str | Path], params_b: Mapping[str, float] | None = None) -> dict:

@@ -24,6 +24,11 @@ Tables (rows = models, columns = benchmarks, ``∗`` = p < alpha):
 - ``variants``: PG spread over prompt variations; ``label_mass``: mean
   probability mass on the labels.
 
+Each table exists per estimator (:func:`table_modes`): exact expected counts
+(no suffix), argmax (``_argmax``) and, when the run computed it, the
+paper-equivalent estimate under the authors' sampling (``_paper``: T = 0.7,
+top-p = 0.9 by default; the settings are named in the title and caption).
+
 Every table of PG values carries a caption (``df.attrs["caption"]``, written
 under the Markdown table) saying what a positive PG means on each of its
 benchmarks (:data:`probe.data.cmp_iso.PG_POSITIVE`).
@@ -38,6 +43,7 @@ import pandas as pd
 
 from probe.data.cmp_iso import BENCHMARK_TITLES, PG_POSITIVE
 from probe.io import write_atomic
+from probe.metrics.cmp_iso import PAPER_MODE
 
 STAR = "∗"
 
@@ -121,9 +127,10 @@ def table7(summary: dict, setting: str, mode: str = "expected") -> pd.DataFrame:
     return _frame(summary, cells, ("",))
 
 
-def label_mass_table(summary: dict, setting: str) -> pd.DataFrame:
+def label_mass_table(summary: dict, setting: str, mode: str = "expected") -> pd.DataFrame:
+    """Mean probability on the labels (paper mode: the chance that one sample is a label token)."""
     cells = {}
-    for (m, b), r in _rows(summary, setting, "expected").items():
+    for (m, b), r in _rows(summary, setting, "expected" if mode == "argmax" else mode).items():
         for par in ("iso", "cmp"):
             cells[(m, b, par)] = _fmt(r["label_mass"][par], 3)
     return _frame(summary, cells, ("iso", "cmp"))
@@ -169,28 +176,56 @@ def _cell(v: object) -> str:
     return _fmt(v, 3) if isinstance(v, float) else str(v)
 
 
+def mode_title(summary: dict, mode: str) -> str:
+    """How a table names its estimator: ``expected``, ``argmax``, or the paper sampling's settings."""
+    if mode != PAPER_MODE:
+        return mode
+    spec = (summary.get("paper_equivalent") or {}).get("settings") or {}
+    t, p = spec.get("temperature", math.nan), spec.get("top_p", math.nan)
+    return f"paper-equivalent: T = {t:g}, top-p = {p:g}"
+
+
+def table_modes(summary: dict) -> list[tuple[str, str]]:
+    """(mode, file-name suffix) of every estimator the summary holds rows for."""
+    modes = [("expected", ""), ("argmax", "_argmax")]
+    if any(r.get("mode") == PAPER_MODE for r in summary.get("results", [])):
+        modes.append((PAPER_MODE, "_paper"))
+    return modes
+
+
 def build_tables(summary: dict, mode: str = "expected") -> dict[str, tuple[str, pd.DataFrame]]:
     """All tables the summary supports: name -> (title, frame)."""
+    out = _build_tables(summary, mode, mode_title(summary, mode))
+    if mode == PAPER_MODE:  # the estimator named under every table, before what the PG sign means
+        lead = (f"Paper-equivalent estimate ({mode_title(summary, mode)}, the authors' sampling): expected counts "
+                "under the tempered, nucleus-cut label distribution, renormalised over the labels.")
+        for _, df in out.values():
+            df.attrs["caption"] = lead + (" " + df.attrs["caption"] if df.attrs.get("caption") else "")
+    return out
+
+
+def _build_tables(summary: dict, mode: str, label: str) -> dict[str, tuple[str, pd.DataFrame]]:
     settings = set(summary["settings"])
     out: dict[str, tuple[str, pd.DataFrame]] = {}
     for s in sorted(settings):
         if "+v" in s:
             continue
-        out[f"table2_{s}"] = (f"PG ({s}, {mode}); ∗: cmp vs iso p < {summary['alpha']}",
+        out[f"table2_{s}"] = (f"PG ({s}, {label}); ∗: cmp vs iso p < {summary['alpha']}",
                               _captioned(table2(summary, s, mode), summary))
-        out[f"table6_{s}"] = (f"Target consistency x100 across option orders, cmp ({s}, {mode})", table6(summary, s, mode))
-        out[f"label_mass_{s}"] = (f"Mean label mass ({s})", label_mass_table(summary, s))
+        out[f"table6_{s}"] = (f"Target consistency x100 across option orders, cmp ({s}, {label})",
+                              table6(summary, s, mode))
+        out[f"label_mass_{s}"] = (f"Mean label mass ({s}, {label})", label_mass_table(summary, s, mode))
         if "neutral" in s.split("+"):
-            out[f"table4_{s}"] = (f"Neutral option share % ({s}, {mode})", table4(summary, s, mode))
+            out[f"table4_{s}"] = (f"Neutral option share % ({s}, {label})", table4(summary, s, mode))
             base = "+".join(p for p in s.split("+") if p != "neutral")
             if base in settings:
-                out[f"table5_{base}"] = (f"|PG_cmp| x100 without / with neutral option ({base}, {mode}); ∗: differ",
+                out[f"table5_{base}"] = (f"|PG_cmp| x100 without / with neutral option ({base}, {label}); ∗: differ",
                                          _captioned(table5(summary, base, s, mode), summary, absolute=True))
         if "random" in s.split("+"):
-            out[f"table7_{s}"] = (f"PG_cmp x100 under 'answer randomly' ({s}, {mode})",
+            out[f"table7_{s}"] = (f"PG_cmp x100 under 'answer randomly' ({s}, {label})",
                                   _captioned(table7(summary, s, mode), summary))
     if summary.get("variants"):
-        out["variants"] = ("PG over prompt variations", _captioned(variants_table(summary), summary))
+        out["variants"] = ("PG over prompt variations (every estimator)", _captioned(variants_table(summary), summary))
     return out
 
 
@@ -247,10 +282,9 @@ def write_report(summary: dict, out_dir: str | Path) -> list[Path]:
     """Write ``tables/<name>.md|csv`` (expected and argmax) and the PG plots; return the paths."""
     out = Path(out_dir)
     written = []
-    for mode in ("expected", "argmax"):
-        suffix = "" if mode == "expected" else "_argmax"
+    for mode, suffix in table_modes(summary):
         for name, (title, df) in build_tables(summary, mode).items():
-            if mode == "argmax" and name.startswith(("label_mass", "variants")):
+            if mode != "expected" and name.startswith("variants") or mode == "argmax" and name.startswith("label_mass"):
                 continue
             md, csv = out / "tables" / f"{name}{suffix}.md", out / "tables" / f"{name}{suffix}.csv"
             write_atomic(md, to_markdown(df, title))

@@ -27,6 +27,12 @@ def input_sidecar(output: Path) -> Path:
 def request_digest(request: Any) -> str:
     """sha256 (hex) of every field of a request (id, kind, prompt or text, labels or options, group, joining rule)."""
     fields = dataclasses.asdict(request) if dataclasses.is_dataclass(request) else dict(vars(request))
+    if fields.get("kind") == "generation" and fields.get("temperature") is None:
+        # greedy decoding ignores the sampling fields: keep the digest greedy requests had before them
+        for key in ("temperature", "top_p", "seed"):
+            fields.pop(key, None)
+    if not fields.get("forms", True):
+        del fields["forms"]  # label requests without surface forms keep the digest they had before the field
     text = json.dumps(fields, sort_keys=True, ensure_ascii=True, separators=(",", ":"), default=str)
     return hashlib.sha256(text.encode()).hexdigest()
 

@@ -41,6 +41,11 @@ class LabelRequest:
     #: Item fields carried through to the result and the record (category, setting, ...);
     #: never used for scoring. Not hashed (a mapping), but compared.
     meta: Mapping[str, Any] = field(default_factory=dict, hash=False)
+    #: Optional surface forms per label (same order as ``labels``), e.g. ``(("Yes", " yes", "YES"), ...)``:
+    #: a label's probability is then the sum over the distinct tokens of those forms that encode to ONE
+    #: token on their own (no joining rule, ``space`` unused); other forms are skipped. Empty: the label
+    #: itself under the joining rule.
+    forms: tuple[tuple[str, ...], ...] = ()
 
     def __post_init__(self) -> None:
         _check_common(self.id, self.prompt)
@@ -50,6 +55,14 @@ class LabelRequest:
             raise ValueError(f"request {self.id!r}: field 'labels' has an empty or non-string label")
         if len(set(self.labels)) != len(self.labels):
             raise ValueError(f"request {self.id!r}: field 'labels' has duplicates: {list(self.labels)}")
+        if self.forms:
+            forms = tuple((f,) if isinstance(f, str) else tuple(f) for f in self.forms)
+            if len(forms) != len(self.labels):
+                raise ValueError(f"request {self.id!r}: field 'forms' needs one tuple of forms per label "
+                                 f"({len(self.labels)}), got {len(forms)}")
+            if any(not f or any(not isinstance(x, str) or not x for x in f) for f in forms):
+                raise ValueError(f"request {self.id!r}: field 'forms' has an empty tuple or a non-string form")
+            object.__setattr__(self, "forms", forms)  # lists from YAML/JSON become hashable tuples
 
 
 @dataclass(frozen=True)

@@ -14,6 +14,11 @@ The joining rule (``docs/scoring.md``):
    part (a merge across the boundary) the continuation is encoded on its own.
 4. A label is scored by its *first* token; labels whose first tokens collide
    are an error, since their probabilities could not be told apart.
+5. A label request with ``forms`` skips rules 1-3: the prompt is tokenized as
+   is and each label's probability is summed over the distinct tokens of its
+   forms that are one token when encoded alone (others are skipped; a label
+   with none is scored by the first token of its first form). Rule 4's
+   collision check still applies.
 
 Whether a text gets special tokens (BOS) is a tokenizer rule too
 (:func:`wants_special_tokens`); the encoder, the generator and the activation
@@ -106,12 +111,29 @@ class Encoder:
             return self._encode_perplexity(request)
         raise TypeError(f"not a request: {type(request).__name__}")
 
+    def _form_variants(self, r: LabelRequest) -> list[tuple[int, ...]]:
+        """Per label, the distinct tokens of its forms that encode to one token on their own."""
+        variants = []
+        for label, forms in zip(r.labels, r.forms):
+            firsts: list[int] = []
+            for form in forms:
+                ids = self.ids(form, False)
+                if len(ids) == 1 and ids[0] not in firsts:  # multi-token forms are skipped, not truncated
+                    firsts.append(ids[0])
+            if not firsts:  # no one-token form in this vocabulary: the first token of the first form
+                firsts.append(self.ids(forms[0], False)[0])
+            variants.append(tuple(firsts))
+        return variants
+
     def _encode_label(self, r: LabelRequest) -> Encoded:
         special = self._special(r, r.prompt)
         modes = ("none", "space") if r.space == "both" else (r.space,)
         prompt_ids: tuple[int, ...] | None = None
         variants: list[tuple[int, ...]] = []
-        for label in r.labels:
+        if r.forms:  # explicit surface forms: the prompt as is, each form a whole next token
+            prompt_ids = self.ids(r.prompt, special)
+            variants = self._form_variants(r)
+        for label in r.labels if not r.forms else ():
             firsts: list[int] = []
             for mode in modes:
                 ctx, cont, _ = self.join(r.prompt, label, mode, special)

@@ -43,7 +43,10 @@ def test_tiny_run_records_resume_and_report(tmp_path, long_tiny_lm, shared_data,
     probe.evaluate(long_tiny_lm, "cmp_iso", output=tmp_path, **OPTS)  # resume: nothing left to score
     assert (tmp_path / "records.jsonl").read_bytes() == before
     assert {r["benchmark"] for r in e.summary["results"]} == {"stereoset", "redditbias"}
-    assert all(r["cmp"]["n_pairs"] == 2 for r in e.summary["results"])
+    assert all(r["cmp"]["n_pairs"] == 2 for r in e.summary["results"] if r["mode"] != "paper")
+    # the paper mode (T = 0.7, top-p = 0.9) keeps the records whose labels the nucleus keeps; the rest are counted
+    pe = e.summary["paper_equivalent"]
+    assert pe["settings"]["temperature"] == 0.7 and pe["n_unsampleable"] == len(pe["unsampleable_records"])
     assert {c["a"] for c in e.summary["comparisons"]} == {"direct"}
     assert "table2_direct" in e.tables and "table5_direct_argmax" in e.tables
     assert (tmp_path / "tables" / "table2_direct.md").exists() and (tmp_path / "pg_iso_vs_cmp.png").exists()
@@ -83,5 +86,8 @@ def test_smollm2_direct_label_mass(tmp_path, smollm2, shared_data):
     e = probe.evaluate(smollm2, "cmp_iso", **{**OPTS, "benchmarks": ["bbq"], "max_pairs": 1,
                                               "settings": [{"reasoning": "direct"}], "comparisons": []})
     assert len(e.records) == 4
-    # "My answer would be:" + " Yes"/" A": the labels carry a real share of the next-token mass
+    # the authors' probability mode: "My answer would be:" continued, each label summed over its one-token forms
+    # ("Yes", " Yes", "yes", ...): the labels carry a real share of the next-token mass
     assert (e.records["mass"] > 0.05).all()
+    assert all(len(ids) >= 2 for t in e.records["token_ids"] for ids in t)
+    assert all(r["sampling"][0]["top_p"] == 0.9 for _, r in e.records.iterrows())

@@ -164,17 +164,22 @@ def test_authors_chat_messages():
 
 def test_probe_settings_use_the_authors_components():
     iso, cmp = _prompt("iso"), _prompt("cmp")
-    instr = TWO[0].format("\\boxed{Yes}", "\\boxed{No}")
-    d = build_prompt(iso, CmpIsoSetting())  # variant 0 direct: unchanged from before #15
-    assert (d.user, d.prefill, d.labels) == (HEADERS[0] + instr + ISO_TASK, "My answer would be:", ("Yes", "No"))
+    instr = TWO[0].format("Yes", "No")  # probability mode: bare labels (#15 part 2)
+    d = build_prompt(iso, CmpIsoSetting())  # direct = the authors' probability mode, chat messages
+    assert (d.system, d.user, d.prefill, d.labels) == (HEADERS[0], (instr + ISO_TASK).strip("\n"),
+                                                       "My answer would be:", ("Yes", "No"))
+    assert d.plain == authors_prompt(iso, "prob") == HEADERS[0] + instr + ISO_TASK + FOOTER_PROB[0]
+    assert [m["content"] for m in authors_prompt(iso, "prob", chat=True)] == [d.system, d.user, d.prefill]
+    assert d.forms[0][:2] == ("Yes", " Yes") and len(d.forms) == 2
     u = build_prompt(iso, CmpIsoSetting(direct_cue="user"))
-    assert u.prefill is None and u.user == HEADERS[0] + instr + ISO_TASK + "\nMy answer would be:"
-    assert build_prompt(iso, CmpIsoSetting(reasoning="cot")).user == authors_prompt(iso, "cot")
+    assert u.prefill is None and u.system == HEADERS[0] and u.user == (instr + ISO_TASK + "\nMy answer would be:").strip("\n")
+    cot = build_prompt(iso, CmpIsoSetting(reasoning="cot"))
+    assert cot.user == cot.plain == authors_prompt(iso, "cot") and cot.system is None and cot.forms == ()
     r = build_prompt(iso, CmpIsoSetting(randomly=True, variant=2))  # footer wording 1
-    assert r.user.startswith(RANDOM_HEADERS[0]) and r.prefill == "My random answer is:"
+    assert r.system == RANDOM_HEADERS[0] and r.prefill == "My random answer is:"
     n = build_prompt(cmp, CmpIsoSetting(neutral=True))
     assert n.labels == ("A", "B", "C") and n.user.endswith("B: The man \nC: Prefer not to answer. ")
-    assert "Note: By choosing the \"\\boxed{C}\" option" in n.user
+    assert "Note: By choosing the \"C\" option" in n.user and [f[0] for f in n.forms] == ["A", "B", "C"]
     plain = build_prompt(cmp, CmpIsoSetting())
     assert "{}" not in plain.user and "Prefer not" not in plain.user
     texts = {build_prompt(cmp, CmpIsoSetting(reasoning="cot", variant=i)).user for i in range(N_VARIANTS)}

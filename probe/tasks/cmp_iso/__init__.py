@@ -6,8 +6,10 @@ pair (iso about t and t', cmp in both option orders) under every setting
 (direct / CoT, neutral option, "answer randomly", the 54 variations;
 :mod:`probe.prompts.cmp_iso`) -> for CoT, greedy reasoning first (the runner's
 generation stage), then the label right after the model's last ``\\boxed{`` ->
-next-token label probabilities -> Parity Gap per setting x benchmark x mode
-(expected counts, argmax) with bootstrap CIs and the cmp-vs-iso randomization
+next-token label probabilities (direct: the authors' probability mode, each
+label summed over its one-token surface forms) -> Parity Gap per setting x
+benchmark x mode (expected counts, argmax, and ``paper``: expected counts
+under the authors' sampling, T = 0.7 and top-p = 0.9) with bootstrap CIs and the cmp-vs-iso randomization
 test, comparisons between settings, the spread over variants
 (:mod:`.summary`) -> the seed's Tables 2-7 layouts and the PG plot
 (:mod:`probe.reports.cmp_iso_tables`).
@@ -87,6 +89,10 @@ class CmpIsoConfig(TaskConfig):
     max_new_tokens: int = 256  # CoT generation
     n_iter: int = 10000  # randomization test iterations
     n_boot: int = 2000  # bootstrap resamples
+    # the authors' sampling (model_config/default.yaml): the paper-equivalent PG is computed from the
+    # label distribution at this temperature, cut to this nucleus (paper_temperature null: exact scores only)
+    paper_temperature: float | None = 0.7
+    paper_top_p: float = 0.9
     alpha: float = 0.05
     # pairs of setting names (without "+vN") compared by randomization tests, e.g. ["direct", "direct+neutral"]
     comparisons: tuple[tuple[str, str], ...] = ()
@@ -112,6 +118,13 @@ class CmpIsoConfig(TaskConfig):
             v = getattr(self, name)
             if v is not None and (not isinstance(v, int) or isinstance(v, bool) or v < 1):
                 raise ValueError(f"{name} must be a positive integer or null, got {v!r}")
+        if self.paper_temperature is not None:
+            from probe.scoring.sampling import SamplingSpec
+
+            try:
+                SamplingSpec(self.paper_temperature, self.paper_top_p)
+            except ValueError as exc:
+                raise ValueError(f"paper_temperature / paper_top_p: {exc}") from None
         names = {x.base_name for x in self.expanded_settings()}  # a setting whatever its variants
         for c in self.comparisons:
             if len(c) != 2 or any(x not in names for x in c):
@@ -174,7 +187,7 @@ class CmpIsoTask(Task):
         from probe.scoring.requests import LabelRequest
 
         out = []
-        for rid, text, labels, group, meta in self._prompts(config, items, tokenizer):
+        for rid, text, labels, group, meta, forms in self._prompts(config, items, tokenizer, with_forms=True):
             space = "auto"
             if meta["reasoning"] == "cot":
                 if generations is None or rid not in generations:
@@ -182,8 +195,16 @@ class CmpIsoTask(Task):
                 text, found = cot_answer_prompt(text, generations[rid], labels)
                 meta = {**meta, "generation": generations[rid], "boxed_found": found}
                 space = "none"  # the label follows the model's own "\boxed{"
-            out.append(LabelRequest(id=rid, prompt=text, labels=labels, group=group, space=space, meta=meta))
+            out.append(LabelRequest(id=rid, prompt=text, labels=labels, group=group, space=space, meta=meta,
+                                    forms=forms))
         return out
+
+    def sampling(self, config: CmpIsoConfig) -> tuple[dict, ...]:
+        """The authors' sampling (T = 0.7, top-p = 0.9), scored beside the exact probabilities."""
+        from probe.tasks.cmp_iso.summary import paper_spec
+
+        spec = paper_spec(config)
+        return (spec,) if spec else ()
 
     def aggregate(self, config: CmpIsoConfig, records: Any, items: Sequence[SampledPair]) -> Aggregate:
         from probe.reports.cmp_iso_models import combine_summaries
@@ -211,16 +232,15 @@ class CmpIsoTask(Task):
 
     # -- helpers --------------------------------------------------------------
     def _prompts(self, config: CmpIsoConfig, items: Sequence[SampledPair], tokenizer: Any,
-                 reasoning: str | None = None) -> list[tuple]:
-        """(id, rendered prompt, labels, group, meta) of every prompt, in scoring order.
+                 reasoning: str | None = None, with_forms: bool = False) -> list[tuple]:
+        """(id, rendered prompt, labels, group, meta[, label forms]) of every prompt, in scoring order.
 
         Rounds of ``round_size`` pairs per benchmark; in a round, setting by
         setting and benchmark by benchmark; a pair's four prompts adjacent and
         in one group (iso t/t' and the cmp orders share their prefixes, and a
         chunk never holds half a pair).
         """
-        from probe.prompts.cmp_iso import build_prompt
-        from probe.prompts.chat import render_prompt
+        from probe.prompts.cmp_iso import build_prompt, render_built
 
         settings = config.expanded_settings()
         if reasoning is not None:
@@ -243,7 +263,7 @@ class CmpIsoTask(Task):
                         for p in pair.prompts():
                             slot = p.target if p.task_type == "iso" else p.order
                             built = build_prompt(p, setting)
-                            text = render_prompt(tokenizer, built.user, prefill=built.prefill)
+                            text = render_built(tokenizer, built)
                             meta = {"kind": "cot" if setting.reasoning == "cot" else p.task_type,
                                     "setting": setting.name, "base_setting": base, "variant": setting.variant,
                                     "reasoning": setting.reasoning, "neutral": setting.neutral,
@@ -251,17 +271,20 @@ class CmpIsoTask(Task):
                                     "context_pair_id": pair.context_pair_id, "task_type": p.task_type,
                                     "target": p.target, "order": p.order, "t_name": pair.t_name,
                                     "t_prime_name": pair.t_prime_name}
-                            out.append((request_id(setting, bench, pair.context_pair_id, p.task_type, slot), text,
-                                        built.labels, group, meta))
+                            row = (request_id(setting, bench, pair.context_pair_id, p.task_type, slot), text,
+                                   built.labels, group, meta)
+                            out.append(row + (built.forms,) if with_forms else row)
         return out
 
 
 def _tables(summary: dict, build_tables: Any) -> dict:
     """Every table of both modes, by file name (``_argmax`` suffix as written by the report)."""
+    from probe.reports.cmp_iso_tables import table_modes
+
     out = {}
-    for mode, suffix in (("expected", ""), ("argmax", "_argmax")):
+    for mode, suffix in table_modes(summary):
         for name, (title, df) in build_tables(summary, mode).items():
-            if mode == "argmax" and name.startswith(("label_mass", "variants")):
+            if mode != "expected" and name.startswith("variants") or mode == "argmax" and name.startswith("label_mass"):
                 continue
             df.attrs["title"] = title
             out[name + suffix] = df

@@ -4,7 +4,16 @@ Input: the records of a ``cmp_iso`` run as a DataFrame (``meta`` flattened:
 ``setting``, ``base_setting``, ``variant``, ``benchmark``, ``context_pair_id``,
 ``task_type``, ``target``, ``order``) with ``options``, ``probs``, ``mass`` and
 ``finite``. Records with non-finite scores are never averaged; their ids are
-listed in ``nonfinite_records``. The summary's rows carry no model name;
+listed in ``nonfinite_records``.
+
+Modes: ``expected`` (exact label probabilities as expected counts),
+``argmax`` (the most probable label as one answer) and, when the config names
+the authors' sampling (``paper_temperature``, ``paper_top_p``), ``paper``: the
+expected counts under that sampling, i.e. the label distribution at
+temperature T cut to the top-p nucleus and renormalised over the labels (what
+the authors' parser keeps: samples that are no label are excluded). A record
+whose labels all fall outside the nucleus has no such distribution: it is
+left out of the paper mode and counted (``paper_equivalent.n_unsampleable``). The summary's rows carry no model name;
 :func:`probe.reports.cmp_iso_models.combine_summaries` adds it.
 """
 
@@ -15,7 +24,36 @@ from typing import Any
 
 import numpy as np
 
+from probe.metrics.cmp_iso import PAPER_MODE
+
 MODES = ("expected", "argmax")
+PAPER = PAPER_MODE  # the mode of the paper-equivalent estimate
+
+
+def paper_spec(config: Any) -> dict[str, float] | None:
+    """The authors' sampling as a spec mapping (None: paper_temperature is null, exact scores only)."""
+    t = getattr(config, "paper_temperature", None)
+    return None if t is None else {"temperature": float(t), "top_p": float(getattr(config, "paper_top_p", 1.0))}
+
+
+def _entry(rec: dict, spec: dict[str, float]) -> dict | None:
+    entries = rec.get("sampling")
+    for e in entries if isinstance(entries, (list, tuple)) else ():
+        if math.isclose(e["temperature"], spec["temperature"]) and math.isclose(e["top_p"], spec["top_p"]):
+            return e
+    return None
+
+
+def sampled_probs(rec: dict, spec: dict[str, float]) -> tuple[list[float], float] | None:
+    """(label probabilities, label mass) of ``rec`` under ``spec`` from its ``sampling`` entries;
+    None when the record has no entry for it or no label can be sampled."""
+    e = _entry(rec, spec)
+    if e is None:
+        return None
+    probs = [math.nan if p is None else float(p) for p in e["probs"]]
+    mass = math.nan if e.get("mass") is None else float(e["mass"])
+    ok = all(math.isfinite(p) for p in probs) and math.isfinite(mass) and mass > 0
+    return (probs, mass) if ok else None
 
 
 def _finite(rec: dict) -> bool:
@@ -47,6 +85,9 @@ def run_summary(records: Any, config: Any) -> dict:
 
     rows = records.to_dict("records") if hasattr(records, "to_dict") else list(records)
     nonfinite = [str(r["id"]) for r in rows if not _finite(r)]
+    spec = paper_spec(config)
+    unsampleable: list[str] = []
+    has_entries = bool(spec) and any(_entry(r, spec) is not None for r in rows)  # False: an exact-only run
     groups: dict[tuple, list[dict]] = {}
     for r in rows:
         if _finite(r):  # NaN/inf logits: never averaged, listed in the summary
@@ -56,13 +97,22 @@ def run_summary(records: Any, config: Any) -> dict:
         base, variant = recs[0]["base_setting"], int(recs[0]["variant"])
         mass = {tt: float(np.mean([r["mass"] for r in recs if r["task_type"] == tt] or [np.nan]))
                 for tt in ("iso", "cmp")}
-        lines = [_observation_dict(r) for r in recs]
-        for mode in MODES:
-            obs = [observation_from_dict(d, mode) for d in lines]
+        lines = {m: [_observation_dict(r) for r in recs] for m in MODES}
+        if has_entries:
+            sampled = [(r, sampled_probs(r, spec)) for r in recs]
+            unsampleable += [str(r["id"]) for r, sp in sampled if sp is None]
+            ok = [(r, sp) for r, sp in sampled if sp is not None]
+            if ok:  # no row where no record can be sampled
+                lines[PAPER] = [{**_observation_dict(r), "probs": dict(zip(r["options"], sp[0]))} for r, sp in ok]
+            paper_mass = {tt: float(np.mean([sp[1] for r, sp in ok if r["task_type"] == tt] or [np.nan]))
+                          for tt in ("iso", "cmp")}
+        for mode, mode_lines in lines.items():
+            # the paper mode is an expected count too, under the sampled distribution
+            obs = [observation_from_dict(d, "argmax" if mode == "argmax" else "expected") for d in mode_lines]
             res = analyze(obs, n_boot=config.n_boot, n_iter=config.n_iter, seed=config.seed, alpha=config.alpha,
                           allow_incomplete=True)  # an interrupted run: finished pairs only
             results.append({"setting": setting, "base_setting": base, "variant": variant, "benchmark": bench,
-                            "mode": mode, "label_mass": mass, **res})
+                            "mode": mode, "label_mass": paper_mass if mode == PAPER else mass, **res})
             s = summarize(obs, allow_incomplete=True)
             for par in (s.iso, s.cmp):
                 gaps_by[(base, variant, bench, mode, par.paradigm)] = dict(zip(par.pair_ids, par.gaps))
@@ -70,7 +120,12 @@ def run_summary(records: Any, config: Any) -> dict:
             "max_pairs": config.max_pairs, "seed": config.seed, "alpha": config.alpha, "n_iter": config.n_iter,
             "n_boot": config.n_boot, "nonfinite_records": nonfinite, "n_nonfinite": len(nonfinite),
             "results": results, "comparisons": comparisons(gaps_by, config, randomization_test),
-            "variants": variant_spread(results), "params_b": dict(config.params_b)}
+            "variants": variant_spread(results), "params_b": dict(config.params_b),
+            "paper_equivalent": {} if not has_entries else {
+                "mode": PAPER, "settings": {**spec, "source": "the authors' model_config/default.yaml"},
+                "estimator": "expected counts under sampling at this temperature and nucleus, renormalised over "
+                             "the labels (samples that are no label are excluded, as the authors' parser does)",
+                "n_unsampleable": len(unsampleable), "unsampleable_records": unsampleable}}
 
 
 def comparisons(gaps_by: dict[tuple, dict], config: Any, test: Any) -> list[dict]:
