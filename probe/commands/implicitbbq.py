@@ -64,9 +64,16 @@ def _write_items(items, output: str) -> None:
 def run_build_implicitbbq(args: argparse.Namespace) -> int:
     from probe.data.implicitbbq import build_implicitbbq, count_table, format_count_table
 
-    items = build_implicitbbq(args.dimensions, lexical=args.lexical, controls=not args.no_controls)
+    stats: dict = {}
+    items = build_implicitbbq(args.dimensions, lexical=args.lexical, controls=not args.no_controls, stats=stats)
     _write_items(items, args.output)
     print(format_count_table(count_table(items)))
+    # What the faithfulness rules left out (docs/implicitbbq.md, "The ImplicitBBQ builder").
+    print("\n| dimension | cue combinations excluded | templates removed whole | duplicate contexts dropped "
+          "| slot-bound templates without implicit form |\n|---|---|---|---|---|")
+    for dim, st in stats.items():
+        print(f"| {dim} | {st['combos_excluded']} | {', '.join('Q' + q for q in st['templates_excluded']) or '-'} | "
+              f"{st['duplicate_contexts']} | {', '.join('Q' + q for q in st['bound_implicit_excluded']) or '-'} |")
     print(f"\nwrote {len(items)} instances to {args.output}", file=sys.stderr)
     return 0
 

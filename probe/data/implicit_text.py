@@ -1,4 +1,5 @@
-"""Cue table, exclusion list and the "Person A"/"Person B" rewrite used by the ImplicitBBQ builder.
+"""Cue table, cue sentences, per-cue exclusions, slot-bound templates and the "Person A"/"Person B"
+rewrite used by the ImplicitBBQ builder (package data in ``probe/data/resources/``).
 
 The rewrite turns a BBQ template sentence into its implicit form by putting a
 neutral identifier in each ``{{NAMEk}}`` slot and removing the words that only
@@ -25,7 +26,8 @@ import yaml
 
 from probe.data.bbq import group_key
 
-__all__ = ["CueTable", "load_cue_table", "load_exclusions", "load_unknown_answers", "person_agreement", "person_rewrite"]
+__all__ = ["BoundTemplate", "CueTable", "cue_sentence", "load_bound_templates", "load_cue_sentences", "load_cue_table",
+           "load_exclusions", "load_unknown_answers", "person_agreement", "person_rewrite"]
 
 # Head nouns dropped after an adjective slot ("the {{NAME1}} man" -> "Person A").
 HEAD_NOUNS = (
@@ -130,20 +132,82 @@ def load_cue_table() -> CueTable:
     return CueTable(groups=groups, mapping=mapping, sources=sources, neutral=tuple(raw["neutral"]))
 
 
+def _resource(name: str) -> Any:
+    return yaml.safe_load(resources.files("probe.data").joinpath(f"resources/{name}").read_text(encoding="utf-8"))
+
+
 @lru_cache(maxsize=1)
-def load_exclusions() -> dict[str, frozenset[str]]:
-    """``implicitbbq_exclusions.yaml`` as dimension -> excluded template Q_ids."""
-    raw = yaml.safe_load(resources.files("probe.data").joinpath(
-        "resources/implicitbbq_exclusions.yaml").read_text(encoding="utf-8"))
-    out: dict[str, set[str]] = {}
-    for e in raw["exclusions"]:
-        out.setdefault(e["dimension"], set()).add(str(e["q_id"]))
-    return {k: frozenset(v) for k, v in out.items()}
+def load_exclusions() -> dict[str, dict[str, frozenset[str]]]:
+    """``implicitbbq_exclusions.yaml`` as dimension -> template Q_id -> the cues excluded for it.
+
+    ``"*"`` expands to every cue of the dimension (the template is removed whole). A cue that is
+    not in Table 4 is an error, so a typo cannot silently keep a causally tied cue.
+    """
+    table = load_cue_table()
+    out: dict[str, dict[str, set[str]]] = {}
+    for e in _resource("implicitbbq_exclusions.yaml")["exclusions"]:
+        dim, cues = e["dimension"], set(e["cues"])
+        known = {c for cs in table.groups[dim].values() for c in cs}
+        if "*" in cues:
+            cues = known
+        if cues - known:
+            raise ValueError(f"implicitbbq_exclusions.yaml: {dim} Q{e['q_id']}: not Table 4 cues: {sorted(cues - known)}")
+        out.setdefault(dim, {}).setdefault(str(e["q_id"]), set()).update(cues)
+    return {d: {q: frozenset(c) for q, c in qs.items()} for d, qs in out.items()}
+
+
+@lru_cache(maxsize=1)
+def load_cue_sentences() -> dict[str, str]:
+    """``implicit_cue_sentences.yaml``: Table 4 cue -> its sentence form (``{person}`` placeholder, no full stop)."""
+    raw = _resource("implicit_cue_sentences.yaml")["sentences"]
+    table = load_cue_table()
+    cues = {c for g in table.groups.values() for cs in g.values() for c in cs} | set(table.neutral)
+    missing = sorted(cues - set(raw))
+    if missing:
+        raise ValueError(f"implicit_cue_sentences.yaml: no sentence for {missing}")
+    return {k: v for k, v in raw.items() if k in cues}
+
+
+def cue_sentence(cue: str, person: str) -> str:
+    """The background sentence of ``cue`` for ``person``: ``("has beard", "Person A")`` -> ``"Person A has a beard."``."""
+    return load_cue_sentences()[cue].format(person=person) + "."
+
+
+@dataclass(frozen=True)
+class BoundTemplate:
+    """A template whose group is bound to a slot by its wording (``implicitbbq_bound.yaml``)."""
+
+    dimension: str
+    q_id: str
+    wording: str
+    explicit: str  # keep | slot_groups | exclude
+    implicit: str  # keep | exclude | rewrite
+    rewrites: tuple[tuple[str, str], ...] = ()  # (regex, replacement) on the implicit text
+    reason: str = ""
+
+    def rewrite(self, text: str) -> str:
+        for pattern, repl in self.rewrites:
+            text = re.sub(pattern, repl, text)
+        return text
+
+
+@lru_cache(maxsize=1)
+def load_bound_templates() -> dict[tuple[str, str], BoundTemplate]:
+    """``implicitbbq_bound.yaml`` as (dimension, Q_id) -> :class:`BoundTemplate`."""
+    out = {}
+    for e in _resource("implicitbbq_bound.yaml")["bound"]:
+        imp = e["implicit"]
+        rewrites = tuple(imp["rewrite"].items()) if isinstance(imp, dict) else ()
+        b = BoundTemplate(e["dimension"], str(e["q_id"]), e["wording"], e["explicit"],
+                          "rewrite" if rewrites else imp, rewrites, e.get("reason", ""))
+        if b.explicit not in ("keep", "slot_groups", "exclude") or b.implicit not in ("keep", "exclude", "rewrite"):
+            raise ValueError(f"implicitbbq_bound.yaml: {b.dimension} Q{b.q_id}: unknown treatment")
+        out[(b.dimension, b.q_id)] = b
+    return out
 
 
 @lru_cache(maxsize=1)
 def load_unknown_answers() -> tuple[str, tuple[str, ...]]:
     """(canonical Unknown text, its paraphrases) from ``unknown_answers.yaml``."""
-    raw = yaml.safe_load(resources.files("probe.data").joinpath(
-        "resources/unknown_answers.yaml").read_text(encoding="utf-8"))
+    raw = _resource("unknown_answers.yaml")
     return raw["canonical"], tuple(raw["paraphrases"])

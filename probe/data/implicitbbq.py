@@ -3,18 +3,24 @@
 How an item is made (see ``docs/implicitbbq.md``):
 
 1. Templates: BBQ ``Age``, ``Gender_identity``, ``Nationality`` (-> region),
-   ``Religion``, ``SES`` and BharatBBQ ``Caste``. Proper-name rows are skipped
-   (their implicit form duplicates the group-word rows), and so are the
-   templates in ``resources/implicitbbq_exclusions.yaml``.
+   ``Religion``, ``SES`` and BharatBBQ ``Caste``. Templates whose group is bound
+   to a slot by their wording (``resources/implicitbbq_bound.yaml``) take their
+   slot groups from the wording, get a rewrite, or are excluded, as listed there.
 2. Each template is filled with BBQ's expander; a filling is kept when both
    slots map to a cue group of the seed's Table 4 (``resources/implicit_cues.yaml``),
    the two groups differ, and the stereotyped target is known.
-3. Explicit items: the filled template as BBQ writes it (one per filling).
+3. Explicit items: the filled template as BBQ writes it (one per filling), for
+   every template that keeps at least one cue combination.
 4. Implicit context: one per (template row, lexical choice, group pair); its
-   text has "Person A"/"Person B" in the slots (:func:`person_rewrite`). It is
-   crossed with every cue combination (cues of group 1 x cues of group 2);
-   combination k puts Person A in slot 1 when k is even and in slot 2 when odd,
-   so the person-group assignment is counterbalanced.
+   text has "Person A"/"Person B" in the slots (:func:`person_rewrite`). A
+   context whose text, groups and answers equal an earlier one (BBQ's
+   proper-name rows repeat its group-word rows) is not built twice. It is
+   crossed with every cue combination (cues of group 1 x cues of group 2)
+   except those using a cue excluded for the template
+   (``resources/implicitbbq_exclusions.yaml``, per cue as the seed words it);
+   kept combination k puts Person A in slot 1 when k is even and in slot 2
+   when odd, so the person-group assignment is counterbalanced. A background
+   line is the cue's sentence form (``resources/implicit_cue_sentences.yaml``).
 5. Controls per implicit context: neutral (inert cues, both assignments) and
    no-characteristics (no background, both assignments).
 
@@ -31,10 +37,11 @@ from collections import Counter, defaultdict
 from pathlib import Path
 from typing import Iterable, Literal, Sequence
 
-from probe.data.bbq import stable_hash
+from probe.data.bbq import find_target_index, stable_hash
 from probe.data.bbq_templates import (SlotFill, TemplateRow, answer_slot, fill_to_items, fills_for_row,
                                       load_vocab, read_templates, slot_text)
-from probe.data.implicit_text import CueTable, load_cue_table, load_exclusions, load_unknown_answers, person_agreement, person_rewrite
+from probe.data.implicit_text import (BoundTemplate, CueTable, cue_sentence, load_bound_templates, load_cue_table,
+                                      load_exclusions, load_unknown_answers, person_agreement, person_rewrite)
 from probe.data.items import SETTINGS, BBQItem, setting_name
 
 __all__ = ["DIMENSIONS", "PAPER_COUNTS", "build_implicitbbq", "count_table", "format_count_table"]
@@ -60,20 +67,47 @@ def _template_rows(source: str, bbq_dir: Path | None, bharatbbq_dir: Path | None
     return read_templates(tdir / f"{category}.csv", "bbq", category), load_vocab(tdir)
 
 
-def _kept_fills(dim: str, table: CueTable, bbq_dir, bharatbbq_dir, lexical) -> list[tuple[SlotFill, str, str]]:
+def _slot_groups_from_wording(fill: SlotFill) -> SlotFill:
+    """The fill with slot k's group set to the template's ``NAMEk_info`` (the wording's group).
+
+    BBQ's expander flips proper-name pairs together with their group labels; when the text binds
+    the group to the slot ("{{NAME1}} is from a {{WORD1}} family"), only the names may move.
+    """
+    f = fill.row.fields
+    i1, i2 = f.get("NAME1_info", "").strip(), f.get("NAME2_info", "").strip()
+    t = find_target_index([[fill.name1, i1], [fill.name2, i2]], fill.row.stereotyped_groups)
+    return dataclasses.replace(fill, info1=i1, info2=i2, target_slot=None if t is None else t + 1)
+
+
+def _kept_fills(dim: str, table: CueTable, bbq_dir, bharatbbq_dir, lexical
+                ) -> list[tuple[SlotFill, str, str, BoundTemplate | None]]:
     rows, (vocab, names) = _template_rows(table.sources[dim], bbq_dir, bharatbbq_dir)
-    excluded = load_exclusions().get(dim, frozenset())
+    bound = load_bound_templates()
     out = []
     for row in rows:
-        if row.q_id in excluded:
+        b = bound.get((dim, row.q_id))
+        if b is not None and b.explicit == "exclude" and b.implicit == "exclude":
             continue
+        seen: set[str] = set()
         for fill in fills_for_row(row, vocab, names, lexical):
+            if b is not None and b.explicit == "slot_groups":
+                fill = _slot_groups_from_wording(fill)
+            if fill.key in seen:  # a sampled pair and its flip can coincide: one fill, one id
+                continue
+            seen.add(fill.key)
             g1 = table.cue_group(dim, fill.name1, fill.info1)
             g2 = table.cue_group(dim, fill.name2, fill.info2)
             if g1 is None or g2 is None or g1 == g2 or fill.target_slot is None:
                 continue
-            out.append((fill, g1, g2))
+            out.append((fill, g1, g2, b))
     return out
+
+
+def _cue_combinations(table: CueTable, dim: str, q_id: str, g1: str, g2: str) -> list[tuple[str, str]]:
+    """Cues of group 1 x cues of group 2, without the combinations using a cue excluded for the template."""
+    excluded = load_exclusions().get(dim, {}).get(q_id, frozenset())
+    return [(c1, c2) for c1, c2 in itertools.product(table.groups[dim][g1], table.groups[dim][g2])
+            if c1 not in excluded and c2 not in excluded]
 
 
 def _explicit_items(dim: str, fill: SlotFill, g1: str, g2: str, unknown: str) -> list[BBQItem]:
@@ -90,24 +124,34 @@ def _explicit_items(dim: str, fill: SlotFill, g1: str, g2: str, unknown: str) ->
     return out
 
 
+def _implicit_texts(fill: SlotFill, p1: str, p2: str, bound: BoundTemplate | None) -> tuple[str, str, str, str]:
+    """(ambiguous context, disambiguated context, negative question, non-negative question) with persons in the slots."""
+    f = fill.row.fields
+
+    def text(col: str) -> str:
+        t = person_agreement(slot_text(person_rewrite(f[col], p1, p2, fill.word1, fill.word2), fill, p1, p2), PERSONS)
+        return (bound.rewrite(t) if bound is not None else t).strip()
+
+    amb = text("Ambiguous_Context")
+    return (amb, f"{amb} {text('Disambiguating_Context')}".strip(), text("Question_negative_stereotype"),
+            text("Question_non_negative"))
+
+
 def _person_items(dim: str, ctx_id: str, fill: SlotFill, g1: str, g2: str, kind: str, variant: str,
-                  swap: bool, cue1: str | None, cue2: str | None, unknown: str) -> list[BBQItem]:
+                  swap: bool, cue1: str | None, cue2: str | None, unknown: str,
+                  bound: BoundTemplate | None = None) -> list[BBQItem]:
     """The four items of one (context, background) pair; slot k's person is PERSONS[k-1 xor swap]."""
     row, f = fill.row, fill.row.fields
     p1, p2 = (PERSONS[1], PERSONS[0]) if swap else PERSONS
     neg_slot, nonneg_slot = answer_slot(f["Answer_negative"]), answer_slot(f["Answer_non_negative"])
     if neg_slot is None or nonneg_slot is None or neg_slot == nonneg_slot:
         return []
-
-    def text(col: str) -> str:
-        return person_agreement(slot_text(person_rewrite(f[col], p1, p2, fill.word1, fill.word2), fill, p1, p2), PERSONS).strip()
-
-    amb = text("Ambiguous_Context")
-    dis = f"{amb} {text('Disambiguating_Context')}".strip()
+    amb, dis, q_neg, q_nonneg = _implicit_texts(fill, p1, p2, bound)
+    questions = {"neg": q_neg, "nonneg": q_nonneg}
     background = ""
     if cue1 is not None and cue2 is not None:
         lines = sorted([(p1, cue1), (p2, cue2)])  # Person A's cue first, whichever slot it is in
-        background = "\n".join(f"{p} {c}." for p, c in lines)
+        background = "\n".join(cue_sentence(c, p) for p, c in lines)
     h = stable_hash(ctx_id, kind, variant)
     order = [0, 1, 2]  # 0: slot 1's person, 1: slot 2's person, 2: Unknown
     random.Random(h).shuffle(order)
@@ -120,11 +164,10 @@ def _person_items(dim: str, ctx_id: str, fill: SlotFill, g1: str, g2: str, kind:
                    for j, i in enumerate(order)}
     items = []
     for cond, context in (("ambig", amb), ("disambig", dis)):
-        for pol, qcol, ans_slot in (("neg", "Question_negative_stereotype", neg_slot),
-                                    ("nonneg", "Question_non_negative", nonneg_slot)):
+        for pol, ans_slot in (("neg", neg_slot), ("nonneg", nonneg_slot)):
             items.append(BBQItem(
                 id=f"ibbq-{dim}-{kind[:3]}-{ctx_id}-{variant}-{cond}-{pol}", source="implicitbbq", category=dim,
-                context=context, question=text(qcol), options=options,
+                context=context, question=questions[pol], options=options,
                 label=unknown_index if cond == "ambig" else pos[ans_slot], target_index=target_index,
                 unknown_index=unknown_index, question_polarity=pol, context_condition=cond, context_kind=kind,
                 setting=setting_name(kind, cond, pol), answer_info=answer_info,
@@ -143,11 +186,17 @@ def build_implicitbbq(
     bharatbbq_dir: str | Path | None = None,
     lexical: Literal["all", "first"] = "first",
     controls: bool = True,
+    stats: dict | None = None,
 ) -> list[BBQItem]:
     """Build every ImplicitBBQ item of ``dimensions`` (default: all six).
 
     ``lexical="first"`` uses each template's first {{WORD}} variant (one context per
     template row and group pair, as the seed counts contexts); ``"all"`` crosses them.
+    ``stats``, when given, is filled per dimension with what the build left out:
+    ``combos_excluded`` (cue combinations the per-cue exclusions drop from built contexts),
+    ``templates_excluded`` (templates with no combination left), ``duplicate_contexts``
+    (implicit contexts equal to an earlier one) and ``bound_implicit_excluded``.
+    Raises ``ValueError`` if two items would share an id.
     """
     table = load_cue_table()
     dims = list(dimensions or DIMENSIONS)
@@ -157,25 +206,52 @@ def build_implicitbbq(
     unknown, _ = load_unknown_answers()
     items: list[BBQItem] = []
     for dim in dims:
+        st = {"combos_excluded": 0, "templates_excluded": set(), "duplicate_contexts": 0,
+              "bound_implicit_excluded": set()}
         seen_ctx: set[str] = set()
-        for fill, g1, g2 in _kept_fills(dim, table, bbq_dir, bharatbbq_dir, lexical):
-            items.extend(_explicit_items(dim, fill, g1, g2, unknown))
-            ctx_id = f"{fill.row.q_id}r{fill.row.row}-{stable_hash(fill.word1, fill.word2, g1, g2) % 10**6:06d}"
+        seen_text: set[tuple] = set()
+        kept_templates: set[str] = set()
+        for fill, g1, g2, bound in _kept_fills(dim, table, bbq_dir, bharatbbq_dir, lexical):
+            q_id = fill.row.q_id
+            combos = _cue_combinations(table, dim, q_id, g1, g2)
+            if not combos:  # every cue of this group pair is causally tied to the template
+                st["templates_excluded"].add(q_id)
+                continue
+            kept_templates.add(q_id)
+            if bound is None or bound.explicit != "exclude":
+                items.extend(_explicit_items(dim, fill, g1, g2, unknown))
+            if bound is not None and bound.implicit == "exclude":
+                st["bound_implicit_excluded"].add(q_id)
+                continue
+            ctx_id = f"{q_id}r{fill.row.row}-{stable_hash(fill.word1, fill.word2, g1, g2) % 10**6:06d}"
             if ctx_id in seen_ctx:  # several group words map to one cue group: one implicit context
                 continue
             seen_ctx.add(ctx_id)
-            combos = itertools.product(table.groups[dim][g1], table.groups[dim][g2])
+            f = fill.row.fields
+            signature = (*_implicit_texts(fill, *PERSONS, bound), g1, g2, fill.target_slot,
+                         answer_slot(f["Answer_negative"]), answer_slot(f["Answer_non_negative"]))
+            if signature in seen_text:  # e.g. a proper-name row whose Person A/B form is a group-word row's
+                st["duplicate_contexts"] += 1
+                continue
+            seen_text.add(signature)
+            st["combos_excluded"] += len(table.groups[dim][g1]) * len(table.groups[dim][g2]) - len(combos)
             for k, (c1, c2) in enumerate(combos):
                 items.extend(_person_items(dim, ctx_id, fill, g1, g2, "implicit", f"c{k}", k % 2 == 1,
-                                           c1, c2, unknown))
+                                           c1, c2, unknown, bound))
             if controls:
                 rng = random.Random(stable_hash(ctx_id, "neutral"))
                 for swap in (False, True):
                     n1, n2 = rng.sample(table.neutral, 2)
                     items.extend(_person_items(dim, ctx_id, fill, g1, g2, "neutral", f"s{int(swap)}", swap,
-                                               n1, n2, unknown))
+                                               n1, n2, unknown, bound))
                     items.extend(_person_items(dim, ctx_id, fill, g1, g2, "nochar", f"s{int(swap)}", swap,
-                                               None, None, unknown))
+                                               None, None, unknown, bound))
+        st["templates_excluded"] -= kept_templates  # removed whole: no group pair keeps a combination
+        if stats is not None:
+            stats[dim] = {k: sorted(v, key=int) if isinstance(v, set) else v for k, v in st.items()}
+    dup = [i for i, n in Counter(it.id for it in items).items() if n > 1]
+    if dup:  # records, resume and joins are keyed by id
+        raise ValueError(f"ImplicitBBQ build: {len(dup)} duplicate item ids, e.g. {dup[:3]}")
     return items
 
 
