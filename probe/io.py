@@ -16,7 +16,7 @@ import math
 import os
 import tempfile
 from pathlib import Path
-from typing import Any, Iterable, Iterator
+from typing import Any, Iterable, Iterator, Mapping
 
 from probe.errors import InputError
 
@@ -168,3 +168,16 @@ def file_sha256(path: str | Path) -> str:
         while block := f.read(1 << 20):
             digest.update(block)
     return digest.hexdigest()
+
+
+def flatten_meta(record: Mapping[str, Any]) -> dict[str, Any]:
+    """A record dict with its ``meta`` mapping flattened into top-level keys (a key that clashes with a
+    record field is prefixed ``meta.``): one row of a records frame.
+
+    >>> flatten_meta({"id": "a", "kind": "label", "meta": {"category": "age", "kind": "mcq"}})
+    {'id': 'a', 'kind': 'label', 'category': 'age', 'meta.kind': 'mcq'}
+    """
+    obj = dict(record)
+    for k, v in (obj.pop("meta", None) or {}).items():
+        obj[f"meta.{k}" if k in obj else k] = v
+    return obj

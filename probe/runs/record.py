@@ -174,11 +174,7 @@ def records_to_frame(records: "str | Path | Iterable[Record | Mapping[str, Any]]
         rows_in: Iterable[Any] = read_records(path)[0]
     else:
         rows_in = records
-    rows = []
-    for rec in rows_in:
-        obj = rec.to_dict() if isinstance(rec, Record) else dict(rec)
-        meta = obj.pop("meta", None) or {}
-        for k, v in meta.items():
-            obj[f"meta.{k}" if k in obj else k] = v
-        rows.append(obj)
+    from probe.io import flatten_meta
+
+    rows = [flatten_meta(rec.to_dict() if isinstance(rec, Record) else rec) for rec in rows_in]
     return pd.DataFrame(rows)

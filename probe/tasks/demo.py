@@ -170,15 +170,9 @@ def _records_frame(path: Path) -> Any:
     """``records.jsonl`` as the runner's records frame (``meta`` flattened; a clashing key prefixed ``meta.``)."""
     import pandas as pd
 
-    from probe.io import read_records
+    from probe.io import flatten_meta, read_records
 
-    rows = []
-    for rec in read_records(path)[0]:
-        obj = dict(rec)
-        for k, v in (obj.pop("meta", None) or {}).items():
-            obj[f"meta.{k}" if k in obj else k] = v
-        rows.append(obj)
-    return pd.DataFrame(rows)
+    return pd.DataFrame([flatten_meta(rec) for rec in read_records(path)[0]])
 
 
 def dimension_ci(answers: list[dict], n_boot: int = HTML_N_BOOT, seed: int = 0) -> list[dict]:

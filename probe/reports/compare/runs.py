@@ -134,7 +134,7 @@ def by_task(runs: Sequence[Run]) -> dict[str, list[Run]]:
 def read_records(path: str | Path) -> list[dict]:
     """``records.jsonl`` of a run as flat dicts (``meta`` keys beside the record fields, as
     :func:`probe.runs.record.records_to_frame` lays them out; a clash is prefixed ``meta.``)."""
-    from probe.io import read_records as read
+    from probe.io import flatten_meta, read_records as read
 
     p = Path(path)
     p = p / "records.jsonl" if p.is_dir() else p
@@ -142,8 +142,5 @@ def read_records(path: str | Path) -> list[dict]:
         raise ProbeError(f"{p}: not found (the run has no records)")
     out = []
     for rec in read(p)[0]:
-        obj = dict(rec)
-        for k, v in (obj.pop("meta", None) or {}).items():
-            obj[f"meta.{k}" if k in obj else k] = v
-        out.append(obj)
+        out.append(flatten_meta(rec))
     return out
