@@ -170,6 +170,15 @@ def file_sha256(path: str | Path) -> str:
     return digest.hexdigest()
 
 
+def stable_hash(*parts: object) -> int:
+    """A process-independent integer hash (Python's ``hash`` is salted per process).
+
+    >>> stable_hash("a", 1) == stable_hash("a", 1)
+    True
+    """
+    return int(hashlib.sha256("\x1f".join(map(str, parts)).encode()).hexdigest()[:12], 16)
+
+
 def flatten_meta(record: Mapping[str, Any]) -> dict[str, Any]:
     """A record dict with its ``meta`` mapping flattened into top-level keys (a key that clashes with a
     record field is prefixed ``meta.``): one row of a records frame.

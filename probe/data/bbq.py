@@ -18,7 +18,6 @@ also carry the template's ``Known_stereotyped_var2`` ("F", "lowSES"), read from
 from __future__ import annotations
 
 import csv
-import hashlib
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -37,7 +36,6 @@ __all__ = [
     "intersectional_var2",
     "group_key",
     "load_bbq_jsonl",
-    "stable_hash",
 ]
 
 #: BBQ's categories (the generator's list).
@@ -126,11 +124,6 @@ class SkippedRow:
 
     def __str__(self) -> str:
         return f"{self.file}:{self.line}: {self.field}: {self.reason}"
-
-
-def stable_hash(*parts: object) -> int:
-    """A process-independent integer hash (Python's ``hash`` is salted per process)."""
-    return int(hashlib.sha256("\x1f".join(map(str, parts)).encode()).hexdigest()[:12], 16)
 
 
 def _bbq_path(category_or_path: str | Path) -> Path:

@@ -40,7 +40,7 @@ from typing import Literal
 
 import pandas as pd
 
-from probe.data.bbq import stable_hash
+from probe.io import stable_hash
 from probe.data.bbq_templates import SlotFill, TemplateRow, lexical_pairs
 from probe.errors import InputError
 
@@ -108,7 +108,7 @@ def _label_fills(row: TemplateRow, vocab: pd.DataFrame, var2: str, other: str,
     out = []
     for t, r2 in itertools.product(targets, seconds):
         # BBQ draws one occupation of each SES level per race pair.
-        pairs = named or [(_pick(occ_t, row.path, row.row, t, r2, "t"), _pick(occ_n, row.path, row.row, t, r2, "n"))]
+        pairs = named or [(_pick(occ_t, row.seed_key, row.row, t, r2, "t"), _pick(occ_n, row.seed_key, row.row, t, r2, "n"))]
         for tg, ng in pairs:
             others = (_Person(t, ng, f"{other}-{t}"), _Person(r2, tg, f"{var2}-{r2}"), _Person(r2, ng, f"{other}-{r2}"))
             out += _fills(row, _Person(t, tg, f"{var2}-{t}"), others, r2, lexical)
@@ -124,7 +124,7 @@ def _proper_fills(row: TemplateRow, vocab: pd.DataFrame, names_vocab: pd.DataFra
 
     def full(person: pd.Series, avoid: str = "") -> str:
         options = lasts.get(person.ethnicity) or [""]
-        i = stable_hash(row.path, row.row, person.Name) % len(options)
+        i = stable_hash(row.seed_key, row.row, person.Name) % len(options)
         if options[i] and options[i] == avoid:  # two people of one race: not the same family name
             i = (i + 1) % len(options)
         return f"{person.Name} {options[i]}".strip()
@@ -142,13 +142,13 @@ def _proper_fills(row: TemplateRow, vocab: pd.DataFrame, names_vocab: pd.DataFra
         else:  # Race_x_SES varies SES, never gender; its b and c share the other-race person
             other_race = first[~first.ethnicity.isin(races) & same_gen]
             pools = [first[same_eth & same_gen & (first.Name != t.Name)], other_race, other_race]
-        rng = random.Random(stable_hash(row.path, row.row, t.Name))
+        rng = random.Random(stable_hash(row.seed_key, row.row, t.Name))
         drawn = [rng.sample(list(p.itertuples()), min(_PARTNERS, len(p))) for p in pools]
         if not gender_x:
             drawn[2] = drawn[1]
         combos += [(t, trio) for trio in zip(*drawn)]
     if len(combos) > max_pairs:  # BBQ: 5 sampled targets x 5 partners
-        keep = sorted(random.Random(stable_hash(row.path, row.row)).sample(range(len(combos)), max_pairs))
+        keep = sorted(random.Random(stable_hash(row.seed_key, row.row)).sample(range(len(combos)), max_pairs))
         combos = [combos[i] for i in keep]
     named = _var2_word_pairs(row, var2, lexical)
     ses = vocab[vocab.Category == "SES"]
@@ -162,8 +162,8 @@ def _proper_fills(row: TemplateRow, vocab: pd.DataFrame, names_vocab: pd.DataFra
             others = tuple(_Person(n, "", f"{p.gender}-{p.ethnicity}") for n, p in zip(names, (a, b, c)))
             out += _fills(row, tp, others, "", lexical)
             continue
-        pairs = named or [(_pick(occ_t, row.path, row.row, t.Name, a.Name, b.Name, "t"),
-                           _pick(occ_n, row.path, row.row, t.Name, a.Name, b.Name, "n"))]
+        pairs = named or [(_pick(occ_t, row.seed_key, row.row, t.Name, a.Name, b.Name, "t"),
+                           _pick(occ_n, row.seed_key, row.row, t.Name, a.Name, b.Name, "n"))]
         for tg, ng in pairs:
             tp = _Person(t_name, tg, f"{var2}-{t.gender}-{t.ethnicity}")
             others = (_Person(names[0], ng, f"{other}-{a.gender}-{a.ethnicity}"),

@@ -37,7 +37,8 @@ from typing import Literal
 
 import pandas as pd
 
-from probe.data.bbq import UNKNOWN_OPTIONS, find_target_index, group_key, stable_hash
+from probe.data.bbq import UNKNOWN_OPTIONS, find_target_index, group_key
+from probe.io import stable_hash
 from probe.data.items import BBQItem
 from probe.errors import InputError
 
@@ -73,6 +74,12 @@ class TemplateRow:
     def template_id(self) -> str:
         """Question-level id: rows of one Q_id are the same question (few-shot and CV group by it)."""
         return f"{self.source}:{self.category}:{self.q_id}"
+
+    @property
+    def seed_key(self) -> str:
+        """What seeds this row's draws: the file's name, never its directory, so that a build is the
+        same wherever the data lives (the absolute path once made draws differ between machines)."""
+        return f"{self.source}/{Path(self.path).name}" if self.path else f"{self.source}/{self.category}"
 
 
 @dataclass(frozen=True)
@@ -206,7 +213,7 @@ def fills_for_row(row: TemplateRow, vocab: pd.DataFrame | None = None, names_voc
             fo = first_only.Name.tolist()
             pairs = [(a, b, info1_col or a, info2_col or b) for a in fo for b in fo if a != b]
         if len(pairs) > max_proper_pairs:  # deterministic downsampling (BBQ samples 5-6 names at random)
-            pairs = random.Random(stable_hash(row.path, row.row)).sample(pairs, max_proper_pairs)
+            pairs = random.Random(stable_hash(row.seed_key, row.row)).sample(pairs, max_proper_pairs)
     elif len(names) > 1:
         l1, l2 = parse_name_lists(names)
         if row.source == "bharatbbq" or targets:
@@ -287,7 +294,7 @@ def fill_to_items(fill: SlotFill) -> list[BBQItem]:
     neg_slot, nonneg_slot = answer_slot(f["Answer_negative"]), answer_slot(f["Answer_non_negative"])
     if fill.target_slot is None or neg_slot is None or nonneg_slot is None or neg_slot == nonneg_slot:
         return []
-    h = stable_hash(row.path, row.row, *fill._hash_parts())
+    h = stable_hash(row.seed_key, row.row, *fill._hash_parts())
     unknown = UNKNOWN_OPTIONS[h % len(UNKNOWN_OPTIONS)]
     answers = [slot_text(f["Answer_negative"], fill).strip(), slot_text(f["Answer_non_negative"], fill).strip(), unknown]
     slots = [neg_slot, nonneg_slot, None]

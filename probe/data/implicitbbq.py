@@ -37,7 +37,8 @@ from collections import Counter, defaultdict
 from pathlib import Path
 from typing import Iterable, Literal, Sequence
 
-from probe.data.bbq import find_target_index, stable_hash
+from probe.data.bbq import find_target_index
+from probe.io import stable_hash
 from probe.data.bbq_templates import (SlotFill, TemplateRow, answer_slot, fill_to_items, fills_for_row,
                                       load_vocab, read_templates, slot_text)
 from probe.data.implicit_text import (BoundTemplate, CueTable, cue_sentence, load_bound_templates, load_cue_table,

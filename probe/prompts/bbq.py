@@ -3,7 +3,7 @@
 Strategies (seed 000, appendix B; texts in ``resources/implicitbbq_prompts.yaml``):
 ``zero_shot``, ``safety``, ``few_shot`` (5 demonstrations of the same dimension
 and context kind, never from the test item's template, plus the safety
-instruction) and ``cot`` (greedy reasoning, then the final answer is scored).
+instruction) and ``cot`` (reasoning chains, greedy or sampled, then the final answer is scored after each).
 
 Answer formats:
 
@@ -43,6 +43,7 @@ from __future__ import annotations
 import itertools
 import math
 import random
+import re
 from collections import defaultdict
 from dataclasses import dataclass
 from functools import lru_cache
@@ -51,12 +52,12 @@ from typing import Any, Sequence
 
 import yaml
 
-from probe.data.bbq import stable_hash
+from probe.io import stable_hash
 from probe.data.implicit_text import load_unknown_answers
 from probe.data.items import BBQItem
 
 __all__ = ["STRATEGIES", "FORMATS", "PreparedPrompt", "prompts", "system_text", "user_text", "select_demos",
-           "oneword_options", "prepare", "cot_final_prompt", "to_probs", "DemoIndex"]
+           "oneword_options", "prepare", "cot_final_prompt", "find_cue", "CUE_PATTERN", "to_probs", "DemoIndex"]
 
 STRATEGIES = ("zero_shot", "safety", "few_shot", "cot")
 FORMATS = ("oneword", "labels")
@@ -213,14 +214,31 @@ def prepare(item: BBQItem, tokenizer: Any, strategy: str, answer_format: str = "
     return PreparedPrompt(item.id, prompt, answer_format, texts, owner)
 
 
+#: the answer cues a reasoning may write (case-insensitive): "Final Answer:", "final answer :",
+#: "**Final Answer**", "**Final Answer:**", "**Final Answer**:"
+CUE_PATTERN = re.compile(r"\*\*final answer\s*:?\s*\*\*:?|final answer\s*:", re.IGNORECASE)
+
+
+def find_cue(reasoning: str) -> int | None:
+    """Where the first answer cue (:data:`CUE_PATTERN`) starts in ``reasoning``; None if it never reaches one.
+
+    >>> find_cue("So A. **Final Answer**: Person A"), find_cue("so: final answer: x"), find_cue("I think A")
+    (6, 4, None)
+    """
+    m = CUE_PATTERN.search(reasoning)
+    return m.start() if m else None
+
+
 def cot_final_prompt(prepared: PreparedPrompt, reasoning: str) -> PreparedPrompt:
     """The CoT scoring prompt: generation prompt + the model's reasoning + ``Final Answer:``.
 
-    The reasoning is cut just before the first ``Final Answer:`` it wrote (so the
-    answer itself is scored, not read from the text).
+    The reasoning is cut just before the first answer cue it wrote (any
+    :data:`CUE_PATTERN` variant), so the answer itself is scored, not read from
+    the text; the canonical cue is then appended.
     """
     cue = prompts()["cot"]["final_answer_cue"]
-    text = reasoning.split(cue)[0].rstrip()
+    at = find_cue(reasoning)
+    text = (reasoning if at is None else reasoning[:at]).rstrip()
     prompt = prepared.prompt + text + ("\n" if text else "") + cue
     # Labels are scored right after the cue ("Final Answer:1"): with a joining space many
     # tokenizers split " 1" into a bare space token shared by every label.

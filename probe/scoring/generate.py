@@ -1,16 +1,21 @@
-"""Greedy generation for chain-of-thought settings (reason first, then score the answer).
+"""Generation for chain-of-thought settings (reason first, then score the answer): greedy or sampled.
 
-Greedy decoding is deterministic; prompts are left-padded in batches and each
-output is cut at the first EOS or stop string.
+Greedy decoding is deterministic. Sampled decoding (``temperature``, nucleus
+``top_p``) draws each request's tokens from its own random stream, seeded from
+(``seed``, request id) with a process-independent hash, so batch size, request
+order, sharding and resume never change a chain. Prompts are left-padded in
+batches and each output is cut at the first EOS or stop string.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
-from typing import Any, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 import torch
 
+from probe.io import stable_hash
 from probe.scoring.tokens import wants_special_tokens
 
 
@@ -24,6 +29,61 @@ def greedy_generate(
     progress: bool = False,
 ) -> list[str]:
     """Greedy continuations of ``prompts`` (rendered strings, as the scorer takes them)."""
+    return _generate(lm, prompts, max_new_tokens, batch_size, stop, progress)
+
+
+@torch.inference_mode()
+def sample_generate(
+    lm: Any,
+    prompts: Sequence[str],
+    seeds: Sequence[int],
+    temperature: float,
+    top_p: float = 1.0,
+    max_new_tokens: int = 256,
+    batch_size: int = 8,
+    stop: Sequence[str] = (),
+    progress: bool = False,
+) -> list[str]:
+    """Sampled continuations of ``prompts``; ``seeds[i]`` seeds prompt ``i``'s own random stream.
+
+    Each step draws from the distribution :func:`probe.scoring.sampling.sampling_distribution`
+    defines (``softmax(logits / T)``, cut to the nucleus, ties by lower token id), by
+    inverting its CDF (in token-id order) at one uniform number from the prompt's own CPU
+    generator: the draw depends on nothing else in the batch and not on the device.
+    """
+    from probe.scoring.sampling import SamplingSpec
+
+    if len(seeds) != len(prompts):
+        raise ValueError(f"sample_generate: {len(seeds)} seeds for {len(prompts)} prompts")
+    spec = SamplingSpec(temperature, top_p)
+    return _generate(lm, prompts, max_new_tokens, batch_size, stop, progress,
+                     sampler=lambda idx: _RowSampler(spec, [seeds[i] for i in idx]))
+
+
+class _RowSampler:
+    """A logits processor that samples one token per row (each row its own generator) and leaves
+    only that token finite, so greedy ``generate`` takes it: HF sampling has one generator per batch."""
+
+    def __init__(self, spec: Any, seeds: Sequence[int]) -> None:
+        self.spec = spec
+        self.generators = [torch.Generator().manual_seed(int(s) % (1 << 63)) for s in seeds]
+
+    def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
+        from probe.scoring.sampling import sampling_distribution
+
+        dist = sampling_distribution(scores.float(), self.spec)  # float64, [batch, vocab]
+        cum = torch.cumsum(dist, dim=-1)
+        # every row draws once per step (finished rows too), so a row's stream never depends on the others
+        u = torch.cat([torch.rand(1, generator=g, dtype=torch.float64) for g in self.generators]).to(dist.device)
+        picks = torch.searchsorted(cum, (u * cum[:, -1]).unsqueeze(-1), right=True).clamp_(max=dist.shape[-1] - 1)
+        out = torch.full_like(scores, -math.inf)
+        out.scatter_(-1, picks, 0.0)
+        return out
+
+
+def _generate(lm: Any, prompts: Sequence[str], max_new_tokens: int, batch_size: int, stop: Sequence[str],
+              progress: bool, sampler: Callable[[list[int]], Any] | None = None) -> list[str]:
+    """Batched generation; ``sampler(batch indices)`` gives a batch's token sampler (None: greedy)."""
     tok, model = lm.tokenizer, lm.model
     device = next(model.parameters()).device
     pad = tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id
@@ -42,12 +102,18 @@ def greedy_generate(
         for j, e in enumerate(encs):
             ids[j, width - len(e):] = torch.tensor(e)
             mask[j, width - len(e):] = 1
+        extra: dict[str, Any] = {}
+        if sampler is not None:
+            from transformers import LogitsProcessorList
+
+            extra["logits_processor"] = LogitsProcessorList([sampler(idx)])
         out = model.generate(
             input_ids=ids.to(device),
             attention_mask=mask.to(device),
             max_new_tokens=max_new_tokens,
             do_sample=False,
             pad_token_id=pad,
+            **extra,
         )
         for j, i in enumerate(idx):
             text = tok.decode(out[j, width:], skip_special_tokens=True)
@@ -60,7 +126,12 @@ def greedy_generate(
 
 @dataclass(frozen=True)
 class GenerationRequest:
-    """Greedy generation after a rendered ``prompt`` (chain-of-thought settings), cut at ``stop`` strings."""
+    """Generation after a rendered ``prompt`` (chain-of-thought settings), cut at ``stop`` strings.
+
+    ``temperature`` None decodes greedily; otherwise tokens are sampled at that
+    temperature within the ``top_p`` nucleus from a stream seeded by
+    (``seed``, ``id``) (:func:`generation_seed`), so a chain is reproducible.
+    """
 
     id: str
     prompt: str
@@ -69,6 +140,9 @@ class GenerationRequest:
     group: str | None = None
     meta: Mapping[str, Any] = field(default_factory=dict, hash=False)
     kind: str = field(default="generation", init=False)
+    temperature: float | None = None
+    top_p: float = 1.0
+    seed: int = 0
 
     def __post_init__(self) -> None:
         if not isinstance(self.id, str) or not self.id:
@@ -77,17 +151,42 @@ class GenerationRequest:
             raise ValueError(f"generation request {self.id!r}: field 'prompt' is empty")
         if self.max_new_tokens < 1:
             raise ValueError(f"generation request {self.id!r}: max_new_tokens must be positive")
+        if self.temperature is not None and not (isinstance(self.temperature, (int, float))
+                                                 and not isinstance(self.temperature, bool)
+                                                 and math.isfinite(self.temperature) and self.temperature > 0):
+            raise ValueError(f"generation request {self.id!r}: temperature must be > 0 or None (greedy), "
+                             f"got {self.temperature!r}")
+        if not 0 < self.top_p <= 1:
+            raise ValueError(f"generation request {self.id!r}: top_p must be in (0, 1], got {self.top_p!r}")
+
+    @property
+    def sampled(self) -> bool:
+        return self.temperature is not None
+
+    def settings(self) -> dict[str, Any]:
+        """The decoding settings a generation record carries (none for greedy, as before sampling existed)."""
+        return {"temperature": self.temperature, "top_p": self.top_p, "seed": self.seed} if self.sampled else {}
+
+
+def generation_seed(seed: int, request_id: str) -> int:
+    """The seed of one request's random stream: a process-independent hash of (seed, id)."""
+    return stable_hash("generation", seed, request_id)
 
 
 def run_generation(lm: Any, requests: Sequence[GenerationRequest], batch_size: int = 8) -> list[str]:
-    """Greedy texts for ``requests`` (in order); requests with the same limits and stops are batched together."""
+    """Texts for ``requests`` (in order); requests with the same limits, stops and sampling are batched together."""
     out: list[str] = [""] * len(requests)
     by_setting: dict[tuple, list[int]] = {}
     for i, r in enumerate(requests):
-        by_setting.setdefault((r.max_new_tokens, r.stop), []).append(i)
-    for (max_new, stop), idx in by_setting.items():
-        texts = greedy_generate(lm, [requests[i].prompt for i in idx], max_new_tokens=max_new,
-                                batch_size=batch_size, stop=stop)
+        by_setting.setdefault((r.max_new_tokens, r.stop, r.temperature, r.top_p), []).append(i)
+    for (max_new, stop, temperature, top_p), idx in by_setting.items():
+        prompts = [requests[i].prompt for i in idx]
+        if temperature is None:
+            texts = greedy_generate(lm, prompts, max_new_tokens=max_new, batch_size=batch_size, stop=stop)
+        else:
+            seeds = [generation_seed(requests[i].seed, requests[i].id) for i in idx]
+            texts = sample_generate(lm, prompts, seeds, temperature, top_p, max_new_tokens=max_new,
+                                    batch_size=batch_size, stop=stop)
         for i, t in zip(idx, texts):
             out[i] = t
     return out

@@ -279,7 +279,7 @@ def _stratified(per_category: Mapping[str, Sequence[Any]], per_cat: int | None, 
     (seed, instance), so any prefix is a stratified sample and smaller samples
     are prefixes of larger ones.
     """
-    from probe.data.bbq import stable_hash
+    from probe.io import stable_hash
 
     queues = []
     for category, items in per_category.items():

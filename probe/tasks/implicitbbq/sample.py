@@ -32,7 +32,7 @@ def stratified_sample(items: Iterable[Any], per_cell: int | None, seed: int,
     ones) and returned round-robin over (dimension, kind): any prefix of the
     list stays stratified. ``per_cell`` None takes every unit.
     """
-    from probe.data.bbq import stable_hash
+    from probe.io import stable_hash
 
     units: dict[tuple[str, str], dict[str, list]] = defaultdict(lambda: defaultdict(list))
     for it in items:
