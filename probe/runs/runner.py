@@ -187,8 +187,9 @@ class Runner:
 
     def generate(self, requests: Sequence[Any], output: str | Path | None = None, task: str = "generate",
                  progress: bool | None = None) -> dict[str, str]:
-        """Greedy generations for :class:`~probe.scoring.generate.GenerationRequest` s, recorded and resumed
-        like scores (``generations.jsonl``); returns ``{id: text}``."""
+        """Generations for :class:`~probe.scoring.generate.GenerationRequest` s (greedy, or sampled from each
+        request's own seeded stream), recorded and resumed like scores (``generations.jsonl``); returns
+        ``{id: text}``. A sampled generation's record also carries its temperature, top_p and seed."""
         from probe.scoring.generate import run_generation
 
         show = self.options.progress if progress is None else progress
@@ -196,7 +197,8 @@ class Runner:
         def gen(part: list) -> Iterable[dict]:
             texts = self._timed(part, lambda p: run_generation(self.lm, p, batch_size=self.options.batch_size))
             return ({"task": task, "id": r.id, "model": self.model_id, "kind": "generation", "text": t,
-                     "max_new_tokens": r.max_new_tokens, "meta": dict(r.meta)} for r, t in zip(part, texts))
+                     "max_new_tokens": r.max_new_tokens, **r.settings(), "meta": dict(r.meta)}
+                    for r, t in zip(part, texts))
 
         if output is None:
             return {d["id"]: d["text"] for part in group_chunks(requests, self.options.chunk_size) for d in gen(part)}

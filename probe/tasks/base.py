@@ -10,8 +10,8 @@ Stages, in the order the runner calls them:
 1. ``items(config)``: the benchmark's items (source files -> item objects);
 2. ``select(config, items, limit)``: the first ``limit`` items (override to
    keep pairs or clusters whole);
-3. ``generation_requests(config, items, tokenizer)``: optional greedy
-   generations before scoring (chain-of-thought); default none;
+3. ``generation_requests(config, items, tokenizer)``: optional generations
+   before scoring (chain-of-thought), greedy or seeded sampling; default none;
 4. ``requests(config, items, tokenizer, generations)``: scorer requests, each
    with ``meta`` (the item fields its record needs: category, setting, ...);
    ids unique; what shares a prompt prefix adjacent; ``sampling(config)``:

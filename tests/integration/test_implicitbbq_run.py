@@ -14,7 +14,8 @@ def _run(lm, out, **kw):
     # few-shot is left out here: its long prompts are slow with the byte-level tiny tokenizer
     # (it is covered by tests/unit/test_implicitbbq_prompts.py and tests/unit/test_task_implicitbbq.py)
     base = dict(dimensions=["age"], strategies=["zero_shot", "cot"], answer_formats=["oneword", "labels"],
-                per_cell={"zero_shot": 1, "cot": 1}, cot_max_new_tokens=4, n_boot=50)
+                per_cell={"zero_shot": 1, "cot": 1}, cot_max_new_tokens=4, cot_chains=2, n_boot=50,
+                cot_require_cue=False)  # 4 random tokens never reach "Final Answer:"
     base.update(kw)
     task = get("implicitbbq")
     return run_task(task, task.make_config(base), lm, output=out, options=RunOptions(progress=False, threads=1))
@@ -44,8 +45,25 @@ def test_tiny_run_end_to_end_and_resume(long_tiny_lm, shared_data, tmp_path):
     assert set(zs.setting) == set(SETTINGS)
     assert all(r["finite"] and 0 <= r["mass"] <= 1 + 1e-6 and abs(sum(r["probs"]) - 1) < 1e-6 for r in recs)
     cot = [r for r in recs if r["meta"]["strategy"] == "cot"]
-    gens = {g["id"]: g["text"] for g in _lines(out / "generations.jsonl")}
+    gen_lines = _lines(out / "generations.jsonl")
+    gens = {g["id"]: g["text"] for g in gen_lines}
     assert cot and all(r["meta"]["reasoning"] == gens[r["id"]] for r in cot)
+    # 2 sampled chains per (item, format), at the seed's T = 0.1, each final answer scored
+    assert len(cot) == len(gens) == 2 * 2 * 8 and {r["meta"]["chain"] for r in cot} == {0, 1}
+    assert all(g["temperature"] == 0.1 and g["seed"] == 0 and g["id"].endswith(f"|chain{g['meta']['chain']}")
+               for g in gen_lines)
+    c = ev.summary["cot"]
+    assert c["settings"]["chains"] == 2 and c["n_chains"] == 32 and c["n_chains_no_cue"] == 32
+    assert c["n_items"] == 16 and c["n_items_no_valid_chain"] == 0  # kept: cot_require_cue is off here
+    assert c["by_strategy"]["cot|oneword"]["n_items_with_spread"] == 8
+    assert ev.summary["by_strategy"]["cot|labels"]["implicit"]["n"] == 4  # one metric record per item
+    # by default a chain without a cue is left out and counted: here every chain, so CoT has no metrics
+    task = get("implicitbbq")
+    strict = task.make_config(dict(dimensions=["age"], strategies=["zero_shot", "cot"], per_cell={"zero_shot": 1, "cot": 1},
+                                   answer_formats=["oneword", "labels"], cot_chains=2, n_boot=20))
+    agg = task.aggregate(strict, ev.records, task.select(strict, task.items(strict), None))
+    assert agg.summary["cot"]["n_items_no_valid_chain"] == 16 and agg.summary["cot"]["n_chains_no_cue"] == 32
+    assert not any(k.startswith("cot") for k in agg.summary["by_strategy"])
     assert not any(r["meta"]["setting"].startswith(("neutral", "nochar")) for r in recs
                    if r["meta"]["strategy"] != "zero_shot")
     summary = json.loads((out / "summary.json").read_text())

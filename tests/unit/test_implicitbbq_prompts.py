@@ -93,5 +93,11 @@ def test_prepare_and_cot_final_prompt():
     f = cot_final_prompt(p, "Person A is older. Final Answer: Person A")
     assert f.prompt.endswith("Person A is older.\nFinal Answer:")
     assert f.texts == p.texts
+    for variant in ("final answer: Person A", "**Final Answer**: Person A", "**Final Answer:** Person A",
+                    "FINAL ANSWER : Person A"):
+        f = cot_final_prompt(p, "Person A is older. " + variant + ". Final Answer: B")
+        assert f.prompt.endswith("Person A is older.\nFinal Answer:"), variant
+    f = cot_final_prompt(p, "The final answer is Person A")  # no cue: the whole reasoning, then the cue
+    assert f.prompt.endswith("The final answer is Person A\nFinal Answer:")
     req = prepare(item(), Plain(), "zero_shot", "labels").request(group="g")
     assert req.labels == ("1", "2", "3") and req.group == "g"

@@ -137,19 +137,98 @@ def test_requests_ids_groups_order_and_meta(task):
 
 
 def test_cot_needs_its_generations(task):
+    """Greedy single chain (cot_chains 0): the id and prompt of the runs before sampled chains existed."""
     from tests.tiny import tiny_tokenizer
 
-    cfg = ImplicitBBQConfig(strategies=("cot",), per_cell={"cot": 1}, cot_max_new_tokens=7)
+    cfg = ImplicitBBQConfig(strategies=("cot",), per_cell={"cot": 1}, cot_max_new_tokens=7, cot_chains=0)
     sel = task.select(cfg, _items(), None)
     gens = task.generation_requests(cfg, sel, tiny_tokenizer())
     assert len(gens) == len(sel.samples["cot"]) and gens[0].max_new_tokens == 7
-    assert gens[0].meta["kind"] == "cot/generate"
+    assert gens[0].meta["kind"] == "cot/generate" and gens[0].temperature is None
+    assert gens[0].id == request_id(sel.samples["cot"][0], "cot", "oneword")
     with pytest.raises(ProbeError, match="no CoT reasoning"):
         task.requests(cfg, sel, tiny_tokenizer(), {})
     texts = {g.id: "Because. Final Answer: Person A" for g in gens}
     reqs = task.requests(cfg, sel, tiny_tokenizer(), texts)
     assert reqs[0].prompt == gens[0].prompt + "Because.\nFinal Answer:"
-    assert reqs[0].meta["reasoning"] == texts[gens[0].id]
+    assert reqs[0].meta["reasoning"] == texts[gens[0].id] and "chain" not in reqs[0].meta
+
+
+def test_cot_chains_requests(task):
+    """K sampled chains per (item, format): ids ITEM|cot|FORMAT|chain{k}, the seed's sampling, one scoring
+    request per chain (meta chain = k), each cut at its own first cue variant."""
+    from tests.tiny import tiny_tokenizer
+
+    cfg = ImplicitBBQConfig(strategies=("cot",), per_cell={"cot": 1}, cot_chains=2, answer_formats=("oneword", "labels"))
+    assert (cfg.cot_temperature, cfg.cot_top_p) == (0.1, 1.0) and cfg.cot_max_new_tokens >= 1024
+    assert ImplicitBBQConfig().cot_chains == 5
+    sel = task.select(cfg, _items(), None)
+    gens = task.generation_requests(cfg, sel, tiny_tokenizer())
+    first = sel.samples["cot"][0]
+    base = request_id(first, "cot", "oneword")
+    assert [g.id for g in gens[:4]] == [f"{base}|chain0", f"{base}|chain1",
+                                        f"{request_id(first, 'cot', 'labels')}|chain0",
+                                        f"{request_id(first, 'cot', 'labels')}|chain1"]
+    assert len(gens) == 2 * 2 * len(sel.samples["cot"]) and len({g.id for g in gens}) == len(gens)
+    assert all(g.temperature == 0.1 and g.top_p == 1.0 and g.seed == 0 for g in gens)
+    assert [g.meta["chain"] for g in gens[:2]] == [0, 1] and gens[0].prompt == gens[1].prompt
+    texts = {g.id: ("A. **Final Answer**: Person A" if g.meta["chain"] == 0 else "no cue here") for g in gens}
+    reqs = task.requests(cfg, sel, tiny_tokenizer(), texts)
+    assert [r.id for r in reqs] == [g.id for g in gens]
+    assert reqs[0].prompt == gens[0].prompt + "A.\nFinal Answer:" and reqs[0].meta["chain"] == 0
+    assert reqs[1].prompt == gens[1].prompt + "no cue here\nFinal Answer:" and reqs[1].meta["chain"] == 1
+    assert reqs[0].group == reqs[1].group == reqs[2].group
+    with pytest.raises(ProbeError, match="cot_chains"):
+        task.make_config({"cot_chains": -1})
+    with pytest.raises(ProbeError, match="cot_temperature"):
+        task.make_config({"cot_temperature": 0})
+
+
+def _chain(item, chain, probs, reasoning, strategy="cot", fmt="oneword", cond="ambig", kind="implicit"):
+    lp = [math.log(p) for p in probs] + [math.log(1e-9)]
+    rid = f"{item}|{strategy}|{fmt}" + ("" if chain is None else f"|chain{chain}")
+    rec = _rec(fmt, lp, mass=sum(probs))
+    rec.update(id=rid, item_id=item, strategy=strategy, chain=chain, reasoning=reasoning, context_condition=cond,
+               context_kind=kind, template_id="t")
+    return rec
+
+
+def test_chain_average_exclusion_and_spread_hand_numbers():
+    """Two items x 3 chains (one-word; owner [0, 1, 2, 2]): the item's probabilities are the mean over its
+    chains that reached a cue; a chain without one is left out and counted; an item with none is dropped."""
+    from probe.tasks.implicitbbq.chains import average_chains, chain_summary
+
+    cue, none = "so. Final answer: x", "rambling"
+    rows = [
+        _chain("i1", 0, [0.3, 0.1, 0.1], cue), _chain("i1", 1, [0.1, 0.3, 0.1], cue), _chain("i1", 2, [0.5, 0.0001, 0.0001], none),
+        _chain("i2", 0, [0.1, 0.1, 0.3], none), _chain("i2", 1, [0.1, 0.1, 0.3], none), _chain("i2", 2, [0.1, 0.1, 0.3], none),
+        _chain("i3", None, [0.2, 0.1, 0.1], none, cond="disambig"),  # a greedy chain without a cue
+        _chain("z", None, [0.2, 0.1, 0.1], None, strategy="zero_shot"),
+    ]
+    frame = pd.DataFrame(rows)
+    frame.loc[frame.chain.isna(), "chain"] = float("nan")  # as records_to_frame leaves it for other records
+    recs, skipped = results.metric_records(frame)
+    assert skipped == 0 and [r["id"] for r in recs] == ["i1|cot|oneword", "z|zero_shot|oneword"]
+    i1 = recs[0]
+    # chain 0 option probs (0.3, 0.1, 0.1 + 1e-9)/0.5, chain 1 (0.1, 0.3, ...)/0.5: mean (0.4, 0.4, 0.2)
+    assert i1["probs"] == pytest.approx([0.4, 0.4, 0.2], abs=1e-6) and i1["n_chains"] == 2
+    assert i1["mass"] == pytest.approx(0.5) and i1["pred_index"] == 0
+    keep, _ = results.metric_records(frame, require_cue=False)
+    assert [r["id"] for r in keep] == ["i1|cot|oneword", "i2|cot|oneword", "i3|cot|oneword", "z|zero_shot|oneword"]
+    p2 = 0.5002 + 1e-9
+    assert keep[0]["n_chains"] == 3 and keep[0]["probs"][0] == pytest.approx((0.6 + 0.2 + 0.5 / p2) / 3, abs=1e-6)
+    assert keep[1]["probs"] == pytest.approx([0.2, 0.2, 0.6], abs=1e-6)
+    per_chain, _ = results.metric_records(frame, per_chain=True)
+    assert len(per_chain) == 8 and len(average_chains(per_chain)) == 2
+    s = chain_summary([r for r in per_chain if r["strategy"] == "cot"])["cot|oneword"]
+    assert (s["n_chains"], s["n_chains_no_cue"], s["n_items"], s["n_items_no_valid_chain"]) == (7, 5, 3, 2)
+    # only i1 has 2 valid chains: per-option std (ddof 1) of (0.6, 0.2), (0.2, 0.6), (0.2, 0.2) -> mean
+    sd = 0.4 / math.sqrt(2)
+    assert s["n_items_with_spread"] == 1 and s["mean_item_std_probs"] == pytest.approx((sd + sd + 0) / 3, abs=1e-6)
+    # metrics per chain index: chain 0 answers A (non-unknown, stereotype-consistent: target 0, neg), chain 1 B
+    spread = s["metrics_std_across_chains"]["implicit"]
+    assert spread["argmax"]["bias_amb"] == pytest.approx(float(pd.Series([1.0, -1.0]).std()))
+    assert spread["argmax"]["acc_amb"] == pytest.approx(0.0)
 
 
 def _rec(fmt, logprobs, probs=(), mass=None, finite=True, pred=0):

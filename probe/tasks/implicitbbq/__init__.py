@@ -3,8 +3,10 @@
 Flow: every item of the configured dimensions (:mod:`probe.data.implicitbbq`)
 -> each strategy's stratified sample (``per_cell`` items per dimension x
 setting; :mod:`.sample`) -> the strategy's prompt in each answer format
-(:mod:`probe.prompts.bbq`) -> for CoT, greedy reasoning first (the runner's
-generation stage) and the final answer scored after ``Final Answer:`` ->
+(:mod:`probe.prompts.bbq`) -> for CoT, ``cot_chains`` reasoning chains sampled
+first at the seed's temperature (the runner's generation stage; 0 = one greedy
+chain) and the final answer scored after each chain's ``Final Answer:``, the
+item's probabilities the mean over its chains (:mod:`.chains`) ->
 BBQ accuracy and bias per strategy|format, context kind and dimension, argmax
 and expected, with bootstrap CIs (:mod:`probe.reports.bbq_tables`).
 
@@ -14,6 +16,8 @@ and expected, with bootstrap CIs (:mod:`probe.reports.bbq_tables`).
 One record per (item, strategy, format), id ``ITEM|STRATEGY|FORMAT``; its
 ``meta`` holds the item fields, ``kind`` = the strategy (the runner times each
 kind; CoT reasoning is ``cot/generate``) and, for CoT, the ``reasoning``.
+Sampled CoT has one record per chain, id ``ITEM|cot|FORMAT|chain{k}``
+(``meta.chain`` = k); the metrics average them back to one per (item, format).
 Outputs beside the runner's: ``tables/table2_{expected,argmax}`` (the seed's
 Table 2 layout), ``tables/per_dimension_<strategy>_<format>_<version>``
 (Tables 5-7), ``figure3_zero_shot_<format>.png``, ``counts.json`` (builder
@@ -37,6 +41,7 @@ from probe.errors import ProbeError
 from probe.io import write_json_atomic
 from probe.tasks.base import Aggregate, Task, TaskConfig, write_tables
 from probe.tasks.implicitbbq import results
+from probe.tasks.implicitbbq.chains import chain_id, chain_summary
 from probe.tasks.implicitbbq.sample import Selection, select, stratified_sample, unit_key
 
 __all__ = ["ImplicitBBQConfig", "ImplicitBBQTask", "STRATEGIES", "FORMATS", "request_id", "stratified_sample",
@@ -61,7 +66,14 @@ class ImplicitBBQConfig(TaskConfig):
     seed: int = 0
     lexical: str = "first"
     n_shots: int = 5
-    cot_max_new_tokens: int = 256
+    # CoT as the seed runs it: K reasoning chains sampled at its temperature (0.1; no top-p given), each
+    # final answer scored exactly, averaged per item; 0 = one greedy chain. 1024 tokens: real models'
+    # reasoning must reach its "Final Answer:" (the seed gives no limit)
+    cot_chains: int = 5
+    cot_temperature: float = 0.1
+    cot_top_p: float = 1.0
+    cot_max_new_tokens: int = 1024
+    cot_require_cue: bool = True  # leave out (and count) chains that never reach an answer cue
     chat_template: bool = True
     n_boot: int = 1000
     bbq_dir: str | None = None
@@ -97,6 +109,14 @@ class ImplicitBBQConfig(TaskConfig):
             raise ValueError(f"paper_temperature must be > 0 or null, got {self.paper_temperature!r}")
         if not 0 < self.paper_top_p <= 1:
             raise ValueError(f"paper_top_p must be in (0, 1], got {self.paper_top_p!r}")
+        for k in ("cot_chains", "cot_max_new_tokens"):
+            v = getattr(self, k)
+            if not isinstance(v, int) or isinstance(v, bool) or v < (0 if k == "cot_chains" else 1):
+                raise ValueError(f"{k} must be an integer >= {0 if k == 'cot_chains' else 1}, got {v!r}")
+        if not (isinstance(self.cot_temperature, (int, float)) and self.cot_temperature > 0):
+            raise ValueError(f"cot_temperature must be > 0, got {self.cot_temperature!r}")
+        if not 0 < self.cot_top_p <= 1:
+            raise ValueError(f"cot_top_p must be in (0, 1], got {self.cot_top_p!r}")
         for s, n in self.per_cell.items():
             if n is not None and (not isinstance(n, int) or isinstance(n, bool) or n < 1):
                 raise ValueError(f"per_cell[{s!r}] must be a positive integer or null (every item), got {n!r}")
@@ -122,15 +142,22 @@ class ImplicitBBQTask(Task):
         return select(config, items.pool if isinstance(items, Selection) else items, limit)
 
     def generation_requests(self, config: ImplicitBBQConfig, items: Sequence[Any], tokenizer: Any) -> list:
-        """CoT: one greedy reasoning per (item, format), before its final answer is scored."""
+        """CoT: ``cot_chains`` sampled reasoning chains per (item, format), adjacent (they share the
+        prompt), seeded by (``seed``, chain id); with ``cot_chains`` 0 one greedy chain."""
         from probe.prompts.bbq import prepare
         from probe.scoring.generate import GenerationRequest
 
         out = []
         for strategy, it, fmt in self._jobs(config, items, only="cot"):
             prep = prepare(it, tokenizer, strategy, fmt, (), config.chat_template)
-            out.append(GenerationRequest(request_id(it, strategy, fmt), prep.prompt, config.cot_max_new_tokens,
-                                         meta={"kind": f"{strategy}/generate", "item_id": it.id}))
+            meta = {"kind": f"{strategy}/generate", "item_id": it.id}
+            rid = request_id(it, strategy, fmt)
+            if not config.cot_chains:
+                out.append(GenerationRequest(rid, prep.prompt, config.cot_max_new_tokens, meta=meta))
+            for k in range(config.cot_chains):
+                out.append(GenerationRequest(chain_id(rid, k), prep.prompt, config.cot_max_new_tokens,
+                                             meta={**meta, "chain": k}, temperature=float(config.cot_temperature),
+                                             top_p=float(config.cot_top_p), seed=config.seed))
         return out
 
     def requests(self, config: ImplicitBBQConfig, items: Sequence[Any], tokenizer: Any,
@@ -146,16 +173,24 @@ class ImplicitBBQTask(Task):
             shots = demos.select(it, config.n_shots, config.seed) if strategy == "few_shot" else ()
             prep = prepare(it, tokenizer, strategy, fmt, shots, config.chat_template)
             meta = _meta(it, strategy, fmt, prep.owner)
-            if strategy == "cot":
-                if generations is None or rid not in generations:
-                    raise ProbeError(f"implicitbbq: no CoT reasoning was generated for {rid!r}")
-                meta["reasoning"] = generations[rid]
-                prep = cot_final_prompt(prep, generations[rid])
             # a context unit's 4 variants (both formats) go in one chunk: they share its system prompt and context
             group = f"{strategy}|{unit_key(it)}"
             cls, key = (LabelRequest, "labels") if fmt == "labels" else (ContinuationRequest, "options")
-            out.append(cls(id=rid, prompt=prep.prompt, group=group, space=prep.space, meta=meta,
-                           **{key: prep.texts}))
+            if strategy != "cot":
+                out.append(cls(id=rid, prompt=prep.prompt, group=group, space=prep.space, meta=meta,
+                               **{key: prep.texts}))
+                continue
+            # one scoring request per reasoning chain: its final answer, scored after the chain
+            chains = [(rid, None)] if not config.cot_chains else [(chain_id(rid, k), k)
+                                                                   for k in range(config.cot_chains)]
+            for cid, k in chains:
+                if generations is None or cid not in generations:
+                    raise ProbeError(f"implicitbbq: no CoT reasoning was generated for {cid!r}")
+                final = cot_final_prompt(prep, generations[cid])
+                # whether the chain reached an answer cue is read back from the reasoning (results.metric_records)
+                extra = {"reasoning": generations[cid], **({} if k is None else {"chain": k})}
+                out.append(cls(id=cid, prompt=final.prompt, group=group, space=final.space, meta={**meta, **extra},
+                               **{key: final.texts}))
         return out
 
     def sampling(self, config: ImplicitBBQConfig) -> tuple[dict, ...]:
@@ -168,14 +203,15 @@ class ImplicitBBQTask(Task):
         from probe.reports.bbq_tables import summarize
 
         sel = self._selection(config, items)
-        recs, skipped = results.metric_records(records)
+        recs, skipped = results.metric_records(records, require_cue=config.cot_require_cue)
         results.add_clusters(recs, sel.pool)
         by_strategy = summarize(recs, n_boot=config.n_boot, seed=config.seed, cluster_key="cluster")
         model = str(records["model"].iloc[0]) if len(records) else "model"
         spec = results.paper_spec(config)
         paper: dict[str, Any] = {}
         if spec:
-            paper_recs, paper_skipped = results.metric_records(records, sampling=spec)
+            paper_recs, paper_skipped = results.metric_records(records, sampling=spec,
+                                                               require_cue=config.cot_require_cue)
             results.add_clusters(paper_recs, sel.pool)
             paper = {"settings": {**spec, "estimator": "expected counts under the seed's sampling, conditional on "
                                                          "the sample being one of the scored answers"},
@@ -197,6 +233,7 @@ class ImplicitBBQTask(Task):
             "ci": {"method": "percentile bootstrap, 95%", "n_boot": config.n_boot,
                    "unit": "template x context (a Person context with all its cue pairs; an explicit fill)"},
             "paper_equivalent": paper,
+            "cot": self._cot_summary(config, records),
             "n_nonfinite": skipped,
             "sample": {s: len(v) for s, v in sel.samples.items()},
             "full_grid_items": results.full_grid_items(sel.pool, config.strategies, config.control_strategies),
@@ -205,6 +242,8 @@ class ImplicitBBQTask(Task):
         tables = results.tables(by_strategy, model)
         if paper:
             tables = {**results.paper_tables(paper["by_strategy"], model, spec), **tables}
+        if summary["cot"].get("by_strategy"):
+            tables["cot_chains"] = results.chains_table(summary["cot"])
         return Aggregate(summary, tables)
 
     def report(self, config: ImplicitBBQConfig, result: Aggregate, output: Path) -> None:
@@ -221,7 +260,7 @@ class ImplicitBBQTask(Task):
         timing = results.read_timing(output)
         if timing or not (output / "projection.json").exists():  # a run that scored nothing keeps the last one
             write_json_atomic(output / "projection.json", {"timing": timing, **results.projection(
-                timing, summary["full_grid_items"], len(config.answer_formats))})
+                timing, summary["full_grid_items"], len(config.answer_formats), {"cot": config.cot_chains})})
 
     def data_files(self, config: ImplicitBBQConfig) -> list[Path]:
         from probe.data.implicit_text import load_cue_table
@@ -239,6 +278,23 @@ class ImplicitBBQTask(Task):
         return [f for f in dict.fromkeys(files) if f.is_file()]
 
     # -- helpers --------------------------------------------------------------
+    def _cot_summary(self, config: ImplicitBBQConfig, records: Any) -> dict[str, Any]:
+        """The CoT chains' settings, counts (n_chains, n_chains_no_cue, ...) and spread (:mod:`.chains`)."""
+        if "cot" not in config.strategies:
+            return {}
+        per_chain, _ = results.metric_records(records, per_chain=True)  # non-finite ones: summary n_nonfinite
+        cot = [r for r in per_chain if r["strategy"] == "cot"]
+        settings = {"chains": config.cot_chains, "decoding": "sampled" if config.cot_chains else "greedy",
+                    "max_new_tokens": config.cot_max_new_tokens, "seed": config.seed,
+                    **({"temperature": config.cot_temperature, "top_p": config.cot_top_p} if config.cot_chains
+                       else {}),
+                    "estimator": "mean over an item's valid chains of the exactly scored final-answer "
+                                 "probabilities (Rao-Blackwellised)"}
+        stats = chain_summary(cot, require_cue=config.cot_require_cue)
+        totals = {t: sum(v[t] for v in stats.values()) for t in ("n_chains", "n_chains_no_cue", "n_items",
+                                                                      "n_items_no_valid_chain")}
+        return {"settings": settings, **totals, "require_cue": config.cot_require_cue, "by_strategy": stats}
+
     def _selection(self, config: ImplicitBBQConfig, items: Sequence[Any]) -> Selection:
         """``items`` as a :class:`Selection` (a plain item list is taken as the pool and sampled)."""
         return items if isinstance(items, Selection) else select(config, items)

@@ -103,15 +103,22 @@ def _entry(rec: Mapping[str, Any], spec: Mapping[str, float]) -> Mapping[str, An
     return None
 
 
-def metric_records(records: Any, sampling: Mapping[str, float] | None = None) -> tuple[list[dict], int]:
-    """(one metric record per finite scored record, the number of records skipped).
+def metric_records(records: Any, sampling: Mapping[str, float] | None = None, require_cue: bool = True,
+                   per_chain: bool = False) -> tuple[list[dict], int]:
+    """(one metric record per finite scored (item, strategy, format), the number of records skipped).
 
     A record whose scores are not finite (NaN/inf log-probabilities, e.g. a
     broken fp16 run) never becomes an answer. With ``sampling`` (a spec
     mapping), the option probabilities are those under that sampling
     (:func:`sampled_option_probs`); a record without that spec, or whose
-    answers cannot be sampled at all, is skipped and counted.
+    answers cannot be sampled at all, is skipped and counted. CoT chains
+    (records with ``chain``) are averaged per item (:func:`.chains.average_chains`;
+    ``per_chain``: one metric record per chain instead); with ``require_cue`` a
+    reasoning that never reached an answer cue is left out (counted in the
+    task summary's ``cot``, not here).
     """
+    from probe.tasks.implicitbbq.chains import average_chains, chain_index
+
     out, skipped = [], 0
     for rec in records.to_dict("records") if hasattr(records, "to_dict") else records:
         values = list(rec["logprobs"]) + [rec.get("mass")]
@@ -130,9 +137,17 @@ def metric_records(records: Any, sampling: Mapping[str, float] | None = None) ->
             p = option_probs(rec["answer_format"], rec["owner"], rec["logprobs"], rec["probs"], rec["mass"])
         m = {k: rec.get(k) for k in ITEM_FIELDS}
         m.update(id=rec["id"], probs=p["probs"], mass=p["mass"], logprobs=p["logprobs"],
-                 pred_index=max(range(3), key=lambda i: (p["probs"][i], -i)))
+                 pred_index=max(range(3), key=lambda i: (p["probs"][i], -i)),
+                 chain=chain_index(rec.get("chain")), has_cue=_has_cue(rec.get("reasoning")))
         out.append(m)
-    return out, skipped
+    return (out if per_chain else average_chains(out, require_cue)), skipped
+
+
+def _has_cue(reasoning: Any) -> bool | None:
+    """Whether a CoT reasoning reached an answer cue (None: the record has no reasoning)."""
+    from probe.prompts.bbq import find_cue
+
+    return find_cue(reasoning) is not None if isinstance(reasoning, str) else None
 
 
 def tables(summary: Mapping[str, Any], model: str) -> dict[str, Any]:
@@ -145,6 +160,25 @@ def tables(summary: Mapping[str, Any], model: str) -> dict[str, Any]:
         for key in summary:
             out[f"per_dimension_{key.replace('|', '_')}_{version}"] = tables_per_dimension(dict(summary), key, version)
     return out
+
+
+def chains_table(cot: Mapping[str, Any]) -> Any:
+    """One row per CoT strategy|format: the chains' settings, counts and spread (``summary["cot"]``)."""
+    import pandas as pd
+
+    st = cot["settings"]
+    setting = (f"{st['chains']} sampled, T {st['temperature']:g}, top-p {st['top_p']:g}" if st["chains"]
+               else "greedy") + f", <= {st['max_new_tokens']} tokens"
+    rows = []
+    for key, v in cot["by_strategy"].items():
+        sd = v["metrics_std_across_chains"]
+        rows.append({"strategy|format": key, "chains": setting, "n_chains": v["n_chains"],
+                     "no cue": v["n_chains_no_cue"], "items": v["n_items"],
+                     "items without a valid chain": v["n_items_no_valid_chain"],
+                     "mean item std of probs": v["mean_item_std_probs"],
+                     **{f"std across chains: {m} {kind}": sd[kind]["expected"][m] for kind in sorted(sd)
+                        for m in ("acc_amb", "bias_amb")}})
+    return pd.DataFrame(rows)
 
 
 def paper_tables(summary: Mapping[str, Any], model: str, spec: Mapping[str, float]) -> dict[str, Any]:
@@ -176,13 +210,14 @@ def full_grid_items(pool: Any, strategies: Any, control_strategies: Any) -> dict
 
 
 def projection(timing: Mapping[str, Mapping[str, float]], grid: Mapping[str, int],
-               n_formats: int = 1) -> dict[str, Any]:
+               n_formats: int = 1, chains: Mapping[str, int] | None = None) -> dict[str, Any]:
     """Projected hours to score the full grid (every item, every answer format) at the measured rates.
 
     ``timing``: the runner's seconds and request counts per request kind; the
     kinds are the strategies (scoring, one request per item and format) and
     ``cot/generate`` (the reasoning, one per item and format), so a CoT item
-    costs both.
+    costs both; ``chains``: requests per item and format of a kind (CoT: its
+    reasoning chains), so a CoT item costs all its chains.
 
     >>> projection({"zero_shot": {"n": 20, "seconds": 10.0}}, {"zero_shot": 3600}, n_formats=2)
     {'zero_shot': {'seconds_per_item': 1.0, 'items': 3600, 'hours': 1.0}, 'total_hours': 1.0}
@@ -192,7 +227,7 @@ def projection(timing: Mapping[str, Mapping[str, float]], grid: Mapping[str, int
         if kind not in grid or not t.get("n"):
             continue
         seconds = float(t.get("seconds", 0.0)) + float(timing.get(f"{kind}/generate", {}).get("seconds", 0.0))
-        rate = seconds / (t["n"] / n_formats)
+        rate = seconds / (t["n"] / (n_formats * max(1, (chains or {}).get(kind, 1))))
         out[kind] = {"seconds_per_item": rate, "items": grid[kind], "hours": rate * grid[kind] / 3600}
     out["total_hours"] = sum(v["hours"] for v in out.values())
     return out
