@@ -41,13 +41,17 @@ def evaluate(model: Any, task: str, *, limit: int | None = None, output: str | P
     config : a ready task config object (else built from ``options``).
     options : run options (``device``, ``dtype``, ``load_in_8bit``,
         ``load_in_4bit``, ``device_map``, ``batch_size``, ``token_budget``,
-        ``chunk_size``, ``score_cache``, ``threads``, ``progress``) and task
+        ``chunk_size``, ``score_cache``, ``threads``, ``progress``, ``capture``) and task
         config fields (``probe tasks`` and ``docs/tasks.md`` list them).
+        ``capture=["blocks.5.hook_resid_post@last", ...]`` records those activations in
+        the scoring passes (``docs/activations.md``): ``Evaluation.activations``, and with
+        ``output`` a store in ``OUTPUT/activations`` (``probe.activations.load(output)``).
 
     Returns
     -------
     Evaluation with ``.records`` (DataFrame, ``meta`` flattened), ``.summary``
-    (dict), ``.tables`` (name -> DataFrame) and ``.output``.
+    (dict), ``.tables`` (name -> DataFrame), ``.output`` and, with ``capture``,
+    ``.activations`` (``ids`` = the record ids, ``arrays[key]`` ``[n_records, d_model]``).
     """
     from probe.tasks import get
 

@@ -59,7 +59,7 @@ def tiny_model(vocab_size: int, seed: int = 0, layers: int = 2):
         num_hidden_layers=layers,
         num_attention_heads=4,
         num_key_value_heads=2,
-        max_position_embeddings=256,
+        max_position_embeddings=2048,  # real BBQ-family prompts (~550 tiny tokens) fit: the scorer enforces the window
         tie_word_embeddings=False,
     )
     model = LlamaForCausalLM(cfg).eval()

@@ -1,20 +1,17 @@
-"""One batched forward pass per batch gives both the label log-probs and the activations.
+"""One padded forward over a few items, for the analyses that edit a forward pass (patching, logit lens).
 
-Items are tokenized with the scorer's own joining rules
-(:class:`probe.scoring.tokens.Encoder`), so the label log-probs recorded here
-are the numbers ``probe score`` reports for the same prompt. Batches are
-length-sorted and padded (left by default) with an attention mask and explicit
-``position_ids``; positions are shifted by each row's padding offset, so the
-kept rows do not depend on the padding side or the batch composition.
-
->>> # doctest: +SKIP
->>> with ActivationWriter(out, manifest) as w:
-...     extract(model, tokenizer, items, ["blocks.3.hook_resid_post"], parse_positions("last"), w)
+Activations and scores of a run come from the scorer's own passes
+(``Scorer.score(capture=...)``, :mod:`probe.activations.scoring_capture`); this
+module only gives the analysis layer a plain batch to run under
+:func:`probe.activations.hooks.intervene` and the TransformerLens bridge
+(:mod:`probe.activations.tl_backend`). Items are tokenized by the scorer's rules
+and their positions resolved by :func:`probe.activations.positions.resolve`, the
+same code the scorer's capture uses. Positions are shifted by each row's padding
+offset, so the kept rows do not depend on the padding side.
 """
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Protocol, Sequence
 
@@ -23,10 +20,8 @@ import torch
 
 from probe.activations.hooks import capture, discover
 from probe.activations.items import ActivationItem
-from probe.activations.positions import PositionSpec, locate, padded_positions_fn, span_tokens
-from probe.errors import InputError
-from probe.scoring.requests import LabelRequest
-from probe.scoring.tokens import Encoder, wants_special_tokens
+from probe.activations.positions import PositionSpec, padded_positions_fn, resolve
+from probe.scoring.tokens import Encoder
 
 
 @dataclass(frozen=True)
@@ -42,40 +37,17 @@ class EncodedItem:
 
 
 def encode_item(encoder: Encoder, item: ActivationItem, specs: Sequence[PositionSpec]) -> EncodedItem:
-    """Tokenize one item and resolve its positions (raises ``ValueError`` naming the field)."""
-    tok = encoder.tokenizer
-    special = wants_special_tokens(tok, item.prompt)
-    variants: tuple[tuple[int, ...], ...] = ()
-    if item.labels:
-        enc = encoder.encode(LabelRequest(id=item.id, prompt=item.prompt, labels=item.labels))
-        prompt_ids, variants = enc.sequences[0].ids, enc.label_variants
-    else:
-        prompt_ids = encoder.join(item.prompt, "x", "auto", special)[0]
-    text = item.prompt.rstrip(" ") or item.prompt  # the scorer moves trailing spaces to the label
-    enc_off = tok(text, add_special_tokens=special, return_offsets_mapping=True)
-    if tuple(enc_off["input_ids"]) != tuple(prompt_ids):
-        raise ValueError(f"item {item.id!r}: prompt tokenizes differently with offsets; cannot map spans")
-    offsets = enc_off["offset_mapping"]
-    ids = tuple(prompt_ids)
-    n = len(ids)
-    positions: dict[str, list[int]] = {}
-    for spec in specs:
-        if spec.kind == "last":
-            positions[spec.name] = [n - 1]
-        elif spec.kind == "label":
-            if item.answer_label is None:
-                raise ValueError("field 'answer_label' is needed for the 'label' position")
-            cont = encoder.join(item.prompt, item.answer_label, "auto", special)[1]
-            ids = tuple(prompt_ids) + (cont[0],)
-            positions[spec.name] = [n]
-        else:
-            value = item.fields.get(spec.field) if spec.field else None
-            where = locate(text, value, item.user_start) if value not in (None, "") else None
-            toks = span_tokens(offsets, *where) if where else []
-            if value not in (None, "") and not toks:
-                raise ValueError(f"field {spec.field!r}: {value!r} is not in the prompt")
-            positions[spec.name] = toks[-1:] if spec.kind == "span" else toks
-    return EncodedItem(item, ids, n, variants, positions)
+    """Tokenize one item as the scorer does and resolve its positions (raises ``ValueError`` naming the field)."""
+    from probe.activations.record import item_request
+
+    enc = encoder.encode(item_request(item))
+    target = resolve(encoder, enc, specs, fields=item.fields, answer_label=item.answer_label,
+                     search_from=item.user_start)
+    n = enc.n_prompt_tokens
+    # the prompt, plus the label token when the 'label' position asks for it (causal: nothing before it changes)
+    label = [target.positions[s.name][0] for s in specs if s.kind == "label"]
+    ids = target.row[: label[0] + 1] if label else target.row[:n]
+    return EncodedItem(item, tuple(ids), n, enc.label_variants if item.labels else (), dict(target.positions))
 
 
 @dataclass(frozen=True)
@@ -154,91 +126,3 @@ class HFBackend:
                 start = 0
         rows = torch.arange(len(batch.items), device=last.device)
         return out.logits[rows, last - start].float(), cap.pop()
-
-
-def label_record(e: EncodedItem, logits_last: torch.Tensor) -> dict[str, Any]:
-    """Label log-probs read from one row of last-token logits (the scorer's definition:
-    a label's probability is the sum over its first-token variants)."""
-    rec: dict[str, Any] = {"id": e.item.id, "n_tokens": e.n_prompt}
-    if e.label_variants:
-        logp = torch.log_softmax(logits_last.float(), dim=-1)
-        lps = [float(torch.logsumexp(logp[list(v)], 0)) for v in e.label_variants]
-        finite = all(math.isfinite(x) for x in lps)
-        m = max(lps)
-        exps = [math.exp(x - m) for x in lps] if finite else [math.nan] * len(lps)
-        probs = [x / sum(exps) for x in exps]
-        rec.update(labels=list(e.item.labels), label_logprobs=lps, label_probs=probs,
-                   label_mass=float(sum(math.exp(x) for x in lps)),
-                   pred_index=int(np.argmax(probs)) if finite else None)
-    missing = [n for n, p in e.positions.items() if not p]
-    if missing:
-        rec["missing_positions"] = missing
-    rec["meta"] = dict(e.item.fields)
-    return rec
-
-
-def extract(backend: Backend, tokenizer: Any, items: Iterable[ActivationItem], hook_names: Sequence[str],
-            specs: Sequence[PositionSpec], writer: Any, batch_size: int = 8, padding_side: str = "left",
-            progress: bool = False, source: str = "items") -> int:
-    """Run ``items`` not yet in ``writer.done`` and add their records and rows; returns items run.
-
-    Items are length-sorted (longest first, ties by id) so padding is small and
-    the order is deterministic.
-    """
-    encoder = Encoder(tokenizer)
-    todo: list[EncodedItem] = []
-    for line, item in enumerate(items, start=1):
-        if item.id in writer.done:
-            continue
-        try:
-            todo.append(encode_item(encoder, item, specs))
-        except ValueError as exc:
-            msg = str(exc)
-            raise InputError(source, line, msg.split("'")[1] if msg.startswith("field '") else None, msg) from exc
-    todo.sort(key=lambda e: (-len(e.ids), e.item.id))
-    pad = pad_id(tokenizer)
-    device = next(backend.model.parameters()).device if hasattr(backend, "model") else "cpu"
-    names = [s.name for s in specs]
-    bar = _progress(len(todo), progress)
-    for start in range(0, len(todo), batch_size):
-        chunk = todo[start:start + batch_size]
-        batch = collate(chunk, pad, padding_side, device)
-        logits, acts = backend.run(batch, hook_names, names)
-        for key, arr in acts.items():  # a missing span is stored as NaN rows, counted in the table
-            pos = key.split("@", 1)[1]
-            bad = [r for r, e in enumerate(chunk) if not e.positions[pos]]
-            if bad:
-                arr[bad] = np.nan
-        writer.add([label_record(e, logits[r]) for r, e in enumerate(chunk)], acts)
-        bar.update(len(chunk))
-    bar.close()
-    return len(todo)
-
-
-def _progress(total: int, enabled: bool):
-    from tqdm import tqdm
-
-    return tqdm(total=total, disable=not enabled, unit="item", desc="activations")
-
-
-def score_items(backend: Backend, tokenizer: Any, items: Sequence[ActivationItem], batch_size: int = 8,
-                progress: bool = False) -> list[dict[str, Any]]:
-    """Label log-probs only (no activations kept), in the order of ``items``.
-
-    The same records :func:`extract` writes; handy for re-scoring under
-    :func:`probe.analysis.steering.steer`.
-    """
-    encoder = Encoder(tokenizer)
-    encoded = sorted((encode_item(encoder, it, ()) for it in items), key=lambda e: (-len(e.ids), e.item.id))
-    pad = pad_id(tokenizer)
-    device = next(backend.model.parameters()).device if hasattr(backend, "model") else "cpu"
-    by_id: dict[str, dict[str, Any]] = {}
-    bar = _progress(len(encoded), progress)
-    for start in range(0, len(encoded), batch_size):
-        chunk = encoded[start:start + batch_size]
-        logits, _ = backend.run(collate(chunk, pad, "left", device), [], [])
-        for r, e in enumerate(chunk):
-            by_id[e.item.id] = label_record(e, logits[r])
-        bar.update(len(chunk))
-    bar.close()
-    return [by_id[it.id] for it in items]

@@ -15,6 +15,11 @@
                   span.
 * ``mean:FIELD``  the mean over all tokens of that span.
 
+:func:`resolve` is the one place these are turned into token indices, for
+every caller (the scorer's capture, patching, the logit lens): the request is
+tokenized by the scorer's own rules, so the indices point into the very rows
+the scorer runs.
+
 Token indices here are into the *unpadded* sequence; :func:`padded_positions_fn`
 shifts them by each row's padding offset, so results are the same under left
 and right padding.
@@ -28,9 +33,13 @@ and right padding.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal, Sequence
+from typing import Any, Literal, Mapping, Sequence
 
 import torch
+
+from probe.scoring.capture import CaptureTarget
+from probe.scoring.requests import ContinuationRequest, LabelRequest
+from probe.scoring.tokens import wants_special_tokens
 
 PositionKind = Literal["last", "label", "span", "mean"]
 
@@ -128,3 +137,70 @@ def padded_positions_fn(index: dict[str, list[list[int]]], offsets: Sequence[int
         return out
 
     return fn
+
+
+def resolve(encoder: Any, encoded: Any, positions: Sequence[PositionSpec], *,
+            fields: Mapping[str, Any] | None = None, answer_label: str | None = None,
+            search_from: int = 0) -> CaptureTarget:
+    """Token indices of ``positions`` in an encoded label or continuation request.
+
+    ``encoder``: the scorer's :class:`probe.scoring.tokens.Encoder` (its tokenizer
+    maps spans); ``encoded``: the request as the scorer encoded it. Span values
+    come from ``fields`` (default: the request's ``meta``), searched in the prompt
+    from character ``search_from``. ``answer_label``: the label or option the
+    ``label`` position reads. Raises ``ValueError`` naming the request and field.
+    """
+    request = encoded.request
+    if not isinstance(request, (LabelRequest, ContinuationRequest)):
+        raise ValueError(f"request {request.id!r}: activations are captured for label and continuation "
+                         f"requests only, not {type(request).__name__}")
+    fields = request.meta if fields is None else fields
+    n = encoded.n_prompt_tokens
+    row = encoded.sequences[0].ids
+    extra = False
+    out: dict[str, list[int]] = {}
+    offsets: tuple[str, list[tuple[int, int]]] | None = None
+    for p in positions:
+        if p.kind == "last":
+            out[p.name] = [n - 1]
+        elif p.kind == "label":
+            if answer_label is None:
+                raise ValueError(f"request {request.id!r}: field 'answer_label' is needed for the 'label' position")
+            choices = request.labels if isinstance(request, LabelRequest) else request.options
+            if answer_label not in choices:
+                raise ValueError(f"request {request.id!r}: field 'answer_label' {answer_label!r} "
+                                 f"is not one of {list(choices)}")
+            k = choices.index(answer_label)
+            if isinstance(request, LabelRequest):
+                # the label's first scored token appended to the prompt: a capture-only row, whose
+                # prompt part the tree shares with the scored row (causal: the scores are unchanged)
+                # (the row may extend past the prompt by a whitespace token all labels share: tokens.py rule 4)
+                row, extra = encoded.sequences[0].ids + (encoded.label_variants[k][0],), True
+                out[p.name] = [len(row) - 1]
+            else:
+                row = encoded.sequences[k].ids  # that option's row: its token n is the option's first token
+                out[p.name] = [n]
+        else:
+            value = fields.get(p.field) if fields else None
+            if value in (None, ""):
+                out[p.name] = []
+                continue
+            if offsets is None:
+                offsets = _prompt_offsets(encoder.tokenizer, request, row[:n])
+            text, offs = offsets
+            where = locate(text, value, search_from)
+            toks = span_tokens(offs, *where) if where else []
+            if not toks:
+                raise ValueError(f"request {request.id!r}: field {p.field!r}: {value!r} is not in the prompt")
+            out[p.name] = toks[-1:] if p.kind == "span" else toks
+    return CaptureTarget(tuple(row), out, extra)
+
+
+def _prompt_offsets(tok: Any, r: Any, prompt_ids: tuple[int, ...]) -> tuple[str, list[tuple[int, int]]]:
+    special = wants_special_tokens(tok, r.prompt) if r.add_special_tokens is None else r.add_special_tokens
+    forms = bool(getattr(r, "forms", ()))
+    text = r.prompt if forms else (r.prompt.rstrip(" ") or r.prompt)  # the scorer moves trailing spaces to the label
+    enc = tok(text, add_special_tokens=special, return_offsets_mapping=True)
+    if tuple(enc["input_ids"]) != tuple(prompt_ids):
+        raise ValueError(f"request {r.id!r}: prompt tokenizes differently with offsets; cannot map spans")
+    return text, [tuple(o) for o in enc["offset_mapping"]]

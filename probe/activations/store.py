@@ -101,6 +101,10 @@ class ActivationWriter:
         self.done.update(str(r["id"]) for r in recs)
         self._rows = {k: [v[n:]] for k, v in stacked.items()}
 
+    def flush(self) -> None:
+        """Write everything queued as one shard now (a run does so per chunk, before its records)."""
+        self._flush(len(self._recs))
+
     def close(self) -> None:
         self._flush(len(self._recs))
         self._table.close()
@@ -154,12 +158,16 @@ class Activations:
 
 
 def load(directory: str | Path, keys: Sequence[str] | None = None) -> Activations:
-    """Read a store written by ``probe activations`` (only ``keys`` when given).
+    """Read a store written by ``probe activations``, or the ``activations/`` store of a run directory
+    (``probe run TASK --capture ...``); only ``keys`` when given.
 
-    Items come in the order they were written. Raises :class:`ProbeError` when
-    the directory is not a store, :class:`InputError` when a listed row is missing.
+    Items come in the order they were written (a run's: its record ids). Raises
+    :class:`ProbeError` when the directory is not a store, :class:`InputError`
+    when a listed row is missing.
     """
     d = Path(directory)
+    if not (d / MANIFEST).exists() and (d / "activations" / MANIFEST).exists():
+        d = d / "activations"
     if not (d / MANIFEST).exists():
         raise ProbeError(f"{d} is not an activation store (no {MANIFEST})")
     manifest = json.loads((d / MANIFEST).read_text(encoding="utf-8"))

@@ -1,6 +1,8 @@
-"""``probe activations``: record activations (and label log-probs) in one scoring pass.
+"""``probe activations``: record activations (and label log-probs) in the scoring passes.
 
-Example::
+A thin front on the one scoring path (``Scorer.score(capture=...)`` through the
+Runner, prefix sharing on; ``docs/activations.md``): the items become scorer
+requests, the store is resumable. Example::
 
     probe activations --model smollm2 --input items.jsonl --output runs/acts \\
         --layers all --hooks resid_post --positions last,mean:background
@@ -27,10 +29,11 @@ def register(groups: dict[str, argparse._SubParsersAction]) -> None:
     p.add_argument("--no-chat-template", action="store_true", help="render `user` items as plain text")
     p.add_argument("--strategy", choices=("zero_shot", "safety"), default="zero_shot",
                    help="prompt strategy for BBQ items (labelled options)")
-    p.add_argument("--batch-size", type=int, default=8)
-    p.add_argument("--shard-size", type=int, default=512, help="items per safetensors shard")
+    p.add_argument("--batch-size", type=int, default=8, help="most sequences per forward pass")
+    p.add_argument("--shard-size", type=int, default=512, help="items per chunk and safetensors shard")
     p.add_argument("--backend", choices=("hf", "tl", "auto"), default="hf",
-                   help="hf: plain torch hooks; tl: TransformerLens TransformerBridge; auto: tl where supported")
+                   help="hf: plain torch hooks in the scoring passes (tl/auto: the TransformerLens bridge is not "
+                        "on the scoring path yet and is refused)")
     p.add_argument("--device", default="cpu")
     p.add_argument("--dtype", default="float32")
     p.add_argument("--limit", type=int, default=None, help="only the first N items")

@@ -57,6 +57,10 @@ def register(groups: dict) -> None:
     g.add_argument("--agreement", dest="agreement_tokens", type=int, nargs="?", const=8, default=None, metavar="N",
                    help="greedy agreement: decode N tokens (default 8) after each label prompt and report how often "
                         "the label written is the score argmax (summary.json greedy_agreement)")
+    g.add_argument("--capture", nargs="+", default=None, metavar="HOOK@POSITION",
+                   help="record activations in the scoring passes, e.g. blocks.5.hook_resid_post@last "
+                        "(positions: last, label, span:FIELD, mean:FIELD); stored in OUTPUT/activations keyed by "
+                        "record id, resumed with the records; read with probe.activations.load(OUTPUT)")
     p.set_defaults(func=run)
 
 
@@ -136,7 +140,7 @@ def run(args: argparse.Namespace) -> int:
     values.update(parse_sets(args.sets))
     cli = {k: v for k, v in vars(args).items() if v is not None and k in (
         "device", "dtype", "load_in_8bit", "load_in_4bit", "device_map", "trust_remote_code", "batch_size",
-        "token_budget", "chunk_size", "score_cache", "threads", "progress", "agreement_tokens")}
+        "token_budget", "chunk_size", "score_cache", "threads", "progress", "agreement_tokens", "capture")}
     values.update(cli)
     task = get(str(values.pop("task")))
     models = values.pop("models", None)

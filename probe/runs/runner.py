@@ -35,7 +35,7 @@ from probe.runs.record import Record
 
 #: Keys of a run (not of a task) that a YAML config or ``--set`` may give.
 RUN_KEYS = ("device", "dtype", "load_in_8bit", "load_in_4bit", "device_map", "trust_remote_code", "batch_size",
-            "token_budget", "chunk_size", "score_cache", "threads", "progress", "agreement_tokens")
+            "token_budget", "chunk_size", "score_cache", "threads", "progress", "agreement_tokens", "capture")
 
 
 @dataclass(frozen=True)
@@ -60,11 +60,17 @@ class RunOptions:
     #: greedy agreement (probe.runs.agreement): tokens to decode greedily after each label request's
     #: prompt, to compare the answer written with the score argmax (0: off)
     agreement_tokens: int = 0
+    #: activations to record in the scoring passes, as ``HOOK@POSITION`` strings
+    #: (``blocks.5.hook_resid_post@last``; probe.activations.CaptureSpec.parse): stored beside the
+    #: records, keyed by the same ids, resumed with them (``<run>/activations``)
+    capture: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         from probe.scoring.sampling import as_specs
 
         object.__setattr__(self, "sampling", as_specs(self.sampling))
+        cap = self.capture
+        object.__setattr__(self, "capture", tuple(cap.split() if isinstance(cap, str) else (cap or ())))
         for name in ("batch_size", "token_budget", "chunk_size"):
             if int(getattr(self, name)) < 1:
                 raise ValueError(f"{name} must be a positive integer, got {getattr(self, name)!r}")
@@ -114,6 +120,8 @@ class Runner:
             torch.set_num_threads(int(self.options.threads))
         self.procs = detect()
         self.active_sampling: tuple[Any, ...] | None = None  # set while score() writes an output
+        #: the activations of the last in-memory ``score(capture=...)`` (probe.activations.Activations)
+        self.activations: Any = None
         self.lm = lm
         self.fingerprint_parts = fingerprint_parts(lm)
         self.fingerprint = combine_parts(self.fingerprint_parts)
@@ -149,31 +157,83 @@ class Runner:
                 self.scorer.encode(r)
 
     def score(self, requests: Sequence[Any], output: str | Path | None = None, task: str = "score",
-              progress: bool | None = None, sampling: Sequence[Any] = ()) -> list[Record]:
+              progress: bool | None = None, sampling: Sequence[Any] = (), capture: Any = None,
+              capture_dir: str | Path | None = None, capture_meta: dict | None = None,
+              capture_extra: dict | None = None) -> list[Record]:
         """Score ``requests`` (resuming ``output`` if it holds records); return their records in request order.
 
         ``output`` None scores in memory (no file, no resume). Records already
         in ``output`` that are not among ``requests`` are kept in the file but
         not returned. ``sampling``: specs a task needs (its paper's settings),
         computed beside the run options' own specs, in the same passes.
+        ``capture``: a :class:`probe.activations.CaptureSpec` (default: one from
+        the run options' ``capture``); its activations, read in the same passes,
+        are streamed to the store ``capture_dir`` (default ``<output dir>/activations``)
+        one shard per chunk, before the chunk's records, so a resumed run neither
+        recomputes nor loses them. Without ``output`` they are kept in
+        :attr:`activations`. ``capture_meta``: more manifest fields (checked on
+        resume); ``capture_extra``: the manifest's ``extra`` (not checked).
         """
         specs = self.sampling_specs(sampling)
+        cap = self.capture_spec(capture)
         to_record = lambda res: Record.from_result(task, self.model_id, res).to_dict()  # noqa: E731
-        score = lambda part: self.scorer.score(part, sampling=specs)  # noqa: E731
+        score = lambda part: self.scorer.score(part, sampling=specs, capture=cap)  # noqa: E731
         self.check_requests(requests)
         show = self.options.progress if progress is None else progress
         if output is None:
             out: list[Record] = []
+            sink = _MemorySink(cap) if cap is not None else None
             for part in group_chunks(requests, self.options.chunk_size):
-                out += [Record.from_dict(d) for d in map(to_record, self._timed(part, score))]
+                results = self._timed(part, score)
+                if sink is not None:
+                    sink.add(results)
+                out += [Record.from_dict(to_record(r)) for r in results]
+            self.activations = sink.result(requests) if sink is not None else None
             return out
+        output = Path(output)
+        writer = None
+        if cap is not None:
+            if self.procs.distributed:
+                raise ProbeError("activation capture runs in one process; drop --capture or run without "
+                                 "accelerate/torchrun")
+            writer = self._capture_writer(cap, Path(capture_dir) if capture_dir else output.parent / "activations",
+                                          capture_meta or {}, capture_extra or {})
+        make = lambda part: map(to_record, self._timed(part, score))  # noqa: E731
+        if writer is not None:
+            make = lambda part: map(to_record, _stored(writer, cap, self._timed(part, score)))  # noqa: E731
         self.active_sampling = specs  # what the input check records and compares for this output
         try:
-            dicts = self._to_file(requests, Path(output), lambda part: map(to_record, self._timed(part, score)),
-                                  show, "scoring")
+            dicts = self._to_file(requests, output, make, show, "scoring",
+                                  also_done=writer.done if writer is not None else None)
         finally:
             self.active_sampling = None
+            if writer is not None:
+                writer.close()
         return [Record.from_dict(d) for d in dicts]
+
+    def capture_spec(self, capture: Any = None) -> Any:
+        """``capture`` (a CaptureSpec or ``HOOK@POSITION`` strings), else the run options' own; None when off.
+        Hook names are checked against the model here, before any work."""
+        from probe.activations.scoring_capture import CaptureSpec
+
+        if capture is None and not self.options.capture:
+            return None
+        try:
+            spec = capture if isinstance(capture, CaptureSpec) else CaptureSpec.parse(
+                list(capture) if capture is not None else list(self.options.capture))
+            spec.check(self.lm.model)
+        except (KeyError, ValueError) as exc:
+            raise ProbeError(f"--capture: {exc.args[0] if exc.args else exc}") from None
+        return spec
+
+    def _capture_writer(self, spec: Any, directory: Path, meta: dict, extra: dict) -> Any:
+        from probe.activations.store import ActivationWriter
+
+        manifest = {"format": 1, "model_fingerprint": self.model_id, "hooks": list(spec.hooks),
+                    "positions": [p.name for p in spec.positions], "keys": spec.keys,
+                    "d_model": spec.check(self.lm.model), **meta,
+                    "extra": {"model": self.lm.info() if hasattr(self.lm, "info") else {}, **extra}}
+        return ActivationWriter(directory, manifest, shard_size=self.options.chunk_size)
 
     def sampling_specs(self, extra: Sequence[Any] = ()) -> tuple[Any, ...]:
         """The run options' sampling specs, then ``extra`` ones not already among them (order kept)."""
@@ -216,7 +276,7 @@ class Runner:
         return out
 
     def _to_file(self, requests: Sequence[Any], output: Path, make: Callable[[list], Iterable[dict]],
-                 progress: bool, verb: str) -> list[dict]:
+                 progress: bool, verb: str, also_done: set[str] | None = None) -> list[dict]:
         """Append the records of the requests not yet in ``output``; return every request's record, in order."""
         from probe.io import read_records
         from probe.runs.resume import check_input
@@ -233,7 +293,7 @@ class Runner:
                 # is kept), after checking that they came from this model and input
                 check_input(output, recorded_ids(output), requests, self, write=False)
                 merge_shards(output, requests)
-            self._append(requests, output, make, progress, verb)
+            self._append(requests, output, make, progress, verb, also_done)
         by_id = {str(r["id"]): r for r in read_records(output)[0]}
         missing = [r.id for r in requests if r.id not in by_id]
         if missing:  # pragma: no cover - would be a runner bug
@@ -241,13 +301,16 @@ class Runner:
         return [by_id[r.id] for r in requests]
 
     def _append(self, requests: Sequence[Any], output: Path, make: Callable[[list], Iterable[dict]],
-                progress: bool, verb: str) -> int:
+                progress: bool, verb: str, also_done: set[str] | None = None) -> int:
+        """``also_done``: ids another store holds (captured activations); a request is done when in both."""
         from probe.io import RecordWriter
         from probe.runs.resume import check_input
 
         with RecordWriter(output) as writer:
             check_input(output, writer.done, requests, self)
-            todo = [r for r in requests if r.id not in writer.done]
+            is_done = (lambda i: i in writer.done) if also_done is None else (
+                lambda i: i in writer.done and i in also_done)
+            todo = [r for r in requests if not is_done(r.id)]
             if not todo:
                 return 0
             bar = None
@@ -258,7 +321,7 @@ class Runner:
             # Chunks come from the whole list (see probe.runs.chunks): a resumed run batches
             # exactly as an uninterrupted one; a chunk cut short by a crash is redone whole.
             for part in group_chunks(requests, self.options.chunk_size):
-                left = sum(r.id not in writer.done for r in part)
+                left = sum(not is_done(r.id) for r in part)
                 if not left:
                     continue
                 writer.write_many(make(part))
@@ -274,6 +337,40 @@ class Runner:
         if cache is None:
             return ""
         return f" (score cache: {cache.stats.hits} sequence(s) read, {cache.stats.writes} written)"
+
+
+def _stored(writer: Any, spec: Any, results: list) -> list:
+    from probe.activations.scoring_capture import store_results
+
+    store_results(writer, spec, results)
+    return results
+
+
+class _MemorySink:
+    """Activations of an in-memory run, gathered per chunk."""
+
+    def __init__(self, spec: Any) -> None:
+        self.spec = spec
+        self.by_id: dict[str, Any] = {}
+
+    def add(self, results: list) -> None:
+        from probe.activations.scoring_capture import capture_record, missing_positions
+
+        for r in results:
+            self.by_id[r.id] = (capture_record(r, missing_positions(r, self.spec)),
+                                {k: r.activations[k] for k in self.spec.keys})
+
+    def result(self, requests: Sequence[Any]) -> Any:
+        import numpy as np
+
+        from probe.activations.store import Activations
+
+        rows = [self.by_id[r.id] for r in requests]
+        arrays = {k: np.stack([v[k] for _, v in rows]) if rows else np.empty((0, 0), np.float32)
+                  for k in self.spec.keys}
+        manifest = {"hooks": list(self.spec.hooks), "positions": [p.name for p in self.spec.positions],
+                    "keys": self.spec.keys}
+        return Activations([r.id for r in requests], arrays, [rec for rec, _ in rows], manifest)
 
 
 def options_from(values: dict[str, Any]) -> RunOptions:

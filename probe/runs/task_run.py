@@ -39,6 +39,8 @@ class Evaluation:
     tables: dict[str, "pd.DataFrame"] = field(default_factory=dict)
     output: Path | None = None
     config: Any = None
+    #: with ``capture``: the activations keyed by record id (probe.activations.Activations)
+    activations: Any = None
 
     def __repr__(self) -> str:
         where = f", output={str(self.output)!r}" if self.output else ""
@@ -79,6 +81,16 @@ def run_task(task: Task, config: Any, model: Any, output: str | Path | None = No
         agreement = _greedy_agreement(runner, requests, records, out, task.name, options.agreement_tokens)
         if not runner.procs.is_main:  # rank 0 merged the shards; it alone aggregates and writes
             return Evaluation(task.name, str(getattr(lm, "name", "")), records_to_frame([]), {}, {}, out, config)
+        acts = runner.activations
+        if out is not None and runner.capture_spec() is not None:
+            from probe.activations import load as load_activations
+
+            acts = load_activations(out / "activations", keys=runner.capture_spec().keys)
+            if acts.ids != [r.id for r in records]:  # same requests, same order: the store holds extra only
+                index = {i: k for k, i in enumerate(acts.ids)}
+                rows = [index[r.id] for r in records]
+                acts = type(acts)([acts.ids[k] for k in rows], {k: v[rows] for k, v in acts.arrays.items()},
+                                  [acts.records[k] for k in rows], acts.manifest)
         frame = records_to_frame(records)
         result: Aggregate = task.aggregate(config, frame, items)
         summary = {"task": task.name, "model": str(getattr(lm, "name", "")), "model_fingerprint": runner.model_id,
@@ -96,7 +108,7 @@ def run_task(task: Task, config: Any, model: Any, output: str | Path | None = No
                 data_files=task.data_files(config), world_size=runner.procs.world_size))
             note = runner.cache_note()
             print(f"{task.name}: {len(records)} record(s) in {out / 'records.jsonl'}{note}", file=sys.stderr)
-        return Evaluation(task.name, str(getattr(lm, "name", "")), frame, summary, result.tables, out, config)
+        return Evaluation(task.name, str(getattr(lm, "name", "")), frame, summary, result.tables, out, config, acts)
     finally:
         if own:
             runner.close()

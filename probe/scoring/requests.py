@@ -130,6 +130,8 @@ class LabelResult:
     meta: Mapping[str, Any] = field(default_factory=dict, hash=False, compare=False)
     #: per requested SamplingSpec, a probe.scoring.sampling.SampledLabel (empty: exact scores only)
     sampling: tuple[Any, ...] = ()
+    #: with ``Scorer.score(capture=...)``: ``{'{hook}@{position}': float32 [d_model]}`` (else empty)
+    activations: Mapping[str, Any] = field(default_factory=dict, hash=False, compare=False, repr=False)
 
     @property
     def argmax(self) -> int:
@@ -149,6 +151,8 @@ class ContinuationResult:
     meta: Mapping[str, Any] = field(default_factory=dict, hash=False, compare=False)
     #: per requested SamplingSpec, a probe.scoring.sampling.SampledContinuation (empty: exact scores only)
     sampling: tuple[Any, ...] = ()
+    #: with ``Scorer.score(capture=...)``: ``{'{hook}@{position}': float32 [d_model]}`` (else empty)
+    activations: Mapping[str, Any] = field(default_factory=dict, hash=False, compare=False, repr=False)
 
     @property
     def mean_logprobs(self) -> tuple[float, ...]:

@@ -10,13 +10,16 @@
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import math
 import warnings
-from typing import TYPE_CHECKING, Any, Callable, Iterable, Sequence as Seq
+from typing import TYPE_CHECKING, Any, Iterable, Sequence as Seq
 
 import torch
 
 from probe.scoring.batching import MIN_SHARED, Node, build_tree, plan_passes
+from probe.scoring.capture import Capturer, Taps
 from probe.scoring.engine import Engine, Row, RowOutput
 from probe.scoring.requests import (
     ContinuationRequest,
@@ -84,6 +87,7 @@ class Scorer:
         self._row_cap = batch_size  # lowered for good after an out-of-memory error
         self._equal = False
         self._sampling: tuple[SamplingSpec, ...] = ()  # the specs of the call in progress
+        self._taps: Taps | None = None  # the activation capture of the call in progress
         tok = lm.tokenizer
         pad = tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id
         self.engine = Engine(lm.model, pad_id=pad if pad is not None else 0)
@@ -102,42 +106,62 @@ class Scorer:
         self,
         requests: Seq[Request],
         progress: bool = False,
-        on_hidden: Callable[[torch.Tensor, list[Row], list[int]], None] | None = None,
         sampling: Seq[SamplingSpec] = (),
+        capture: Capturer | None = None,
     ) -> list[Result]:
         """Score ``requests``; results come back aligned with them.
 
         ``sampling``: :class:`~probe.scoring.sampling.SamplingSpec` s; label and
         continuation results then carry, per spec in this order, what sampling
         under it would do (``result.sampling``), read from the same forward pass.
-        The score cache is bypassed for such a call (it stores exact scores only).
+        ``capture``: a :class:`probe.activations.CaptureSpec`; each result then
+        carries ``result.activations`` (``{'{hook}@{position}': float32 [d_model]}``),
+        read in the same passes as the scores, prefix sharing on
+        (:mod:`probe.scoring.capture`). The score cache is bypassed for a call
+        with either (it stores exact scores only).
         """
         specs = tuple(sampling)
         if any(not isinstance(x, SamplingSpec) for x in specs):
             raise TypeError("sampling must hold SamplingSpec objects")
         encoded = [self.encode(r) for r in requests]
+        taps = None
+        if capture is not None:
+            ids = [r.id for r in requests]
+            if len(set(ids)) != len(ids):
+                dup = next(i for i in ids if ids.count(i) > 1)
+                raise ValueError(f"request ids must be unique to key activations; {dup!r} repeats")
+            taps = Taps(capture, [capture.target(self, e) for e in encoded])
         self._sampling = specs
         try:
-            outputs = self._run(encoded, progress=progress, on_hidden=on_hidden)
+            if taps is None:
+                outputs = self._run(encoded, progress=progress)
+            else:
+                with capture.attach(self.lm.model, taps.record):
+                    outputs = self._compute(encoded, progress, taps)
         finally:
             self._sampling = ()
-        return [self._assemble(e, outputs, specs) for e in encoded]
+        results = [self._assemble(e, outputs, specs) for e in encoded]
+        if taps is not None:
+            d_model = int(getattr(self.engine.config, "hidden_size", 0) or 0)
+            results = [dataclasses.replace(r, activations=taps.vectors(i, d_model)) for i, r in enumerate(results)]
+        return results
 
     def iter_score(self, requests: Iterable[Request], chunk_size: int = 256, progress: bool = False,
-                   sampling: Seq[SamplingSpec] = ()) -> Iterable[list[Result]]:
+                   sampling: Seq[SamplingSpec] = (), capture: Capturer | None = None) -> Iterable[list[Result]]:
         """Score in chunks (for runs that record as they go); yields each chunk's results."""
         chunk: list[Request] = []
         for r in requests:
             chunk.append(r)
             if len(chunk) >= chunk_size:
-                yield self.score(chunk, progress=progress, sampling=sampling)
+                yield self.score(chunk, progress=progress, sampling=sampling, capture=capture)
                 chunk = []
         if chunk:
-            yield self.score(chunk, progress=progress, sampling=sampling)
+            yield self.score(chunk, progress=progress, sampling=sampling, capture=capture)
 
     # -- planning and running ----------------------------------------------
-    def rows(self, encoded: list[Encoded]) -> list[Row]:
-        """The unique token sequences behind ``encoded`` (identical requests collapse to one row)."""
+    def rows(self, encoded: list[Encoded], extra: Seq[Row] = ()) -> list[Row]:
+        """The unique token sequences behind ``encoded`` (identical requests collapse to one row),
+        then the capture-only ``extra`` rows not among them."""
         rows: dict[RowKey, Row] = {}
         for e in encoded:
             for s in e.sequences:
@@ -147,37 +171,52 @@ class Scorer:
                     rows[key] = Row(s.ids, s.score_from, s.label_ids)
                 elif s.label_ids and set(s.label_ids) - set(row.label_ids):
                     row.label_ids = tuple(sorted(set(row.label_ids) | set(s.label_ids)))
+        for r in extra:
+            rows.setdefault((r.ids, r.score_from), r)
         return list(rows.values())
 
-    def plan(self, encoded: list[Encoded]) -> list[Node]:
+    def plan(self, encoded: list[Encoded], extra: Seq[Row] = ()) -> list[Node]:
         """The prefix tree the rows of ``encoded`` run as (see :mod:`probe.scoring.batching`)."""
         longest = max((len(s.ids) for e in encoded for s in e.sequences), default=0)
         # Sliding-window attention counts cache columns, so padding gaps inside a
         # long prompt would shift the window: then only gap-free layouts are used.
         self._equal = bool(self._sliding and longest > self._sliding // 2)
-        return build_tree(self.rows(encoded), self.min_shared, share=self.share_prefixes)
+        return build_tree(self.rows(encoded, extra), self.min_shared, share=self.share_prefixes)
 
-    def _run(self, encoded: list[Encoded], progress: bool, on_hidden=None) -> dict[RowKey, RowOutput]:
-        # cached sequences come from disk and only the rest runs; hooks (activation capture) and
-        # sampling specs (the cache holds exact scores only) bypass the cache
-        if self.cache is not None and on_hidden is None and not self._sampling:
+    def _run(self, encoded: list[Encoded], progress: bool) -> dict[RowKey, RowOutput]:
+        # cached sequences come from disk and only the rest runs; sampling specs bypass the
+        # cache (it holds exact scores only), as does capture (see score)
+        if self.cache is not None and not self._sampling:
             return self.cache.outputs(encoded, lambda todo: self._compute(todo, progress), model=self.lm.model)
-        return self._compute(encoded, progress, on_hidden)
+        return self._compute(encoded, progress)
 
-    def _compute(self, encoded: list[Encoded], progress: bool, on_hidden=None) -> dict[RowKey, RowOutput]:
-        tree = self.plan(encoded)
+    def _compute(self, encoded: list[Encoded], progress: bool, taps: Taps | None = None) -> dict[RowKey, RowOutput]:
+        tree = self.plan(encoded, taps.extra_rows() if taps else ())
+        if taps is not None:
+            keys = {s.ids: (s.ids, s.score_from) for e in encoded for s in e.sequences}
+            taps.plan(tree, lambda t: (t.row, len(t.row)) if t.extra else keys[t.row])
+        self._taps = taps
         outputs: dict[RowKey, RowOutput] = {}
         bar = None
         if progress:
             from tqdm.auto import tqdm
 
             bar = tqdm(total=sum(n.leaves() for n in tree), unit="seq", desc="scoring", leave=False)
-        self._run_level(tree, None, None, [0] * len(tree), outputs, bar, on_hidden)
+        try:
+            self._run_level(tree, None, None, [0] * len(tree), outputs, bar)
+        finally:
+            self._taps = None
         if bar:
             bar.close()
         return outputs
 
-    def _run_level(self, nodes: list[Node], cache, mask, parents: list[int], outputs, bar, on_hidden) -> None:
+    def _tap(self, nodes: list[Node], column):
+        """The capture context of one pass (a no-op without capture)."""
+        if self._taps is None:
+            return contextlib.nullcontext()
+        return self._taps.pass_of(nodes, column)
+
+    def _run_level(self, nodes: list[Node], cache, mask, parents: list[int], outputs, bar) -> None:
         """Run sibling ``nodes`` (children of cache rows ``parents``; no cache: top level), then their subtrees.
 
         The caches of consecutive passes are merged (up to the token budget)
@@ -189,19 +228,19 @@ class Scorer:
             lone = [n for n in nodes if n.is_leaf]
             kept = (item for part in self._passes(shared, 0) for item in self._run_top([shared[i] for i in part]))
             for part in self._passes(lone, 0):
-                self._run_pass([lone[i] for i in part], None, None, None, outputs, bar, on_hidden)
+                self._run_pass([lone[i] for i in part], None, None, None, outputs, bar)
         else:
             kept = (item for part in self._passes(nodes, mask.shape[1])
                     for item in self._run_pass([nodes[i] for i in part], cache, mask, [parents[i] for i in part],
-                                               outputs, bar, on_hidden))
+                                               outputs, bar))
         block: list = []
         for item in kept:
             if block and not self._fits(block + [item]):
-                self._descend(block, outputs, bar, on_hidden)
+                self._descend(block, outputs, bar)
                 block = []
             block.append(item)
         if block:
-            self._descend(block, outputs, bar, on_hidden)
+            self._descend(block, outputs, bar)
 
     def _fits(self, block: list) -> bool:
         """Whether pass caches can merge into one: rows x width within the token budget, and never
@@ -211,7 +250,7 @@ class Scorer:
         rows = sum(sum(not n.is_leaf for n in p) for _, _, p in block)
         return rows * max(m.shape[1] for _, m, _ in block) <= self.token_budget
 
-    def _descend(self, block: list, outputs, bar, on_hidden) -> None:
+    def _descend(self, block: list, outputs, bar) -> None:
         """Run the children of the internal nodes of the passes in ``block`` against their (merged) cache."""
         if len(block) == 1:
             cache, mask, part = block[0]
@@ -221,12 +260,14 @@ class Scorer:
             keep = list(range(mask.shape[0]))
         internal = [n for _, _, p in block for n in p if not n.is_leaf]
         children = [(child, keep[i]) for i, n in enumerate(internal) for child in n.children]
-        self._run_level([ch for ch, _ in children], cache, mask, [r for _, r in children], outputs, bar, on_hidden)
+        self._run_level([ch for ch, _ in children], cache, mask, [r for _, r in children], outputs, bar)
 
     def _run_top(self, part: list[Node]) -> list:
         """A left-padded pass over top-level shared segments; returns its cache for the subtrees."""
         try:
-            cache, mask = self.engine.run_prefixes([n.ids for n in part])
+            width = max(len(n.ids) for n in part)  # left-padded: token t of node b sits at column width - len + t
+            with self._tap(part, lambda b, t: width - len(part[b].ids) + t):
+                cache, mask = self.engine.run_prefixes([n.ids for n in part])
         except torch.OutOfMemoryError:
             if len(part) == 1:
                 raise
@@ -235,26 +276,26 @@ class Scorer:
             return self._run_top(part[:k]) + self._run_top(part[k:])
         return [(cache, mask, part)]
 
-    def _run_pass(self, part: list[Node], cache, mask, parents, outputs, bar, on_hidden) -> list:
+    def _run_pass(self, part: list[Node], cache, mask, parents, outputs, bar) -> list:
         """One forward pass over sibling segments: reads the leaves; returns the cache of the
         internal nodes (for their subtrees), if any."""
         keep = any(not n.is_leaf for n in part)
         try:
-            hidden, cache2, mask2 = self.engine.run_segments(
-                [(n.ids, n.start) for n in part], cache=cache, prefix_mask=mask, cache_rows=parents, keep_cache=keep)
+            with self._tap(part, lambda b, t: t - part[b].start):  # right-padded segments from their start
+                hidden, cache2, mask2 = self.engine.run_segments(
+                    [(n.ids, n.start) for n in part], cache=cache, prefix_mask=mask, cache_rows=parents,
+                    keep_cache=keep)
         except torch.OutOfMemoryError:
             if len(part) == 1:
                 raise
             self._back_off(len(part))
             k = len(part) // 2
-            return (self._run_pass(part[:k], cache, mask, parents and parents[:k], outputs, bar, on_hidden)
-                    + self._run_pass(part[k:], cache, mask, parents and parents[k:], outputs, bar, on_hidden))
+            return (self._run_pass(part[:k], cache, mask, parents and parents[:k], outputs, bar)
+                    + self._run_pass(part[k:], cache, mask, parents and parents[k:], outputs, bar))
         leaf_at = [i for i, n in enumerate(part) if n.is_leaf]
         if leaf_at:
             rows = [part[i].row for i in leaf_at]
             starts = [part[i].start for i in leaf_at]
-            if on_hidden is not None:
-                on_hidden(hidden[torch.tensor(leaf_at)], rows, starts)
             for row, out in zip(rows, self.engine.read(hidden, rows, starts, leaf_at, sampling=self._sampling)):
                 outputs[(row.ids, row.score_from)] = out
             if bar:
@@ -278,7 +319,10 @@ class Scorer:
         outs = [outputs[(s.ids, s.score_from)] for s in e.sequences]
         if isinstance(r, LabelRequest):
             out = outs[0]
-            logprobs = tuple(_logsumexp([out.label_logprobs[t] for t in variant]) for variant in e.label_variants)
+            # tokens every label starts with (tokens.shared_prefix; none: 0) count in each label's log-prob
+            pre = math.fsum(out.token_logprobs)
+            logprobs = tuple(_logsumexp([out.label_logprobs[t] for t in variant]) + pre
+                             for variant in e.label_variants)
             finite = out.finite and all(math.isfinite(x) for x in logprobs)
             mass = sum(math.exp(x) for x in logprobs) if finite else math.nan
             return LabelResult(
@@ -291,7 +335,8 @@ class Scorer:
                 n_prompt_tokens=e.n_prompt_tokens,
                 finite=finite,
                 meta=r.meta,
-                sampling=tuple(sampled_label(spec, out.sampled_labels[k], e.label_variants, finite)
+                sampling=tuple(sampled_label(spec, _shifted(out.sampled_labels[k], out.sampled_tokens[k]),
+                                             e.label_variants, finite)
                                for k, spec in enumerate(specs)),
             )
         if isinstance(r, ContinuationRequest):
@@ -329,3 +374,9 @@ def _logsumexp(values: list[float]) -> float:
     if not math.isfinite(m):
         return m
     return m + math.log(math.fsum(math.exp(v - m) for v in values))
+
+
+def _shifted(label_logprobs: dict[int, float], prefix: list[float]) -> dict[int, float]:
+    """Label sampling log-probs with the shared prefix's (tokens.shared_prefix; none: unchanged) added."""
+    pre = math.fsum(prefix) if prefix else 0.0
+    return {t: v + pre for t, v in label_logprobs.items()} if pre else dict(label_logprobs)

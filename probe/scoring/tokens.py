@@ -13,7 +13,14 @@ The joining rule (``docs/scoring.md``):
    after the tokens of ``encode(prompt)``; if the two disagree on the prompt
    part (a merge across the boundary) the continuation is encoded on its own.
 4. A label is scored by its *first* token; labels whose first tokens collide
-   are an error, since their probabilities could not be told apart.
+   are an error, since their probabilities could not be told apart. One
+   exception: when *every* label's continuation starts with the same
+   whitespace token(s) and they differ right after them (SentencePiece splits
+   " 1" into "▁" and "1", so " 1", " 2", " 3" all start with "▁"), that shared
+   prefix is scored as part of the sequence and each label by its first token
+   after it; its log-probability is added to every label's
+   (:func:`shared_prefix`), so the label probabilities stay the exact joint
+   ones (``space="both"`` excepted: still an error).
 5. A label request with ``forms`` skips rules 1-3: the prompt is tokenized as
    is and each label's probability is summed over the distinct tokens of its
    forms that are one token when encoded alone (others are skipped; a label
@@ -41,6 +48,26 @@ def wants_special_tokens(tokenizer: Any, text: str) -> bool:
     """
     bos = getattr(tokenizer, "bos_token", None)
     return not (bos and text.startswith(bos))
+
+
+def shared_prefix(conts: list[tuple[int, ...]]) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """(the tokens every continuation starts with, each one's first token after them) when all of them
+    share their first token and differ right after the shared part; ``((), ())`` otherwise.
+
+    >>> shared_prefix([(5, 1), (5, 2), (5, 3)])     # "▁1", "▁2", "▁3" as SentencePiece splits them
+    ((5,), (1, 2, 3))
+    >>> shared_prefix([(1,), (2,)]), shared_prefix([(5, 1), (5, 1, 9)]), shared_prefix([(5, 1), (6, 2)])
+    (((), ()), ((), ()), ((), ()))
+    """
+    if len(conts) < 2 or len({c[0] for c in conts}) > 1:
+        return (), ()
+    k = 0
+    while all(len(c) > k for c in conts) and len({c[k] for c in conts}) == 1:
+        k += 1
+    if any(len(c) <= k for c in conts):  # one label is the shared prefix itself: nothing tells them apart
+        return (), ()
+    after = tuple(c[k] for c in conts)
+    return (tuple(conts[0][:k]), after) if len(set(after)) == len(after) else ((), ())
 
 
 @dataclass(frozen=True)
@@ -133,6 +160,7 @@ class Encoder:
         if r.forms:  # explicit surface forms: the prompt as is, each form a whole next token
             prompt_ids = self.ids(r.prompt, special)
             variants = self._form_variants(r)
+        conts: list[tuple[int, ...]] = []  # single mode: each label's continuation (rule 4's exception)
         for label in r.labels if not r.forms else ():
             firsts: list[int] = []
             for mode in modes:
@@ -144,7 +172,14 @@ class Encoder:
                     raise ValueError(f"request {r.id!r}: prompt tokenizes differently for label {label!r}")
                 if cont[0] not in firsts:
                     firsts.append(cont[0])
+                conts.append(cont)
             variants.append(tuple(firsts))
+        prefix: tuple[int, ...] = ()
+        if len(modes) == 1 and conts:
+            prefix, after = shared_prefix(conts)
+            if prefix and self.tokenizer.decode(list(prefix)).strip():
+                prefix = ()  # only a shared separator; labels that share a word stay an error
+            variants = [(t,) for t in after] if prefix else variants
         seen: dict[int, str] = {}
         for label, firsts in zip(r.labels, variants):
             for t in firsts:
@@ -155,11 +190,12 @@ class Encoder:
                     )
                 seen[t] = label
         assert prompt_ids is not None
-        self._check_length(r.id, len(prompt_ids))
+        self._check_length(r.id, len(prompt_ids) + len(prefix))
         if not prompt_ids:
             raise ValueError(f"request {r.id!r}: field 'prompt' encodes to no tokens")
         all_ids = tuple(t for firsts in variants for t in firsts)
-        seq = Sequence(ids=prompt_ids, score_from=len(prompt_ids), label_ids=all_ids)
+        # a shared prefix is scored like a continuation (its log-probs in token_logprobs), the labels after it
+        seq = Sequence(ids=prompt_ids + prefix, score_from=len(prompt_ids), label_ids=all_ids)
         return Encoded(r, (seq,), len(prompt_ids), label_variants=tuple(variants))
 
     def _encode_continuation(self, r: ContinuationRequest) -> Encoded:

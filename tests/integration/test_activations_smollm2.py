@@ -1,4 +1,5 @@
-"""The capture on the real SmolLM2: hooks vs output_hidden_states, TransformerLens backend agreement."""
+"""The capture on the real SmolLM2: hooks vs output_hidden_states, `probe run bbq --capture`, TransformerLens
+backend agreement."""
 
 from __future__ import annotations
 
@@ -6,11 +7,12 @@ import numpy as np
 import pytest
 import torch
 
-from probe.activations.extract import HFBackend, extract
+from probe.activations.extract import HFBackend, collate, encode_item, pad_id
 from probe.activations.hooks import capture, discover, hook_names
 from probe.activations.items import ActivationItem
 from probe.activations.positions import parse_positions
-from probe.activations.store import ActivationWriter, load
+from probe.activations.store import load
+from probe.scoring.tokens import Encoder
 
 pytestmark = pytest.mark.integration
 
@@ -37,7 +39,7 @@ def test_capture_matches_hidden_states(smollm2):
         np.testing.assert_array_equal(got[f"{name}@all"], hs[i + 1][0].numpy())
 
 
-def test_transformer_lens_backend_agrees(smollm2, tmp_path):
+def test_transformer_lens_backend_agrees(smollm2):
     pytest.importorskip("transformer_lens")
     from probe.activations.tl_backend import TLBackend
 
@@ -45,17 +47,48 @@ def test_transformer_lens_backend_agrees(smollm2, tmp_path):
     specs = parse_positions("last")
     names = hook_names(discover(smollm2.model), "0,15,-1", ["resid_post", "mlp_out"])
     keys = [f"{h}@last" for h in names]
-    stores = {}
-    for be in (HFBackend(smollm2.model), TLBackend(smollm2.model, smollm2.tokenizer)):
-        with ActivationWriter(tmp_path / be.name, {"keys": keys}) as w:
-            extract(be, smollm2.tokenizer, items, names, specs, w, batch_size=2)
-        stores[be.name] = load(tmp_path / be.name)
-    hf, tl = stores["hf"], stores["transformer_lens"]
+    batch = collate([encode_item(Encoder(smollm2.tokenizer), it, specs) for it in items], pad_id(smollm2.tokenizer))
+    (hf_logits, hf), (tl_logits, tl) = (be.run(batch, names, ["last"]) for be in
+                                        (HFBackend(smollm2.model), TLBackend(smollm2.model, smollm2.tokenizer)))
     for k in keys:  # SDPA (HF default) vs eager attention (the bridge) reorder float ops
         scale = np.abs(hf[k]).max()
         np.testing.assert_allclose(tl[k], hf[k], atol=1e-4 * scale, rtol=0, err_msg=k)
-    for a, b in zip(hf.records, tl.records):
-        np.testing.assert_allclose(a["label_logprobs"], b["label_logprobs"], atol=1e-3)
+    np.testing.assert_allclose(tl_logits.numpy(), hf_logits.numpy(), atol=1e-3 * float(hf_logits.abs().max()))
+
+
+def test_probe_run_bbq_capture_equals_hidden_states(smollm2, shared_data, tmp_path, monkeypatch):
+    """`probe run bbq --model smollm2 --limit 24 --capture blocks.5.hook_resid_post@last --output out`:
+    one vector per record, keyed by the record ids, equal (1e-4 relative) to a plain
+    output_hidden_states forward of each record's prompt; prefix sharing on."""
+    import json
+
+    from probe.cli import main
+    from probe.tasks import get
+
+    monkeypatch.setenv("PROBE_DATA", str(shared_data))
+    out = tmp_path / "out"
+    key = "blocks.5.hook_resid_post@last"
+    assert main(["run", "bbq", "--model", "smollm2", "--limit", "24", "--capture", key, "--output", str(out),
+                 "--no-progress"]) == 0
+    ids, arrays = load(out)
+    records = [json.loads(line) for line in (out / "records.jsonl").read_text().splitlines()]
+    assert ids == [r["id"] for r in records] and len(ids) == len(set(ids)) >= 24
+    assert list(arrays) == [key] and arrays[key].shape == (len(ids), smollm2.model.config.hidden_size)
+    task = get("bbq")
+    cfg = task.make_config({}, source="test")
+    requests = task.requests(cfg, task.select(cfg, task.items(cfg), 24), smollm2.tokenizer, None)
+    by_id = {r.id: r for r in requests}
+    from probe.scoring import Scorer
+
+    enc = Scorer(smollm2).encode
+    worst = 0.0
+    for i, rid in enumerate(ids):
+        e = enc(by_id[rid])
+        prompt = e.sequences[0].ids[: e.n_prompt_tokens]
+        with torch.no_grad():
+            h = smollm2.model(torch.tensor([prompt]), output_hidden_states=True).hidden_states[6][0, -1].numpy()
+        worst = max(worst, float(np.abs(arrays[key][i] - h).max() / np.abs(h).max()))
+    assert worst <= 1e-4, worst
 
 
 def test_score_and_capture_on_smollm2(smollm2):

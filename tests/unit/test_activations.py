@@ -1,4 +1,4 @@
-"""Capture hooks, positions and the one-pass extraction on a tiny random Llama (no downloads)."""
+"""Capture hooks, positions and recording items through the scorer on a tiny random Llama (no downloads)."""
 
 from __future__ import annotations
 
@@ -7,12 +7,14 @@ import pytest
 import torch
 
 from tests.unit._tiny_models import tiny_llama, tiny_tokenizer
-from probe.activations.extract import HFBackend, collate, encode_item, extract, score_items
+from probe.activations.extract import collate, encode_item
+from probe.activations.record import record_items, score_items
 from probe.activations.hooks import capture, discover, hook_names, intervene
 from probe.activations.items import ActivationItem
 from probe.activations.positions import PositionSpec, locate, padded_positions_fn, parse_positions, span_tokens
-from probe.activations.store import ActivationWriter, load
+from probe.activations.store import load
 from probe.errors import InputError
+from probe.models import LoadedModel
 from probe.scoring.tokens import Encoder
 
 
@@ -132,21 +134,20 @@ def test_intervene_identity_changes_nothing_and_edit_changes(model, tok):
     assert torch.equal(model(ids).logits, base)
 
 
-# --- extraction ------------------------------------------------------------------------------------
+# --- recording items through the scorer (probe activations) ---------------------------------------
 
-def _run(model, tok, items, batch_size, padding_side, positions="last,label,span:cue,mean:cue", tmp=None):
+def _run(model, tok, items, batch_size, token_budget=8192, positions="last,label,span:cue,mean:cue", tmp=None):
     specs = parse_positions(positions)
     names = hook_names(discover(model), "all", ["resid_post", "attn_out", "mlp_out"])
-    keys = [f"{h}@{s.name}" for h in names for s in specs]
-    with ActivationWriter(tmp, {"keys": keys}, shard_size=3) as w:
-        extract(HFBackend(model), tok, items, names, specs, w, batch_size=batch_size, padding_side=padding_side)
+    lm = LoadedModel(model=model, tokenizer=tok, name="tiny", source="tests")
+    record_items(lm, items, tmp, names, specs, batch_size=batch_size, token_budget=token_budget, shard_size=3)
     return load(tmp)
 
 
-def test_padding_invariance(model, tok, tmp_path):
+def test_batch_size_and_padding_invariance(model, tok, tmp_path):
     items = _items(5)
-    runs = [_run(model, tok, items, bs, side, tmp=tmp_path / f"{bs}{side}")
-            for bs, side in ((1, "left"), (5, "left"), (2, "right"), (5, "right"))]
+    runs = [_run(model, tok, items, bs, budget, tmp=tmp_path / f"{bs}_{budget}")
+            for bs, budget in ((1, 8192), (5, 8192), (2, 64), (5, 128))]
     ref = runs[0]
     for other in runs[1:]:
         assert other.ids == ref.ids
@@ -158,7 +159,7 @@ def test_padding_invariance(model, tok, tmp_path):
 
 def test_label_logprobs_and_positions_match_direct_forward(model, tok, tmp_path):
     items = _items(3)
-    acts = _run(model, tok, items, 2, "left", tmp=tmp_path / "a")
+    acts = _run(model, tok, items, 2, tmp=tmp_path / "a")
     it = items[1]
     row = acts.ids.index(it.id)
     ids = tok(it.prompt).input_ids
@@ -185,7 +186,7 @@ def test_label_logprobs_and_positions_match_direct_forward(model, tok, tmp_path)
 def test_missing_span_is_nan_and_counted(model, tok, tmp_path):
     items = _items(2) + [ActivationItem.from_dict({"id": "nocue", "prompt": "Who is old? Answer:",
                                                    "labels": ["A", "B"]})]
-    acts = _run(model, tok, items, 3, "left", positions="last,mean:cue", tmp=tmp_path / "m")
+    acts = _run(model, tok, items, 3, positions="last,mean:cue", tmp=tmp_path / "m")
     r = acts.ids.index("nocue")
     assert np.isnan(acts["blocks.0.hook_resid_post@mean:cue"][r]).all()
     assert np.isfinite(acts["blocks.0.hook_resid_post@last"][r]).all()
@@ -195,7 +196,7 @@ def test_missing_span_is_nan_and_counted(model, tok, tmp_path):
 def test_span_not_in_prompt_is_input_error(model, tok, tmp_path):
     bad = [ActivationItem.from_dict({"id": "x", "prompt": "Who? Answer:", "labels": ["A", "B"], "cue": "zebra"})]
     with pytest.raises(InputError, match="cue"):
-        _run(model, tok, bad, 1, "left", positions="span:cue", tmp=tmp_path / "e")
+        _run(model, tok, bad, 1, positions="span:cue", tmp=tmp_path / "e")
 
 
 def test_label_position_needs_answer_label(model, tok):
@@ -204,10 +205,10 @@ def test_label_position_needs_answer_label(model, tok):
         encode_item(Encoder(tok), it, parse_positions("label"))
 
 
-def test_score_items_matches_extract_records(model, tok, tmp_path):
+def test_score_items_matches_recorded_records(model, tok, tmp_path):
     items = _items(4)
-    acts = _run(model, tok, items, 2, "left", positions="last", tmp=tmp_path / "s")
-    recs = score_items(HFBackend(model), tok, items, batch_size=3)
+    acts = _run(model, tok, items, 2, positions="last", tmp=tmp_path / "s")
+    recs = score_items(LoadedModel(model=model, tokenizer=tok, name="tiny", source="tests"), items, batch_size=3)
     assert [r["id"] for r in recs] == [it.id for it in items]
     for r in recs:
         np.testing.assert_allclose(r["label_logprobs"], acts.records[acts.ids.index(r["id"])]["label_logprobs"],

@@ -6,7 +6,8 @@ import numpy as np
 import pytest
 import torch
 
-from probe.activations.extract import HFBackend, score_items
+from probe.activations.record import score_items
+from probe.models import LoadedModel
 from probe.activations.hooks import capture
 from probe.activations.items import ActivationItem
 from probe.analysis.steering import mean_difference, steer, steering_table
@@ -66,11 +67,11 @@ def test_steering_table_rescores_under_each_alpha(lm):
     model, tok = lm
     items = [ActivationItem.from_dict({"id": f"q{i}", "prompt": f"Question {i}: who? Answer:", "labels": ["A", "B"]})
              for i in range(3)]
-    backend = HFBackend(model)
+    scored = LoadedModel(model=model, tokenizer=tok, name="tiny", source="tests")
     v = np.random.default_rng(1).normal(size=64)
 
     def rescore():
-        recs = score_items(backend, tok, items)
+        recs = score_items(scored, items)
         return {"p_a": float(np.mean([r["label_probs"][0] for r in recs]))}
 
     rows = steering_table(model, 1, v, [4.0, -4.0], rescore)

@@ -121,7 +121,7 @@ def run_steering(cfg: RepresentationsConfig, lm: Any, acts: Any, items: list, ta
     probe), fitted on half of the templates and scored on items of the other half; writes steering.csv/.md."""
     import pandas as pd
 
-    from probe.activations.extract import HFBackend, score_items
+    from probe.activations.record import score_items
     from probe.analysis.probes import LinearProbe
     from probe.analysis.steering import mean_difference, steering_table
     from probe.metrics.bbq import bbq_metrics
@@ -138,12 +138,11 @@ def run_steering(cfg: RepresentationsConfig, lm: Any, acts: Any, items: list, ta
     directions = {"mean difference": mean_difference(X[train], y[train], 1.0),
                   "probe": LinearProbe().fit(X[train], y[train]).direction()}
     test_items = [it for it in items if it.fields["template_id"] not in train_t][: cfg.steer_items]
-    backend = HFBackend(lm.model)
     by_id = {it.id: it for it in test_items}
 
     def rescore() -> dict:
         rows = []
-        for r in score_items(backend, lm.tokenizer, test_items, cfg.batch_size):
+        for r in score_items(lm, test_items, cfg.batch_size):
             m = by_id[r["id"]].fields
             rows.append({**{k: m[k] for k in ("context_condition", "question_polarity", "label", "target_index",
                                                "unknown_index")}, "probs": r["label_probs"]})
