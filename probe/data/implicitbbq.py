@@ -23,6 +23,9 @@ How an item is made (see ``docs/implicitbbq.md``):
    line is the cue's sentence form (``resources/implicit_cue_sentences.yaml``).
 5. Controls per implicit context: neutral (inert cues, both assignments) and
    no-characteristics (no background, both assignments).
+6. The explicit set is then resampled so that each (dimension, template) weighs as
+   much as in the implicit set (:mod:`probe.data.implicitbbq_match`; ``explicit_set="full"``
+   keeps every filling once).
 
 Every context yields ambiguous and disambiguated x negative and non-negative
 items; ``setting`` is one of :data:`probe.data.items.SETTINGS`.
@@ -43,14 +46,18 @@ from probe.data.bbq_templates import (SlotFill, TemplateRow, answer_slot, fill_t
                                       load_vocab, read_templates, slot_text)
 from probe.data.implicit_text import (BoundTemplate, CueTable, cue_sentence, load_bound_templates, load_cue_table,
                                       load_exclusions, load_unknown_answers, person_agreement, person_rewrite)
+from probe.data.implicitbbq_match import PAPER_RECORDS, match_explicit
 from probe.data.items import SETTINGS, BBQItem, setting_name
 
-__all__ = ["DIMENSIONS", "PAPER_COUNTS", "build_implicitbbq", "count_table", "format_count_table"]
+__all__ = ["DIMENSIONS", "EXPLICIT_SETS", "PAPER_COUNTS", "build_implicitbbq", "count_table", "format_count_table"]
 
 DIMENSIONS = ("age", "gender", "region", "religion", "ses", "caste")
-#: The seed's totals (section 3): contexts per condition and instances per condition.
-PAPER_COUNTS = {"contexts_per_condition": 760, "implicit_instances_per_condition": 8000,
-                "explicit_records_amb_plus_dis": 8500}
+#: The seed's totals (sections 3-4), in records (context x question) per condition; see
+#: :data:`probe.data.implicitbbq_match.PAPER_RECORDS`.
+PAPER_COUNTS = {"contexts_per_condition": PAPER_RECORDS["implicit_base"],
+                "implicit_instances_per_condition": PAPER_RECORDS["implicit"],
+                "explicit_records": PAPER_RECORDS["explicit"]}
+EXPLICIT_SETS = ("matched", "full")
 PERSONS = ("Person A", "Person B")
 
 
@@ -188,6 +195,9 @@ def build_implicitbbq(
     lexical: Literal["all", "first"] = "first",
     controls: bool = True,
     stats: dict | None = None,
+    explicit_set: Literal["matched", "full"] = "matched",
+    explicit_size: int | None = None,
+    seed: int = 0,
 ) -> list[BBQItem]:
     """Build every ImplicitBBQ item of ``dimensions`` (default: all six).
 
@@ -197,8 +207,14 @@ def build_implicitbbq(
     ``combos_excluded`` (cue combinations the per-cue exclusions drop from built contexts),
     ``templates_excluded`` (templates with no combination left), ``duplicate_contexts``
     (implicit contexts equal to an earlier one) and ``bound_implicit_excluded``.
+    ``explicit_set="matched"`` (default) resamples the explicit items to the implicit set's
+    (dimension, template) weights, ``explicit_size`` records per condition (default: as many as
+    the implicit set), seeded by ``seed`` (:func:`probe.data.implicitbbq_match.match_explicit`);
+    ``"full"`` keeps every explicit filling once.
     Raises ``ValueError`` if two items would share an id.
     """
+    if explicit_set not in EXPLICIT_SETS:
+        raise ValueError(f"explicit_set must be one of {', '.join(EXPLICIT_SETS)}, got {explicit_set!r}")
     table = load_cue_table()
     dims = list(dimensions or DIMENSIONS)
     for d in dims:
@@ -250,6 +266,8 @@ def build_implicitbbq(
         st["templates_excluded"] -= kept_templates  # removed whole: no group pair keeps a combination
         if stats is not None:
             stats[dim] = {k: sorted(v, key=int) if isinstance(v, set) else v for k, v in st.items()}
+    if explicit_set == "matched":
+        items = match_explicit(items, size=explicit_size, seed=seed)
     dup = [i for i, n in Counter(it.id for it in items).items() if n > 1]
     if dup:  # records, resume and joins are keyed by id
         raise ValueError(f"ImplicitBBQ build: {len(dup)} duplicate item ids, e.g. {dup[:3]}")
@@ -285,5 +303,6 @@ def format_count_table(table: dict[str, dict[str, int]]) -> str:
     lines.append(
         f"\nSeed (section 3): {PAPER_COUNTS['contexts_per_condition']} implicit contexts per condition; "
         f"~{PAPER_COUNTS['implicit_instances_per_condition']} implicit instances per condition "
-        f"(amb or dis, both polarities); ~{PAPER_COUNTS['explicit_records_amb_plus_dis']} explicit records.")
+        f"(amb or dis, both polarities); ~{PAPER_COUNTS['explicit_records']} explicit records. "
+        f"In one unit (records = context x question): probe.data.implicitbbq_match.format_record_counts.")
     return "\n".join(lines)

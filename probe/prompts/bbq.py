@@ -1,19 +1,23 @@
 """BBQ / ImplicitBBQ prompts: four strategies x two answer formats -> scoring requests.
 
 Strategies (seed 000, appendix B; texts in ``resources/implicitbbq_prompts.yaml``):
-``zero_shot``, ``safety``, ``few_shot`` (5 demonstrations of the same dimension
-and context kind, never from the test item's template, plus the safety
-instruction) and ``cot`` (reasoning chains, greedy or sampled, then the final answer is scored after each).
+``zero_shot``, ``safety``, ``few_shot`` (the shipped demonstrations of the item's
+dimension and context kind, never from its template, :mod:`probe.prompts.bbq_demos`;
+plus the safety instruction) and ``cot`` (reasoning chains, greedy or sampled, then the final answer is scored after each).
 
 Answer formats:
 
 * ``oneword`` (default; the seed's prompts as written, no options listed): each
-  answer text is scored by its continuation log-likelihood after the prompt.
-  Answer texts are ``Person A``/``Person B`` in Person contexts and the group
-  words (``grandfather``, ``Muslim``) in explicit ones; the Unknown answer's
-  probability is the total over its paraphrases (``resources/unknown_answers.yaml``
-  in :mod:`probe.data`). The three option probabilities are the option masses
-  renormalised; ``mass`` is the total probability of all scored answer texts.
+  option's probability is the total over its surface forms
+  (:mod:`probe.prompts.bbq_answers`), each scored by its continuation
+  log-likelihood after the prompt: ``Person A``/``Person B``; in explicit
+  contexts the group answer capitalised, with and without "The"
+  (``Grandfather``, ``The grandfather``, ``grandfather``); Unknown: its
+  paraphrases (``resources/unknown_answers.yaml`` in :mod:`probe.data`). Forms
+  whose tokens equal another's are scored once, and a form whose tokens
+  start with another form of the same option is dropped (its probability is
+  inside the shorter one's). The three option probabilities are the option
+  masses renormalised; ``mass`` is the total probability of all scored texts.
 * ``labels``: the options are listed under labels 1/2/3 and the next-token
   probability of each label is read (``mass`` = the labels' share).
 
@@ -40,11 +44,8 @@ Answer:
 
 from __future__ import annotations
 
-import itertools
 import math
-import random
 import re
-from collections import defaultdict
 from dataclasses import dataclass
 from functools import lru_cache
 from importlib import resources
@@ -52,12 +53,12 @@ from typing import Any, Sequence
 
 import yaml
 
-from probe.io import stable_hash
 from probe.data.implicit_text import load_unknown_answers
 from probe.data.items import BBQItem
+from probe.prompts.bbq_answers import display_answer, option_forms
 
-__all__ = ["STRATEGIES", "FORMATS", "PreparedPrompt", "prompts", "system_text", "user_text", "select_demos",
-           "oneword_options", "prepare", "cot_final_prompt", "find_cue", "CUE_PATTERN", "to_probs", "DemoIndex"]
+__all__ = ["STRATEGIES", "FORMATS", "PreparedPrompt", "prompts", "system_text", "user_text", "oneword_options",
+           "token_distinct", "prepare", "cot_final_prompt", "find_cue", "CUE_PATTERN", "to_probs"]
 
 STRATEGIES = ("zero_shot", "safety", "few_shot", "cot")
 FORMATS = ("oneword", "labels")
@@ -90,28 +91,60 @@ def system_text(item: BBQItem, strategy: str) -> str:
 
 
 def oneword_options(item: BBQItem) -> tuple[tuple[str, ...], tuple[int, ...]]:
-    """(answer texts to score, the option index each belongs to) for the one-word format."""
+    """(answer texts to score, the option index each belongs to) for the one-word format: every option's
+    surface forms (:func:`probe.prompts.bbq_answers.option_forms`; Unknown: its paraphrases)."""
     _, paraphrases = load_unknown_answers()
     texts: list[str] = []
     owner: list[int] = []
-    for i in range(3):
-        if i == item.unknown_index:
-            cands = list(paraphrases)
-        else:
-            word = item.group_words[i] or item.options[i]
-            cands = [word]
-        for c in cands:
-            if c not in texts:
-                texts.append(c)
-                owner.append(i)
+    for i, forms in enumerate(option_forms(item, paraphrases)):
+        for c in forms:
+            if c in texts:
+                raise ValueError(f"item {item.id!r}: answer text {c!r} belongs to two options")
+            texts.append(c)
+            owner.append(i)
     return tuple(texts), tuple(owner)
 
 
+def token_distinct(prompt: str, texts: Sequence[str], owner: Sequence[int], tokenizer: Any,
+                   space: str = "auto") -> tuple[tuple[str, ...], tuple[int, ...]]:
+    """``texts`` less those that would count probability twice, judged on the tokens the scorer reads.
+
+    With the scorer's joining rule (:class:`probe.scoring.tokens.Encoder`) a text whose
+    continuation tokens equal an earlier text's is dropped (scored once); a text whose tokens
+    start with another text's of the same option is dropped (its probability is inside that
+    one's); a text whose tokens are a proper prefix of another option's text is dropped (its
+    probability would hold the other option's answer). Raises ``ValueError`` when two options
+    tokenize identically or an option loses every text.
+    """
+    from probe.scoring.tokens import Encoder, wants_special_tokens
+
+    enc = Encoder(tokenizer)
+    special = wants_special_tokens(tokenizer, prompt)
+    ids = [enc.join(prompt, t, space, special)[1] for t in texts]
+    keep: list[int] = []
+    for a in range(len(texts)):
+        same = [b for b in keep if ids[b] == ids[a]]
+        if same:
+            if owner[same[0]] != owner[a]:
+                raise ValueError(f"answer texts {texts[same[0]]!r} and {texts[a]!r} of two options tokenize alike")
+            continue
+        if any(b != a and owner[b] == owner[a] and len(ids[b]) < len(ids[a]) and ids[a][:len(ids[b])] == ids[b]
+               for b in range(len(texts))):
+            continue
+        if any(owner[b] != owner[a] and len(ids[a]) < len(ids[b]) and ids[b][:len(ids[a])] == ids[a]
+               for b in range(len(texts))):
+            continue
+        keep.append(a)
+    missing = set(owner) - {owner[a] for a in keep}
+    if missing:
+        raise ValueError(f"options {sorted(missing)} have no answer text left after the token check: {list(texts)}")
+    return tuple(texts[a] for a in keep), tuple(owner[a] for a in keep)
+
+
 def _answer_word(item: BBQItem) -> str:
-    """The ground-truth one-word answer shown in a few-shot demonstration."""
-    if item.label == item.unknown_index:
-        return load_unknown_answers()[0]
-    return item.group_words[item.label] or item.options[item.label]
+    """The ground-truth one-word answer shown in a few-shot demonstration: the first surface form of the
+    correct option ("Grandfather", "Person A", "Karen"; Unknown: the canonical "Unknown")."""
+    return display_answer(item, item.label, load_unknown_answers()[0])
 
 
 def user_text(item: BBQItem, strategy: str, answer_format: str = "oneword",
@@ -140,44 +173,6 @@ def user_text(item: BBQItem, strategy: str, answer_format: str = "oneword",
     return "".join(parts)
 
 
-class DemoIndex:
-    """Few-shot demonstration pool, indexed by (dimension, has background)."""
-
-    def __init__(self, pool: Sequence[BBQItem]) -> None:
-        self._by_key: dict[tuple[str, bool], list[BBQItem]] = defaultdict(list)
-        for it in pool:
-            self._by_key[(it.category, bool(it.background))].append(it)
-
-    def select(self, item: BBQItem, k: int = 5, seed: int = 0) -> list[BBQItem]:
-        return select_demos(item, self._by_key.get((item.category, bool(item.background)), []), k, seed)
-
-
-def select_demos(item: BBQItem, pool: Sequence[BBQItem], k: int = 5, seed: int = 0) -> list[BBQItem]:
-    """``k`` demonstrations for ``item``: same dimension and context kind, other templates.
-
-    Deterministic in (item id, seed). Alternates ambiguous and disambiguated items
-    (ambiguous first) so the demonstrations show both "Unknown" and a person as answers.
-    """
-    cands = [d for d in pool if d.template_id != item.template_id and d.category == item.category
-             and bool(d.background) == bool(item.background) and d.id != item.id]
-    rng = random.Random(stable_hash(item.id, seed))
-    amb = [d for d in cands if d.context_condition == "ambig"]
-    dis = [d for d in cands if d.context_condition == "disambig"]
-    rng.shuffle(amb)
-    rng.shuffle(dis)
-    order = [d for pair in itertools.zip_longest(amb, dis) for d in pair if d is not None]
-    out: list[BBQItem] = []
-    used: set[str] = set()
-    for d in order:  # first one demonstration per template ...
-        if len(out) < k and d.template_id not in used:
-            used.add(d.template_id)
-            out.append(d)
-    for d in order:  # ... then repeat templates only if there are too few
-        if len(out) < k and d not in out:
-            out.append(d)
-    return out
-
-
 @dataclass(frozen=True)
 class PreparedPrompt:
     """A rendered prompt and how its scored answers map back to the three options."""
@@ -188,6 +183,9 @@ class PreparedPrompt:
     texts: tuple[str, ...]  # continuation texts (oneword) or labels (labels)
     owner: tuple[int, ...]  # option index of each text
     space: str = "auto"  # how answers join the prompt (see probe.scoring.requests.SpaceRule)
+    # oneword: every surface form before the token check (re-checked against a CoT final prompt)
+    all_texts: tuple[str, ...] = ()
+    all_owner: tuple[int, ...] = ()
 
     def request(self, group: str | None = None):
         """The scoring request."""
@@ -210,8 +208,9 @@ def prepare(item: BBQItem, tokenizer: Any, strategy: str, answer_format: str = "
     if answer_format == "labels":
         labels = tuple(prompts()["labels"])
         return PreparedPrompt(item.id, prompt, answer_format, labels, (0, 1, 2))
-    texts, owner = oneword_options(item)
-    return PreparedPrompt(item.id, prompt, answer_format, texts, owner)
+    all_texts, all_owner = oneword_options(item)
+    texts, owner = token_distinct(prompt, all_texts, all_owner, tokenizer)
+    return PreparedPrompt(item.id, prompt, answer_format, texts, owner, all_texts=all_texts, all_owner=all_owner)
 
 
 #: the answer cues a reasoning may write (case-insensitive): "Final Answer:", "final answer :",
@@ -229,12 +228,13 @@ def find_cue(reasoning: str) -> int | None:
     return m.start() if m else None
 
 
-def cot_final_prompt(prepared: PreparedPrompt, reasoning: str) -> PreparedPrompt:
+def cot_final_prompt(prepared: PreparedPrompt, reasoning: str, tokenizer: Any = None) -> PreparedPrompt:
     """The CoT scoring prompt: generation prompt + the model's reasoning + ``Final Answer:``.
 
     The reasoning is cut just before the first answer cue it wrote (any
     :data:`CUE_PATTERN` variant), so the answer itself is scored, not read from
-    the text; the canonical cue is then appended.
+    the text; the canonical cue is then appended. With ``tokenizer`` the one-word
+    surface forms are re-checked (:func:`token_distinct`) against the new prompt end.
     """
     cue = prompts()["cot"]["final_answer_cue"]
     at = find_cue(reasoning)
@@ -243,14 +243,21 @@ def cot_final_prompt(prepared: PreparedPrompt, reasoning: str) -> PreparedPrompt
     # Labels are scored right after the cue ("Final Answer:1"): with a joining space many
     # tokenizers split " 1" into a bare space token shared by every label.
     space = "none" if prepared.answer_format == "labels" else "auto"
-    return PreparedPrompt(prepared.item_id, prompt, prepared.answer_format, prepared.texts, prepared.owner, space)
+    texts, owner = prepared.texts, prepared.owner
+    if tokenizer is not None and prepared.all_texts:
+        texts, owner = token_distinct(prompt, prepared.all_texts, prepared.all_owner, tokenizer, space)
+    return PreparedPrompt(prepared.item_id, prompt, prepared.answer_format, texts, owner, space,
+                          prepared.all_texts, prepared.all_owner)
 
 
 def to_probs(prepared: PreparedPrompt, result: Any) -> dict[str, Any]:
-    """Option probabilities (3), the mass the scored answers carry, and raw log-probs."""
+    """Option probabilities (3), the mass the scored answers carry (total and per option: ``option_mass``,
+    the sum over an option's texts), and raw log-probs."""
     if prepared.answer_format == "labels":
         probs = [float(p) for p in result.probs]
-        return {"probs": probs, "mass": float(result.label_mass), "logprobs": [float(x) for x in result.logprobs]}
+        lm = float(result.label_mass)
+        return {"probs": probs, "mass": lm, "option_mass": [p * lm for p in probs],
+                "logprobs": [float(x) for x in result.logprobs]}
     lps = [float(x) for x in result.logprobs]
     mass = [0.0, 0.0, 0.0]
     for lp, i in zip(lps, prepared.owner):
@@ -264,4 +271,4 @@ def to_probs(prepared: PreparedPrompt, result: Any) -> dict[str, Any]:
         probs = [x / sum(w) for x in w]
     else:
         probs = [x / total for x in mass]
-    return {"probs": probs, "mass": total, "logprobs": lps}
+    return {"probs": probs, "mass": total, "option_mass": mass, "logprobs": lps}

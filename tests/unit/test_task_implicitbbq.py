@@ -37,6 +37,18 @@ def test_config_validates_strategies(task):
         task.make_config({"answer_formats": ["letters"]})
     with pytest.raises(ProbeError, match="per_cell"):
         task.make_config({"per_cell": {"zero_shot": 0, "safety": 1, "few_shot": 1, "cot": 1}})
+    with pytest.raises(ProbeError, match="explicit_set must be one of matched, full"):
+        task.make_config({"explicit_set": "all"})
+    assert task.make_config({}).explicit_set == "matched"  # the paper's balanced explicit set by default
+
+
+def test_items_pass_the_explicit_set_to_the_builder(task, monkeypatch):
+    import probe.data.implicitbbq as builder
+
+    seen = {}
+    monkeypatch.setattr(builder, "build_implicitbbq", lambda *a, **kw: seen.update(kw) or [])
+    task.items(task.make_config({"explicit_set": "full", "seed": 3}))
+    assert seen["explicit_set"] == "full" and seen["seed"] == 3
 
 
 @pytest.mark.parametrize("name", ["implicitbbq.yaml", "implicitbbq_quick.yaml", "implicitbbq_formats.yaml"])
@@ -107,10 +119,25 @@ def test_select_controls_only_for_control_strategies_and_limit_is_a_prefix(task)
     assert len(select(cfg, items, 5)) == 5
 
 
-def test_requests_ids_groups_order_and_meta(task):
+def _demo_sets(items):
+    """Two-slot sets per dimension x kind over ``_items()``: primaries from templates q0/q1, alternates q1/q2."""
+    def pick(dim, kind, t, cond):
+        return next(it for it in items if it.category == dim and it.context_kind == kind
+                    and it.template_id == f"{dim}-q{t}" and it.context_condition == cond)
+
+    def slot(k, dim, kind, cond):
+        a, b = pick(dim, kind, k - 1, cond), pick(dim, kind, k, cond)
+        return {"slot": k, "id": a.id, "template": a.template_id, "alternate": {"id": b.id, "template": b.template_id}}
+    return {"seed": 0, "sets": {dim: {kind: [slot(1, dim, kind, "ambig"), slot(2, dim, kind, "disambig")]
+                                      for kind in ("explicit", "implicit")} for dim in ("age", "ses")}}
+
+
+def test_requests_ids_groups_order_and_meta(task, monkeypatch):
+    from probe.prompts import bbq_demos
     from tests.tiny import tiny_tokenizer
 
     items = _items()
+    monkeypatch.setattr(bbq_demos, "load_demo_sets", lambda: _demo_sets(items))
     cfg = ImplicitBBQConfig(strategies=("zero_shot", "safety", "few_shot"), answer_formats=("oneword", "labels"),
                             per_cell={"zero_shot": 1, "safety": 1, "few_shot": 1}, n_shots=2)
     sel = task.select(cfg, items, None)
@@ -134,6 +161,13 @@ def test_requests_ids_groups_order_and_meta(task):
     assert one.meta["owner"][:3] == [0, 1, 2] and set(one.meta["owner"][2:]) == {2}
     assert {"setting", "context_kind", "label", "target_index", "unknown_index", "answers"} <= set(one.meta)
     assert task.generation_requests(cfg, sel, tiny_tokenizer()) == []
+    by_id = {it.id: it for it in items}
+    for r in (r for r in reqs if r.meta["strategy"] == "few_shot"):
+        demos = [by_id[i] for i in r.meta["demo_ids"]]
+        assert len(demos) == 2 and all(d.context_kind == r.meta["context_kind"] for d in demos)
+        assert all(d.template_id != r.meta["template_id"] for d in demos)  # never the item's own template
+        assert r.meta["demo_fallback"] == ([1] if r.meta["template_id"].endswith("q0") else
+                                           [2] if r.meta["template_id"].endswith("q1") else [])
 
 
 def test_cot_needs_its_generations(task):
@@ -252,6 +286,26 @@ def test_metric_records_sum_paraphrases_and_skip_nonfinite():
     assert out[0]["probs"] == pytest.approx([0.4, 0.4, 0.2]) and out[0]["mass"] == pytest.approx(0.5)
     assert out[0]["pred_index"] == 0  # ties go to the lowest index
     assert out[1]["probs"] == [0.5, 0.3, 0.2] and out[1]["mass"] == 0.9
+    assert out[0]["option_mass"] == pytest.approx([0.2, 0.2, 0.1])  # each option's forms summed
+    assert out[1]["option_mass"] == pytest.approx([0.45, 0.27, 0.18])  # labels: probs x label mass
+
+
+def test_option_mass_summary_and_demo_summary_hand_numbers():
+    base = {"strategy": "zero_shot", "answer_format": "oneword", "target_index": 0, "unknown_index": 2}
+    recs = [{**base, "context_kind": "explicit", "option_mass": [0.1, 0.2, 0.3]},
+            {**base, "context_kind": "explicit", "option_mass": [0.3, 0.0, 0.1]},
+            {**base, "context_kind": "implicit", "option_mass": [0.0, 0.0, 0.0]}]
+    s = results.option_mass_summary(recs)["zero_shot|oneword"]
+    assert s["explicit"] == pytest.approx({"n": 2, "target": 0.2, "other": 0.1, "unknown": 0.2, "person": 0.3,
+                                           "unknown_share": 0.4})
+    assert s["implicit"]["n"] == 1 and math.isnan(s["implicit"]["unknown_share"])  # no mass at all
+    assert len(results.option_mass_table(results.option_mass_summary(recs))) == 2
+    rows = pd.DataFrame([{"demo_ids": ["a", "b"], "demo_fallback": [1], "demo_skipped": []},
+                         {"demo_ids": ["a", "b", "c"], "demo_fallback": [], "demo_skipped": [3]},
+                         {"demo_ids": math.nan, "demo_fallback": math.nan, "demo_skipped": math.nan}])
+    assert results.demo_summary(rows) == {"n_records": 2, "n_with_fallback": 1, "n_fallback_slots": 1,
+                                          "n_with_skipped": 1, "n_demos_mean": 2.5}
+    assert results.demo_summary([]) == {}
 
 
 def test_projection_counts_cot_generation_and_formats():

@@ -65,7 +65,10 @@ class ImplicitBBQConfig(TaskConfig):
     control_strategies: tuple[str, ...] = ("zero_shot",)
     seed: int = 0
     lexical: str = "first"
-    n_shots: int = 5
+    # "matched": explicit fillings resampled to the implicit set's (dimension, template) weights, as the
+    # paper balances its ~8.5k explicit records (probe.data.implicitbbq_match); "full": every filling once
+    explicit_set: str = "matched"
+    n_shots: int = 5  # the first n of the shipped five (probe/data/resources/implicitbbq_demos.yaml)
     # CoT as the seed runs it: K reasoning chains sampled at its temperature (0.1; no top-p given), each
     # final answer scored exactly, averaged per item; 0 = one greedy chain. 1024 tokens: real models'
     # reasoning must reach its "Final Answer:" (the seed gives no limit)
@@ -117,6 +120,12 @@ class ImplicitBBQConfig(TaskConfig):
             raise ValueError(f"cot_temperature must be > 0, got {self.cot_temperature!r}")
         if not 0 < self.cot_top_p <= 1:
             raise ValueError(f"cot_top_p must be in (0, 1], got {self.cot_top_p!r}")
+        from probe.data.implicitbbq import EXPLICIT_SETS
+
+        if self.explicit_set not in EXPLICIT_SETS:
+            raise ValueError(f"explicit_set must be one of {', '.join(EXPLICIT_SETS)}, got {self.explicit_set!r}")
+        if not isinstance(self.n_shots, int) or isinstance(self.n_shots, bool) or not 0 <= self.n_shots <= 5:
+            raise ValueError(f"n_shots must be an integer in 0..5 (the shipped sets hold five), got {self.n_shots!r}")
         for s, n in self.per_cell.items():
             if n is not None and (not isinstance(n, int) or isinstance(n, bool) or n < 1):
                 raise ValueError(f"per_cell[{s!r}] must be a positive integer or null (every item), got {n!r}")
@@ -135,7 +144,8 @@ class ImplicitBBQTask(Task):
     def items(self, config: ImplicitBBQConfig) -> list:
         from probe.data.implicitbbq import build_implicitbbq
 
-        return build_implicitbbq(config.dimensions, config.bbq_dir, config.bharatbbq_dir, lexical=config.lexical)
+        return build_implicitbbq(config.dimensions, config.bbq_dir, config.bharatbbq_dir, lexical=config.lexical,
+                                 explicit_set=config.explicit_set, seed=config.seed)
 
     def select(self, config: ImplicitBBQConfig, items: Sequence[Any], limit: int | None) -> Selection:
         """Each strategy's stratified sample; ``limit``: the first N items of their union (see :mod:`.sample`)."""
@@ -162,17 +172,19 @@ class ImplicitBBQTask(Task):
 
     def requests(self, config: ImplicitBBQConfig, items: Sequence[Any], tokenizer: Any,
                  generations: Mapping[str, str] | None = None) -> list:
-        from probe.prompts.bbq import DemoIndex, cot_final_prompt, prepare
+        from probe.prompts.bbq import cot_final_prompt, prepare
         from probe.scoring.requests import ContinuationRequest, LabelRequest
 
         sel = self._selection(config, items)
-        demos = DemoIndex(sel.pool) if "few_shot" in config.strategies else None
+        demos = self._demo_sets(config, sel.pool) if "few_shot" in config.strategies else None
         out = []
         for strategy, it, fmt in self._jobs(config, sel):
             rid = request_id(it, strategy, fmt)
-            shots = demos.select(it, config.n_shots, config.seed) if strategy == "few_shot" else ()
-            prep = prepare(it, tokenizer, strategy, fmt, shots, config.chat_template)
+            choice = demos.select(it, config.n_shots) if strategy == "few_shot" else None
+            prep = prepare(it, tokenizer, strategy, fmt, choice.demos if choice else (), config.chat_template)
             meta = _meta(it, strategy, fmt, prep.owner)
+            if choice is not None:  # which shipped demonstrations, and which slots fell back to their alternate
+                meta.update(choice.note())
             # a context unit's 4 variants (both formats) go in one chunk: they share its system prompt and context
             group = f"{strategy}|{unit_key(it)}"
             cls, key = (LabelRequest, "labels") if fmt == "labels" else (ContinuationRequest, "options")
@@ -186,9 +198,10 @@ class ImplicitBBQTask(Task):
             for cid, k in chains:
                 if generations is None or cid not in generations:
                     raise ProbeError(f"implicitbbq: no CoT reasoning was generated for {cid!r}")
-                final = cot_final_prompt(prep, generations[cid])
+                final = cot_final_prompt(prep, generations[cid], tokenizer)
                 # whether the chain reached an answer cue is read back from the reasoning (results.metric_records)
-                extra = {"reasoning": generations[cid], **({} if k is None else {"chain": k})}
+                extra = {"reasoning": generations[cid], "owner": list(final.owner),
+                         **({} if k is None else {"chain": k})}
                 out.append(cls(id=cid, prompt=final.prompt, group=group, space=final.space, meta={**meta, **extra},
                                **{key: final.texts}))
         return out
@@ -232,6 +245,8 @@ class ImplicitBBQTask(Task):
             "answering_only": answering_only,
             "ci": {"method": "percentile bootstrap, 95%", "n_boot": config.n_boot,
                    "unit": "template x context (a Person context with all its cue pairs; an explicit fill)"},
+            "option_mass": results.option_mass_summary(recs),
+            "few_shot_demos": results.demo_summary(records),
             "paper_equivalent": paper,
             "cot": self._cot_summary(config, records),
             "n_nonfinite": skipped,
@@ -242,6 +257,8 @@ class ImplicitBBQTask(Task):
         tables = results.tables(by_strategy, model)
         if paper:
             tables = {**results.paper_tables(paper["by_strategy"], model, spec), **tables}
+        if summary["option_mass"]:
+            tables["option_mass"] = results.option_mass_table(summary["option_mass"])
         if summary["cot"].get("by_strategy"):
             tables["cot_chains"] = results.chains_table(summary["cot"])
         return Aggregate(summary, tables)
@@ -294,6 +311,21 @@ class ImplicitBBQTask(Task):
         totals = {t: sum(v[t] for v in stats.values()) for t in ("n_chains", "n_chains_no_cue", "n_items",
                                                                       "n_items_no_valid_chain")}
         return {"settings": settings, **totals, "require_cue": config.cot_require_cue, "by_strategy": stats}
+
+    def _demo_sets(self, config: ImplicitBBQConfig, pool: Sequence[Any]) -> Any:
+        """The shipped few-shot demonstrations (:mod:`probe.prompts.bbq_demos`), resolved on the pool; the
+        explicit ones that the matched explicit set left out are taken from the full build (same ids)."""
+        from probe.prompts.bbq_demos import DemoSets, demo_ids
+
+        dims = sorted({it.category for it in pool})
+        missing = demo_ids(dims) - {it.id for it in pool}
+        if missing:
+            from probe.data.implicitbbq import build_implicitbbq
+
+            full = build_implicitbbq(dims, config.bbq_dir, config.bharatbbq_dir, lexical=config.lexical,
+                                     controls=False, explicit_set="full")
+            pool = list(pool) + [it for it in full if it.id in missing]
+        return DemoSets(pool, dims)
 
     def _selection(self, config: ImplicitBBQConfig, items: Sequence[Any]) -> Selection:
         """``items`` as a :class:`Selection` (a plain item list is taken as the pool and sampled)."""

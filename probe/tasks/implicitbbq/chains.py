@@ -78,6 +78,8 @@ def average_chains(recs: Sequence[dict], require_cue: bool = True) -> list[dict]
         item, strategy, fmt = entry
         m.update(id=f"{item}|{strategy}|{fmt}", probs=[float(p) for p in probs],
                  mass=float(np.mean([c["mass"] for c in chains])), chain_probs=[list(c["probs"]) for c in chains],
+                 **({"option_mass": [float(x) for x in np.mean([c["option_mass"] for c in chains], axis=0)]}
+                    if all(c.get("option_mass") is not None for c in chains) else {}),
                  n_chains=len(chains), pred_index=max(range(3), key=lambda i: (probs[i], -i)), logprobs=None)
         merged.append(m)
     return merged

@@ -133,14 +133,72 @@ def metric_records(records: Any, sampling: Mapping[str, float] | None = None, re
                 skipped += 1
                 continue
             p["logprobs"] = list(entry["logprobs"]) if "logprobs" in entry else list(rec["logprobs"])
-        else:
-            p = option_probs(rec["answer_format"], rec["owner"], rec["logprobs"], rec["probs"], rec["mass"])
+        exact = option_probs(rec["answer_format"], rec["owner"], rec["logprobs"], rec["probs"], rec["mass"])
+        p = exact if sampling is None else p
         m = {k: rec.get(k) for k in ITEM_FIELDS}
         m.update(id=rec["id"], probs=p["probs"], mass=p["mass"], logprobs=p["logprobs"],
+                 option_mass=exact["option_mass"],
                  pred_index=max(range(3), key=lambda i: (p["probs"][i], -i)),
                  chain=chain_index(rec.get("chain")), has_cue=_has_cue(rec.get("reasoning")))
         out.append(m)
     return (out if per_chain else average_chains(out, require_cue)), skipped
+
+
+def option_mass_summary(recs: list[dict]) -> dict[str, Any]:
+    """Mean probability each answer carries, per strategy|format and context kind (exact scores, T = 1).
+
+    ``target`` / ``other`` / ``unknown``: the mean over records of the total probability of
+    that option's surface forms (one-word) or label (labels); ``person`` = target + other;
+    ``unknown_share`` = unknown / (person + unknown). One-word forms are
+    :mod:`probe.prompts.bbq_answers`; this shows whether the explicit and implicit
+    answers are scored on an equal footing.
+
+    >>> r = {"strategy": "zero_shot", "answer_format": "oneword", "context_kind": "explicit",
+    ...      "target_index": 0, "unknown_index": 2, "option_mass": [0.1, 0.3, 0.2]}
+    >>> option_mass_summary([r])["zero_shot|oneword"]["explicit"]["unknown_share"]
+    0.3333333333333333
+    """
+    groups: dict[tuple[str, str], list[dict]] = {}
+    for r in recs:
+        if r.get("option_mass") is not None:
+            groups.setdefault((f"{r['strategy']}|{r['answer_format']}", r["context_kind"]), []).append(r)
+    out: dict[str, Any] = {}
+    for (key, kind), rs in sorted(groups.items()):
+        t = [r["option_mass"][r["target_index"]] for r in rs]
+        u = [r["option_mass"][r["unknown_index"]] for r in rs]
+        o = [sum(r["option_mass"]) - a - b for r, a, b in zip(rs, t, u)]
+        n = len(rs)
+        person, unknown = (sum(t) + sum(o)) / n, sum(u) / n
+        out.setdefault(key, {})[kind] = {
+            "n": n, "target": sum(t) / n, "other": sum(o) / n, "unknown": unknown, "person": person,
+            "unknown_share": unknown / (person + unknown) if person + unknown > 0 else math.nan}
+    return out
+
+
+def demo_summary(records: Any) -> dict[str, Any]:
+    """Few-shot records: how many used an alternate demonstration (the primary shared the item's template)
+    or left a slot out ({} when no record has demonstrations).
+
+    >>> demo_summary([{"demo_ids": ["a", "b"], "demo_fallback": [2], "demo_skipped": []}])
+    {'n_records': 1, 'n_with_fallback': 1, 'n_fallback_slots': 1, 'n_with_skipped': 0, 'n_demos_mean': 2.0}
+    """
+    rows = [r for r in (records.to_dict("records") if hasattr(records, "to_dict") else records)
+            if isinstance(r.get("demo_ids"), (list, tuple)) or type(r.get("demo_ids")).__name__ == "ndarray"]
+    if not rows:
+        return {}
+    fb = [list(r.get("demo_fallback") or ()) for r in rows]
+    sk = [list(r.get("demo_skipped") or ()) for r in rows]
+    return {"n_records": len(rows), "n_with_fallback": sum(1 for f in fb if f),
+            "n_fallback_slots": sum(len(f) for f in fb), "n_with_skipped": sum(1 for x in sk if x),
+            "n_demos_mean": sum(len(r["demo_ids"]) for r in rows) / len(rows)}
+
+
+def option_mass_table(summary: Mapping[str, Any]) -> Any:
+    """``summary["option_mass"]`` as one row per strategy|format x context kind."""
+    import pandas as pd
+
+    return pd.DataFrame([{"strategy|format": key, "context": kind, **v} for key, kinds in summary.items()
+                         for kind, v in kinds.items()])
 
 
 def _has_cue(reasoning: Any) -> bool | None:

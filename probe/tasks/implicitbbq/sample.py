@@ -8,6 +8,13 @@ strategies are compared on shared items. The selection a run scores is the
 union of the strategies' samples in round-robin order over (dimension, context
 kind); ``--limit N`` keeps its first N items, which therefore stays spread over
 the dimensions and kinds (a multiple of 4 keeps every unit whole).
+
+The explicit units come from the matched explicit set
+(:mod:`probe.data.implicitbbq_match`), where a filling that its template's
+implicit weight needs several times is repeated under ids ``<unit>-m<k>``:
+drawn like any unit, the repeats give each template its implicit weight in
+the sample too (a filling drawn twice is scored twice; same prompt, same
+bootstrap cluster).
 """
 
 from __future__ import annotations
