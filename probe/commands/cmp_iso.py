@@ -1,4 +1,4 @@
-"""``probe metrics cmp-iso``: Parity Gap of iso and cmp outputs made anywhere (seed 003).
+"""``probe data build cmp_iso`` (the converters) and ``probe metrics cmp-iso``: Parity Gap of iso and cmp outputs made anywhere (seed 003).
 
 Input: JSONL, one line per prompt::
 
@@ -27,6 +27,24 @@ import sys
 
 
 def register(groups: dict[str, argparse._SubParsersAction]) -> None:
+    b = groups["data build"].add_parser(
+        "cmp_iso", help="build iso/cmp prompts of another category from the original benchmark (seed 003 App. C)",
+        description="Convert an original benchmark (BBQ, CrowS-Pairs, StereoSet, a RedditBias-style pair CSV, "
+                    "WinoBias) into the iso/cmp context pairs with the authors' task bodies and write them in the "
+                    "released CSV layout as OUTPUT/<benchmark>_<category>_cot_gen.csv, which the cmp_iso task reads "
+                    "with 'category: <category>'. Prints the conversion counts (pairs, skipped by reason).")
+    b.add_argument("--benchmark", required=True, action="append",
+                   choices=("bbq", "crows_pairs", "stereoset", "redditbias", "winobias"),
+                   help="benchmark to build (repeatable)")
+    b.add_argument("--category", required=True, choices=("gender", "race", "religion"))
+    b.add_argument("--from", dest="source", default=None,
+                   help="original data (file or directory; default: the data set's dataset_dir; "
+                        "required for redditbias and winobias)")
+    b.add_argument("--output", required=True, help="directory to write the CSV(s) into (e.g. a copy of the "
+                                                   "cmp_iso data directory, then data_dir: in the task config)")
+    b.add_argument("--disambig", action="store_true", help="BBQ: disambiguated contexts instead of ambiguous ones")
+    b.set_defaults(func=run_build)
+
     p = groups["metrics"].add_parser(
         "cmp-iso",
         help="Parity Gap of iso/cmp outputs (JSONL with probs or sampled answers)",
@@ -45,6 +63,30 @@ def register(groups: dict[str, argparse._SubParsersAction]) -> None:
     p.add_argument("--allow-incomplete", action="store_true",
                    help="skip (and list) pairs missing one of their paired prompts instead of failing")
     p.set_defaults(func=run)
+
+
+def run_build(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from probe.data.cmp_iso import benchmark_file
+    from probe.data.cmp_iso_convert import write_csv
+    from probe.data.cmp_iso_sources import build_benchmark
+
+    if args.source and len(args.benchmark) > 1:
+        raise SystemExit("--from applies to one --benchmark at a time")
+    report = {}
+    for bench in args.benchmark:
+        conditions = ("disambig",) if args.disambig else ("ambig",)
+        pairs, stats = build_benchmark(bench, args.category, args.source, bbq_conditions=conditions)
+        if not pairs:
+            raise SystemExit(f"{bench} {args.category}: no context pairs built ({stats.as_dict()})")
+        name = benchmark_file(bench, args.category)
+        if args.disambig:
+            name = name.replace("_cot_gen", "_disamb_cot_gen")
+        out = write_csv(pairs, Path(args.output) / name)
+        report[bench] = {"file": str(out), **stats.as_dict()}
+    sys.stdout.write(json.dumps(report, indent=2) + "\n")
+    return 0
 
 
 def run(args: argparse.Namespace) -> int:

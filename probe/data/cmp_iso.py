@@ -34,6 +34,19 @@ established by inspecting every file:
   same trailing space as the A line), which is what
   :mod:`probe.prompts.cmp_iso` does.
 
+Rows holding several prompts (the authors' prompt-variation runs write all 54
+variations of a prompt into its ``prompts`` list, in their order: variant k
+uses template 1 for even k, template 2 for odd k) load too: variant 0 gives
+the four components, and every other variant must carry the same task (the
+authors never rephrase it), so :mod:`probe.prompts.cmp_iso` rebuilds all 54
+from variant 0; the raw texts are kept in ``CmpIsoPrompt.variants``.
+
+Other categories (race, religion) built by the converters
+(:mod:`probe.data.cmp_iso_convert`, :mod:`probe.data.cmp_iso_sources`,
+``probe data build cmp_iso``) are written with the authors' file naming
+(``<benchmark>_<category>_cot_gen.csv``, :func:`benchmark_file`) and read by
+:func:`load_benchmark` with ``category=``.
+
 This module only parses and validates; building the final prompt strings
 (direct footer, neutral option, variations) is :mod:`probe.prompts.cmp_iso`.
 
@@ -95,6 +108,8 @@ PG_POSITIVE: dict[str, str] = {
 }
 
 NEUTRAL_SLOT = " {}"  # the released placeholder for the cmp neutral option
+N_VARIATIONS = 54  # prompts per row in the authors' prompt-variation CSVs (3 x 3 x 3 x 2)
+CATEGORIES = ("gender", "race", "religion")
 _REQUIRED = ("instance_id", "context_pair_id", "task_type", "is_focused_p", "target_1", "target_2", "prompts")
 
 TaskType = Literal["iso", "cmp"]
@@ -131,6 +146,7 @@ class CmpIsoPrompt:
     order: str | None
     parts: PromptParts
     line: int  # 1-based CSV line (header = line 1), for error messages
+    variants: tuple[str, ...] = ()  # all prompt texts of a multi-prompt row (the 54 variations), else ()
 
 
 @dataclass(frozen=True)
@@ -150,12 +166,19 @@ class CmpIsoPair:
         return (self.iso_t, self.iso_t_prime, self.cmp_t_first, self.cmp_t_prime_first)
 
 
-def split_parts(text: str, path: Path | str, line: int) -> PromptParts:
-    """Split a released prompt into header / instructions / task / footer (see module doc)."""
+def split_parts(text: str, path: Path | str, line: int, template: int = 1) -> PromptParts:
+    """Split a released prompt into header / instructions / task / footer (see module doc).
+
+    ``template`` 2 (header, task, instructions, footer) is the order of the odd
+    variations of a multi-prompt row.
+    """
     lines = text.split("\n")
     if len(lines) < 4:
         raise InputError(path, line, "prompts", f"expected >= 4 lines (header, instructions, task, footer), got {len(lines)}")
-    parts = PromptParts(lines[0], lines[1], "\n".join(lines[2:-1]), lines[-1])
+    if template == 2:
+        parts = PromptParts(lines[0], lines[-2], "\n".join(lines[1:-2]), lines[-1])
+    else:
+        parts = PromptParts(lines[0], lines[1], "\n".join(lines[2:-1]), lines[-1])
     if "\\boxed{" not in parts.instructions:
         raise InputError(path, line, "prompts", f"line 2 is not the answer-format instruction: {parts.instructions!r}")
     if "\\boxed{}" not in parts.footer:
@@ -223,12 +246,20 @@ def _build_pair(path: Path, benchmark: str, cp: int, slot: dict) -> CmpIsoPair:
             raise InputError(path, n, "prompts", f"not a JSON list ({exc.msg})") from None
         if not isinstance(texts, list) or not texts or not all(isinstance(x, str) for x in texts):
             raise InputError(path, n, "prompts", "expected a non-empty JSON list of strings")
-        if len(texts) != 1:  # every released file has one; several would be variations we do not know
-            raise InputError(path, n, "prompts", f"expected exactly one prompt per row, got {len(texts)}")
+        if len(texts) not in (1, N_VARIATIONS):
+            raise InputError(path, n, "prompts", f"expected 1 prompt or the {N_VARIATIONS} variations per row, "
+                                                 f"got {len(texts)}")
         parts = split_parts(texts[0], path, n)
         if tt == "cmp" and parts.task.count(NEUTRAL_SLOT) != 1:
             raise InputError(path, n, "prompts", "cmp prompt lacks its single ' {}' neutral-option slot")
-        return CmpIsoPrompt(benchmark, int(row["instance_id"]), cp, tt, target, order, parts, n)  # type: ignore[arg-type]
+        for k, text in enumerate(texts[1:], start=1):
+            # the authors' order: itertools.product(headers, instructions, footers, templates)
+            other = split_parts(text, path, n, template=1 + k % 2)
+            if other.task != parts.task:
+                raise InputError(path, n, "prompts", f"variation {k} has another task than variation 0 "
+                                                     "(only header, instructions and footer may vary)")
+        return CmpIsoPrompt(benchmark, int(row["instance_id"]), cp, tt, target, order, parts, n,  # type: ignore[arg-type]
+                            tuple(texts) if len(texts) > 1 else ())
 
     return CmpIsoPair(
         benchmark=benchmark,
@@ -242,15 +273,35 @@ def _build_pair(path: Path, benchmark: str, cp: int, slot: dict) -> CmpIsoPair:
     )
 
 
-def load_benchmark(name: str, root: str | Path | None = None) -> list[CmpIsoPair]:
-    """Context pairs of released benchmark ``name`` (a key of :data:`BENCHMARK_FILES`).
+def benchmark_file(name: str, category: str = "gender") -> str:
+    """The CSV file name of benchmark ``name`` in ``category``, the authors' naming.
 
-    ``root`` defaults to ``dataset_dir("cmp_iso")`` (honours ``PROBE_DATA``).
+    >>> benchmark_file("crows_pairs", "race"), benchmark_file("mmlu", "race")
+    ('crows_pairs_race_cot_gen.csv', 'mmlu_cot_gen.csv')
     """
     if name not in BENCHMARK_FILES:
         raise ValueError(f"unknown cmp_iso benchmark {name!r}; choose from {sorted(BENCHMARK_FILES)}")
+    if category not in CATEGORIES:
+        raise ValueError(f"unknown cmp_iso category {category!r}; choose from {list(CATEGORIES)}")
+    released = BENCHMARK_FILES[name]
+    if "_gender_" not in released:  # MMLU: a control without a demographic category
+        return released
+    return released.replace("_gender_", f"_{category}_")
+
+
+def load_benchmark(name: str, root: str | Path | None = None, category: str = "gender") -> list[CmpIsoPair]:
+    """Context pairs of benchmark ``name`` (a key of :data:`BENCHMARK_FILES`) in ``category``.
+
+    ``root`` defaults to ``dataset_dir("cmp_iso")`` (honours ``PROBE_DATA``);
+    the released files are gender, other categories come from
+    ``probe data build cmp_iso`` (written into ``root``).
+    """
     base = Path(root) if root is not None else dataset_dir("cmp_iso")
-    return load_csv(base / BENCHMARK_FILES[name], benchmark=name)
+    path = base / benchmark_file(name, category)
+    if not path.is_file() and category != "gender":
+        raise InputError(path, None, None, f"file not found: build it with 'probe data build cmp_iso --benchmark {name} "
+                                           f"--category {category} --output {base}'")
+    return load_csv(path, benchmark=name)
 
 
 def sample_pairs(pairs: list[CmpIsoPair], n: int | None, seed: int = 0) -> list[CmpIsoPair]:

@@ -37,6 +37,8 @@ from typing import Iterable, Mapping
 
 import numpy as np
 
+from probe.metrics.cmp_iso_claims import preference_aligned
+
 ISO_LABELS = ("Yes", "No", "Skip")
 CMP_LABELS = ("A", "B", "C")
 NEUTRAL_LABELS = {"iso": "Skip", "cmp": "C"}
@@ -165,11 +167,12 @@ def cmp_preference(counts_t_first: Mapping[str, float], counts_t_prime_first: Ma
 
 
 def target_consistency(counts_t_first: Mapping[str, float], counts_t_prime_first: Mapping[str, float]) -> float:
-    """P(the same target is chosen in both option orders), choices among A/B only.
+    """P(two independent draws, one per option order, pick the same target), choices among A/B only.
 
-    The seed's Table 6 measure: 50 = random, 0 = pure position bias, 100 =
-    a fixed target. With expected counts, the two orders are treated as
-    independent draws. NaN when an order has no A/B pick.
+    A diagnostic, not the seed's Table 6 (which compares the orders' preferred
+    targets: :func:`probe.metrics.cmp_iso_claims.preference_aligned`): with
+    expected counts this probability is pulled toward 0.5. 0.5 = random, 0 =
+    pure position bias, 1 = a fixed target. NaN when an order has no A/B pick.
 
     >>> target_consistency({"A": 1, "B": 0}, {"A": 0, "B": 1})   # t both times
     1.0
@@ -207,7 +210,9 @@ class ParadigmResult:
     neutral_share: float = math.nan  # mean share of the neutral label over prompts (NaN: not offered)
     n_baseline: int = 0  # iso: pairs with no affirmation at all; cmp: orders with no A/B pick
     n_no_valid: int = 0  # prompts without any valid answer
-    consistency: float = math.nan  # cmp only: mean target_consistency (Table 6), NaN pairs skipped
+    # cmp only: mean over pairs of preference_aligned (the seed's Table 6 quantity, here on all pairs), NaN skipped
+    consistency: float = math.nan
+    pair_consistency: tuple[float, ...] = ()  # cmp: preference_aligned per pair, aligned with pair_ids
 
     def as_dict(self) -> dict:
         return {
@@ -264,7 +269,7 @@ def summarize(observations: Iterable[CmpIsoObservation], allow_incomplete: bool 
             cmp_base += sum(c.get("A", 0.0) + c.get("B", 0.0) == 0 for c in (c1.counts, c2.counts))
             cmp_ids.append(cp)
             cmp_gaps.append(2 * cmp_preference(c1.counts, c2.counts) - 1)
-            cons.append(target_consistency(c1.counts, c2.counts))
+            cons.append(preference_aligned(c1.counts, c2.counts))
     obs = list(slots.values())
 
     def shares(tt: str, label: str) -> float:
@@ -280,7 +285,7 @@ def summarize(observations: Iterable[CmpIsoObservation], allow_incomplete: bool 
                          shares("iso", "Skip"), iso_base, no_valid("iso"))
     cmp = ParadigmResult("cmp", parity_gap(cmp_gaps), len(cmp_ids), tuple(cmp_ids), tuple(cmp_gaps),
                          shares("cmp", "C"), cmp_base, no_valid("cmp"),
-                         float(np.mean(cons_f)) if cons_f else math.nan)
+                         float(np.mean(cons_f)) if cons_f else math.nan, tuple(cons))
     return CmpIsoSummary(iso, cmp, len(pair_order), tuple(incomplete))
 
 

@@ -339,10 +339,16 @@ def task_body(benchmark: str, task_type: str, variations: Variations | None = No
 _BOXED = re.compile(r"\\boxed\{\s*([^{}]*?)\s*\}")
 
 
+#: the authors' one-letter iso answers (``MAP_ISO`` in their ``result_analysis/misc.py``)
+_ABBREVIATIONS = {"y": "Yes", "n": "No", "s": "Skip"}
+
+
 def _canonical(found: str, labels: tuple[str, ...]) -> str | None:
-    """``found`` as one of ``labels``, ignoring case (the authors lower-case answers before matching)."""
+    """``found`` as one of ``labels``, ignoring case (the authors lower-case answers before matching),
+    with their iso abbreviations y / n / s for Yes / No / Skip when that label is offered."""
     low = found.casefold()
-    return next((x for x in labels if x.casefold() == low), None)
+    hit = next((x for x in labels if x.casefold() == low), None)
+    return hit if hit is not None or _ABBREVIATIONS.get(low) not in labels else _ABBREVIATIONS[low]
 
 
 def parse_boxed(text: str, labels: tuple[str, ...]) -> str | None:
@@ -354,6 +360,8 @@ def parse_boxed(text: str, labels: tuple[str, ...]) -> str | None:
     'Yes'
     >>> parse_boxed("\\\\boxed{maybe}", ("A", "B")) is None
     True
+    >>> parse_boxed("\\\\boxed{Y}", ("Yes", "No")), parse_boxed("\\\\boxed{s}", ("Yes", "No"))
+    ('Yes', None)
     """
     found = [c for m in _BOXED.finditer(text) if (c := _canonical(m.group(1), labels)) is not None]
     return found[-1] if found else None

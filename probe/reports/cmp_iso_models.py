@@ -5,8 +5,13 @@ name; :mod:`probe.tasks.cmp_iso.summary`). :func:`combine_runs` reads several
 run directories, names every row by its run's model and adds what needs more
 than one model (seed 003): per setting x benchmark x paradigm, the Pearson
 correlation of PG with parameter count (``params_b``, billions; models without
-a count are left out) and Kendall's tau between the neutral-option share and
--|PG| (Table E.1). The result feeds :func:`probe.reports.cmp_iso_tables.write_report`.
+a count are left out) over the dense models of families with >= 2 sizes
+(Table 8) and over all models, total and active parameters (Table E.2), and
+Kendall's tau and the top-5 intersection between the neutral-option share and
+-|PG| (Table E.1); the numbers are :mod:`probe.metrics.cmp_iso_models`.
+:func:`size_tables` lays them out as the seed's tables (rows setting x
+category, columns benchmarks). The result feeds
+:func:`probe.reports.cmp_iso_tables.write_report`.
 
 >>> s = combine_summaries([{"model": "m", "benchmarks": ["bbq"], "settings": ["direct"], "alpha": 0.05,
 ...                         "results": [], "comparisons": [], "variants": []}])
@@ -20,6 +25,8 @@ import json
 import math
 from pathlib import Path
 from typing import Any, Mapping, Sequence
+
+import pandas as pd
 
 from probe.errors import ProbeError
 
@@ -48,8 +55,17 @@ def combine_runs(run_dirs: Sequence[str | Path], params_b: Mapping[str, float] |
     return combine_summaries(summaries, params_b)
 
 
-def combine_summaries(summaries: Sequence[Mapping[str, Any]], params_b: Mapping[str, float] | None = None) -> dict:
-    """One summary over several models' run summaries (each with ``model``), in the tables' input format."""
+def combine_summaries(summaries: Sequence[Mapping[str, Any]], params_b: Mapping[str, float] | None = None,
+                      active_b: Mapping[str, float] | None = None,
+                      families: Mapping[str, str] | None = None) -> dict:
+    """One summary over several models' run summaries (each with ``model``), in the tables' input format.
+
+    ``params_b`` / ``active_b``: total / active parameter counts (billions) by
+    model (active defaults to total: dense); ``families``: family by model
+    (default: the name without its size, :func:`probe.metrics.cmp_iso_models.family_of`).
+    """
+    from probe.metrics.cmp_iso_models import model_sizes
+
     models = [str(s.get("model") or "model") for s in summaries]
     dup = sorted({m for m in models if models.count(m) > 1})
     if dup:
@@ -66,9 +82,12 @@ def combine_summaries(summaries: Sequence[Mapping[str, Any]], params_b: Mapping[
     first = summaries[0] if summaries else {}
     out.update({k: first.get(k) for k in SHARED})
     out["nonfinite_records"] = [f"{m}|{i}" for m, s in zip(models, summaries) for i in s.get("nonfinite_records", [])]
-    for key in ("results", "comparisons", "variants"):
-        out[key] = [{"model": m, **row} for m, s in zip(models, summaries) for row in s.get(key, [])]
-    out["correlations"] = correlations(out["results"], out["models"], benchmarks, sizes)
+    for key in ("results", "comparisons", "variants", "pooled_cmp_vs_iso"):
+        out[key] = [{"model": m, **row} for m, s in zip(models, summaries) for row in s.get(key, []) or []]
+    msizes = model_sizes(sizes, active_b, families)
+    out["model_sizes"] = {m: {"total_b": v.total_b, "active_b": v.active_b, "family": v.family, "dense": v.dense}
+                          for m, v in msizes.items()}
+    out["correlations"] = correlations(out["results"], out["models"], benchmarks, msizes, out.get("alpha") or 0.05)
     return out
 
 
@@ -77,11 +96,17 @@ def _num(x: Any) -> float:
 
 
 def correlations(results: Sequence[Mapping], models: Sequence[str], benchmarks: Sequence[str],
-                 params_b: Mapping[str, float]) -> list[dict]:
-    """Per setting x benchmark x paradigm (expected counts): Pearson(PG, params_b) and
-    Kendall tau(neutral share, -|PG|) over the models that have pairs there."""
-    from probe.metrics.significance import kendall_tau, pearson
+                 sizes: Mapping[str, Any], alpha: float = 0.05) -> list[dict]:
+    """Per setting x benchmark x paradigm (expected counts) over the models that have pairs there:
+    ``table8`` (Pearson PG vs total parameters, dense models of families with >= 2 sizes),
+    ``e2_total`` / ``e2_active`` (all models with a count), ``e1`` (Kendall tau and top-5 intersection of
+    neutral share vs -|PG|); ``pearson_pg_params`` / ``kendall_neutral_vs_abs_pg`` are the (r, p) /
+    (tau, p) of ``e2_total`` / ``e1``. ``sizes``: :class:`~probe.metrics.cmp_iso_models.ModelSize` by
+    model, or plain total counts."""
+    from probe.metrics.cmp_iso_models import ModelSize, model_sizes, neutral_rank_agreement, size_correlation
 
+    if sizes and not isinstance(next(iter(sizes.values())), ModelSize):
+        sizes = model_sizes({k: float(v) for k, v in sizes.items()})
     out = []
     for setting in sorted({r["setting"] for r in results}):
         for bench in benchmarks:
@@ -90,13 +115,58 @@ def correlations(results: Sequence[Mapping], models: Sequence[str], benchmarks: 
                         and r["mode"] == "expected" and r[par]["n_pairs"]}
                 ms = [m for m in models if m in rows]
                 entry: dict[str, Any] = {"setting": setting, "benchmark": bench, "paradigm": par, "n_models": len(ms)}
-                pg = [_num(rows[m]["pg"]) for m in ms]
-                sizes = [float(params_b.get(m, math.nan)) for m in ms]
-                ok = [i for i, x in enumerate(sizes) if math.isfinite(x)]
-                entry["pearson_pg_params"] = pearson([pg[i] for i in ok], [sizes[i] for i in ok])
-                ns = [_num(rows[m]["neutral_share"]) for m in ms]
-                if ns and all(math.isfinite(x) for x in ns):
+                pg = {m: _num(rows[m]["pg"]) for m in ms}
+                entry["table8"] = size_correlation(pg, sizes, dense_families=True, alpha=alpha)
+                entry["e2_total"] = size_correlation(pg, sizes, dense_families=False, alpha=alpha)
+                entry["e2_active"] = size_correlation(pg, sizes, use_active=True, dense_families=False, alpha=alpha)
+                entry["pearson_pg_params"] = (entry["e2_total"]["r"], entry["e2_total"]["p"])
+                ns = {m: _num(rows[m]["neutral_share"]) for m in ms}
+                if ns and all(math.isfinite(x) for x in ns.values()):
                     # seed 003 Table E.1: does ranking by neutral share agree with ranking by (low) |PG|?
-                    entry["kendall_neutral_vs_abs_pg"] = kendall_tau(ns, [-abs(x) for x in pg])
+                    entry["e1"] = neutral_rank_agreement(ns, pg)
+                    entry["kendall_neutral_vs_abs_pg"] = (entry["e1"]["tau"], entry["e1"]["p"])
                 out.append(entry)
+    return out
+
+
+def _cell_r(c: Mapping[str, Any] | None, alpha: float) -> str:
+    if not c or not math.isfinite(c.get("r", math.nan)):
+        return "–" if not c else f"– (n={c.get('n', 0)})"
+    star = " ∗" if c["p"] < alpha else ""
+    lo, hi = c["ci"]
+    ci = f" [{lo:.2f}, {hi:.2f}]" if math.isfinite(lo) else ""
+    return f"{c['r']:.3f}{star}{ci} (n={c['n']})"
+
+
+def size_tables(correlation_rows: Sequence[Mapping[str, Any]], benchmarks: Sequence[str],
+                alpha: float = 0.05) -> dict[str, pd.DataFrame]:
+    """Seed 003 Table 8, Table E.2 (total and active) and Table E.1 as frames: rows setting x paradigm x
+    category (``category`` of each correlation row, default gender), columns benchmarks.
+
+    Cells: ``r ∗ [CI] (n=models)`` (Pearson, Fisher-z 95% CI, ∗: p < alpha) /
+    ``tau ∗`` and ``top-5 k/5``; – where fewer than 3 models (Pearson) or no
+    neutral option (E.1).
+    """
+    def frame(key: str) -> pd.DataFrame:
+        rows: dict[tuple, dict] = {}
+        for c in correlation_rows:
+            row = rows.setdefault((c["setting"], c["paradigm"], c.get("category", "gender")), {})
+            row[c["benchmark"]] = _cell_r(c.get(key), alpha)
+        recs = [{"setting": s, "paradigm": p, "category": cat, **{b: cells.get(b, "–") for b in benchmarks}}
+                for (s, p, cat), cells in sorted(rows.items(), key=lambda kv: (kv[0][0], kv[0][1] != "cmp", kv[0][2]))]
+        return pd.DataFrame(recs)
+
+    out = {"table8": frame("table8"), "tableE2_total": frame("e2_total"), "tableE2_active": frame("e2_active")}
+    e1: dict[tuple, dict] = {}
+    for c in correlation_rows:
+        if "e1" not in c:
+            continue
+        d = c["e1"]
+        key = (c["setting"], c["paradigm"], c.get("category", "gender"))
+        tau = "–" if not math.isfinite(d["tau"]) else f"{d['tau']:.3f}{' ∗' if d['p'] < alpha else ''}"
+        e1.setdefault((*key, "Kendall τ"), {})[c["benchmark"]] = tau
+        e1.setdefault((*key, f"Top-{d['k']} intersection"), {})[c["benchmark"]] = f"{d['top_k']} (n={d['n']})"
+    out["tableE1"] = pd.DataFrame([{"setting": s, "paradigm": p, "category": cat, "metric": m,
+                                    **{b: cells.get(b, "–") for b in benchmarks}}
+                                   for (s, p, cat, m), cells in sorted(e1.items(), key=lambda kv: (kv[0][0], kv[0][1] != "cmp", kv[0][2], kv[0][3]))])
     return out

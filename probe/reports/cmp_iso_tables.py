@@ -17,9 +17,10 @@ Tables (rows = models, columns = benchmarks, ``∗`` = p < alpha):
 - ``table5_<setting>``: |PG_cmp| x 100, the "deviation from the 0% equilibrium",
   ``w/o | w/`` neutral option; ∗ when the two differ significantly.
 - ``table6_<setting>``: target consistency x 100 across the two option orders
-  (cmp; 50 random, 0 position bias, 100 fixed target). The seed computes it on
-  generations that claim randomness; with exact probabilities we give it for
-  all pairs.
+  (cmp; 50 random, 0 position bias, 100 fixed target): the share of pairs whose
+  two orders prefer the same target. CoT settings: as the seed, on the pairs
+  whose generations for both orders claim randomness (Table H.2 keywords;
+  ``cmp.claimed_random``); direct settings have no generations: all pairs.
 - ``table7_<setting>``: PG_cmp x 100 under the "answer randomly" instruction.
 - ``variants``: PG spread over prompt variations; ``label_mass``: mean
   probability mass on the labels.
@@ -73,7 +74,7 @@ def _frame(summary: dict, cells: dict[tuple[str, str, str], str], subcols: tuple
     for m in summary["models"]:
         data.append([cells.get((m, b, s), "–") for b in benches for s in subcols])
     df = pd.DataFrame(data, index=pd.Index(summary["models"], name="Model"), columns=cols)
-    if subcols != ("",):
+    if subcols != ("",) and cols:  # no cells (e.g. no paper-equivalent row for this setting): an empty frame
         df.columns = pd.MultiIndex.from_tuples(cols)
     return df
 
@@ -112,8 +113,9 @@ def table5(summary: dict, setting: str, neutral_setting: str, mode: str = "expec
 
 
 def table6(summary: dict, setting: str, mode: str = "expected") -> pd.DataFrame:
-    """Target consistency x 100 across the two option orders (cmp)."""
-    cells = {(m, b, ""): _fmt(_scaled(r["cmp"].get("consistency", math.nan), 100), 1)
+    """Target consistency x 100 across the two option orders (cmp); CoT: on the pairs claiming randomness."""
+    cells = {(m, b, ""): _fmt(r["cmp"]["claimed_random"]["consistency"], 1) if r["cmp"].get("claimed_random")
+             else _fmt(_scaled(r["cmp"].get("consistency", math.nan), 100), 1)
              for (m, b), r in _rows(summary, setting, mode).items()}
     return _frame(summary, cells, ("",))
 
@@ -212,7 +214,8 @@ def _build_tables(summary: dict, mode: str, label: str) -> dict[str, tuple[str, 
             continue
         out[f"table2_{s}"] = (f"PG ({s}, {label}); ∗: cmp vs iso p < {summary['alpha']}",
                               _captioned(table2(summary, s, mode), summary))
-        out[f"table6_{s}"] = (f"Target consistency x100 across option orders, cmp ({s}, {label})",
+        pairs = "pairs claiming randomness" if s.split("+")[0] == "cot" else "all pairs"
+        out[f"table6_{s}"] = (f"Target consistency x100 across option orders, cmp, {pairs} ({s}, {label})",
                               table6(summary, s, mode))
         out[f"label_mass_{s}"] = (f"Mean label mass ({s}, {label})", label_mass_table(summary, s, mode))
         if "neutral" in s.split("+"):

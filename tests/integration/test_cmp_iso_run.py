@@ -70,15 +70,40 @@ def test_tiny_limit_keeps_pairs_whole(tmp_path, long_tiny_lm, shared_data):
     assert len(sizes) == 3 * 2 and set(sizes) == {4}
 
 
-def test_tiny_cot_scores_boxed_answer(tmp_path, long_tiny_lm, shared_data):
+def test_tiny_cot_greedy_scores_boxed_answer(tmp_path, long_tiny_lm, shared_data):
     opts = {**OPTS, "benchmarks": ["stereoset"], "max_pairs": 1, "settings": [{"reasoning": "cot"}],
-            "comparisons": [], "max_new_tokens": 4}
+            "comparisons": [], "max_new_tokens": 4, "cot_chains": 0, "cot_require_cue": False}
     e = probe.evaluate(long_tiny_lm, "cmp_iso", output=tmp_path, **opts)
     recs, _ = read_records(tmp_path / "records.jsonl")
     gens, _ = read_records(tmp_path / "generations.jsonl")
     assert len(recs) == 4 and len(gens) == 4 and {g["meta"]["kind"] for g in gens} == {"cot_generate"}
     assert all(r["meta"]["kind"] == "cot" and "generation" in r["meta"] and "boxed_found" in r["meta"] for r in recs)
-    assert e.summary["settings"] == ["cot"]
+    assert all("chain" not in r["meta"] and "temperature" not in g for r, g in zip(recs, gens))
+    assert e.summary["settings"] == ["cot"] and e.summary["cot"]["settings"]["decoding"] == "greedy"
+    # cot_require_cue off: a reasoning without a boxed label is scored after an appended "\boxed{"
+    assert all(r["cmp"]["n_pairs"] == 1 for r in e.summary["results"])
+
+
+def test_tiny_cot_sampled_chains_recorded_and_resumed(tmp_path, long_tiny_lm, shared_data):
+    opts = {**OPTS, "benchmarks": ["stereoset"], "max_pairs": 1, "settings": [{"reasoning": "cot"}],
+            "comparisons": [], "max_new_tokens": 4, "cot_chains": 2}
+    e = probe.evaluate(long_tiny_lm, "cmp_iso", output=tmp_path, **opts)
+    recs, _ = read_records(tmp_path / "records.jsonl")
+    gens, _ = read_records(tmp_path / "generations.jsonl")
+    assert len(recs) == len(gens) == 4 * 2
+    assert [r["id"].rsplit("|", 1)[1] for r in recs[:2]] == ["chain0", "chain1"]
+    assert [r["meta"]["chain"] for r in recs] == [0, 1] * 4
+    assert all(g["temperature"] == 0.7 and g["top_p"] == 0.9 and g["seed"] == 0 for g in gens)
+    cot = e.summary["cot"]
+    assert cot["settings"]["chains"] == 2 and cot["n_chains"] == 8
+    # every chain without a boxed label is left out and counted; a pair with no valid chain has no PG
+    n_no = sum(not r["meta"]["boxed_found"] for r in recs)
+    assert cot["n_chains_no_cue"] == n_no
+    gens_before, recs_before = (tmp_path / "generations.jsonl").read_bytes(), (tmp_path / "records.jsonl").read_bytes()
+    probe.evaluate(long_tiny_lm, "cmp_iso", output=tmp_path, **opts)  # resume: no chain generated or scored again
+    assert (tmp_path / "generations.jsonl").read_bytes() == gens_before
+    assert (tmp_path / "records.jsonl").read_bytes() == recs_before
+    assert (tmp_path / "tables" / "cot_chains.md").exists() and (tmp_path / "tables" / "answering.md").exists()
 
 
 @pytest.mark.integration
@@ -91,3 +116,17 @@ def test_smollm2_direct_label_mass(tmp_path, smollm2, shared_data):
     assert (e.records["mass"] > 0.05).all()
     assert all(len(ids) >= 2 for t in e.records["token_ids"] for ids in t)
     assert all(r["sampling"][0]["top_p"] == 0.9 for _, r in e.records.iterrows())
+
+
+@pytest.mark.integration
+def test_smollm2_cot_sampled_chains(tmp_path, smollm2, shared_data):
+    """The authors' CoT generation mode, sampled chains (K = 2, short chains to stay fast)."""
+    opts = {**OPTS, "benchmarks": ["bbq"], "max_pairs": 1, "settings": [{"reasoning": "cot"}], "comparisons": [],
+            "cot_chains": 2, "max_new_tokens": 48}
+    e = probe.evaluate(smollm2, "cmp_iso", output=tmp_path, **opts)
+    gens, _ = read_records(tmp_path / "generations.jsonl")
+    assert len(e.records) == len(gens) == 8 and len({g["text"] for g in gens}) > 1  # chains differ
+    assert all(g["temperature"] == 0.7 and g["top_p"] == 0.9 for g in gens)
+    cot = e.summary["cot"]
+    assert cot["n_chains"] == 8 and 0 <= cot["n_chains_no_cue"] <= 8
+    assert cot["n_chains_no_cue"] == sum(not b for b in e.records["boxed_found"])

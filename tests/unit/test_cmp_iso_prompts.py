@@ -227,3 +227,10 @@ def test_boxed_answers_any_case():
     assert found and prompt == "P so \\boxed{"
     prompt, found = cot_answer_prompt("P", " I cannot say. ", ("Yes", "No"))
     assert not found and prompt.endswith("I cannot say.\nFinal answer: \\boxed{")
+    # the authors' iso abbreviations (MAP_ISO): y / n / s, s only where Skip is offered
+    assert parse_boxed("\\boxed{N}", ("Yes", "No")) == "No"
+    assert parse_boxed("\\boxed{s}", ("Yes", "No")) is None
+    assert parse_boxed("\\boxed{s}", ("Yes", "No", "Skip")) == "Skip"
+    assert parse_boxed("\\boxed{y}", ("A", "B")) is None
+    prompt, found = cot_answer_prompt("P", " \\boxed{y} ok", ("Yes", "No"))
+    assert found and prompt == "P \\boxed{"

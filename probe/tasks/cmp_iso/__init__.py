@@ -4,8 +4,11 @@ Flow: each benchmark's released context pairs (:mod:`probe.data.cmp_iso`) ->
 a seeded random sample of ``max_pairs`` per benchmark -> the four prompts of a
 pair (iso about t and t', cmp in both option orders) under every setting
 (direct / CoT, neutral option, "answer randomly", the 54 variations;
-:mod:`probe.prompts.cmp_iso`) -> for CoT, greedy reasoning first (the runner's
-generation stage), then the label right after the model's last ``\\boxed{`` ->
+:mod:`probe.prompts.cmp_iso`) -> for CoT, ``cot_chains`` reasoning chains per
+prompt sampled first at the authors' T = 0.7, top-p = 0.9 (the runner's
+generation stage; 0 = one greedy chain), then the label scored right after each
+chain's last ``\\boxed{``, the prompt's counts the mean over its chains
+(:mod:`.chains`) ->
 next-token label probabilities (direct: the authors' probability mode, each
 label summed over its one-token surface forms) -> Parity Gap per setting x
 benchmark x mode (expected counts, argmax, and ``paper``: expected counts
@@ -24,7 +27,8 @@ of every benchmark. Requests run in rounds of ``round_size`` pairs per
 benchmark over all settings (an interrupted run covers every setting on a
 smaller sample); one record per (setting, benchmark, pair, prompt), its ``meta``
 holding ``kind`` (``iso``, ``cmp``, ``cot``), the setting fields and the pair
-fields. Results of several models are combined by
+fields (sampled CoT: one record per chain, id ``...|chain{k}``, ``meta.chain`` =
+k). Results of several models are combined by
 :func:`probe.reports.cmp_iso_models.combine_runs`.
 
 >>> from probe.tasks import get
@@ -45,6 +49,7 @@ from probe.data.cmp_iso import BENCHMARK_FILES, CmpIsoPair
 from probe.errors import ProbeError
 from probe.prompts.cmp_iso import N_VARIANTS, CmpIsoSetting
 from probe.tasks.base import Aggregate, Task, TaskConfig
+from probe.tasks.cmp_iso.chains import chain_id
 
 __all__ = ["CmpIsoConfig", "CmpIsoTask", "SampledPair", "SettingSpec", "request_id"]
 
@@ -86,7 +91,17 @@ class CmpIsoConfig(TaskConfig):
     seed: int = 0
     settings: tuple[SettingSpec, ...] = (SettingSpec(), SettingSpec(neutral=True))
     direct_cue: str = "prefill"
-    max_new_tokens: int = 256  # CoT generation
+    # CoT as the authors run it (create_bench.py / global_run_settings.py: n_gens 25, gen_length 2000;
+    # model_config/default.yaml: T = 0.7, top-p 0.9): cot_chains reasoning chains sampled per prompt, seeded
+    # per chain, each boxed answer scored exactly, averaged per prompt; 0 = one greedy chain
+    max_new_tokens: int = 2000  # CoT generation (their gen_length)
+    cot_chains: int = 25
+    cot_temperature: float = 0.7
+    cot_top_p: float = 0.9
+    cot_require_cue: bool = True  # leave out (and count) chains without a boxed label, as their parser does
+    # Table 6: the claimed-randomness keywords (seed 003 Table H.2; null: that list)
+    claim_keywords: tuple[str, ...] | None = None
+    mass_floor: float = 0.1  # prompts whose labels carry less probability are "not answering"
     n_iter: int = 10000  # randomization test iterations
     n_boot: int = 2000  # bootstrap resamples
     # the authors' sampling (model_config/default.yaml): the paper-equivalent PG is computed from the
@@ -98,6 +113,13 @@ class CmpIsoConfig(TaskConfig):
     comparisons: tuple[tuple[str, str], ...] = ()
     # parameter counts (billions) by model name, for the cross-model PG-vs-size correlation
     params_b: dict[str, float] = field(default_factory=dict)
+    # active parameters (billions) of mixture-of-experts models by name (Table E.2; default: params_b), and the
+    # family a model belongs to (Table 8 takes dense families with >= 2 sizes); a plain value applies to the model
+    active_params_b: dict[str, float] | float | None = None
+    model_family: dict[str, str] | str | None = None
+    # demographic category: the released files are gender; race / religion files come from
+    # 'probe data build cmp_iso --category C' (probe.data.cmp_iso_sources), written into data_dir
+    category: str = "gender"
     data_dir: str | None = None  # default: dataset_dir("cmp_iso") (PROBE_DATA honoured)
 
     def __post_init__(self) -> None:
@@ -114,13 +136,33 @@ class CmpIsoConfig(TaskConfig):
         object.__setattr__(self, "settings", tuple(_setting_spec(x, i) for i, x in enumerate(s)))
         object.__setattr__(self, "comparisons", tuple(tuple(c) for c in self.comparisons))
         object.__setattr__(self, "params_b", dict(self.params_b or {}))
+        from probe.data.cmp_iso import CATEGORIES
+
+        if self.category not in CATEGORIES:
+            raise ValueError(f"category must be one of {', '.join(CATEGORIES)}, got {self.category!r}")
         for name in ("max_pairs", "round_size"):
             v = getattr(self, name)
             if v is not None and (not isinstance(v, int) or isinstance(v, bool) or v < 1):
                 raise ValueError(f"{name} must be a positive integer or null, got {v!r}")
-        if self.paper_temperature is not None:
-            from probe.scoring.sampling import SamplingSpec
+        for name, low in (("max_new_tokens", 1), ("cot_chains", 0)):
+            v = getattr(self, name)
+            if not isinstance(v, int) or isinstance(v, bool) or v < low:
+                raise ValueError(f"{name} must be an integer >= {low}, got {v!r}")
+        from probe.scoring.sampling import SamplingSpec
 
+        try:
+            SamplingSpec(self.cot_temperature, self.cot_top_p)
+        except (TypeError, ValueError) as exc:
+            raise ValueError(f"cot_temperature / cot_top_p: {exc}") from None
+        if not (isinstance(self.mass_floor, (int, float)) and 0 <= self.mass_floor <= 1):
+            raise ValueError(f"mass_floor must be in [0, 1], got {self.mass_floor!r}")
+        kw = self.claim_keywords
+        if kw is not None:
+            kw = (kw,) if isinstance(kw, str) else tuple(kw)
+            if not kw or not all(isinstance(k, str) and k.strip() for k in kw):
+                raise ValueError(f"claim_keywords must be a non-empty list of strings or null, got {self.claim_keywords!r}")
+            object.__setattr__(self, "claim_keywords", kw)
+        if self.paper_temperature is not None:
             try:
                 SamplingSpec(self.paper_temperature, self.paper_top_p)
             except ValueError as exc:
@@ -168,18 +210,28 @@ class CmpIsoTask(Task):
 
         samples = []
         for bench in config.benchmarks:
-            pairs = sample_pairs(load_benchmark(bench, config.data_dir), config.max_pairs, config.seed)
+            pairs = sample_pairs(load_benchmark(bench, config.data_dir, category=config.category), config.max_pairs, config.seed)
             random.Random(config.seed).shuffle(pairs)  # any prefix of the work is a random sample
             samples.append(pairs)
         longest = max((len(p) for p in samples), default=0)
         return [SampledPair(p[i], i) for i in range(longest) for p in samples if i < len(p)]
 
     def generation_requests(self, config: CmpIsoConfig, items: Sequence[SampledPair], tokenizer: Any) -> list:
-        """CoT settings: one greedy reasoning per prompt, before its boxed answer is scored."""
+        """CoT settings: ``cot_chains`` reasoning chains per prompt, sampled at ``cot_temperature`` /
+        ``cot_top_p`` from streams seeded by (``seed``, chain id), adjacent (they share the prompt);
+        with ``cot_chains`` 0 one greedy chain."""
         from probe.scoring.generate import GenerationRequest
 
-        return [GenerationRequest(rid, text, config.max_new_tokens, group=group, meta={**meta, "kind": "cot_generate"})
-                for rid, text, labels, group, meta in self._prompts(config, items, tokenizer, "cot")]
+        out = []
+        for rid, text, labels, group, meta in self._prompts(config, items, tokenizer, "cot"):
+            meta = {**meta, "kind": "cot_generate"}
+            if not config.cot_chains:
+                out.append(GenerationRequest(rid, text, config.max_new_tokens, group=group, meta=meta))
+            out += [GenerationRequest(chain_id(rid, k), text, config.max_new_tokens, group=group,
+                                      meta={**meta, "chain": k}, temperature=float(config.cot_temperature),
+                                      top_p=float(config.cot_top_p), seed=config.seed)
+                    for k in range(config.cot_chains)]
+        return out
 
     def requests(self, config: CmpIsoConfig, items: Sequence[SampledPair], tokenizer: Any,
                  generations: Mapping[str, str] | None = None) -> list:
@@ -188,15 +240,20 @@ class CmpIsoTask(Task):
 
         out = []
         for rid, text, labels, group, meta, forms in self._prompts(config, items, tokenizer, with_forms=True):
-            space = "auto"
-            if meta["reasoning"] == "cot":
-                if generations is None or rid not in generations:
-                    raise ProbeError(f"cmp_iso: no CoT reasoning was generated for {rid!r}")
-                text, found = cot_answer_prompt(text, generations[rid], labels)
-                meta = {**meta, "generation": generations[rid], "boxed_found": found}
-                space = "none"  # the label follows the model's own "\boxed{"
-            out.append(LabelRequest(id=rid, prompt=text, labels=labels, group=group, space=space, meta=meta,
-                                    forms=forms))
+            if meta["reasoning"] != "cot":
+                out.append(LabelRequest(id=rid, prompt=text, labels=labels, group=group, meta=meta, forms=forms))
+                continue
+            # one scoring request per chain: the label at its last "\boxed{" holding a label
+            chains = [(rid, None)] if not config.cot_chains else [(chain_id(rid, k), k)
+                                                                   for k in range(config.cot_chains)]
+            for cid, k in chains:
+                if generations is None or cid not in generations:
+                    raise ProbeError(f"cmp_iso: no CoT reasoning was generated for {cid!r}")
+                final, found = cot_answer_prompt(text, generations[cid], labels)
+                extra = {"generation": generations[cid], "boxed_found": found, **({} if k is None else {"chain": k})}
+                # space "none": the label follows the model's own "\boxed{"
+                out.append(LabelRequest(id=cid, prompt=final, labels=labels, group=group, space="none",
+                                        meta={**meta, **extra}, forms=forms))
         return out
 
     def sampling(self, config: CmpIsoConfig) -> tuple[dict, ...]:
@@ -215,20 +272,25 @@ class CmpIsoTask(Task):
         summary["n_pairs"] = {b: sum(it.benchmark == b for it in items) for b in config.benchmarks}
         # the records name the model by fingerprint; report() redraws the tables with its name
         model = str(records["model"].iloc[0]) if len(records) else "model"
-        return Aggregate(summary, _tables(combine_summaries([{**summary, "model": model}]), build_tables))
+        tables = _tables(combine_summaries([{**summary, "model": model}]), build_tables)
+        return Aggregate(summary, {**tables, **_extra_tables(summary)})
 
     def report(self, config: CmpIsoConfig, result: Aggregate, output: Path) -> None:
-        """``tables/<name>[_argmax].md|csv`` (seed 003 Tables 2-7 layouts) and ``pg_iso_vs_cmp*.png``."""
+        """``tables/<name>[_argmax].md|csv`` (seed 003 Tables 2-7 layouts), ``tables/answering`` and
+        ``tables/cot_chains`` (:mod:`.extra_tables`), and ``pg_iso_vs_cmp*.png``."""
         from probe.reports.cmp_iso_models import combine_summaries
         from probe.reports.cmp_iso_tables import write_report
+        from probe.tasks.base import write_tables
 
         write_report(combine_summaries([result.summary]), output)
+        write_tables(_extra_tables(result.summary), output)
 
     def data_files(self, config: CmpIsoConfig) -> list[Path]:
+        from probe.data.cmp_iso import benchmark_file
         from probe.data.paths import dataset_dir
 
         root = Path(config.data_dir) if config.data_dir else dataset_dir("cmp_iso")
-        return [root / BENCHMARK_FILES[b] for b in config.benchmarks]
+        return [root / benchmark_file(b, config.category) for b in config.benchmarks]
 
     # -- helpers --------------------------------------------------------------
     def _prompts(self, config: CmpIsoConfig, items: Sequence[SampledPair], tokenizer: Any,
@@ -288,4 +350,14 @@ def _tables(summary: dict, build_tables: Any) -> dict:
                 continue
             df.attrs["title"] = title
             out[name + suffix] = df
+    return out
+
+
+def _extra_tables(summary: dict) -> dict:
+    """``answering`` (PG with / without prompts below the mass floor) and, for CoT, ``cot_chains``."""
+    from probe.tasks.cmp_iso.extra_tables import answering_table, chains_table
+
+    out = {"answering": answering_table(summary)}
+    if summary.get("cot"):
+        out["cot_chains"] = chains_table(summary)
     return out

@@ -15,6 +15,17 @@ the authors' parser keeps: samples that are no label are excluded). A record
 whose labels all fall outside the nucleus has no such distribution: it is
 left out of the paper mode and counted (``paper_equivalent.n_unsampleable``). The summary's rows carry no model name;
 :func:`probe.reports.cmp_iso_models.combine_summaries` adds it.
+
+CoT (:mod:`.chains`): a prompt's counts are the mean over its valid chains
+(per mode: probabilities, one-hot argmax, sampled probabilities); chains
+without a boxed label are left out (``cot_require_cue``) and counted in
+``cot``. Each row also holds ``mass`` (the label-mass distribution per
+paradigm, :func:`probe.metrics.mass.mass_summary`, floor ``mass_floor``),
+``answering_only`` (PG, CIs and the cmp-vs-iso test without the prompts below
+the floor; a pair missing a prompt drops out of that paradigm) and, for CoT,
+``cmp.claimed_random`` (the seed's Table 6 on the pairs whose generations for
+both orders claim randomness, :mod:`probe.metrics.cmp_iso_claims`). Every CI
+resamples context pairs.
 """
 
 from __future__ import annotations
@@ -62,15 +73,15 @@ def _finite(rec: dict) -> bool:
         isinstance(p, (int, float)) and math.isfinite(p) for p in probs)
 
 
-def _observation_dict(rec: dict) -> dict:
-    """The ``probe metrics cmp-iso`` line of one record (label -> probability)."""
-    return {"context_pair_id": rec["context_pair_id"], "task_type": rec["task_type"],
-            "target": rec.get("target"), "order": rec.get("order"),
-            "probs": dict(zip(rec["options"], rec["probs"]))}
-
-
 def _key(kv: tuple) -> tuple:
     return tuple(map(str, kv[0]))
+
+
+def _observation(key: tuple, counts: dict):
+    from probe.metrics.cmp_iso import CmpIsoObservation
+
+    _, _, cp, tt, slot = key
+    return CmpIsoObservation(cp, tt, slot if tt == "iso" else None, slot if tt == "cmp" else None, counts)
 
 
 def run_summary(records: Any, config: Any) -> dict:
@@ -78,54 +89,138 @@ def run_summary(records: Any, config: Any) -> dict:
 
     ``records``: a records DataFrame (or a list of such row dicts); ``config``:
     the task config (``n_boot``, ``n_iter``, ``seed``, ``alpha``,
-    ``comparisons``, ``benchmarks``, ``max_pairs``, ``params_b``).
+    ``comparisons``, ``benchmarks``, ``max_pairs``, ``params_b``, ``mass_floor``,
+    the ``cot_*`` keys). A prompt's counts are its record's label probabilities
+    or, for sampled CoT, the mean over its valid chains (:mod:`.chains`).
     """
-    from probe.metrics.cmp_iso import analyze, observation_from_dict, summarize
+    from probe.metrics.cmp_iso import analyze, summarize
+    from probe.metrics.cmp_iso_models import pooled_cmp_vs_iso
+    from probe.metrics.cmp_iso_claims import CLAIM_KEYWORDS, claimed_consistency, claims_randomness
+    from probe.metrics.mass import DEFAULT_FLOOR, answering, mass_summary
     from probe.metrics.significance import randomization_test
+    from probe.tasks.cmp_iso.chains import chain_counts, chain_index, chain_stats, mean_counts, prompt_key, valid
 
     rows = records.to_dict("records") if hasattr(records, "to_dict") else list(records)
     nonfinite = [str(r["id"]) for r in rows if not _finite(r)]
     spec = paper_spec(config)
+    floor = float(getattr(config, "mass_floor", DEFAULT_FLOOR))
+    require_cue = bool(getattr(config, "cot_require_cue", True))
+    keywords = tuple(getattr(config, "claim_keywords", None) or CLAIM_KEYWORDS)
     unsampleable: list[str] = []
     has_entries = bool(spec) and any(_entry(r, spec) is not None for r in rows)  # False: an exact-only run
-    groups: dict[tuple, list[dict]] = {}
+    cells: dict[tuple, dict[tuple, list[dict]]] = {}  # (setting, benchmark) -> prompt -> its valid records
+    finite_rows: dict[tuple, list[dict]] = {}
+    claims: dict[tuple, dict[tuple, bool]] = {}  # (setting, benchmark) -> cmp prompt -> a chain claims randomness
     for r in rows:
-        if _finite(r):  # NaN/inf logits: never averaged, listed in the summary
-            groups.setdefault((r["setting"], r["benchmark"]), []).append(r)
-    results, gaps_by = [], {}
-    for (setting, bench), recs in sorted(groups.items(), key=_key):
-        base, variant = recs[0]["base_setting"], int(recs[0]["variant"])
-        mass = {tt: float(np.mean([r["mass"] for r in recs if r["task_type"] == tt] or [np.nan]))
-                for tt in ("iso", "cmp")}
-        lines = {m: [_observation_dict(r) for r in recs] for m in MODES}
-        if has_entries:
-            sampled = [(r, sampled_probs(r, spec)) for r in recs]
-            unsampleable += [str(r["id"]) for r, sp in sampled if sp is None]
-            ok = [(r, sp) for r, sp in sampled if sp is not None]
-            if ok:  # no row where no record can be sampled
-                lines[PAPER] = [{**_observation_dict(r), "probs": dict(zip(r["options"], sp[0]))} for r, sp in ok]
-            paper_mass = {tt: float(np.mean([sp[1] for r, sp in ok if r["task_type"] == tt] or [np.nan]))
-                          for tt in ("iso", "cmp")}
-        for mode, mode_lines in lines.items():
-            # the paper mode is an expected count too, under the sampled distribution
-            obs = [observation_from_dict(d, "argmax" if mode == "argmax" else "expected") for d in mode_lines]
-            res = analyze(obs, n_boot=config.n_boot, n_iter=config.n_iter, seed=config.seed, alpha=config.alpha,
-                          allow_incomplete=True)  # an interrupted run: finished pairs only
+        cell = (r["setting"], r["benchmark"])
+        if r.get("reasoning") == "cot" and r["task_type"] == "cmp":
+            k = prompt_key(r)
+            claims.setdefault(cell, {})[k] = claims.get(cell, {}).get(k, False) or claims_randomness(
+                r.get("generation"), keywords)
+        if not _finite(r):  # NaN/inf logits: never averaged, listed in the summary
+            continue
+        finite_rows.setdefault(cell, []).append(r)
+        prompts = cells.setdefault(cell, {})
+        if valid(r, require_cue):
+            prompts.setdefault(prompt_key(r), []).append(r)
+        elif chain_index(r.get("chain")) is None:
+            prompts.setdefault(prompt_key(r), [])  # a greedy chain without a boxed label: no answer
+
+    def counts(rec: dict, mode: str) -> dict | None:
+        if mode != PAPER:
+            return chain_counts(rec, mode)
+        sp = sampled_probs(rec, spec) if spec else None
+        return None if sp is None else chain_counts(rec, mode, sp[0])
+
+    modes = MODES + ((PAPER,) if has_entries else ())
+    results, gaps_by, cot_cells = [], {}, {}
+    for (setting, bench), prompts in sorted(cells.items(), key=_key):
+        first = finite_rows[(setting, bench)][0]
+        base, variant = first["base_setting"], int(first["variant"])
+        is_cot = first.get("reasoning") == "cot"
+        answered = {k: v for k, v in prompts.items() if v}
+        mass = {k: float(np.mean([c["mass"] for c in v])) for k, v in answered.items()}
+        obs: dict[str, list] = {m: [] for m in modes}
+        paper_mass: dict[tuple, float] = {}
+        for key, chains in answered.items():
+            for m in MODES:
+                obs[m].append(_observation(key, mean_counts([chain_counts(c, m) for c in chains])))
+            if has_entries:
+                sp = [(c, sampled_probs(c, spec)) for c in chains]
+                unsampleable += [str(c["id"]) for c, x in sp if x is None]
+                ok = [(c, x) for c, x in sp if x is not None]
+                if ok:  # no observation where no chain can be sampled
+                    obs[PAPER].append(_observation(key, mean_counts([chain_counts(c, PAPER, x[0]) for c, x in ok])))
+                    paper_mass[key] = float(np.mean([x[1] for _, x in ok]))
+        by_tt = {tt: [m for k, m in mass.items() if k[3] == tt] for tt in ("iso", "cmp")}
+        for mode in modes:
+            if mode == PAPER and not obs[mode]:  # no row where no record can be sampled
+                continue
+            res = analyze(obs[mode], n_boot=config.n_boot, n_iter=config.n_iter, seed=config.seed,
+                          alpha=config.alpha, allow_incomplete=True)  # an interrupted run: finished pairs only
+            # the same cell without the prompts whose labels carry less than the floor (a pair needs both prompts)
+            kept = [o for o in obs[mode] if answering(mass.get((setting, bench, o.context_pair_id, o.task_type,
+                                                                 o.target or o.order)), floor)]
+            only = res if len(kept) == len(obs[mode]) else analyze(
+                kept, n_boot=config.n_boot, n_iter=config.n_iter, seed=config.seed, alpha=config.alpha,
+                allow_incomplete=True) if kept else None
+            answering_only = None if only is None else {"iso": dict(only["iso"]), "cmp": dict(only["cmp"]),
+                                                        "gap": only["gap"], "cmp_vs_iso": only["cmp_vs_iso"]}
+            s = summarize(obs[mode], allow_incomplete=True)
+            if is_cot and (setting, bench) in claims:
+                cl = claims[(setting, bench)]
+                claimed = [cp for cp in s.cmp.pair_ids if cl.get((setting, bench, cp, "cmp", "t_first"))
+                           and cl.get((setting, bench, cp, "cmp", "t_prime_first"))]
+                res["cmp"]["claimed_random"] = claimed_consistency(
+                    dict(zip(s.cmp.pair_ids, s.cmp.pair_consistency)), claimed, config.n_boot, config.seed,
+                    config.alpha)
+            lm = {tt: float(np.mean([paper_mass[k] for k in paper_mass if k[3] == tt] or [np.nan]))
+                  for tt in ("iso", "cmp")} if mode == PAPER else {tt: float(np.mean(v or [np.nan]))
+                                                                   for tt, v in by_tt.items()}
             results.append({"setting": setting, "base_setting": base, "variant": variant, "benchmark": bench,
-                            "mode": mode, "label_mass": paper_mass if mode == PAPER else mass, **res})
-            s = summarize(obs, allow_incomplete=True)
+                            "mode": mode, "label_mass": lm, **res,
+                            "mass": {tt: mass_summary(v, floor) for tt, v in by_tt.items()},
+                            "answering_only": answering_only})
             for par in (s.iso, s.cmp):
                 gaps_by[(base, variant, bench, mode, par.paradigm)] = dict(zip(par.pair_ids, par.gaps))
+        if is_cot:
+            chains = [r for r in finite_rows[(setting, bench)] if chain_index(r.get("chain")) is not None]
+            cot_cells[f"{setting}|{bench}"] = chain_stats(chains, answered, counts, modes) if chains else {
+                "n_prompts": len(prompts), "n_prompts_no_answer": len(prompts) - len(answered)}
     return {"benchmarks": list(config.benchmarks), "settings": sorted({r["setting"] for r in results}),
             "max_pairs": config.max_pairs, "seed": config.seed, "alpha": config.alpha, "n_iter": config.n_iter,
             "n_boot": config.n_boot, "nonfinite_records": nonfinite, "n_nonfinite": len(nonfinite),
             "results": results, "comparisons": comparisons(gaps_by, config, randomization_test),
+            # cmp vs iso with every prompt variation of a setting pooled, a pair's variations one swap block
+            "pooled_cmp_vs_iso": pooled_cmp_vs_iso(gaps_by, config.n_iter, config.seed),
+            "category": str(getattr(config, "category", "gender")),
             "variants": variant_spread(results), "params_b": dict(config.params_b),
+            "ci": {"method": "percentile bootstrap", "level": 0.95, "n_boot": config.n_boot,
+                   "unit": "context pair (its iso t/t' or both cmp orders, every CoT chain of them)"},
+            "mass_floor": floor,
+            "cot": cot_summary(config, cot_cells, keywords) if cot_cells else {},
             "paper_equivalent": {} if not has_entries else {
                 "mode": PAPER, "settings": {**spec, "source": "the authors' model_config/default.yaml"},
                 "estimator": "expected counts under sampling at this temperature and nucleus, renormalised over "
                              "the labels (samples that are no label are excluded, as the authors' parser does)",
                 "n_unsampleable": len(unsampleable), "unsampleable_records": unsampleable}}
+
+
+def cot_summary(config: Any, cells: dict, keywords: tuple[str, ...]) -> dict:
+    """The CoT chains' settings and, per ``setting|benchmark``, their counts and spread."""
+    k = int(getattr(config, "cot_chains", 0))
+    totals = {t: sum(v.get(t, 0) for v in cells.values()) for t in ("n_chains", "n_chains_no_cue", "n_prompts",
+                                                                     "n_prompts_no_valid_chain")}
+    return {"settings": {"chains": k, "decoding": "sampled" if k else "greedy",
+                         **({"temperature": config.cot_temperature, "top_p": config.cot_top_p} if k else {}),
+                         "max_new_tokens": config.max_new_tokens, "seed": config.seed,
+                         "require_cue": bool(getattr(config, "cot_require_cue", True)),
+                         "answer": "the label scored exactly at the chain's last \\boxed{ holding a valid label "
+                                   "(any case; the authors' parser)",
+                         "estimator": "mean over a prompt's valid chains of the exactly scored label probabilities "
+                                      "(Rao-Blackwellised counts)",
+                         "claim_keywords": list(keywords)},
+            **totals, "by_cell": cells}
 
 
 def comparisons(gaps_by: dict[tuple, dict], config: Any, test: Any) -> list[dict]:
