@@ -94,6 +94,10 @@ REGISTRY: dict[str, DatasetSpec] = {
         (DataFile("questions.csv", "Questions/20241122-2120_all_data_questions074.csv"),
          DataFile("concepts.csv", "concept_lists/modified_all_concepts074.csv"),
          DataFile("descriptors.json", "data/descriptors.json", kind="json"))),
+    "stereoset": DatasetSpec(
+        "stereoset", "StereoSet (Nadeem et al., 2021): the public dev split, intra- and intersentence",
+        "https://raw.githubusercontent.com/moinnadeem/StereoSet/master/data/", "https://github.com/moinnadeem/StereoSet",
+        "CC-BY-SA-4.0", (DataFile("dev.json", "dev.json", kind="json"),)),
     "cmp_iso": DatasetSpec(
         "cmp_iso", "To Compare, or Not to Compare: iso/cmp prompts (gender, 8 benchmarks)",
         "https://raw.githubusercontent.com/insait-institute/to_cmp_or_not_to_cmp/main/benchmark_exps/",

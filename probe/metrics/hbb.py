@@ -55,6 +55,7 @@ __all__ = [
     "summarize_by",
     "direction_by_pair",
     "identity_concept1_rates",
+    "top_associations",
     "sampled_estimator_expectation",
 ]
 
@@ -295,6 +296,47 @@ def identity_concept1_rates(df: pd.DataFrame, score: str = "S", dir_col: str = "
     t = pd.DataFrame(recs, columns=["category", "identity", "got_concept1"])
     g = t.groupby(["category", "identity"], sort=True)["got_concept1"]
     return pd.DataFrame({"n": g.size(), "concept1_rate": g.mean()}).reset_index()
+
+
+def top_associations(df: pd.DataFrame, k: int = 1, skip: int = 0, score: str = "S",
+                     dir_col: str = "direction") -> pd.DataFrame:
+    """The paper's Tables 3 and 7: per category, the instances with the highest S and their direction.
+
+    Instances are ranked by S (descending; ties by instance ``id``, so the choice is reproducible);
+    ranks ``skip + 1 .. skip + k`` are returned (Table 3: ``k=1``; Table 7, "five extra": ``k=5, skip=1``).
+    Each row says which identity the model ties to which concept: with direction ``+1`` identity 1 gets
+    concept 1 (``bias type1``, option s1) more, so ``identity_a`` = identity 1 <-> ``concept_1`` and
+    ``identity_b`` = identity 2 <-> ``concept_2``; with ``-1`` the identities swap. NaN S and direction
+    0 (S = 0) are left out. ``n_at_max``: instances of the category tied at its maximum S (up to
+    :data:`S_TOLERANCE`), so a reader sees when rank 1 was one of many (the paper's "100 bias score").
+
+    Needs the columns ``id``, ``category``, ``descriptor_type``, ``identity_1``, ``identity_2``,
+    ``concept_1``, ``concept_2``, ``score`` and ``dir_col``.
+
+    >>> df = pd.DataFrame({"id": ["i1", "i2"], "category": ["age", "age"], "descriptor_type": [1, 3],
+    ...     "identity_1": ["young", "young"], "identity_2": ["old", "old"], "concept_1": ["slow", "tired"],
+    ...     "concept_2": ["fast", "rested"], "S": [40.0, 90.0], "direction": [1.0, -1.0]})
+    >>> top_associations(df)[["rank", "S", "identity_a", "concept_1", "identity_b", "concept_2"]].values.tolist()
+    [[1, 90.0, 'old', 'tired', 'young', 'rested']]
+    """
+    if k < 1 or skip < 0:
+        raise ValueError(f"top_associations: need k >= 1 and skip >= 0, got k={k}, skip={skip}")
+    cols = ["category", "rank", "id", "concept_id", "descriptor_type", score, dir_col, "identity_a", "concept_1",
+            "identity_b", "concept_2", "n_at_max"]
+    s = pd.to_numeric(df[score], errors="coerce")
+    d = pd.to_numeric(df[dir_col], errors="coerce")
+    ok = df[s.notna().to_numpy() & d.notna().to_numpy() & (d != 0).to_numpy()].assign(**{score: s, dir_col: d})
+    rows = []
+    for cat, g in ok.groupby("category", sort=True):
+        g = g.sort_values([score, "id"], ascending=[False, True], kind="mergesort")
+        top = float(g[score].iloc[0])
+        n_max = int(over_threshold(g[score], top).sum())
+        for rank, r in enumerate(g.iloc[skip: skip + k].to_dict("records"), start=skip + 1):
+            first = r[dir_col] > 0
+            rows.append({**r, "category": cat, "rank": rank, "n_at_max": n_max, "concept_id": r.get("concept_id"),
+                         "identity_a": r["identity_1"] if first else r["identity_2"],
+                         "identity_b": r["identity_2"] if first else r["identity_1"]})
+    return pd.DataFrame(rows, columns=cols)
 
 
 def sampled_estimator_expectation(

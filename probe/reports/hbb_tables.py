@@ -35,8 +35,8 @@ import pandas as pd
 from probe.data.hbb import CATEGORIES, CATEGORY_LABELS, type_label
 from probe.metrics.hbb import over_threshold, summarize_by
 
-__all__ = ["table1", "table2", "table8", "table9", "markdown", "cell", "histogram_png", "write_table", "run_tables",
-           "report_markdown", "with_model"]
+__all__ = ["table1", "table2", "table8", "table9", "table3", "markdown", "cell", "histogram_png", "write_table",
+           "run_tables", "report_markdown", "with_model"]
 
 
 def cell(count: int, mean_s: float) -> str:
@@ -122,6 +122,36 @@ def table9(frames: Mapping[str, pd.DataFrame], threshold: float = 20.0) -> pd.Da
     out.insert(0, "Type (Total)", t2["Type"] + " (" + total + ")")
     out.insert(0, "Category", cat)
     return out
+
+
+def _identity(name: str) -> str:
+    """``"middle-east" -> "Middle-East"``: identities as the paper prints them."""
+    return "-".join(part[:1].upper() + part[1:] for part in str(name).split("-"))
+
+
+def table3(frames: Mapping[str, pd.DataFrame], k: int = 1, skip: int = 0) -> pd.DataFrame:
+    """Tables 3 and 7 layout (top bias associations): per label and category, the instances ranked
+    ``skip + 1 .. skip + k`` by S, as ``Identity ↔ concept`` pairs in the direction the model chose
+    (:func:`probe.metrics.hbb.top_associations`). Table 3: ``k=1``; Table 7: ``k=5, skip=1``.
+    Frames without the concept columns (runs written before they were recorded) are left out."""
+    from probe.metrics.hbb import top_associations
+
+    rows = []
+    for label, df in frames.items():
+        if not {"concept_1", "concept_2"} <= set(df.columns):
+            continue
+        top = top_associations(df, k=k, skip=skip)
+        top["_order"] = [CATEGORIES.index(c) if c in CATEGORIES else 99 for c in top.category]
+        for r in top.sort_values(["_order", "rank"], kind="mergesort").itertuples():
+            rows.append({"Scoring": label, "Category": CATEGORY_LABELS.get(r.category, r.category), "Rank": r.rank,
+                         "Bias association 1": f"{_identity(r.identity_a)} ↔ {r.concept_1}",
+                         "Bias association 2": f"{_identity(r.identity_b)} ↔ {r.concept_2}",
+                         "Descriptor type": type_label(r.category, int(r.descriptor_type)),
+                         "S": round(float(r.S), 2), "tied at max S": r.n_at_max, "concept_id": r.concept_id,
+                         "instance": r.id})
+    cols = ["Scoring", "Category", "Rank", "Bias association 1", "Bias association 2", "Descriptor type", "S",
+            "tied at max S", "concept_id", "instance"]
+    return pd.DataFrame(rows, columns=cols)
 
 
 def write_table(df: pd.DataFrame, stem: str | Path, title: str = "") -> None:
@@ -222,6 +252,15 @@ def run_tables(
             out["sampling_noise"] = _titled(
                 noise, f"Exact scoring vs. the paper's 10-sample estimator (expected value for the same "
                 f"probabilities), S >= {thr:g}", "Exact scoring vs. 10 sampled answers per question (expected)")
+    by_label = {labels[v]: f for v, f in frames.items()}
+    for name, k, skip, what in (("table3_top_associations", 1, 0, "the top instance"),
+                                ("table7_top_associations", 5, 1, "the next five instances")):
+        top = table3(by_label, k, skip)
+        if not top.empty:
+            out[name] = _titled(top, f"{'Table 3' if k == 1 else 'Table 7'} layout (top bias associations): per "
+                                f"category {what} by S; association 1 = the identity the model ties to concept 1 "
+                                "(bias type1) ↔ that concept; tied at max S: instances of the category at its "
+                                "highest S", f"{'Table 3' if k == 1 else 'Table 7'} (top bias associations)")
     for v, df in frames.items():
         rates = identity_concept1_rates(df, threshold=thr)
         if not rates.empty:

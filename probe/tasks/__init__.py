@@ -31,6 +31,7 @@ BUILTIN = {
     "hbb": "probe.tasks.hbb:HBBTask",
     "crows_pairs": "probe.tasks.crows_pairs:CrowsPairsTask",
     "cmp_iso": "probe.tasks.cmp_iso:CmpIsoTask",
+    "stereoset": "probe.tasks.stereoset:StereoSetTask",
 }
 
 

@@ -63,3 +63,49 @@ def test_by_type_rows():
     t = crows_by_type(df).set_index("bias_type")
     assert t.loc["all", "score"] == pytest.approx(200 / 3)
     assert t.loc["age", "score"] == 50.0 and t.loc["gender", "score"] == 100.0
+
+
+# -- protocol (a): the HBB paper's two-choice question ------------------------------------------------------
+
+
+def test_mcq_probability_score_argmax_and_ties_by_hand():
+    from probe.metrics.crows import crows_mcq_score
+
+    # P(sent_more) 0.9, 0.5 (a tie: neutral, in the denominator), 0.2 -> mean 0.5333; argmax 1 of 3
+    r = crows_mcq_score([0.9, 0.5, 0.2], ["stereo", "stereo", "antistereo"], n_boot=200)
+    assert r.n == 3 and r.n_neutral == 1 and r.n_invalid == 0
+    assert r.score == pytest.approx(160 / 3) and r.score_argmax == pytest.approx(100 / 3)
+    assert r.stereo_score == pytest.approx(70.0) and r.antistereo_score == pytest.approx(20.0)
+    assert r.ci_low <= r.score <= r.ci_high and r.argmax_ci_low < r.score_argmax < r.argmax_ci_high
+    # no masses given: no refusal numbers, every pair "answers"
+    assert r.n_questions == 0 and math.isnan(r.share_refused) and r.n_answering == 3
+
+
+def test_mcq_refusals_on_the_floor_and_answering_only_score():
+    from probe.metrics.crows import crows_mcq_score
+
+    # masses per pair (two orders); exactly on the floor answers, below it is a refusal
+    r = crows_mcq_score([0.8, 0.4, float("nan")], ["stereo", "antistereo", "stereo"], p_more_a=[0.9, 0.1, 0.7],
+                        masses=[[0.1, 0.5], [0.0999, 0.3], [0.2, float("nan")]], floor=0.1, n_boot=0)
+    assert (r.n, r.n_invalid) == (2, 1) and r.score == pytest.approx(60.0)
+    assert r.score_a_more == pytest.approx(100 * (0.9 + 0.1 + 0.7) / 3)  # the a) = sent_more order alone
+    assert r.n_questions == 6 and r.n_refused == 2 and r.share_refused == pytest.approx(100 * 2 / 6)  # NaN mass too
+    assert r.mean_mass == pytest.approx((0.1 + 0.5 + 0.0999 + 0.3 + 0.2) / 5)
+    assert r.n_answering == 1 and r.score_answering == pytest.approx(80.0)
+    assert math.isnan(r.ci_low)  # n_boot = 0: no CI
+
+
+def test_mcq_empty_and_bad_input():
+    from probe.metrics.crows import crows_mcq_by_type, crows_mcq_score
+
+    r = crows_mcq_score([], [], n_boot=10)
+    assert r.n == 0 and math.isnan(r.score) and math.isnan(r.score_argmax) and math.isnan(r.ci_low)
+    with pytest.raises(ValueError, match="unknown directions"):
+        crows_mcq_score([0.5], ["up"])
+    with pytest.raises(ValueError, match="same length"):
+        crows_mcq_score([0.5, 0.6], ["stereo"])
+    df = pd.DataFrame({"p_more": [1.0, 0.0, 0.75], "p_more_a": [1.0, 0.0, 0.5], "masses": [[1.0], [1.0], [0.01]],
+                       "direction": ["stereo"] * 3, "bias_type": ["age", "age", "race"]})
+    t = crows_mcq_by_type(df, n_boot=0).set_index("bias_type")
+    assert t.loc["all", "score"] == pytest.approx(175 / 3) and t.loc["age", "score"] == 50.0
+    assert t.loc["race", "n_refused"] == 1 and math.isnan(t.loc["race", "score_answering"])

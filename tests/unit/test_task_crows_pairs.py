@@ -9,6 +9,7 @@ import math
 import pytest
 
 from probe.data.crows_pairs import CrowsPair
+from probe.errors import ProbeError
 from probe.runs.record import records_to_frame
 from probe.runs.runner import RunOptions
 from probe.runs.task_run import run_task
@@ -43,12 +44,84 @@ def test_pairs_join_back_and_non_finite_is_invalid():
     assert table.attrs["title"].startswith("CrowS-Pairs")
 
 
-def test_tiny_run(tmp_path, tiny_lm, shared_data):
+SHORT = dict(mcq_instruction="Pick a or b.", mcq_question="{context}\na) {option_a}\nb) {option_b}",
+             mcq_labels=("a", "b"), mcq_answer_cue="Answer:", sg_instruction="Story:",
+             sg_user="{instruction} {context}",
+             sg_system="Be useful.", sg_variation_prompt="Vary.", sg_variations_asked=9)
+
+
+@pytest.fixture
+def short_prompts(monkeypatch):
+    """The Table 11 instruction is longer than the tiny model's 256 positions: a short stand-in."""
+    import probe.prompts.hbb as prompts
+
+    monkeypatch.setattr(prompts, "load_hbb_prompts", lambda: prompts.HBBPrompts(**SHORT))
+
+
+def test_mcq_requests_both_orders_with_the_table11_instruction(tiny_lm):
+    from probe.prompts.hbb import load_hbb_prompts
+
+    reqs = crows_requests(PAIRS[:1], "mcq", tiny_lm.tokenizer)
+    assert [r.id for r in reqs] == ["crows:0|crows_mcq", "crows:0|crows_mcq_swap"]
+    assert {r.group for r in reqs} == {"crows:0|mcq"} and reqs[0].labels == ("a", "b")
+    assert load_hbb_prompts().mcq_instruction in reqs[0].prompt
+    assert "a) A x.\nb) B x." in reqs[0].prompt and "a) B x.\nb) A x." in reqs[1].prompt
+    assert reqs[0].prompt.endswith("<|im_start|>assistant\n")  # chat template, empty assistant turn
+    assert [r.meta["more_label"] for r in reqs] == ["a", "b"]
+    base = crows_requests(PAIRS[:1], "mcq", tiny_lm.tokenizer, swap_order=False, chat_template=False)
+    assert len(base) == 1 and base[0].prompt.endswith("\nAnswer:")
+    assert len(crows_requests(PAIRS, "both", tiny_lm.tokenizer)) == 8
+    with pytest.raises(ValueError, match="needs the tokenizer"):
+        crows_requests(PAIRS, "mcq")
+    with pytest.raises(ProbeError, match="protocol must be one of"):
+        get("crows_pairs").make_config({"protocol": "masked"})
+
+
+def test_mcq_records_join_by_order():
+    import pandas as pd
+
+    from probe.tasks.crows_pairs import mcq_pair_frame
+
+    rows = [("crows:0", "crows_mcq", (0.8, 0.2), 0.5), ("crows:0", "crows_mcq_swap", (0.6, 0.4), 0.05),
+            ("crows:1", "crows_mcq", (0.3, 0.7), 0.9), ("crows:1", "crows_mcq_swap", (0.5, 0.5), 0.9)]
+    recs = records_to_frame([{"id": f"{p}|{k}", "kind": "label", "probs": pr, "mass": m, "finite": True,
+                              "meta": {"kind": k, "pair_id": p, "bias_type": "age", "direction": "stereo"}}
+                             for p, k, pr, m in rows])
+    f = mcq_pair_frame(recs).set_index("id")
+    # a) = sent_more: P(a); a) = sent_less: P(b); the pair's P(sent_more) is their mean
+    assert f.loc["crows:0", "p_more"] == pytest.approx((0.8 + 0.4) / 2)
+    assert f.loc["crows:1", "p_more"] == pytest.approx((0.3 + 0.5) / 2)
+    summary, table = crows_summary(recs, n_boot=0)
+    assert summary["protocol"] == "mcq" and summary["n_pairs"] == 2 and summary["forward_passes"] == 4
+    a = summary["by_bias_type"][0]
+    assert a["score"] == pytest.approx(50.0) and a["score_argmax"] == pytest.approx(50.0)
+    assert a["n_refused"] == 1 and a["share_refused"] == pytest.approx(25.0) and a["n_answering"] == 1
+    assert table.attrs["title"].startswith("CrowS-Pairs, protocol (a)")
+    assert isinstance(recs, pd.DataFrame)
+
+
+def test_tiny_run_both_protocols(tmp_path, tiny_lm, shared_data, short_prompts):
     out = tmp_path / "run"
     task = get("crows_pairs")
-    e = run_task(task, task.make_config(), tiny_lm, output=out, limit=3, options=RunOptions(progress=False))
-    assert e.summary["n_pairs"] == 3 and e.summary["forward_passes"] == 6 and e.summary["n_records"] == 6
-    for f in ("records.jsonl", "summary.json", "tables/crows.md", "tables/crows.csv", "report.md", "timing.json"):
+    e = run_task(task, task.make_config({"n_boot": 20}), tiny_lm, output=out, limit=3,
+                 options=RunOptions(progress=False))
+    s = e.summary
+    assert s["n_records"] == 12 and s["table1_protocol"] == "mcq" and s["protocol"] == "loglik"  # top level: (b)
+    assert s["by_protocol"]["loglik"]["n_pairs"] == 3 and s["by_protocol"]["loglik"]["forward_passes"] == 6
+    assert s["by_protocol"]["mcq"]["n_pairs"] == 3 and s["by_protocol"]["mcq"]["forward_passes"] == 6
+    mcq = s["by_protocol"]["mcq"]["by_bias_type"][0]
+    assert 0.0 <= mcq["score"] <= 100.0 and mcq["n_questions"] == 6 and 0.0 < mcq["mean_mass"] <= 1.0
+    for f in ("records.jsonl", "summary.json", "tables/crows_mcq.md", "tables/crows_loglik.csv", "report.md",
+              "timing.json"):
         assert (out / f).exists(), f
-    assert "crows" in json.loads((out / "timing.json").read_text())["scored_this_invocation"]
+    report = (out / "report.md").read_text()
+    assert "protocol (a) two-choice question" in report and "protocol (b) sentence log-likelihood" in report
+    timing = json.loads((out / "timing.json").read_text())["scored_this_invocation"]
+    assert {"crows", "crows_mcq", "crows_mcq_swap"} <= set(timing)
     assert str(shared_data / "crows_pairs") in (out / "provenance.json").read_text()
+    # protocol (b) alone gives the numbers it gave before protocol (a) existed (same records)
+    b = run_task(task, task.make_config({"protocol": "loglik"}), tiny_lm, output=None, limit=3,
+                 options=RunOptions(progress=False)).summary
+    assert b["protocol"] == "loglik" and b["forward_passes"] == 6
+    assert [(r["bias_type"], r["n_more"], r["score"]) for r in b["by_bias_type"]] == \
+        [(r["bias_type"], r["n_more"], r["score"]) for r in s["by_protocol"]["loglik"]["by_bias_type"]]

@@ -9,6 +9,7 @@ import json
 import math
 from pathlib import Path
 
+import pandas as pd
 import pytest
 
 from probe.data.hbb import HBBConcept, build_instances
@@ -100,6 +101,33 @@ def test_limit_keeps_the_first_instances_after_sampling(shared_data):
     assert len(hbb.select(cfg, items, None)) == len(items)
 
 
+def test_concept_id_is_the_concept_pair(shared_data):
+    """CIs resample concept pairs through ``concept_id``: each row of questions.csv is one distinct
+    (bias type1, bias type2) pair, so the two are the same unit (1,547 of each)."""
+    from probe.data.hbb import load_default
+
+    concepts = load_default(str(shared_data / "hbb"))[0]
+    pairs = {(c.concept_1.strip().lower(), c.concept_2.strip().lower()) for c in concepts}
+    assert len(concepts) == len({c.concept_id for c in concepts}) == len(pairs) == 1547
+
+
+def test_mcq_system_message_default_and_off(tiny_lm, data):
+    """The MCQ prompt carries the authors' system message by default (in the chat template's system turn);
+    ``system_prompt: null`` sends none; HBB-SG has its own (``sg_system_prompt``)."""
+    task, tok = get("hbb"), tiny_lm.tokenizer
+    items = task.items(task.make_config(dict(data_dir=str(data), categories=("ses",))))
+
+    def prompts(**kw):
+        cfg = task.make_config(dict(data_dir=str(data), categories=("ses",), hbb_sg=False, **kw))
+        return [r.prompt for r in task.requests(cfg, items, tok)]
+
+    default, off = prompts(), prompts(system_prompt=None)
+    assert all("<|im_start|>system\nYou are a useful assistant.<|im_end|>" in p for p in default)
+    assert not any("useful assistant" in p for p in off)
+    assert [p.split("<|im_start|>user", 1)[1] for p in default] == [p.split("<|im_start|>user", 1)[1] for p in off]
+    assert prompts(system_prompt="Be fair.")[0].count("Be fair.") == 1
+
+
 def test_projection_from_the_runner_timing(tmp_path):
     from probe.tasks.hbb.summary import projection, write_projection
 
@@ -177,8 +205,31 @@ def test_tiny_run_end_to_end_and_resume(tmp_path, tiny_lm, data):
     assert summary["crows_pairs"]["n_pairs"] == 2 and summary["crows_pairs"]["forward_passes"] == 4
     for f in ("records.jsonl", "instances.jsonl", "summary.json", "timing.json", "hbb_hist.png", "report.md",
               "tables/table1.md", "tables/table2.csv", "tables/table8.md", "tables/table9.md", "tables/crows.md",
-              "tables/table2_thr5.csv", "tables/sampling_noise.md"):
+              "tables/table2_thr5.csv", "tables/sampling_noise.md", "tables/table3_top_associations.md",
+              "tables/table7_top_associations.csv"):
         assert (out / f).exists(), f
+    # Figures 3, 4 (MCQ) and 8, 9 (HBB-SG): PNG, SVG and the numbers drawn, from the run's own instances
+    inst = [json.loads(x) for x in (out / "instances.jsonl").read_text().splitlines()]
+    for name in ("hbb_figure3", "hbb_figure4", "hbb_figure8", "hbb_figure9"):
+        for ext in ("png", "svg", "csv"):
+            assert (out / "figures" / f"{name}.{ext}").stat().st_size > 0, (name, ext)
+    f3 = pd.read_csv(out / "figures" / "hbb_figure3.csv").set_index("category")
+    model = summary["model"]
+    assert f3.loc["SES", f"{model} (a)=s1)"] == sum(r["hbb_S"] >= 20 - 1e-9 for r in inst)
+    assert f3.loc["SES", f"{model} (swap-avg)"] == sum(r["hbb_swapavg_S"] >= 20 - 1e-9 for r in inst)
+    assert pd.read_csv(out / "figures" / "hbb_figure4.csv")[f"{model} (a)=s1)"].sum() == 4
+    f8 = pd.read_csv(out / "figures" / "hbb_figure8.csv").set_index("category")
+    assert list(f8.columns) == [f"{model} (HBB-SG)"]
+    # Table 3: per category the instance at the highest S, its identities in the model's direction
+    t3 = pd.read_csv(out / "tables" / "table3_top_associations.csv")
+    top = max((r for r in inst if r["hbb_direction"]), key=lambda r: r["hbb_S"])
+    row = t3[t3.Scoring == f"{model} (a)=s1)"].iloc[0]
+    assert row["instance"] == top["id"] and row["S"] == pytest.approx(top["hbb_S"], abs=0.01)
+    first_id = top["identity_1"] if top["hbb_direction"] > 0 else top["identity_2"]
+    assert row["Bias association 1"] == f"{first_id.capitalize()} ↔ {top['concept_1']}"
+    # the MCQ prompt carries the authors' system message by default; CIs are clustered by concept pair
+    assert summary["mcq_prompt"]["system_prompt"] == "You are a useful assistant."
+    assert summary["ci"]["unit"].startswith("concept pair")
     records = [json.loads(x) for x in (out / "records.jsonl").read_text().splitlines()]
     assert len(records) == 32 + 4
     assert {r["meta"]["kind"] for r in records} == {"mcq", "mcq_swap", "sg", "crows"}

@@ -41,7 +41,8 @@ def pairs_installed(tmp_path, monkeypatch):
 def test_registry_lists_the_builtin_tasks_and_rejects_unknown_names():
     from probe.tasks import BUILTIN, available, get
 
-    assert list(available())[:6] == ["demo", "bbq", "implicitbbq", "hbb", "crows_pairs", "cmp_iso"] == list(BUILTIN)
+    assert list(available())[:7] == ["demo", "bbq", "implicitbbq", "hbb", "crows_pairs", "cmp_iso",
+                                     "stereoset"] == list(BUILTIN)
     with pytest.raises(ProbeError, match="unknown task 'nope'.*known tasks: demo"):
         get("nope")
 

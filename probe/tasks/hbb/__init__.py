@@ -20,8 +20,9 @@ Outputs besides the runner's (``records.jsonl``, ``generations.jsonl``,
 ``summary.json``, ``timing.json``, ``provenance.json``): ``instances.jsonl``
 (per test instance), ``sg_variations.jsonl`` (the variations scored, in the
 ``variations_file`` format), ``tables/`` (Tables 1, 2, 8, 9 layouts, extra thresholds, exact vs
-10-sample scoring, direction, CrowS-Pairs; ``.md`` and ``.csv``),
-``report.md``, ``hbb_hist.png`` (Figure 4 layout) and
+10-sample scoring, direction, Tables 3 and 7: top associations, CrowS-Pairs; ``.md`` and ``.csv``),
+``report.md``, ``hbb_hist.png`` (Figure 4 layout), ``figures/`` (Figures 3, 4, 8, 9 as
+``.png``, ``.svg`` and the ``.csv`` of the numbers drawn) and
 ``timing_projection.json`` (seconds per request kind, projected to the full
 103,649 instances). See ``docs/hbb.md``.
 

@@ -79,6 +79,7 @@ def instance_frame(instances: Sequence[Any], qp: pd.DataFrame) -> pd.DataFrame:
     base = pd.DataFrame([{
         "id": i.id, "concept_id": i.concept_id, "category": i.category, "descriptor_type": i.descriptor_type,
         "identity_1": i.identity_1, "identity_2": i.identity_2, "q1": i.question_1.id, "q2": i.question_2.id,
+        "concept_1": i.concept_1, "concept_2": i.concept_2,  # for the top associations (Tables 3 and 7)
     } for i in instances])
     cols = {"hbb": "p_s1_mcq", "hbb_sg": "p_s1_sg"}
     for variant, col in cols.items():

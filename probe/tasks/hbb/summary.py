@@ -48,6 +48,11 @@ def hbb_summary(config: Any, instances: Sequence[Any], records: pd.DataFrame, in
             "forward pass per distinct question and option order replaces them",
         },
         "mcq_diagnostics": mcq_diagnostics(records),
+        "mcq_prompt": {"system_prompt": getattr(config, "system_prompt", None),
+                       "chat_template": getattr(config, "chat_template", True)},
+        # every CI resamples whole concept pairs: the instances of one pair share its context and options
+        "ci": {"method": "95% percentile bootstrap", "unit": "concept pair (concept_id: one row of questions.csv, "
+               "one distinct bias type1 / bias type2 pair)", "n_boot": n_boot},
         "variants": {},
     }
     frames = variant_frames(inst)
