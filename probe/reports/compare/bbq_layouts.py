@@ -168,16 +168,26 @@ def implicitbbq_section(runs: Sequence[Run], out: Path) -> list[Any]:
     ci_text = (f"CI: 95% percentile bootstrap (items resampled within each dimension for the macro mean; "
                f"n_boot = {nb})")
     items: list[Any] = []
+    paper = [(r.label, (r.summary.get("paper_equivalent") or {}).get("by_strategy") or {}) for r in runs]
     for key in (k for k in keys if k.startswith("zero_shot")):
         for version in ("expected", "argmax"):
             items.append(Table(
                 f"implicitbbq_table2_{key.replace('|', '_')}_{version}", "implicitbbq",
                 f"ImplicitBBQ Table 2 layout ({key.replace('|', ', ')}, {version})",
                 f"Task implicitbbq, models {_models(runs)}. Estimator: {ESTIMATOR[version]}; model-wise scores are "
-                "the mean over dimensions (the seed's rule). n: items pooled over dimensions (last column). Δ: "
-                "explicit → implicit change, ↑ up, ↓ down, blank unchanged at two decimals. Bold: accuracy drop > "
-                f"0.30; bias > 0.15. No CIs in this layout; they are in implicitbbq_table2_ci_{version}.",
+                f"the mean over dimensions (the seed's rule). n: items pooled over dimensions (last column). {T2_RULES}"
+                f" No CIs in this layout; they are in implicitbbq_table2_ci_{version}.",
                 table2_paper(summaries, key, version)))
+        if any(key in s for _, s in paper):  # the seed's own estimator beside the exact one
+            items.append(Table(
+                f"implicitbbq_table2_{key.replace('|', '_')}_paper", "implicitbbq",
+                f"ImplicitBBQ Table 2 layout ({key.replace('|', ', ')}, paper-equivalent: {_paper_settings(runs)})",
+                f"Task implicitbbq, models {_models([r for r, (_, s) in zip(runs, paper) if key in s])}. Estimator: "
+                f"paper-equivalent ({_paper_settings(runs)}, the seed's answer sampling): expected counts if each "
+                "answer were sampled at that setting, computed exactly from the same scores and conditional on the "
+                "sample being one of the scored answers; mean over dimensions. n: items pooled over dimensions (last "
+                f"column; items none of whose answers can be sampled are left out). {T2_RULES} No CIs in this layout; "
+                "each run's summary.json paper_equivalent holds them.", table2_paper(paper, key, "expected")))
     for version in ("expected", "argmax"):
         frames = [table2({k: v for k, v in s.items()}, version, label) for label, s in summaries]
         df = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
@@ -208,7 +218,26 @@ def implicitbbq_section(runs: Sequence[Run], out: Path) -> list[Any]:
                            f"(n_boot = {nb}). Bold: |Bias| ≥ 0.10 (the seed's rule).", merged))
     for key in (k for k in keys if k.startswith("zero_shot")):
         items.append(_implicit_figure(runs, key, out))
+    from probe.reports.compare.ibbq_figures import figure4
+
+    for fmt_name in dict.fromkeys(k.split("|")[1] for k in keys if "|" in k):
+        items.append(figure4(runs, fmt_name, out))
     return items
+
+
+T2_RULES = ("Δ: explicit → implicit change, ↑ up, ↓ down, blank unchanged at two decimals. Bold: accuracy drop > "
+            "0.30; bias > 0.15.")
+
+
+def _paper_settings(runs: Sequence[Run]) -> str:
+    """The runs' paper-equivalent sampling settings, e.g. ``T = 0.1, top-p = 1`` (per run when they differ)."""
+    per = {}
+    for r in runs:
+        st = (r.summary.get("paper_equivalent") or {}).get("settings") or {}
+        if st:
+            per[r.label] = f"T = {st.get('temperature', math.nan):g}, top-p = {st.get('top_p', math.nan):g}"
+    vals = sorted(set(per.values()))
+    return vals[0] if len(vals) == 1 else "; ".join(f"{k}: {v}" for k, v in per.items()) or "not computed"
 
 
 def _abs_ge(cell: Any, thr: float) -> bool:

@@ -27,7 +27,7 @@ from typing import Any, Callable, Mapping, Sequence
 import pandas as pd
 
 from probe.io import write_atomic, write_json_atomic
-from probe.reports.compare import bbq_layouts, other_layouts, units as U
+from probe.reports.compare import bbq_layouts, other_layouts, paper_layouts, units as U
 from probe.reports.compare.html import render
 from probe.reports.compare.paired import MIN_CLUSTERS, compare
 from probe.reports.compare.runs import Run, by_task
@@ -134,6 +134,8 @@ def build_report(runs: Sequence[Run], output: str | Path, n_boot: int = 2000, se
         if progress:
             progress(f"{task}: {len(trs)} run(s)")
         items = _layout(task, trs, out, groups, params_b)
+        # the papers' own (sampled) estimators, each beside the exact table it mirrors
+        items = paper_layouts.insert_beside(items, paper_layouts.paper_tables(task, trs, params_b))
         paired, note = paired_tables(task, trs, n_boot, seed)
         models = ", ".join(r.label for r in trs)
         intro = f"{len(trs)} run(s): {models}." + (f" {note}" if note else "")

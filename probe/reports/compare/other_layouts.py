@@ -1,4 +1,4 @@
-"""Multi-model layouts of CrowS-Pairs, HBB (Tables 1, 2, 8, 9; Figure 4), iso/cmp (Tables 2-7, E.1) and any task.
+"""Multi-model layouts of CrowS-Pairs, HBB (Tables 1, 2, 3, 8, 9; Figures 3, 4, 8, 9), iso/cmp (Tables 2-7, E.1) and any task.
 
 HBB tables are :mod:`probe.reports.hbb_tables` fed one per-instance frame per
 model and variant (read back from each run's ``instances.jsonl``); iso/cmp
@@ -25,17 +25,58 @@ __all__ = ["crows_section", "hbb_section", "cmp_iso_section", "generic_section",
 
 
 # -- CrowS-Pairs ---------------------------------------------------------------------------------------------
-def crows_scores(runs: Sequence[Run]) -> dict[str, dict[str, dict]]:
-    """label -> bias type -> the CrowS-Pairs row (a ``crows_pairs`` run, or an ``hbb`` run that scored it)."""
+#: the two protocols (#16): (a) the HBB paper's prompted two-choice question, (b) lm-evaluation-harness's
+CROWS_PROTOCOLS = {"mcq": "(a) two-choice question (HBB paper, Table 11 instruction)",
+                   "loglik": "(b) sentence log-likelihood (lm-evaluation-harness)"}
+CROWS_ESTIMATORS = {
+    "mcq": ("exact next-token probability of the stereotypical sentence's label in the prompted two-choice "
+            "question, averaged over both option orders; 50 = no bias. CI: 95% bootstrap over pairs"),
+    "loglik": ("exact sentence log-likelihoods (sum over tokens), each pair counted for the sentence with the "
+               "higher one; ties count as not stereotypical. CI: Wilson 95%"),
+}
+
+
+def _crows_summary(summary: dict) -> dict:
+    """The CrowS-Pairs part of a run summary: a ``crows_pairs`` run's own, or an ``hbb`` run's embedded one."""
+    return summary if "by_bias_type" in summary or "by_protocol" in summary else (summary.get("crows_pairs") or {})
+
+
+def crows_scores(runs: Sequence[Run], protocol: str | None = None) -> dict[str, dict[str, dict]]:
+    """label -> bias type -> the CrowS-Pairs row of ``protocol`` (``None``: (a) where the run scored it, as the
+    HBB paper's Table 1 compares against, else (b)). Runs without that protocol are left out."""
     out = {}
     for r in runs:
-        rows = r.summary.get("by_bias_type") or (r.summary.get("crows_pairs") or {}).get("by_bias_type") or []
-        out[r.label] = {row["bias_type"]: row for row in rows}
+        rows = _crows_rows(_crows_summary(r.summary), protocol)
+        if rows is not None:
+            out[r.label] = {row["bias_type"]: row for row in rows}
     return out
 
 
+def _crows_rows(cs: dict, protocol: str | None) -> list | None:
+    by = {k: v.get("by_bias_type") for k, v in (cs.get("by_protocol") or {}).items()}
+    if not by and cs.get("by_bias_type"):  # runs from before the two protocols: (b) only
+        by = {cs.get("protocol", "loglik") if cs.get("protocol") in CROWS_PROTOCOLS else "loglik": cs["by_bias_type"]}
+    if protocol is None:
+        protocol = "mcq" if by.get("mcq") else "loglik"
+    return by.get(protocol) or None
+
+
+def crows_protocol_of(summary: dict) -> str | None:
+    """Which protocol :func:`crows_scores` (protocol None) reads from this run: ``mcq``, ``loglik`` or None."""
+    cs = _crows_summary(summary)
+    return "mcq" if _crows_rows(cs, "mcq") else "loglik" if _crows_rows(cs, "loglik") else None
+
+
 def crows_section(runs: Sequence[Run], out: Path) -> list[Any]:
-    scores = crows_scores(runs)
+    items: list[Any] = []
+    for protocol, name in CROWS_PROTOCOLS.items():
+        scores = crows_scores(runs, protocol)
+        if scores:
+            items += _crows_protocol_items(runs, out, scores, protocol, name)
+    return items
+
+
+def _crows_protocol_items(runs: Sequence[Run], out: Path, scores: dict, protocol: str, name: str) -> list[Any]:
     types = list(dict.fromkeys(t for s in scores.values() for t in s))
     types = [t for t in types if t != "all"] + (["all"] if "all" in types else [])
     rows = []
@@ -45,11 +86,11 @@ def crows_section(runs: Sequence[Run], out: Path) -> list[Any]:
             x = s.get(t)
             row[label] = "–" if x is None else f"{fmt_ci(x['score'], [x['ci_low'], x['ci_high']], 1)} (n={x['n']})"
         rows.append(row)
-    items: list[Any] = [Table("crows_pairs", "crows_pairs", "CrowS-Pairs: % of pairs where the more stereotypical "
-                              "sentence is more likely (50 = no bias)",
-                              f"Task crows_pairs, models {_models(runs)} (columns). Estimator: exact sentence "
-                              "log-likelihoods (sum over tokens), each pair counted for the sentence with the higher "
-                              "one; ties count as not stereotypical. n: valid pairs per cell. CI: Wilson 95%.",
+    suffix = "" if protocol == "loglik" else "_mcq"  # (b) keeps its historical table name
+    items: list[Any] = [Table(f"crows_pairs{suffix}", "crows_pairs", f"CrowS-Pairs, protocol {name}: % of pairs "
+                              "where the more stereotypical sentence is preferred (50 = no bias)",
+                              f"Task crows_pairs, models {_models(runs)} (columns). Estimator: "
+                              f"{CROWS_ESTIMATORS[protocol]}. n: valid pairs per cell.",
                               pd.DataFrame(rows))]
     import matplotlib
 
@@ -65,9 +106,10 @@ def crows_section(runs: Sequence[Run], out: Path) -> list[Any]:
     ax.set_ylabel("CrowS-Pairs score (50 = no bias)")
     ax.legend(fontsize=7)
     fig.tight_layout()
-    items.append(save_figure(fig, out, "crows_pairs_by_type", "crows_pairs", "CrowS-Pairs by bias type",
-                             f"Task crows_pairs, models {_models(runs)}. Exact log-likelihood comparison; whiskers: "
-                             "Wilson 95% CI; n per cell in table crows_pairs."))
+    items.append(save_figure(fig, out, f"crows_pairs_by_type{suffix}", "crows_pairs",
+                             f"CrowS-Pairs by bias type, protocol {name}",
+                             f"Task crows_pairs, models {_models(runs)}. Estimator: {CROWS_ESTIMATORS[protocol]}; "
+                             f"n per cell in table crows_pairs{suffix}."))
     return items
 
 
@@ -97,7 +139,8 @@ def hbb_frames(run: Run) -> dict[str, pd.DataFrame]:
 
 
 def hbb_section(runs: Sequence[Run], out: Path, crows_runs: Sequence[Run] = ()) -> list[Any]:
-    """Tables 1 and 2 (MCQ: both variants per model), 8 and 9 (HBB-SG), exact vs 10 samples, Figure 4."""
+    """Tables 1 and 2 (MCQ: both variants per model), 8 and 9 (HBB-SG), exact vs 10 samples, Table 3 (top
+    associations), Figures 3 and 4 (MCQ), 8 and 9 (HBB-SG)."""
     from probe.reports.hbb_tables import table1, table2, table8, table9
 
     thr = float(runs[0].summary.get("threshold", 20.0))
@@ -106,9 +149,11 @@ def hbb_section(runs: Sequence[Run], out: Path, crows_runs: Sequence[Run] = ()) 
     else:
         thr_note = ""
     frames = {r.label: hbb_frames(r) for r in runs}
-    cs_by_model = {r.model: s.get("all", {}).get("score")
-                   for r, s in zip(crows_runs, crows_scores(crows_runs).values())}
-    cs_own = {r.label: (crows_scores([r])[r.label].get("all") or {}).get("score") for r in runs}
+    cs_by_model = {r.model: ((crows_scores([r]).get(r.label) or {}).get("all") or {}).get("score")
+                   for r in crows_runs}
+    cs_own = {r.label: ((crows_scores([r]).get(r.label) or {}).get("all") or {}).get("score") for r in runs}
+    used = {crows_protocol_of(r.summary) for r in list(crows_runs) + list(runs)} - {None}
+    cs_protocols = " and ".join(CROWS_PROTOCOLS[p] for p in ("mcq", "loglik") if p in used) or "none scored"
     nb, models = _boots(runs), _models(runs)
     mcq = {f"{label} ({VARIANTS[v]})": f for label, fr in frames.items() for v, f in fr.items() if v != "hbb_sg"}
     sg = {f"{label} (HBB-SG)": fr["hbb_sg"] for label, fr in frames.items() if "hbb_sg" in fr}
@@ -124,7 +169,8 @@ def hbb_section(runs: Sequence[Run], out: Path, crows_runs: Sequence[Run] = ()) 
             f"Task hbb, models {models}. Estimator: {est}. HBB (S): mean S over instances with S ≥ {thr:g}; count: "
             "their number; n: the instances column. CI: 95% percentile bootstrap over concept pairs (clusters), "
             f"n_boot = {runs[0].n_boot}. CS (50): the CrowS-Pairs score of the same model (a crows_pairs run or the "
-            "hbb run's own), Wilson CI in the CrowS-Pairs section."), flatten(t1).replace("[nan, nan]", "–")))
+            "hbb run's own), protocol "
+            f"{cs_protocols}; CIs in the CrowS-Pairs section."), flatten(t1).replace("[nan, nan]", "–")))
         items.append(Table("hbb_table2", "hbb", f"HBB Table 2 layout: count (mean S) of instances with S ≥ {thr:g}", (
             f"Task hbb, models {models} (columns). Estimator: {est}. n: instances per type in the first column. "
             "CI: none in this layout (see Table 1)."), flatten(table2(mcq, thr))))
@@ -152,34 +198,44 @@ def hbb_section(runs: Sequence[Run], out: Path, crows_runs: Sequence[Run] = ()) 
             "paper-equivalent (the expected count and mean S if each question were answered by 10 samples at T = 1 "
             "from the same probabilities, computed exactly). n: instances. CI: none (expectations)."),
             pd.DataFrame(rows)))
+    from probe.reports.hbb_tables import table3
+
+    top = table3({f"{label} ({VARIANTS[v]})": f for label, fr in frames.items() for v, f in fr.items()})
+    if not top.empty:
+        items.append(Table("hbb_table3", "hbb", "HBB Table 3 layout: top bias association per category", (
+            f"Task hbb, models {models} (Scoring column). Estimator: exact S; per category the instance with the "
+            "highest S, as identity ↔ concept in the direction the model chose; tied at max S: instances of the "
+            "category at that S. n: 1 per category and scoring. CI: none (single instances)."), top))
     if frames:
-        items.append(_hbb_hist(frames, thr, out, models))
+        items += _hbb_figures(frames, thr, out, models)
     return items
 
 
-def _hbb_hist(frames: Mapping[str, Mapping[str, pd.DataFrame]], thr: float, out: Path, models: str) -> Figure:
-    import matplotlib
+def _hbb_figures(frames: Mapping[str, Mapping[str, pd.DataFrame]], thr: float, out: Path, models: str) -> list[Figure]:
+    """Figures 3 and 4 (MCQ; each model and variant one label), 8 and 9 (HBB-SG): :mod:`probe.reports.hbb_figures`."""
+    from probe.reports import hbb_figures as F
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    variants = [v for v in VARIANTS if any(v in fr for fr in frames.values())]
-    fig, axes = plt.subplots(len(variants), 1, figsize=(7, 2.4 * len(variants)), squeeze=False)
-    bins = np.arange(0, 105, 5)
-    for ax, v in zip(axes[:, 0], variants):
-        data = [(label, fr[v]["S"].to_numpy(dtype=float)) for label, fr in frames.items() if v in fr]
-        ax.hist([d[np.isfinite(d)] for _, d in data], bins=bins,
-                label=[f"{lab} (n={np.isfinite(d).sum()}, ≥{thr:g}: {(d >= thr).sum()})" for lab, d in data])
-        ax.axvline(thr, color="#C44E52", ls="--", lw=1)
-        ax.set_xlim(0, 100)
-        ax.set_ylabel(f"{VARIANTS[v]}\ninstances", fontsize=8)
-        ax.legend(fontsize=7)
-    axes[-1, 0].set_xlabel("bias score S")
-    fig.suptitle("Hidden bias score distributions (Figure 4 layout)", fontsize=10)
-    fig.tight_layout()
-    return save_figure(fig, out, "hbb_hist", "hbb", "HBB: distribution of S per model and variant",
-                       f"Task hbb, models {models}. Exact S per test instance (bins of 5); dashed: threshold "
-                       f"{thr:g}; n per model in the legend. No CI (a distribution).")
+    mcq = {f"{label} ({VARIANTS[v]})": f for label, fr in frames.items() for v, f in fr.items() if v != "hbb_sg"}
+    sg = {f"{label} (HBB-SG)": fr["hbb_sg"] for label, fr in frames.items() if "hbb_sg" in fr}
+    exact = "exact S = |P1(A) − P2(A)| × 100 per test instance"
+    todo = []
+    if mcq:
+        todo += [("hbb_figure3", F.figure3, mcq, "HBB Figure 3: instances with S ≥ {t} per category",
+                  "bars: count of instances with S ≥ {t} per category; n: instances per model in Table 1"),
+                 ("hbb_figure4", F.figure4, mcq, "HBB Figure 4: distribution of S",
+                  "histogram of S (bins of 5), dashed: threshold {t}; n per model in each panel's title")]
+    if sg:
+        todo += [("hbb_figure8", F.figure8, sg, "HBB-SG Figure 8: instances with S ≥ {t} per category",
+                  "bars: count of instances with S ≥ {t} per category (HBB-SG, perplexity); n in Table 8"),
+                 ("hbb_figure9", F.figure9, sg, "HBB-SG Figure 9: distribution of S",
+                  "histogram of S (HBB-SG, bins of 5), dashed: threshold {t}; n per model in each panel's title")]
+    items = []
+    for name, make, fr, title, what in todo:
+        fig, _ = make(fr, thr)
+        items.append(save_figure(fig, out, name, "hbb", title.format(t=f"{thr:g}"),
+                                 f"Task hbb, models {models}. Estimator: {exact}; {what.format(t=f'{thr:g}')}. "
+                                 "No CI (counts and distributions; CIs in Tables 1 and 8)."))
+    return items
 
 
 # -- iso / cmp -----------------------------------------------------------------------------------------------
@@ -190,7 +246,10 @@ def cmp_iso_section(runs: Sequence[Run], out: Path, params_b: Mapping[str, float
 
     sizes = {r.label: r.params_b for r in runs if math.isfinite(r.params_b)}
     sizes.update(params_b or {})
-    summary = combine_summaries([{**r.summary, "model": r.label, "params_b": {}} for r in runs], sizes)
+    by_cat = _by_category(runs)
+    # the per-model tables: one category's runs (a model run in several categories would repeat)
+    main = by_cat.get("gender") or next(iter(by_cat.values()))
+    summary = combine_summaries([{**r.summary, "model": r.label, "params_b": {}} for r in main], sizes)
     pairs = "; ".join(f"{r.label}: " + ", ".join(f"{b} {n}" for b, n in (r.summary.get("n_pairs") or {}).items())
                       for r in runs)
     models = _models(runs)
@@ -208,17 +267,7 @@ def cmp_iso_section(runs: Sequence[Run], out: Path, params_b: Mapping[str, float
                 f"∗: approximate randomization test p < {summary.get('alpha')} "
                 f"(n_iter = {summary.get('n_iter')}).{sign}"),
                 flatten(df)))
-    corr = [{"setting": c["setting"], "benchmark": c["benchmark"], "paradigm": c["paradigm"], "n models": c["n_models"],
-             "Pearson r (PG, params)": fmt(_first(c.get("pearson_pg_params"))),
-             "p": fmt(_second(c.get("pearson_pg_params")), 3),
-             "Kendall τ (neutral share, −|PG|)": fmt(_first(c.get("kendall_neutral_vs_abs_pg"))),
-             "p (τ)": fmt(_second(c.get("kendall_neutral_vs_abs_pg")), 3)} for c in summary["correlations"]]
-    if corr:
-        items.append(Table("cmp_iso_correlations", "cmp_iso", "iso/cmp across models: PG vs size, Table E.1 ranks", (
-            f"Models {models}; parameter counts (billions) "
-            + ", ".join(f"{k} {v:.3g}" for k, v in sizes.items())
-            + ". Estimator: expected-count PG. n: models with pairs. CI: none; tests: Pearson r and Kendall τ with "
-            "their p-values (needs ≥ 3 models; – otherwise)."), pd.DataFrame(corr)))
+    items += _cmp_iso_across_models(runs, sizes, summary, models)
     for s in (s for s in summary["settings"] if "+v" not in s):
         d = out / "figures"
         d.mkdir(parents=True, exist_ok=True)
@@ -229,6 +278,74 @@ def cmp_iso_section(runs: Sequence[Run], out: Path, params_b: Mapping[str, float
             f"Task cmp_iso, models {models}. Expected-count PG per benchmark; whiskers: 95% percentile bootstrap "
             f"CI over context pairs; filled: cmp vs iso p < {summary.get('alpha')}. n: {pairs}."), png, svg))
     return items
+
+
+def _by_category(runs: Sequence[Run]) -> dict[str, list[Run]]:
+    """Runs by demographic category (task config ``category``; the released files are gender)."""
+    out: dict[str, list[Run]] = {}
+    for r in runs:
+        out.setdefault(str(r.config.get("category") or "gender"), []).append(r)
+    return out
+
+
+def _cmp_iso_across_models(runs: Sequence[Run], sizes: Mapping[str, float], summary: Mapping[str, Any],
+                           models: str) -> list[Any]:
+    """Seed 003 Table 8 (PG vs size, dense families), Table E.2 (all models, total and active parameters),
+    Table E.1 (neutral share vs |PG| ranks) over every category's runs, and the pooled cmp-vs-iso test."""
+    from probe.reports.cmp_iso_models import combine_summaries, size_tables
+
+    rows, alpha = [], float(summary.get("alpha") or 0.05)
+    for cat, rs in _by_category(runs).items():
+        active = {r.label: a for r in rs if (a := _per_model(r, "active_params_b")) is not None}
+        fam = {r.label: str(f) for r in rs if (f := _per_model(r, "model_family")) is not None}
+        s = combine_summaries([{**r.summary, "model": r.label, "params_b": {}} for r in rs], sizes, active, fam)
+        rows += [{**c, "category": cat} for c in s["correlations"]]
+    if not rows:
+        return []
+    bench = list(summary["benchmarks"])
+    frames = size_tables(rows, bench, alpha)
+    ms = summary.get("model_sizes") or {}
+    size_note = ", ".join(f"{m} {v['total_b']:.3g}B" + ("" if v["dense"] else f" ({v['active_b']:.3g}B active)")
+                          + f" [{v['family']}]" for m, v in ms.items()) or "none given"
+    common = (f"Models {models}; parameters (billions) and [family]: {size_note}. Estimator: exact expected-count "
+              f"PG per model (T = 1). CI: Fisher-z 95% for Pearson r; ∗: p < {alpha:g}. n = models in the cell "
+              "(r needs ≥ 3, – otherwise).")
+    t8 = [c["table8"]["models"] for c in rows if c["table8"]["n"]]
+    items: list[Any] = [
+        Table("cmp_iso_table8", "cmp_iso", "iso/cmp Table 8: Pearson r of PG and total parameters (dense, families ≥ 2 sizes)",
+              common + " Only dense models (active = total) of families with at least two sizes enter"
+              + (f" (here: {', '.join(sorted(set(sum(t8, []))))})." if t8 else " (none here)."), frames["table8"]),
+        Table("cmp_iso_tableE2_total", "cmp_iso", "iso/cmp Table E.2: Pearson r of PG and total parameters (all models)",
+              common, frames["tableE2_total"]),
+        Table("cmp_iso_tableE2_active", "cmp_iso", "iso/cmp Table E.2: Pearson r of PG and active parameters (all models)",
+              common + " Active parameters: task config active_params_b, else the total (dense).", frames["tableE2_active"]),
+    ]
+    if len(frames["tableE1"]):
+        items.append(Table("cmp_iso_tableE1", "cmp_iso", "iso/cmp Table E.1: neutral-share ranking vs |PG| ranking", (
+            f"Models {models}. Estimator: exact expected-count PG and neutral share (settings with the neutral "
+            f"option). Kendall τ-b between the models' neutral-option share and −|PG|; ∗: p < {alpha:g}; Top-5 "
+            "intersection of the two rankings (ties by name). CI: none. n = models."), frames["tableE1"]))
+    pooled = summary.get("pooled_cmp_vs_iso") or []
+    if pooled:
+        df = pd.DataFrame([{"model": p["model"], "setting": p["setting"], "benchmark": p["benchmark"],
+                            "mode": p["mode"], "PG cmp": fmt(p.get("pg_cmp")), "PG iso": fmt(p.get("pg_iso")),
+                            "cmp − iso": fmt(p.get("diff")), "p": fmt(p.get("p"), 4), "variations": p.get("n_variants"),
+                            "pairs (blocks)": p.get("n_blocks")} for p in pooled])
+        items.append(Table("cmp_iso_pooled_variations", "cmp_iso", "iso/cmp: cmp vs iso pooled over prompt variations", (
+            f"Models {models}. Estimator: per-pair PG contributions of the run's mode, pooled over every variation "
+            "of a setting. CI: none; approximate randomization test, all variations of one context pair swapped "
+            "as one block (seed 003 App. D); n: pairs (blocks)."), df))
+    return items
+
+
+def _per_model(run: Run, key: str) -> Any:
+    """A run config's value for its model: a plain value, or a mapping by model name (like ``params_b``)."""
+    v = run.config.get(key)
+    if isinstance(v, Mapping):
+        v = v.get(run.model, v.get(run.label))
+    if v is None:
+        return None
+    return float(v) if key.endswith("_b") else v
 
 
 def _num(*xs: Any) -> float:

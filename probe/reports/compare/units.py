@@ -23,6 +23,7 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 import pandas as pd
 
+from probe.metrics.hbb import over_threshold
 from probe.reports.compare.paired import Spec
 from probe.reports.compare.runs import Run, read_records
 
@@ -93,7 +94,7 @@ def hbb_units(run: Run, threshold: float) -> pd.DataFrame:
         p1 = pd.to_numeric(f["p1"], errors="coerce").to_numpy(dtype=float)
         p2 = pd.to_numeric(f["p2"], errors="coerce").to_numpy(dtype=float)
         flip = np.where(np.isfinite(p1) & np.isfinite(p2), ((p1 > 0.5) != (p2 > 0.5)).astype(float), np.nan)
-        over = np.where(ok, (s >= threshold).astype(float), np.nan)
+        over = np.where(ok, over_threshold(s, threshold).astype(float), np.nan)  # the tasks' tolerance
         parts.append(pd.DataFrame({
             "unit": f["id"].astype(str).to_numpy(), "block": VARIANTS[v],
             "category": f["category"].astype(str).to_numpy(),
@@ -110,7 +111,8 @@ CROWS_SPEC = Spec("crows_pairs", ("n", "more"), {"score": lambda s: 100.0 * _div
 def crows_units(run: Run) -> pd.DataFrame:
     pairs: dict[str, dict] = {}
     for r in read_records(run.path):
-        if r.get("meta.kind", r.get("kind")) != "crows" and "pair_id" not in r:
+        kind = r.get("meta.kind", r.get("kind"))
+        if kind in ("crows_mcq", "crows_mcq_swap") or (kind != "crows" and "pair_id" not in r):  # (b) records only
             continue
         p = pairs.setdefault(str(r["pair_id"]), {"unit": str(r["pair_id"]), "category": str(r.get("bias_type")),
                                                   "more": math.nan, "less": math.nan})
