@@ -198,6 +198,27 @@ def crows_summary(records: Any, protocol: str | None = None, *, mass_floor: floa
     return summary, out
 
 
+def protocol_summaries(records: Any, protocol: str, *, mass_floor: float = 0.1, n_boot: int = 1000, seed: int = 0,
+                       system_prompt: str | None = None, chat_template: bool = True,
+                       swap_order: bool = True) -> tuple[dict, dict[str, Any]]:
+    """The summary of every protocol ``protocol`` scores and their tables ``crows_<protocol>``.
+
+    Top level: (b)'s keys when (b) was scored (the meaning they always had), else (a)'s;
+    ``by_protocol`` holds each, ``table1_protocol`` names the one HBB's Table 1 CS column takes
+    ((a) when scored). ``records``: the CrowS records (other kinds are ignored).
+    """
+    by_protocol, tables = {}, {}
+    for proto in protocols(protocol):
+        by_protocol[proto], tables[f"crows_{proto}"] = crows_summary(records, proto, mass_floor=mass_floor,
+                                                                     n_boot=n_boot, seed=seed)
+    if "mcq" in by_protocol:
+        by_protocol["mcq"]["prompt"] = {"instruction": "Table 11 (hbb_prompts.yaml mcq_instruction)",
+                                        "system_prompt": system_prompt, "chat_template": chat_template,
+                                        "swap_order": swap_order}
+    main = by_protocol["loglik" if "loglik" in by_protocol else "mcq"]
+    return {**main, "table1_protocol": "mcq" if "mcq" in by_protocol else "loglik", "by_protocol": by_protocol}, tables
+
+
 def crows_file(data_file: str | None) -> Path:
     """The CrowS-Pairs CSV a config reads."""
     from probe.data.crows_pairs import DEFAULT_FILE
@@ -223,19 +244,9 @@ class CrowsPairsTask(Task):
                               chat_template=config.chat_template, system=config.system_prompt)
 
     def aggregate(self, config: CrowsPairsConfig, records: Any, items: Sequence[Any]) -> Aggregate:
-        by_protocol, tables = {}, {}
-        for proto in protocols(config.protocol):
-            by_protocol[proto], tables[f"crows_{proto}"] = crows_summary(
-                records, proto, mass_floor=config.mass_floor, n_boot=config.n_boot, seed=config.seed)
-        # top level: (b) when scored, the meaning these keys always had (probe report's CrowS-Pairs section reads
-        # them); every protocol under by_protocol; Table 1's CS column takes (a) when scored
-        if "mcq" in by_protocol:
-            by_protocol["mcq"]["prompt"] = {"instruction": "Table 11 (hbb_prompts.yaml mcq_instruction)",
-                                            "system_prompt": config.system_prompt,
-                                            "chat_template": config.chat_template,
-                                            "swap_order": config.swap_order}
-        main = by_protocol["loglik" if "loglik" in by_protocol else "mcq"]
-        summary = {**main, "table1_protocol": "mcq" if "mcq" in by_protocol else "loglik", "by_protocol": by_protocol}
+        summary, tables = protocol_summaries(records, config.protocol, mass_floor=config.mass_floor,
+                                             n_boot=config.n_boot, seed=config.seed, system_prompt=config.system_prompt,
+                                             chat_template=config.chat_template, swap_order=config.swap_order)
         return Aggregate(summary, tables)
 
     def report(self, config: CrowsPairsConfig, result: Aggregate, output: Path) -> None:

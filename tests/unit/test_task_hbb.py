@@ -51,6 +51,9 @@ def test_configs_parse_and_unknown_keys_are_rejected(tmp_path):
         with pytest.raises(ProbeError, match="unknown key"):
             hbb.make_config({gone: 1})
     assert hbb.make_config({"categories": ["ses"]}).categories == ("ses",)
+    assert hbb.make_config({}).crows_protocol == "mcq"  # the HBB paper's CS column is protocol (a)
+    with pytest.raises(ProbeError, match="protocol must be one of mcq, loglik, both"):
+        hbb.make_config({"crows_protocol": "pll"})
 
 
 def test_crows_config_parses():
@@ -194,7 +197,7 @@ def test_tiny_run_end_to_end_and_resume(tmp_path, tiny_lm, data):
     out = tmp_path / "run"
     task = get("hbb")
     cfg = task.make_config(dict(data_dir=str(data), categories=("ses",), n_boot=50, crows_pairs=True, crows_limit=2,
-                                sg_n=1))
+                                sg_n=1, crows_protocol="both"))
     options = RunOptions(chunk_size=5, progress=False)
     summary = run_task(task, cfg, tiny_lm, output=out, options=options).summary
     assert summary["n_instances"] == 2 * 2  # 2 concepts x 2 SES types x 1 pair
@@ -202,9 +205,16 @@ def test_tiny_run_end_to_end_and_resume(tmp_path, tiny_lm, data):
     assert summary["forward_passes"]["by_kind"] == {"mcq": 8, "mcq_swap": 8, "sg": 16}
     assert summary["paper_equivalent_generations"]["questions_x10"] == 80
     assert set(summary["variants"]) == {"hbb", "hbb_swapavg", "hbb_sg"}
-    assert summary["crows_pairs"]["n_pairs"] == 2 and summary["crows_pairs"]["forward_passes"] == 4
+    crows = summary["crows_pairs"]
+    assert crows["n_pairs"] == 2 and crows["forward_passes"] == 4  # top level: (b), 2 sentences per pair
+    assert crows["table1_protocol"] == "mcq" and crows["by_protocol"]["mcq"]["forward_passes"] == 4  # both orders
+    # Table 1's CS column is protocol (a)'s score, as the HBB paper's
+    cs_a = next(r for r in crows["by_protocol"]["mcq"]["by_bias_type"] if r["bias_type"] == "all")["score"]
+    t1 = (out / "tables" / "table1.md").read_text()
+    assert f"{cs_a:.2f}" in t1 or f"{cs_a:.1f}" in t1
     for f in ("records.jsonl", "instances.jsonl", "summary.json", "timing.json", "hbb_hist.png", "report.md",
               "tables/table1.md", "tables/table2.csv", "tables/table8.md", "tables/table9.md", "tables/crows.md",
+              "tables/crows_mcq.md", "tables/crows_loglik.md",
               "tables/table2_thr5.csv", "tables/sampling_noise.md", "tables/table3_top_associations.md",
               "tables/table7_top_associations.csv"):
         assert (out / f).exists(), f
@@ -231,11 +241,12 @@ def test_tiny_run_end_to_end_and_resume(tmp_path, tiny_lm, data):
     assert summary["mcq_prompt"]["system_prompt"] == "You are a useful assistant."
     assert summary["ci"]["unit"].startswith("concept pair")
     records = [json.loads(x) for x in (out / "records.jsonl").read_text().splitlines()]
-    assert len(records) == 32 + 4
-    assert {r["meta"]["kind"] for r in records} == {"mcq", "mcq_swap", "sg", "crows"}
+    assert len(records) == 32 + 4 + 4
+    assert {r["meta"]["kind"] for r in records} == {"mcq", "mcq_swap", "sg", "crows", "crows_mcq", "crows_mcq_swap"}
     assert all(r["meta"]["option"] in (1, 2) for r in records if r["meta"]["kind"] == "sg")
     timing = json.loads((out / "timing.json").read_text())["scored_this_invocation"]
-    assert {k: v["n"] for k, v in timing.items()} == {"mcq": 8, "mcq_swap": 8, "sg": 16, "crows": 4}
+    assert {k: v["n"] for k, v in timing.items()} == {"mcq": 8, "mcq_swap": 8, "sg": 16, "crows": 4,
+                                                             "crows_mcq": 2, "crows_mcq_swap": 2}
     assert "smollm2" not in (out / "tables" / "table1.md").read_text()  # labelled with this run's model
     # the paper's estimator (T = 0.8, 10 samples) beside the exact count, from the same run's records
     paper = summary["paper_equivalent"]

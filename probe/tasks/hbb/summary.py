@@ -77,7 +77,9 @@ def hbb_summary(config: Any, instances: Sequence[Any], records: pd.DataFrame, in
     cs = None
     if crows is not None:
         summary["crows_pairs"] = crows
-        cs = next(r for r in crows["by_bias_type"] if r["bias_type"] == "all")["score"]
+        # Table 1's CS column: protocol (a) when scored, as the HBB paper's
+        table1 = (crows.get("by_protocol") or {}).get(crows.get("table1_protocol"), crows)
+        cs = next(r for r in table1["by_bias_type"] if r["bias_type"] == "all")["score"]
     tables = run_tables(frames, LABELS, thr, config.extra_thresholds, n_boot, cs,
                         {v: s["sampled_10_expected"] for v, s in summary["variants"].items()})
     if paper_table is not None:

@@ -38,6 +38,9 @@ class HBBConfig(TaskConfig):
     sg_sample_concepts: int | None = None  # HBB-SG on a stratified subset of the selected concept pairs only
     crows_pairs: bool = False  # CrowS-Pairs in the same run, for Table 1's CS column
     crows_limit: int | None = None  # first N CrowS-Pairs pairs
+    # mcq: protocol (a), the HBB paper's two-choice question (its Table 1 CS column); loglik: (b), lm-evaluation-
+    # harness's sentence log-likelihood; both: each, CS from (a) (probe.tasks.crows_pairs)
+    crows_protocol: str = "mcq"
     threshold: float = 20.0
     extra_thresholds: tuple[float, ...] = (5.0, 10.0)  # also tabulated (the paper's 20 is adjustable)
     chat_template: bool = True
@@ -58,6 +61,9 @@ class HBBConfig(TaskConfig):
         if self.categories is not None:
             object.__setattr__(self, "categories", tuple(self.categories))
         object.__setattr__(self, "extra_thresholds", tuple(float(t) for t in self.extra_thresholds))
+        from probe.tasks.crows_pairs import protocols
+
+        protocols(self.crows_protocol)
         if self.sg_n < 1:
             raise ValueError(f"sg_n must be >= 1, got {self.sg_n}")
         if self.hbb_sg and self.variations_file is None and self.sg_n > 10:
@@ -149,7 +155,9 @@ class HBBTask(Task):
             from probe.tasks.crows_pairs import crows_requests
 
             pairs = load_crows_pairs()
-            reqs += crows_requests(pairs[: config.crows_limit] if config.crows_limit is not None else pairs)
+            reqs += crows_requests(pairs[: config.crows_limit] if config.crows_limit is not None else pairs,
+                                   config.crows_protocol, tokenizer, swap_order=config.swap_order,
+                                   chat_template=config.chat_template, system=config.system_prompt)
         return reqs
 
     def sampling(self, config: HBBConfig) -> tuple[dict, ...]:
@@ -170,9 +178,15 @@ class HBBTask(Task):
         crows = None
         tables: dict[str, Any] = {}
         if config.crows_pairs:
-            from probe.tasks.crows_pairs import crows_summary
+            from probe.tasks.crows_pairs import KINDS, protocol_summaries
 
-            crows, tables["crows"] = crows_summary(records[(kinds == "crows").to_numpy()])
+            crows_kinds = [k for ks in KINDS.values() for k in ks]
+            crows, crows_tables = protocol_summaries(
+                records[kinds.isin(crows_kinds).to_numpy()], config.crows_protocol, mass_floor=config.mass_floor,
+                n_boot=config.n_boot, system_prompt=config.system_prompt, chat_template=config.chat_template,
+                swap_order=config.swap_order)
+            # "crows": the table the CS column takes; every protocol's under its own name
+            tables.update({"crows": crows_tables[f"crows_{crows['table1_protocol']}"], **crows_tables})
         summary, hbb_tables = hbb_summary(config, items, hbb_records, inst, crows)
         if config.hbb_sg:
             from probe.tasks.hbb.variations import scored_variations, variation_stats
