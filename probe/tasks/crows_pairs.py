@@ -219,6 +219,19 @@ def protocol_summaries(records: Any, protocol: str, *, mass_floor: float = 0.1, 
     return {**main, "table1_protocol": "mcq" if "mcq" in by_protocol else "loglik", "by_protocol": by_protocol}, tables
 
 
+def write_protocol_report(benchmark: str, result: Aggregate, output: Path) -> None:
+    """``tables/<name>.md|csv`` per table (its ``attrs`` title) and ``report.md`` with every table under its
+    ``attrs`` heading (the CrowS-Pairs and StereoSet tasks)."""
+    from probe.io import write_atomic
+    from probe.reports.hbb_tables import markdown, write_table
+
+    parts = [f"# {benchmark}: {result.summary.get('model')}\n"]
+    for name, table in result.tables.items():
+        write_table(table, output / "tables" / name, table.attrs["title"])
+        parts.append(f"## {table.attrs['heading']}\n\n{table.attrs['title']}\n\n{markdown(table)}\n")
+    write_atomic(output / "report.md", "\n".join(parts))
+
+
 def crows_file(data_file: str | None) -> Path:
     """The CrowS-Pairs CSV a config reads."""
     from probe.data.crows_pairs import DEFAULT_FILE
@@ -250,14 +263,7 @@ class CrowsPairsTask(Task):
         return Aggregate(summary, tables)
 
     def report(self, config: CrowsPairsConfig, result: Aggregate, output: Path) -> None:
-        from probe.io import write_atomic
-        from probe.reports.hbb_tables import markdown, write_table
-
-        parts = [f"# CrowS-Pairs: {result.summary.get('model')}\n"]
-        for name, table in result.tables.items():
-            write_table(table, output / "tables" / name, table.attrs["title"])
-            parts.append(f"## {table.attrs['heading']}\n\n{table.attrs['title']}\n\n{markdown(table)}\n")
-        write_atomic(output / "report.md", "\n".join(parts))
+        write_protocol_report("CrowS-Pairs", result, output)
 
     def data_files(self, config: CrowsPairsConfig) -> list[Path]:
         files = [crows_file(config.data_file)]

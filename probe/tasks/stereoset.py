@@ -27,8 +27,8 @@ from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from probe.tasks.base import Aggregate, Task, TaskConfig
+from probe.tasks.crows_pairs import protocols, write_protocol_report
 
-PROTOCOLS = ("mcq", "loglik")
 PROTOCOL_NAMES = {"mcq": "(a) three-choice question, Table 11 instruction (HBB paper)",
                   "loglik": "(b) mean per-token log-likelihood (StereoSet's causal-LM score)"}
 KINDS = {"loglik": "stereoset", "mcq": "stereoset_mcq"}
@@ -52,14 +52,6 @@ class StereoSetConfig(TaskConfig):
         protocols(self.protocol)
         if self.rotations not in (1, 2, 3):
             raise ValueError(f"rotations must be 1, 2 or 3, got {self.rotations!r}")
-
-
-def protocols(protocol: str) -> tuple[str, ...]:
-    if protocol == "both":
-        return PROTOCOLS
-    if protocol not in PROTOCOLS:
-        raise ValueError(f"protocol must be one of mcq, loglik, both; got {protocol!r}")
-    return (protocol,)
 
 
 def mcq_user_message(context: str, options: Sequence[str]) -> str:
@@ -202,14 +194,7 @@ class StereoSetTask(Task):
         return Aggregate({"n_examples": counts, "table1_protocol": main, "by_protocol": by_protocol}, tables)
 
     def report(self, config: StereoSetConfig, result: Aggregate, output: Path) -> None:
-        from probe.io import write_atomic
-        from probe.reports.hbb_tables import markdown, write_table
-
-        parts = [f"# StereoSet: {result.summary.get('model')}\n"]
-        for name, table in result.tables.items():
-            write_table(table, output / "tables" / name, table.attrs["title"])
-            parts.append(f"## {table.attrs['heading']}\n\n{table.attrs['title']}\n\n{markdown(table)}\n")
-        write_atomic(output / "report.md", "\n".join(parts))
+        write_protocol_report("StereoSet", result, output)
 
     def data_files(self, config: StereoSetConfig) -> list[Path]:
         from probe.data.stereoset import DEFAULT_FILE
