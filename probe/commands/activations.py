@@ -1,8 +1,8 @@
 """``probe activations``: record activations (and label log-probs) in the scoring passes.
 
-A thin front on the one scoring path (``Scorer.score(capture=...)`` through the
-Runner, prefix sharing on; ``docs/activations.md``): the items become scorer
-requests, the store is resumable. Example::
+A thin front on the one scoring path (``Scorer.score(capture=...)``, prefix
+sharing on; ``docs/activations.md``): the items become scorer requests, the
+store is resumable. Example::
 
     probe activations --model smollm2 --input items.jsonl --output runs/acts \\
         --layers all --hooks resid_post --positions last,mean:background
