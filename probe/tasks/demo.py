@@ -38,6 +38,11 @@ META_FIELDS = ("scenario", "dimension", "context_kind", "setting", "context_cond
 @dataclass(frozen=True)
 class DemoConfig(TaskConfig):
     chat_template: bool | None = None  # None: the tokenizer's template when it has one
+    mass_floor: float = 0.1  # an item whose answers carry less probability than this is "not answering"
+
+    def __post_init__(self) -> None:
+        if not (isinstance(self.mass_floor, (int, float)) and 0 <= self.mass_floor <= 1):
+            raise ValueError(f"mass_floor must be in [0, 1], got {self.mass_floor!r}")
 
 
 def user_turn(item: dict) -> str:
@@ -91,7 +96,7 @@ class DemoTask(Task):
 
     def aggregate(self, config: DemoConfig, records: Any, items: Sequence[dict]) -> Aggregate:
         answers = answer_records(records)
-        summary = summarize(answers)
+        summary = summarize(answers, config.mass_floor)
         summary["n_items"] = len(items)
         return Aggregate(summary, {"by_context_kind": _kind_table(summary)})
 
@@ -118,12 +123,16 @@ def answer_records(records: Any) -> list[dict]:
     return out
 
 
-def summarize(records: list[dict]) -> dict:
+def summarize(records: list[dict], mass_floor: float = 0.1) -> dict:
     """Metrics by context kind and dimension over the records with finite scores.
 
     Records with ``finite`` false (NaN/inf log-probabilities, e.g. from a broken
     fp16 run) are skipped and counted in ``n_nonfinite``, never scored as an answer.
+    ``mass``: the answer-mass distribution and the items below ``mass_floor`` ("not answering");
+    ``answering_only``: the metrics by context kind without them.
     """
+    from probe.metrics.mass import answering, mass_summary
+
     n_all = len(records)
     records = [r for r in records if _finite_record(r)]
     by_kind = {kind: bbq_metrics([r for r in records if r["context_kind"] == kind]) for kind in ("explicit", "implicit")}
@@ -134,10 +143,14 @@ def summarize(records: list[dict]) -> dict:
         for d in dims
     }
     masses = [r["answer_mass"] for r in records]
+    kept = [r for r in records if answering(r["answer_mass"], mass_floor)]
     return {
         "by_context_kind": by_kind,
         "by_dimension": by_dim,
         "mean_answer_mass": sum(masses) / len(masses) if masses else math.nan,
+        "mass": mass_summary(masses, mass_floor),
+        "answering_only": {kind: bbq_metrics([r for r in kept if r["context_kind"] == kind])
+                           for kind in ("explicit", "implicit")},
         "n_nonfinite": n_all - len(records),
     }
 
