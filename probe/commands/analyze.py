@@ -4,6 +4,14 @@
 the representations study (probes, logit lens, patching, steering on an
 ImplicitBBQ sample; :mod:`probe.analysis.representations`). ``--model`` and
 ``--output`` override the config's ``model`` and ``output_dir``.
+
+``probe analyze steer|probes|lens|patch RUN_DIR ...`` analyse a task run
+(``probe run TASK --output RUN_DIR [--capture ...]``), or ``--task TASK``
+scored first (:mod:`probe.runs.analyze`; docs/activations.md, "Analyses on
+task runs"):
+
+    probe analyze steer runs/bbq --layer 5 --direction mean-diff:context_condition=ambig,disambig \
+        --strengths -4,-2,0,2,4 --output runs/bbq/steer
 """
 
 from __future__ import annotations
@@ -33,6 +41,9 @@ def register(groups: dict) -> None:
                    "(default: the config's model)")
     p.add_argument("--output", default=None, help="output directory (default: the config's output_dir)")
     p.set_defaults(func=run_representations_command)
+    from probe.commands.analyze_tasks import register_task_analyses
+
+    register_task_analyses(sub)
 
 
 def _usage(parser: argparse.ArgumentParser) -> Callable[[argparse.Namespace], int]:

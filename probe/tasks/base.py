@@ -90,6 +90,21 @@ class Task:
         """Input files whose sha256 goes into ``provenance.json``."""
         return []
 
+    # -- analyses (optional; ``probe analyze probes|lens|patch|steer``, probe.runs.analyze) ----------
+    def analysis_units(self, config: Any, records: "pd.DataFrame", items: Sequence[Any]) -> list[str]:
+        """The cluster unit of every record (row order): what probe folds and bootstrap CIs keep whole."""
+        return _no_analysis(self, "analysis_units")
+
+    def patch_pairs(self, config: Any, records: "pd.DataFrame", items: Sequence[Any]) -> list[tuple[str, str, str]]:
+        """``(source_id, target_id, kind)`` record pairs to patch between (``kind`` names the pairing,
+        e.g. ``explicit->implicit``); each pair in both directions if the task wants both."""
+        return _no_analysis(self, "patch_pairs")
+
+    def bias_metrics(self, config: Any, summary: Mapping[str, Any]) -> dict[str, dict[str, float]]:
+        """The headline metrics of a summary from :meth:`aggregate`, ``name -> {value, ci_low, ci_high, n}``
+        (CIs: the task's own, clustered by its unit); the first is the default steering metric."""
+        return _no_analysis(self, "bias_metrics")
+
     # -- config ---------------------------------------------------------------
     def make_config(self, values: Mapping[str, Any] | None = None, source: str = "config") -> Any:
         """``Config`` from a mapping; unknown keys are an error naming ``source`` and the valid keys."""
@@ -135,3 +150,10 @@ def _cell(v: Any) -> str:
     if isinstance(v, float):
         return "n/a" if v != v else f"{v:.4g}"
     return str(v)
+
+
+def _no_analysis(task: Task, hook: str) -> Any:
+    from probe.errors import ProbeError
+
+    raise ProbeError(f"task {task.name!r} does not support the task analyses (it has no {hook}() hook); "
+                     "they are implemented for bbq, implicitbbq and hbb")

@@ -231,6 +231,18 @@ class BBQTask(Task):
         write_tables(result.tables, output)
         write_atomic(output / "report.md", report_markdown(result.summary, result.tables))
 
+    # -- analyses: the template instance is the unit; its two name orders are the A <-> B pairs ---------
+    def analysis_units(self, config: BBQConfig, records: Any, items: Sequence[Any]) -> list[str]:
+        units = {it.id: unit_key(it) for it in items}
+        return [units.get(i, i) for i in records["item_id"]]
+
+    def patch_pairs(self, config: BBQConfig, records: Any, items: Sequence[Any]) -> list[tuple[str, str, str]]:
+        return order_pairs(records, self.analysis_units(config, records, items))
+
+    def bias_metrics(self, config: BBQConfig, summary: Mapping[str, Any]) -> dict[str, dict[str, float]]:
+        return {f"{fmt}.{k}": v for fmt, f in summary["by_format"].items()
+                for k, v in bbq_headline(f["by_category"]["all"]["expected"]).items()}
+
     def data_files(self, config: BBQConfig) -> list[Path]:
         root = self._root(config)
         files = []
@@ -294,6 +306,34 @@ def _stratified(per_category: Mapping[str, Sequence[Any]], per_cat: int | None, 
             if i < len(q):
                 out += q[i]
     return out
+
+
+def order_pairs(records: Any, units: Sequence[str], cell: Sequence[str] = ("answer_format",),
+                fill: Sequence[str] = ("answers",)) -> list[tuple[str, str, str]]:
+    """Records of one unit, condition, polarity (and ``cell`` fields) whose ``fill`` differs (the answers in
+    another order: group A first vs group B first): each such pair, both ways, kind ``A<->B``."""
+    cells: dict[tuple, list[tuple[str, tuple]]] = defaultdict(list)
+    keys = ["context_condition", "question_polarity", *cell]
+    for k, row in enumerate(records[["id", *keys, *fill]].itertuples(index=False)):
+        row = tuple(row)
+        key = (units[k], *row[1:1 + len(keys)])
+        cells[key].append((row[0], tuple(map(str, row[1 + len(keys):]))))
+    out = []
+    for rows in cells.values():
+        for i, (a, oa) in enumerate(rows):
+            for b, ob in rows[i + 1:]:
+                if oa != ob:
+                    out += [(a, b, "A<->B"), (b, a, "A<->B")]
+    return out
+
+
+def bbq_headline(v: Mapping[str, Any]) -> dict[str, dict[str, float]]:
+    """``bias_amb``/``bias_dis``/``acc_amb``/``acc_dis`` of one version (``expected``/``argmax``) of a
+    :func:`~probe.metrics.bbq.bbq_metrics` result, with its ``ci`` and ``n_amb``/``n_dis``."""
+    ci = v.get("ci", {})
+    return {k: {"value": v[k], "ci_low": ci.get(k, [math.nan] * 2)[0], "ci_high": ci.get(k, [math.nan] * 2)[1],
+                "n": v.get(f"n_{k.rsplit('_', 1)[1]}", math.nan)}
+            for k in ("bias_amb", "bias_dis", "acc_amb", "acc_dis")}
 
 
 def category_table(by_category: Mapping[str, Any]) -> Any:

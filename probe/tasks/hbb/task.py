@@ -240,6 +240,40 @@ class HBBTask(Task):
             write_run_figures(mcq, sg, output / "figures", config.threshold)
         write_projection(output, config.sg_n)
 
+    # -- analyses: unit = concept pair (as the CIs); pairs = question 1 <-> question 2 of an instance -----
+    def analysis_units(self, config: HBBConfig, records: Any, items: Sequence[Any]) -> list[str]:
+        concept = records["concept_id"] if "concept_id" in records else [None] * len(records)
+        return [f"concept:{int(c)}" if c == c and c is not None else str(i) for c, i in zip(concept, records["id"])]
+
+    def patch_pairs(self, config: HBBConfig, records: Any, items: Sequence[Any]) -> list[tuple[str, str, str]]:
+        """Per instance and request kind (``mcq``, ``mcq_swap``): its question 1's record <-> question 2's."""
+        if "question_id" not in records:
+            return []
+        by_q: dict[tuple, str] = {}
+        for rid, qid, kind in zip(records["id"], records["question_id"], request_kinds(records)):
+            if kind in ("mcq", "mcq_swap"):
+                by_q[(qid, kind)] = rid
+        out = []
+        for inst in items:
+            for kind in ("mcq", "mcq_swap"):
+                a, b = by_q.get((inst.question_1.id, kind)), by_q.get((inst.question_2.id, kind))
+                if a is not None and b is not None:
+                    out += [(a, b, "q1->q2"), (b, a, "q2->q1")]
+        return out
+
+    def bias_metrics(self, config: HBBConfig, summary: Mapping[str, Any]) -> dict[str, dict[str, float]]:
+        """``{variant}.share`` (instances with S over the threshold), ``{variant}.mean_s`` (their mean S) and
+        ``{variant}.mean_s_all`` (mean S of every instance: continuous, for dose-responses; no CI), overall."""
+        out = {}
+        for v, entry in summary["variants"].items():
+            o = entry["overall"]
+            for m in ("share", "mean_s"):
+                out[f"{v}.{m}"] = {"value": o[m], "ci_low": o[f"{m}_ci_low"], "ci_high": o[f"{m}_ci_high"],
+                                   "n": o["n"]}
+            out[f"{v}.mean_s_all"] = {"value": o["mean_s_all"], "ci_low": float("nan"), "ci_high": float("nan"),
+                                      "n": o["n"]}
+        return out
+
     def data_files(self, config: HBBConfig) -> list[Path]:
         """Input files whose hashes go into provenance.json (data, and the packaged prompt texts)."""
         from importlib import resources

@@ -279,6 +279,50 @@ class ImplicitBBQTask(Task):
             write_json_atomic(output / "projection.json", {"timing": timing, **results.projection(
                 timing, summary["full_grid_items"], len(config.answer_formats), {"cot": config.cot_chains})})
 
+    # -- analyses: unit = template x context (as the CIs); pairs explicit <-> implicit and the two orders ----
+    def analysis_units(self, config: ImplicitBBQConfig, records: Any, items: Sequence[Any]) -> list[str]:
+        units = {it.id: results.cluster_of(it) for it in self._selection(config, items).pool}
+        return [units.get(i, i) for i in records["item_id"]]
+
+    def patch_pairs(self, config: ImplicitBBQConfig, records: Any, items: Sequence[Any]) -> list[tuple[str, str, str]]:
+        """As the representations study pairs items (:func:`probe.analysis.representations.items.patching_pairs`),
+        within a strategy and format: ``explicit->implicit`` / ``implicit->explicit``, an implicit record and
+        the explicit record of its template row, groups, condition and polarity; ``A<->B``, the cue variants
+        of one implicit context (Person A's and B's groups exchanged). A small stratified sample may hold none."""
+        pool = {it.id: it for it in self._selection(config, items).pool}
+
+        def key(it: Any) -> tuple:
+            m = it.metadata
+            return (it.template_id, m.get("row"), m.get("group1"), m.get("group2"), it.context_condition,
+                    it.question_polarity)
+
+        explicit: dict[tuple, str] = {}
+        contexts: dict[tuple, list[str]] = {}
+        rows = list(zip(records["id"], records["item_id"], records["strategy"], records["answer_format"]))
+        for rid, iid, strategy, fmt in rows:
+            it = pool.get(iid)
+            if it is not None and it.context_kind == "explicit":
+                explicit.setdefault((key(it), strategy, fmt), rid)
+            elif it is not None and it.context_kind == "implicit":
+                ctx = (it.metadata.get("context_id"), it.context_condition, it.question_polarity, strategy, fmt)
+                contexts.setdefault(ctx, []).append(rid)
+        out = []
+        for rid, iid, strategy, fmt in rows:
+            it = pool.get(iid)
+            src = explicit.get((key(it), strategy, fmt)) if it is not None and it.context_kind == "implicit" else None
+            if src is not None:
+                out += [(src, rid, "explicit->implicit"), (rid, src, "implicit->explicit")]
+        for ids in contexts.values():
+            out += [(a, b, "A<->B") for a in ids for b in ids if a != b]
+        return out
+
+    def bias_metrics(self, config: ImplicitBBQConfig, summary: Mapping[str, Any]) -> dict[str, dict[str, float]]:
+        """``{strategy}|{format}.{explicit|implicit}.{bias_amb|...}``: the pooled expected metrics."""
+        from probe.tasks.bbq import bbq_headline
+
+        return {f"{key}.{kind}.{m}": v for key, kinds in summary["by_strategy"].items() for kind, e in kinds.items()
+                if not kind.startswith("_") for m, v in bbq_headline(e["expected"]["pooled"]).items()}
+
     def data_files(self, config: ImplicitBBQConfig) -> list[Path]:
         from probe.data.implicit_text import load_cue_table
         from probe.data.paths import dataset_dir
