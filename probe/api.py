@@ -41,8 +41,11 @@ def evaluate(model: Any, task: str, *, limit: int | None = None, output: str | P
     config : a ready task config object (else built from ``options``).
     options : run options (``device``, ``dtype``, ``load_in_8bit``,
         ``load_in_4bit``, ``device_map``, ``batch_size``, ``token_budget``,
-        ``chunk_size``, ``score_cache``, ``threads``, ``progress``, ``capture``) and task
-        config fields (``probe tasks`` and ``docs/tasks.md`` list them).
+        ``chunk_size``, ``score_cache``, ``threads``, ``progress``, ``capture``, ``backend``)
+        and task config fields (``probe tasks`` and ``docs/tasks.md`` list them).
+        ``backend="tl"`` runs the same scorer on the model wrapped by a TransformerLens 4.x
+        ``TransformerBridge`` (a copy when ``model`` is already loaded), so ``capture`` hook
+        names are TransformerLens' own hook points (``probe.models.tl_adapter``).
         ``capture=["blocks.5.hook_resid_post@last", ...]`` records those activations in
         the scoring passes (``docs/activations.md``): ``Evaluation.activations``, and with
         ``output`` a store in ``OUTPUT/activations`` (``probe.activations.load(output)``).

@@ -38,7 +38,7 @@ from typing import Any, Literal, Mapping, Sequence
 import torch
 
 from probe.scoring.capture import CaptureTarget
-from probe.scoring.requests import ContinuationRequest, LabelRequest
+from probe.scoring.requests import ContinuationRequest, LabelRequest, PerplexityRequest
 from probe.scoring.tokens import wants_special_tokens
 
 PositionKind = Literal["last", "label", "span", "mean"]
@@ -142,7 +142,8 @@ def padded_positions_fn(index: dict[str, list[list[int]]], offsets: Sequence[int
 def resolve(encoder: Any, encoded: Any, positions: Sequence[PositionSpec], *,
             fields: Mapping[str, Any] | None = None, answer_label: str | None = None,
             search_from: int = 0) -> CaptureTarget:
-    """Token indices of ``positions`` in an encoded label or continuation request.
+    """Token indices of ``positions`` in an encoded label, continuation or perplexity request
+    (a perplexity request: ``last`` only, the text's last token).
 
     ``encoder``: the scorer's :class:`probe.scoring.tokens.Encoder` (its tokenizer
     maps spans); ``encoded``: the request as the scorer encoded it. Span values
@@ -151,6 +152,15 @@ def resolve(encoder: Any, encoded: Any, positions: Sequence[PositionSpec], *,
     ``label`` position reads. Raises ``ValueError`` naming the request and field.
     """
     request = encoded.request
+    if isinstance(request, PerplexityRequest):
+        # a text scored for its perplexity (HBB-SG, CrowS-Pairs (b)): "last" is its last token, read in a
+        # capture-only row over the whole sequence (the scored row need not feed its final token)
+        other = [p.name for p in positions if p.kind != "last"]
+        if other:
+            raise ValueError(f"request {request.id!r}: a perplexity request is captured at 'last' (its text's "
+                             f"last token) only, not {other}")
+        row = tuple(encoded.sequences[0].ids)
+        return CaptureTarget(row, {p.name: [len(row) - 1] for p in positions}, True)
     if not isinstance(request, (LabelRequest, ContinuationRequest)):
         raise ValueError(f"request {request.id!r}: activations are captured for label and continuation "
                          f"requests only, not {type(request).__name__}")

@@ -63,9 +63,8 @@ def record_activations(model: Any, input_path: Any, output: Any, layers: str = "
     from probe.activations.positions import parse_positions
     from probe.errors import ProbeError
 
-    if backend != "hf":
-        raise ProbeError(f"--backend {backend}: activations are recorded in the scorer's own passes through "
-                         "plain torch hooks (hf); the TransformerLens adapter is not on that path yet")
+    from probe.models.tl_adapter import with_backend
+
     if isinstance(model, str):
         from probe.models import load_model
         lm = load_model(model, device=device, dtype=dtype)
@@ -76,6 +75,8 @@ def record_activations(model: Any, input_path: Any, output: Any, layers: str = "
         names = hook_names(discover(lm.model), layers, hooks)
     except ValueError as exc:
         raise ProbeError(f"--layers/--hooks: {exc}") from None
+    # tl: the same scorer on the model wrapped by a TransformerLens bridge; these names are its hook points
+    lm = with_backend(lm, backend, copy=not isinstance(model, str))
 
     items_iter = read_items(input_path, lm.tokenizer, chat_template, strategy)
     items = list(itertools.islice(items_iter, limit) if limit is not None else items_iter)
@@ -96,6 +97,9 @@ def record_items(lm: Any, items: Sequence[Any], output: Any, hook_names: Sequenc
     from probe.activations.store import ActivationWriter
     from probe.scoring import Scorer
     from probe.scoring.cache import combine_parts, fingerprint_parts
+    from probe.models.tl_adapter import backend_name
+
+    backend = backend_name(lm.model)
 
     requests = [item_request(it) for it in items]
     spec = item_spec(items, hook_names, positions)
@@ -104,7 +108,7 @@ def record_items(lm: Any, items: Sequence[Any], output: Any, hook_names: Sequenc
     head = {"format": 1, "model_fingerprint": combine_parts(fingerprint_parts(lm))[:12], "hooks": list(spec.hooks),
             "positions": [p.name for p in spec.positions], "keys": spec.keys, "d_model": spec.check(lm.model),
             **(manifest or {}),
-            "extra": {"model": lm.info() if hasattr(lm, "info") else {}, "backend": "hf", "input": source}}
+            "extra": {"model": lm.info() if hasattr(lm, "info") else {}, "backend": backend, "input": source}}
     with ActivationWriter(output, head, shard_size=shard_size) as writer:
         todo = [r for r in requests if r.id not in writer.done]
         bar = None
@@ -120,7 +124,7 @@ def record_items(lm: Any, items: Sequence[Any], output: Any, hook_names: Sequenc
         if bar:
             bar.close()
     return {"output": str(output), "items_run": len(todo), "items_before": len(requests) - len(todo),
-            "keys": len(spec.keys), "backend": "hf"}
+            "keys": len(spec.keys), "backend": backend}
 
 
 def score_items(lm: Any, items: Sequence[Any], batch_size: int = 8, progress: bool = False) -> list[dict]:

@@ -41,6 +41,7 @@ import torch
 from probe.activations.hooks import ModelLayout, discover
 from probe.activations.positions import PositionSpec, parse_positions, resolve
 from probe.activations.store import Activations
+from probe.models.tl_adapter import bridge_of, hook_points
 from probe.scoring.capture import CaptureTarget
 from probe.scoring.requests import Request, Result
 
@@ -108,6 +109,12 @@ class CaptureSpec:
 
     def check(self, model: torch.nn.Module, layout: ModelLayout | None = None) -> int:
         """Raise ``KeyError`` for a hook the model does not have; returns its ``d_model``."""
+        points = hook_points(model)
+        if points is not None:  # TransformerLens backend: its own hook names (probe.models.tl_adapter)
+            missing = [h for h in self.hooks if h not in points]
+            if missing:
+                raise KeyError(f"TransformerBridge has no hook {missing[0]!r} (e.g. {', '.join(list(points)[:4])})")
+            return int(bridge_of(model).cfg.d_model)
         layout = layout or discover(model)
         for h in self.hooks:
             layout.module_for(h)
@@ -125,9 +132,28 @@ class CaptureSpec:
 
     @contextlib.contextmanager
     def attach(self, model: torch.nn.Module, record: Callable[[str, torch.Tensor], None]) -> Iterator[None]:
-        """Forward hooks on ``model`` calling ``record(hook_name, output)``; removed on exit."""
-        layout = discover(model)
+        """Forward hooks on ``model`` calling ``record(hook_name, output)``; removed on exit. On a
+        TransformerLens-bridged model (``--backend tl``) they go on the bridge's own ``HookPoint`` s."""
+        points = hook_points(model)
         handles = []
+        if points is not None:
+            d_model = self.check(model)
+
+            def tap(name: str, out: torch.Tensor) -> None:
+                # positions index dim 1 and vectors are d_model wide; hook_z, hook_pattern, mlp.hook_pre... are not
+                if out.ndim != 3 or out.shape[-1] != d_model:
+                    raise ValueError(f"capture reads [batch, pos, d_model] hooks; {name!r} gives {tuple(out.shape)}")
+                record(name, out)
+
+            try:
+                for name in self.hooks:
+                    handles.append(points[name].register_forward_hook(lambda _m, _i, out, _n=name: tap(_n, out)))
+                yield
+            finally:
+                for h in handles:
+                    h.remove()
+            return
+        layout = discover(model)
         try:
             for name in self.hooks:
                 module, is_input = layout.module_for(name)
@@ -149,7 +175,9 @@ def capture_record(result: Result, missing: Sequence[str] = ()) -> dict[str, Any
     log-probs / probabilities / mass / argmax as the scorer computed them, the request's meta."""
     from probe.scoring.requests import LabelResult
 
-    rec: dict[str, Any] = {"id": result.id, "n_tokens": result.n_prompt_tokens}
+    # a perplexity result has no prompt: its token count is the scored text's
+    n = getattr(result, "n_prompt_tokens", None)
+    rec: dict[str, Any] = {"id": result.id, "n_tokens": n if n is not None else getattr(result, "n_tokens", None)}
     if isinstance(result, LabelResult):
         finite = bool(result.finite)
         rec.update(labels=list(result.labels), label_logprobs=list(result.logprobs), label_probs=list(result.probs),

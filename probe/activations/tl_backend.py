@@ -1,16 +1,21 @@
-"""TransformerLens 4.x backend: the same capture through ``TransformerBridge``.
+"""TransformerLens 4.x: the scoring-path adapter, and TransformerLens' own forward as a reference.
 
-TransformerLens 4 dropped ``HookedTransformer``; its ``TransformerBridge``
-wraps the Hugging Face module itself and exposes TransformerLens hook names
-(``blocks.{i}.hook_resid_post``, ``blocks.{i}.hook_attn_out``, ...). We boot it
-offline from an already loaded model (``hf_model=`` a deep copy, so the
-bridge's eager-attention switch never touches the caller's model) and run it on
-the token ids, attention mask and position ids of a :class:`Batch`, so both
-backends see identical inputs and their numbers can be compared exactly.
+The backend of ``probe run --backend tl``, ``probe.evaluate(backend="tl")`` and
+``probe activations --backend tl`` is a model adapter,
+:func:`probe.models.tl_adapter.to_transformer_lens` (re-exported here): the
+Hugging Face module wrapped by a ``TransformerBridge``, run by the one
+:class:`~probe.scoring.Scorer` (segment passes, KV cache, prefix sharing), with
+``CaptureSpec`` hooks registered on the bridge's own ``HookPoint`` s.
 
-:func:`make_backend` picks the bridge where the architecture is supported and
-falls back to plain torch hooks (:class:`probe.activations.extract.HFBackend`)
-otherwise, saying why.
+:class:`TLBackend` is *not* on that path: it runs TransformerLens' own
+``run_with_cache`` over a padded :class:`Batch`, a reference the tests compare
+both the plain-hook and the adapter captures with. It boots offline from an
+already loaded model (``hf_model=`` a deep copy, so the bridge's
+eager-attention switch never touches the caller's model).
+
+:func:`make_backend` picks the reference bridge where the architecture is
+supported and falls back to plain torch hooks
+(:class:`probe.activations.extract.HFBackend`) otherwise, saying why.
 
 Note: the bridge forces eager attention. For bit-level parity, load the HF
 model with ``attn_implementation="eager"`` too (SDPA reorders float ops, ~1e-6).
@@ -25,6 +30,7 @@ from typing import Any, Sequence
 import torch
 
 from probe.activations.extract import Batch, HFBackend
+from probe.models.tl_adapter import bridge_of, hook_points, to_transformer_lens, with_backend  # noqa: F401
 
 log = logging.getLogger(__name__)
 

@@ -32,8 +32,9 @@ def register(groups: dict[str, argparse._SubParsersAction]) -> None:
     p.add_argument("--batch-size", type=int, default=8, help="most sequences per forward pass")
     p.add_argument("--shard-size", type=int, default=512, help="items per chunk and safetensors shard")
     p.add_argument("--backend", choices=("hf", "tl", "auto"), default="hf",
-                   help="hf: plain torch hooks in the scoring passes (tl/auto: the TransformerLens bridge is not "
-                        "on the scoring path yet and is refused)")
+                   help="hf: plain torch hooks in the scoring passes; tl: the same passes through the model wrapped "
+                        "by a TransformerLens 4.x TransformerBridge, read at its own hook points (eager attention); "
+                        "auto: tl where the architecture is supported, else hf")
     p.add_argument("--device", default="cpu")
     p.add_argument("--dtype", default="float32")
     p.add_argument("--limit", type=int, default=None, help="only the first N items")

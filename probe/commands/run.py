@@ -61,6 +61,10 @@ def register(groups: dict) -> None:
                    help="record activations in the scoring passes, e.g. blocks.5.hook_resid_post@last "
                         "(positions: last, label, span:FIELD, mean:FIELD); stored in OUTPUT/activations keyed by "
                         "record id, resumed with the records; read with probe.activations.load(OUTPUT)")
+    g.add_argument("--backend", choices=("hf", "tl"), default=None,
+                   help="hf: the Hugging Face module, plain torch hooks (default); tl: the same module wrapped by a "
+                        "TransformerLens 4.x TransformerBridge, so --capture hooks are its own hook points "
+                        "(e.g. blocks.3.hook_resid_post, blocks.3.ln1.hook_normalized); eager attention")
     p.set_defaults(func=run)
 
 
@@ -140,7 +144,8 @@ def run(args: argparse.Namespace) -> int:
     values.update(parse_sets(args.sets))
     cli = {k: v for k, v in vars(args).items() if v is not None and k in (
         "device", "dtype", "load_in_8bit", "load_in_4bit", "device_map", "trust_remote_code", "batch_size",
-        "token_budget", "chunk_size", "score_cache", "threads", "progress", "agreement_tokens", "capture")}
+        "token_budget", "chunk_size", "score_cache", "threads", "progress", "agreement_tokens", "capture",
+        "backend")}
     values.update(cli)
     task = get(str(values.pop("task")))
     models = values.pop("models", None)

@@ -35,7 +35,8 @@ from probe.runs.record import Record
 
 #: Keys of a run (not of a task) that a YAML config or ``--set`` may give.
 RUN_KEYS = ("device", "dtype", "load_in_8bit", "load_in_4bit", "device_map", "trust_remote_code", "batch_size",
-            "token_budget", "chunk_size", "score_cache", "threads", "progress", "agreement_tokens", "capture")
+            "token_budget", "chunk_size", "score_cache", "threads", "progress", "agreement_tokens", "capture",
+            "backend")
 
 
 @dataclass(frozen=True)
@@ -64,6 +65,9 @@ class RunOptions:
     #: (``blocks.5.hook_resid_post@last``; probe.activations.CaptureSpec.parse): stored beside the
     #: records, keyed by the same ids, resumed with them (``<run>/activations``)
     capture: tuple[str, ...] = ()
+    #: ``hf`` (plain Hugging Face module, torch hooks) or ``tl`` (the same module wrapped by a
+    #: TransformerLens 4.x bridge: capture hooks are its HookPoints; probe.models.tl_adapter)
+    backend: str = "hf"
 
     def __post_init__(self) -> None:
         from probe.scoring.sampling import as_specs
@@ -78,12 +82,16 @@ class RunOptions:
             raise ValueError(f"agreement_tokens must be >= 0, got {self.agreement_tokens!r}")
         if self.load_in_8bit and self.load_in_4bit:
             raise ValueError("choose one of load_in_8bit and load_in_4bit")
+        if self.backend not in ("hf", "tl"):
+            raise ValueError(f"backend must be hf or tl, got {self.backend!r}")
 
 
 def load(model: Any, options: RunOptions) -> Any:
     """``model`` as a :class:`probe.models.LoadedModel`: loaded from a name or path, or passed through."""
+    from probe.models.tl_adapter import with_backend
+
     if hasattr(model, "model") and hasattr(model, "tokenizer"):
-        return model
+        return with_backend(model, options.backend, copy=True)  # never rewire the caller's model
     from probe.models import load_model
     from probe.runs.shard import detect
 
@@ -94,9 +102,10 @@ def load(model: Any, options: RunOptions) -> Any:
             raise ProbeError("device_map spreads one model over all GPUs and cannot be combined with "
                              f"{procs.world_size} processes; use one process for device_map, or one GPU per process")
         device = procs.device(device)
-    return load_model(str(model), device=device, dtype=options.dtype, load_in_8bit=options.load_in_8bit,
-                      load_in_4bit=options.load_in_4bit, device_map=options.device_map,
-                      trust_remote_code=options.trust_remote_code)
+    lm = load_model(str(model), device=device, dtype=options.dtype, load_in_8bit=options.load_in_8bit,
+                    load_in_4bit=options.load_in_4bit, device_map=options.device_map,
+                    trust_remote_code=options.trust_remote_code)
+    return with_backend(lm, options.backend, copy=False)
 
 
 class Runner:

@@ -177,6 +177,8 @@ class PerplexityResult:
     token_logprobs: tuple[float, ...]
     finite: bool = True
     meta: Mapping[str, Any] = field(default_factory=dict, hash=False, compare=False)
+    # with capture: '{hook}@last' at the text's last token
+    activations: Mapping[str, Any] = field(default_factory=dict, hash=False, compare=False, repr=False)
 
 
 Result = Union[LabelResult, ContinuationResult, PerplexityResult]

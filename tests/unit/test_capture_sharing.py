@@ -169,3 +169,24 @@ def test_parse_and_errors():
     lm = _model("llama")
     with pytest.raises(KeyError):
         Scorer(lm).score(_requests()[:1], capture=CaptureSpec.parse(["blocks.9.hook_resid_post@last"]))
+
+
+def test_perplexity_requests_capture_their_texts_last_token(lm):
+    """HBB-SG / CrowS (b) texts: 'last' is the text's last token, shared prefixes or not; scores unchanged;
+    any other position is refused, naming the request."""
+    from probe.scoring import PerplexityRequest
+
+    texts = [SYSTEM + "Person A is old.", SYSTEM + "Person B is old.", "A lone short text."]
+    reqs = [PerplexityRequest(id=f"p{i}", text=t, prefix=SYSTEM.strip() if i == 1 else "")
+            for i, t in enumerate(texts)]
+    scorer = Scorer(lm, batch_size=2)
+    hook = "blocks.1.hook_resid_post"
+    results = scorer.score(reqs, capture=CaptureSpec((hook,), "last"))
+    plain = scorer.score(reqs)
+    for r, res, ref in zip(reqs, results, plain):
+        assert res.nll == ref.nll  # capture adds a row, never changes a score
+        row = scorer.encode(r).sequences[0].ids
+        hs = lm.model(input_ids=torch.tensor([row]), output_hidden_states=True).hidden_states
+        assert _close(res.activations[f"{hook}@last"], hs[2][0, len(row) - 1].numpy()), r.id
+    with pytest.raises(ValueError, match="'p0': a perplexity request is captured at 'last'"):
+        scorer.score(reqs[:1], capture=CaptureSpec((hook,), "mean:cue"))

@@ -182,8 +182,9 @@ def test_bad_input_is_rejected(tiny_lm):
     spec = CaptureSpec(hooks="blocks.0.hook_resid_post", positions="last")
     with pytest.raises(ValueError, match="unique"):
         score_and_capture(scorer, [ok, ok], spec)
-    with pytest.raises(ValueError, match="PerplexityRequest"):
-        score_and_capture(scorer, [PerplexityRequest("p", "some text")], spec)
+    with pytest.raises(ValueError, match="a perplexity request is captured at 'last'"):  # only there
+        score_and_capture(scorer, [PerplexityRequest("p", "some text")], CaptureSpec(("blocks.0.hook_resid_post",),
+                                                                                     "label"))
     with pytest.raises(ValueError, match="'cue'.*not in the prompt"):
         score_and_capture(scorer, [ok], CaptureSpec(("blocks.0.hook_resid_post",), "span:cue",
                                                     fields={"q": {"cue": "has no such words"}}))
