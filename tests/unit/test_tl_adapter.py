@@ -123,3 +123,28 @@ def test_backend_choices_and_unsupported_architecture(caplog):
     assert with_backend(other, "auto") is other  # falls back to plain hooks, saying why
     assert "using plain torch hooks" in caplog.text
     assert bridge_of(other.model) is None
+
+
+def test_steering_and_patching_act_the_same_on_the_wrapped_model(pair):
+    """The analyses' interventions (forward hooks on the decoder blocks) fire inside the bridge's components:
+    steered scores and patching effects equal the plain model's."""
+    from probe.activations.items import ActivationItem
+    from probe.analysis.patching import patch_effects
+    from probe.analysis.steering import steer
+
+    _, lm, tl = pair
+    reqs = _requests()
+    v = np.random.default_rng(0).normal(size=lm.model.config.hidden_size).astype(np.float32)
+    plain = [r.logprobs for r in Scorer(lm).score(reqs)]
+    with steer(lm.model, 1, v, 2.0):
+        want = [r.logprobs for r in Scorer(lm).score(reqs)]
+    with steer(tl.model, 1, v, 2.0):
+        got = [r.logprobs for r in Scorer(tl).score(reqs)]
+    assert max(abs(a - b) for x, y in zip(want, plain) for a, b in zip(x, y)) > 1e-3  # the steer does something
+    assert max(abs(a - b) for x, y in zip(want, got) for a, b in zip(x, y)) < 1e-4
+    items = [ActivationItem.from_dict({"id": i, "prompt": f"Background: Person A {c}. Who is old? Answer:",
+                                       "labels": ["A", "B"], "cue": c})
+             for i, c in (("t", "has wrinkles"), ("s", "rides a skateboard every day"))]
+    ref = patch_effects(lm.model, lm.tokenizer, *items, "A", positions=["last"])
+    np.testing.assert_allclose(patch_effects(tl.model, tl.tokenizer, *items, "A", positions=["last"]), ref,
+                               atol=1e-4, rtol=0)
