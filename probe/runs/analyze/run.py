@@ -69,12 +69,13 @@ class TaskRun:
         """``{key: float32 [n_records, d_model]}`` in record order: from the run's store when it holds the key,
         else captured by re-scoring the requests with the Runner (kept for the next call)."""
         from probe.activations import load as load_activations
+        from probe.activations.store import MANIFEST
 
         keys = list(dict.fromkeys(keys))
         need = [k for k in keys if k not in self._acts]
         store = self.output / "activations" if self.output is not None else None
-        if need and store is not None and (store / "manifest.json").is_file():
-            stored = json.loads((store / "manifest.json").read_text(encoding="utf-8")).get("keys", [])
+        if need and store is not None and (store / MANIFEST).is_file():
+            stored = json.loads((store / MANIFEST).read_text(encoding="utf-8")).get("keys", [])
             have = [k for k in need if k in stored]
             if have:
                 acts = load_activations(store, keys=have)
@@ -82,7 +83,8 @@ class TaskRun:
                     self._put(acts.ids, acts.arrays)
                     need = [k for k in need if k not in self._acts]
         if need:
-            # perplexity requests have no answer position: their rows stay NaN (analyses drop NaN rows)
+            # perplexity requests take only 'last' (their text's end), not the answer position the analyses
+            # read: left out, their rows stay NaN (analyses drop NaN rows)
             todo = [r for r in self.requests if r.kind in ("label", "continuation")]
             if not todo:
                 raise ProbeError(f"task {self.task.name!r}: no label or continuation requests to capture")
