@@ -1,16 +1,18 @@
 """§4.2.2 of the HBB paper: the BBQ-ambiguous bias concepts matched to HBB, BBQ score vs HBB S, Figure 5.
 
-**Matching rule.** The HBB concept pairs (rows of ``questions.csv``) were written from summaries of
-the source benchmarks, each made with the authors' summary prompt for that data set (Table 12): the
-BBQ prompt asks about "the Ambiguous Context and Negative Question", the CS/SS prompt about
-"Sentence 1 ... Sentence 2", SOFA's about "the Targets and Stereotype". The data keeps no source
-column, so a pair counts as **BBQ-derived** when its ``explanation`` starts with "The question" or
-"The context" (the BBQ prompt's subjects; 116 of the 1,547 pairs, none with a SOFA ``target``).
-A BBQ-derived pair is matched to HBB's category for its ``bias_type`` - age -> Age, gender -> Gender,
-race -> Race, religion -> Religions, socioeconomic -> SES (73 pairs) - and to BBQ's category
-Age / Gender_identity / Race_ethnicity / Religion / SES. Nationality, Race_x_gender and Race_x_SES
-pairs (43) have no HBB category and are left out. Its matched test instances are the HBB instances
-of that pair in that category (every descriptor type and identity pair).
+**Matching rule.** The HBB concept pairs (rows of ``questions.csv``) were written from concept
+summaries of the source benchmarks, listed in ``concepts.csv`` (1,961 rows: ``Concept1``, ``Concept2``,
+``Explanation``, ``bias_type``, ``target``) block by block: rows 0-137 are the BBQ block (every one a
+BBQ category, none with a SOFA ``target``; row 138 opens the CS/SS block). A concept pair is
+**BBQ-derived** when its (``bias type1``, ``bias type2``, ``explanation``) equals the (``Concept1``,
+``Concept2``, ``Explanation``) of a row in that block (whitespace stripped): 118 of the 1,547 pairs.
+(An earlier rule, an ``explanation`` opening "The question" / "The context" - the BBQ summary
+prompt's subjects - found 116: it missed concept ids 4 and 52, whose explanations open "The
+underlying bias is ...".) A BBQ-derived pair is matched to HBB's category for its ``bias_type`` -
+age -> Age, gender -> Gender, race -> Race, religion -> Religions, socioeconomic -> SES (74 pairs) -
+and to BBQ's category Age / Gender_identity / Race_ethnicity / Religion / SES. Nationality,
+Race_x_gender and Race_x_SES pairs (44) have no HBB category and are left out. Its matched test
+instances are the HBB instances of that pair in that category (every descriptor type and identity pair).
 
 **Numbers.** Per matched category: the BBQ ambiguous bias score from a ``bbq`` run (expected,
 ``labels``) beside the HBB count and mean S (S >= threshold) and the mean S over all matched
@@ -20,8 +22,11 @@ released data does not identify; ours is the rule above.
 
     python -m probe.reports.hbb_bbq_match --hbb runs/hbb --bbq runs/bbq --output runs/hbb_bbq_match
 
->>> c = bbq_derived(pd.DataFrame({"explanation": ["The question implies x.", "Sentence 1 says y.",
-...     "The context suggests z."], "bias_type": ["age", "age", "nationality"]}))
+>>> q = pd.DataFrame({"bias type1": ["slow", "x", "bad at math"], "bias type2": ["fast", "y", "good at math"],
+...     "explanation": ["The underlying bias.", "Sentence 1 says y.", "The context suggests z."],
+...     "bias_type": ["age", "age", "nationality"]})
+>>> c = bbq_derived(q, pd.DataFrame({"Concept1": ["slow", "bad at math"], "Concept2": ["fast", "good at math"],
+...     "Explanation": ["The underlying bias.", "The context suggests z."]}))
 >>> c.concept_id.tolist(), c.hbb_category.isna().tolist()
 ([0, 2], [False, True])
 """
@@ -31,7 +36,6 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import re
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
@@ -41,16 +45,26 @@ import pandas as pd
 #: HBB concept ``bias_type`` -> (HBB category, BBQ category)
 MATCH = {"age": ("age", "Age"), "gender": ("gender", "Gender_identity"), "race": ("race", "Race_ethnicity"),
          "religion": ("religions", "Religion"), "socioeconomic": ("ses", "SES")}
-BBQ_PROMPT_START = re.compile(r"\s*The (question|context)\b")
+#: rows 0-137 of concepts.csv: the concepts summarized from BBQ (row 138 opens the CS/SS block)
+BBQ_BLOCK = range(0, 138)
 
 
-def bbq_derived(questions: pd.DataFrame) -> pd.DataFrame:
-    """The BBQ-derived concept pairs of ``questions.csv`` (row order = ``concept_id``): ``concept_id``,
-    ``bias_type``, ``hbb_category`` and ``bbq_category`` (None when HBB has no such category)."""
-    expl = questions["explanation"].fillna("").astype(str)
+def _key(*parts: Any) -> tuple[str, ...]:
+    return tuple("" if x is None or (isinstance(x, float) and math.isnan(x)) else str(x).strip() for x in parts)
+
+
+def bbq_derived(questions: pd.DataFrame, concepts: pd.DataFrame) -> pd.DataFrame:
+    """The BBQ-derived concept pairs of ``questions.csv`` (row order = ``concept_id``): those whose
+    (``bias type1``, ``bias type2``, ``explanation``) is a row of ``concepts.csv``'s BBQ block (rows
+    0-137, :data:`BBQ_BLOCK`); columns ``concept_id``, ``bias_type``, ``hbb_category`` and
+    ``bbq_category`` (None when HBB has no such category)."""
+    block = concepts.iloc[[i for i in BBQ_BLOCK if i < len(concepts)]]
+    keys = {_key(a, b, e) for a, b, e in zip(block["Concept1"], block["Concept2"], block["Explanation"])}
     rows = [{"concept_id": i, "bias_type": bt, "hbb_category": MATCH.get(bt, (None, None))[0],
              "bbq_category": MATCH.get(bt, (None, None))[1]}
-            for i, (e, bt) in enumerate(zip(expl, questions["bias_type"])) if BBQ_PROMPT_START.match(e)]
+            for i, (a, b, e, bt) in enumerate(zip(questions["bias type1"], questions["bias type2"],
+                                                  questions["explanation"], questions["bias_type"]))
+            if _key(a, b, e) in keys]
     return pd.DataFrame(rows, columns=["concept_id", "bias_type", "hbb_category", "bbq_category"])
 
 
@@ -98,6 +112,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--hbb", required=True, metavar="RUN_DIR", help="a finished hbb run (instances.jsonl)")
     p.add_argument("--bbq", metavar="RUN_DIR", help="a finished bbq run (summary.json)")
     p.add_argument("--questions", help="HBB questions.csv (default: the hbb data set)")
+    p.add_argument("--concepts", help="HBB concepts.csv (default: beside questions.csv)")
     p.add_argument("--threshold", type=float, default=20.0)
     p.add_argument("--output", required=True)
     a = p.parse_args(argv)
@@ -107,7 +122,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         from probe.data.paths import dataset_dir
 
         qpath = dataset_dir("hbb") / "questions.csv"
-    concepts = bbq_derived(pd.read_csv(qpath, dtype={"explanation": str}))
+    cpath = Path(a.concepts) if a.concepts else qpath.with_name("concepts.csv")
+    concepts = bbq_derived(pd.read_csv(qpath, dtype={"explanation": str}),
+                           pd.read_csv(cpath, dtype={"Explanation": str}))
     inst = pd.read_json(Path(a.hbb) / "instances.jsonl", lines=True)
     bbq = json.loads((Path(a.bbq) / "summary.json").read_text()) if a.bbq else None
     matched = matched_instances(inst, concepts)
