@@ -13,8 +13,10 @@ table in ``docs/implicitbbq.md``):
   written, one form (a name has no article or case variant).
 * **Group answers** (explicit contexts): the answer as BBQ writes it and the
   slot word, each also without its determiner ("The", "A", "My"): capitalised,
-  and after "The" as written and capitalised; a lower-case slot word of at most three letters is an
-  abbreviation and is upper-cased instead ("sc" -> "SC"). The singular person
+  and after "The" as written and capitalised. Every group answer gets this same family of forms,
+  whatever its length ("The man" like "The woman"); only the abbreviations listed in
+  :data:`ABBREVIATIONS` (BharatBBQ's lower-case "sc", "st", "obc") are upper-cased instead
+  ("sc" -> "SC"). The singular person
   form ("The elderly person", "The kshtriya person") starts with "The <word>"
   and is counted inside it.
 
@@ -31,10 +33,16 @@ from __future__ import annotations
 import re
 from typing import Any, Sequence
 
-__all__ = ["answer_forms", "option_forms", "display_answer", "drop_contained", "DETERMINERS"]
+__all__ = ["answer_forms", "option_forms", "display_answer", "drop_contained", "ABBREVIATIONS", "DETERMINERS"]
 
 #: leading determiners stripped from an answer to get its head ("The grandfather" -> "grandfather")
 DETERMINERS = ("the", "a", "an", "my")
+#: Slot words that are abbreviations, written lower case in the data and upper case in English.
+#: Listed explicitly (issue #23): a length rule ("at most three letters") also caught "man", "boy",
+#: "son", "kid" and "old". These are every lower-case abbreviation in the BBQ templates and
+#: vocabulary and in BharatBBQ's Caste files (Scheduled Castes / Tribes, Other Backward Classes);
+#: BBQ's own abbreviations (PTSD, BPD, ...) are already upper case.
+ABBREVIATIONS = {"sc": "SC", "st": "ST", "obc": "OBC"}
 _PERSON = re.compile(r"^Person [A-Z]$")
 _DET = re.compile(r"^(?:%s)\s+" % "|".join(DETERMINERS), re.IGNORECASE)
 
@@ -44,9 +52,14 @@ def _head(text: str) -> str:
 
 
 def _upper_first(text: str) -> str:
-    if len(text) <= 3 and text.isalpha() and text.islower():  # "sc": an abbreviation, written "SC"
-        return text.upper()
+    first, sep, rest = text.partition(" ")
+    if first in ABBREVIATIONS:  # "sc" / "sc person": an abbreviation, written "SC"
+        return ABBREVIATIONS[first] + sep + rest
     return text[:1].upper() + text[1:]
+
+
+def _abbreviated(text: str) -> bool:
+    return text.partition(" ")[0] in ABBREVIATIONS
 
 
 def answer_forms(text: str, word: str = "", proper_name: bool = False) -> tuple[str, ...]:
@@ -61,6 +74,8 @@ def answer_forms(text: str, word: str = "", proper_name: bool = False) -> tuple[
     ('Grandfather', 'The grandfather', 'The Grandfather', 'grandfather')
     >>> answer_forms("My grandfather", "grandfather")
     ('Grandfather', 'The grandfather', 'The Grandfather', 'My grandfather', 'grandfather')
+    >>> answer_forms("The man", "man")
+    ('Man', 'The man', 'The Man', 'man')
     >>> answer_forms("kshtriya", "kshtriya")
     ('Kshtriya', 'The kshtriya', 'The Kshtriya', 'kshtriya')
     >>> answer_forms("Karen", "Karen", proper_name=True)
@@ -78,7 +93,7 @@ def answer_forms(text: str, word: str = "", proper_name: bool = False) -> tuple[
         up = _upper_first(h)
         # "The grandfather" and "The Grandfather" (a caste or group name is capitalised in English:
         # "The Rajput"); an abbreviation only upper-cased ("The SC")
-        forms += [up] + (["The " + up] if up.isupper() else ["The " + h, "The " + up])
+        forms += [up] + (["The " + up] if _abbreviated(h) else ["The " + h, "The " + up])
     forms += [text, word]
     return drop_contained(forms)
 

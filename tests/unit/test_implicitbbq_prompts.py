@@ -75,6 +75,16 @@ def test_oneword_options_surface_forms_and_unknown_paraphrases():
     ("rich people", "rich", False, ("Rich", "The rich", "The Rich", "rich")),
     ("The elderly man", "elderly", False, ("Elderly", "The elderly", "The Elderly", "elderly")),
     ("sc", "sc", False, ("SC", "The SC", "sc")),  # an abbreviation is upper-cased
+    ("st", "st", False, ("ST", "The ST", "st")),
+    ("The obc person", "obc", False, ("OBC", "The OBC", "The obc person", "obc")),  # as written: kept
+    # short words are not abbreviations (issue #23: "The man" was scored as MAN, The MAN, The man, man)
+    ("The man", "man", False, ("Man", "The man", "The Man", "man")),
+    ("The woman", "woman", False, ("Woman", "The woman", "The Woman", "woman")),
+    ("The boy", "boy", False, ("Boy", "The boy", "The Boy", "boy")),
+    ("The old man", "old", False, ("Old", "The old", "The Old", "old")),
+    ("My son", "son", False, ("Son", "The son", "The Son", "My son", "son")),
+    ("The kid", "kid", False, ("Kid", "The kid", "The Kid", "kid")),
+    ("PTSD", "PTSD", False, ("PTSD", "The PTSD")),  # already upper case: unchanged
     ("kshtriya", "kshtriya", False, ("Kshtriya", "The kshtriya", "The Kshtriya", "kshtriya")),
     ("The Muslim one", "Muslim", False, ("Muslim", "The Muslim")),
     ("Karen", "Karen", True, ("Karen",)),  # a proper name: as written
@@ -83,6 +93,21 @@ def test_oneword_options_surface_forms_and_unknown_paraphrases():
 ])
 def test_answer_forms_hand_cases(text, word, proper, forms):
     assert answer_forms(text, word, proper_name=proper) == forms
+
+
+def _shape(forms: tuple[str, ...], head: str) -> tuple[str, ...]:
+    """The forms with the head word written as a placeholder, keeping its case pattern."""
+    return tuple(f.replace(head, "<w>").replace(head.capitalize(), "<W>") for f in forms)
+
+
+@pytest.mark.parametrize("a, b", [(("The man", "man"), ("The woman", "woman")),
+                                  (("The boy", "boy"), ("The girl", "girl")),
+                                  (("The old man", "old"), ("The young man", "young")),
+                                  (("My son", "son"), ("My daughter", "daughter"))])
+def test_answer_forms_same_family_for_every_person_answer(a, b):
+    assert _shape(answer_forms(*a), a[1]) == _shape(answer_forms(*b), b[1])
+    assert _shape(answer_forms("The man", "man"), "man") == (
+        "<W>", "The <w>", "The <W>", "<w>")
 
 
 def test_answer_forms_rules():

@@ -44,11 +44,12 @@ from probe.tasks.implicitbbq import results
 from probe.tasks.implicitbbq.chains import chain_id, chain_summary
 from probe.tasks.implicitbbq.sample import Selection, select, stratified_sample, unit_key
 
-__all__ = ["ImplicitBBQConfig", "ImplicitBBQTask", "STRATEGIES", "FORMATS", "request_id", "stratified_sample",
-           "unit_key"]
+__all__ = ["ImplicitBBQConfig", "ImplicitBBQTask", "STRATEGIES", "FORMATS", "CONTEXT_KINDS", "request_id",
+           "stratified_sample", "unit_key"]
 
 STRATEGIES = ("zero_shot", "safety", "few_shot", "cot")
 FORMATS = ("oneword", "labels")
+CONTEXT_KINDS = ("explicit", "implicit", "neutral", "nochar")
 
 
 @dataclass(frozen=True)
@@ -63,6 +64,9 @@ class ImplicitBBQConfig(TaskConfig):
         "zero_shot": 34, "safety": 34, "few_shot": 8, "cot": 3})
     # the seed applies mitigations to explicit/implicit contexts only, not to the controls
     control_strategies: tuple[str, ...] = ("zero_shot",)
+    # which context kinds are sampled (e.g. [explicit] to re-score only the explicit cells of Table 2);
+    # the samples of the kinds kept are the same items as in a run with every kind
+    context_kinds: tuple[str, ...] = CONTEXT_KINDS
     seed: int = 0
     lexical: str = "first"
     # "matched": explicit fillings resampled to the implicit set's (dimension, template) weights, as the
@@ -88,7 +92,7 @@ class ImplicitBBQConfig(TaskConfig):
     mass_floor: float = 0.1  # items whose scored answers carry less probability are "not answering"
 
     def __post_init__(self) -> None:
-        for k in ("dimensions", "strategies", "answer_formats", "control_strategies"):
+        for k in ("dimensions", "strategies", "answer_formats", "control_strategies", "context_kinds"):
             value = getattr(self, k)
             object.__setattr__(self, k, (value,) if isinstance(value, str) else tuple(value))
         bad = set(self.strategies) - set(STRATEGIES)
@@ -97,6 +101,10 @@ class ImplicitBBQConfig(TaskConfig):
         bad = set(self.answer_formats) - set(FORMATS)
         if bad:
             raise ValueError(f"unknown answer_formats {sorted(bad)}; choose from {', '.join(FORMATS)}")
+        bad = set(self.context_kinds) - set(CONTEXT_KINDS)
+        if bad or not self.context_kinds:
+            raise ValueError(f"context_kinds must be a non-empty subset of {', '.join(CONTEXT_KINDS)}, "
+                             f"got {list(self.context_kinds)}")
         bad = set(self.dimensions) - set(DIMENSIONS)
         if bad:
             raise ValueError(f"unknown dimensions {sorted(bad)}; choose from {', '.join(DIMENSIONS)}")

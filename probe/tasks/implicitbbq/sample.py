@@ -63,9 +63,14 @@ def stratified_sample(items: Iterable[Any], per_cell: int | None, seed: int,
 
 def strategy_samples(config: Any, items: Sequence[Any]) -> dict[str, list]:
     """Each strategy's stratified sample (the controls only for ``control_strategies``)."""
-    mitigated = {s for s in {it.setting for it in items} if not s.startswith(("neutral", "nochar"))}
+    kinds = set(getattr(config, "context_kinds", None) or ("explicit", "implicit", "neutral", "nochar"))
+    all_settings = {it.setting for it in items}
+    kept = {s for s in all_settings if s.split("_", 1)[0] in kinds}  # a setting is named "<kind>_..."
+    mitigated = {s for s in kept if not s.startswith(("neutral", "nochar"))}
+    # a unit's rank depends only on its key and the seed, so leaving kinds out keeps the others' samples
     return {s: stratified_sample(items, config.per_cell[s], config.seed,
-                                 None if s in config.control_strategies else mitigated)
+                                 (kept if kept != all_settings else None) if s in config.control_strategies
+                                 else mitigated)
             for s in config.strategies}
 
 
