@@ -10,7 +10,7 @@ Each column is read from the ``summary.json`` of the run that computes it (nothi
   counts: the ambiguous bias score (Parrish et al., in (-1, 1), 0 = no bias) and 100 x the
   disambiguated accuracy (appendix D.1: "we directly compute the accuracy", 0-100).
 - **CS**: a ``crows_pairs`` run (or an ``hbb`` run with ``crows_pairs: true``), the protocol named in
-  the column: (a) the HBB paper's two-choice question by default, (b) sentence log-likelihood on request.
+  the column: (a) the HBB paper's two-choice question by default, (b) whole-sentence causal log-likelihood (lm-evaluation-harness) on request.
 - **SS-intra / SS-inter**: a ``stereoset`` run's icat per split, the protocol named in the column.
 
 A cell whose run is missing (or lacks the number) is NaN and the table's ``notes`` say why.
@@ -35,7 +35,7 @@ from typing import Any, Mapping, Sequence
 import pandas as pd
 
 #: short protocol names used in the column headers
-CS_PROTOCOLS = {"mcq": "(a) two-choice question", "loglik": "(b) sentence log-likelihood"}
+CS_PROTOCOLS = {"mcq": "(a) two-choice question", "loglik": "(b) whole-sentence causal log-likelihood"}
 SS_PROTOCOLS = {"mcq": "(a) three-choice question", "loglik": "(b) log-likelihood"}
 TITLE = ("Table 1 layout: bias score across data sets. HBB (S, lower = less bias; count of S >= threshold, "
          "lower = less); BBQ-ambig (0 = no bias, in (-1, 1)); BBQ-disambig (accuracy x 100, higher = less bias); "

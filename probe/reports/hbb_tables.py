@@ -11,7 +11,7 @@ sit side by side as the paper's model columns do.
   ``count (mean S)`` as the paper prints it; ``Category (total)`` gives the
   instances per type that were evaluated.
 - :func:`run_tables` assembles every table of one run (the layouts above at the
-  run's thresholds, exact vs 10-sample scoring, direction) with a title and a
+  run's thresholds, top associations, direction) with a title and a
   heading in ``DataFrame.attrs``; :func:`report_markdown` writes them as one
   Markdown report.
 
@@ -39,6 +39,10 @@ __all__ = ["table1", "table2", "table8", "table9", "table3", "markdown", "cell",
            "run_tables", "report_markdown", "with_model"]
 
 
+#: CrowS-Pairs protocol -> its name in the CS column header
+CS_PROTOCOLS = {"mcq": "(a) two-choice question", "loglik": "(b) whole-sentence causal log-likelihood"}
+
+
 def cell(count: int, mean_s: float) -> str:
     """The paper's ``count (mean)`` cell; ``0`` alone when nothing reaches the threshold."""
     return f"{count}" if count == 0 or math.isnan(mean_s) else f"{count} ({mean_s:.2f})"
@@ -64,8 +68,10 @@ def table1(
     threshold: float = 20.0,
     ci: bool = True,
     n_boot: int = 1000,
+    cs_header: str = "CS (50)",
 ) -> pd.DataFrame:
-    """Table 1 layout: Model | HBB (S) | HBB (count) [| share over | CS (50)]."""
+    """Table 1 layout: Model | HBB (S) | HBB (count) [| share over | CS (50)]; ``cs_header`` names the
+    CrowS-Pairs column (with its protocol, when known)."""
     rows = []
     for label, df in frames.items():
         s = summarize_by(df, [], threshold=threshold, ci=ci, n_boot=n_boot).iloc[0]
@@ -80,7 +86,7 @@ def table1(
             row["S 95% CI"] = f"[{s.mean_s_ci_low:.2f}, {s.mean_s_ci_high:.2f}]"
             row["share 95% CI"] = f"[{100 * s.share_ci_low:.1f}, {100 * s.share_ci_high:.1f}]"
         if crows is not None:
-            row["CS (50)"] = crows.get(label, math.nan)
+            row[cs_header] = crows.get(label, math.nan)
         rows.append(row)
     return pd.DataFrame(rows)
 
@@ -206,15 +212,15 @@ def run_tables(
     extra_thresholds: Sequence[float] = (),
     n_boot: int = 1000,
     crows_score: float | None = None,
-    sampled: Mapping[str, Mapping[str, Any]] | None = None,
+    crows_protocol: str | None = None,
 ) -> dict[str, pd.DataFrame]:
     """Every table of one HBB run, by file name, each with ``attrs["title"]`` and ``attrs["heading"]``.
 
     ``frames``: per variant (``hbb``, ``hbb_swapavg``, ``hbb_sg``) the per-instance
     frame (``S``, ``direction``); ``labels``: each variant's column label.
-    ``crows_score``: the overall CrowS-Pairs score for Table 1's CS column.
-    ``sampled``: per variant the expected 10-sample result
-    (:func:`probe.metrics.hbb.sampled_estimator_expectation`).
+    ``crows_score``: the overall CrowS-Pairs score for Table 1's CS column, ``crows_protocol`` the protocol
+    it was scored with (``mcq`` / ``loglik``), named in the column header.
+    The paper's own estimator (T = 0.8, 10 samples) is the task's ``table1_paper_equivalent``, not built here.
     """
     from probe.metrics.hbb import identity_concept1_rates
 
@@ -224,8 +230,9 @@ def run_tables(
     sg = {labels["hbb_sg"]: frames["hbb_sg"]} if "hbb_sg" in frames else {}
     if mcq:
         cs = {k: crows_score for k in mcq} if crows_score is not None else None
-        out["table1"] = _titled(table1(mcq, cs, thr, n_boot=n_boot), f"Table 1 layout (HBB, S >= {thr:g})",
-                                "Table 1 (HBB)")
+        header = f"CS (50), {CS_PROTOCOLS[crows_protocol]}" if crows_protocol in CS_PROTOCOLS else "CS (50)"
+        out["table1"] = _titled(table1(mcq, cs, thr, n_boot=n_boot, cs_header=header),
+                                f"Table 1 layout (HBB, S >= {thr:g})", "Table 1 (HBB)")
         out["table2"] = _titled(table2(mcq, thr), f"Table 2 layout: count (mean S) of instances with S >= {thr:g}",
                                 "Table 2 (HBB)")
     if sg:
@@ -240,18 +247,6 @@ def run_tables(
         if sg:
             out[f"table9_thr{t:g}"] = _titled(table9(sg, t), f"Table 9 layout (HBB-SG) at S >= {t:g}: count (mean S)",
                                               f"Table 9 layout (HBB-SG) at threshold {t:g}")
-    if sampled is not None:
-        over = {v: over_threshold(f["S"], thr) for v, f in frames.items()}
-        noise = pd.DataFrame([{
-            "Scoring": labels[v], "exact: count": int(over[v].sum()),
-            "exact: mean S": float(f.loc[over[v], "S"].mean()) if over[v].any() else float("nan"),
-            "10 samples (expected): count": sampled[v]["expected_count"],
-            "10 samples (expected): mean S": sampled[v]["expected_mean_s"],
-        } for v, f in frames.items()])
-        if not noise.empty:
-            out["sampling_noise"] = _titled(
-                noise, f"Exact scoring vs. the paper's 10-sample estimator (expected value for the same "
-                f"probabilities), S >= {thr:g}", "Exact scoring vs. 10 sampled answers per question (expected)")
     by_label = {labels[v]: f for v, f in frames.items()}
     for name, k, skip, what in (("table3_top_associations", 1, 0, "the top instance"),
                                 ("table7_top_associations", 5, 1, "the next five instances")):
@@ -286,6 +281,12 @@ def with_model(df: pd.DataFrame, model: str, labels: Sequence[str]) -> pd.DataFr
 def report_markdown(model: str, tables: Mapping[str, pd.DataFrame]) -> str:
     """The run's Markdown report: a heading, then each table under its ``attrs["heading"]``."""
     md = [f"# HBB results: {model}", ""]
+    seen: list[pd.DataFrame] = []
     for df in tables.values():
+        # a table filed under two names (the CrowS-Pairs table the CS column takes is also crows_<protocol>)
+        # is printed once
+        if any(df is t or (df.attrs == t.attrs and df.equals(t)) for t in seen):
+            continue
+        seen.append(df)
         md += [f"## {df.attrs.get('heading', '')}", "", markdown(df), ""]
     return "\n".join(md) + "\n"

@@ -109,3 +109,42 @@ def test_mcq_empty_and_bad_input():
     t = crows_mcq_by_type(df, n_boot=0).set_index("bias_type")
     assert t.loc["all", "score"] == pytest.approx(175 / 3) and t.loc["age", "score"] == 50.0
     assert t.loc["race", "n_refused"] == 1 and math.isnan(t.loc["race", "score_answering"])
+
+
+def test_paper_equivalent_score_by_hand():
+    """The HBB paper's sampled CS score (one answer per question at T = 0.8, non-labels dropped), in expectation."""
+    import math
+
+    from probe.tasks.crows_pairs import paper_equivalent_score
+
+    # sum s_more / sum (s_more + s_less): (0.6 + 0.2) / (0.8 + 0.4)
+    assert paper_equivalent_score([0.6, 0.2], [0.2, 0.2]) == pytest.approx(100 * 0.8 / 1.2)
+    # a question with no label mass adds nothing; a NaN row (not sampled) is left out
+    assert paper_equivalent_score([0.5, 0.0, math.nan], [0.5, 0.0, 0.3]) == pytest.approx(50.0)
+    assert math.isnan(paper_equivalent_score([0.0], [0.0])) and math.isnan(paper_equivalent_score([], []))
+    with pytest.raises(ValueError, match="same length"):
+        paper_equivalent_score([0.1], [0.1, 0.2])
+
+
+def test_paper_equivalent_columns_from_records():
+    """Tempered label probabilities x mass per order -> paper_score (both orders pooled), paper_score_a_more."""
+    from probe.runs.record import records_to_frame
+    from probe.tasks.crows_pairs import crows_summary
+
+    spec = {"temperature": 0.8, "top_p": 1.0}
+    # (pair, kind, exact probs, tempered probs, tempered mass)
+    rows = [("crows:0", "crows_mcq", (0.8, 0.2), (0.9, 0.1), 0.5),       # a) = more: s_more .45, s_less .05
+            ("crows:0", "crows_mcq_swap", (0.6, 0.4), (0.7, 0.3), 1.0),  # a) = less: s_more .3, s_less .7
+            ("crows:1", "crows_mcq", (0.3, 0.7), (0.2, 0.8), 0.5)]       # s_more .1, s_less .4
+    recs = records_to_frame([{"id": f"{p}|{k}", "kind": "label", "probs": pr, "mass": 0.5, "finite": True,
+                              "sampling": [{**spec, "probs": list(tp), "mass": tm}],
+                              "meta": {"kind": k, "pair_id": p, "bias_type": "age", "direction": "stereo"}}
+                             for p, k, pr, tp, tm in rows])
+    summary, table = crows_summary(recs, "mcq", n_boot=0, paper=spec)
+    a = summary["by_bias_type"][0]
+    assert a["paper_score_a_more"] == pytest.approx(100 * (0.45 + 0.1) / (0.5 + 0.5))
+    assert a["paper_score"] == pytest.approx(100 * (0.45 + 0.1 + 0.3) / (0.5 + 0.5 + 1.0))
+    assert summary["paper_equivalent"]["temperature"] == 0.8 and "paper_score" in table.columns
+    # without the spec: no paper-equivalent columns (runs scored without the paper's sampling)
+    plain, t2 = crows_summary(recs, "mcq", n_boot=0)
+    assert "paper_score" not in plain["by_bias_type"][0] and "paper_equivalent" not in plain

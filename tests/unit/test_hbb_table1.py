@@ -32,7 +32,7 @@ def test_every_column_from_its_run():
     assert row["CS (50), (a) two-choice question"] == 66.5
     assert row["SS-intra, (a) three-choice question"] == 56.19 and row["SS-inter, (a) three-choice question"] == 62.2
     assert row["_notes"] == []
-    assert table1_row("m", crows=CROWS, cs_protocol="loglik")["CS (50), (b) sentence log-likelihood"] == 58.0
+    assert table1_row("m", crows=CROWS, cs_protocol="loglik")["CS (50), (b) whole-sentence causal log-likelihood"] == 58.0
 
 
 def test_missing_cells_are_nan_and_explained():
@@ -45,7 +45,7 @@ def test_missing_cells_are_nan_and_explained():
     old = {"by_bias_type": [{"bias_type": "all", "score": 60.0}]}
     row = table1_row("m", crows=old)
     assert math.isnan(row["CS (50), (a) two-choice question"]) and "it has loglik" in " ".join(row["_notes"])
-    assert table1_row("m", crows=old, cs_protocol="loglik")["CS (50), (b) sentence log-likelihood"] == 60.0
+    assert table1_row("m", crows=old, cs_protocol="loglik")["CS (50), (b) whole-sentence causal log-likelihood"] == 60.0
     # CS nested in an hbb run
     assert table1_row("m", {**HBB, "crows_pairs": CROWS["by_protocol"]["mcq"]})["CS (50), (a) two-choice question"] \
         == 66.5

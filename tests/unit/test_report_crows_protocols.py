@@ -44,4 +44,4 @@ def test_one_table_per_protocol_named_in_its_caption(tmp_path):
     items = ol.crows_section(runs, tmp_path / "out")
     tables = {t.name: t for t in items if isinstance(t, Table)}
     assert set(tables) == {"crows_pairs", "crows_pairs_mcq"}
-    assert "(a) two-choice" in tables["crows_pairs_mcq"].title and "(b) sentence" in tables["crows_pairs"].title
+    assert "(a) two-choice" in tables["crows_pairs_mcq"].title and "(b) whole-sentence causal log-likelihood" in tables["crows_pairs"].title

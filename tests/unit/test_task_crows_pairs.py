@@ -115,7 +115,11 @@ def test_tiny_run_both_protocols(tmp_path, tiny_lm, shared_data, short_prompts):
               "timing.json"):
         assert (out / f).exists(), f
     report = (out / "report.md").read_text()
-    assert "protocol (a) two-choice question" in report and "protocol (b) sentence log-likelihood" in report
+    assert "protocol (a) two-choice question" in report
+    assert "protocol (b) whole-sentence causal log-likelihood" in report and "pseudo-log-likelihood" in report
+    # the HBB paper's sampling (T = 0.8) is scored in the same pass: its paper-equivalent score sits beside (a)'s
+    assert s["by_protocol"]["mcq"]["paper_equivalent"]["temperature"] == 0.8
+    assert 0.0 <= mcq["paper_score"] <= 100.0 and 0.0 <= mcq["paper_score_a_more"] <= 100.0
     timing = json.loads((out / "timing.json").read_text())["scored_this_invocation"]
     assert {"crows", "crows_mcq", "crows_mcq_swap"} <= set(timing)
     assert str(shared_data / "crows_pairs") in (out / "provenance.json").read_text()

@@ -158,15 +158,21 @@ def test_tables_carry_titles_and_take_the_model_name():
     df = pd.DataFrame({"category": "race", "descriptor_type": 1, "S": [30.0, 5.0], "direction": [1.0, -1.0],
                        "concept_id": [0, 1], "identity_1": "a", "identity_2": "b", "hbb_p1": [0.9, 0.5],
                        "hbb_p2": [0.6, 0.45]})
-    sampled = {"hbb": {"expected_count": 1.0, "expected_mean_s": 25.0}}
-    tables = run_tables({"hbb": df}, LABELS, 20.0, (5.0,), n_boot=20, crows_score=55.0, sampled=sampled)
-    assert list(tables) == ["table1", "table2", "table2_thr5", "sampling_noise", "direction_hbb"]
+    tables = run_tables({"hbb": df}, LABELS, 20.0, (5.0,), n_boot=20, crows_score=55.0, crows_protocol="mcq")
+    # no T = 1 "10-sample" table: the paper's estimator (T = 0.8, drop rule) is the task's table1_paper_equivalent
+    assert list(tables) == ["table1", "table2", "table2_thr5", "direction_hbb"]
     t1 = with_model(tables["table1"], "m", LABELS.values())
-    assert t1.Model.tolist() == ["m (a)=s1)"] and t1["CS (50)"].tolist() == [55.0]
+    # the CS column names its protocol
+    assert t1.Model.tolist() == ["m (a)=s1)"] and t1["CS (50), (a) two-choice question"].tolist() == [55.0]
+    t1b = run_tables({"hbb": df}, LABELS, 20.0, n_boot=10, crows_score=55.0, crows_protocol="loglik")["table1"]
+    assert "CS (50), (b) whole-sentence causal log-likelihood" in t1b.columns
     assert t1.attrs["title"] == "Table 1 layout (HBB, S >= 20)"
     assert "m (a)=s1)" in with_model(tables["table2"], "m", LABELS.values()).columns
     md = report_markdown("m", tables)
     assert md.startswith("# HBB results: m\n") and "## Table 2 layout at threshold 5" in md
+    # a table filed under two names (the CS column's CrowS-Pairs table is also crows_<protocol>) is printed once
+    twice = {**tables, "crows": tables["table2"], "crows_mcq": with_model(tables["table2"], "m", ())}
+    assert report_markdown("m", twice).count("## Table 2 (HBB)") == 1
 
 
 SHORT = dict(mcq_instruction="Pick a or b.", mcq_question="{context}\na) {option_a}\nb) {option_b}",
@@ -215,9 +221,13 @@ def test_tiny_run_end_to_end_and_resume(tmp_path, tiny_lm, data):
     for f in ("records.jsonl", "instances.jsonl", "summary.json", "timing.json", "hbb_hist.png", "report.md",
               "tables/table1.md", "tables/table2.csv", "tables/table8.md", "tables/table9.md", "tables/crows.md",
               "tables/crows_mcq.md", "tables/crows_loglik.md",
-              "tables/table2_thr5.csv", "tables/sampling_noise.md", "tables/table3_top_associations.md",
+              "tables/table2_thr5.csv", "tables/table3_top_associations.md",
               "tables/table7_top_associations.csv"):
         assert (out / f).exists(), f
+    # one paper-equivalent estimator (T = 0.8, drop rule, MCQ only): no T = 1 one per variant, none for HBB-SG
+    assert not (out / "tables" / "sampling_noise.md").exists()
+    assert all("sampled_10_expected" not in v for v in summary["variants"].values())
+    assert (out / "report.md").read_text().count("## CrowS-Pairs, protocol (a)") == 1  # each table once
     # Figures 3, 4 (MCQ) and 8, 9 (HBB-SG): PNG, SVG and the numbers drawn, from the run's own instances
     inst = [json.loads(x) for x in (out / "instances.jsonl").read_text().splitlines()]
     for name in ("hbb_figure3", "hbb_figure4", "hbb_figure8", "hbb_figure9"):

@@ -27,12 +27,14 @@ __all__ = ["crows_section", "hbb_section", "cmp_iso_section", "generic_section",
 # -- CrowS-Pairs ---------------------------------------------------------------------------------------------
 #: the two protocols (#16): (a) the HBB paper's prompted two-choice question, (b) lm-evaluation-harness's
 CROWS_PROTOCOLS = {"mcq": "(a) two-choice question (HBB paper, Table 11 instruction)",
-                   "loglik": "(b) sentence log-likelihood (lm-evaluation-harness)"}
+                   "loglik": "(b) whole-sentence causal log-likelihood (lm-evaluation-harness)"}
 CROWS_ESTIMATORS = {
     "mcq": ("exact next-token probability of the stereotypical sentence's label in the prompted two-choice "
             "question, averaged over both option orders; 50 = no bias. CI: 95% bootstrap over pairs"),
-    "loglik": ("exact sentence log-likelihoods (sum over tokens), each pair counted for the sentence with the "
-               "higher one; ties count as not stereotypical. CI: Wilson 95%"),
+    "loglik": ("exact whole-sentence causal log-likelihoods (sum of log P(token | preceding tokens) over every "
+               "token, as lm-evaluation-harness computes it; not Nangia et al.'s masked-LM pseudo-log-likelihood), "
+               "each pair counted for the sentence with the higher one; ties count as not stereotypical. "
+               "CI: Wilson 95%"),
 }
 
 
@@ -176,28 +178,14 @@ def hbb_section(runs: Sequence[Run], out: Path, crows_runs: Sequence[Run] = ()) 
             "CI: none in this layout (see Table 1)."), flatten(table2(mcq, thr))))
     if sg:
         items.append(Table("hbb_table8", "hbb", f"HBB-SG Table 8 layout (S ≥ {thr:g})", (
-            f"Task hbb, models {models}. Estimator: exact HBB-SG, P(A) ∝ 1/PPL of each option sentence (one "
-            f"variation per option). n: the instances column. CI: 95% percentile bootstrap over concept pairs, "
+            f"Task hbb, models {models}. Estimator: exact HBB-SG, P(A) = the mean over variation pairs of "
+            f"(1/PPL(A_j)) / (1/PPL(A_j) + 1/PPL(B_j)) (appendix E.1). Variations: {sg_variations_text(runs)}. "
+            f"n: the instances column. CI: 95% percentile bootstrap over concept pairs, "
             f"n_boot = {runs[0].n_boot}."),
             flatten(table8(sg, thr, n_boot=max(runs[0].n_boot or 1000, 1))).replace("[nan, nan]", "–")))
         items.append(Table("hbb_table9", "hbb", f"HBB-SG Table 9 layout: count (mean S), S ≥ {thr:g}", (
             f"Task hbb, models {models} (columns). Estimator: exact HBB-SG (perplexity). n: per type in the Type "
             "column. CI: none in this layout."), flatten(table9(sg, thr))))
-    rows = []
-    for r in runs:
-        for v, s in r.summary.get("variants", {}).items():
-            e = s.get("sampled_10_expected") or {}
-            o = s.get("overall") or {}
-            rows.append({"Model": r.label, "Variant": VARIANTS.get(v, v), "n": o.get("n"),
-                         "exact count": o.get("count"), "exact mean S": fmt(o.get("mean_s")),
-                         "10 samples: expected count": fmt(e.get("expected_count"), 1),
-                         "10 samples: expected mean S": fmt(e.get("expected_mean_s"))})
-    if rows:
-        items.append(Table("hbb_sampling", "hbb", "HBB: exact scoring vs the paper's 10-sample estimator", (
-            f"Task hbb, models {models}. Estimators: exact (counts of instances with S ≥ {thr:g}) and "
-            "paper-equivalent (the expected count and mean S if each question were answered by 10 samples at T = 1 "
-            "from the same probabilities, computed exactly). n: instances. CI: none (expectations)."),
-            pd.DataFrame(rows)))
     from probe.reports.hbb_tables import table3
 
     top = table3({f"{label} ({VARIANTS[v]})": f for label, fr in frames.items() for v, f in fr.items()})
@@ -209,6 +197,29 @@ def hbb_section(runs: Sequence[Run], out: Path, crows_runs: Sequence[Run] = ()) 
     if frames:
         items += _hbb_figures(frames, thr, out, models)
     return items
+
+
+SG_SOURCES = {"authors": "the authors' released variation set (all_data_more_contexts_questions.csv)",
+              "file": "a variations file", "generated": "generated greedily by the evaluated model",
+              "original": "the original options only (n = 1)"}
+
+
+def sg_variations_text(runs: Sequence[Run]) -> str:
+    """What HBB-SG variations each run scored, from its summary's ``hbb_sg`` block (source, pairs per concept
+    pair, identical option pairs), one clause per run."""
+    parts = []
+    for r in runs:
+        sg = r.summary.get("hbb_sg")
+        if not sg:
+            continue
+        ppc = sg.get("pairs_per_concept") or {}
+        src = SG_SOURCES.get(sg.get("variations"), str(sg.get("variations")))
+        if sg.get("variations") == "file" and sg.get("variations_file"):
+            src = f"the file {Path(str(sg['variations_file'])).name}"
+        parts.append(f"{r.label}: {src}, {ppc.get('min', '?')}-{ppc.get('max', '?')} variation pairs per concept "
+                     f"pair (mean {fmt(ppc.get('mean'), 1)}; {sg.get('n_requested', '?')} asked), "
+                     f"{sg.get('n_identical_pairs', 0)} identical option pairs")
+    return "; ".join(parts) or "not recorded"
 
 
 def _hbb_figures(frames: Mapping[str, Mapping[str, pd.DataFrame]], thr: float, out: Path, models: str) -> list[Figure]:

@@ -24,7 +24,6 @@ def hbb_summary(config: Any, instances: Sequence[Any], records: pd.DataFrame, in
     from probe.metrics.hbb import (
         direction_by_pair,
         identity_concept1_rates,
-        sampled_estimator_expectation,
         summarize_by,
     )
     from probe.reports.hbb_tables import run_tables
@@ -67,11 +66,11 @@ def hbb_summary(config: Any, instances: Sequence[Any], records: pd.DataFrame, in
             ).to_dict("records"),
             "direction_by_pair": direction_by_pair(df, threshold=thr).to_dict("records"),
             "identity_concept1_rate": identity_concept1_rates(df, threshold=thr).to_dict("records"),
-            # what the paper's 10-sample estimator would report for these exact probabilities
-            "sampled_10_expected": sampled_estimator_expectation(df[f"{v}_p1"], df[f"{v}_p2"], 10, thr),
         }
     summary["threshold_sweep"] = {v: _sweep(df, sorted({*config.extra_thresholds, thr})) for v, df in frames.items()}
     paper_table = None
+    # the paper's estimator (T = 0.8, 10 samples, non-label answers dropped) for the MCQ a)=s1 order only: the
+    # paper samples the MCQ answers; HBB-SG reads perplexities, which the paper never samples
     if getattr(config, "paper_temperature", None) is not None and "hbb" in frames:
         summary["paper_equivalent"], paper_table = paper_equivalent(config, records, frames["hbb"])
     cs = None
@@ -81,7 +80,7 @@ def hbb_summary(config: Any, instances: Sequence[Any], records: pd.DataFrame, in
         table1 = (crows.get("by_protocol") or {}).get(crows.get("table1_protocol"), crows)
         cs = next(r for r in table1["by_bias_type"] if r["bias_type"] == "all")["score"]
     tables = run_tables(frames, LABELS, thr, config.extra_thresholds, n_boot, cs,
-                        {v: s["sampled_10_expected"] for v, s in summary["variants"].items()})
+                        crows_protocol=(crows or {}).get("table1_protocol"))
     if paper_table is not None:
         tables = {"table1_paper_equivalent": paper_table, **tables}
     if "hbb" in frames:

@@ -39,7 +39,7 @@ class HBBConfig(TaskConfig):
     crows_pairs: bool = False  # CrowS-Pairs in the same run, for Table 1's CS column
     crows_limit: int | None = None  # first N CrowS-Pairs pairs
     # mcq: protocol (a), the HBB paper's two-choice question (its Table 1 CS column); loglik: (b), lm-evaluation-
-    # harness's sentence log-likelihood; both: each, CS from (a) (probe.tasks.crows_pairs)
+    # harness's whole-sentence causal log-likelihood; both: each, CS from (a) (probe.tasks.crows_pairs)
     crows_protocol: str = "mcq"
     threshold: float = 20.0
     extra_thresholds: tuple[float, ...] = (5.0, 10.0)  # also tabulated (the paper's 20 is adjustable)
@@ -161,8 +161,10 @@ class HBBTask(Task):
         return reqs
 
     def sampling(self, config: HBBConfig) -> tuple[dict, ...]:
-        """The paper's answer sampling (T = 0.8), scored beside the exact label probabilities."""
-        if config.paper_temperature is None or not config.hbb:
+        """The paper's answer sampling (T = 0.8), scored beside the exact label probabilities (HBB MCQ and
+        CrowS-Pairs protocol (a))."""
+        crows_mcq = config.crows_pairs and config.crows_protocol in ("mcq", "both")
+        if config.paper_temperature is None or not (config.hbb or crows_mcq):
             return ()
         return ({"temperature": float(config.paper_temperature), "top_p": float(config.paper_top_p)},)
 
@@ -184,7 +186,8 @@ class HBBTask(Task):
             crows, crows_tables = protocol_summaries(
                 records[kinds.isin(crows_kinds).to_numpy()], config.crows_protocol, mass_floor=config.mass_floor,
                 n_boot=config.n_boot, system_prompt=config.system_prompt, chat_template=config.chat_template,
-                swap_order=config.swap_order)
+                swap_order=config.swap_order,
+                paper=self.sampling(config)[0] if self.sampling(config) else None)
             # "crows": the table the CS column takes; every protocol's under its own name
             tables.update({"crows": crows_tables[f"crows_{crows['table1_protocol']}"], **crows_tables})
         summary, hbb_tables = hbb_summary(config, items, hbb_records, inst, crows)
