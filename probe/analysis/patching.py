@@ -34,6 +34,7 @@ from probe.activations.extract import EncodedItem, HFBackend, collate, encode_it
 from probe.activations.hooks import HOOK_KINDS, intervene
 from probe.activations.items import ActivationItem
 from probe.activations.positions import parse_positions
+from probe.scoring.hf_compat import cache_kwargs, output_cache
 from probe.scoring.tokens import Encoder
 
 
@@ -86,8 +87,8 @@ def patch_effects(model: torch.nn.Module, tokenizer: Any, target: ActivationItem
         t = tgt.positions[pos][0]
         cache = None
         if t > 0:
-            cache = model(input_ids=ids[:, :t], position_ids=torch.arange(t, device=device)[None],
-                          use_cache=True).past_key_values
+            cache = output_cache(model(input_ids=ids[:, :t], position_ids=torch.arange(t, device=device)[None],
+                                       use_cache=True))
 
         def run(edits: dict) -> torch.Tensor:
             c = None
@@ -96,7 +97,7 @@ def patch_effects(model: torch.nn.Module, tokenizer: Any, target: ActivationItem
                 c.batch_repeat_interleave(n)
             pos_ids = torch.arange(t, total, device=device)[None].expand(n, -1)
             with intervene(model, edits, layout):
-                logits = model(input_ids=ids[:, t:].expand(n, -1), position_ids=pos_ids, past_key_values=c,
+                logits = model(input_ids=ids[:, t:].expand(n, -1), position_ids=pos_ids, **cache_kwargs(model, c),
                                use_cache=c is not None, logits_to_keep=1).logits
             return _label_logprob(logits[:, -1], variants)
 

@@ -86,6 +86,8 @@ def to_transformer_lens(lm: Any, copy: bool = True) -> Any:
         raise ModelLoadError(f"--backend tl: TransformerLens cannot wrap {type(model).__name__} "
                              f"({type(exc).__name__}: {exc})") from None
     bridge.eval()
+    _follow_cache_rename(model)
+    _check_cached_pass(model)
     model.__dict__[_BRIDGE_ATTR] = bridge
     # the tokenizer stays the caller's: only the bridge's copy claims to add BOS
     if dataclasses.is_dataclass(lm):
@@ -93,6 +95,72 @@ def to_transformer_lens(lm: Any, copy: bool = True) -> Any:
     out = _copy.copy(lm)  # any object with .model and .tokenizer
     out.model = model
     return out
+
+
+def _follow_cache_rename(model: Any) -> None:
+    """Hand the KV cache to the bridge's attention under the name it reads.
+
+    transformers 5.24 passes a decoder layer's cache to its attention as ``cache``; TransformerLens 4.3's
+    attention components re-implement attention and read ``past_key_values`` (or ``layer_past``), so on
+    5.24 they would neither extend nor update the cache and every cached segment would attend to itself
+    alone. A keyword pre-hook copies ``cache`` to ``past_key_values`` when only the new name came; where
+    both versions agree it does nothing.
+    """
+    try:
+        from transformer_lens.model_bridge.generalized_components.attention import AttentionBridge
+    except ImportError:  # a TransformerLens whose layout we do not know: the cached-pass check decides
+        return
+
+    def rename(_module: Any, args: tuple, kwargs: dict) -> tuple[tuple, dict]:
+        if kwargs.get("cache") is not None and kwargs.get("past_key_values") is None:
+            kwargs = {**kwargs, "past_key_values": kwargs["cache"]}
+        return args, kwargs
+
+    for module in model.modules():
+        if isinstance(module, AttentionBridge):
+            module.register_forward_pre_hook(rename, with_kwargs=True)
+
+
+def _check_cached_pass(model: Any) -> None:
+    """Refuse, naming the versions, when a pass after a KV cache differs from the same tokens in one pass.
+
+    The scorer's prefix sharing runs every shared segment through the cache, so a wrapper that drops the
+    cache would give silently different numbers (this happened with transformers 5.24 and TransformerLens
+    4.3 before :func:`_follow_cache_rename`). Three tokens on the model's own device: negligible next to
+    loading it.
+    """
+    import torch
+
+    from probe.scoring.hf_compat import cache_kwargs, output_cache
+
+    decoder = model.get_decoder()
+    device = next(model.parameters()).device
+    vocab = int(getattr(model.get_output_embeddings(), "out_features", 0) or model.config.get_text_config().vocab_size)
+    ids = torch.tensor([[1 % vocab, 2 % vocab, 3 % vocab]], device=device)
+    pos = torch.arange(3, device=device)[None]
+    with torch.no_grad():
+        full = decoder(input_ids=ids, position_ids=pos).last_hidden_state[:, -1].float()
+        first = decoder(input_ids=ids[:, :2], position_ids=pos[:, :2], use_cache=True)
+        cache = output_cache(first)
+        last = decoder(input_ids=ids[:, 2:], position_ids=pos[:, 2:], use_cache=True,
+                       **cache_kwargs(decoder, cache)).last_hidden_state[:, -1].float()
+    gap = (full - last).abs().max().item()
+    scale = max(full.abs().max().item(), 1.0)
+    if cache is None or not gap <= 1e-3 * scale:
+        from importlib import metadata
+
+        versions = ", ".join(f"{name} {_version(metadata, name)}" for name in ("transformers", "transformer-lens"))
+        raise ModelLoadError(
+            f"--backend tl: with {versions}, the TransformerLens bridge gives a different result after a KV "
+            f"cache than without one (max |diff| {gap:.3g}); probe's shared-prefix scoring would be wrong. "
+            f"Use --backend hf, or the versions in probe's lock (requirements/cpu.lock).")
+
+
+def _version(metadata: Any, name: str) -> str:
+    try:
+        return metadata.version(name)
+    except metadata.PackageNotFoundError:
+        return "(not installed)"
 
 
 def with_backend(lm: Any, backend: str, copy: bool = True) -> Any:

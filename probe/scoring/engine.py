@@ -22,6 +22,7 @@ from typing import Any
 
 import torch
 
+from probe.scoring.hf_compat import cache_kwargs, output_cache
 from probe.scoring.sampling import target_logprobs
 
 HEAD_CHUNK = 256  # rows of hidden states unembedded at once: 256 x vocab float32 stays small
@@ -97,10 +98,10 @@ class Engine:
             input_ids=ids.to(self.device),
             attention_mask=mask.to(self.device),
             position_ids=pos.to(self.device),
-            past_key_values=cache,
             use_cache=True,
+            **cache_kwargs(self.decoder, cache),
         )
-        return out.past_key_values, mask
+        return output_cache(out), mask
 
     def run_segments(
         self,
@@ -133,11 +134,11 @@ class Engine:
             sub.layers = [copy.copy(layer) for layer in cache.layers]
             sub.batch_select_indices(index.to(self.device))
             mask = torch.cat([prefix_mask[index], mask], dim=1)
-            kwargs.update(past_key_values=sub, use_cache=True)
+            kwargs.update(cache_kwargs(self.decoder, sub), use_cache=True)
         elif keep_cache:
             from transformers import DynamicCache
 
-            kwargs.update(past_key_values=DynamicCache(config=self.model.config), use_cache=True)
+            kwargs.update(cache_kwargs(self.decoder, DynamicCache(config=self.model.config)), use_cache=True)
         out = self._decoder(
             input_ids=ids_t.to(self.device),
             attention_mask=mask.to(self.device),
@@ -145,7 +146,7 @@ class Engine:
             **kwargs,
         )
         if keep_cache:
-            return out.last_hidden_state, out.past_key_values, mask
+            return out.last_hidden_state, output_cache(out), mask
         return out.last_hidden_state, None, None
 
     @staticmethod

@@ -1,0 +1,13 @@
+#!/usr/bin/env bash
+# Regenerate requirements/cpu.lock: the whole dependency set of the CPU install (probe's dependencies and
+# its dev, interp and lm-eval extras) resolved by pip-tools, with the pins of requirements/cpu.in.
+# pip-compile runs pip's own resolver with pip's configuration, so it sees the local CPU wheel of torch
+# (uv does not look there and would resolve a CUDA build). Review the diff, run tools/drift.py and the
+# suite, then commit the lock.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+venv=${LOCK_VENV:-/tmp/probe-lock-venv}
+[ -x "$venv/bin/pip-compile" ] || { python3 -m venv "$venv" && "$venv/bin/pip" install -q "pip-tools==7.6.2"; }
+"$venv/bin/pip-compile" --quiet --strip-extras --allow-unsafe --no-emit-find-links --no-emit-index-url \
+    --no-emit-trusted-host --extra dev --extra interp --extra lm-eval \
+    --output-file requirements/cpu.lock pyproject.toml requirements/cpu.in
