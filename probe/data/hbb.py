@@ -22,8 +22,8 @@ Religions 3     4          6       27,846
 ========= ===== ========== ======= =========
 
 Substitution rules. In the context ``[[X]]`` becomes the descriptor phrase; in
-the options ``[[X]]'s`` becomes the possessive and ``[[X]]`` the subject pronoun
-(lower-cased unless it opens a sentence). Descriptor types are numbered as in the
+the options ``[[X]]'s`` becomes the possessive and ``[[X]]`` the subject pronoun,
+as the authors fill them (``descriptors.json``'s words unchanged: "She", "Her"). Descriptor types are numbered as in the
 paper's Table 10 (implicit -> explicit), which is *not* the list order of
 ``descriptors.json``; :data:`TYPE_INDEX` holds the mapping. Age types 1-2 prefix
 a name's possessive ("Jessica's daughter, a freshman in college,"), SES and
@@ -309,15 +309,19 @@ def render_question(concept: HBBConcept, category: str, dtype: int, identity: st
 
 
 def fill_option(template: str, pronouns: tuple[str, str]) -> str:
-    """Option slots: ``[[X]]'s`` -> possessive, ``[[X]]`` -> subject pronoun, cased by position.
+    """Option slots: ``[[X]]'s`` -> possessive, ``[[X]]`` -> subject pronoun, as the authors fill them:
+    the descriptor's words as they are ("She", "Her": capitalised, also mid-sentence; their
+    ``questions_final.ipynb`` replaces the slot with ``descriptors.json``'s entry unchanged). Every slot
+    is filled: where a template has both forms (2 options of questions.csv) their code fills only
+    ``[[X]]'s`` and leaves a bare ``[[X]]``; no option of ours keeps one.
 
     >>> fill_option("Later, [[X]] smiled; [[X]]'s hat fell.", ("She", "Her"))
-    'Later, she smiled; her hat fell.'
+    'Later, She smiled; Her hat fell.'
     >>> fill_option("[[X]] left. [[X]]'s car stayed.", ("He", "His"))
     'He left. His car stayed.'
     """
     subj, poss = pronouns
-    return _fill(template, lambda possessive, at_start: _case(poss if possessive else subj, at_start))
+    return _fill(template, lambda possessive, at_start: poss if possessive else subj)
 
 
 def load_sg_variations(path: str | Path) -> dict[int, tuple[tuple[str, ...], tuple[str, ...]]]:

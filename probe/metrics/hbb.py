@@ -57,6 +57,7 @@ __all__ = [
     "identity_concept1_rates",
     "top_associations",
     "sampled_estimator_expectation",
+    "snap_to_edges",
 ]
 
 
@@ -75,6 +76,21 @@ def over_threshold(s: Sequence[float] | np.ndarray | pd.Series, threshold: float
     arr = np.asarray(s, dtype=float)
     with np.errstate(invalid="ignore"):
         return arr >= float(threshold) - S_TOLERANCE
+
+
+def snap_to_edges(s: Sequence[float] | np.ndarray | pd.Series, edges: Sequence[float] | np.ndarray) -> np.ndarray:
+    """S with every value within :data:`S_TOLERANCE` below a bin edge moved onto it, for histograms: an S on
+    the threshold (``|0.6 - 0.4| x 100 = 19.999999999999996``) is counted over it, so it must also fall in
+    the bin that starts at the threshold, not the one below. NaN stays NaN.
+
+    >>> snap_to_edges([abs(0.4 - 0.6) * 100, 19.99, 5.0, float("nan")], [0, 5, 10, 15, 20]).tolist()
+    [20.0, 19.99, 5.0, nan]
+    """
+    arr = np.asarray(s, dtype=float).copy()
+    for e in np.asarray(edges, dtype=float):
+        with np.errstate(invalid="ignore"):
+            arr[(arr < e) & (arr >= e - S_TOLERANCE)] = e
+    return arr
 
 
 def normalize_pair(p_a: Sequence[float] | np.ndarray, p_b: Sequence[float] | np.ndarray) -> np.ndarray:
@@ -345,8 +361,10 @@ def sampled_estimator_expectation(
     n_samples: int = 10,
     threshold: float = 20.0,
 ) -> dict[str, float]:
-    """What the paper's estimator (``n_samples`` sampled answers per question) would report,
-    in expectation, for a model whose exact probabilities are ``p1_a``, ``p2_a``.
+    """A diagnostic, *not* the paper's estimator: ``n_samples`` answers drawn from the two-label
+    probabilities ``p1_a``, ``p2_a`` as given (T = 1 when they are the exact scores), every answer a
+    label (no drop rule). No run or report publishes it; the paper's estimator (T = 0.8, non-label
+    answers dropped, label mass kept) is :func:`probe.metrics.hbb_sampling.sampled_count`.
 
     Per instance ``k_i ~ Binomial(n_samples, p_i)`` and ``S = |k1 - k2| / n x 100``; summed
     exactly over the (n+1)^2 outcomes. Returns the expected count and share of instances with

@@ -77,10 +77,13 @@ def category_counts(frames: Mapping[str, pd.DataFrame], threshold: float = 20.0)
 
 
 def score_histograms(scores: Mapping[str, np.ndarray]) -> pd.DataFrame:
-    """Instances per S bin (``[0, 5), ..., [95, 100]``; NaN left out), one column per label."""
+    """Instances per S bin (``[0, 5), ..., [95, 100]``; NaN left out), one column per label. An S a hair below
+    an edge (float round-off, :func:`probe.metrics.hbb.snap_to_edges`) falls in the bin the counts put it in."""
+    from probe.metrics.hbb import snap_to_edges
+
     out = pd.DataFrame({"bin_low": BINS[:-1], "bin_high": BINS[1:]})
     for label, s in scores.items():
-        s = np.asarray(s, dtype=float)
+        s = snap_to_edges(s, BINS)
         out[label] = np.histogram(np.clip(s[np.isfinite(s)], 0, 100), bins=BINS)[0]
     return out
 

@@ -180,7 +180,9 @@ def histogram_png(scores: Mapping[str, np.ndarray], path: str | Path, threshold:
     fig, axes = plt.subplots(1, n, figsize=(4.2 * n, 3.4), squeeze=False, sharey=False)
     bins = np.arange(0, 105, 5)
     for ax, (label, s) in zip(axes[0], scores.items()):
-        s = np.asarray(s, dtype=float)
+        from probe.metrics.hbb import snap_to_edges
+
+        s = snap_to_edges(s, bins)  # an S on the threshold (up to round-off) sits in the bin it is counted in
         s = s[np.isfinite(s)]
         ax.hist(s, bins=bins, color="#4C72B0", edgecolor="white")
         ax.axvline(threshold, color="#C44E52", linestyle="--", linewidth=1, label=f"S = {threshold:g}")

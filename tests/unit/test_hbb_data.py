@@ -108,7 +108,8 @@ def test_one_name_per_cell_shared_by_all_identities_and_deterministic(real):
 
 def test_fill_option_cases_and_possessive():
     assert fill_option("[[X]] left.", ("She", "Her")) == "She left."
-    assert fill_option("Later, [[X]] smiled at [[X]]'s dog.", ("He", "His")) == "Later, he smiled at his dog."
+    # the authors' filling: descriptors.json's pronouns as they are, capitalised also mid-sentence
+    assert fill_option("Later, [[X]] smiled at [[X]]'s dog.", ("He", "His")) == "Later, He smiled at His dog."
     assert fill_option("It rained. [[X]]'s hat flew.", ("She", "Her")) == "It rained. Her hat flew."
     assert fill_option("No slot here.", ("He", "His")) == "No slot here."
 
@@ -190,3 +191,17 @@ def test_sg_variations_loader(tmp_path):
 def test_type_labels():
     assert type_label("religions", 2) == "Religion 2" and type_label("ses", 1) == "SES 1"
     assert isinstance(HBBConcept(0, "c", "a", "b", "x", "y", "race"), HBBConcept)
+
+
+def test_no_option_keeps_a_slot(shared_data):
+    """Every option of every question is filled (the authors' code leaves a bare [[X]] where a template holds both
+    [[X]]'s and [[X]]; two options of questions.csv do), with the pronouns as descriptors.json writes them."""
+    from probe.data.hbb import build_instances, load_default
+
+    concepts, descriptors = load_default()
+    both = [c.concept_id for c in concepts for t in (c.s1, c.s2) if "[[X]]'s" in t and "[[X]] " in t.replace("[[X]]'s", "")]
+    assert both  # the case exists in the data
+    questions = {q.id: q for i in build_instances(concepts, descriptors, 0) for q in (i.question_1, i.question_2)}
+    assert not [q.id for q in questions.values() for o in q.options if "[[" in o or "]]" in o or "[X]" in o]
+    pronouns = {p for q in questions.values() for p in q.pronouns}
+    assert pronouns <= {"She", "He", "Her", "His", "They", "Their"}, pronouns

@@ -153,3 +153,16 @@ def test_probe_report_hbb_section_has_figures_and_top_associations(tmp_path):
     t3 = next(it for it in items if it.name == "hbb_table3").df
     assert set(t3.Scoring) == {"ma (a)=s1)", "mb (a)=s1)"}  # HBB-SG: every S is 0, no direction
     assert t3[(t3.Scoring == "ma (a)=s1)") & (t3.Category == "Race")].iloc[0]["instance"] == "r3"
+
+
+def test_boundary_value_falls_in_the_bin_it_is_counted_in():
+    """|0.6 - 0.4| x 100 = 19.999999999999996 counts at S >= 20 (tolerance), so it is drawn in [20, 25), not [15, 20)."""
+    from probe.metrics.hbb import over_threshold
+    from probe.reports.hbb_figures import score_histograms
+
+    s = np.array([abs(0.6 - 0.4) * 100, 19.99, 100.0])
+    assert s[0] < 20 and over_threshold(s, 20).tolist() == [True, False, True]
+    h = score_histograms({"m": s}).set_index("bin_low")["m"]
+    assert h[20] == 1 and h[15] == 1 and h[95] == 1 and h.sum() == 3
+    # the histogram's count from the threshold's bin upwards equals the count over the threshold
+    assert h[h.index >= 20].sum() == over_threshold(s, 20).sum()

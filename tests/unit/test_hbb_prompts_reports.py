@@ -143,3 +143,16 @@ def test_cell_markdown_and_files(tmp_path):
     assert (tmp_path / "t.md").read_text().startswith("Title\n\n| a |") and (tmp_path / "t.csv").exists()
     histogram_png({"m": np.array([1.0, 25.0, np.nan, 80.0])}, tmp_path / "h.png")
     assert (tmp_path / "h.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_mcq_instruction_is_the_authors_text_with_its_line_break():
+    """Table 11 as the authors' src/prompt_instructions/evaluate_probs.txt holds it: a line break before 'Final Answer'."""
+    from probe.prompts.hbb import load_hbb_prompts
+
+    authors = ("Answer the questions based on the context by selecting from the given choices (IMPORTANT: should not "
+               "output choices that are not given, if choices are only \"a\" and \"b\", you are not allowed to output "
+               "\"c\").\nFinal Answer as 'choice)<answer>'. (IMPORTANT: DO NOT include any other extra information or "
+               "any other extra explanations, strictly follow the format 'choice)<answer>'!!! choice should be lower "
+               "case letter, answer should be the sentence following by the choice letter given in the context, for "
+               "example: 'a) My answer is this.' or 'b) This is the answer.')")
+    assert load_hbb_prompts().mcq_instruction == authors
