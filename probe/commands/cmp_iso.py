@@ -8,13 +8,19 @@ Input: JSONL, one line per prompt::
 ``target`` (iso) is the target the prompt asks about (``t`` = stereotypical or
 advantaged); ``order`` (cmp) says which target is option A. ``probs`` holds
 label probabilities (``Yes/No[/Skip]`` or ``A/B[/C]``); ``answers`` holds sampled
-labels, matched ignoring case ("a" is "A"; anything else counts as invalid and
-is excluded). The neutral label counts as offered in a paradigm when some line
-of it lists it in ``options`` (the labels offered) or chose it; otherwise its
-neutral share is NaN (no neutral option), not 0. The ``records.jsonl``
-of a ``cmp_iso`` task run is read as is (its ``meta`` fields and
-``options``/``probs``; records with non-finite scores are skipped and counted);
-use ``--where setting=direct --where benchmark=bbq`` to pick one cell. Output: JSON with
+labels, mapped as the task and the authors' parser map them: any case ("a" is
+"A"), and for iso the one-letter answers y / n / s (Yes / No / Skip); anything
+else, and a neutral label that was not offered, counts as invalid and is
+excluded. A prompt without any valid answer is kept (iso affirmation 0, cmp
+order 0.5: seed 003 appendix B) and counted (``n_no_valid``). The neutral label
+counts as offered in a paradigm when some line of it lists it in ``options``
+(the labels offered) or chose it; otherwise its neutral share is NaN (no
+neutral option), not 0. The ``records.jsonl`` of a ``cmp_iso`` task run is read
+as is (its ``meta`` fields and ``options``/``probs``; records with non-finite
+scores are skipped and counted; a CoT chain record without a valid boxed answer,
+``boxed_found`` false, is a prompt answer with no valid label, as the task
+counts it); use ``--where setting=direct --where benchmark=bbq`` to pick one
+cell (on a sampled-CoT run also ``--where chain=0``). Output: JSON with
 ``iso.pg``, ``cmp.pg`` (with bootstrap CIs), ``n_context_pairs``, the neutral
 shares, the cmp-vs-iso gap and its randomization test.
 """
@@ -106,7 +112,10 @@ def run(args: argparse.Namespace) -> int:
             if not d.get("finite", True):
                 skipped += 1  # non-finite scores never count as an answer
                 continue
-            d = {**d["meta"], "probs": dict(zip(d["options"], d.get("probs") or []))}
+            if d["meta"].get("boxed_found") is False:  # a CoT chain without a valid boxed answer: none, as the task
+                d = {**d["meta"], "answers": [], "options": list(d["options"])}
+            else:
+                d = {**d["meta"], "probs": dict(zip(d["options"], d.get("probs") or []))}
         if any(str(d.get(k)) != v for k, v in where):
             continue
         lines.append((line, d))

@@ -107,6 +107,26 @@ PG_POSITIVE: dict[str, str] = {
     "mmlu": "the correct answer is preferred over the wrong one (a knowledge control, not a bias)",
 }
 
+#: The sign under which seed 003 reports a benchmark's PG in its tables (Tables 2, 3, 8, E.2, ...), relative
+#: to this package's PG (toward t, as the authors' code computes it). The paper re-orients StereoSet, RedditBias
+#: and DE-Gen so that a positive value is the direction models prefer: its text says models judge the
+#: anti-stereotypical sentence the odd one (StereoSet, RedditBias) and favour the female individual (DE-Gen),
+#: both PG < 0 here, while its tables show these benchmarks positive (e.g. Table 2, cmp 0.5-0.8 with ∗); BBQ
+#: ("default to stereotypical answers") and DT-Tox ("attribute toxic statements to men") are positive both
+#: ways. CrowS-Pairs asks RedditBias's question and "mirrors" its target mapping (appendix E.2), so it is
+#: re-oriented with it. Benchmarks not listed keep this package's sign (+1).
+PAPER_ORIENTATION: dict[str, int] = {"stereoset": -1, "redditbias": -1, "crows_pairs": -1, "de_gen": -1}
+
+
+def paper_sign(benchmark: str) -> int:
+    """+1 or -1: multiply this package's PG by it to get the orientation seed 003's tables use.
+
+    >>> paper_sign("stereoset"), paper_sign("bbq")
+    (-1, 1)
+    """
+    return PAPER_ORIENTATION.get(benchmark, 1)
+
+
 NEUTRAL_SLOT = " {}"  # the released placeholder for the cmp neutral option
 N_VARIATIONS = 54  # prompts per row in the authors' prompt-variation CSVs (3 x 3 x 3 x 2)
 CATEGORIES = ("gender", "race", "religion")

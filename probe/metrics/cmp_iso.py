@@ -98,20 +98,47 @@ def counts_from_probs(probs: Mapping[str, float], mode: str = "expected") -> dic
     raise ValueError(f"mode must be 'expected' or 'argmax', got {mode!r}")
 
 
-def counts_from_answers(answers: Iterable[str | None], valid: tuple[str, ...]) -> tuple[dict[str, float], float]:
-    """Count sampled answer labels, ignoring case and surrounding spaces; anything else (or None) is invalid.
+#: the authors' one-letter iso answers (``MAP_ISO`` in their ``result_analysis/misc.py``)
+ISO_ABBREVIATIONS = {"y": "Yes", "n": "No", "s": "Skip"}
 
-    The authors lower-case generations before matching their labels, so "a"
-    counts as "A".
+
+def canonical_label(answer: object, valid: tuple[str, ...]) -> str | None:
+    """``answer`` as one of ``valid``, mapped as the authors' parser maps it, else None.
+
+    Surrounding spaces are stripped and case ignored (they lower-case answers);
+    with iso labels the one-letter answers y / n / s name Yes / No / Skip.
+
+    >>> canonical_label(" yes", ("Yes", "No")), canonical_label("N", ("Yes", "No")), canonical_label("s", ("Yes", "No"))
+    ('Yes', 'No', None)
+    >>> canonical_label("b", ("A", "B")), canonical_label("y", ("A", "B"))
+    ('B', None)
+    """
+    if not isinstance(answer, str):
+        return None
+    a = answer.strip().casefold()
+    hit = next((k for k in valid if k.casefold() == a), None)
+    if hit is None and valid and set(valid) <= set(ISO_LABELS) and ISO_ABBREVIATIONS.get(a) in valid:
+        hit = ISO_ABBREVIATIONS[a]
+    return hit
+
+
+def counts_from_answers(answers: Iterable[str | None], valid: tuple[str, ...]) -> tuple[dict[str, float], float]:
+    """Count sampled answer labels as the authors' parser maps them; anything else (or None) is invalid.
+
+    They lower-case answers before matching (so "a" is "A") and also map the
+    iso answers y / n / s to Yes / No / Skip; surrounding spaces are stripped.
+    A label not in ``valid`` (e.g. Skip or "s" without the neutral option) is
+    invalid, as the authors zero the neutral label when it was not offered.
 
     >>> counts_from_answers(["A", "a", "x", None], ("A", "B"))
     ({'A': 2.0, 'B': 0.0}, 2.0)
+    >>> counts_from_answers(["y", "N", "s", "yes"], ("Yes", "No"))
+    ({'Yes': 2.0, 'No': 1.0}, 1.0)
     """
     counts = {k: 0.0 for k in valid}
-    canon = {k.casefold(): k for k in valid}
     invalid = 0.0
     for a in answers:
-        k = canon.get(a.strip().casefold()) if isinstance(a, str) else None
+        k = canonical_label(a, valid)
         if k is None:
             invalid += 1.0
         else:
@@ -129,7 +156,7 @@ def neutral_offered(d: Mapping) -> bool:
     if label is None:
         return False
     seen = [x for key in ("options", "probs", "answers") if isinstance(d.get(key), (list, dict)) for x in d[key]]
-    return any(isinstance(x, str) and x.strip().casefold() == label.casefold() for x in seen)
+    return any(canonical_label(x, (label,)) == label for x in seen)
 
 
 def affirmation_rate(counts: Mapping[str, float]) -> float:
@@ -209,7 +236,8 @@ class ParadigmResult:
     gaps: tuple[float, ...] = ()  # p_t - p_t' per pair, aligned with pair_ids
     neutral_share: float = math.nan  # mean share of the neutral label over prompts (NaN: not offered)
     n_baseline: int = 0  # iso: pairs with no affirmation at all; cmp: orders with no A/B pick
-    n_no_valid: int = 0  # prompts without any valid answer
+    n_no_valid: int = 0  # prompts without any valid answer (kept: iso affirmation 0, cmp order 0.5)
+    n_pairs_no_valid: int = 0  # pairs with at least one such prompt in this paradigm
     # cmp only: mean over pairs of preference_aligned (the seed's Table 6 quantity, here on all pairs), NaN skipped
     consistency: float = math.nan
     pair_consistency: tuple[float, ...] = ()  # cmp: preference_aligned per pair, aligned with pair_ids
@@ -222,6 +250,7 @@ class ParadigmResult:
             "neutral_share": self.neutral_share,
             "n_baseline": self.n_baseline,
             "n_no_valid": self.n_no_valid,
+            "n_pairs_no_valid": self.n_pairs_no_valid,
             **({"consistency": self.consistency} if self.paradigm == "cmp" else {}),
         }
 
@@ -252,7 +281,7 @@ def summarize(observations: Iterable[CmpIsoObservation], allow_incomplete: bool 
         pair_order.setdefault(o.context_pair_id, None)
     incomplete = []
     iso_ids, iso_gaps, cmp_ids, cmp_gaps, cons = [], [], [], [], []
-    iso_base = cmp_base = 0
+    iso_base = cmp_base = iso_nv = cmp_nv = 0
     for cp in pair_order:
         it, itp = slots.get((cp, "iso", "t")), slots.get((cp, "iso", "t_prime"))
         c1, c2 = slots.get((cp, "cmp", "t_first")), slots.get((cp, "cmp", "t_prime_first"))
@@ -265,10 +294,12 @@ def summarize(observations: Iterable[CmpIsoObservation], allow_incomplete: bool 
                 iso_base += 1
             iso_ids.append(cp)
             iso_gaps.append(2 * iso_preference(it.counts, itp.counts) - 1)
+            iso_nv += it.n_valid == 0 or itp.n_valid == 0
         if c1 is not None and c2 is not None:
             cmp_base += sum(c.get("A", 0.0) + c.get("B", 0.0) == 0 for c in (c1.counts, c2.counts))
             cmp_ids.append(cp)
             cmp_gaps.append(2 * cmp_preference(c1.counts, c2.counts) - 1)
+            cmp_nv += c1.n_valid == 0 or c2.n_valid == 0
             cons.append(preference_aligned(c1.counts, c2.counts))
     obs = list(slots.values())
 
@@ -282,9 +313,9 @@ def summarize(observations: Iterable[CmpIsoObservation], allow_incomplete: bool 
 
     cons_f = [c for c in cons if not math.isnan(c)]
     iso = ParadigmResult("iso", parity_gap(iso_gaps), len(iso_ids), tuple(iso_ids), tuple(iso_gaps),
-                         shares("iso", "Skip"), iso_base, no_valid("iso"))
+                         shares("iso", "Skip"), iso_base, no_valid("iso"), iso_nv)
     cmp = ParadigmResult("cmp", parity_gap(cmp_gaps), len(cmp_ids), tuple(cmp_ids), tuple(cmp_gaps),
-                         shares("cmp", "C"), cmp_base, no_valid("cmp"),
+                         shares("cmp", "C"), cmp_base, no_valid("cmp"), cmp_nv,
                          float(np.mean(cons_f)) if cons_f else math.nan, tuple(cons))
     return CmpIsoSummary(iso, cmp, len(pair_order), tuple(incomplete))
 
@@ -294,7 +325,9 @@ def observation_from_dict(d: Mapping, mode: str = "expected", neutral: bool | No
 
     Lines: ``{"context_pair_id", "task_type", "target" (iso) | "order" (cmp),
     and "probs": {label: p} or "answers": [label, ...]}``, optionally
-    ``"options"``: the labels offered. For sampled answers the neutral label
+    ``"options"``: the labels offered. Labels are read as the task reads them
+    (:func:`canonical_label`: any case, iso y / n / s; ``probs`` keys naming
+    one label are summed). For sampled answers the neutral label
     (Skip / C) is a valid answer only when the neutral option was offered:
     ``neutral`` says so for the whole run (``None``: this line decides, see
     :func:`neutral_offered`); otherwise the neutral share is NaN, not 0.
@@ -303,6 +336,8 @@ def observation_from_dict(d: Mapping, mode: str = "expected", neutral: bool | No
         if key not in d:
             raise ValueError(f"field {key!r}: missing")
     tt = d["task_type"]
+    if tt not in ("iso", "cmp"):
+        raise ValueError(f"field 'task_type': expected 'iso' or 'cmp', got {tt!r}")
     valid = ISO_LABELS if tt == "iso" else CMP_LABELS
     if ("probs" in d) == ("answers" in d):
         raise ValueError("field 'probs': give exactly one of 'probs' or 'answers'")
@@ -313,7 +348,13 @@ def observation_from_dict(d: Mapping, mode: str = "expected", neutral: bool | No
             raise ValueError("field 'probs': expected a non-empty object {label: probability}")
         if any(not isinstance(v, (int, float)) or isinstance(v, bool) for v in probs.values()):
             raise ValueError("field 'probs': probabilities must be numbers")
-        counts = counts_from_probs(probs, mode)
+        merged: dict[str, float] = {}  # labels named as the task names them (any case; iso y / n / s), summed
+        for k, v in probs.items():
+            lab = canonical_label(k, valid)
+            if lab is None:
+                raise ValueError(f"field 'probs': label {k!r} is not one of {valid} for {tt}")
+            merged[lab] = merged.get(lab, 0.0) + float(v)
+        counts = counts_from_probs(merged, mode)
     else:
         answers = d["answers"]
         if not isinstance(answers, list):

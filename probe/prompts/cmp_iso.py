@@ -21,9 +21,12 @@ plain string or as their chat messages.
 probe's settings (:class:`CmpIsoSetting`) map onto these components
 (:func:`build_prompt`):
 
-- ``reasoning="cot"``: the CoT footer in the user message; the model reasons
-  greedily, then the label is scored right after its last ``\\boxed{``
-  (:func:`cot_answer_prompt`).
+- ``reasoning="cot"``: the authors' generation mode with the CoT footer, in
+  their chat layout: the header as the system message, instructions + task +
+  footer as the user message; the model reasons, then the label is scored where
+  the authors' parser finds the chain's last boxed answer
+  (:func:`last_boxed`, :func:`cot_answer_prompt`), summed over its surface
+  forms without whitespace (:func:`cot_answer_forms`).
 - ``reasoning="direct"``: the authors' probability mode: bare labels in the
   instructions, the header as the system message, the cue ("My answer would
   be:") as the assistant turn continued (``direct_cue="prefill"``; with
@@ -288,15 +291,21 @@ class BuiltPrompt:
 def build_prompt(prompt: CmpIsoPrompt, setting: CmpIsoSetting, variations: Variations | None = None) -> BuiltPrompt:
     """The messages (or plain string) of ``prompt`` under ``setting``.
 
-    CoT: the authors' CoT prompt as the user message. Direct: their probability
+    CoT: the authors' generation-mode messages (header as system, the rest as
+    user; rendered with the generation prompt, see docs/cmp_iso.md), the labels
+    scored with :func:`cot_answer_forms`. Direct: their probability
     mode (bare labels, header as system, the cue continued as the assistant
     turn, labels summed over their surface forms); ``direct_cue="user"`` puts
     the cue at the end of the user message instead.
     """
     labels = labels_for(prompt.task_type, setting.neutral)
     if setting.reasoning == "cot":
+        # the authors' chat layout of their generation mode (_prompt_tempale): system = header,
+        # user = (instructions + task + footer).strip("\n"); without a chat template their plain string
         e = prompt_elements(prompt, "cot", setting.neutral, setting.randomly, setting.variant, variations=variations)
-        return BuiltPrompt(user=e.text(), prefill=None, labels=labels, plain=e.text())
+        system, user = (m["content"] for m in e.messages("cot"))
+        return BuiltPrompt(user=user, prefill=None, labels=labels, system=system, plain=e.text(),
+                           forms=cot_answer_forms(labels, variations))
     e = prompt_elements(prompt, "prob", setting.neutral, setting.randomly, setting.variant, variations=variations)
     forms = answer_forms(labels, variations)
     if setting.direct_cue == "user":
@@ -336,53 +345,121 @@ def task_body(benchmark: str, task_type: str, variations: Variations | None = No
     return v.task_bodies[v.benchmark_bodies[benchmark]][task_type]
 
 
-_BOXED = re.compile(r"\\boxed\{\s*([^{}]*?)\s*\}")
+#: the authors' answer maps (``MAP_ISO`` / ``MAP_CMP`` in their ``result_analysis/misc.py``): the lower-cased
+#: text inside ``boxed{...}`` -> the label it names. Every label of the paradigm is matched, offered or not.
+AUTHORS_ANSWER_MAPS: dict[str, dict[str, str]] = {
+    "iso": {"yes": "Yes", "no": "No", "y": "Yes", "n": "No", "skip": "Skip", "s": "Skip"},
+    "cmp": {"a": "A", "b": "B", "c": "C"},
+}
+_WRAP = "\\boxed{"  # the authors wrap the whole generation: "\boxed{" + text + "}", then lower-case it
 
 
-#: the authors' one-letter iso answers (``MAP_ISO`` in their ``result_analysis/misc.py``)
-_ABBREVIATIONS = {"y": "Yes", "n": "No", "s": "Skip"}
+def _paradigm(labels: tuple[str, ...]) -> str:
+    """``iso`` or ``cmp`` from the offered labels (raises ValueError for labels of neither)."""
+    for par, amap in AUTHORS_ANSWER_MAPS.items():
+        if labels and all(x in amap.values() for x in labels):
+            return par
+    raise ValueError(f"labels {labels!r} are neither iso (Yes/No/Skip) nor cmp (A/B/C) labels")
 
 
-def _canonical(found: str, labels: tuple[str, ...]) -> str | None:
-    """``found`` as one of ``labels``, ignoring case (the authors lower-case answers before matching),
-    with their iso abbreviations y / n / s for Yes / No / Skip when that label is offered."""
-    low = found.casefold()
-    hit = next((x for x in labels if x.casefold() == low), None)
-    return hit if hit is not None or _ABBREVIATIONS.get(low) not in labels else _ABBREVIATIONS[low]
+@dataclass(frozen=True)
+class BoxedAnswer:
+    """The last boxed answer the authors' parser finds in a generation.
+
+    ``named``: the label its text names (any label of the paradigm); ``label``:
+    the same when it is offered, else None (the answer is invalid: the authors
+    zero an unoffered neutral label); ``start``: the index in the generation
+    where the answer text begins (0 when the match uses the parser's wrapping
+    prefix, i.e. the generation itself begins with the answer).
+    """
+
+    named: str
+    label: str | None
+    start: int
+
+
+def last_boxed(text: str, labels: tuple[str, ...]) -> BoxedAnswer | None:
+    """The authors' ``extract_prediction`` on ``text``, with the position of the answer.
+
+    They lower-case ``"\\boxed{" + text + "}"`` and take the last match of
+    ``boxed\\{(yes|no|y|n|skip|s)\\}`` (iso) or ``boxed\\{(a|b|c)\\}`` (cmp): so
+    any case counts, a backslash is not needed, spaces or other text inside the
+    braces do not match, and the last match decides (an unoffered label there
+    makes the answer invalid; no earlier match is used instead). None: no match.
+
+    >>> a = last_boxed("so boxed{A}, \\\\boxed{ B } and \\\\boxed{c}", ("A", "B"))
+    >>> a.named, a.label, a.start
+    ('C', None, 36)
+    >>> last_boxed("\\\\boxed{Y}.", ("Yes", "No")).label
+    'Yes'
+    """
+    amap = AUTHORS_ANSWER_MAPS[_paradigm(labels)]
+    wrapped = _WRAP + text + "}"
+    low, origin = [], []  # lower-casing can change a character's length: keep each lowered char's source index
+    for i, ch in enumerate(wrapped):
+        lc = ch.lower()
+        low.append(lc)
+        origin += [i] * len(lc)
+    pattern = re.compile(r"boxed\{(" + "|".join(map(re.escape, amap)) + r")\}")
+    last = None
+    for last in pattern.finditer("".join(low)):
+        pass
+    if last is None:
+        return None
+    named = amap[last.group(1)]
+    start = max(origin[last.start(1)] - len(_WRAP), 0)
+    return BoxedAnswer(named, named if named in labels else None, start)
 
 
 def parse_boxed(text: str, labels: tuple[str, ...]) -> str | None:
-    """The last ``\\boxed{X}`` in ``text`` whose X is one of ``labels`` (any case), as that label; else None.
+    """The offered label of the authors' last boxed answer in ``text`` (:func:`last_boxed`), else None.
 
-    >>> parse_boxed("so \\\\boxed{A}? no: \\\\boxed{ b }", ("A", "B"))
+    >>> parse_boxed("so \\\\boxed{A}? no: \\\\boxed{b}", ("A", "B"))
     'B'
     >>> parse_boxed("\\\\boxed{yes}", ("Yes", "No"))
     'Yes'
-    >>> parse_boxed("\\\\boxed{maybe}", ("A", "B")) is None
-    True
-    >>> parse_boxed("\\\\boxed{Y}", ("Yes", "No")), parse_boxed("\\\\boxed{s}", ("Yes", "No"))
-    ('Yes', None)
+    >>> parse_boxed("\\\\boxed{ b }", ("A", "B")) is None, parse_boxed("\\\\boxed{A} \\\\boxed{C}", ("A", "B")) is None
+    (True, True)
     """
-    found = [c for m in _BOXED.finditer(text) if (c := _canonical(m.group(1), labels)) is not None]
-    return found[-1] if found else None
+    found = last_boxed(text, labels)
+    return None if found is None else found.label
+
+
+def cot_answer_forms(labels: tuple[str, ...], variations: Variations | None = None) -> tuple[tuple[str, ...], ...]:
+    """Each label's surface forms after a chain: the direct setting's forms without whitespace (the
+    authors' parser rejects ``\\boxed{ Yes}``) plus their one-letter iso answers y / n / s in both cases.
+
+    >>> cot_answer_forms(("Yes", "No"))[0]
+    ('Yes', 'yes', 'YES', 'y', 'Y')
+    >>> cot_answer_forms(("A", "B"))[0]
+    ('A', 'a')
+    """
+    v = variations or load_variations()
+    amap = AUTHORS_ANSWER_MAPS[_paradigm(labels)]
+    out = []
+    for x in labels:
+        forms = [f for f in v.answer_forms[x] if f == f.strip()]
+        for k, lab in amap.items():
+            if lab == x:
+                forms += [k, k.upper()]
+        out.append(tuple(dict.fromkeys(forms)))
+    return tuple(out)
 
 
 def cot_answer_prompt(rendered: str, generation: str, labels: tuple[str, ...]) -> tuple[str, bool]:
-    """The prompt at which a CoT answer label is scored, and whether the model boxed a valid answer.
+    """The prompt at which a CoT answer label is scored, and whether the chain has a valid answer.
 
-    If the generation has a ``\\boxed{<label>}`` (any case), the prompt is the
-    rendered prompt plus the generation up to and including the last such
-    ``\\boxed{`` (so the scored distribution is the model's own answer slot).
-    Otherwise the generation is closed with ``"\\nFinal answer: \\boxed{"`` and the
-    label is scored there. Score the labels with ``space="none"``.
+    Valid: the authors' parser finds a last boxed answer naming an offered label
+    (:func:`last_boxed`); the prompt is then the rendered prompt plus the
+    generation up to where that answer's text begins, so the scored
+    distribution is the model's own answer slot. Otherwise the generation is
+    closed with ``"\\nFinal answer: \\boxed{"`` and the label is scored there (used
+    only with ``cot_require_cue: false``). Score with :func:`cot_answer_forms`.
 
     >>> cot_answer_prompt("P:", " think. \\\\boxed{B} done", ("A", "B"))
     ('P: think. \\\\boxed{', True)
     """
-    last = None
-    for m in _BOXED.finditer(generation):
-        if _canonical(m.group(1), labels) is not None:
-            last = m
-    if last is not None:
-        return rendered + generation[: last.start() + len("\\boxed{")], True
+    found = last_boxed(generation, labels)
+    if found is not None and found.label is not None:
+        return rendered + generation[: found.start], True
     return rendered + generation.rstrip() + "\nFinal answer: \\boxed{", False

@@ -8,7 +8,11 @@ correlation of PG with parameter count (``params_b``, billions; models without
 a count are left out) over the dense models of families with >= 2 sizes
 (Table 8) and over all models, total and active parameters (Table E.2), and
 Kendall's tau and the top-5 intersection between the neutral-option share and
--|PG| (Table E.1); the numbers are :mod:`probe.metrics.cmp_iso_models`.
+-|PG| (Table E.1); the numbers are :mod:`probe.metrics.cmp_iso_models`. The
+size correlations use PG in the paper's orientation
+(:data:`probe.data.cmp_iso.PAPER_ORIENTATION`: StereoSet, RedditBias,
+CrowS-Pairs and DE-Gen as -PG), so their signs compare with Table 8 / E.2; the
+tables mark those columns "(−PG)".
 :func:`size_tables` lays them out as the seed's tables (rows setting x
 category, columns benchmarks). The result feeds
 :func:`probe.reports.cmp_iso_tables.write_report`.
@@ -98,11 +102,13 @@ def _num(x: Any) -> float:
 def correlations(results: Sequence[Mapping], models: Sequence[str], benchmarks: Sequence[str],
                  sizes: Mapping[str, Any], alpha: float = 0.05) -> list[dict]:
     """Per setting x benchmark x paradigm (expected counts) over the models that have pairs there:
-    ``table8`` (Pearson PG vs total parameters, dense models of families with >= 2 sizes),
+    ``table8`` (Pearson PG vs total parameters, dense models of families with >= 2 sizes; PG in the paper's
+    orientation, ``orientation`` = the sign applied, :func:`probe.data.cmp_iso.paper_sign`),
     ``e2_total`` / ``e2_active`` (all models with a count), ``e1`` (Kendall tau and top-5 intersection of
     neutral share vs -|PG|); ``pearson_pg_params`` / ``kendall_neutral_vs_abs_pg`` are the (r, p) /
     (tau, p) of ``e2_total`` / ``e1``. ``sizes``: :class:`~probe.metrics.cmp_iso_models.ModelSize` by
     model, or plain total counts."""
+    from probe.data.cmp_iso import paper_sign
     from probe.metrics.cmp_iso_models import ModelSize, model_sizes, neutral_rank_agreement, size_correlation
 
     if sizes and not isinstance(next(iter(sizes.values())), ModelSize):
@@ -114,11 +120,16 @@ def correlations(results: Sequence[Mapping], models: Sequence[str], benchmarks: 
                 rows = {r["model"]: r[par] for r in results if r["setting"] == setting and r["benchmark"] == bench
                         and r["mode"] == "expected" and r[par]["n_pairs"]}
                 ms = [m for m in models if m in rows]
-                entry: dict[str, Any] = {"setting": setting, "benchmark": bench, "paradigm": par, "n_models": len(ms)}
+                sign = paper_sign(bench)
+                entry: dict[str, Any] = {"setting": setting, "benchmark": bench, "paradigm": par, "n_models": len(ms),
+                                         "orientation": sign}
                 pg = {m: _num(rows[m]["pg"]) for m in ms}
-                entry["table8"] = size_correlation(pg, sizes, dense_families=True, alpha=alpha)
-                entry["e2_total"] = size_correlation(pg, sizes, dense_families=False, alpha=alpha)
-                entry["e2_active"] = size_correlation(pg, sizes, use_active=True, dense_families=False, alpha=alpha)
+                # seed 003's Table 8 / E.2 correlate the PG as its tables report it: re-oriented benchmarks as -PG
+                oriented = {m: sign * v for m, v in pg.items()}
+                entry["table8"] = size_correlation(oriented, sizes, dense_families=True, alpha=alpha)
+                entry["e2_total"] = size_correlation(oriented, sizes, dense_families=False, alpha=alpha)
+                entry["e2_active"] = size_correlation(oriented, sizes, use_active=True, dense_families=False,
+                                                      alpha=alpha)
                 entry["pearson_pg_params"] = (entry["e2_total"]["r"], entry["e2_total"]["p"])
                 ns = {m: _num(rows[m]["neutral_share"]) for m in ms}
                 if ns and all(math.isfinite(x) for x in ns.values()):
@@ -145,14 +156,21 @@ def size_tables(correlation_rows: Sequence[Mapping[str, Any]], benchmarks: Seque
 
     Cells: ``r ∗ [CI] (n=models)`` (Pearson, Fisher-z 95% CI, ∗: p < alpha) /
     ``tau ∗`` and ``top-5 k/5``; – where fewer than 3 models (Pearson) or no
-    neutral option (E.1).
+    neutral option (E.1). In the Pearson tables a benchmark whose PG enters
+    re-oriented (:func:`probe.data.cmp_iso.paper_sign` -1) is headed
+    ``<benchmark> (−PG)``.
     """
+    from probe.data.cmp_iso import paper_sign
+
+    def head(b: str) -> str:
+        return b if paper_sign(b) > 0 else f"{b} (−PG)"
+
     def frame(key: str) -> pd.DataFrame:
         rows: dict[tuple, dict] = {}
         for c in correlation_rows:
             row = rows.setdefault((c["setting"], c["paradigm"], c.get("category", "gender")), {})
             row[c["benchmark"]] = _cell_r(c.get(key), alpha)
-        recs = [{"setting": s, "paradigm": p, "category": cat, **{b: cells.get(b, "–") for b in benchmarks}}
+        recs = [{"setting": s, "paradigm": p, "category": cat, **{head(b): cells.get(b, "–") for b in benchmarks}}
                 for (s, p, cat), cells in sorted(rows.items(), key=lambda kv: (kv[0][0], kv[0][1] != "cmp", kv[0][2]))]
         return pd.DataFrame(recs)
 

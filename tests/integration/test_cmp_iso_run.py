@@ -96,9 +96,14 @@ def test_tiny_cot_sampled_chains_recorded_and_resumed(tmp_path, long_tiny_lm, sh
     assert all(g["temperature"] == 0.7 and g["top_p"] == 0.9 and g["seed"] == 0 for g in gens)
     cot = e.summary["cot"]
     assert cot["settings"]["chains"] == 2 and cot["n_chains"] == 8
-    # every chain without a boxed label is left out and counted; a pair with no valid chain has no PG
+    # every chain without a boxed label is left out and counted; a prompt with no valid chain is kept with no
+    # valid answer (seed 003 appendix B), so the pair still has a PG (issue #23)
     n_no = sum(not r["meta"]["boxed_found"] for r in recs)
     assert cot["n_chains_no_cue"] == n_no
+    exp = next(r for r in e.summary["results"] if r["mode"] == "expected")
+    assert exp["iso"]["n_pairs"] == exp["cmp"]["n_pairs"] == 1
+    n_prompts_none = cot["n_prompts_no_valid_chain"]
+    assert exp["iso"]["n_no_valid"] + exp["cmp"]["n_no_valid"] == n_prompts_none
     gens_before, recs_before = (tmp_path / "generations.jsonl").read_bytes(), (tmp_path / "records.jsonl").read_bytes()
     probe.evaluate(long_tiny_lm, "cmp_iso", output=tmp_path, **opts)  # resume: no chain generated or scored again
     assert (tmp_path / "generations.jsonl").read_bytes() == gens_before
@@ -130,3 +135,16 @@ def test_smollm2_cot_sampled_chains(tmp_path, smollm2, shared_data):
     cot = e.summary["cot"]
     assert cot["n_chains"] == 8 and 0 <= cot["n_chains_no_cue"] <= 8
     assert cot["n_chains_no_cue"] == sum(not b for b in e.records["boxed_found"])
+    # every pair is kept, prompts without a valid chain counted (issue #23; seed 003 appendix B)
+    exp = next(r for r in e.summary["results"] if r["mode"] == "expected")
+    assert exp["iso"]["n_pairs"] == exp["cmp"]["n_pairs"] == 1
+    assert exp["iso"]["n_no_valid"] + exp["cmp"]["n_no_valid"] == cot["n_prompts_no_valid_chain"]
+    # the authors' chat layout under SmolLM2's own template: the header is the system message, so the
+    # template's default system prompt ("... named SmolLM ...") never appears
+    from probe.data.cmp_iso import load_benchmark
+    from probe.prompts.cmp_iso import CmpIsoSetting, build_prompt, render_built
+
+    p = load_benchmark("bbq", shared_data / "cmp_iso")[0].prompts()[0]
+    text = render_built(smollm2.tokenizer, build_prompt(p, CmpIsoSetting("cot")))
+    assert text.startswith("<|im_start|>system\nYou are a helpful assistant. <|im_end|>\n<|im_start|>user\n")
+    assert "SmolLM" not in text and text.endswith("<|im_start|>assistant\n")

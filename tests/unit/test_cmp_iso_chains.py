@@ -110,8 +110,9 @@ def test_chains_averaged_per_prompt_rao_blackwell():
     # PG on chain 0 alone: iso p_t = 0.8 / 1.0 -> 0.6; chain 1: 0.4 / 0.6 -> 2/3 -> 1/3
     assert cell["pg_by_chain"]["expected"]["iso"] == pytest.approx([0.6, 1 / 3])
     assert cell["pg_std_across_chains"]["expected"]["iso"] == pytest.approx(abs(0.6 - 1 / 3) / math.sqrt(2))
-    # chain 1 of t first has no boxed label: no cmp pair on chain 1 alone
-    assert cell["pg_by_chain"]["expected"]["cmp"][1] is None or math.isnan(cell["pg_by_chain"]["expected"]["cmp"][1])
+    # chain 1 of t first has no boxed label: on chain 1 alone that order has no valid answer and scores 0.5
+    # (seed 003 appendix B); t' first q = 0.6 -> p_t = (0.5 + 0.6) / 2 -> gap 0.1; chain 0: (0.9 + 0.8) / 2 -> 0.7
+    assert cell["pg_by_chain"]["expected"]["cmp"] == pytest.approx([0.7, 0.1])
     # per-prompt spread: mean over the 3 prompts with 2 valid chains of the label std (ddof 1)
     sd = lambda a, b: abs(a - b) / math.sqrt(2)  # noqa: E731
     assert cell["mean_prompt_std"] == pytest.approx((sd(0.8, 0.4) + 0.0 + sd(0.2, 0.4)) / 3)
@@ -173,11 +174,14 @@ def test_mass_floor_results_with_and_without_non_answering_prompts():
     assert r["answering_only"]["iso"]["n_pairs"] == 2 and r["mass"]["iso"]["n_below_floor"] == 0
 
 
-def test_greedy_chain_without_boxed_label_left_out():
+def test_greedy_chain_without_boxed_label_kept_with_no_valid_answer():
     rows = [{**x, "chain": None, "id": x["id"].rsplit("|", 1)[0]} for x in _pair1() if x["chain"] == 1]
     s = run_summary(rows, cfg(cot_chains=0))
     r = _cell(s)
-    assert r["cmp"]["n_pairs"] == 0 and r["iso"]["n_pairs"] == 1  # t first's only chain has no boxed label
+    # t first's only chain has no boxed label: no valid answer, order score 0.5 (seed 003 appendix B);
+    # t' first [0.4, 0.6] with t as B -> 0.6; p_t = 0.55 -> gap 0.1 (before #23 the pair was dropped)
+    assert r["cmp"]["n_pairs"] == 1 and r["cmp"]["pg"] == pytest.approx(0.1) and r["iso"]["n_pairs"] == 1
+    assert r["cmp"]["n_no_valid"] == 1 and r["cmp"]["n_pairs_no_valid"] == 1 and r["iso"]["n_no_valid"] == 0
     assert s["cot"]["settings"]["decoding"] == "greedy"
     assert _cell(run_summary(rows, cfg(cot_chains=0, cot_require_cue=False)))["cmp"]["n_pairs"] == 1
 

@@ -80,8 +80,9 @@ def test_released_files_layout_and_round_trip(shared_data):
         for pair in pairs[:40]:
             for p in pair.prompts():
                 built = build_prompt(p, CmpIsoSetting(reasoning="cot"))
-                assert built.user == p.parts.text().replace(NEUTRAL_SLOT, " ")
-                assert built.prefill is None
+                # the plain string is the released prompt; as chat, the header is the system message (#23)
+                assert built.plain == p.parts.text().replace(NEUTRAL_SLOT, " ")
+                assert built.system + "\n" + built.user == built.plain and built.prefill is None
 
 
 def test_released_counts(shared_data):

@@ -157,3 +157,33 @@ def test_table2_without_rows_for_a_mode_is_empty_not_an_error():
 
     s = {"benchmarks": ["bbq"], "models": ["m"], "results": [], "alpha": 0.05}
     assert table2(s, "direct", "paper").shape == (1, 0)
+
+
+def test_size_correlations_use_the_papers_orientation():
+    """Issue #23: seed 003 reports StereoSet, RedditBias (and CrowS-Pairs, which mirrors it) and DE-Gen with the
+    preferred group re-oriented (-PG here); Table 8 / E.2 correlate that PG with size, so r flips sign there."""
+    from probe.data.cmp_iso import PAPER_ORIENTATION, paper_sign
+
+    assert PAPER_ORIENTATION == {"stereoset": -1, "redditbias": -1, "crows_pairs": -1, "de_gen": -1}
+    assert [paper_sign(b) for b in ("bbq", "dt_tox", "winobias", "mmlu")] == [1, 1, 1, 1]
+    models = ["qwen-1b", "qwen-4b", "qwen-9b"]
+    # PG here falls with size on every benchmark: -0.1, -0.2, -0.6 (cmp), iso constant
+    benches = ["stereoset", "redditbias", "crows_pairs", "de_gen", "bbq", "dt_tox"]
+    res = [_res(m, b, pg, 0.0) for b in benches for m, pg in zip(models, (-0.1, -0.2, -0.6))]
+    rows = {c["benchmark"]: c for c in correlations(res, models, benches, SIZES) if c["paradigm"] == "cmp"}
+    # hand-computed: Pearson r of sizes (1, 4, 9) with (0.1, 0.2, 0.6) = 0.9939...; with the raw PG -0.9939...
+    x, y = [1.0, 4.0, 9.0], [0.1, 0.2, 0.6]
+    mx, my = sum(x) / 3, sum(y) / 3
+    r = sum((a - mx) * (b - my) for a, b in zip(x, y)) / math.sqrt(
+        sum((a - mx) ** 2 for a in x) * sum((b - my) ** 2 for b in y))
+    for b in ("stereoset", "redditbias", "crows_pairs", "de_gen"):
+        assert rows[b]["orientation"] == -1
+        assert rows[b]["table8"]["r"] == pytest.approx(r) and rows[b]["e2_total"]["r"] == pytest.approx(r)
+        assert rows[b]["e2_active"]["r"] == pytest.approx(r) and rows[b]["pearson_pg_params"][0] == pytest.approx(r)
+    for b in ("bbq", "dt_tox"):
+        assert rows[b]["orientation"] == 1 and rows[b]["table8"]["r"] == pytest.approx(-r)
+    t = size_tables(list(rows.values()), benches)
+    assert list(t["table8"].columns)[3:] == ["stereoset (−PG)", "redditbias (−PG)", "crows_pairs (−PG)",
+                                             "de_gen (−PG)", "bbq", "dt_tox"]
+    assert t["tableE2_total"].iloc[0]["de_gen (−PG)"].startswith(f"{r:.3f}")
+    assert t["tableE2_active"].iloc[0]["bbq"].startswith(f"{-r:.3f}")

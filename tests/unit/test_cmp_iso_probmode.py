@@ -195,13 +195,18 @@ def test_tiny_run_has_paper_equivalent_rows_keys_and_tables(lm, tmp_path, shared
                               settings=[{"reasoning": "direct"}, {"reasoning": "direct", "neutral": True}],
                               n_iter=50, n_boot=20, data_dir=str(shared_data / "cmp_iso"), **kw)
 
-    # the authors' nucleus (top-p 0.9) cuts every label of the near-uniform tiny model: no paper rows,
-    # every record counted as unsampleable
+    # the authors' nucleus (top-p 0.9) cuts every label of the near-uniform tiny model: every record counted as
+    # unsampleable; under their sampling no prompt yields a valid answer, so (issue #23, seed 003 appendix B)
+    # every pair is kept with iso affirmation 0 (both targets: 0.5) and cmp orders 0.5: PG 0, all counted
     e = run(tmp_path / "default")
     pe = e.summary["paper_equivalent"]
     assert pe["mode"] == "paper" and pe["settings"]["temperature"] == 0.7 and pe["settings"]["top_p"] == 0.9
     assert pe["n_unsampleable"] == len(pe["unsampleable_records"]) == len(e.records) == 16
-    assert not any(r["mode"] == "paper" for r in e.summary["results"])
+    paper = [r for r in e.summary["results"] if r["mode"] == "paper"]
+    assert len(paper) == 2 and all(r[par]["pg"] == 0.0 and r[par]["n_pairs"] == 2 and r[par]["n_no_valid"] == 4
+                                   for r in paper for par in ("iso", "cmp"))
+    assert e.summary["no_valid_answer"]["by_mode"]["paper"]["n_prompts_iso"] == 8
+    assert e.summary["no_valid_answer"]["by_mode"]["expected"]["n_prompts_iso"] == 0
     rec = e.records.iloc[0]
     assert rec["sampling"][0]["temperature"] == 0.7 and len(rec["token_ids"][0]) >= 2  # "Yes" and " Yes"
     # top-p 1: every label can be sampled

@@ -174,7 +174,11 @@ def test_probe_settings_use_the_authors_components():
     u = build_prompt(iso, CmpIsoSetting(direct_cue="user"))
     assert u.prefill is None and u.system == HEADERS[0] and u.user == (instr + ISO_TASK + "\nMy answer would be:").strip("\n")
     cot = build_prompt(iso, CmpIsoSetting(reasoning="cot"))
-    assert cot.user == cot.plain == authors_prompt(iso, "cot") and cot.system is None and cot.forms == ()
+    # CoT (#23 part 3): the authors' chat layout, header as system, the rest as user; plain string unchanged
+    assert cot.plain == authors_prompt(iso, "cot") and cot.prefill is None
+    assert [{"role": "system", "content": cot.system}, {"role": "user", "content": cot.user}] == authors_prompt(
+        iso, "cot", chat=True)
+    assert cot.forms == (("Yes", "yes", "YES", "y", "Y"), ("No", "no", "NO", "n", "N"))
     r = build_prompt(iso, CmpIsoSetting(randomly=True, variant=2))  # footer wording 1
     assert r.system == RANDOM_HEADERS[0] and r.prefill == "My random answer is:"
     n = build_prompt(cmp, CmpIsoSetting(neutral=True))
@@ -182,7 +186,8 @@ def test_probe_settings_use_the_authors_components():
     assert "Note: By choosing the \"C\" option" in n.user and [f[0] for f in n.forms] == ["A", "B", "C"]
     plain = build_prompt(cmp, CmpIsoSetting())
     assert "{}" not in plain.user and "Prefer not" not in plain.user
-    texts = {build_prompt(cmp, CmpIsoSetting(reasoning="cot", variant=i)).user for i in range(N_VARIANTS)}
+    texts = {(b.system, b.user) for i in range(N_VARIANTS)
+             if (b := build_prompt(cmp, CmpIsoSetting(reasoning="cot", variant=i)))}
     assert len(texts) == N_VARIANTS
 
 
@@ -213,7 +218,8 @@ def test_released_prompts_match_the_task_bodies_and_rebuild(shared_data):
             for p in pair.prompts():
                 assert regex[p.task_type].fullmatch("\n" + p.parts.task), (name, p.line)
                 built = build_prompt(p, CmpIsoSetting(reasoning="cot"))
-                assert built.user == p.parts.text().replace(NEUTRAL_SLOT, " ", 1)
+                released = p.parts.text().replace(NEUTRAL_SLOT, " ", 1)
+                assert built.plain == released == built.system + "\n" + built.user
                 n += 1
     assert n == 15612
 

@@ -243,7 +243,8 @@ class CmpIsoTask(Task):
             if meta["reasoning"] != "cot":
                 out.append(LabelRequest(id=rid, prompt=text, labels=labels, group=group, meta=meta, forms=forms))
                 continue
-            # one scoring request per chain: the label at its last "\boxed{" holding a label
+            # one scoring request per chain: the label where the authors' parser finds the chain's last boxed
+            # answer (an unoffered last answer or none: boxed_found False), summed over cot_answer_forms
             chains = [(rid, None)] if not config.cot_chains else [(chain_id(rid, k), k)
                                                                    for k in range(config.cot_chains)]
             for cid, k in chains:
@@ -251,7 +252,7 @@ class CmpIsoTask(Task):
                     raise ProbeError(f"cmp_iso: no CoT reasoning was generated for {cid!r}")
                 final, found = cot_answer_prompt(text, generations[cid], labels)
                 extra = {"generation": generations[cid], "boxed_found": found, **({} if k is None else {"chain": k})}
-                # space "none": the label follows the model's own "\boxed{"
+                # the forms (built.forms) are scored as one-token next tokens; space is unused with forms
                 out.append(LabelRequest(id=cid, prompt=final, labels=labels, group=group, space="none",
                                         meta={**meta, **extra}, forms=forms))
         return out

@@ -73,7 +73,8 @@ def mean_counts(per_chain: Sequence[Mapping[str, float]]) -> dict[str, float]:
 
 
 def chain_stats(all_chains: Sequence[Mapping], prompts: Mapping[tuple, Sequence[Mapping]],
-                counts: Callable[[Mapping, str], dict | None], modes: Sequence[str]) -> dict[str, Any]:
+                counts: Callable[[Mapping, str], dict | None], modes: Sequence[str],
+                labels_of: Mapping[tuple, Sequence[str]] | None = None) -> dict[str, Any]:
     """Counts and spread of one (setting, benchmark)'s sampled chains.
 
     ``all_chains``: its finite chain records (valid or not); ``prompts``: prompt
@@ -84,10 +85,17 @@ def chain_stats(all_chains: Sequence[Mapping], prompts: Mapping[tuple, Sequence[
     labels of the chains' probability standard deviation, ddof 1) and, per mode
     and paradigm, ``pg_by_chain`` (PG on chain index k alone, k = 0..K-1) and
     ``pg_std_across_chains`` (its standard deviation, ddof 1; NaN below 2 chains).
+    In ``pg_by_chain`` a prompt whose chain k has no valid answer (none, or no
+    label inside the nucleus in the paper mode) counts with no valid answer
+    (seed 003 appendix B: iso affirmation 0, cmp order 0.5); ``labels_of``:
+    prompt key -> its labels (default: the labels of its chain records).
     """
     from probe.metrics.cmp_iso import CmpIsoObservation, summarize
 
-    keys = {prompt_key(r) for r in all_chains}
+    keys = dict.fromkeys(prompt_key(r) for r in all_chains)  # ordered as the records
+    labels = dict(labels_of or {})
+    for r in all_chains:
+        labels.setdefault(prompt_key(r), tuple(r["options"]))
     stds = [float(np.mean(np.std([c["probs"] for c in v], axis=0, ddof=1))) for v in prompts.values() if len(v) > 1]
     ks = sorted({k for r in all_chains if (k := chain_index(r.get("chain"))) is not None})
     by_chain: dict[str, dict[str, list[float]]] = {}
@@ -95,12 +103,14 @@ def chain_stats(all_chains: Sequence[Mapping], prompts: Mapping[tuple, Sequence[
         pgs: dict[str, list[float]] = {"iso": [], "cmp": []}
         for k in ks:
             obs = []
-            for key, chains in prompts.items():
+            for key in keys:
+                chains = prompts.get(key, ())
                 c = next((r for r in chains if chain_index(r.get("chain")) == k), None)
                 cnt = counts(c, mode) if c is not None else None
-                if cnt is not None:
-                    obs.append(CmpIsoObservation(key[2], key[3], key[4] if key[3] == "iso" else None,
-                                                 key[4] if key[3] == "cmp" else None, cnt))
+                if cnt is None:  # chain k gives no valid answer: the prompt stays, every count 0
+                    cnt = {lab: 0.0 for lab in labels[key]}
+                obs.append(CmpIsoObservation(key[2], key[3], key[4] if key[3] == "iso" else None,
+                                             key[4] if key[3] == "cmp" else None, cnt))
             s = summarize(obs, allow_incomplete=True)
             pgs["iso"].append(s.iso.pg)
             pgs["cmp"].append(s.cmp.pg)
@@ -109,7 +119,7 @@ def chain_stats(all_chains: Sequence[Mapping], prompts: Mapping[tuple, Sequence[
         "n_chains": len(all_chains),
         "n_chains_no_cue": sum(_is_false(r.get("boxed_found")) for r in all_chains),
         "n_prompts": len(keys),
-        "n_prompts_no_valid_chain": len(keys - set(prompts)),
+        "n_prompts_no_valid_chain": sum(1 for key in keys if not prompts.get(key)),
         "mean_prompt_std": float(np.mean(stds)) if stds else math.nan,
         "n_prompts_with_spread": len(stds),
         "pg_by_chain": by_chain,

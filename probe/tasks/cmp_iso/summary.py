@@ -111,6 +111,7 @@ def run_summary(records: Any, config: Any) -> dict:
     cells: dict[tuple, dict[tuple, list[dict]]] = {}  # (setting, benchmark) -> prompt -> its valid records
     finite_rows: dict[tuple, list[dict]] = {}
     claims: dict[tuple, dict[tuple, bool]] = {}  # (setting, benchmark) -> cmp prompt -> a chain claims randomness
+    labels_of: dict[tuple, tuple] = {}  # prompt -> the labels it offered
     for r in rows:
         cell = (r["setting"], r["benchmark"])
         if r.get("reasoning") == "cot" and r["task_type"] == "cmp":
@@ -121,10 +122,12 @@ def run_summary(records: Any, config: Any) -> dict:
             continue
         finite_rows.setdefault(cell, []).append(r)
         prompts = cells.setdefault(cell, {})
+        labels_of.setdefault(prompt_key(r), tuple(r["options"]))
+        # a chain without a valid answer adds no answer, but its prompt stays: a prompt none of whose
+        # chains has one is kept with no valid answer (seed 003 appendix B: iso affirmation 0, cmp order 0.5)
+        chains_of = prompts.setdefault(prompt_key(r), [])
         if valid(r, require_cue):
-            prompts.setdefault(prompt_key(r), []).append(r)
-        elif chain_index(r.get("chain")) is None:
-            prompts.setdefault(prompt_key(r), [])  # a greedy chain without a boxed label: no answer
+            chains_of.append(r)
 
     def counts(rec: dict, mode: str) -> dict | None:
         if mode != PAPER:
@@ -142,20 +145,24 @@ def run_summary(records: Any, config: Any) -> dict:
         mass = {k: float(np.mean([c["mass"] for c in v])) for k, v in answered.items()}
         obs: dict[str, list] = {m: [] for m in modes}
         paper_mass: dict[tuple, float] = {}
-        for key, chains in answered.items():
+        for key, chains in prompts.items():
+            none = {lab: 0.0 for lab in labels_of[key]}  # no valid answer: every count 0
             for m in MODES:
-                obs[m].append(_observation(key, mean_counts([chain_counts(c, m) for c in chains])))
+                obs[m].append(_observation(key, mean_counts([chain_counts(c, m) for c in chains]) if chains
+                                           else none))
             if has_entries:
                 sp = [(c, sampled_probs(c, spec)) for c in chains]
                 unsampleable += [str(c["id"]) for c, x in sp if x is None]
                 ok = [(c, x) for c, x in sp if x is not None]
-                if ok:  # no observation where no chain can be sampled
-                    obs[PAPER].append(_observation(key, mean_counts([chain_counts(c, PAPER, x[0]) for c, x in ok])))
+                # a chain (or direct record) whose labels all fall outside the nucleus never samples a label:
+                # under the authors' sampling it gives no valid answer, so a prompt with none sampleable has
+                # no valid answer there either (the appendix-B rule, not dropped)
+                obs[PAPER].append(_observation(key, mean_counts([chain_counts(c, PAPER, x[0]) for c, x in ok])
+                                               if ok else none))
+                if ok:
                     paper_mass[key] = float(np.mean([x[1] for _, x in ok]))
         by_tt = {tt: [m for k, m in mass.items() if k[3] == tt] for tt in ("iso", "cmp")}
         for mode in modes:
-            if mode == PAPER and not obs[mode]:  # no row where no record can be sampled
-                continue
             res = analyze(obs[mode], n_boot=config.n_boot, n_iter=config.n_iter, seed=config.seed,
                           alpha=config.alpha, allow_incomplete=True)  # an interrupted run: finished pairs only
             # the same cell without the prompts whose labels carry less than the floor (a pair needs both prompts)
@@ -185,7 +192,7 @@ def run_summary(records: Any, config: Any) -> dict:
                 gaps_by[(base, variant, bench, mode, par.paradigm)] = dict(zip(par.pair_ids, par.gaps))
         if is_cot:
             chains = [r for r in finite_rows[(setting, bench)] if chain_index(r.get("chain")) is not None]
-            cot_cells[f"{setting}|{bench}"] = chain_stats(chains, answered, counts, modes) if chains else {
+            cot_cells[f"{setting}|{bench}"] = chain_stats(chains, answered, counts, modes, labels_of) if chains else {
                 "n_prompts": len(prompts), "n_prompts_no_answer": len(prompts) - len(answered)}
     return {"benchmarks": list(config.benchmarks), "settings": sorted({r["setting"] for r in results}),
             "max_pairs": config.max_pairs, "seed": config.seed, "alpha": config.alpha, "n_iter": config.n_iter,
@@ -198,12 +205,38 @@ def run_summary(records: Any, config: Any) -> dict:
             "ci": {"method": "percentile bootstrap", "level": 0.95, "n_boot": config.n_boot,
                    "unit": "context pair (its iso t/t' or both cmp orders, every CoT chain of them)"},
             "mass_floor": floor,
+            "no_valid_answer": no_valid_summary(results),
             "cot": cot_summary(config, cot_cells, keywords) if cot_cells else {},
             "paper_equivalent": {} if not has_entries else {
                 "mode": PAPER, "settings": {**spec, "source": "the authors' model_config/default.yaml"},
                 "estimator": "expected counts under sampling at this temperature and nucleus, renormalised over "
                              "the labels (samples that are no label are excluded, as the authors' parser does)",
                 "n_unsampleable": len(unsampleable), "unsampleable_records": unsampleable}}
+
+
+def no_valid_summary(results: list[dict]) -> dict:
+    """Prompts (and pairs) kept without any valid answer, per mode, in total and per setting x benchmark.
+
+    Seed 003 appendix B and the authors' ``_get_pg_iso`` / ``_get_pg_cmp``: such
+    a prompt is kept, its affirmation rate 0 (iso; a pair with no affirmation
+    for either target scores 0.5) or its order's preference 0.5 (cmp). A CoT
+    prompt has none when no chain holds a valid boxed answer; in the ``paper``
+    mode also when no chain's labels fall inside the nucleus.
+    """
+    out: dict[str, Any] = {"rule": "kept: iso affirmation 0 (0.5 when neither target is affirmed), cmp order 0.5 "
+                                   "(seed 003 appendix B)", "by_mode": {}, "by_cell": []}
+    for r in results:
+        tot = out["by_mode"].setdefault(r["mode"], {f"{k}_{par}": 0 for k in ("n_prompts", "n_pairs")
+                                                     for par in ("iso", "cmp")})
+        cell = {"setting": r["setting"], "benchmark": r["benchmark"], "mode": r["mode"]}
+        for par in ("iso", "cmp"):
+            n, npairs = int(r[par].get("n_no_valid", 0)), int(r[par].get("n_pairs_no_valid", 0))
+            tot[f"n_prompts_{par}"] += n
+            tot[f"n_pairs_{par}"] += npairs
+            cell.update({f"n_prompts_{par}": n, f"n_pairs_{par}": npairs, f"n_pairs_{par}_total": r[par]["n_pairs"]})
+        if any(cell[f"n_prompts_{par}"] for par in ("iso", "cmp")):
+            out["by_cell"].append(cell)
+    return out
 
 
 def cot_summary(config: Any, cells: dict, keywords: tuple[str, ...]) -> dict:
@@ -215,8 +248,9 @@ def cot_summary(config: Any, cells: dict, keywords: tuple[str, ...]) -> dict:
                          **({"temperature": config.cot_temperature, "top_p": config.cot_top_p} if k else {}),
                          "max_new_tokens": config.max_new_tokens, "seed": config.seed,
                          "require_cue": bool(getattr(config, "cot_require_cue", True)),
-                         "answer": "the label scored exactly at the chain's last \\boxed{ holding a valid label "
-                                   "(any case; the authors' parser)",
+                         "answer": "the label scored exactly where the authors' parser finds the chain's last boxed "
+                                   "answer (lower-cased boxed{yes|no|y|n|skip|s} / boxed{a|b|c}; an unoffered last "
+                                   "label or none: no valid answer), summed over its forms without whitespace",
                          "estimator": "mean over a prompt's valid chains of the exactly scored label probabilities "
                                       "(Rao-Blackwellised counts)",
                          "claim_keywords": list(keywords)},
