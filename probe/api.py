@@ -53,6 +53,8 @@ def evaluate(model: Any, task: str, *, limit: int | None = None, output: str | P
     Returns
     -------
     Evaluation with ``.records`` (DataFrame, ``meta`` flattened), ``.summary``
+        ``log_samples=True`` logs what the model saw per request (``docs/samples.md``):
+        ``Evaluation.samples``, and with ``output`` ``OUTPUT/samples.jsonl``.
     (dict), ``.tables`` (name -> DataFrame), ``.output`` and, with ``capture``,
     ``.activations`` (``ids`` = the record ids, ``arrays[key]`` ``[n_records, d_model]``).
     """

@@ -67,6 +67,11 @@ def register(groups: dict) -> None:
                         "(e.g. blocks.3.hook_resid_post, blocks.3.ln1.hook_normalized); eager attention")
     p.set_defaults(func=run)
 
+    g.add_argument("--log-samples", dest="log_samples", action="store_true", default=None,
+                   help="also write OUTPUT/samples.jsonl: per request the exact text given to the tokenizer (after "
+                        "the chat template), the scored options with every surface form summed, and any generated "
+                        "chain (as lm-evaluation-harness's --log_samples; schema in docs/samples.md); resumed "
+                        "like the records")
 
 def _positive(text: str) -> int:
     try:
@@ -145,7 +150,7 @@ def run(args: argparse.Namespace) -> int:
     cli = {k: v for k, v in vars(args).items() if v is not None and k in (
         "device", "dtype", "load_in_8bit", "load_in_4bit", "device_map", "trust_remote_code", "batch_size",
         "token_budget", "chunk_size", "score_cache", "threads", "progress", "agreement_tokens", "capture",
-        "backend")}
+        "backend", "log_samples")}
     values.update(cli)
     task = get(str(values.pop("task")))
     models = values.pop("models", None)
@@ -170,7 +175,8 @@ def run(args: argparse.Namespace) -> int:
         evaluation = run_task(task, config, name, output=out, limit=args.limit, options=options)
         if evaluation.output is not None and (evaluation.output / "report.md").is_file():
             print((evaluation.output / "report.md").read_text(encoding="utf-8"))
-        print(f"wrote {out}/records.jsonl, summary.json, provenance.json", file=sys.stderr)
+        also = ", samples.jsonl" if options.log_samples else ""
+        print(f"wrote {out}/records.jsonl{also}, summary.json, provenance.json", file=sys.stderr)
     return 0
 
 

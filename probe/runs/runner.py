@@ -36,7 +36,7 @@ from probe.runs.record import Record
 #: Keys of a run (not of a task) that a YAML config or ``--set`` may give.
 RUN_KEYS = ("device", "dtype", "load_in_8bit", "load_in_4bit", "device_map", "trust_remote_code", "batch_size",
             "token_budget", "chunk_size", "score_cache", "threads", "progress", "agreement_tokens", "capture",
-            "backend")
+            "backend", "log_samples")
 
 
 @dataclass(frozen=True)
@@ -69,6 +69,9 @@ class RunOptions:
     #: TransformerLens 4.x bridge: capture hooks are its HookPoints; probe.models.tl_adapter)
     backend: str = "hf"
 
+    #: write ``samples.jsonl`` beside the records: per request the exact text given to the tokenizer,
+    #: the scored forms and any generated chain (probe.runs.samples; ``docs/samples.md``)
+    log_samples: bool = False
     def __post_init__(self) -> None:
         from probe.scoring.sampling import as_specs
 
@@ -92,6 +95,8 @@ def load(model: Any, options: RunOptions) -> Any:
 
     if hasattr(model, "model") and hasattr(model, "tokenizer"):
         return with_backend(model, options.backend, copy=True)  # never rewire the caller's model
+        if not isinstance(self.log_samples, bool):
+            raise ValueError(f"log_samples must be true or false, got {self.log_samples!r}")
     from probe.models import load_model
     from probe.runs.shard import detect
 
@@ -168,7 +173,7 @@ class Runner:
     def score(self, requests: Sequence[Any], output: str | Path | None = None, task: str = "score",
               progress: bool | None = None, sampling: Sequence[Any] = (), capture: Any = None,
               capture_dir: str | Path | None = None, capture_meta: dict | None = None,
-              capture_extra: dict | None = None) -> list[Record]:
+              capture_extra: dict | None = None, samples: Any = None) -> list[Record]:
         """Score ``requests`` (resuming ``output`` if it holds records); return their records in request order.
 
         ``output`` None scores in memory (no file, no resume). Records already
@@ -192,6 +197,9 @@ class Runner:
         if output is None:
             out: list[Record] = []
             sink = _MemorySink(cap) if cap is not None else None
+        ``samples``: a :class:`probe.runs.samples.SampleLog`; each chunk's samples are logged once it is
+        scored (before its records), and any request still without one at the end (records from a run
+        without ``--log-samples``) is logged then; nothing is logged twice.
             for part in group_chunks(requests, self.options.chunk_size):
                 results = self._timed(part, score)
                 if sink is not None:
@@ -206,6 +214,8 @@ class Runner:
                 raise ProbeError("activation capture runs in one process; drop --capture or run without "
                                  "accelerate/torchrun")
             writer = self._capture_writer(cap, Path(capture_dir) if capture_dir else output.parent / "activations",
+                if samples is not None:
+                    samples.write(part)
                                           capture_meta or {}, capture_extra or {})
         make = lambda part: map(to_record, self._timed(part, score))  # noqa: E731
         if writer is not None:
@@ -220,10 +230,14 @@ class Runner:
                 writer.close()
         return [Record.from_dict(d) for d in dicts]
 
+        if samples is not None and not self.procs.distributed:  # several processes: rank 0 logs at the end
+            make = _logging(make, samples)
     def capture_spec(self, capture: Any = None) -> Any:
         """``capture`` (a CaptureSpec or ``HOOK@POSITION`` strings), else the run options' own; None when off.
         Hook names are checked against the model here, before any work."""
         from probe.activations.scoring_capture import CaptureSpec
+            if samples is not None and self.procs.is_main:
+                samples.write(requests)  # requests recorded before (without --log-samples): nothing to score
 
         if capture is None and not self.options.capture:
             return None
@@ -360,6 +374,17 @@ class _MemorySink:
 
     def __init__(self, spec: Any) -> None:
         self.spec = spec
+def _logging(make: Callable[[list], Iterable[dict]], samples: Any) -> Callable[[list], list[dict]]:
+    """``make`` that logs a chunk's samples after scoring it and before its records are written."""
+
+    def run(part: list) -> list[dict]:
+        records = list(make(part))
+        samples.write(part)
+        return records
+
+    return run
+
+
         self.by_id: dict[str, Any] = {}
 
     def add(self, results: list) -> None:
@@ -385,4 +410,7 @@ class _MemorySink:
 def options_from(values: dict[str, Any]) -> RunOptions:
     """:class:`RunOptions` from a mapping that may hold other keys (they are ignored)."""
     fields = {f.name for f in dataclasses.fields(RunOptions)}
-    return RunOptions(**{k: v for k, v in values.items() if k in fields and v is not None})
+    try:
+        return RunOptions(**{k: v for k, v in values.items() if k in fields and v is not None})
+    except (TypeError, ValueError) as exc:  # a config's or --set's value: a clear error, not a traceback
+        raise ProbeError(f"run options: {exc}") from None

@@ -4,6 +4,7 @@ Outputs in the run directory (when one is given):
 
 - ``records.jsonl`` (+ ``records.jsonl.input.json``, the model and input check);
 - ``generations.jsonl`` when the task generates first (chain-of-thought);
+- ``samples.jsonl`` with ``log_samples``: what the model saw, per request (:mod:`probe.runs.samples`);
 - ``summary.json``; ``tables/*.md|csv``; the task's report files;
 - ``timing.json`` (seconds per request kind) and ``provenance.json``.
 
@@ -41,6 +42,9 @@ class Evaluation:
     config: Any = None
     #: with ``capture``: the activations keyed by record id (probe.activations.Activations)
     activations: Any = None
+    #: with ``log_samples``: one dict per request (record order), then the generations no request
+    #: follows (probe.runs.samples; ``docs/samples.md``); None when off
+    samples: list[dict[str, Any]] | None = None
 
     def __repr__(self) -> str:
         where = f", output={str(self.output)!r}" if self.output else ""
@@ -76,8 +80,19 @@ def run_task(task: Task, config: Any, model: Any, output: str | Path | None = No
         requests = task.requests(config, items, lm.tokenizer, generations)
         if not requests:
             raise ProbeError(f"task {task.name!r}: the selected items gave no requests")
-        records = runner.score(requests, out / "records.jsonl" if out else None, task=task.name,
-                               sampling=task.sampling(config))
+        log = _sample_log(runner, task.name, out, gen_requests, generations) if options.log_samples else None
+        try:
+            records = runner.score(requests, out / "records.jsonl" if out else None, task=task.name,
+                                   sampling=task.sampling(config), samples=log)
+            samples = None
+            if log is not None and runner.procs.is_main:
+                ids = {r.id for r in requests}
+                alone = [g for g in gen_requests if g.id not in ids]  # generations no scored request follows
+                log.write_generations(alone, generations or {})
+                samples = log.samples([r.id for r in requests] + [g.id for g in alone])
+        finally:
+            if log is not None:
+                log.close()
         agreement = _greedy_agreement(runner, requests, records, out, task.name, options.agreement_tokens)
         if not runner.procs.is_main:  # rank 0 merged the shards; it alone aggregates and writes
             return Evaluation(task.name, str(getattr(lm, "name", "")), records_to_frame([]), {}, {}, out, config)
@@ -108,10 +123,20 @@ def run_task(task: Task, config: Any, model: Any, output: str | Path | None = No
                 data_files=task.data_files(config), world_size=runner.procs.world_size))
             note = runner.cache_note()
             print(f"{task.name}: {len(records)} record(s) in {out / 'records.jsonl'}{note}", file=sys.stderr)
-        return Evaluation(task.name, str(getattr(lm, "name", "")), frame, summary, result.tables, out, config, acts)
+        return Evaluation(task.name, str(getattr(lm, "name", "")), frame, summary, result.tables, out, config, acts,
+                          samples)
     finally:
         if own:
             runner.close()
+
+
+def _sample_log(runner: Runner, task: str, out: Path | None, gen_requests: Sequence[Any],
+                generations: Mapping[str, str] | None) -> Any:
+    """The run's :class:`probe.runs.samples.SampleLog` (``OUT/samples.jsonl``; in memory without ``out``)."""
+    from probe.runs.samples import SAMPLES_FILE, SampleLog
+
+    chains = {g.id: (g, generations[g.id]) for g in gen_requests if generations and g.id in generations}
+    return SampleLog(out / SAMPLES_FILE if out is not None else None, task, runner.scorer.encoder, chains)
 
 
 def _greedy_agreement(runner: Runner, requests: Sequence[Any], records: Sequence[Any], out: Path | None,
