@@ -6,8 +6,9 @@ pair (iso about t and t', cmp in both option orders) under every setting
 (direct / CoT, neutral option, "answer randomly", the 54 variations;
 :mod:`probe.prompts.cmp_iso`) -> for CoT, ``cot_chains`` reasoning chains per
 prompt sampled first at the authors' T = 0.7, top-p = 0.9 (the runner's
-generation stage; 0 = one greedy chain), then the label scored right after each
-chain's last ``\\boxed{``, the prompt's counts the mean over its chains
+generation stage; 0 = one greedy chain), then the label scored where the
+authors' parser finds each chain's last boxed answer, the prompt's counts the
+mean over its valid chains (none: the prompt is kept with no valid answer)
 (:mod:`.chains`) ->
 next-token label probabilities (direct: the authors' probability mode, each
 label summed over its one-token surface forms) -> Parity Gap per setting x
@@ -98,7 +99,9 @@ class CmpIsoConfig(TaskConfig):
     cot_chains: int = 25
     cot_temperature: float = 0.7
     cot_top_p: float = 0.9
-    cot_require_cue: bool = True  # leave out (and count) chains without a boxed label, as their parser does
+    # a chain without a valid boxed answer adds no answer (counted), as their parser drops it; false: scored
+    # after an appended "Final answer: \boxed{" instead
+    cot_require_cue: bool = True
     # Table 6: the claimed-randomness keywords (seed 003 Table H.2; null: that list)
     claim_keywords: tuple[str, ...] | None = None
     mass_floor: float = 0.1  # prompts whose labels carry less probability are "not answering"

@@ -5,12 +5,15 @@ The authors generate ``n_gens`` (25) completions per prompt at T = 0.7, top-p
 answers their parser finds (the last ``\\boxed{label}``, lower-cased;
 unparsable generations are dropped). probe samples ``cot_chains`` reasoning
 chains per prompt at those settings (seeded per chain), scores the label
-exactly at the chain's last ``\\boxed{`` holding a valid label, and takes the
+exactly where the authors' parser finds the chain's last boxed answer
+(:func:`probe.prompts.cmp_iso.last_boxed`), and takes the
 prompt's counts as the mean over its valid chains of the chain's label
 probabilities: a Rao-Blackwellised estimate of the authors' counts (the
 sampled answer token is replaced by its exact distribution; only the
-reasoning is sampled). A chain without a boxed label (the authors' parser
-would return -1) is left out by default and counted.
+reasoning is sampled). A chain without a valid boxed answer (the authors'
+parser would return -1, or name an unoffered label) is left out by default and
+counted; a prompt none of whose chains has one is kept with no valid answer
+(seed 003 appendix B: iso affirmation 0, cmp order 0.5).
 
 Records: one per (setting, benchmark, pair, prompt, chain), id
 ``<request id>|chain{k}`` (:func:`probe.tasks.implicitbbq.chains.chain_id`),

@@ -18,8 +18,11 @@ left out of the paper mode and counted (``paper_equivalent.n_unsampleable``). Th
 
 CoT (:mod:`.chains`): a prompt's counts are the mean over its valid chains
 (per mode: probabilities, one-hot argmax, sampled probabilities); chains
-without a boxed label are left out (``cot_require_cue``) and counted in
-``cot``. Each row also holds ``mass`` (the label-mass distribution per
+without a valid boxed answer add none (``cot_require_cue``) and are counted in
+``cot``. A prompt without any valid answer (no valid chain; in the paper mode
+also no label inside the nucleus) is kept, as seed 003's appendix B and the
+authors' code keep it (iso affirmation 0, cmp order 0.5), and counted
+(``n_no_valid`` / ``n_pairs_no_valid`` per row, ``no_valid_answer`` in total). Each row also holds ``mass`` (the label-mass distribution per
 paradigm, :func:`probe.metrics.mass.mass_summary`, floor ``mass_floor``),
 ``answering_only`` (PG, CIs and the cmp-vs-iso test without the prompts below
 the floor; a pair missing a prompt drops out of that paradigm) and, for CoT,
@@ -252,7 +255,8 @@ def cot_summary(config: Any, cells: dict, keywords: tuple[str, ...]) -> dict:
                                    "answer (lower-cased boxed{yes|no|y|n|skip|s} / boxed{a|b|c}; an unoffered last "
                                    "label or none: no valid answer), summed over its forms without whitespace",
                          "estimator": "mean over a prompt's valid chains of the exactly scored label probabilities "
-                                      "(Rao-Blackwellised counts)",
+                                      "(Rao-Blackwellised counts); no valid chain: the prompt is kept with no "
+                                      "valid answer (seed 003 appendix B)",
                          "claim_keywords": list(keywords)},
             **totals, "by_cell": cells}
 
