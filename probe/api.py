@@ -49,12 +49,12 @@ def evaluate(model: Any, task: str, *, limit: int | None = None, output: str | P
         ``capture=["blocks.5.hook_resid_post@last", ...]`` records those activations in
         the scoring passes (``docs/activations.md``): ``Evaluation.activations``, and with
         ``output`` a store in ``OUTPUT/activations`` (``probe.activations.load(output)``).
+        ``log_samples=True`` logs what the model saw per request (``docs/samples.md``):
+        ``Evaluation.samples``, and with ``output`` ``OUTPUT/samples.jsonl``.
 
     Returns
     -------
     Evaluation with ``.records`` (DataFrame, ``meta`` flattened), ``.summary``
-        ``log_samples=True`` logs what the model saw per request (``docs/samples.md``):
-        ``Evaluation.samples``, and with ``output`` ``OUTPUT/samples.jsonl``.
     (dict), ``.tables`` (name -> DataFrame), ``.output`` and, with ``capture``,
     ``.activations`` (``ids`` = the record ids, ``arrays[key]`` ``[n_records, d_model]``).
     """

@@ -61,17 +61,17 @@ def register(groups: dict) -> None:
                    help="record activations in the scoring passes, e.g. blocks.5.hook_resid_post@last "
                         "(positions: last, label, span:FIELD, mean:FIELD); stored in OUTPUT/activations keyed by "
                         "record id, resumed with the records; read with probe.activations.load(OUTPUT)")
+    g.add_argument("--log-samples", dest="log_samples", action="store_true", default=None,
+                   help="also write OUTPUT/samples.jsonl: per request the exact text given to the tokenizer (after "
+                        "the chat template), the scored options with every surface form summed, and any generated "
+                        "chain (as lm-evaluation-harness's --log_samples; schema in docs/samples.md); resumed "
+                        "like the records")
     g.add_argument("--backend", choices=("hf", "tl"), default=None,
                    help="hf: the Hugging Face module, plain torch hooks (default); tl: the same module wrapped by a "
                         "TransformerLens 4.x TransformerBridge, so --capture hooks are its own hook points "
                         "(e.g. blocks.3.hook_resid_post, blocks.3.ln1.hook_normalized); eager attention")
     p.set_defaults(func=run)
 
-    g.add_argument("--log-samples", dest="log_samples", action="store_true", default=None,
-                   help="also write OUTPUT/samples.jsonl: per request the exact text given to the tokenizer (after "
-                        "the chat template), the scored options with every surface form summed, and any generated "
-                        "chain (as lm-evaluation-harness's --log_samples; schema in docs/samples.md); resumed "
-                        "like the records")
 
 def _positive(text: str) -> int:
     try:

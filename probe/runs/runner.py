@@ -68,10 +68,10 @@ class RunOptions:
     #: ``hf`` (plain Hugging Face module, torch hooks) or ``tl`` (the same module wrapped by a
     #: TransformerLens 4.x bridge: capture hooks are its HookPoints; probe.models.tl_adapter)
     backend: str = "hf"
-
     #: write ``samples.jsonl`` beside the records: per request the exact text given to the tokenizer,
     #: the scored forms and any generated chain (probe.runs.samples; ``docs/samples.md``)
     log_samples: bool = False
+
     def __post_init__(self) -> None:
         from probe.scoring.sampling import as_specs
 
@@ -85,6 +85,8 @@ class RunOptions:
             raise ValueError(f"agreement_tokens must be >= 0, got {self.agreement_tokens!r}")
         if self.load_in_8bit and self.load_in_4bit:
             raise ValueError("choose one of load_in_8bit and load_in_4bit")
+        if not isinstance(self.log_samples, bool):
+            raise ValueError(f"log_samples must be true or false, got {self.log_samples!r}")
         if self.backend not in ("hf", "tl"):
             raise ValueError(f"backend must be hf or tl, got {self.backend!r}")
 
@@ -95,8 +97,6 @@ def load(model: Any, options: RunOptions) -> Any:
 
     if hasattr(model, "model") and hasattr(model, "tokenizer"):
         return with_backend(model, options.backend, copy=True)  # never rewire the caller's model
-        if not isinstance(self.log_samples, bool):
-            raise ValueError(f"log_samples must be true or false, got {self.log_samples!r}")
     from probe.models import load_model
     from probe.runs.shard import detect
 
@@ -187,6 +187,9 @@ class Runner:
         recomputes nor loses them. Without ``output`` they are kept in
         :attr:`activations`. ``capture_meta``: more manifest fields (checked on
         resume); ``capture_extra``: the manifest's ``extra`` (not checked).
+        ``samples``: a :class:`probe.runs.samples.SampleLog`; each chunk's samples are logged once it is
+        scored (before its records), and any request still without one at the end (records from a run
+        without ``--log-samples``) is logged then; nothing is logged twice.
         """
         specs = self.sampling_specs(sampling)
         cap = self.capture_spec(capture)
@@ -197,13 +200,12 @@ class Runner:
         if output is None:
             out: list[Record] = []
             sink = _MemorySink(cap) if cap is not None else None
-        ``samples``: a :class:`probe.runs.samples.SampleLog`; each chunk's samples are logged once it is
-        scored (before its records), and any request still without one at the end (records from a run
-        without ``--log-samples``) is logged then; nothing is logged twice.
             for part in group_chunks(requests, self.options.chunk_size):
                 results = self._timed(part, score)
                 if sink is not None:
                     sink.add(results)
+                if samples is not None:
+                    samples.write(part)
                 out += [Record.from_dict(to_record(r)) for r in results]
             self.activations = sink.result(requests) if sink is not None else None
             return out
@@ -214,30 +216,28 @@ class Runner:
                 raise ProbeError("activation capture runs in one process; drop --capture or run without "
                                  "accelerate/torchrun")
             writer = self._capture_writer(cap, Path(capture_dir) if capture_dir else output.parent / "activations",
-                if samples is not None:
-                    samples.write(part)
                                           capture_meta or {}, capture_extra or {})
         make = lambda part: map(to_record, self._timed(part, score))  # noqa: E731
         if writer is not None:
             make = lambda part: map(to_record, _stored(writer, cap, self._timed(part, score)))  # noqa: E731
+        if samples is not None and not self.procs.distributed:  # several processes: rank 0 logs at the end
+            make = _logging(make, samples)
         self.active_sampling = specs  # what the input check records and compares for this output
         try:
             dicts = self._to_file(requests, output, make, show, "scoring",
                                   also_done=writer.done if writer is not None else None)
+            if samples is not None and self.procs.is_main:
+                samples.write(requests)  # requests recorded before (without --log-samples): nothing to score
         finally:
             self.active_sampling = None
             if writer is not None:
                 writer.close()
         return [Record.from_dict(d) for d in dicts]
 
-        if samples is not None and not self.procs.distributed:  # several processes: rank 0 logs at the end
-            make = _logging(make, samples)
     def capture_spec(self, capture: Any = None) -> Any:
         """``capture`` (a CaptureSpec or ``HOOK@POSITION`` strings), else the run options' own; None when off.
         Hook names are checked against the model here, before any work."""
         from probe.activations.scoring_capture import CaptureSpec
-            if samples is not None and self.procs.is_main:
-                samples.write(requests)  # requests recorded before (without --log-samples): nothing to score
 
         if capture is None and not self.options.capture:
             return None
@@ -362,6 +362,17 @@ class Runner:
         return f" (score cache: {cache.stats.hits} sequence(s) read, {cache.stats.writes} written)"
 
 
+def _logging(make: Callable[[list], Iterable[dict]], samples: Any) -> Callable[[list], list[dict]]:
+    """``make`` that logs a chunk's samples after scoring it and before its records are written."""
+
+    def run(part: list) -> list[dict]:
+        records = list(make(part))
+        samples.write(part)
+        return records
+
+    return run
+
+
 def _stored(writer: Any, spec: Any, results: list) -> list:
     from probe.activations.scoring_capture import store_results
 
@@ -374,17 +385,6 @@ class _MemorySink:
 
     def __init__(self, spec: Any) -> None:
         self.spec = spec
-def _logging(make: Callable[[list], Iterable[dict]], samples: Any) -> Callable[[list], list[dict]]:
-    """``make`` that logs a chunk's samples after scoring it and before its records are written."""
-
-    def run(part: list) -> list[dict]:
-        records = list(make(part))
-        samples.write(part)
-        return records
-
-    return run
-
-
         self.by_id: dict[str, Any] = {}
 
     def add(self, results: list) -> None:
