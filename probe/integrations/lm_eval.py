@@ -375,4 +375,15 @@ def _flag(value: Any) -> bool:
     return bool(value)
 
 
-register()
+
+if __name__ == "__main__":
+    # `python -m probe.integrations.lm_eval --model probe --model_args pretrained=smollm2 --tasks ...`:
+    # lm-eval's own command line with `probe` registered (lm-eval 0.4 finds models by name only,
+    # never through installed entry points). The importable module registers its class, not this copy's.
+    from lm_eval.__main__ import cli_evaluate
+
+    import probe.integrations.lm_eval  # noqa: F401
+
+    cli_evaluate()
+else:
+    register()
