@@ -26,8 +26,9 @@ import yaml
 
 from probe.data.bbq import group_key
 
-__all__ = ["BoundTemplate", "CueTable", "cue_sentence", "load_bound_templates", "load_cue_sentences", "load_cue_table",
-           "load_exclusions", "load_unknown_answers", "person_agreement", "person_rewrite"]
+__all__ = ["BROKEN_PERSON_PATTERNS", "BoundTemplate", "CueTable", "PersonFix", "cue_sentence", "load_bound_templates",
+           "load_cue_sentences", "load_cue_table", "load_exclusions", "load_person_fixes", "load_unknown_answers",
+           "person_agreement", "person_problems", "person_rewrite"]
 
 # Head nouns dropped after an adjective slot ("the {{NAME1}} man" -> "Person A").
 HEAD_NOUNS = (
@@ -91,6 +92,51 @@ def person_agreement(text: str, persons: tuple[str, str]) -> str:
     text = re.sub(rf"\b[Aa] ({names})\b", r"\1", text)  # "and a Person B" (an article left from a group noun)
     pattern = re.compile(rf"(?<!\band )(?<!\band the )(?<!\bof )\b({names})\s+({verbs})(?![\w'])")
     return pattern.sub(lambda m: f"{m.group(1)} {_SINGULAR[m.group(2)]}", text)
+
+
+_P = r"Person [AB]"
+#: What an automatic Person A/B rewrite breaks (issue #23), as (name, regex). Each was found in the
+#: build before the hand fixes of ``implicitbbq_person_fixes.yaml``; none may occur in an implicit or
+#: control context or question (tests/unit/test_implicitbbq_person_forms.py reads every one).
+BROKEN_PERSON_PATTERNS: tuple[tuple[str, str], ...] = (
+    # "A person Person A", "the motivated Person B", "The parents Person A", "a kid Person A" ("the other
+    # Person B" and "the other driver Person B", an elided "was", read well and are allowed)
+    ("determiner before a person", rf"(?<!Person )\b(?:[Aa]n?|[Tt]he|[Mm]y|[Hh]is|[Hh]er|[Tt]heir|[Oo]ur|[Yy]our)"
+                                   rf"\s+(?:(?!other\b)[\w-]+\s+)?{_P}\b"),
+    ("group noun before a person", rf"\b(?:[Pp]erson|[Pp]eople|[Gg]roups?|[Ff]amil(?:y|ies)|[Ss]tudents?) (?:of |from )?{_P}\b"),
+    ("a place named as a person", rf"\b(?:houses|homes)\b[\w ]{{0,40}}\bare {_P}\b"),
+    ("quantifier before a person", rf"\b(?:[Mm]any|[Ss]ome|[Mm]ost|[Aa]ll|[Ee]ach|[Ss]everal|[Ff]ew|[Nn]one|[Bb]oth) of {_P}\b"
+                                   rf"|\b[Aa]ll {_P}\b"),
+    ("'one' used as a group adjective", rf"\b[Oo]ne,? {_P}\b|\bone of them from {_P}|\bthe other from {_P}"),
+    ("'who's' + person (a group description)", rf"\bwho(?:'s| is)(?: now)? {_P}\b|, now {_P}"),
+    ("noun after a person (possessive missing)", rf"\b{_P} (?:teacher|teachers|side|home|family|families|house|parents|"
+                                                 rf"kids|child|children|students?|man|woman|person|people|one)\b"),
+    ("'their X of' + person", rf"\btheir \w+ of {_P}\b"),
+    ("two persons without a conjunction", rf"\b{_P},? {_P}\b"),
+    ("plural verb after a lone person", rf"(?<!{_P} and )(?<!{_P} or )(?<!\bof )\b{_P}"
+                                        rf"(?: (?:rarely|never|often|always|usually|just|also))? "
+                                        rf"(?:are|were|have|come|miss|flourish|get|do|don't|aren't|weren't|haven't)\b"),
+    ("doubled article", r"\b(?:a|an|the)\s+(?:a|an|the)\b"),
+    ("doubled word", r"(?i)(?<!Person )\b(\w+)\s+\1\b(?<!\bhad had)(?<!\bthat that)"),
+)
+
+
+def person_problems(text: str, allowed: tuple[str, ...] = ()) -> list[tuple[str, str]]:
+    """(pattern name, matched text) for every :data:`BROKEN_PERSON_PATTERNS` match in ``text``.
+
+    ``allowed``: matched strings that are not problems here (e.g. a typo the source template has too).
+
+    >>> [name for name, _ in person_problems("A person Person A met Person B.")]
+    ['determiner before a person', 'group noun before a person', 'doubled word']
+    >>> person_problems("One was Person A, and the other Person B.")
+    []
+    """
+    out = []
+    for name, pattern in BROKEN_PERSON_PATTERNS:
+        for m in re.finditer(pattern, text):
+            if m.group(0) not in allowed:
+                out.append((name, m.group(0)))
+    return out
 
 
 @dataclass(frozen=True)
@@ -204,6 +250,56 @@ def load_bound_templates() -> dict[tuple[str, str], BoundTemplate]:
             raise ValueError(f"implicitbbq_bound.yaml: {b.dimension} Q{b.q_id}: unknown treatment")
         out[(b.dimension, b.q_id)] = b
     return out
+
+
+@dataclass(frozen=True)
+class PersonFix:
+    """Hand-written corrections of one template's automatic Person A/B form (``implicitbbq_person_fixes.yaml``)."""
+
+    dimension: str
+    q_id: str
+    rows: frozenset[int] | None  # template rows it is for (None: every row)
+    fixes: tuple[tuple[str, str], ...]  # (regex, replacement), applied in order
+    broken: str = ""
+
+    def applies_to(self, row: int) -> bool:
+        return self.rows is None or row in self.rows
+
+    def apply(self, text: str, hits: list[int] | None = None) -> str:
+        """``text`` with every fix applied; ``hits[k]`` (when given) is increased by fix k's substitutions."""
+        for k, (pattern, repl) in enumerate(self.fixes):
+            text, n = re.subn(pattern, repl, text)
+            if hits is not None:
+                hits[k] += n
+        return text
+
+
+@lru_cache(maxsize=1)
+def load_person_fixes() -> dict[tuple[str, str], tuple[PersonFix, ...]]:
+    """``implicitbbq_person_fixes.yaml`` as (dimension, Q_id) -> its :class:`PersonFix` entries.
+
+    Raises ``ValueError`` naming the entry for an unknown dimension, an empty fix list or a regex
+    that does not compile.
+    """
+    dims = set(load_cue_table().groups)
+    out: dict[tuple[str, str], list[PersonFix]] = {}
+    for i, e in enumerate(_resource("implicitbbq_person_fixes.yaml")["fixes"]):
+        where = f"implicitbbq_person_fixes.yaml entry {i} ({e.get('dimension')} Q{e.get('q_id')})"
+        if e.get("dimension") not in dims or not e.get("fix"):
+            raise ValueError(f"{where}: needs a known dimension and a non-empty 'fix' list")
+        fixes = []
+        for pair in e["fix"]:
+            if not (isinstance(pair, list) and len(pair) == 2):
+                raise ValueError(f"{where}: each fix is [regex, replacement], got {pair!r}")
+            try:
+                re.compile(pair[0])
+            except re.error as exc:
+                raise ValueError(f"{where}: bad regex {pair[0]!r}: {exc}") from None
+            fixes.append((str(pair[0]), str(pair[1])))
+        rows = frozenset(int(r) for r in e["rows"]) if e.get("rows") is not None else None
+        fix = PersonFix(e["dimension"], str(e["q_id"]), rows, tuple(fixes), e.get("broken", ""))
+        out.setdefault((fix.dimension, fix.q_id), []).append(fix)
+    return {k: tuple(v) for k, v in out.items()}
 
 
 @lru_cache(maxsize=1)

@@ -44,8 +44,9 @@ from probe.data.bbq import find_target_index
 from probe.io import stable_hash
 from probe.data.bbq_templates import (SlotFill, TemplateRow, answer_slot, fill_to_items, fills_for_row,
                                       load_vocab, read_templates, slot_text)
-from probe.data.implicit_text import (BoundTemplate, CueTable, cue_sentence, load_bound_templates, load_cue_table,
-                                      load_exclusions, load_unknown_answers, person_agreement, person_rewrite)
+from probe.data.implicit_text import (BoundTemplate, CueTable, PersonFix, cue_sentence, load_bound_templates,
+                                      load_cue_table, load_exclusions, load_person_fixes, load_unknown_answers,
+                                      person_agreement, person_rewrite)
 from probe.data.implicitbbq_match import PAPER_RECORDS, match_explicit
 from probe.data.items import SETTINGS, BBQItem, setting_name
 
@@ -132,13 +133,31 @@ def _explicit_items(dim: str, fill: SlotFill, g1: str, g2: str, unknown: str) ->
     return out
 
 
-def _implicit_texts(fill: SlotFill, p1: str, p2: str, bound: BoundTemplate | None) -> tuple[str, str, str, str]:
-    """(ambiguous context, disambiguated context, negative question, non-negative question) with persons in the slots."""
+def _person_fixes(dim: str, fill: SlotFill) -> tuple[PersonFix, ...]:
+    """The hand-written Person A/B corrections for the fill's template row (``implicitbbq_person_fixes.yaml``)."""
+    return tuple(x for x in load_person_fixes().get((dim, fill.row.q_id), ()) if x.applies_to(fill.row.row))
+
+
+def _implicit_texts(fill: SlotFill, p1: str, p2: str, bound: BoundTemplate | None,
+                    fixes: Sequence[PersonFix] = (), fix_hits: dict[tuple, list[int]] | None = None
+                    ) -> tuple[str, str, str, str]:
+    """(ambiguous context, disambiguated context, negative question, non-negative question) with persons in the slots.
+
+    The automatic form (:func:`person_rewrite`, :func:`person_agreement`, the slot-bound rewrite) is
+    then corrected by the template's hand-written ``fixes`` (:func:`_person_fixes`); ``fix_hits``
+    (when given) counts each fix's substitutions, keyed by (dimension, Q_id, rows).
+    """
     f = fill.row.fields
 
     def text(col: str) -> str:
         t = person_agreement(slot_text(person_rewrite(f[col], p1, p2, fill.word1, fill.word2), fill, p1, p2), PERSONS)
-        return (bound.rewrite(t) if bound is not None else t).strip()
+        t = (bound.rewrite(t) if bound is not None else t).strip()
+        for x in fixes:
+            hits = None
+            if fix_hits is not None:
+                hits = fix_hits.setdefault((x.dimension, x.q_id, tuple(sorted(x.rows or ()))), [0] * len(x.fixes))
+            t = x.apply(t, hits)
+        return t
 
     amb = text("Ambiguous_Context")
     return (amb, f"{amb} {text('Disambiguating_Context')}".strip(), text("Question_negative_stereotype"),
@@ -147,14 +166,15 @@ def _implicit_texts(fill: SlotFill, p1: str, p2: str, bound: BoundTemplate | Non
 
 def _person_items(dim: str, ctx_id: str, fill: SlotFill, g1: str, g2: str, kind: str, variant: str,
                   swap: bool, cue1: str | None, cue2: str | None, unknown: str,
-                  bound: BoundTemplate | None = None) -> list[BBQItem]:
+                  bound: BoundTemplate | None = None, fixes: Sequence[PersonFix] = (),
+                  fix_hits: dict[tuple, list[int]] | None = None) -> list[BBQItem]:
     """The four items of one (context, background) pair; slot k's person is PERSONS[k-1 xor swap]."""
     row, f = fill.row, fill.row.fields
     p1, p2 = (PERSONS[1], PERSONS[0]) if swap else PERSONS
     neg_slot, nonneg_slot = answer_slot(f["Answer_negative"]), answer_slot(f["Answer_non_negative"])
     if neg_slot is None or nonneg_slot is None or neg_slot == nonneg_slot:
         return []
-    amb, dis, q_neg, q_nonneg = _implicit_texts(fill, p1, p2, bound)
+    amb, dis, q_neg, q_nonneg = _implicit_texts(fill, p1, p2, bound, fixes, fix_hits)
     questions = {"neg": q_neg, "nonneg": q_nonneg}
     background = ""
     if cue1 is not None and cue2 is not None:
@@ -205,6 +225,7 @@ def build_implicitbbq(
     template row and group pair, as the seed counts contexts); ``"all"`` crosses them.
     ``stats``, when given, is filled per dimension with what the build left out:
     ``combos_excluded`` (cue combinations the per-cue exclusions drop from built contexts),
+    ``person_fix_hits`` (substitutions of each hand-written Person A/B fix, per template),
     ``templates_excluded`` (templates with no combination left), ``duplicate_contexts``
     (implicit contexts equal to an earlier one) and ``bound_implicit_excluded``.
     ``explicit_set="matched"`` (default) resamples the explicit items to the implicit set's
@@ -225,6 +246,7 @@ def build_implicitbbq(
     for dim in dims:
         st = {"combos_excluded": 0, "templates_excluded": set(), "duplicate_contexts": 0,
               "bound_implicit_excluded": set()}
+        fix_hits: dict[tuple, list[int]] = {}
         seen_ctx: set[str] = set()
         seen_text: set[tuple] = set()
         kept_templates: set[str] = set()
@@ -245,7 +267,8 @@ def build_implicitbbq(
                 continue
             seen_ctx.add(ctx_id)
             f = fill.row.fields
-            signature = (*_implicit_texts(fill, *PERSONS, bound), g1, g2, fill.target_slot,
+            fixes = _person_fixes(dim, fill)
+            signature = (*_implicit_texts(fill, *PERSONS, bound, fixes), g1, g2, fill.target_slot,
                          answer_slot(f["Answer_negative"]), answer_slot(f["Answer_non_negative"]))
             if signature in seen_text:  # e.g. a proper-name row whose Person A/B form is a group-word row's
                 st["duplicate_contexts"] += 1
@@ -254,18 +277,21 @@ def build_implicitbbq(
             st["combos_excluded"] += len(table.groups[dim][g1]) * len(table.groups[dim][g2]) - len(combos)
             for k, (c1, c2) in enumerate(combos):
                 items.extend(_person_items(dim, ctx_id, fill, g1, g2, "implicit", f"c{k}", k % 2 == 1,
-                                           c1, c2, unknown, bound))
+                                           c1, c2, unknown, bound, fixes, fix_hits))
             if controls:
                 rng = random.Random(stable_hash(ctx_id, "neutral"))
                 for swap in (False, True):
                     n1, n2 = rng.sample(table.neutral, 2)
                     items.extend(_person_items(dim, ctx_id, fill, g1, g2, "neutral", f"s{int(swap)}", swap,
-                                               n1, n2, unknown, bound))
+                                               n1, n2, unknown, bound, fixes, fix_hits))
                     items.extend(_person_items(dim, ctx_id, fill, g1, g2, "nochar", f"s{int(swap)}", swap,
-                                               None, None, unknown, bound))
+                                               None, None, unknown, bound, fixes, fix_hits))
         st["templates_excluded"] -= kept_templates  # removed whole: no group pair keeps a combination
         if stats is not None:
             stats[dim] = {k: sorted(v, key=int) if isinstance(v, set) else v for k, v in st.items()}
+            # substitutions made by each hand-written Person A/B fix: "Q_id" (or "Q_id:rows") -> count per fix
+            stats[dim]["person_fix_hits"] = {q + (":" + ",".join(map(str, rows)) if rows else ""): hits
+                                             for (_, q, rows), hits in sorted(fix_hits.items())}
     if explicit_set == "matched":
         items = match_explicit(items, size=explicit_size, seed=seed)
     dup = [i for i, n in Counter(it.id for it in items).items() if n > 1]

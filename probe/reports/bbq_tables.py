@@ -8,8 +8,9 @@ bootstrap 95% CI and its count.
 
 Model-level numbers are, as in the seed ("Model-wise scores are averages over
 demographics"), the mean over dimensions of the per-dimension metric (``macro``);
-the CI of that mean resamples items within each dimension. The pooled metric over
-all items is reported beside it (``pooled``).
+the CI of that mean resamples items (or, with ``cluster_key``, whole clusters: the
+ImplicitBBQ task's template x context units) within each dimension. The pooled
+metric over all items is reported beside it (``pooled``).
 """
 
 from __future__ import annotations
@@ -170,7 +171,8 @@ def tables_per_dimension(summary: dict[str, Any], key: str, version: str = "expe
     return pd.DataFrame(rows)
 
 
-def figure3(summary: dict[str, Any], key: str, path: str | Path, version: str = "expected", model: str = "") -> None:
+def figure3(summary: dict[str, Any], key: str, path: str | Path, version: str = "expected", model: str = "",
+            ci_unit: str | None = None) -> None:
     """Bias score per dimension for explicit/implicit x ambiguous/disambiguated (like the seed's Figure 3)."""
     import matplotlib
 
@@ -198,7 +200,8 @@ def figure3(summary: dict[str, Any], key: str, path: str | Path, version: str = 
     ax.set_xticks(np.arange(len(dims)), dims)
     ax.set_ylabel("bias score")
     ax.set_ylim(-1, 1)
-    ax.set_title(f"ImplicitBBQ bias by dimension ({model} {key}, {version}; 95% bootstrap CI)")
+    ci = f"95% CI, {ci_unit} clusters resampled" if ci_unit else "95% bootstrap CI over items"
+    ax.set_title(f"ImplicitBBQ bias by dimension ({model} {key}, {version}; {ci})", fontsize=9)
     ax.legend(ncol=4, fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=120)

@@ -115,7 +115,9 @@ def test_ses_q8_groups_follow_the_wording(items):
 def test_gender_q7_pronoun_rewritten(items):
     q7 = [it for it in items if it.category == "gender" and it.metadata["q_id"] == "7"
           and it.context_kind != "explicit" and it.context_condition == "disambig"]
-    assert q7 and all("they had more years" in it.context for it in q7)
+    # the bound rewrite makes it "they had"; the hand fix (implicitbbq_person_fixes.yaml) names the person,
+    # as "they" could be the parents
+    assert q7 and all(re.search(r"with (Person [AB]) because \1 had more years", it.context) for it in q7)
     assert not any(re.search(r"\b(she|he)\b", it.context, re.I) for it in q7)
 
 

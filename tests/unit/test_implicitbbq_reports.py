@@ -45,3 +45,24 @@ def test_tables_and_plot(tmp_path):
     assert (tmp_path / "f.png").stat().st_size > 1000
     write_reports(_records(), tmp_path / "out", n_boot=10)
     assert (tmp_path / "out" / "tables" / "table2_argmax.csv").is_file()
+
+
+def test_report_captions_name_the_cluster_unit(tmp_path):
+    """Issue #23: every ImplicitBBQ caption with a CI says it is clustered and by which unit."""
+    from probe.reports.compare.bbq_layouts import implicitbbq_section
+    from probe.reports.compare.runs import Run
+    from probe.tasks.implicitbbq.results import CI_UNIT
+
+    summary = {"by_strategy": summarize(_records(), n_boot=20), "ci": {"unit": CI_UNIT}}
+    run = Run(path=tmp_path, task="implicitbbq", model="m", config={"n_boot": 20}, summary=summary,
+              provenance={}, label="m")
+    items = implicitbbq_section([run], tmp_path)
+    with_ci = [it for it in items if "CI" in it.caption and "No CIs" not in it.caption]
+    assert len(with_ci) >= 4  # Table 2 with CIs (expected, argmax), Tables 5-7, the bias figure
+    for it in with_ci:
+        assert "cluster bootstrap" in it.caption and CI_UNIT in it.caption, (it.name, it.caption)
+        assert "over items" not in it.caption
+    old = Run(path=tmp_path, task="implicitbbq", model="m", config={"n_boot": 20},
+              summary={"by_strategy": summary["by_strategy"]}, provenance={}, label="m")
+    caps = [it.caption for it in implicitbbq_section([old], tmp_path) if "CI" in it.caption]
+    assert any("no cluster unit in the summary" in c for c in caps)  # an old summary is not called clustered

@@ -165,8 +165,9 @@ def implicitbbq_section(runs: Sequence[Run], out: Path) -> list[Any]:
     summaries = [(r.label, r.summary.get("by_strategy", {})) for r in runs]
     keys = list(dict.fromkeys(k for _, s in summaries for k in s))
     nb = _boots(runs)
-    ci_text = (f"CI: 95% percentile bootstrap (items resampled within each dimension for the macro mean; "
-               f"n_boot = {nb})")
+    unit = _ci_unit(runs)
+    ci_text = (f"CI: 95% percentile cluster bootstrap: whole clusters ({unit}) resampled, within each dimension "
+               f"for the macro mean; n_boot = {nb}")
     items: list[Any] = []
     paper = [(r.label, (r.summary.get("paper_equivalent") or {}).get("by_strategy") or {}) for r in runs]
     for key in (k for k in keys if k.startswith("zero_shot")):
@@ -214,8 +215,9 @@ def implicitbbq_section(runs: Sequence[Run], out: Path) -> list[Any]:
                            "ImplicitBBQ Tables 5-7 layout: per dimension, ambiguous contexts "
                            f"({key.replace('|', ', ')})",
                            f"Task implicitbbq, models {_models(runs)} (columns). E explicit, I implicit. Estimator: "
-                           f"{ESTIMATOR['expected']}. n: the n_amb columns. CI: 95% percentile bootstrap over items "
-                           f"(n_boot = {nb}). Bold: |Bias| ≥ 0.10 (the seed's rule).", merged))
+                           f"{ESTIMATOR['expected']}. n: the n_amb columns (items). CI: 95% percentile cluster "
+                           f"bootstrap over {unit} clusters (n_boot = {nb}). Bold: |Bias| ≥ 0.10 (the seed's rule).",
+                           merged))
     for key in (k for k in keys if k.startswith("zero_shot")):
         items.append(_implicit_figure(runs, key, out))
     from probe.reports.compare.ibbq_figures import figure4
@@ -223,6 +225,18 @@ def implicitbbq_section(runs: Sequence[Run], out: Path) -> list[Any]:
     for fmt_name in dict.fromkeys(k.split("|")[1] for k in keys if "|" in k):
         items.append(figure4(runs, fmt_name, out))
     return items
+
+
+def _ci_unit(runs: Sequence[Run]) -> str:
+    """The resampling unit of the runs' CIs, as their summaries state it (``summary.json`` -> ``ci.unit``).
+
+    ImplicitBBQ runs resample template x context clusters; a run whose summary names no unit (made
+    before clustered CIs) is said to resample items.
+    """
+    units = {r.label: str((r.summary.get("ci") or {}).get("unit") or "items (no cluster unit in the summary)")
+             for r in runs}
+    vals = sorted(set(units.values()))
+    return vals[0] if len(vals) == 1 else "; ".join(f"{k}: {v}" for k, v in units.items())
 
 
 T2_RULES = ("Δ: explicit → implicit change, ↑ up, ↓ down, blank unchanged at two decimals. Bold: accuracy drop > "
@@ -273,8 +287,9 @@ def _implicit_figure(runs: Sequence[Run], key: str, out: Path) -> Figure:
     fig.tight_layout()
     return save_figure(fig, out, f"implicitbbq_bias_{key.replace('|', '_')}", "implicitbbq",
                        f"ImplicitBBQ explicit vs implicit bias ({key.replace('|', ', ')})",
-                       f"Task implicitbbq, models {_models(runs)}. Expected counts; whiskers: 95% percentile bootstrap "
-                       f"CI over items (n_boot = {_boots(runs)}); n per dimension in the per-dimension table.")
+                       f"Task implicitbbq, models {_models(runs)}. Expected counts; whiskers: 95% percentile cluster "
+                       f"bootstrap CI over {_ci_unit(runs)} clusters (n_boot = {_boots(runs)}); n per dimension in "
+                       "the per-dimension table.")
 
 
 # -- demo ----------------------------------------------------------------------------------------------------

@@ -6,7 +6,7 @@ ambiguous or disambiguated contexts under explicit or implicit prompting") as
 a 2 x 4 grid: columns = explicit/implicit x ambiguous/disambiguated, rows =
 accuracy (↑) and bias (→ 0); in each panel the models along x and one bar per
 strategy, the seed's model-wise score (mean over dimensions) with its 95%
-bootstrap CI. Input: each run's ``summary.json`` ``by_strategy["strategy|format"]``.
+cluster-bootstrap CI (the run's unit, ``summary.json`` -> ``ci.unit``). Input: each run's ``summary.json`` ``by_strategy["strategy|format"]``.
 """
 
 from __future__ import annotations
@@ -70,7 +70,7 @@ def figure4(runs: Sequence[Run], answer_format: str, out: Path, version: str = "
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from probe.reports.compare.bbq_layouts import _bars, _boots, _models
+    from probe.reports.compare.bbq_layouts import _bars, _boots, _ci_unit, _models
 
     strats = strategies(runs, answer_format)
     labels = [r.label for r in runs]
@@ -99,6 +99,7 @@ def figure4(runs: Sequence[Run], answer_format: str, out: Path, version: str = "
         f"ImplicitBBQ Figure 4 layout: strategies ({answer_format})",
         f"Task implicitbbq, models {_models(runs)}; strategies {', '.join(strats)} (bars; a missing bar: no such "
         f"items). Top: accuracy, bottom: bias; panels: explicit/implicit x ambiguous/disambiguated. Estimator: {est}, "
-        "mean over dimensions (the seed's model-wise score). Whiskers: 95% percentile bootstrap CI (items resampled "
-        f"within each dimension; n_boot = {_boots(runs)}). n (items pooled over dimensions, explicit amb/dis, "
+        "mean over dimensions (the seed's model-wise score). Whiskers: 95% percentile cluster bootstrap CI (whole "
+        f"{_ci_unit(runs)} clusters resampled within each dimension; n_boot = {_boots(runs)}). n (items pooled over "
+        "dimensions, explicit amb/dis, "
         f"implicit amb/dis): {_n_text(runs, strats, answer_format)}.")

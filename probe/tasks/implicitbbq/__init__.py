@@ -251,8 +251,8 @@ class ImplicitBBQTask(Task):
             "by_strategy": by_strategy,
             "mass": mass,
             "answering_only": answering_only,
-            "ci": {"method": "percentile bootstrap, 95%", "n_boot": config.n_boot,
-                   "unit": "template x context (a Person context with all its cue pairs; an explicit fill)"},
+            "ci": {"method": "percentile cluster bootstrap, 95% (whole clusters resampled; the macro mean "
+                             "resamples within each dimension)", "n_boot": config.n_boot, "unit": results.CI_UNIT},
             "option_mass": results.option_mass_summary(recs),
             "few_shot_demos": results.demo_summary(records),
             "paper_equivalent": paper,

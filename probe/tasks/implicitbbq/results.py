@@ -33,6 +33,11 @@ def option_probs(answer_format: str, owner: Any, logprobs: Any, probs: Any, mass
     return to_probs(prepared, result)
 
 
+#: The bootstrap resampling unit of every ImplicitBBQ CI (:func:`cluster_of`), as summaries and captions state it.
+CI_UNIT = "template x context (a Person context with all its cue pairs; an explicit fill)"
+CI_UNIT_SHORT = "template x context"
+
+
 def cluster_of(item: Any) -> str:
     """The bootstrap cluster of an item: its template x context (a Person context crossed with its cue
     pairs is one cluster; an explicit context is its fill with its condition x polarity variants)."""
@@ -255,7 +260,7 @@ def write_figures(summary: Mapping[str, Any], output: Path, model: str) -> list[
     for key in summary:
         if key.startswith("zero_shot"):
             path = output / f"figure3_{key.replace('|', '_')}.png"
-            figure3(dict(summary), key, path, model=model)
+            figure3(dict(summary), key, path, model=model, ci_unit=CI_UNIT_SHORT)
             paths.append(path)
     return paths
 
