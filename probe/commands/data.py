@@ -15,7 +15,9 @@ def register(groups: dict[str, argparse._SubParsersAction]) -> None:
                     "MANIFEST.json, and store it under the probe cache (PROBE_CACHE, default ~/.cache/probe).")
     p.add_argument("name", choices=sorted(REGISTRY), help="data set")
     p.add_argument("--from", dest="source", default=None,
-                   help="local directory, file:// URL or base URL to take the files from (default: public source)")
+                   help="local directory, file:// URL or base URL to take the files from (default: public source); "
+                        "for a one-file data set also that file (path, file:// or full URL). hbb from a single file: "
+                        "the HBB-SG variation set (all_data_more_contexts_questions.csv), stored as hbb_sg")
     p.add_argument("--dest", default=None, help="target directory (default: <cache>/data/NAME)")
     p.add_argument("--force", action="store_true", help="fetch again even if already present")
     p.set_defaults(func=run_fetch)
@@ -31,4 +33,10 @@ def run_fetch(args: argparse.Namespace) -> int:
     path = fetch(args.name, source=args.source, dest=args.dest, force=args.force)
     manifest = json.loads((path / "MANIFEST.json").read_text())
     print(f"stored {len(manifest['files'])} verified files in {path}")
+    if args.name == "hbb":
+        from probe.data.hbb import authors_variations_path
+
+        found = authors_variations_path()
+        print(f"HBB-SG variations: {found} (used by default)" if found else
+              "HBB-SG variations: not fetched (their source lacked them); HBB-SG will generate its own")
     return 0

@@ -120,13 +120,15 @@ def build_hbb_variations(args: argparse.Namespace) -> int:
         requests = generation_requests(concepts, runner.lm.tokenizer, max_new_tokens=args.max_new_tokens,
                                        chat_template=args.chat_template, system=args.system or None)
         generations = runner.generate(requests, out / "generations.jsonl", task="hbb-variations")
-    variations = from_generations(concepts, generations, args.n)
+    variations, refused = from_generations(concepts, generations, args.n)
     write_atomic(out / "variations.jsonl", "".join(
         dumps({"concept_id": cid, "s1": list(a), "s2": list(b)}) + "\n" for cid, (a, b) in variations.items()))
     stats = variation_stats(variations, args.n)
     print(f"{len(concepts)} concept pairs, {len(requests)} generations -> {out / 'variations.jsonl'}; "
           f"pairs per concept {stats['pairs_per_concept']['min']}-{stats['pairs_per_concept']['max']} "
-          f"(mean {stats['pairs_per_concept']['mean']:.2f}, {stats['n_concepts_short']} short of n = {args.n})")
+          f"(mean {stats['pairs_per_concept']['mean']:.2f}, {stats['n_concepts_short']} short of n = {args.n}); "
+          f"refused: {sum(r['context_copies'] for r in refused.values())} copies of the context, "
+          f"{sum(len(r['identical_pairs']) for r in refused.values())} pairs of one sentence")
     return 0
 
 

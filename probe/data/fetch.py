@@ -15,6 +15,13 @@ The public URLs below were looked up in the projects' repositories; the branch
 names (``main``/``master``) are the ones those repositories use today and may move.
 HBB's and BharatBBQ's sources are the authors' GitHub repositories as found by
 name (the papers cite anonymous review links); treat them as best known.
+
+A data set of one file (``crows_pairs``, ``stereoset``, ``hbb_sg``) may also be fetched from
+that file itself: a local path, a ``file://`` URL or a full URL ending in the file's name or
+``.csv``/``.json``. ``hbb`` fetched from a single file (not a directory) is the HBB-SG variation
+set alone (the authors' ``all_data_more_contexts_questions.csv``), stored as data set ``hbb_sg``;
+a full ``probe data fetch hbb`` also takes it, when the source has it, as the optional
+``hbb/sg_variations.csv``. HBB-SG uses it whenever present (``probe.data.hbb.authors_variations_path``).
 """
 
 from __future__ import annotations
@@ -41,7 +48,7 @@ class DataFile:
     name: str  # path under the data set directory (our layout)
     remote: str  # path under the source's base URL (upstream layout)
     required: bool = True
-    kind: str = "csv"  # csv | jsonl | json | text
+    kind: str = "csv"  # csv | jsonl | json | text | hbb_variations (the authors' HBB-SG variation CSV)
 
 
 @dataclass(frozen=True)
@@ -69,6 +76,10 @@ def _bbq_files() -> tuple[DataFile, ...]:
     return tuple(files)
 
 
+# probe.data.hbb.AUTHORS_VARIATIONS_FILE / _REMOTE (not imported: fetch stays free of the builders)
+_HBB_SG_FILE = "sg_variations.csv"
+_HBB_SG_REMOTE = "Questions/20241207-0945_all_data_more_contexts_questions.csv"
+
 _CMP_ISO = ("bbq_gender", "crows_pairs_gender", "discrim_eval_gen_gender", "dt_toxic_gender", "mmlu",
             "reddit_bias_gender", "stereo_set_gender", "wino_bias_gender")
 
@@ -93,7 +104,14 @@ REGISTRY: dict[str, DatasetSpec] = {
         "https://github.com/JP-25/Hidden-Bias-Benchmark", "see the repository",
         (DataFile("questions.csv", "Questions/20241122-2120_all_data_questions074.csv"),
          DataFile("concepts.csv", "concept_lists/modified_all_concepts074.csv"),
-         DataFile("descriptors.json", "data/descriptors.json", kind="json"))),
+         DataFile("descriptors.json", "data/descriptors.json", kind="json"),
+         # HBB-SG's released variations (1,547 concept pairs x 10); optional: the benchmark runs without it
+         DataFile(_HBB_SG_FILE, _HBB_SG_REMOTE, required=False, kind="hbb_variations"))),
+    "hbb_sg": DatasetSpec(
+        "hbb_sg", "Hidden Bias Benchmark: the authors' HBB-SG sentence variations (10 per option and concept pair)",
+        "https://raw.githubusercontent.com/JP-25/Hidden-Bias-Benchmark/main/",
+        "https://github.com/JP-25/Hidden-Bias-Benchmark", "see the repository",
+        (DataFile(_HBB_SG_FILE, _HBB_SG_REMOTE, kind="hbb_variations"),)),
     "stereoset": DatasetSpec(
         "stereoset", "StereoSet (Nadeem et al., 2021): the public dev split, intra- and intersentence",
         "https://raw.githubusercontent.com/moinnadeem/StereoSet/master/data/", "https://github.com/moinnadeem/StereoSet",
@@ -135,6 +153,10 @@ def _check_parse(path: Path, kind: str) -> None:
                         json.loads(line)
                     except json.JSONDecodeError as exc:
                         raise InputError(path, n, None, f"not valid JSON ({exc.msg})") from None
+    elif kind == "hbb_variations":
+        from probe.data.hbb import load_authors_variations
+
+        load_authors_variations(path)  # columns id, s1, s2; ids integers; no empty template
     elif kind == "json":
         try:
             json.loads(path.read_text(encoding="utf-8"))
@@ -177,6 +199,34 @@ def _local_dir(source: str) -> Path | None:
     if "://" not in source:
         return Path(source).expanduser()
     return None
+
+
+def _is_file_source(spec: DatasetSpec, source: str) -> bool:
+    """Whether ``source`` names one file rather than a directory or base URL."""
+    local = _local_dir(source)
+    if local is not None:
+        return local.is_file()
+    tail = urllib.parse.urlparse(source).path.rsplit("/", 1)[-1]
+    return tail.endswith((".csv", ".json", ".jsonl")) or any(tail == Path(f.remote).name for f in spec.files)
+
+
+def _fetch_one_file(spec: DatasetSpec, source: str, dst: Path, timeout: float) -> list[str]:
+    """Copy or download the single file ``source`` as the spec's only file."""
+    (f,) = spec.files
+    target = dst / f.name
+    target.parent.mkdir(parents=True, exist_ok=True)
+    local = _local_dir(source)
+    if local is not None:
+        shutil.copyfile(local, target)
+        return [f.name]
+    try:
+        with urllib.request.urlopen(source, timeout=timeout) as resp, open(target, "wb") as out:
+            shutil.copyfileobj(resp, out)
+    except OSError as exc:
+        target.unlink(missing_ok=True)
+        raise ProbeError(f"could not download {source} ({exc}). Without internet, pass --from a local copy "
+                         "(the file, or a file:// URL)") from None
+    return [f.name]
 
 
 def _copy_from_dir(spec: DatasetSpec, src: Path, dst: Path) -> list[str]:
@@ -223,6 +273,12 @@ def fetch(name: str, source: str | None = None, dest: str | Path | None = None, 
     from probe.paths import cache_dir
 
     spec = _spec(name)
+    single = source is not None and _is_file_source(spec, source)
+    if single and name == "hbb":  # one file given for HBB: the HBB-SG variation set alone
+        name, spec = "hbb_sg", _spec("hbb_sg")
+    if single and len(spec.files) != 1:
+        raise ProbeError(f"data set {name!r} has {len(spec.files)} files: --from must be a directory or base URL, "
+                         f"not the single file {source}")
     dest = Path(dest) if dest is not None else cache_dir() / "data" / name
     if dest.is_dir() and not force and (dest / "MANIFEST.json").is_file():
         verify(name, dest)
@@ -231,7 +287,12 @@ def fetch(name: str, source: str | None = None, dest: str | Path | None = None, 
     tmp = Path(tempfile.mkdtemp(dir=dest.parent, prefix=f".{name}."))
     try:
         local = _local_dir(source) if source else None
-        got = _copy_from_dir(spec, local, tmp) if local is not None else _download(spec, source or spec.base_url, tmp, timeout)
+        if single:
+            got = _fetch_one_file(spec, source, tmp, timeout)
+        elif local is not None:
+            got = _copy_from_dir(spec, local, tmp)
+        else:
+            got = _download(spec, source or spec.base_url, tmp, timeout)
         if not got:
             raise ProbeError(f"no file of data set {name!r} found at {source or spec.base_url}")
         hashes = verify(name, tmp)

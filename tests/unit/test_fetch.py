@@ -67,3 +67,69 @@ def test_cli_fetch(shared_data, tmp_path, monkeypatch, capsys):
     assert main(["data", "fetch", "bharatbbq", "--from", str(shared_data / "bharatbbq")]) == 0
     assert (tmp_path / "cache" / "data" / "bharatbbq" / "MANIFEST.json").is_file()
     assert "verified" in capsys.readouterr().out
+
+
+def _variations_csv(path, n_concepts=2, per=10):
+    """A small file in the shape of the authors' all_data_more_contexts_questions.csv (id, s1, s2; 10 rows per id)."""
+    rows = ["id,s1,s2"] + [f"{c},[[X]] s1 v{j}.,[[X]] s2 v{j}." for c in range(n_concepts) for j in range(per)]
+    path.write_text("\n".join(rows) + "\n", encoding="utf-8")
+    return path
+
+
+def test_hbb_variation_set_from_a_local_file_and_file_url(tmp_path, monkeypatch):
+    """`probe data fetch hbb` from one file: the authors' HBB-SG variation set, verified, cached as hbb_sg, and
+    found by HBB-SG (no network: a file the test writes in the same shape)."""
+    from probe.data.fetch import REGISTRY
+    from probe.data.hbb import AUTHORS_VARIATIONS_REMOTE, authors_variations_path, load_authors_variations
+
+    assert REGISTRY["hbb_sg"].files[0].remote == AUTHORS_VARIATIONS_REMOTE
+    assert REGISTRY["hbb_sg"].base_url + AUTHORS_VARIATIONS_REMOTE == (
+        "https://raw.githubusercontent.com/JP-25/Hidden-Bias-Benchmark/main/"
+        "Questions/20241207-0945_all_data_more_contexts_questions.csv")
+    # the full hbb data set lists it as optional (the benchmark runs without it)
+    assert [f.required for f in REGISTRY["hbb"].files if f.remote == AUTHORS_VARIATIONS_REMOTE] == [False]
+    monkeypatch.setenv("PROBE_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setenv("PROBE_DATA", str(tmp_path / "nodata"))
+    assert authors_variations_path() is None
+    src = _variations_csv(tmp_path / "my_copy.csv")
+    dest = fetch("hbb", source=str(src))
+    assert dest == tmp_path / "cache" / "data" / "hbb_sg"
+    manifest = json.loads((dest / "MANIFEST.json").read_text())
+    assert list(manifest["files"]) == ["sg_variations.csv"] and manifest["source"] == str(src)
+    assert authors_variations_path() == dest / "sg_variations.csv"
+    got = load_authors_variations(authors_variations_path())
+    assert sorted(got) == [0, 1] and len(got[0][0]) == 10 and got[1][1][9] == "[[X]] s2 v9."
+    # a file:// URL, into another destination
+    d2 = fetch("hbb_sg", source=f"file://{src}", dest=tmp_path / "o2")
+    assert (d2 / "sg_variations.csv").read_bytes() == src.read_bytes()
+
+
+def test_hbb_variation_set_is_checked(tmp_path):
+    bad = tmp_path / "bad.csv"
+    bad.write_text("id,s1\n0,[[X]] a.\n")
+    with pytest.raises(ProbeError, match="missing column"):
+        fetch("hbb_sg", source=str(bad), dest=tmp_path / "o")
+    assert not (tmp_path / "o").exists()  # nothing half-stored
+    with pytest.raises(ProbeError, match="files: --from must be a directory"):
+        fetch("bbq", source=str(bad), dest=tmp_path / "o3")
+
+
+def test_full_hbb_fetch_takes_the_variation_set_in_the_upstream_layout(shared_data, tmp_path):
+    src = tmp_path / "up"
+    (src / "Questions").mkdir(parents=True)
+    for name in ("questions.csv", "concepts.csv", "descriptors.json"):
+        (src / name).write_bytes((shared_data / "hbb" / name).read_bytes())
+    _variations_csv(src / "Questions" / "20241207-0945_all_data_more_contexts_questions.csv")
+    dest = fetch("hbb", source=str(src), dest=tmp_path / "hbb")
+    assert "sg_variations.csv" in json.loads((dest / "MANIFEST.json").read_text())["files"]
+
+
+def test_cli_fetch_hbb_variations(tmp_path, monkeypatch, capsys):
+    from probe.cli import main
+
+    monkeypatch.setenv("PROBE_CACHE", str(tmp_path / "cache"))
+    src = _variations_csv(tmp_path / "v.csv")
+    assert main(["data", "fetch", "hbb", "--from", f"file://{src}"]) == 0
+    out = capsys.readouterr().out
+    assert (tmp_path / "cache" / "data" / "hbb_sg" / "sg_variations.csv").is_file()
+    assert "HBB-SG variations:" in out and "used by default" in out

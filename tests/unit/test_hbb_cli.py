@@ -68,7 +68,13 @@ def test_build_hbb_variations_with_a_generator_model(tiny_hbb, tmp_path, model_d
                                sg_variation_prompt="Vary [[sentence1_generated]] as [[picked_concept2]].",
                                sg_variations_asked=9)
     monkeypatch.setattr(prompts, "load_hbb_prompts", lambda: short)  # the tiny model has 256 positions
-    monkeypatch.setattr(prompts, "parse_variations", lambda text, limit=None: ["[[X]] v."] * (limit or 9))
+    calls = []  # option 1, option 2 alternate; both options' sentences alike would be refused as one sentence
+
+    def parse(text, limit=None):
+        calls.append(text)
+        return [f"[[X]] v{len(calls) % 2}."] * (limit or 9)
+
+    monkeypatch.setattr(prompts, "parse_variations", parse)
     out = tmp_path / "var"
     args = ["data", "build", "hbb-variations", "--data-dir", str(tiny_hbb), "--output", str(out), "--model",
             str(model_dir), "--n", "3", "--max-new-tokens", "4", "--threads", "1"]
@@ -76,8 +82,9 @@ def test_build_hbb_variations_with_a_generator_model(tiny_hbb, tmp_path, model_d
     gens = [json.loads(x) for x in (out / "generations.jsonl").read_text().splitlines()]
     assert [g["id"] for g in gens] == ["0|sg_variations|1", "0|sg_variations|2"]
     assert [json.loads(x) for x in (out / "variations.jsonl").read_text().splitlines()] == [
-        {"concept_id": 0, "s1": ["[[X]] ran.", "[[X]] v.", "[[X]] v."], "s2": ["[[X]] slept.", "[[X]] v.", "[[X]] v."]}]
-    assert "1 concept pairs, 2 generations" in capsys.readouterr().out
+        {"concept_id": 0, "s1": ["[[X]] ran.", "[[X]] v1.", "[[X]] v1."], "s2": ["[[X]] slept.", "[[X]] v0.", "[[X]] v0."]}]
+    printed = capsys.readouterr().out
+    assert "1 concept pairs, 2 generations" in printed and "refused: 0 copies of the context, 0 pairs" in printed
     before = (out / "generations.jsonl").read_text()
     assert main(args) == 0 and (out / "generations.jsonl").read_text() == before  # resumed: nothing redone
     assert main(args[:-4] + ["--n", "11"]) == 1

@@ -13,7 +13,7 @@ import pandas as pd
 import pytest
 
 from probe.data.hbb import HBBConcept, build_instances
-from probe.errors import ProbeError
+from probe.errors import InputError, ProbeError
 from probe.runs.record import records_to_frame
 from probe.runs.runner import RunOptions
 from probe.runs.task_run import run_task
@@ -299,16 +299,23 @@ def test_sg_subset_and_no_swap(tiny_lm, data):
 
 
 def test_sg_generated_variations_recorded_resumed_and_paired(tmp_path, tiny_lm, data, monkeypatch):
-    """sg_n: 3 with no file: one generation per concept pair and option by the evaluated model (recorded in
-    generations.jsonl, not redone on resume), parsed, the original first; variation j of s1 pairs with j of s2."""
+    """sg_source: generated, sg_n: 3: one generation per concept pair and option by the evaluated model (recorded
+    in generations.jsonl, not redone on resume), parsed, the original first; variation j of s1 pairs with j of s2.
+    A sentence that copies the context and a pair of one sentence are refused (left out, counted with ids)."""
     import probe.prompts.hbb as prompts
 
-    # the tiny random model writes no "Sentence:" lines; stand in for the parse, keyed on the generation
-    monkeypatch.setattr(prompts, "parse_variations", lambda text, limit=None: ["[[X]] one.", "[[X]] two.",
-                                                                                "[[X]] three."][:limit])
+    # the tiny random model writes no "Sentence:" lines; stand in for the parse: calls alternate option 1, 2
+    calls = []
+    answers = (["[[X]] one.", "[X] sat.", "[[X]] same.", "[[X]] two."], ["[[X]] uno.", "[[X]] same", "[[X]] dos."])
+
+    def parse(text, limit=None):
+        calls.append(text)
+        return answers[(len(calls) - 1) % 2][:limit]
+
+    monkeypatch.setattr(prompts, "parse_variations", parse)
     task, out = get("hbb"), tmp_path / "run"
     cfg = task.make_config(dict(data_dir=str(data), categories=("ses",), n_boot=20, swap_order=False, sg_n=3,
-                                sg_max_new_tokens=4))
+                                sg_max_new_tokens=4, sg_source="generated"))
     e = run_task(task, cfg, tiny_lm, output=out, options=RunOptions(progress=False))
     gens = [json.loads(x) for x in (out / "generations.jsonl").read_text().splitlines()]
     assert sorted(g["id"] for g in gens) == ["0|sg_variations|1", "0|sg_variations|2", "1|sg_variations|1",
@@ -317,10 +324,15 @@ def test_sg_generated_variations_recorded_resumed_and_paired(tmp_path, tiny_lm, 
     assert e.summary["forward_passes"]["by_kind"] == {"mcq": 8, "sg": 8 * 2 * 3}
     sg = e.summary["hbb_sg"]
     assert sg["variations"] == "generated" and sg["pairs_per_concept"] == {"min": 3, "max": 3, "mean": 3.0}
-    assert sg["system_prompt"] == "You are a useful assistant." and sg["n_identical_pairs"] == 2 * 2
+    assert sg["system_prompt"] == "You are a useful assistant."
+    # concept 0 (context "[[X]] sat."): "[X] sat." copies it; its 2nd generated pair is one sentence ("same")
+    assert sg["refused"] == {"n_context_copies": 1, "n_identical_pairs": 1, "identical_pairs": ["0:2"]}
+    assert sg["n_identical_pairs"] == 0 and sg["identical_pairs"] == []  # none left among the scored pairs
     lines = [json.loads(x) for x in (out / "sg_variations.jsonl").read_text().splitlines()]
     assert lines[0] == {"concept_id": 0, "s1": ["[[X]] ran.", "[[X]] one.", "[[X]] two."],
-                        "s2": ["[[X]] slept.", "[[X]] one.", "[[X]] two."]}
+                        "s2": ["[[X]] slept.", "[[X]] uno.", "[[X]] dos."]}
+    # concept 1's context is another sentence: "[X] sat." is a variation there, paired with "same"
+    assert lines[1]["s1"][1:] == ["[[X]] one.", "[X] sat."] and lines[1]["s2"][1:] == ["[[X]] uno.", "[[X]] same"]
     # P1(A) from the records: mean over j of (1/PPL(A_j)) / (1/PPL(A_j) + 1/PPL(B_j))
     recs = e.records[e.records["meta.kind"] == "sg"]
     inst = e.tables["instances"].iloc[0]
@@ -354,7 +366,7 @@ def test_sg_variations_file(tmp_path, tiny_lm, data):
     assert e.summary["hbb_sg"]["n_repeated_templates"] == 2 * 2  # concept 1: one sentence three times per option
     assert e.summary["hbb_sg"]["n_identical_pairs"] == 0
     with pytest.raises(ProbeError, match="at most 10"):
-        task.make_config({"sg_n": 11})
+        task.make_config({"sg_n": 11, "sg_source": "generated"})
     assert task.make_config({"sg_n": 11, "variations_file": str(f)}).sg_n == 11
 
 
@@ -392,3 +404,71 @@ def test_label_mass_table_flags_instances_with_a_non_answering_question(descript
     assert a["n"] == 2 and a["n_below_floor"] == 1 and a["mean"] == pytest.approx(0.275)
     assert a["count"] == 1 and a["count_answering"] == 0 and a["n_instances_answering"] == 0  # S = 50, q2 silent
     assert list(table["category"]) == ["ses", "all"]
+
+
+def _authors_csv(path, rows, extra=None):
+    """A file in the shape of the authors' all_data_more_contexts_questions.csv: id (the concept row), s1, s2."""
+    import pandas as pd
+
+    df = pd.DataFrame(rows, columns=["id", "s1", "s2"])
+    for k, v in (extra or {}).items():
+        df[k] = v
+    df.to_csv(path, index=False)
+    return path
+
+
+def test_sg_uses_the_authors_set_when_present(tmp_path, tiny_lm, data):
+    """The authors' variation set in the data directory is HBB-SG's default: row j of an id pairs s1_j with s2_j,
+    cut to sg_n; identical option pairs are flagged (count + ids); a file that does not match questions.csv,
+    or lacks a scored concept pair, is an error; sg_source: authors without the file is an error."""
+    task = get("hbb")
+    rows = [(0, "[[X]] a0.", "[[X]] b0."), (0, "[[X]] a1.", "[[X]] b1."), (0, "[[X]] a2.", "[[X]] b2."),
+            (1, "[[X]] c0.", "[[X]] d0."), (1, "[[X]] same.", "[[X]] same."), (1, "[[X]] c2.", "[[X]] d2.")]
+    _authors_csv(data / "sg_variations.csv", rows, {"bias type1": ["fast"] * 3 + ["shy"] * 3})
+    cfg = task.make_config(dict(data_dir=str(data), categories=("ses",), n_boot=20, hbb=False))
+    assert cfg.sg_source == "auto"
+    e = run_task(task, cfg, tiny_lm, output=tmp_path / "run", options=RunOptions(progress=False))
+    sg = e.summary["hbb_sg"]
+    assert sg["variations"] == "authors" and sg["variations_file"] == str(data / "sg_variations.csv")
+    assert len(sg["variations_sha256"]) == 64 and sg["generation"] is None and sg["refused"] is None
+    assert e.summary["forward_passes"]["by_kind"] == {"sg": 8 * 2 * 3}  # no generation, 3 pairs per question
+    assert sg["n_identical_pairs"] == 1 and sg["identical_pairs"] == ["1:1"]  # flagged, kept (the authors' data)
+    assert not (tmp_path / "run" / "generations.jsonl").exists() or not (tmp_path / "run" / "generations.jsonl"
+                                                                         ).read_text().strip()
+    recs = e.records[e.records["meta.kind"] == "sg"]
+    q0 = recs[(recs.concept_id == 0) & (recs.option == 1)]
+    q0 = q0[q0.question_id == q0.question_id.iloc[0]].sort_values("variation")
+    assert q0.template.tolist() == ["[[X]] a0.", "[[X]] a1.", "[[X]] a2."]
+    assert str(data / "sg_variations.csv") in (tmp_path / "run" / "provenance.json").read_text()
+    # sg_n cuts each list; the generated source stays an option
+    short = run_task(task, task.make_config({**dataclasses.asdict(cfg), "sg_n": 2}), tiny_lm, output=None,
+                     options=RunOptions(progress=False))
+    assert short.summary["forward_passes"]["by_kind"] == {"sg": 8 * 2 * 2}
+    assert task.make_config({**dataclasses.asdict(cfg), "sg_source": "generated"}).sg_source == "generated"
+    # a file joined to the wrong rows is an error naming file, line and field
+    _authors_csv(data / "sg_variations.csv", rows, {"bias type1": ["slow"] * 3 + ["shy"] * 3})
+    with pytest.raises(InputError, match=r"sg_variations.csv.*line 2.*bias type1"):
+        run_task(task, cfg, tiny_lm, output=None, options=RunOptions(progress=False))
+    _authors_csv(data / "sg_variations.csv", rows[:3])
+    with pytest.raises(ProbeError, match="no variations for concept_id 1"):
+        run_task(task, cfg, tiny_lm, output=None, options=RunOptions(progress=False))
+    (data / "sg_variations.csv").unlink()
+    with pytest.raises(ProbeError, match="probe data fetch hbb"):
+        run_task(task, task.make_config({**dataclasses.asdict(cfg), "sg_source": "authors"}), tiny_lm, output=None,
+                 options=RunOptions(progress=False))
+    with pytest.raises(ProbeError, match="sg_source must be one of"):
+        task.make_config({"sg_source": "mine"})
+
+
+def test_authors_variations_loader_errors(tmp_path):
+    from probe.data.hbb import load_authors_variations
+
+    got = load_authors_variations(_authors_csv(tmp_path / "v.csv", [(3, " [[X]] a. ", "[[X]] b."), (3, "x", "y")]))
+    assert got == {3: (("[[X]] a.", "x"), ("[[X]] b.", "y"))}
+    (tmp_path / "bad.csv").write_text("id,s1\n0,a\n")
+    with pytest.raises(InputError, match="missing column"):
+        load_authors_variations(tmp_path / "bad.csv")
+    with pytest.raises(InputError, match=r"line 3.*id"):
+        load_authors_variations(_authors_csv(tmp_path / "b2.csv", [(0, "a", "b"), ("x", "a", "b")]))
+    with pytest.raises(InputError, match=r"line 2.*s2.*empty"):
+        load_authors_variations(_authors_csv(tmp_path / "b3.csv", [(0, "a", " ")]))

@@ -1,4 +1,10 @@
-"""HBB-SG sentence variations: generated with the authors' prompt, or read from a file.
+"""HBB-SG sentence variations: the authors' released set, generated with their prompt, or read from a file.
+
+Sources (:func:`resolve_source`, config ``sg_source``): ``authors`` - the authors' variation set
+(``all_data_more_contexts_questions.csv``, 10 per option and concept pair; ``probe data fetch hbb``),
+the default whenever it has been fetched; ``generated`` - written by the evaluated model (below);
+``original`` - the options themselves (n = 1); and ``variations_file`` - any file in the JSONL format
+below or the authors' CSV format.
 
 The paper (appendix E.1) scores n = 10 variations per option. The authors' variation prompt
 (``qa_generate2_more_sentences.txt``) asks for 9 sentences in one answer, for one option of
@@ -15,6 +21,7 @@ each list paired); a run writes the variations it scored in this format
 
 from __future__ import annotations
 
+import re
 from typing import Any, Mapping, Sequence
 
 import pandas as pd
@@ -49,34 +56,107 @@ def generation_requests(concepts: Sequence[Any], tokenizer: Any, *, max_new_toke
     ]
 
 
-def from_generations(concepts: Sequence[Any], generations: Mapping[str, str], n: int) -> Variations:
-    """Per concept pair: (the original s1, then up to n - 1 parsed sentences; the same for s2)."""
+SOURCES = ("auto", "authors", "generated", "original")
+
+
+def resolve_source(config: Any) -> tuple[str, str | None]:
+    """Which variations a config's HBB-SG scores: ``("file", path)``, ``("authors", path)``,
+    ``("generated", None)`` or ``("original", None)``.
+
+    ``variations_file`` wins; else ``sg_source``: ``auto`` (the default) takes the authors' set when it
+    has been fetched (:func:`probe.data.hbb.authors_variations_path`) and ``sg_n > 1``, else the evaluated
+    model's generations (``sg_n > 1``) or the originals (``sg_n = 1``); ``authors`` requires the set.
+    """
+    from probe.data.hbb import authors_variations_path
+
+    if config.variations_file:
+        return "file", str(config.variations_file)
+    mode = config.sg_source
+    if mode == "original" or (mode in ("auto", "generated") and config.sg_n == 1):
+        return "original", None
+    if mode in ("auto", "authors"):
+        found = authors_variations_path(config.data_dir)
+        if found is not None:
+            return "authors", str(found)
+        if mode == "authors":
+            raise ProbeError("hbb: sg_source 'authors' but the authors' HBB-SG variations are not fetched; run "
+                             "`probe data fetch hbb` (or `probe data fetch hbb --from FILE.csv`)")
+    return "generated", None
+
+
+def _norm(sentence: str) -> str:
+    """A sentence compared for copies: slot spelled ``[[X]]``, case, spaces, quotes and end punctuation ignored."""
+    t = re.sub(r"(?<!\[)\[X\](?!\])", "[[X]]", sentence)
+    t = re.sub(r"\s+", " ", t).strip().strip("\"'\u201c\u201d*").strip().rstrip(".!?").strip()
+    return t.lower()
+
+
+def from_generations(concepts: Sequence[Any], generations: Mapping[str, str], n: int
+                     ) -> tuple[Variations, dict[int, dict[str, Any]]]:
+    """Per concept pair: (the original s1, then up to n - 1 parsed sentences; the same for s2), and what
+    was refused.
+
+    A generated sentence that copies the context (SmolLM2-135M often answers the variation prompt with
+    the context itself, for both options) is refused: both options' variations would then be one
+    sentence, whose pair gives P(A) = 0.5 whatever the model and halves S. So is a pair whose two
+    sentences are the same (compared by :func:`_norm`); greedy generation cannot be redrawn, so a refused
+    sentence is left out, and the concept pair gets fewer variation pairs. The second value maps
+    concept_id -> ``{"context_copies": k, "identical_pairs": [j, ...]}`` (generated variation indices).
+    """
     from probe.prompts.hbb import parse_variations
 
     out: Variations = {}
+    refused: dict[int, dict[str, Any]] = {}
     for c in concepts:
-        per = []
-        for k, original in ((1, c.s1), (2, c.s2)):
+        per, copies = [], 0
+        for k in (1, 2):
             gid = generation_id(c.concept_id, k)
             if gid not in generations:
                 raise ProbeError(f"hbb: no HBB-SG variations were generated for {gid!r}")
-            per.append((original, *parse_variations(generations[gid], n - 1)))
-        out[c.concept_id] = (per[0], per[1])
-    return out
+            sents = parse_variations(generations[gid])
+            kept = [t for t in sents if _norm(t) != _norm(c.context)]
+            copies += len(sents) - len(kept)
+            per.append(kept)
+        pairs, identical = [], []
+        for j, (a, b) in enumerate(zip(*per), start=1):
+            if _norm(a) == _norm(b):
+                identical.append(j)
+            else:
+                pairs.append((a, b))
+        pairs = pairs[: n - 1]
+        out[c.concept_id] = ((c.s1, *(a for a, _ in pairs)), (c.s2, *(b for _, b in pairs)))
+        if copies or identical:
+            refused[c.concept_id] = {"context_copies": copies, "identical_pairs": identical}
+    return out, refused
 
 
-def from_file(path: str, concepts: Sequence[Any], n: int) -> Variations:
-    """The file's variations of these concept pairs, each list cut to ``n``; a concept pair the
-    file lacks is an error (a silent fallback to n = 1 would mix two estimators in one run)."""
-    from probe.data.hbb import load_sg_variations
+def from_authors(path: str, concepts: Sequence[Any], n: int) -> Variations:
+    """The authors' variation set for these concept pairs, each option's list cut to ``n`` (checked against
+    the concepts: :func:`probe.data.hbb.load_authors_variations`); a concept pair it lacks is an error."""
+    from probe.data.hbb import load_authors_variations
 
-    loaded = load_sg_variations(path)
+    return _pick(path, load_authors_variations(path, concepts), concepts, n)
+
+
+def _pick(path: str, loaded: Mapping[int, tuple[Sequence[str], Sequence[str]]], concepts: Sequence[Any],
+          n: int) -> Variations:
     missing = [c.concept_id for c in concepts if c.concept_id not in loaded]
     if missing:
         raise ProbeError(f"{path}: no variations for concept_id {', '.join(map(str, missing[:10]))}"
                          f"{' ...' if len(missing) > 10 else ''} ({len(missing)} of {len(concepts)})")
     return {c.concept_id: (tuple(loaded[c.concept_id][0][:n]), tuple(loaded[c.concept_id][1][:n]))
             for c in concepts}
+
+
+def from_file(path: str, concepts: Sequence[Any], n: int) -> Variations:
+    """The file's variations of these concept pairs, each list cut to ``n``; a concept pair the
+    file lacks is an error (a silent fallback to n = 1 would mix two estimators in one run).
+    A ``.csv`` is read in the authors' format (:func:`from_authors`), anything else as JSONL."""
+    if str(path).lower().endswith(".csv"):
+        return from_authors(path, concepts, n)
+    from probe.data.hbb import load_sg_variations
+
+    return _pick(path, load_sg_variations(path), concepts, n)
 
 
 def originals(concepts: Sequence[Any]) -> Variations:
@@ -98,11 +178,30 @@ def scored_variations(records: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=["concept_id", "s1", "s2"])
 
 
+def refused_summary(records: pd.DataFrame) -> dict[str, Any]:
+    """What the generation step refused (read back from the HBB-SG records' ``meta``): generated sentences
+    that copied the context, and generated pairs whose two sentences were one (``concept_id:j``, j the
+    generated sentence's index, 1-based)."""
+    copies, ids, seen = 0, [], set()
+    if "concept_id" in records and "sg_context_copies" in records:
+        for cid, n, ident in zip(records["concept_id"], records["sg_context_copies"],
+                                 records.get("sg_identical_refused", [None] * len(records))):
+            if n is None or n != n or int(cid) in seen:
+                continue
+            seen.add(int(cid))
+            copies += int(n)
+            ids += [f"{int(cid)}:{j}" for j in str(ident or "").split(",") if j]
+    return {"n_context_copies": copies, "n_identical_pairs": len(ids), "identical_pairs": ids}
+
+
 def variation_stats(variations: Mapping[int, tuple[Sequence[str], Sequence[str]]], n: int) -> dict[str, Any]:
     """How many variations each option got (paired: the fewer of the two), and how many fell short of
     ``n``, lack the ``[[X]]`` slot (such a sentence is the same for every identity), repeat an
     earlier variation of the same option (greedy generation can loop) or equal their pair."""
     pairs = [min(len(a), len(b)) for a, b in variations.values()]
+    # "concept_id:j" of every scored pair whose two option templates are the same sentence
+    identical = [f"{cid}:{j}" for cid, (a, b) in sorted(variations.items()) for j, (x, y) in enumerate(zip(a, b))
+                 if _norm(x) == _norm(y)]
     templates = [t for a, b in variations.values() for t in (*a, *b)]
     return {
         "n_concept_pairs": len(pairs),
@@ -113,5 +212,6 @@ def variation_stats(variations: Mapping[int, tuple[Sequence[str], Sequence[str]]
         "n_templates_without_slot": sum("[[X]]" not in t for t in templates),
         "n_repeated_templates": sum(len(x) - len(set(x)) for a, b in variations.values() for x in (a, b)),
         # a pair whose two options are one sentence gives P(A) = 0.5 whatever the model: it dilutes S
-        "n_identical_pairs": sum(x == y for a, b in variations.values() for x, y in zip(a, b)),
+        "n_identical_pairs": len(identical),
+        "identical_pairs": identical,
     }
