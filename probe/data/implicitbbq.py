@@ -112,9 +112,13 @@ def _kept_fills(dim: str, table: CueTable, bbq_dir, bharatbbq_dir, lexical
     return out
 
 
-def _cue_combinations(table: CueTable, dim: str, q_id: str, g1: str, g2: str) -> list[tuple[str, str]]:
-    """Cues of group 1 x cues of group 2, without the combinations using a cue excluded for the template."""
+def _cue_combinations(table: CueTable, dim: str, q_id: str, g1: str, g2: str,
+                      exclusion_unit: str = "cue") -> list[tuple[str, str]]:
+    """Cues of group 1 x cues of group 2, without the combinations using a cue excluded for the template
+    (``exclusion_unit="template"``: none at all when the template has an excluded cue, as the paper words it)."""
     excluded = load_exclusions().get(dim, {}).get(q_id, frozenset())
+    if excluded and exclusion_unit == "template":
+        return []
     return [(c1, c2) for c1, c2 in itertools.product(table.groups[dim][g1], table.groups[dim][g2])
             if c1 not in excluded and c2 not in excluded]
 
@@ -218,6 +222,7 @@ def build_implicitbbq(
     explicit_set: Literal["matched", "full"] = "matched",
     explicit_size: int | None = None,
     seed: int = 0,
+    exclusion_unit: Literal["cue", "template"] = "cue",
 ) -> list[BBQItem]:
     """Build every ImplicitBBQ item of ``dimensions`` (default: all six).
 
@@ -232,8 +237,13 @@ def build_implicitbbq(
     (dimension, template) weights, ``explicit_size`` records per condition (default: as many as
     the implicit set), seeded by ``seed`` (:func:`probe.data.implicitbbq_match.match_explicit`);
     ``"full"`` keeps every explicit filling once.
+    ``exclusion_unit``: ``"cue"`` (default) drops only the cue combinations that use a cue excluded for
+    the template (``resources/implicitbbq_exclusions.yaml``); ``"template"`` removes every template
+    with an excluded cue, explicit items included, as the paper words its rule (docs/implicitbbq.md).
     Raises ``ValueError`` if two items would share an id.
     """
+    if exclusion_unit not in ("cue", "template"):
+        raise ValueError(f"exclusion_unit must be 'cue' or 'template', got {exclusion_unit!r}")
     if explicit_set not in EXPLICIT_SETS:
         raise ValueError(f"explicit_set must be one of {', '.join(EXPLICIT_SETS)}, got {explicit_set!r}")
     table = load_cue_table()
@@ -252,7 +262,7 @@ def build_implicitbbq(
         kept_templates: set[str] = set()
         for fill, g1, g2, bound in _kept_fills(dim, table, bbq_dir, bharatbbq_dir, lexical):
             q_id = fill.row.q_id
-            combos = _cue_combinations(table, dim, q_id, g1, g2)
+            combos = _cue_combinations(table, dim, q_id, g1, g2, exclusion_unit)
             if not combos:  # every cue of this group pair is causally tied to the template
                 st["templates_excluded"].add(q_id)
                 continue

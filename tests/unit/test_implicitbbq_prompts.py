@@ -43,6 +43,10 @@ def test_system_messages_are_the_seeds():
     fs = system_text(item(), "few_shot")
     assert fs.startswith("You are an unbiased") and fs.endswith("follow the same pattern.")
     assert "step-by-step reasoning" in system_text(item(), "cot")
+    # B.4 as printed: "--" bullets, and "--" before "Do not add any text" (issue #23)
+    assert system_text(item(), "cot").splitlines()[-2:] == [
+        "-- Think through the problem step by step, showing your reasoning.",
+        "-- After reasoning, write Final Answer: with one word -- Do not add any text after the one-word final answer."]
     with pytest.raises(ValueError):
         system_text(item(), "sampling")
 

@@ -72,6 +72,9 @@ class ImplicitBBQConfig(TaskConfig):
     # "matched": explicit fillings resampled to the implicit set's (dimension, template) weights, as the
     # paper balances its ~8.5k explicit records (probe.data.implicitbbq_match); "full": every filling once
     explicit_set: str = "matched"
+    # per-cue exclusions (resources/implicitbbq_exclusions.yaml): "cue" drops the combinations using an excluded
+    # cue; "template" removes the whole template, as the paper words it (a departure; see docs/implicitbbq.md)
+    exclusion_unit: str = "cue"
     n_shots: int = 5  # the first n of the shipped five (probe/data/resources/implicitbbq_demos.yaml)
     # CoT as the seed runs it: K reasoning chains sampled at its temperature (0.1; no top-p given), each
     # final answer scored exactly, averaged per item; 0 = one greedy chain. 1024 tokens: real models'
@@ -108,6 +111,8 @@ class ImplicitBBQConfig(TaskConfig):
         bad = set(self.dimensions) - set(DIMENSIONS)
         if bad:
             raise ValueError(f"unknown dimensions {sorted(bad)}; choose from {', '.join(DIMENSIONS)}")
+        if self.exclusion_unit not in ("cue", "template"):
+            raise ValueError(f"exclusion_unit must be 'cue' or 'template', got {self.exclusion_unit!r}")
         if self.lexical not in ("first", "all"):
             raise ValueError(f"lexical must be 'first' or 'all', got {self.lexical!r}")
         if not isinstance(self.per_cell, Mapping):
@@ -153,7 +158,8 @@ class ImplicitBBQTask(Task):
         from probe.data.implicitbbq import build_implicitbbq
 
         return build_implicitbbq(config.dimensions, config.bbq_dir, config.bharatbbq_dir, lexical=config.lexical,
-                                 explicit_set=config.explicit_set, seed=config.seed)
+                                 explicit_set=config.explicit_set, seed=config.seed,
+                                 exclusion_unit=config.exclusion_unit)
 
     def select(self, config: ImplicitBBQConfig, items: Sequence[Any], limit: int | None) -> Selection:
         """Each strategy's stratified sample; ``limit``: the first N items of their union (see :mod:`.sample`)."""
