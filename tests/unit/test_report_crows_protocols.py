@@ -45,3 +45,10 @@ def test_one_table_per_protocol_named_in_its_caption(tmp_path):
     tables = {t.name: t for t in items if isinstance(t, Table)}
     assert set(tables) == {"crows_pairs", "crows_pairs_mcq"}
     assert "(a) two-choice" in tables["crows_pairs_mcq"].title and "(b) whole-sentence causal log-likelihood" in tables["crows_pairs"].title
+
+
+def test_mcq_table_shows_the_paper_equivalent_beside_the_exact_score(tmp_path):
+    runs = [_run(tmp_path, "a", {"protocol": "mcq", "by_bias_type": [{**_row(49.0), "paper_score": 51.25}],
+                                 "by_protocol": {"mcq": {"by_bias_type": [{**_row(49.0), "paper_score": 51.25}]}}})]
+    t = {x.name: x for x in ol.crows_section(runs, tmp_path / "out") if isinstance(x, Table)}["crows_pairs_mcq"]
+    assert t.df.loc[0, "a"].endswith("(n=10); paper-equivalent 51.2") and "T = 0.8" in t.caption

@@ -87,12 +87,18 @@ def _crows_protocol_items(runs: Sequence[Run], out: Path, scores: dict, protocol
         for label, s in scores.items():
             x = s.get(t)
             row[label] = "–" if x is None else f"{fmt_ci(x['score'], [x['ci_low'], x['ci_high']], 1)} (n={x['n']})"
+            pe = None if x is None else x.get("paper_score")
+            if isinstance(pe, (int, float)) and math.isfinite(pe):  # (a): the HBB paper's sampled score beside it
+                row[label] += f"; paper-equivalent {pe:.1f}"
         rows.append(row)
     suffix = "" if protocol == "loglik" else "_mcq"  # (b) keeps its historical table name
     items: list[Any] = [Table(f"crows_pairs{suffix}", "crows_pairs", f"CrowS-Pairs, protocol {name}: % of pairs "
                               "where the more stereotypical sentence is preferred (50 = no bias)",
                               f"Task crows_pairs, models {_models(runs)} (columns). Estimator: "
-                              f"{CROWS_ESTIMATORS[protocol]}. n: valid pairs per cell.",
+                              f"{CROWS_ESTIMATORS[protocol]}. n: valid pairs per cell."
+                              + (" Paper-equivalent (where the run scored it): the score the HBB paper's procedure "
+                                 "(one answer sampled per question at T = 0.8, top-p 1, non-label answers dropped) "
+                                 "would report in expectation, both orders pooled; no CI." if protocol == "mcq" else ""),
                               pd.DataFrame(rows))]
     import matplotlib
 
