@@ -31,6 +31,7 @@ COMMAND_MODULES = (
     "probe.commands.run",
     "probe.commands.analyze",
     "probe.commands.report",
+    "probe.commands.validate",
 )
 
 
