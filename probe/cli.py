@@ -15,7 +15,6 @@ import importlib
 import os
 import sys
 
-from probe import __version__
 from probe.errors import ProbeError
 
 #: Command modules, registered in this order. Heavy imports (torch) stay inside
@@ -31,13 +30,15 @@ COMMAND_MODULES = (
     "probe.commands.run",
     "probe.commands.analyze",
     "probe.commands.report",
+    "probe.commands.lm_eval",
     "probe.commands.validate",
 )
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="probe", description=__doc__.splitlines()[0])
-    parser.add_argument("--version", action="version", version=f"probe {__version__}")
+    parser.add_argument("--version", action=_VersionAction,
+                        help="print probe's version and the versions of the packages that decide its numbers")
     top = parser.add_subparsers(dest="command", metavar="COMMAND")
     data = top.add_parser("data", help="fetch benchmark data sets and build benchmark items")
     data_sub = data.add_subparsers(dest="data_command", metavar="SUBCOMMAND")
@@ -57,6 +58,19 @@ def build_parser() -> argparse.ArgumentParser:
     for p, sub in ((data, data_sub), (build, build_sub), (metrics, metrics_sub)):
         p.set_defaults(func=_usage(p))
     return parser
+
+
+class _VersionAction(argparse.Action):
+    """``--version``: probe's version and, beside it, torch/transformers/... installed vs the lock."""
+
+    def __init__(self, option_strings, dest=argparse.SUPPRESS, default=argparse.SUPPRESS, help=None):
+        super().__init__(option_strings, dest=dest, default=default, nargs=0, help=help)
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        from probe.versions import version_report
+
+        print(version_report())
+        parser.exit()
 
 
 def _usage(parser: argparse.ArgumentParser):

@@ -11,3 +11,12 @@ venv=${LOCK_VENV:-/tmp/probe-lock-venv}
 "$venv/bin/pip-compile" --quiet --strip-extras --allow-unsafe --no-emit-find-links --no-emit-index-url \
     --no-emit-trusted-host --extra dev --extra interp --extra lm-eval \
     --output-file requirements/cpu.lock pyproject.toml requirements/cpu.in
+# The tracked pins, shipped with the package (probe.versions): an installed probe compares against them.
+python3 - <<'PY'
+import json, re
+from pathlib import Path
+tracked = ("torch", "transformers", "accelerate", "transformer-lens", "numpy")
+pins = dict(re.findall(r"^([A-Za-z0-9_.-]+)==(\S+)", Path("requirements/cpu.lock").read_text(), re.M))
+out = {"lock": "requirements/cpu.lock", "versions": {n: pins[n] for n in tracked}}
+Path("probe/resources/locked_versions.json").write_text(json.dumps(out, indent=1) + "\n")
+PY

@@ -34,7 +34,7 @@ from probe.activations.extract import EncodedItem, HFBackend, collate, encode_it
 from probe.activations.hooks import HOOK_KINDS, intervene
 from probe.activations.items import ActivationItem
 from probe.activations.positions import parse_positions
-from probe.scoring.hf_compat import cache_kwargs, output_cache
+from probe.hf_compat import cache_kwargs, output_cache
 from probe.scoring.tokens import Encoder
 
 

@@ -131,7 +131,7 @@ def _check_cached_pass(model: Any) -> None:
     """
     import torch
 
-    from probe.scoring.hf_compat import cache_kwargs, output_cache
+    from probe.hf_compat import cache_kwargs, output_cache
 
     decoder = model.get_decoder()
     device = next(model.parameters()).device

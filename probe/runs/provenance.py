@@ -14,8 +14,10 @@ from pathlib import Path
 from typing import Any, Iterable
 
 from probe.io import file_sha256
+from probe.versions import locked_versions, warn_if_not_locked
 
-LIBRARIES = ("torch", "transformers", "accelerate", "numpy", "scipy", "pandas", "scikit-learn", "tokenizers", "gguf")
+LIBRARIES = ("torch", "transformers", "accelerate", "transformer-lens", "numpy", "scipy", "pandas", "scikit-learn",
+             "tokenizers", "gguf")
 
 
 def library_versions() -> dict[str, str | None]:
@@ -40,6 +42,8 @@ def provenance(lm: Any = None, config: Any = None, data_files: Iterable[str | Pa
         "python": sys.version.split()[0],
         "platform": platform.platform(),
         "versions": library_versions(),
+        # the tested set (requirements/cpu.lock) and the tracked packages that differ from it (warned once)
+        "lock": {"versions": locked_versions(), "differs": warn_if_not_locked()},
         "model": lm.info() if lm is not None and hasattr(lm, "info") else None,
         "config": config,
         "data_files": files,

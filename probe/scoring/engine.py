@@ -22,7 +22,7 @@ from typing import Any
 
 import torch
 
-from probe.scoring.hf_compat import cache_kwargs, output_cache
+from probe.hf_compat import cache_kwargs, output_cache
 from probe.scoring.sampling import target_logprobs
 
 HEAD_CHUNK = 256  # rows of hidden states unembedded at once: 256 x vocab float32 stays small

@@ -27,7 +27,7 @@ def test_import_contract_kept():
     pytest.importorskip("importlinter", reason="pip install import-linter (the dev extra)")
     proc = _run(
         "from importlinter.cli import lint_imports_command as c; "
-        "c(['--no-cache', '--config', 'pyproject.toml'])"
+        "c(['--no-cache', 'pyproject.toml'])"
     )
     assert proc.returncode == 0, f"import contract broken (lint-imports):\n{proc.stdout}\n{proc.stderr}"
 
