@@ -19,7 +19,7 @@ def test_smollm2_hbb_tiny_run(tmp_path, smollm2, shared_data, one_torch_thread):
     out = tmp_path / "run"
     task = get("hbb")
     cfg = task.make_config(dict(categories=("gender",), n_boot=50, crows_pairs=True, crows_limit=2, sg_n=3,
-                                sg_max_new_tokens=96))
+                                sg_max_new_tokens=96, sg_source="generated"))
     summary = run_task(task, cfg, smollm2, output=out, limit=2, options=RunOptions(progress=False)).summary
     assert summary["n_instances"] == 2 and summary["n_distinct_questions"] == 4
     records = [json.loads(x) for x in (out / "records.jsonl").read_text().splitlines()]
@@ -39,6 +39,13 @@ def test_smollm2_hbb_tiny_run(tmp_path, smollm2, shared_data, one_torch_thread):
     n = summary["hbb_sg"]["pairs_per_concept"]["min"]
     assert 1 <= n <= 3 and len(line["s1"]) == len(line["s2"]) == n
     assert sum(r["meta"]["kind"] == "sg" for r in records) == 4 * 2 * n
+    # no scored pair is one sentence (smollm2 tends to copy the context for both options: refused, counted)
+    sg_sum = summary["hbb_sg"]
+    assert sg_sum["variations"] == "generated" and sg_sum["n_identical_pairs"] == 0
+    assert set(sg_sum["refused"]) == {"n_context_copies", "n_identical_pairs", "identical_pairs"}
+    # CrowS-Pairs (a) carries the HBB paper's paper-equivalent score (T = 0.8) beside the exact one
+    cs_a = summary["crows_pairs"]["by_protocol"]["mcq"]["by_bias_type"][0]
+    assert 0.0 <= cs_a["paper_score"] <= 100.0
     # the authors' getPerplexity: system + user through the chat template (generation prompt on), the answer
     # tokenized on its own, exp of the mean NLL of the answer tokens only
     import torch

@@ -2,10 +2,10 @@
 
 Flow: concept pairs x descriptors -> test instances (:mod:`probe.data.hbb`;
 ``sample_concepts`` / ``per_cell`` / ``categories`` select them, ``--limit N``
-keeps the first N) -> HBB-SG's sentence variations (``sg_n`` per option: one
-greedy generation per concept pair and option with the authors' prompt, the
-runner's generate step, ``sg_generate``; or a ``variations_file``;
-:mod:`probe.tasks.hbb.variations`) -> one label request per distinct question
+keeps the first N) -> HBB-SG's sentence variations (``sg_n`` per option: the
+authors' released set when fetched, else one greedy generation per concept pair
+and option with the authors' prompt, the runner's generate step, ``sg_generate``;
+or a ``variations_file``; :mod:`probe.tasks.hbb.variations`) -> one label request per distinct question
 and option order (``mcq``: a)=s1, ``mcq_swap``: a)=s2), one perplexity request
 per HBB-SG option sentence variation (``sg``), and with ``crows_pairs: true`` two
 per CrowS-Pairs pair (``crows``, for Table 1's CS column) -> per-question P(s1)
@@ -19,8 +19,9 @@ paper's ten sampled generations per question.
 Outputs besides the runner's (``records.jsonl``, ``generations.jsonl``,
 ``summary.json``, ``timing.json``, ``provenance.json``): ``instances.jsonl``
 (per test instance), ``sg_variations.jsonl`` (the variations scored, in the
-``variations_file`` format), ``tables/`` (Tables 1, 2, 8, 9 layouts, extra thresholds, exact vs
-10-sample scoring, direction, Tables 3 and 7: top associations, CrowS-Pairs; ``.md`` and ``.csv``),
+``variations_file`` format), ``tables/`` (Tables 1, 2, 8, 9 layouts, extra thresholds, the exact count
+beside the paper's estimator at T = 0.8 (MCQ a)=s1 only), direction, Tables 3 and 7: top associations,
+CrowS-Pairs; ``.md`` and ``.csv``),
 ``report.md``, ``hbb_hist.png`` (Figure 4 layout), ``figures/`` (Figures 3, 4, 8, 9 as
 ``.png``, ``.svg`` and the ``.csv`` of the numbers drawn) and
 ``timing_projection.json`` (seconds per request kind, projected to the full
