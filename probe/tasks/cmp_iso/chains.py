@@ -83,7 +83,7 @@ def chain_stats(all_chains: Sequence[Mapping], prompts: Mapping[tuple, Sequence[
     ``all_chains``: its finite chain records (valid or not); ``prompts``: prompt
     key -> its valid chains; ``counts(rec, mode)``: a chain's counts in a mode
     (None: the chain has none there). Returns ``n_chains``, ``n_chains_no_cue``
-    (no boxed label), ``n_prompts``, ``n_prompts_no_valid_chain``,
+    (no valid boxed answer), ``n_prompts``, ``n_prompts_no_valid_chain``,
     ``mean_prompt_std`` (over the prompts with >= 2 valid chains, the mean over
     labels of the chains' probability standard deviation, ddof 1) and, per mode
     and paradigm, ``pg_by_chain`` (PG on chain index k alone, k = 0..K-1) and

@@ -16,15 +16,18 @@ def _r(x: Any, digits: int = 3) -> float:
 
 
 def chains_table(summary: dict) -> pd.DataFrame:
-    """One row per CoT setting x benchmark: chains, chains without a boxed label, prompts without a valid
-    chain, mean per-prompt std of the label probabilities, and the std across chain indices of PG (expected)."""
+    """One row per CoT setting x benchmark: chains, chains without a valid boxed answer, prompts without a valid
+    chain (kept with no valid answer), mean per-prompt std of the label probabilities, and the std across chain
+    indices of PG (expected)."""
     rows = []
     for cell, v in sorted((summary.get("cot") or {}).get("by_cell", {}).items()):
         setting, bench = cell.split("|", 1)
         std = (v.get("pg_std_across_chains") or {}).get("expected", {})
         rows.append({"setting": setting, "benchmark": bench, "chains": v.get("n_chains", 0),
-                     "no boxed label": v.get("n_chains_no_cue", 0), "prompts": v.get("n_prompts", 0),
-                     "prompts w/o valid chain": v.get("n_prompts_no_valid_chain", v.get("n_prompts_no_answer", 0)),
+                     "chains w/o valid answer": v.get("n_chains_no_cue", 0), "prompts": v.get("n_prompts", 0),
+                     # kept with no valid answer (seed 003 appendix B), not dropped
+                     "prompts w/o valid chain (kept)": v.get("n_prompts_no_valid_chain",
+                                                             v.get("n_prompts_no_answer", 0)),
                      "mean prompt std": _r(v.get("mean_prompt_std")),
                      "PG iso std over chains": _r(std.get("iso")), "PG cmp std over chains": _r(std.get("cmp"))})
     return pd.DataFrame(rows)
