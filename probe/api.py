@@ -43,6 +43,10 @@ def evaluate(model: Any, task: str, *, limit: int | None = None, output: str | P
         ``load_in_4bit``, ``device_map``, ``batch_size``, ``token_budget``,
         ``chunk_size``, ``score_cache``, ``threads``, ``progress``, ``capture``, ``backend``)
         and task config fields (``probe tasks`` and ``docs/tasks.md`` list them).
+        ``device``, ``dtype``, ``batch_size`` and ``token_budget`` default to ``"auto"``:
+        the GPU when one is visible (else the CPU), bfloat16 on a GPU that supports it
+        (else float32), and passes sized from the device's free memory and the model's
+        shape (on the CPU 16 rows, 8192 tokens); ``docs/scoring.md``.
         ``backend="tl"`` runs the same scorer on the model wrapped by a TransformerLens 4.x
         ``TransformerBridge`` (a copy when ``model`` is already loaded), so ``capture`` hook
         names are TransformerLens' own hook points (``probe.models.tl_adapter``).

@@ -14,6 +14,8 @@ import argparse
 import json
 import sys
 
+from probe.commands.common import positive_int_or_auto
+
 
 def register(groups: dict[str, argparse._SubParsersAction]) -> None:
     p = groups[""].add_parser(
@@ -29,14 +31,16 @@ def register(groups: dict[str, argparse._SubParsersAction]) -> None:
     p.add_argument("--no-chat-template", action="store_true", help="render `user` items as plain text")
     p.add_argument("--strategy", choices=("zero_shot", "safety"), default="zero_shot",
                    help="prompt strategy for BBQ items (labelled options)")
-    p.add_argument("--batch-size", type=int, default=8, help="most sequences per forward pass")
+    p.add_argument("--batch-size", type=positive_int_or_auto, default=8,
+                   help="most sequences per forward pass, or auto (probe score --help; default: 8)")
     p.add_argument("--shard-size", type=int, default=512, help="items per chunk and safetensors shard")
     p.add_argument("--backend", choices=("hf", "tl", "auto"), default="hf",
                    help="hf: plain torch hooks in the scoring passes; tl: the same passes through the model wrapped "
                         "by a TransformerLens 4.x TransformerBridge, read at its own hook points (eager attention); "
                         "auto: tl where the architecture is supported, else hf")
-    p.add_argument("--device", default="cpu")
-    p.add_argument("--dtype", default="float32")
+    p.add_argument("--device", default="auto", help="auto (default: the GPU when one is visible), cpu, cuda, cuda:N, mps")
+    p.add_argument("--dtype", default="auto", choices=["float32", "bfloat16", "float16", "auto"],
+                   help="default: auto = bfloat16 on a GPU that supports it, else float32")
     p.add_argument("--limit", type=int, default=None, help="only the first N items")
     p.add_argument("--quiet", action="store_true")
     p.set_defaults(func=run)
@@ -45,8 +49,8 @@ def register(groups: dict[str, argparse._SubParsersAction]) -> None:
 def run(args: argparse.Namespace) -> int:
     from probe.errors import ProbeError
 
-    if args.batch_size < 1 or args.shard_size < 1:
-        raise ProbeError("--batch-size and --shard-size must be >= 1")
+    if args.shard_size < 1:
+        raise ProbeError("--shard-size must be >= 1")
     try:
         from probe.activations.positions import parse_positions
         specs = parse_positions(args.positions)

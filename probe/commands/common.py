@@ -16,14 +16,21 @@ def add_model_args(p: argparse.ArgumentParser, default_model: str | None = DEFAU
     g = p.add_argument_group("model")
     g.add_argument("--model", default=default_model, required=default_model is None,
                    help=f"built-in name (smollm2, gemma3-270m), .gguf file, model directory or hub id (default: {default_model})")
-    g.add_argument("--device", default="cpu", help="cpu, cuda, cuda:N or auto (default: cpu)")
-    g.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16", "auto"])
+    g.add_argument("--device", default="auto",
+                   help="auto, cpu, cuda, cuda:N or mps (default: auto = the GPU when one is visible, else the CPU)")
+    g.add_argument("--dtype", default="auto", choices=["float32", "bfloat16", "float16", "auto"],
+                   help="default: auto = bfloat16 on a GPU that supports it, else float32 (docs/scoring.md: tolerances)")
     g.add_argument("--load-in-8bit", action="store_true", help="bitsandbytes 8-bit (GPU only)")
     g.add_argument("--load-in-4bit", action="store_true", help="bitsandbytes 4-bit (GPU only)")
     g.add_argument("--device-map", default=None, help="accelerate device map, e.g. auto (spreads a model over GPUs)")
     g.add_argument("--trust-remote-code", action="store_true", help="run code shipped with the model (off by default)")
-    g.add_argument("--batch-size", type=_positive_int, default=16, help="most sequences per forward pass (default: 16)")
-    g.add_argument("--token-budget", type=_positive_int, default=8192, help="most padded tokens per forward pass (default: 8192)")
+    g.add_argument("--batch-size", type=positive_int_or_auto, default="auto",
+                   help="most sequences per forward pass, or auto (default): on a GPU as many as the token budget "
+                   "holds, on the CPU 16")
+    g.add_argument("--token-budget", type=positive_int_or_auto, default="auto",
+                   help="most padded tokens per forward pass, or auto (default): what the device's free memory holds "
+                   "for this model's shape, on the CPU at most 8192; a pass that runs out of memory is split and "
+                   "retried with half as many (docs/scoring.md)")
     g.add_argument("--flush-every", type=_positive_int, default=256, metavar="N",
                    help="make records durable every N items; a crash loses at most one such chunk (default: 256)")
     g.add_argument("--score-cache", type=Path, default=None, metavar="PATH",
@@ -88,6 +95,16 @@ def _unit_float(text: str) -> float:
     if value > 1:
         raise argparse.ArgumentTypeError(f"expected a number in (0, 1], got {text}")
     return value
+
+
+def positive_int_or_auto(text: str) -> int | str:
+    """``auto`` or a positive integer (argparse type of ``--batch-size`` / ``--token-budget``)."""
+    if text.strip().lower() == "auto":
+        return "auto"
+    try:
+        return _positive_int(text)
+    except argparse.ArgumentTypeError:
+        raise argparse.ArgumentTypeError(f"expected a positive integer or auto, got {text!r}") from None
 
 
 def _positive_int(text: str) -> int:

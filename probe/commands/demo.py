@@ -6,6 +6,7 @@ import argparse
 import sys
 from pathlib import Path
 
+from probe.commands.common import positive_int_or_auto
 from probe.models.builtins import DEFAULT_MODEL
 
 
@@ -18,9 +19,11 @@ def register(groups: dict) -> None:
     )
     p.add_argument("--model", default=DEFAULT_MODEL)
     p.add_argument("--output", type=Path, default=Path("probe-demo"))
-    p.add_argument("--batch-size", type=int, default=16)
-    p.add_argument("--device", default="cpu")
-    p.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16", "auto"])
+    p.add_argument("--batch-size", type=positive_int_or_auto, default="auto",
+                   help="most sequences per forward pass, or auto (default; probe score --help)")
+    p.add_argument("--device", default="auto", help="auto (default: the GPU when one is visible), cpu, cuda, cuda:N, mps")
+    p.add_argument("--dtype", default="auto", choices=["float32", "bfloat16", "float16", "auto"],
+                   help="default: auto = bfloat16 on a GPU that supports it, else float32")
     p.add_argument("--limit", type=int, default=None, help="score only the first N demo items (quick checks)")
     tmpl = p.add_mutually_exclusive_group()
     tmpl.add_argument("--chat-template", dest="chat_template", action="store_true", default=None)

@@ -17,6 +17,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from probe.commands.common import positive_int_or_auto
 from probe.errors import ProbeError
 
 #: config keys that are neither run options nor task fields
@@ -41,14 +42,19 @@ def register(groups: dict) -> None:
     p.add_argument("--set", dest="sets", action="append", default=[], metavar="KEY=VALUE",
                    help="set a task config field or run option (YAML value), e.g. --set threshold=10; repeatable")
     g = p.add_argument_group("model and runner (override the config)")
-    g.add_argument("--device", default=None, help="cpu, cuda, cuda:N or auto (default: cpu)")
-    g.add_argument("--dtype", default=None, choices=["float32", "bfloat16", "float16", "auto"])
+    g.add_argument("--device", default=None,
+                   help="auto, cpu, cuda, cuda:N or mps (default: auto = the GPU when one is visible, else the CPU)")
+    g.add_argument("--dtype", default=None, choices=["float32", "bfloat16", "float16", "auto"],
+                   help="default: auto = bfloat16 on a GPU that supports it, else float32")
     g.add_argument("--load-in-8bit", action="store_true", default=None, help="bitsandbytes 8-bit (GPU)")
     g.add_argument("--load-in-4bit", action="store_true", default=None, help="bitsandbytes 4-bit (GPU)")
     g.add_argument("--device-map", default=None, help="accelerate device map, e.g. auto")
     g.add_argument("--trust-remote-code", action="store_true", default=None)
-    g.add_argument("--batch-size", type=_positive, default=None, help="most sequences per forward pass (default 16)")
-    g.add_argument("--token-budget", type=_positive, default=None, help="most padded tokens per pass (default 8192)")
+    g.add_argument("--batch-size", type=positive_int_or_auto, default=None,
+                   help="most sequences per forward pass, or auto (default: the GPU's token budget decides; CPU 16)")
+    g.add_argument("--token-budget", type=positive_int_or_auto, default=None,
+                   help="most padded tokens per pass, or auto (default: from free memory and the model's shape; "
+                        "CPU at most 8192)")
     g.add_argument("--chunk-size", type=_positive, default=None,
                    help="requests per durable chunk (default 1024; see docs/tasks.md)")
     g.add_argument("--score-cache", default=None, metavar="PATH", help="SQLite score cache shared between runs")

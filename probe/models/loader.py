@@ -45,6 +45,9 @@ class LoadedModel:
     device: str = "cpu"
     quantization: str | None = None
     extra: dict = field(default_factory=dict)
+    #: what the caller asked for (``auto`` included) before it was resolved to ``device`` / ``dtype``
+    device_requested: str | None = None
+    dtype_requested: str | None = None
 
     @property
     def has_chat_template(self) -> bool:
@@ -67,6 +70,8 @@ class LoadedModel:
             "dtype": self.dtype,
             "device": self.device,
             "quantization": self.quantization,
+            "device_requested": self.device_requested,
+            "dtype_requested": self.dtype_requested,
             "architecture": type(self.model).__name__,
             "n_parameters": sum(p.numel() for p in self.model.parameters()),
             "tokenizer": type(self.tokenizer).__name__,
@@ -83,31 +88,59 @@ def sha256_file(path: str | Path, chunk: int = 1 << 20) -> str:
     return digest.hexdigest()
 
 
-def _resolve_device(device: str) -> str:
+def resolve_device(device: str = "auto") -> str:
+    """``auto``: ``cuda`` when a CUDA GPU is visible, else ``cpu``; an explicit device is checked.
+
+    Apple's ``mps`` is used only when asked for: it has no float64, which the
+    sampling-equivalent scores (:mod:`probe.scoring.sampling`) compute in.
+    """
     import torch
 
     if device == "auto":
         return "cuda" if torch.cuda.is_available() else "cpu"
     if device.startswith("cuda") and not torch.cuda.is_available():
         raise ModelLoadError(f"device {device!r} requested but no CUDA GPU is available (torch {torch.__version__})")
+    if device.startswith("mps") and not (getattr(torch.backends, "mps", None) and torch.backends.mps.is_available()):
+        raise ModelLoadError(f"device {device!r} requested but Apple MPS is not available (torch {torch.__version__})")
     return device
+
+
+def resolve_dtype(dtype: str, device: str) -> str:
+    """The dtype name ``dtype`` means on ``device`` (already resolved).
+
+    ``auto``: ``bfloat16`` on a CUDA GPU that supports it
+    (``torch.cuda.is_bf16_supported()``: Ampere and later), else ``float32``
+    (the CPU, MPS, older GPUs: float16 would be faster there but overflows on
+    some models, which marks scores non-finite; ask for it with ``float16``).
+    Tolerances of bfloat16 against float32: ``docs/scoring.md``.
+    """
+    import torch
+
+    if dtype not in DTYPES:
+        raise ModelLoadError(f"unknown dtype {dtype!r}; choose one of {', '.join(DTYPES)}")
+    if dtype != "auto":
+        return dtype
+    if device.startswith("cuda") and torch.cuda.is_available() and torch.cuda.is_bf16_supported():
+        return "bfloat16"
+    return "float32"
+
+
+def _resolve_device(device: str) -> str:  # kept for callers of the private name
+    return resolve_device(device)
 
 
 def _resolve_dtype(dtype: str, device: str):
     import torch
 
-    if dtype not in DTYPES:
-        raise ModelLoadError(f"unknown dtype {dtype!r}; choose one of {', '.join(DTYPES)}")
-    if dtype == "auto":
-        dtype = "bfloat16" if device.startswith("cuda") else "float32"
-    return dtype, getattr(torch, dtype)
+    name = resolve_dtype(dtype, device)
+    return name, getattr(torch, name)
 
 
 def load_model(
     name_or_path: str = "smollm2",
     *,
-    device: str = "cpu",
-    dtype: str = "float32",
+    device: str = "auto",
+    dtype: str = "auto",
     load_in_8bit: bool = False,
     load_in_4bit: bool = False,
     device_map: str | dict | None = None,
@@ -120,9 +153,16 @@ def load_model(
     ``name_or_path``: a built-in name (``smollm2``, ``gemma3-270m``), a path to a
     ``.gguf`` file, a local model directory, or a hub id (needs the hub or its
     local cache). ``trust_remote_code`` stays off unless asked.
+
+    ``device="auto"`` (default) takes the GPU when one is visible, else the CPU;
+    ``dtype="auto"`` (default) takes bfloat16 on a GPU that supports it, else
+    float32 (:func:`resolve_device`, :func:`resolve_dtype`). What was chosen is
+    ``LoadedModel.device`` / ``.dtype`` (and in ``info()``, the provenance);
+    what was asked for, ``device_requested`` / ``dtype_requested``.
     """
     import torch
 
+    asked_device, asked_dtype = device, dtype
     device = _resolve_device(device)
     dtype_name, torch_dtype = _resolve_dtype(dtype, device)
     quantization = "8bit" if load_in_8bit else "4bit" if load_in_4bit else None
@@ -187,6 +227,8 @@ def load_model(
         dtype=dtype_name,
         device=str(next(model.parameters()).device),
         quantization=quantization,
+        device_requested=asked_device,
+        dtype_requested=asked_dtype,
     )
 
 

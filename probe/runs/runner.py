@@ -43,14 +43,15 @@ RUN_KEYS = ("device", "dtype", "load_in_8bit", "load_in_4bit", "device_map", "tr
 class RunOptions:
     """How to load the model and run the scorer; none of it changes a number beyond float noise."""
 
-    device: str = "cpu"
-    dtype: str = "float32"
+    device: str = "auto"  # the GPU when one is visible, else the CPU (probe.models.loader.resolve_device)
+    dtype: str = "auto"  # bfloat16 on a GPU that supports it, else float32 (resolve_dtype)
     load_in_8bit: bool = False
     load_in_4bit: bool = False
     device_map: str | None = None
     trust_remote_code: bool = False
-    batch_size: int = 16
-    token_budget: int = 8192
+    #: ``auto``: from the model's shape and the device's free memory (probe.scoring.memory; CPU: 16 / 8192)
+    batch_size: int | str = "auto"
+    token_budget: int | str = "auto"
     chunk_size: int = 1024  # requests per durable chunk (see probe.runs.chunks)
     score_cache: str | None = None  # SQLite score cache path
     threads: int | None = None  # torch CPU threads (None: torch's default)
@@ -79,8 +80,17 @@ class RunOptions:
         cap = self.capture
         object.__setattr__(self, "capture", tuple(cap.split() if isinstance(cap, str) else (cap or ())))
         for name in ("batch_size", "token_budget", "chunk_size"):
-            if int(getattr(self, name)) < 1:
-                raise ValueError(f"{name} must be a positive integer, got {getattr(self, name)!r}")
+            value = getattr(self, name)
+            if name != "chunk_size" and value == "auto":
+                continue
+            try:
+                number = int(value)
+            except (TypeError, ValueError):
+                number = 0
+            if number < 1:
+                also = "" if name == "chunk_size" else " or 'auto'"
+                raise ValueError(f"{name} must be a positive integer{also}, got {value!r}")
+            object.__setattr__(self, name, number)
         if int(self.agreement_tokens) < 0:
             raise ValueError(f"agreement_tokens must be >= 0, got {self.agreement_tokens!r}")
         if self.load_in_8bit and self.load_in_4bit:
@@ -274,11 +284,13 @@ class Runner:
         request's own seeded stream), recorded and resumed like scores (``generations.jsonl``); returns
         ``{id: text}``. A sampled generation's record also carries its temperature, top_p and seed."""
         from probe.scoring.generate import run_generation
+        from probe.scoring.memory import generation_batch_size
 
         show = self.options.progress if progress is None else progress
 
         def gen(part: list) -> Iterable[dict]:
-            texts = self._timed(part, lambda p: run_generation(self.lm, p, batch_size=self.options.batch_size))
+            rows = generation_batch_size(self.scorer.batching)
+            texts = self._timed(part, lambda p: run_generation(self.lm, p, batch_size=rows))
             return ({"task": task, "id": r.id, "model": self.model_id, "kind": "generation", "text": t,
                      "max_new_tokens": r.max_new_tokens, **r.settings(), "meta": dict(r.meta)}
                     for r, t in zip(part, texts))

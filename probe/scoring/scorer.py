@@ -49,9 +49,13 @@ class Scorer:
     lm:
         a :class:`probe.models.LoadedModel` (or anything with ``.model`` and ``.tokenizer``).
     batch_size:
-        most sequences per forward pass.
+        most sequences per forward pass, or ``"auto"`` (:mod:`probe.scoring.memory`:
+        on a GPU no row limit beyond the token budget; on the CPU 16).
     token_budget:
-        most padded tokens per forward pass (prefix and suffix passes alike).
+        most padded tokens per forward pass (prefix and suffix passes alike), or
+        ``"auto"``: what the free memory of the model's device holds for this
+        model's shape (:func:`probe.scoring.memory.plan`; on the CPU at most 8192).
+        What was chosen is :attr:`batching` (a :class:`~probe.scoring.memory.BatchPlan`).
     share_prefixes:
         compute shared token prefixes once (on by default; off gives the plain
         padded-batch computation, used to check that sharing changes nothing).
@@ -65,17 +69,19 @@ class Scorer:
     def __init__(
         self,
         lm: Any,
-        batch_size: int = 16,
-        token_budget: int = 8192,
+        batch_size: int | str = 16,
+        token_budget: int | str = 8192,
         share_prefixes: bool = True,
         min_shared: int = MIN_SHARED,
         cache: "ScoreCache | None" = None,
     ) -> None:
-        if batch_size < 1 or token_budget < 1:
-            raise ValueError("batch_size and token_budget must be positive")
+        from probe.scoring.memory import plan as plan_batches
+
+        #: the batch size and token budget in use and how they were found (``auto``: from free memory)
+        self.batching = plan_batches(lm, batch_size, token_budget)
         self.lm = lm
-        self.batch_size = batch_size
-        self.token_budget = token_budget
+        self.batch_size = self.batching.batch_size
+        self.token_budget = self.batching.token_budget
         self.share_prefixes = share_prefixes
         self.min_shared = min_shared
         if cache is not None:
@@ -84,7 +90,8 @@ class Scorer:
             if cache.fingerprint != model_fingerprint(lm):
                 raise ValueError(f"score cache {cache.path} was opened for another model fingerprint")
         self.cache = cache
-        self._row_cap = batch_size  # lowered for good after an out-of-memory error
+        self._row_cap = self.batch_size  # lowered for good after an out-of-memory error
+        self._budget_cap = self.token_budget  # likewise
         self._equal = False
         self._sampling: tuple[SamplingSpec, ...] = ()  # the specs of the call in progress
         self._taps: Taps | None = None  # the activation capture of the call in progress
@@ -248,7 +255,7 @@ class Scorer:
         if self._sliding:
             return False
         rows = sum(sum(not n.is_leaf for n in p) for _, _, p in block)
-        return rows * max(m.shape[1] for _, m, _ in block) <= self.token_budget
+        return rows * max(m.shape[1] for _, m, _ in block) <= self._budget_cap
 
     def _descend(self, block: list, outputs, bar) -> None:
         """Run the children of the internal nodes of the passes in ``block`` against their (merged) cache."""
@@ -256,7 +263,16 @@ class Scorer:
             cache, mask, part = block[0]
             keep = [i for i, n in enumerate(part) if not n.is_leaf]
         else:
-            cache, mask = self.engine.merge_caches([(c, m, [i for i, n in enumerate(p) if not n.is_leaf]) for c, m, p in block])
+            try:
+                cache, mask = self.engine.merge_caches(
+                    [(c, m, [i for i, n in enumerate(p) if not n.is_leaf]) for c, m, p in block])
+            except torch.OutOfMemoryError:
+                # nothing of the block has run yet: descend from each pass's own cache instead
+                rows = sum(sum(not n.is_leaf for n in p) for _, _, p in block)
+                self._back_off(rows, rows * max(m.shape[1] for _, m, _ in block))
+                for item in block:
+                    self._descend([item], outputs, bar)
+                return
             keep = list(range(mask.shape[0]))
         internal = [n for _, _, p in block for n in p if not n.is_leaf]
         children = [(child, keep[i]) for i, n in enumerate(internal) for child in n.children]
@@ -271,7 +287,7 @@ class Scorer:
         except torch.OutOfMemoryError:
             if len(part) == 1:
                 raise
-            self._back_off(len(part))
+            self._back_off(len(part), len(part) * width)
             k = len(part) // 2
             return self._run_top(part[:k]) + self._run_top(part[k:])
         return [(cache, mask, part)]
@@ -288,7 +304,8 @@ class Scorer:
         except torch.OutOfMemoryError:
             if len(part) == 1:
                 raise
-            self._back_off(len(part))
+            width = max(len(n.ids) - n.start for n in part) + (0 if mask is None else mask.shape[1])
+            self._back_off(len(part), len(part) * width)
             k = len(part) // 2
             return (self._run_pass(part[:k], cache, mask, parents and parents[:k], outputs, bar)
                     + self._run_pass(part[k:], cache, mask, parents and parents[k:], outputs, bar))
@@ -303,15 +320,21 @@ class Scorer:
         return [(cache2, mask2, part)] if keep else []
 
     def _passes(self, nodes: list[Node], cache_width: int) -> list[list[int]]:
-        return plan_passes(nodes, min(self.batch_size, self._row_cap), self.token_budget, cache_width, equal_widths=self._equal)
+        return plan_passes(nodes, min(self.batch_size, self._row_cap), self._budget_cap, cache_width,
+                           equal_widths=self._equal)
 
-    def _back_off(self, rows: int) -> None:
-        """After an out-of-memory error with ``rows`` sequences in a pass: at most half as many from now on."""
-        self._row_cap = max(1, rows // 2)
+    def _back_off(self, rows: int, tokens: int | None = None) -> None:
+        """After an out-of-memory error with ``rows`` sequences (``tokens`` padded tokens, cache columns
+        included) in a pass or merged cache: at most half as many rows, and half as many tokens, from now on.
+        The failed work is redone in halves; nothing it did is kept, so no row is lost or read twice."""
+        self._row_cap = max(1, min(self._row_cap, rows // 2))
+        if tokens is not None:
+            self._budget_cap = max(1, min(self._budget_cap, tokens // 2))
         if torch.cuda.is_available():
             torch.cuda.empty_cache()
-        warnings.warn(f"out of memory with {rows} sequences in one forward pass; "
-                      f"continuing with at most {self._row_cap} (results are unchanged)", RuntimeWarning, stacklevel=2)
+        warnings.warn(f"out of memory with {rows} sequences ({tokens} padded tokens) in one forward pass; "
+                      f"continuing with at most {self._row_cap} sequences and {self._budget_cap} tokens per pass "
+                      "(results are unchanged)", RuntimeWarning, stacklevel=2)
 
     # -- results -----------------------------------------------------------
     def _assemble(self, e: Encoded, outputs: dict[RowKey, RowOutput], specs: tuple[SamplingSpec, ...] = ()) -> Result:
