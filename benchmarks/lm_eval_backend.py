@@ -21,7 +21,7 @@ request's log-likelihood (max |delta|), is_greedy, and every metric.
     python benchmarks/lm_eval_backend.py --task builtin --n 48
     python benchmarks/lm_eval_backend.py --n 24 --model DIR   # smoke test
 
-The last line is ``probe/hf=X.XX (loglikelihood) evaluate=Y.YY max_abs_diff=Z metrics_identical=True``.
+The last line is ``probe/hf=X.XX (loglikelihood; CPU time C.CC) evaluate=Y.YY max_abs_diff=Z metrics_identical=True``.
 """
 
 from __future__ import annotations
@@ -94,18 +94,19 @@ def write_task(root: Path, docs: list[dict], kind: str) -> str:
 
 
 class Timed:
-    """Wraps a model's ``loglikelihood`` to add up the seconds spent in it."""
+    """Wraps a model's ``loglikelihood`` to add up the wall and CPU seconds spent in it."""
 
     def __init__(self, model: Any) -> None:
-        self.seconds = 0.0
+        self.seconds = self.cpu_seconds = 0.0  # wall; CPU of the process (all threads: steadier under load)
         inner = model.loglikelihood
 
         def timed(requests, *a, **k):
-            t = time.perf_counter()
+            t, c = time.perf_counter(), time.process_time()
             try:
                 return inner(requests, *a, **k)
             finally:
                 self.seconds += time.perf_counter() - t
+                self.cpu_seconds += time.process_time() - c
 
         model.loglikelihood = timed
 
@@ -174,6 +175,7 @@ def main() -> None:
     differing = [k for k in metric_keys if not same(mh[k], mp.get(k))]
     max_abs = max(diffs)
     ratio = timers["hf"].seconds / timers["probe"].seconds
+    cpu_ratio = timers["hf"].cpu_seconds / timers["probe"].cpu_seconds
     eval_ratio = wall["hf"] / wall["probe"]
 
     print(f"machine: {platform.machine()} {os.cpu_count()} cpus, load {os.getloadavg()[0]:.1f}, torch {torch.__version__}, "
@@ -183,7 +185,8 @@ def main() -> None:
     print(f"task: {what} on {len(docs)} local BBQ documents ({args.categories}), "
           f"{n_req} loglikelihood requests, {n_tokens} tokens unshared, batch size {args.batch_size}")
     for name in ("hf", "probe"):
-        print(f"  {name:6s} loglikelihood {timers[name].seconds:8.2f} s   simple_evaluate {wall[name]:8.2f} s")
+        print(f"  {name:6s} loglikelihood {timers[name].seconds:8.2f} s wall, {timers[name].cpu_seconds:8.2f} s CPU   "
+              f"simple_evaluate {wall[name]:8.2f} s")
     print(f"  probe computed {backends['probe'].scorer.engine.tokens_run} tokens (engine.tokens_run)")
     print(f"max |delta log-likelihood| {max_abs:.2e} over {n_req} requests; is_greedy differs on {greedy_mismatch}")
     print("metrics: " + ", ".join(f"{k}={mh[k]:.4f}" for k in metric_keys
@@ -192,10 +195,11 @@ def main() -> None:
     if args.json:
         args.json.write_text(json.dumps({
             "model": lm.info(), "n_docs": len(docs), "n_requests": n_req, "batch_size": args.batch_size,
-            "seconds_loglikelihood": {k: t.seconds for k, t in timers.items()}, "seconds_evaluate": wall,
+            "seconds_loglikelihood": {k: t.seconds for k, t in timers.items()},
+            "cpu_seconds_loglikelihood": {k: t.cpu_seconds for k, t in timers.items()}, "seconds_evaluate": wall,
             "max_abs_diff": max_abs, "is_greedy_mismatches": greedy_mismatch, "metrics_differing": differing,
             "metrics": {"hf": mh, "probe": mp}}, indent=2, default=str))
-    print(f"probe/hf={ratio:.2f} (loglikelihood) evaluate={eval_ratio:.2f} max_abs_diff={max_abs:.2e} "
+    print(f"probe/hf={ratio:.2f} (loglikelihood; CPU time {cpu_ratio:.2f}) evaluate={eval_ratio:.2f} max_abs_diff={max_abs:.2e} "
           f"metrics_identical={not differing}")
 
 

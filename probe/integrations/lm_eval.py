@@ -72,8 +72,9 @@ _HFLM_ARGS = frozenset({
     "max_length", "add_bos_token", "prefix_token_id", "truncation", "think_end_token",
     "enable_thinking", "chat_template_args", "softmax_dtype", "mixed_precision_dtype",
 })
-#: Arguments lm-eval passes to every model, meaningless here (probe's Scorer has its own batching).
-_IGNORED_ARGS = frozenset({"logits_cache", "parallelize", "use_fast_tokenizer", "backend"})
+#: HFLM arguments with nothing to do here: scoring keeps no logits cache, and the tokenizer is the one
+#: load_model loaded. (``parallelize`` becomes ``device_map="auto"``; ``backend`` must be causal.)
+_IGNORED_ARGS = frozenset({"logits_cache", "use_fast_tokenizer", "parallelize", "backend"})
 
 
 def register() -> None:
@@ -179,8 +180,8 @@ class ProbeLM(HFLM):
         dtype: str | None = None,
         batch_size: int | str | None = 1,
         max_batch_size: int | None = 64,
-        score_batch_size: int = 16,
-        token_budget: int = 8192,
+        score_batch_size: int | str = 16,
+        token_budget: int | str = 8192,
         score_cache: str | None = None,
         share_prefixes: bool = True,
         load_in_8bit: bool = False,
@@ -197,6 +198,10 @@ class ProbeLM(HFLM):
                              "pretrained, device, dtype, batch_size, score_batch_size, token_budget, score_cache, "
                              "share_prefixes, load_in_8bit, load_in_4bit, device_map, trust_remote_code, revision, "
                              f"attn_implementation, and HFLM's {sorted(_HFLM_ARGS)}")
+        if str(kwargs.get("backend", "default")) not in ("default", "causal"):
+            raise ValueError(f"ProbeLM scores causal language models only, not backend={kwargs['backend']!r}")
+        if _flag(kwargs.get("parallelize", False)) and device_map is None:
+            device_map = "auto"  # HFLM's parallelize=True is a device_map="auto" load
         if isinstance(pretrained, str):
             from probe.models import load_model
 
@@ -219,7 +224,7 @@ class ProbeLM(HFLM):
         cache = None
         if score_cache:
             cache = ScoreCache(score_cache, model_fingerprint(lm))
-        self.scorer = _TokenScorer(lm, batch_size=int(score_batch_size), token_budget=int(token_budget),
+        self.scorer = _TokenScorer(lm, batch_size=_int_or_auto(score_batch_size), token_budget=_int_or_auto(token_budget),
                                    share_prefixes=_flag(share_prefixes), cache=cache)
 
     # -- scoring -------------------------------------------------------------------
@@ -362,6 +367,11 @@ def _greedy_value(argmax: tuple[int, ...]) -> Any:
     from probe.scoring.engine import RowOutput
 
     return RowOutput({}, [float(t) for t in argmax], True)  # token ids are exact in float64
+
+
+def _int_or_auto(value: Any) -> Any:
+    """A size argument: an integer, or ``auto`` where the Scorer accepts it (sized from free memory)."""
+    return "auto" if str(value).strip().lower() == "auto" else int(value)
 
 
 def _flag(value: Any) -> bool:
