@@ -29,7 +29,7 @@ def register(groups: dict) -> None:
     p.add_argument("--k", type=int, default=20, help="generations sampled per prompt (default 20)")
     p.add_argument("--seed", type=int, default=0, help="seed of the sample, the generations and the bootstrap")
     p.add_argument("--max-new-tokens", type=int, default=None,
-                   help="generation budget (default: what the task's answer needs: hbb 8, implicitbbq 10, cmp_iso 12)")
+                   help="generation budget (default: what the task's answer needs: hbb 8, implicitbbq 10, cmp_iso 8)")
     p.add_argument("--gen-batch-size", type=int, default=32, help="sequences per generation batch (default 32)")
     p.add_argument("--n-boot", type=int, default=1000, help="bootstrap draws for the sampled 95%% interval")
     p.add_argument("--threads", type=int, default=None, help="torch CPU threads")

@@ -64,7 +64,7 @@ PAPER_SETTINGS: dict[str, dict[str, Any]] = {
             "metric": "share of instances with S >= 20"},
     "implicitbbq": {"temperature": 0.1, "top_p": 1.0, "max_new_tokens": 10, "unit": "item",
                     "metric": "Acc_amb and S_amb (explicit, implicit)"},
-    "cmp_iso": {"temperature": 0.7, "top_p": 0.9, "max_new_tokens": 12, "unit": "context pair",
+    "cmp_iso": {"temperature": 0.7, "top_p": 0.9, "max_new_tokens": 8, "unit": "context pair",
                 "metric": "Parity Gap (iso, cmp)"},
 }
 TASKS = tuple(PAPER_SETTINGS)
@@ -282,8 +282,8 @@ class _HBB(_Adapter):
         from probe.tasks import get
 
         task = get("hbb")
-        # per_cell instances per category x descriptor type (16 cells): stratified, about 2 questions each
-        per_cell = max(1, math.ceil(n_prompts / 16 / 1.5))
+        # per_cell instances per category x descriptor type (16 cells): stratified, at most 2 questions each
+        per_cell = max(1, math.ceil(n_prompts / 32))
         cfg = task.make_config({"per_cell": per_cell, "sample_seed": seed, "swap_order": False, "hbb_sg": False,
                                 "crows_pairs": False})
         items = list(task.items(cfg))
