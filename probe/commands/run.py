@@ -1,7 +1,7 @@
 """`probe tasks` and `probe run TASK | CONFIG.yaml`: any installed task, through the one runner.
 
 ``probe run hbb --model smollm2 --limit 16 --output out`` runs a task with its
-default config; ``probe run configs/hbb.yaml`` runs the config's ``task`` with
+default config; ``probe run configs/hbb_quick.yaml`` runs the config's ``task`` with
 its settings. A config's keys: ``task``; ``model`` (or ``models: [a, b]``: each
 model runs into ``OUTPUT/<model>``); ``output``; run options (device, dtype,
 batch_size, ...); every other key is a field of the task's config. Command-line

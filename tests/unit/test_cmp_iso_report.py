@@ -135,8 +135,8 @@ def test_shipped_configs_load():
     from probe.api import split_options
     from probe.commands.run import RUN_LEVEL_KEYS, read_config
 
-    for name in ("cmp_iso", "cmp_iso_quick", "cmp_iso_settings"):
-        values = read_config(ROOT / "configs" / f"{name}.yaml")
+    for name in ("experiments/cmp_iso/configs/cmp_iso", "configs/cmp_iso_quick", "configs/cmp_iso_settings"):
+        values = read_config(ROOT / f"{name}.yaml")
         assert values["task"] == "cmp_iso" and "out_dir" not in values
         _, task_values = split_options({k: v for k, v in values.items() if k not in RUN_LEVEL_KEYS})
         assert TASK.make_config(task_values, source=name).expanded_settings()

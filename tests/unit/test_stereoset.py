@@ -176,5 +176,5 @@ def test_configs_parse():
     root = Path(__file__).resolve().parents[2]
     task, cfg, run = task_config(root / "configs" / "stereoset.yaml")
     assert task.name == "stereoset" and cfg.protocol == "both" and run["threads"] == 1
-    task, cfg, _ = task_config(root / "configs" / "crows_pairs.yaml")
+    task, cfg, _ = task_config(root / "experiments" / "bbq_crows" / "configs" / "crows_pairs.yaml")
     assert task.name == "crows_pairs" and cfg.protocol == "both" and cfg.system_prompt == "You are a useful assistant."

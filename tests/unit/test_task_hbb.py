@@ -36,8 +36,8 @@ def task_config(path: Path):
 
 
 def test_configs_parse_and_unknown_keys_are_rejected(tmp_path):
-    for name in ("hbb.yaml", "hbb_quick.yaml"):
-        task, cfg, run = task_config(ROOT / "configs" / name)
+    for path in ("experiments/hbb/configs/hbb.yaml", "configs/hbb_quick.yaml"):
+        task, cfg, run = task_config(ROOT / path)
         assert task.name == "hbb" and isinstance(cfg, HBBConfig)
         RunOptions(**run)  # every run key is a real run option
     task, cfg, _ = task_config(ROOT / "configs" / "hbb_quick.yaml")
@@ -57,7 +57,7 @@ def test_configs_parse_and_unknown_keys_are_rejected(tmp_path):
 
 
 def test_crows_config_parses():
-    task, cfg, run = task_config(ROOT / "configs" / "crows_pairs.yaml")
+    task, cfg, run = task_config(ROOT / "experiments" / "bbq_crows" / "configs" / "crows_pairs.yaml")
     assert task.name == "crows_pairs" and cfg.data_file is None and run["batch_size"] == 16
 
 

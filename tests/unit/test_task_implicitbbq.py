@@ -51,13 +51,14 @@ def test_items_pass_the_explicit_set_to_the_builder(task, monkeypatch):
     assert seen["explicit_set"] == "full" and seen["seed"] == 3
 
 
-@pytest.mark.parametrize("name", ["implicitbbq.yaml", "implicitbbq_quick.yaml", "implicitbbq_formats.yaml"])
+@pytest.mark.parametrize("name", ["experiments/implicitbbq/configs/implicitbbq.yaml", "configs/implicitbbq_quick.yaml",
+                                  "configs/implicitbbq_formats.yaml"])
 def test_shipped_configs_load(task, name):
     from probe.api import split_options
     from probe.commands.run import read_config
     from probe.runs.runner import options_from
 
-    values = read_config(ROOT / "configs" / name)
+    values = read_config(ROOT / name)
     assert values.pop("task") == "implicitbbq" and values.pop("model") == "smollm2"
     assert values.pop("output").startswith("runs/")
     run_values, task_values = split_options(values)

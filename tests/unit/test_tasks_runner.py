@@ -190,16 +190,18 @@ def test_probe_tasks_lists_every_task_with_a_description(pairs_installed, capsys
     assert "demo " in out and "pairs " in out and "worked example" in out
 
 
-@pytest.mark.parametrize("path", sorted(p.name for p in (ROOT / "configs").glob("*.yaml")
+@pytest.mark.parametrize("path", sorted(str(p.relative_to(ROOT)) for p in
+                                        [*(ROOT / "configs").glob("*.yaml"), *(ROOT / "experiments").glob("*/configs/*.yaml")]
                                         if "task:" in p.read_text()))
 def test_shipped_task_configs_are_valid(path):
-    """Every paper-scale config in configs/ names a task and only keys that task or the runner knows."""
+    """Every task config in configs/ (single runs) and experiments/*/configs/ (the studies' paper-scale configs)
+    names a task and only keys that task or the runner knows."""
     from probe.api import split_options
     from probe.commands.run import read_config
     from probe.runs.runner import options_from
     from probe.tasks import get
 
-    values = read_config(ROOT / "configs" / path)
+    values = read_config(ROOT / path)
     task = get(values.pop("task"))
     for key in ("model", "models", "output"):
         values.pop(key, None)

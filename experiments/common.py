@@ -1,0 +1,192 @@
+"""Shared driver of the studies under experiments/ (never imported by the package).
+
+A study directory holds ``configs/study.yaml``::
+
+    name: ImplicitBBQ
+    runs:                                  # one `probe run` per entry and model
+      - name: implicitbbq
+        config: implicitbbq.yaml           # the paper-scale config (relative to configs/)
+        quick: {config: ../../../configs/implicitbbq_quick.yaml, set: {strategies: [zero_shot]}, limit: null}
+    models:                                # the paper's open-weight models
+      - {name: Llama-3.1-8B-Instruct, hub_id: meta-llama/Llama-3.1-8B-Instruct, params_b: 8.0}
+    quick_models: [smollm2, gemma3-270m]
+
+``python experiments/<study>/run.py`` runs every run for every paper model (on a GPU:
+add ``--device cuda``), then ``probe report`` over all of them; ``--quick`` runs the
+quick configs on the small built-in models on this CPU. Each run resumes when re-run.
+After the runs, ``gpu_estimate.json`` projects the full study's GPU time from the
+measured work per item (see :func:`gpu_estimate`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import shlex
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+#: sustained dense bf16 throughput assumed for one H100 in a forward pass (40 % of its 989 TFLOP/s peak)
+H100_FLOPS = 0.4 * 989e12
+
+
+def load_study(study_dir: Path) -> dict:
+    with open(study_dir / "configs" / "study.yaml", encoding="utf-8") as fh:
+        return yaml.safe_load(fh)
+
+
+def _set_args(values: dict | None) -> list[str]:
+    out = []
+    for k, v in (values or {}).items():
+        out += ["--set", f"{k}={json.dumps(v) if not isinstance(v, str) else v}"]
+    return out
+
+
+def commands(study_dir: Path, quick: bool, models: list[str], output: Path, extra: list[str]) -> list[list[str]]:
+    """The ``probe run`` command lines of the study (one per run x model)."""
+    study = load_study(study_dir)
+    cmds = []
+    for run in study["runs"]:
+        spec = run.get("quick", {}) if quick else {}
+        config = (study_dir / "configs" / (spec.get("config") or run["config"])).resolve()
+        for m in models:
+            label = Path(m).name.replace("/", "_")
+            cmd = ["probe", "run", str(config), "--model", m, "--output", str(output / f"{run['name']}_{label}")]
+            cmd += _set_args(run.get("set")) + _set_args(spec.get("set"))
+            if spec.get("limit"):
+                cmd += ["--limit", str(spec["limit"])]
+            cmds.append(cmd + extra)
+    return cmds
+
+
+def run_study(study_dir: Path, argv: list[str] | None = None) -> int:
+    study = load_study(study_dir)
+    p = argparse.ArgumentParser(description=f"Run the {study['name']} study: probe run per model, then probe report.")
+    p.add_argument("--quick", action="store_true", help="the quick configs on smollm2 and gemma3-270m (this CPU)")
+    p.add_argument("--models", nargs="+", default=None,
+                   help="models (default: the paper's hub ids, or the quick models with --quick)")
+    p.add_argument("--output", type=Path, default=None, help="runs directory (default: runs/<study>[_quick])")
+    p.add_argument("--dry-run", action="store_true", help="print the commands only")
+    p.add_argument("--no-report", action="store_true", help="skip probe report")
+    p.add_argument("extra", nargs=argparse.REMAINDER,
+                   help="after --: options for every probe run (e.g. -- --device cuda --dtype bfloat16)")
+    args = p.parse_args(argv)
+    extra = [a for a in args.extra if a != "--"]
+    if args.quick:
+        models = args.models or study["quick_models"]
+        extra = extra or ["--threads", "1", "--no-progress"]
+    else:
+        models = args.models or [m["hub_id"] for m in study["models"]]
+    output = args.output or Path("runs") / (study_dir.name + ("_quick" if args.quick else ""))
+    cmds = commands(study_dir, args.quick, models, output, extra)
+    report = ["probe", "report", *sorted({c[c.index("--output") + 1] for c in cmds}), "--output", str(output / "report")]
+    if args.dry_run:
+        for c in cmds + [report]:
+            print(shlex.join(c))
+        return 0
+    env = {**os.environ, "HF_HUB_OFFLINE": os.environ.get("HF_HUB_OFFLINE", "1")}
+    walls = {}
+    for c in cmds:
+        print("+", shlex.join(c), flush=True)
+        t = time.perf_counter()
+        subprocess.run(c, check=True, env=env)
+        walls[c[c.index("--output") + 1]] = round(time.perf_counter() - t, 1)
+    if not args.no_report:
+        print("+", shlex.join(report), flush=True)
+        subprocess.run(report, check=True, env=env)
+    output.mkdir(parents=True, exist_ok=True)
+    (output / "wall_seconds.json").write_text(json.dumps(walls, indent=1) + "\n")
+    if args.quick:
+        est = gpu_estimate(study_dir, output, models)
+        (output / "gpu_estimate.json").write_text(json.dumps(est, indent=1) + "\n")
+        print(json.dumps(est["total"], indent=1))
+    return 0
+
+
+def _run_work(run_dir: Path) -> dict:
+    """Measured work of one finished run: records, items, prompt (+ scored) tokens, seconds."""
+    recs = [json.loads(line) for line in open(run_dir / "records.jsonl", encoding="utf-8") if line.strip()]
+    tokens = 0
+    for r in recs:
+        tokens += int(r.get("n_prompt_tokens") or 0) + int(sum(r.get("token_counts") or []))
+    timing = json.loads((run_dir / "timing.json").read_text()) if (run_dir / "timing.json").exists() else {}
+    gens = run_dir / "generations.jsonl"
+    n_gen = sum(1 for line in open(gens, encoding="utf-8") if line.strip()) if gens.exists() else 0
+    return {"records": len(recs), "tokens": tokens, "generations": n_gen, "timing": timing}
+
+
+def full_records(study_dir: Path, run: dict) -> int | None:
+    """Records the paper-scale config makes, counted without a model (items x requests per item is
+    taken from the quick run, so this counts items only)."""
+    from probe.commands.run import read_config
+    from probe.api import split_options
+    from probe.tasks import get
+
+    values = read_config(study_dir / "configs" / run["config"])
+    task = get(values.pop("task"))
+    for key in ("model", "models", "output"):
+        values.pop(key, None)
+    _, task_values = split_options(values)
+    cfg = task.make_config(task_values)
+    return len(task.select(cfg, task.items(cfg), None))
+
+
+def gpu_estimate(study_dir: Path, output: Path, quick_models: list[str]) -> dict:
+    """GPU hours of the full study, projected from the quick runs' measured work.
+
+    Per run: tokens per item measured on the quick run (smollm2's tokenizer; other
+    tokenizers differ by some 10-30 %) x items of the paper-scale config x 2 x the
+    model's parameters = forward FLOPs, at :data:`H100_FLOPS`. Prefill-bound scoring
+    only: generation (CoT chains, HBB-SG variations) is memory-bound and not in it.
+    """
+    from probe.tasks import get
+
+    study = load_study(study_dir)
+    out: dict[str, Any] = {"assumption": f"{H100_FLOPS / 1e12:.0f} TFLOP/s sustained on one H100 (40 % of bf16 dense "
+                           "peak); forward FLOPs = 2 x params x tokens; prefill only (generation not included)",
+                           "runs": {}, "total": {}}
+    ref = quick_models[0]
+    for run in study["runs"]:
+        qdir = output / f"{run['name']}_{Path(ref).name}"
+        if not (qdir / "records.jsonl").exists():
+            continue
+        work = _run_work(qdir)
+        spec = run.get("quick", {})
+        from probe.api import split_options
+        from probe.commands.run import read_config
+
+        qv = read_config((study_dir / "configs" / (spec.get("config") or run["config"])).resolve())
+        task = get(qv.pop("task"))
+        for key in ("model", "models", "output"):
+            qv.pop(key, None)
+        qv.update(spec.get("set") or {})
+        qv.update(run.get("set") or {})
+        _, qcfg_values = split_options(qv)
+        qitems = task.select(task.make_config(qcfg_values), task.items(task.make_config(qcfg_values)),
+                             spec.get("limit"))
+        n_full = full_records(study_dir, run)
+        tokens_per_item = work["tokens"] / max(len(qitems), 1)
+        full_tokens = tokens_per_item * (n_full or 0)
+        scored = work["timing"].get("scored_all_invocations", {})
+        cpu_s = round(sum(float(v.get("seconds", 0)) for v in scored.values() if isinstance(v, dict)), 1) or None
+        entry = {"quick_items": len(qitems), "quick_records": work["records"], "quick_tokens": work["tokens"],
+                 "quick_cpu_seconds": cpu_s, "full_items": n_full, "tokens_per_item": round(tokens_per_item, 1),
+                 "full_tokens": int(full_tokens), "gpu_hours": {}}
+        for m in study["models"]:
+            entry["gpu_hours"][m["name"]] = round(2 * m["params_b"] * 1e9 * full_tokens / H100_FLOPS / 3600, 2)
+        out["runs"][run["name"]] = entry
+    for m in study["models"]:
+        out["total"][m["name"]] = round(sum(r["gpu_hours"][m["name"]] for r in out["runs"].values()), 2)
+    out["total"]["all models"] = round(sum(v for k, v in out["total"].items()), 2)
+    return out
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(run_study(Path(sys.argv[1]), sys.argv[2:]))
