@@ -156,3 +156,23 @@ def test_mcq_instruction_is_the_authors_text_with_its_line_break():
                "case letter, answer should be the sentence following by the choice letter given in the context, for "
                "example: 'a) My answer is this.' or 'b) This is the answer.')")
     assert load_hbb_prompts().mcq_instruction == authors
+
+
+def test_probe_report_table8_caption_names_the_variations_used():
+    """The Table 8 caption of `probe report` says which HBB-SG variations each run scored (from its summary)."""
+    from types import SimpleNamespace
+
+    from probe.reports.compare.other_layouts import sg_variations_text
+
+    runs = [SimpleNamespace(label="m1", summary={"hbb_sg": {
+                "variations": "authors", "variations_file": "/x/sg_variations.csv", "n_requested": 10,
+                "pairs_per_concept": {"min": 10, "max": 10, "mean": 10.0}, "n_identical_pairs": 3}}),
+            SimpleNamespace(label="m2", summary={"hbb_sg": {
+                "variations": "generated", "n_requested": 10,
+                "pairs_per_concept": {"min": 1, "max": 2, "mean": 1.5}, "n_identical_pairs": 0}}),
+            SimpleNamespace(label="m3", summary={})]
+    text = sg_variations_text(runs)
+    assert "m1: the authors' released variation set" in text and "10-10 variation pairs" in text
+    assert "3 identical option pairs" in text
+    assert "m2: generated greedily by the evaluated model, 1-2 variation pairs" in text and "m3" not in text
+    assert sg_variations_text(runs[2:]) == "not recorded"
