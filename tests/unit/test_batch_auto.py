@@ -202,3 +202,14 @@ def test_the_runner_writes_every_record_once_under_the_limit(tiny_lm, monkeypatc
     assert sorted(x["id"] for x in lines) == sorted(r.id for r in reqs)  # none lost, none twice
     assert [r.id for r in records] == [r.id for r in reqs]
     assert isinstance(runner.scorer.batching, BatchPlan) and runner.scorer.batching.requested_token_budget == "auto"
+
+
+def test_generation_batch_size_of_a_plan():
+    """Generation has no back-off: an automatic GPU plan gives it at most 64 rows; the CPU keeps 16."""
+    from probe.scoring.memory import generation_batch_size
+
+    gpu = BatchPlan(50_000, 50_000, "auto", "auto", "cuda:0")
+    assert generation_batch_size(gpu) == 24  # 50,000 // 2048
+    assert generation_batch_size(BatchPlan(500_000, 500_000, "auto", "auto", "cuda:0")) == 64
+    assert generation_batch_size(BatchPlan(16, 8192, "auto", "auto", "cpu")) == 16  # as before auto existed
+    assert generation_batch_size(BatchPlan(7, 4096, 7, "auto", "cuda:0")) == 7  # a fixed batch size is kept
