@@ -180,12 +180,16 @@ def plan(lm: Any, batch_size: int | str = DEFAULT_BATCH_SIZE, token_budget: int 
     devices = model_devices(model)
     device = devices[0] if devices else torch.device("cpu")
     on_cpu = all(d.type == "cpu" for d in devices)
-    shape = ModelShape.of(model, getattr(lm, "dtype", None) if getattr(lm, "quantization", None) else None)
+    try:
+        shape: ModelShape | None = ModelShape.of(model, getattr(lm, "dtype", None) if getattr(lm, "quantization", None)
+                                                 else None)
+    except (AttributeError, TypeError, ValueError, ZeroDivisionError):  # a wrapper without a readable config
+        shape = None
     if free is None:
         # a model spread over several GPUs: plan for the fullest one
         known = [f for f in (free_bytes(d) for d in devices or [device]) if f is not None]
         free = min(known) if known else None
-    fit = fit_token_budget(shape, free) if free is not None else None
+    fit = fit_token_budget(shape, free) if free is not None and shape is not None else None
     if token_budget == AUTO:
         if on_cpu:
             budget = DEFAULT_TOKEN_BUDGET if fit is None else min(DEFAULT_TOKEN_BUDGET, fit)
@@ -198,7 +202,7 @@ def plan(lm: Any, batch_size: int | str = DEFAULT_BATCH_SIZE, token_budget: int 
     else:
         rows = int(batch_size)
     return BatchPlan(rows, budget, batch_size, token_budget, str(device), free,
-                     shape.bytes_per_token() if fit is not None else None)
+                     shape.bytes_per_token() if fit is not None and shape is not None else None)
 
 
 def _check(name: str, value: Any) -> None:

@@ -213,3 +213,15 @@ def test_generation_batch_size_of_a_plan():
     assert generation_batch_size(BatchPlan(500_000, 500_000, "auto", "auto", "cuda:0")) == 64
     assert generation_batch_size(BatchPlan(16, 8192, "auto", "auto", "cpu")) == 16  # as before auto existed
     assert generation_batch_size(BatchPlan(7, 4096, 7, "auto", "cuda:0")) == 7  # a fixed batch size is kept
+
+
+def test_a_model_without_a_readable_config_falls_back_to_the_defaults(tiny_lm, monkeypatch):
+    """No shape, no estimate: the fixed defaults, and the out-of-memory back-off does the rest."""
+    def unreadable(*a, **k):
+        raise AttributeError("no config")
+
+    monkeypatch.setattr(ModelShape, "of", classmethod(lambda cls, *a, **k: unreadable()))
+    monkeypatch.setattr(memory, "model_devices", lambda model: [torch.device("cuda:0")])
+    monkeypatch.setattr(memory, "free_bytes", lambda device: 10**10)
+    p = plan(tiny_lm, "auto", "auto")
+    assert (p.token_budget, p.bytes_per_token) == (memory.DEFAULT_TOKEN_BUDGET, None)
