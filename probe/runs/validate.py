@@ -593,7 +593,7 @@ def run_check(task: str, runner: Any, *, n_prompts: int = 100, k: int = 20, seed
             "sampled_probs": None if d is None else [float(x) for x in d],
             "exact_probs": c.exact, "abs_delta": delta,
             "noise_delta": _noise_delta(c.exact, n_acc, rng) if c.exact is not None and n_acc else math.nan,
-            "generations": gen, "parsed": [None if x is None else c.options[x] for x in parsed],
+            "generations": gen, "parsed": [None if x is None else c.options[x] for x in parsed], "counted": counted,
         })
     exact = adapter.exact_metrics(cases, k)
     # the exact estimate on the prompts the sampled run could score (separates coverage from estimator)
@@ -676,7 +676,27 @@ def report_markdown(check: SamplingCheck) -> str:
     if counts:
         lines += ["", "Counts (sampled / exact): " + ", ".join(f"{m} {v['sampled']} / {v['exact']}"
                                                               for m, v in counts.items())]
+    lines += ["", "Most frequent generations (first 40 characters) by how the parser and the exact estimator treat them:",
+              "", "| parser | estimator | share of generations | most frequent texts |", "|---|---|---|---|"]
+    for (acc, cnt), (share, top) in generation_kinds(check).items():
+        lines.append(f"| {'accepted' if acc else 'rejected'} | {'counted' if cnt else 'not counted'} | {share:.3f} | "
+                     + "; ".join(f"`{t}` x{n}" for t, n in top) + " |")
     return "\n".join(lines) + "\n"
+
+
+def generation_kinds(check: SamplingCheck, top: int = 4) -> dict[tuple[bool, bool], tuple[float, list]]:
+    """(accepted by the parser, counted by the exact estimator) -> (share of all generations, most frequent texts)."""
+    from collections import Counter
+
+    kinds: dict[tuple[bool, bool], Counter] = {}
+    total = 0
+    for r in check.prompts:
+        for text, parsed, cnt in zip(r["generations"], r["parsed"], r.get("counted") or [None] * len(r["parsed"])):
+            key = (parsed is not None, bool(cnt))
+            short = text.strip().replace("\n", " ").replace("|", "/")[:40]
+            kinds.setdefault(key, Counter())[short] += 1
+            total += 1
+    return {k: (sum(c.values()) / total, c.most_common(top)) for k, c in sorted(kinds.items(), reverse=True)}
 
 
 def _f(x: Any) -> str:
