@@ -120,7 +120,8 @@ def run_task(task: Task, config: Any, model: Any, output: str | Path | None = No
             write_json_atomic(out / "provenance.json", provenance(
                 lm, config={"task": task.name, "limit": limit, "task_config": _plain(config),
                             "run_options": _plain(options)},
-                data_files=task.data_files(config), world_size=runner.procs.world_size))
+                data_files=task.data_files(config), world_size=runner.procs.world_size,
+                scoring=_batching(runner)))
             note = runner.cache_note()
             print(f"{task.name}: {len(records)} record(s) in {out / 'records.jsonl'}{note}", file=sys.stderr)
         return Evaluation(task.name, str(getattr(lm, "name", "")), frame, summary, result.tables, out, config, acts,
@@ -182,3 +183,9 @@ def _plain(obj: Any) -> Any:
     if isinstance(obj, (list, tuple)):
         return [_plain(v) for v in obj]
     return obj if isinstance(obj, (str, int, float, bool, type(None))) else str(obj)
+
+
+def _batching(runner: Any) -> dict | None:
+    """The batch plan the scorer chose (``--batch-size/--token-budget auto`` resolve to numbers at load)."""
+    plan = getattr(getattr(runner, "scorer", None), "batching", None)
+    return plan.as_dict() if plan is not None and hasattr(plan, "as_dict") else None
