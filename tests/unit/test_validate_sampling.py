@@ -193,4 +193,16 @@ def test_check_end_to_end_tiny(tiny_lm, shared_data, tmp_path):
     agg = check.aggregate["share_S>=20"]
     assert 0 <= agg["exact"] <= 1
     json.dumps(check.to_dict(), default=str)
-    assert "share_S>=20" in report_markdown(check)
+    md = report_markdown(check)
+    assert "share_S>=20" in md and "Most frequent generations" in md
+
+
+def test_generation_kinds_by_hand():
+    from probe.runs.validate import SamplingCheck, generation_kinds
+
+    rows = [{"generations": ["a) x", "b) y", "about", "a) x"], "parsed": ["a", "b", None, "a"],
+             "counted": [True, False, False, True]}]
+    kinds = generation_kinds(SamplingCheck("hbb", "m", {}, rows, {}, {}))
+    assert kinds[(True, True)] == (0.5, [("a) x", 2)])
+    assert kinds[(True, False)] == (0.25, [("b) y", 1)])
+    assert kinds[(False, False)] == (0.25, [("about", 1)])
