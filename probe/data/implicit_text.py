@@ -141,7 +141,7 @@ def person_problems(text: str, allowed: tuple[str, ...] = ()) -> list[tuple[str,
 
 @dataclass(frozen=True)
 class CueTable:
-    """The seed's Table 4 as loaded from ``implicit_cues.yaml``."""
+    """The paper's Table 4 as loaded from ``implicit_cues.yaml``."""
 
     groups: dict[str, dict[str, tuple[str, ...]]] = field(hash=False)  # dimension -> group -> cues
     mapping: dict[str, dict[str, str]] = field(hash=False)  # dimension -> group_key(label) -> group

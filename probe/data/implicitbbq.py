@@ -1,4 +1,4 @@
-"""ImplicitBBQ builder (seed 000, sections 3-4): explicit, implicit and control items for six dimensions.
+"""ImplicitBBQ builder (the ImplicitBBQ paper, sections 3-4): explicit, implicit and control items for six dimensions.
 
 How an item is made (see ``docs/implicitbbq.md``):
 
@@ -7,7 +7,7 @@ How an item is made (see ``docs/implicitbbq.md``):
    to a slot by their wording (``resources/implicitbbq_bound.yaml``) take their
    slot groups from the wording, get a rewrite, or are excluded, as listed there.
 2. Each template is filled with BBQ's expander; a filling is kept when both
-   slots map to a cue group of the seed's Table 4 (``resources/implicit_cues.yaml``),
+   slots map to a cue group of the paper's Table 4 (``resources/implicit_cues.yaml``),
    the two groups differ, and the stereotyped target is known.
 3. Explicit items: the filled template as BBQ writes it (one per filling), for
    every template that keeps at least one cue combination.
@@ -17,7 +17,8 @@ How an item is made (see ``docs/implicitbbq.md``):
    proper-name rows repeat its group-word rows) is not built twice. It is
    crossed with every cue combination (cues of group 1 x cues of group 2)
    except those using a cue excluded for the template
-   (``resources/implicitbbq_exclusions.yaml``, per cue as the seed words it);
+   (``resources/implicitbbq_exclusions.yaml``; per cue by default, where the paper removes the
+   template: ``exclusion_unit="template"``, see docs/implicitbbq.md);
    kept combination k puts Person A in slot 1 when k is even and in slot 2
    when odd, so the person-group assignment is counterbalanced. A background
    line is the cue's sentence form (``resources/implicit_cue_sentences.yaml``).
@@ -53,7 +54,7 @@ from probe.data.items import SETTINGS, BBQItem, setting_name
 __all__ = ["DIMENSIONS", "EXPLICIT_SETS", "PAPER_COUNTS", "build_implicitbbq", "count_table", "format_count_table"]
 
 DIMENSIONS = ("age", "gender", "region", "religion", "ses", "caste")
-#: The seed's totals (sections 3-4), in records (context x question) per condition; see
+#: The paper's totals (sections 3-4), in records (context x question) per condition; see
 #: :data:`probe.data.implicitbbq_match.PAPER_RECORDS`.
 PAPER_COUNTS = {"contexts_per_condition": PAPER_RECORDS["implicit_base"],
                 "implicit_instances_per_condition": PAPER_RECORDS["implicit"],
@@ -227,7 +228,7 @@ def build_implicitbbq(
     """Build every ImplicitBBQ item of ``dimensions`` (default: all six).
 
     ``lexical="first"`` uses each template's first {{WORD}} variant (one context per
-    template row and group pair, as the seed counts contexts); ``"all"`` crosses them.
+    template row and group pair, as the paper counts contexts); ``"all"`` crosses them.
     ``stats``, when given, is filled per dimension with what the build left out:
     ``combos_excluded`` (cue combinations the per-cue exclusions drop from built contexts),
     ``person_fix_hits`` (substitutions of each hand-written Person A/B fix, per template),
@@ -331,13 +332,13 @@ def count_table(items: Iterable[BBQItem]) -> dict[str, dict[str, int]]:
 
 
 def format_count_table(table: dict[str, dict[str, int]]) -> str:
-    """Markdown table of :func:`count_table`, with the seed's totals for comparison."""
+    """Markdown table of :func:`count_table`, with the paper's totals for comparison."""
     cols = ["implicit_contexts", "explicit_contexts", *SETTINGS]
     lines = ["| dimension | " + " | ".join(cols) + " |", "|---" * (len(cols) + 1) + "|"]
     for dim, row in table.items():
         lines.append(f"| {dim} | " + " | ".join(str(row.get(c, 0)) for c in cols) + " |")
     lines.append(
-        f"\nSeed (section 3): {PAPER_COUNTS['contexts_per_condition']} implicit contexts per condition; "
+        f"\nPaper (section 3): {PAPER_COUNTS['contexts_per_condition']} implicit contexts per condition; "
         f"~{PAPER_COUNTS['implicit_instances_per_condition']} implicit instances per condition "
         f"(amb or dis, both polarities); ~{PAPER_COUNTS['explicit_records']} explicit records. "
         f"In one unit (records = context x question): probe.data.implicitbbq_match.format_record_counts.")

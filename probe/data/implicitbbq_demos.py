@@ -1,6 +1,6 @@
 """Generator of the shipped ImplicitBBQ few-shot demonstration sets (issue #14 part 2).
 
-The seed gives each prompt "five manually selected demonstration examples from
+The paper gives each prompt "five manually selected demonstration examples from
 the dataset representing the relevant demographic dimensions" (section 4.3) and
 publishes neither the examples nor their answer mix. probe ships fixed sets,
 one per dimension x context kind (explicit, implicit), in

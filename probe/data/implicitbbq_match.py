@@ -1,6 +1,6 @@
-"""ImplicitBBQ's matched explicit set and its counts in the seed's unit (issue #14 part 6).
+"""ImplicitBBQ's matched explicit set and its counts in the paper's unit (issue #14 part 6).
 
-The seed (section 4) samples about 8.5k explicit records "to fair comparison" with its
+The paper (section 4) samples about 8.5k explicit records "to fair comparison" with its
 combinatorial implicit set. Expanding every explicit template instead gives each
 template the weight of its number of fillings (SES 56 % of the explicit records,
 religion 2.5 %; 27 % and 30 % of the implicit ones), while an implicit template
@@ -27,7 +27,7 @@ groups; gender proper-name rows whose Person A/B form duplicates a group-word ro
 cannot be matched and is reported in ``stats["unmatched"]``.
 
 Counting unit (:func:`record_counts`): a *record* is one context (one condition) x one
-question (one polarity), as in the seed's "question-context pairs" and BBQ. Every count
+question (one polarity), as in the paper's "question-context pairs" and BBQ. Every count
 is records per condition (ambiguous, or disambiguated: the two are equal).
 
 >>> from probe.data.implicitbbq_match import apportion
@@ -47,7 +47,7 @@ from probe.io import stable_hash
 __all__ = ["PAPER_RECORDS", "apportion", "format_record_counts", "match_explicit", "record_counts", "unit_of",
            "weights"]
 
-#: The seed's counts (sections 3-4), in records (context x question) per condition.
+#: The paper's counts (sections 3-4), in records (context x question) per condition.
 #: "760 implicit contexts per condition" are also the "760 records" of its explicit remark;
 #: "~8k total test instances per condition" add the cue combinations; "~8.5k records of
 #: ambiguous and disambiguous contexts" are its sampled explicit set.
@@ -209,7 +209,7 @@ def record_counts(items: Iterable[Any], full: Iterable[Any] | None = None) -> di
 
 
 def format_record_counts(table: Mapping[str, Mapping[str, int]], matched: bool = True) -> str:
-    """Markdown table of :func:`record_counts` with the seed's numbers as the last row.
+    """Markdown table of :func:`record_counts` with the paper's numbers as the last row.
 
     ``matched=False``: the explicit records are the full expansion (no distinct / full columns).
     """
@@ -223,5 +223,5 @@ def format_record_counts(table: Mapping[str, Mapping[str, int]], matched: bool =
         name = f"**{dim}**" if dim == "total" else dim
         lines.append(f"| {name} | " + " | ".join(f"**{c}**" if dim == "total" else c for c in cells) + " |")
     paper = {"implicit_base": "760", "implicit": "~8,000", "explicit": "~8,500"}
-    lines.append("| seed (sections 3-4) | " + " | ".join(paper.get(c, "-") for c in cols) + " |")
+    lines.append("| paper (sections 3-4) | " + " | ".join(paper.get(c, "-") for c in cols) + " |")
     return "\n".join(lines)

@@ -1,4 +1,4 @@
-"""ImplicitBBQ summaries and the seed's table layouts: Table 2, Tables 5-7, a Figure-3-like plot.
+"""ImplicitBBQ summaries and the paper's table layouts: Table 2, Tables 5-7, a Figure-3-like plot.
 
 Input: per-item records as the ``implicitbbq`` task builds them from its run's
 records (:func:`probe.tasks.implicitbbq.results.metric_records`; fields of
@@ -6,7 +6,7 @@ records (:func:`probe.tasks.implicitbbq.results.metric_records`; fields of
 ``answer_format``, ``probs``/``pred_index``). Every number comes with its
 bootstrap 95% CI and its count.
 
-Model-level numbers are, as in the seed ("Model-wise scores are averages over
+Model-level numbers are, as in the paper ("Model-wise scores are averages over
 demographics"), the mean over dimensions of the per-dimension metric (``macro``);
 the CI of that mean resamples items (or, with ``cluster_key``, whole clusters: the
 ImplicitBBQ task's template x context units) within each dimension. The pooled
@@ -127,7 +127,7 @@ def _fmt(v: float, ci: Sequence[float] | None = None) -> str:
 
 
 def table2(summary: dict[str, Any], version: str = "expected", model: str = "model") -> pd.DataFrame:
-    """The seed's Table 2 layout: one row per strategy|format, macro over dimensions, with CIs and counts."""
+    """The paper's Table 2 layout: one row per strategy|format, macro over dimensions, with CIs and counts."""
     rows = []
     for key, kinds in summary.items():
         def cell(kind: str, metric: str) -> str:
@@ -173,7 +173,7 @@ def tables_per_dimension(summary: dict[str, Any], key: str, version: str = "expe
 
 def figure3(summary: dict[str, Any], key: str, path: str | Path, version: str = "expected", model: str = "",
             ci_unit: str | None = None) -> None:
-    """Bias score per dimension for explicit/implicit x ambiguous/disambiguated (like the seed's Figure 3)."""
+    """Bias score per dimension for explicit/implicit x ambiguous/disambiguated (like the paper's Figure 3)."""
     import matplotlib
 
     matplotlib.use("Agg")

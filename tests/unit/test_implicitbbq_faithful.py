@@ -1,4 +1,4 @@
-"""ImplicitBBQ builder faithful to the seed (issue #14 parts 3-7): slot-bound groups, unique ids,
+"""ImplicitBBQ builder faithful to the paper (issue #14 parts 3-7): slot-bound groups, unique ids,
 no group words in implicit contexts, cue sentences, per-cue exclusions, no duplicate contexts, the
 matched explicit set and its counts in records.
 
@@ -145,7 +145,7 @@ def test_cue_sentences_grammatical_and_used(items):
     sent = load_cue_sentences()
     cues = [c for g in t.groups.values() for cs in g.values() for c in cs] + list(t.neutral)
     assert set(sent) == set(cues) and len(cues) == 71
-    assert cue_sentence("has beard", "Person A") == "Person A has a beard."  # the seed's own example
+    assert cue_sentence("has beard", "Person A") == "Person A has a beard."  # the paper's own example
     assert cue_sentence("has smooth skin", "Person A") == "Person A has smooth skin."  # appendix B
     assert cue_sentence("ancestors used to live in a fort", "Person B") == "Person B's ancestors used to live in a fort."
     for cue, s in sent.items():
@@ -173,7 +173,7 @@ def test_cue_sentence_table_in_docs():
 
 
 def test_exclusions_per_cue_age_q1_stays(items):
-    """Age Q1 (phone use) is the seed's appendix B example: it stays, without the phone cues only."""
+    """Age Q1 (phone use) is the paper's appendix B example: it stays, without the phone cues only."""
     q1 = [it for it in items if it.category == "age" and it.metadata["q_id"] == "1"]
     kinds = {it.context_kind for it in q1}
     assert kinds == {"explicit", "implicit", "neutral", "nochar"}

@@ -77,7 +77,7 @@ def test_counting_unit_records_per_condition(pool):
     assert (c["explicit"], c["explicit_distinct"], c["explicit_full"], c["implicit"]) == (8, 4, 12, 8)
     table = format_record_counts(record_counts(m, pool))
     assert "| age | 4 | 8 | 8 | 4 | 12 | 2 | 2 |" in table
-    assert table.splitlines()[-1] == "| seed (sections 3-4) | 760 | ~8,000 | ~8,500 | - | - | - | - |"
+    assert table.splitlines()[-1] == "| paper (sections 3-4) | 760 | ~8,000 | ~8,500 | - | - | - | - |"
     assert record_counts([]) == {}
     plain = format_record_counts(record_counts(pool), matched=False)
     assert plain.splitlines()[0] == ("| records per condition | implicit, no cues (context x question) | "
@@ -109,7 +109,7 @@ def test_matched_deterministic_and_seeded(pool):
     assert a == [it.id for it in match_explicit(list(pool), seed=0)]
     picks = {tuple(sorted(it.id for it in match_explicit(pool, seed=s) if it.metadata["q_id"] == "2"))
              for s in range(12)}
-    assert len(picks) > 1  # the seed chooses which of Q2's four fillings is used
+    assert len(picks) > 1  # the paper chooses which of Q2's four fillings is used
 
 
 def test_matched_size_and_pairs(pool):
@@ -145,7 +145,7 @@ def test_cli_writes_count_table(tmp_path, capsys, monkeypatch):
     printed = capsys.readouterr().out
     md = (tmp_path / "build" / "items.counts.md").read_text()
     assert md.split("\n\n")[0] in printed
-    assert "| seed (sections 3-4) | 760 | ~8,000 | ~8,500 |" in md
+    assert "| paper (sections 3-4) | 760 | ~8,000 | ~8,500 |" in md
     data = json.loads((tmp_path / "build" / "items.counts.json").read_text())
     assert data["unit"] == "records (context x question) per condition" and data["explicit_set"] == "matched"
     c = data["counts"]["caste"]

@@ -1,10 +1,10 @@
-"""``implicitbbq``: ImplicitBBQ (seed 000), 12 settings x 4 prompting strategies, scored exactly.
+"""``implicitbbq``: ImplicitBBQ, 12 settings x 4 prompting strategies, scored exactly.
 
 Flow: every item of the configured dimensions (:mod:`probe.data.implicitbbq`)
 -> each strategy's stratified sample (``per_cell`` items per dimension x
 setting; :mod:`.sample`) -> the strategy's prompt in each answer format
 (:mod:`probe.prompts.bbq`) -> for CoT, ``cot_chains`` reasoning chains sampled
-first at the seed's temperature (the runner's generation stage; 0 = one greedy
+first at the paper's temperature (the runner's generation stage; 0 = one greedy
 chain) and the final answer scored after each chain's ``Final Answer:``, the
 item's probabilities the mean over its chains (:mod:`.chains`) ->
 BBQ accuracy and bias per strategy|format, context kind and dimension, argmax
@@ -18,7 +18,7 @@ One record per (item, strategy, format), id ``ITEM|STRATEGY|FORMAT``; its
 kind; CoT reasoning is ``cot/generate``) and, for CoT, the ``reasoning``.
 Sampled CoT has one record per chain, id ``ITEM|cot|FORMAT|chain{k}``
 (``meta.chain`` = k); the metrics average them back to one per (item, format).
-Outputs beside the runner's: ``tables/table2_{expected,argmax}`` (the seed's
+Outputs beside the runner's: ``tables/table2_{expected,argmax}`` (the paper's
 Table 2 layout), ``tables/per_dimension_<strategy>_<format>_<version>``
 (Tables 5-7), ``figure3_zero_shot_<format>.png``, ``counts.json`` (builder
 counts) and ``projection.json`` (hours to score the full grid at the measured
@@ -58,11 +58,11 @@ class ImplicitBBQConfig(TaskConfig):
 
     dimensions: tuple[str, ...] = DIMENSIONS
     strategies: tuple[str, ...] = STRATEGIES
-    answer_formats: tuple[str, ...] = ("oneword",)  # "oneword" (the seed's) and/or "labels"
+    answer_formats: tuple[str, ...] = ("oneword",)  # "oneword" (the paper's) and/or "labels"
     # items per dimension x setting, per strategy (None = every item)
     per_cell: dict[str, int | None] = field(default_factory=lambda: {
         "zero_shot": 34, "safety": 34, "few_shot": 8, "cot": 3})
-    # the seed applies mitigations to explicit/implicit contexts only, not to the controls
+    # the paper applies mitigations to explicit/implicit contexts only, not to the controls
     control_strategies: tuple[str, ...] = ("zero_shot",)
     # which context kinds are sampled (e.g. [explicit] to re-score only the explicit cells of Table 2);
     # the samples of the kinds kept are the same items as in a run with every kind
@@ -76,9 +76,9 @@ class ImplicitBBQConfig(TaskConfig):
     # cue; "template" removes the whole template, as the paper words it (a departure; see docs/implicitbbq.md)
     exclusion_unit: str = "cue"
     n_shots: int = 5  # the first n of the shipped five (probe/data/resources/implicitbbq_demos.yaml)
-    # CoT as the seed runs it: K reasoning chains sampled at its temperature (0.1; no top-p given), each
+    # CoT as the paper runs it: K reasoning chains sampled at its temperature (0.1; no top-p given), each
     # final answer scored exactly, averaged per item; 0 = one greedy chain. 1024 tokens: real models'
-    # reasoning must reach its "Final Answer:" (the seed gives no limit)
+    # reasoning must reach its "Final Answer:" (the paper gives no limit)
     cot_chains: int = 5
     cot_temperature: float = 0.1
     cot_top_p: float = 1.0
@@ -88,7 +88,7 @@ class ImplicitBBQConfig(TaskConfig):
     n_boot: int = 1000
     bbq_dir: str | None = None
     bharatbbq_dir: str | None = None
-    # the seed samples its answers at temperature 0.1 (section 4.1; no top-p given): the paper-equivalent
+    # the paper samples its answers at temperature 0.1 (section 4.1; no top-p given): the paper-equivalent
     # estimate is the expected count under that sampling distribution (null: exact scores only)
     paper_temperature: float | None = 0.1
     paper_top_p: float = 1.0
@@ -151,7 +151,7 @@ def request_id(item: Any, strategy: str, answer_format: str) -> str:
 
 class ImplicitBBQTask(Task):
     name = "implicitbbq"
-    description = "ImplicitBBQ (seed 000): explicit vs implicit identity, 12 settings x zero-shot/safety/few-shot/CoT"
+    description = "ImplicitBBQ: explicit vs implicit identity, 12 settings x zero-shot/safety/few-shot/CoT"
     Config = ImplicitBBQConfig
 
     def items(self, config: ImplicitBBQConfig) -> list:
@@ -221,7 +221,7 @@ class ImplicitBBQTask(Task):
         return out
 
     def sampling(self, config: ImplicitBBQConfig) -> tuple[dict, ...]:
-        """The seed's answer sampling (T = 0.1), scored beside the exact scores."""
+        """The paper's answer sampling (T = 0.1), scored beside the exact scores."""
         spec = results.paper_spec(config)
         return (spec,) if spec else ()
 
@@ -240,7 +240,7 @@ class ImplicitBBQTask(Task):
             paper_recs, paper_skipped = results.metric_records(records, sampling=spec,
                                                                require_cue=config.cot_require_cue)
             results.add_clusters(paper_recs, sel.pool)
-            paper = {"settings": {**spec, "estimator": "expected counts under the seed's sampling, conditional on "
+            paper = {"settings": {**spec, "estimator": "expected counts under the paper's sampling, conditional on "
                                                          "the sample being one of the scored answers"},
                      "by_strategy": summarize(paper_recs, n_boot=config.n_boot, seed=config.seed,
                                               cluster_key="cluster"),

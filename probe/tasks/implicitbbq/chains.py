@@ -1,6 +1,6 @@
 """CoT reasoning chains: K sampled chains per (item, format), each final answer scored exactly, averaged.
 
-The seed samples its CoT answers (temperature 0.1). probe samples ``cot_chains``
+The paper samples its CoT answers (temperature 0.1). probe samples ``cot_chains``
 reasoning chains per prompt at that setting, scores the final answer options
 exactly after each chain, and takes the item's CoT option probabilities as the
 mean over its valid chains: a Rao-Blackwellised estimate of the paper's CoT

@@ -1,4 +1,4 @@
-"""ImplicitBBQ records -> option probabilities, the summary, the seed's tables, the figure, the projection.
+"""ImplicitBBQ records -> option probabilities, the summary, the paper's tables, the figure, the projection.
 
 The metrics and layouts are :mod:`probe.metrics.bbq` and
 :mod:`probe.reports.bbq_tables`; this module only turns the runner's records
@@ -56,7 +56,7 @@ def add_clusters(recs: list[dict], items: Any) -> list[dict]:
 
 
 def paper_spec(config: Any) -> dict[str, float] | None:
-    """The seed's sampling setting as a spec mapping (None: the paper estimate is off)."""
+    """The paper's sampling setting as a spec mapping (None: the paper estimate is off)."""
     t = getattr(config, "paper_temperature", None)
     return None if t is None else {"temperature": float(t), "top_p": float(getattr(config, "paper_top_p", 1.0))}
 
@@ -214,7 +214,7 @@ def _has_cue(reasoning: Any) -> bool | None:
 
 
 def tables(summary: Mapping[str, Any], model: str) -> dict[str, Any]:
-    """The seed's Table 2 (per version) and Tables 5-7 (per strategy|format and version) layouts."""
+    """The paper's Table 2 (per version) and Tables 5-7 (per strategy|format and version) layouts."""
     from probe.reports.bbq_tables import VERSIONS, table2, tables_per_dimension
 
     out = {}
@@ -245,7 +245,7 @@ def chains_table(cot: Mapping[str, Any]) -> Any:
 
 
 def paper_tables(summary: Mapping[str, Any], model: str, spec: Mapping[str, float]) -> dict[str, Any]:
-    """The seed's Table 2 under its own sampling (the headline), named by its settings."""
+    """The paper's Table 2 under its own sampling (the headline), named by its settings."""
     from probe.reports.bbq_tables import table2
 
     name = f"table2_paper_T{spec['temperature']:g}" + (f"_topp{spec['top_p']:g}" if spec["top_p"] < 1 else "")
@@ -253,7 +253,7 @@ def paper_tables(summary: Mapping[str, Any], model: str, spec: Mapping[str, floa
 
 
 def write_figures(summary: Mapping[str, Any], output: Path, model: str) -> list[Path]:
-    """``figure3_<strategy>_<format>.png`` (the seed's Figure 3 layout) for each zero-shot format."""
+    """``figure3_<strategy>_<format>.png`` (the paper's Figure 3 layout) for each zero-shot format."""
     from probe.reports.bbq_tables import figure3
 
     paths = []
