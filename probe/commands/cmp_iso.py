@@ -1,4 +1,4 @@
-"""``probe data build cmp_iso`` (the converters) and ``probe metrics cmp-iso``: Parity Gap of iso and cmp outputs made anywhere (seed 003).
+"""``probe data build cmp_iso`` (the converters) and ``probe metrics cmp-iso``: Parity Gap of iso and cmp outputs made anywhere (iso/cmp paper).
 
 Input: JSONL, one line per prompt::
 
@@ -12,7 +12,7 @@ labels, mapped as the task and the authors' parser map them: any case ("a" is
 "A"), and for iso the one-letter answers y / n / s (Yes / No / Skip); anything
 else, and a neutral label that was not offered, counts as invalid and is
 excluded. A prompt without any valid answer is kept (iso affirmation 0, cmp
-order 0.5: seed 003 appendix B) and counted (``n_no_valid``). The neutral label
+order 0.5: iso/cmp paper, appendix B) and counted (``n_no_valid``). The neutral label
 counts as offered in a paradigm when some line of it lists it in ``options``
 (the labels offered) or chose it; otherwise its neutral share is NaN (no
 neutral option), not 0. The ``records.jsonl`` of a ``cmp_iso`` task run is read
@@ -34,7 +34,7 @@ import sys
 
 def register(groups: dict[str, argparse._SubParsersAction]) -> None:
     b = groups["data build"].add_parser(
-        "cmp_iso", help="build iso/cmp prompts of another category from the original benchmark (seed 003 App. C)",
+        "cmp_iso", help="build iso/cmp prompts of another category from the original benchmark (iso/cmp paper App. C)",
         description="Convert an original benchmark (BBQ, CrowS-Pairs, StereoSet, a RedditBias-style pair CSV, "
                     "WinoBias) into the iso/cmp context pairs with the authors' task bodies and write them in the "
                     "released CSV layout as OUTPUT/<benchmark>_<category>_cot_gen.csv, which the cmp_iso task reads "

@@ -1,4 +1,4 @@
-"""The iso/cmp prompt sets released with "To Compare, or Not to Compare" (seed 003).
+"""The iso/cmp prompt sets released with "To Compare, or Not to Compare" (iso/cmp paper).
 
 What the released CSVs hold (``cmp_iso/*.csv``, gender category, 8 benchmarks),
 established by inspecting every file:
@@ -107,7 +107,7 @@ PG_POSITIVE: dict[str, str] = {
     "mmlu": "the correct answer is preferred over the wrong one (a knowledge control, not a bias)",
 }
 
-#: The sign under which seed 003 reports a benchmark's PG in its tables (Tables 2, 3, 8, E.2, ...), relative
+#: The sign under which iso/cmp paper reports a benchmark's PG in its tables (Tables 2, 3, 8, E.2, ...), relative
 #: to this package's PG (toward t, as the authors' code computes it). The paper re-orients StereoSet, RedditBias
 #: and DE-Gen so that a positive value is the direction models prefer: its text says models judge the
 #: anti-stereotypical sentence the odd one (StereoSet, RedditBias) and favour the female individual (DE-Gen),
@@ -119,7 +119,7 @@ PAPER_ORIENTATION: dict[str, int] = {"stereoset": -1, "redditbias": -1, "crows_p
 
 
 def paper_sign(benchmark: str) -> int:
-    """+1 or -1: multiply this package's PG by it to get the orientation seed 003's tables use.
+    """+1 or -1: multiply this package's PG by it to get the orientation iso/cmp paper's tables use.
 
     >>> paper_sign("stereoset"), paper_sign("bbq")
     (-1, 1)

@@ -1,4 +1,4 @@
-"""Build iso/cmp context pairs from BBQ-style items (seed 003 Appendix C), in the released layout.
+"""Build iso/cmp context pairs from BBQ-style items (iso/cmp paper Appendix C), in the released layout.
 
 Input: plain dicts with BBQ's fields (``context``, ``question``,
 ``ans0..ans2``, ``answer_info``, ``additional_metadata.stereotyped_groups``,

@@ -1,4 +1,4 @@
-"""iso/cmp context pairs from sentence-pair benchmarks and WinoBias (seed 003 Appendix C, the authors' code).
+"""iso/cmp context pairs from sentence-pair benchmarks and WinoBias (iso/cmp paper Appendix C, the authors' code).
 
 Sentence pairs (StereoSet, CrowS-Pairs, RedditBias style; the authors'
 ``ssrb_utils.py``): each pair (stereotypical sentence, anti-stereotypical

@@ -1,6 +1,6 @@
 """Hidden Bias Benchmark (HBB) builder: concept pairs x descriptors -> paired questions.
 
-Source: seed 004 (sections 3.1.3-3.2, appendix C.3, Tables 4, 5 and 10) and the
+Source: HBB paper (sections 3.1.3-3.2, appendix C.3, Tables 4, 5 and 10) and the
 released ``hbb/questions.csv`` (1,547 concept pairs: ``Context``, ``s1``, ``s2``
 with an ``[[X]]`` slot, ``bias type1``/``bias type2`` concepts) and
 ``hbb/descriptors.json`` (identity descriptors ``[phrase, subject pronoun,

@@ -1,4 +1,4 @@
-"""BBQ / ImplicitBBQ accuracy and bias scores (SPEC section 4; seed 000, section 4.2).
+"""BBQ / ImplicitBBQ accuracy and bias scores (SPEC section 4; ImplicitBBQ paper, section 4.2).
 
 Pure functions: records in, numbers out. A record is a mapping with
 

@@ -1,4 +1,4 @@
-"""Preference scores and the Parity Gap of the iso/cmp framework (seed 003, §3.5 and appendix B).
+"""Preference scores and the Parity Gap of the iso/cmp framework (iso/cmp paper, §3.5 and appendix B).
 
 Inputs are per-prompt answer **counts** over the valid labels: sampled
 answers counted (the paper's 5 generations), or the model's exact label
@@ -386,7 +386,7 @@ def analyze(
     ``neutral_share``, ...), ``n_context_pairs``, ``gap`` (PG_cmp - PG_iso) and
     ``cmp_vs_iso`` (``observed``, ``p_value``, ``significant``, ``n_pairs``;
     ``None`` when no pair has both paradigms). The test swaps a pair's iso and
-    cmp outcomes with p = 0.5 (seed 003, F.2).
+    cmp outcomes with p = 0.5 (iso/cmp paper, F.2).
     """
     from probe.metrics.significance import bootstrap_ci, randomization_test
 

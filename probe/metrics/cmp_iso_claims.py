@@ -1,4 +1,4 @@
-"""Claimed randomness and target consistency across option orders (seed 003, section 4.4, Table 6, Table H.2).
+"""Claimed randomness and target consistency across option orders (iso/cmp paper, section 4.4, Table 6, Table H.2).
 
 The seed's Table 6: among the context pairs where the generations for *both*
 cmp prompts (t as option A, t' as option A) contain at least one keyword of
@@ -33,7 +33,7 @@ import numpy as np
 
 __all__ = ["CLAIM_KEYWORDS", "claims_randomness", "preference_aligned", "claimed_consistency"]
 
-#: seed 003, Table H.2 "Keywords for string matching", verbatim and in its order. The fragments
+#: iso/cmp paper, Table H.2 "Keywords for string matching", verbatim and in its order. The fragments
 #: ("t enough info", "t determine", ...) are the tails of "can't" / "don't" / "cannot", so they are
 #: matched as substrings of the lower-cased generation.
 CLAIM_KEYWORDS: tuple[str, ...] = (

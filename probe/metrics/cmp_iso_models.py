@@ -1,4 +1,4 @@
-"""iso/cmp across models (seed 003 section 4.4, Table 8, Tables E.1 and E.2) and the pooled variation test.
+"""iso/cmp across models (iso/cmp paper, section 4.4, Table 8, Tables E.1 and E.2) and the pooled variation test.
 
 Pure functions over numbers already aggregated per model (no torch):
 

@@ -1,4 +1,4 @@
-"""HBB metrics (seed 004, section 3.3 and appendix E.1): pure functions, no model.
+"""HBB metrics (HBB paper, section 3.3 and appendix E.1): pure functions, no model.
 
 Per test instance, ``S = |P1(A) - P2(A)| x 100`` in [0, 100], where ``Pi(A)`` is
 the probability of option A (the ``bias type1`` concept, ``s1``) for question i,

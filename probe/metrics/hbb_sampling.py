@@ -1,6 +1,6 @@
 """HBB's sampled S estimator computed exactly from a model's answer probabilities (no sampling).
 
-The paper (seed 004, section 3.3) samples each question N >= 10 times at temperature 0.8,
+The paper (HBB paper, section 3.3) samples each question N >= 10 times at temperature 0.8,
 takes ``P(A)`` from the response distribution "where P1(A) + P1(B) = 100%", and counts the
 instances with ``S = |P1(A) - P2(A)| x 100 >= 20``. Given, per question, the probability
 ``p_a`` / ``p_b`` that ONE sample answers label A / label B (``1 - p_a - p_b``: anything else,

@@ -1,10 +1,10 @@
-"""Significance tests and rank/linear correlations used by the iso/cmp analysis (seed 003, F.2).
+"""Significance tests and rank/linear correlations used by the iso/cmp analysis (iso/cmp paper, F.2).
 
 - :func:`randomization_test` - approximate randomization test between two
   settings on paired units (Riezler & Maxwell 2005): each iteration swaps the
   two settings' outputs of each unit with probability 0.5 and recomputes the
   difference of the statistic. ``blocks`` makes dependent units swap together
-  (the 54 prompt variations of one context pair, seed 003 appendix D).
+  (the 54 prompt variations of one context pair, iso/cmp paper, appendix D).
   Two-sided p-value ``(1 + #{|null| >= |observed|}) / (1 + n_iter)``.
 - :func:`kendall_tau` - :func:`scipy.stats.kendalltau` between two model
   rankings (tau-b, handles ties).

@@ -1,6 +1,6 @@
 """BBQ / ImplicitBBQ prompts: four strategies x two answer formats -> scoring requests.
 
-Strategies (seed 000, appendix B; texts in ``resources/implicitbbq_prompts.yaml``):
+Strategies (ImplicitBBQ paper, appendix B; texts in ``resources/implicitbbq_prompts.yaml``):
 ``zero_shot``, ``safety``, ``few_shot`` (the shipped demonstrations of the item's
 dimension and context kind, never from its template, :mod:`probe.prompts.bbq_demos`;
 plus the safety instruction) and ``cot`` (reasoning chains, greedy or sampled, then the final answer is scored after each).

@@ -1,4 +1,4 @@
-"""iso / cmp prompts exactly as the authors' prompt builder writes them (seed 003), settings, CoT answers.
+"""iso / cmp prompts exactly as the authors' prompt builder writes them (iso/cmp paper), settings, CoT answers.
 
 Every string (headers, instructions with and without the neutral option,
 footers of the three modes, the "answer randomly" headers and footers, the

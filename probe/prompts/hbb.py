@@ -1,6 +1,6 @@
 """HBB questions -> scoring requests (MCQ label scoring and HBB-SG perplexity).
 
-MCQ (seed 004, Table 11): the instruction, the context and the two options
+MCQ (HBB paper, Table 11): the instruction, the context and the two options
 under ``a)``/``b)``; one forward pass gives P(a), P(b) (softmax over the two
 labels). Option order: ``a) = s1, b) = s2``; the swapped order (``a) = s2``)
 is a second request, so that position bias can be averaged out.

@@ -3,7 +3,7 @@
 A ``cmp_iso`` run writes one model's ``summary.json`` (rows without a model
 name; :mod:`probe.tasks.cmp_iso.summary`). :func:`combine_runs` reads several
 run directories, names every row by its run's model and adds what needs more
-than one model (seed 003): per setting x benchmark x paradigm, the Pearson
+than one model (iso/cmp paper): per setting x benchmark x paradigm, the Pearson
 correlation of PG with parameter count (``params_b``, billions; models without
 a count are left out) over the dense models of families with >= 2 sizes
 (Table 8) and over all models, total and active parameters (Table E.2), and
@@ -124,7 +124,7 @@ def correlations(results: Sequence[Mapping], models: Sequence[str], benchmarks: 
                 entry: dict[str, Any] = {"setting": setting, "benchmark": bench, "paradigm": par, "n_models": len(ms),
                                          "orientation": sign}
                 pg = {m: _num(rows[m]["pg"]) for m in ms}
-                # seed 003's Table 8 / E.2 correlate the PG as its tables report it: re-oriented benchmarks as -PG
+                # iso/cmp paper's Table 8 / E.2 correlate the PG as its tables report it: re-oriented benchmarks as -PG
                 oriented = {m: sign * v for m, v in pg.items()}
                 entry["table8"] = size_correlation(oriented, sizes, dense_families=True, alpha=alpha)
                 entry["e2_total"] = size_correlation(oriented, sizes, dense_families=False, alpha=alpha)
@@ -133,7 +133,7 @@ def correlations(results: Sequence[Mapping], models: Sequence[str], benchmarks: 
                 entry["pearson_pg_params"] = (entry["e2_total"]["r"], entry["e2_total"]["p"])
                 ns = {m: _num(rows[m]["neutral_share"]) for m in ms}
                 if ns and all(math.isfinite(x) for x in ns.values()):
-                    # seed 003 Table E.1: does ranking by neutral share agree with ranking by (low) |PG|?
+                    # iso/cmp paper, Table E.1: does ranking by neutral share agree with ranking by (low) |PG|?
                     entry["e1"] = neutral_rank_agreement(ns, pg)
                     entry["kendall_neutral_vs_abs_pg"] = (entry["e1"]["tau"], entry["e1"]["p"])
                 out.append(entry)

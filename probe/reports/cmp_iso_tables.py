@@ -1,4 +1,4 @@
-"""Tables in the layouts of seed 003's Tables 2-7 (Markdown and CSV) and the iso-vs-cmp PG plot.
+"""Tables in the layouts of iso/cmp paper's Tables 2-7 (Markdown and CSV) and the iso-vs-cmp PG plot.
 
 Input: a combined summary of one or more ``cmp_iso`` runs
 (:func:`probe.reports.cmp_iso_models.combine_summaries` / ``combine_runs``; its
@@ -147,7 +147,7 @@ def variants_table(summary: dict) -> pd.DataFrame:
 
 
 def sign_caption(benchmarks: list[str], absolute: bool = False) -> str:
-    """What a positive PG means on each benchmark (PG = mean of p_t - p_t'; t as in seed 003, Table 1)."""
+    """What a positive PG means on each benchmark (PG = mean of p_t - p_t'; t as in iso/cmp paper, Table 1)."""
     lead = ("|PG| drops the sign; with its sign, PG > 0 means" if absolute else "PG > 0 means")
     return lead + " -- " + "; ".join(f"{BENCHMARK_TITLES.get(b, b)}: {PG_POSITIVE[b]}"
                                       for b in benchmarks if b in PG_POSITIVE) + "."

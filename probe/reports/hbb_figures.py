@@ -1,4 +1,4 @@
-"""HBB Figures 3, 4 and 8 (seed 004) with matplotlib, as PNG and SVG, from per-instance frames.
+"""HBB Figures 3, 4 and 8 (HBB paper) with matplotlib, as PNG and SVG, from per-instance frames.
 
 The seed's text gives each figure's caption and what it shows, not its drawing:
 

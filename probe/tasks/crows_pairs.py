@@ -1,6 +1,6 @@
 """``crows_pairs``: CrowS-Pairs with a causal LM, in two protocols.
 
-- **(a) ``mcq``, the HBB paper's** (seed 004, appendix D.1: "we use prompt in Table 11"): the pair
+- **(a) ``mcq``, the HBB paper's** (HBB paper, appendix D.1: "we use prompt in Table 11"): the pair
   posed as a two-choice question - the Table 11 instruction, then ``Choices:``, ``a) ...``, ``b) ...``
   (no context: a CrowS pair has none) - and the next label token scored, ``a`` vs ``b``. Both option
   orders are scored (a) = sent_more, then a) = sent_less); P(sent_more) is their mean, which removes

@@ -35,8 +35,8 @@ from probe.reports.compare.tables import Figure, Section, Table, markdown, write
 
 __all__ = ["build_report", "TASK_TITLES"]
 
-TASK_TITLES = {"bbq": "BBQ", "implicitbbq": "ImplicitBBQ (seed 000)", "hbb": "Hidden Bias Benchmark (seed 004)",
-               "crows_pairs": "CrowS-Pairs", "cmp_iso": "iso vs cmp (seed 003)", "demo": "Demo set"}
+TASK_TITLES = {"bbq": "BBQ", "implicitbbq": "ImplicitBBQ", "hbb": "Hidden Bias Benchmark",
+               "crows_pairs": "CrowS-Pairs", "cmp_iso": 'iso vs cmp ("To Compare or Not to Compare")', "demo": "Demo set"}
 #: tasks in report order (others follow, in the order given)
 ORDER = ("implicitbbq", "bbq", "demo", "hbb", "crows_pairs", "cmp_iso")
 

@@ -351,7 +351,7 @@ def _cmp_iso_across_models(runs: Sequence[Run], sizes: Mapping[str, float], summ
         items.append(Table("cmp_iso_pooled_variations", "cmp_iso", "iso/cmp: cmp vs iso pooled over prompt variations", (
             f"Models {models}. Estimator: per-pair PG contributions of the run's mode, pooled over every variation "
             "of a setting. CI: none; approximate randomization test, all variations of one context pair swapped "
-            "as one block (seed 003 App. D); n: pairs (blocks)."), df))
+            "as one block (iso/cmp paper App. D); n: pairs (blocks)."), df))
     return items
 
 

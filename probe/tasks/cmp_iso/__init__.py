@@ -1,4 +1,4 @@
-"""``cmp_iso``: isolated vs comparative prompts (seed 003, "To Compare, or Not to Compare") with exact probabilities.
+"""``cmp_iso``: isolated vs comparative prompts ("To Compare, or Not to Compare") with exact probabilities.
 
 Flow: each benchmark's released context pairs (:mod:`probe.data.cmp_iso`) ->
 a seeded random sample of ``max_pairs`` per benchmark -> the four prompts of a
@@ -102,7 +102,7 @@ class CmpIsoConfig(TaskConfig):
     # a chain without a valid boxed answer adds no answer (counted), as their parser drops it; false: scored
     # after an appended "Final answer: \boxed{" instead
     cot_require_cue: bool = True
-    # Table 6: the claimed-randomness keywords (seed 003 Table H.2; null: that list)
+    # Table 6: the claimed-randomness keywords (iso/cmp paper, Table H.2; null: that list)
     claim_keywords: tuple[str, ...] | None = None
     mass_floor: float = 0.1  # prompts whose labels carry less probability are "not answering"
     n_iter: int = 10000  # randomization test iterations
@@ -200,7 +200,7 @@ def request_id(setting: CmpIsoSetting, benchmark: str, context_pair_id: Any, tas
 
 class CmpIsoTask(Task):
     name = "cmp_iso"
-    description = "iso vs cmp (seed 003): Parity Gap of isolated vs comparative prompts, 8 gender benchmarks"
+    description = "iso vs cmp ('To Compare or Not to Compare'): Parity Gap of isolated vs comparative prompts, 8 gender benchmarks"
     Config = CmpIsoConfig
 
     def items(self, config: CmpIsoConfig) -> list[SampledPair]:
@@ -280,7 +280,7 @@ class CmpIsoTask(Task):
         return Aggregate(summary, {**tables, **_extra_tables(summary)})
 
     def report(self, config: CmpIsoConfig, result: Aggregate, output: Path) -> None:
-        """``tables/<name>[_argmax].md|csv`` (seed 003 Tables 2-7 layouts), ``tables/answering`` and
+        """``tables/<name>[_argmax].md|csv`` (iso/cmp paper, Tables 2-7 layouts), ``tables/answering`` and
         ``tables/cot_chains`` (:mod:`.extra_tables`), and ``pg_iso_vs_cmp*.png``."""
         from probe.reports.cmp_iso_models import combine_summaries
         from probe.reports.cmp_iso_tables import write_report

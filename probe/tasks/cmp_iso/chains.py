@@ -13,7 +13,7 @@ sampled answer token is replaced by its exact distribution; only the
 reasoning is sampled). A chain without a valid boxed answer (the authors'
 parser would return -1, or name an unoffered label) is left out by default and
 counted; a prompt none of whose chains has one is kept with no valid answer
-(seed 003 appendix B: iso affirmation 0, cmp order 0.5).
+(iso/cmp paper, appendix B: iso affirmation 0, cmp order 0.5).
 
 Records: one per (setting, benchmark, pair, prompt, chain), id
 ``<request id>|chain{k}`` (:func:`probe.tasks.implicitbbq.chains.chain_id`),
@@ -90,7 +90,7 @@ def chain_stats(all_chains: Sequence[Mapping], prompts: Mapping[tuple, Sequence[
     ``pg_std_across_chains`` (its standard deviation, ddof 1; NaN below 2 chains).
     In ``pg_by_chain`` a prompt whose chain k has no valid answer (none, or no
     label inside the nucleus in the paper mode) counts with no valid answer
-    (seed 003 appendix B: iso affirmation 0, cmp order 0.5); ``labels_of``:
+    (iso/cmp paper, appendix B: iso affirmation 0, cmp order 0.5); ``labels_of``:
     prompt key -> its labels (default: the labels of its chain records).
     """
     from probe.metrics.cmp_iso import CmpIsoObservation, summarize

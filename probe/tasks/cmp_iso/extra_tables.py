@@ -25,7 +25,7 @@ def chains_table(summary: dict) -> pd.DataFrame:
         std = (v.get("pg_std_across_chains") or {}).get("expected", {})
         rows.append({"setting": setting, "benchmark": bench, "chains": v.get("n_chains", 0),
                      "chains w/o valid answer": v.get("n_chains_no_cue", 0), "prompts": v.get("n_prompts", 0),
-                     # kept with no valid answer (seed 003 appendix B), not dropped
+                     # kept with no valid answer (iso/cmp paper, appendix B), not dropped
                      "prompts w/o valid chain (kept)": v.get("n_prompts_no_valid_chain",
                                                              v.get("n_prompts_no_answer", 0)),
                      "mean prompt std": _r(v.get("mean_prompt_std")),

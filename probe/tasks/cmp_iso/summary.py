@@ -20,7 +20,7 @@ CoT (:mod:`.chains`): a prompt's counts are the mean over its valid chains
 (per mode: probabilities, one-hot argmax, sampled probabilities); chains
 without a valid boxed answer add none (``cot_require_cue``) and are counted in
 ``cot``. A prompt without any valid answer (no valid chain; in the paper mode
-also no label inside the nucleus) is kept, as seed 003's appendix B and the
+also no label inside the nucleus) is kept, as iso/cmp paper's appendix B and the
 authors' code keep it (iso affirmation 0, cmp order 0.5), and counted
 (``n_no_valid`` / ``n_pairs_no_valid`` per row, ``no_valid_answer`` in total). Each row also holds ``mass`` (the label-mass distribution per
 paradigm, :func:`probe.metrics.mass.mass_summary`, floor ``mass_floor``),
@@ -127,7 +127,7 @@ def run_summary(records: Any, config: Any) -> dict:
         prompts = cells.setdefault(cell, {})
         labels_of.setdefault(prompt_key(r), tuple(r["options"]))
         # a chain without a valid answer adds no answer, but its prompt stays: a prompt none of whose
-        # chains has one is kept with no valid answer (seed 003 appendix B: iso affirmation 0, cmp order 0.5)
+        # chains has one is kept with no valid answer (iso/cmp paper, appendix B: iso affirmation 0, cmp order 0.5)
         chains_of = prompts.setdefault(prompt_key(r), [])
         if valid(r, require_cue):
             chains_of.append(r)
@@ -227,7 +227,7 @@ def no_valid_summary(results: list[dict]) -> dict:
     mode also when no chain's labels fall inside the nucleus.
     """
     out: dict[str, Any] = {"rule": "kept: iso affirmation 0 (0.5 when neither target is affirmed), cmp order 0.5 "
-                                   "(seed 003 appendix B)", "by_mode": {}, "by_cell": []}
+                                   "(iso/cmp paper, appendix B)", "by_mode": {}, "by_cell": []}
     for r in results:
         tot = out["by_mode"].setdefault(r["mode"], {f"{k}_{par}": 0 for k in ("n_prompts", "n_pairs")
                                                      for par in ("iso", "cmp")})
@@ -256,7 +256,7 @@ def cot_summary(config: Any, cells: dict, keywords: tuple[str, ...]) -> dict:
                                    "label or none: no valid answer), summed over its forms without whitespace",
                          "estimator": "mean over a prompt's valid chains of the exactly scored label probabilities "
                                       "(Rao-Blackwellised counts); no valid chain: the prompt is kept with no "
-                                      "valid answer (seed 003 appendix B)",
+                                      "valid answer (iso/cmp paper, appendix B)",
                          "claim_keywords": list(keywords)},
             **totals, "by_cell": cells}
 
@@ -265,7 +265,7 @@ def comparisons(gaps_by: dict[tuple, dict], config: Any, test: Any) -> list[dict
     """Randomization tests between the setting pairs of ``config.comparisons``, per benchmark, mode, paradigm.
 
     All variants of both settings enter; a pair's variants form one swap block
-    (seed 003, appendix D). ``gaps_by``: (base setting, variant, benchmark,
+    (iso/cmp paper, appendix D). ``gaps_by``: (base setting, variant, benchmark,
     mode, paradigm) -> {pair id: gap}.
     """
     out = []

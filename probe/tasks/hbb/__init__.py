@@ -1,4 +1,4 @@
-"""``hbb``: the Hidden Bias Benchmark (seed 004): MCQ by exact label probabilities, HBB-SG by perplexity.
+"""``hbb``: the Hidden Bias Benchmark: MCQ by exact label probabilities, HBB-SG by perplexity.
 
 Flow: concept pairs x descriptors -> test instances (:mod:`probe.data.hbb`;
 ``sample_concepts`` / ``per_cell`` / ``categories`` select them, ``--limit N``
