@@ -307,7 +307,7 @@ def _by_category(runs: Sequence[Run]) -> dict[str, list[Run]]:
 
 def _cmp_iso_across_models(runs: Sequence[Run], sizes: Mapping[str, float], summary: Mapping[str, Any],
                            models: str) -> list[Any]:
-    """Seed 003 Table 8 (PG vs size, dense families), Table E.2 (all models, total and active parameters),
+    """The iso/cmp paper's Table 8 (PG vs size, dense families), Table E.2 (all models, total and active parameters),
     Table E.1 (neutral share vs |PG| ranks) over every category's runs, and the pooled cmp-vs-iso test."""
     from probe.reports.cmp_iso_models import combine_summaries, size_tables
 
@@ -326,7 +326,8 @@ def _cmp_iso_across_models(runs: Sequence[Run], sizes: Mapping[str, float], summ
                           + f" [{v['family']}]" for m, v in ms.items()) or "none given"
     common = (f"Models {models}; parameters (billions) and [family]: {size_note}. Estimator: exact expected-count "
               f"PG per model (T = 1). CI: Fisher-z 95% for Pearson r; ∗: p < {alpha:g}. n = models in the cell "
-              "(r needs ≥ 3, – otherwise).")
+              "(r needs ≥ 3, – otherwise). Orientation as the paper reports it: StereoSet, RedditBias, DE-Gen "
+              "(and CrowS-Pairs, which mirrors RedditBias) enter as −PG, columns headed (−PG).")
     t8 = [c["table8"]["models"] for c in rows if c["table8"]["n"]]
     items: list[Any] = [
         Table("cmp_iso_table8", "cmp_iso", "iso/cmp Table 8: Pearson r of PG and total parameters (dense, families ≥ 2 sizes)",
