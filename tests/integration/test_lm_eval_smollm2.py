@@ -59,7 +59,13 @@ def test_rolling_and_generation_equal_hf(backends):
     texts = [q for q, _, _ in QUESTIONS[:3]]
     rolling = [Instance("loglikelihood_rolling", {}, (t,), i) for i, t in enumerate(texts)]
     got, want = probe_lm.loglikelihood_rolling(rolling, disable_tqdm=True), hf.loglikelihood_rolling(rolling, disable_tqdm=True)
-    assert all(abs(g - w) < TOL for g, w in zip(got, want)), (got, want)
+    # every token of a document is scored, and HFLM adds a window's log-probabilities in float32
+    # (`logits.sum()`, rounding ~ulp of the total per term) while probe adds them in float64 (math.fsum):
+    # the bound is per scored token: 2e-5, about 3 float32 ulps of a total near 100 (measured: 7.5e-6)
+    n_tokens = [len(probe_lm.tok_encode(t)) for t in texts]
+    worst = max(abs(g - w) / n for g, w, n in zip(got, want, n_tokens))
+    print(f"\nsmollm2 rolling: {n_tokens} tokens, max |probe - hf| per token = {worst:.2e}")
+    assert worst < TOL / 5, (got, want)
     gen = {"until": ["\n"], "max_gen_toks": 8, "do_sample": False}
     reqs = [Instance("generate_until", {}, (f"Question: {t}\nAnswer:", dict(gen)), i) for i, t in enumerate(texts)]
     again = [Instance("generate_until", {}, r.args, r.idx) for r in reqs]
