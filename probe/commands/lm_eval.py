@@ -59,9 +59,16 @@ def register(groups: dict) -> None:
 
 
 def _not_installed(args: argparse.Namespace) -> int:
+    import importlib.metadata
+
     from probe.errors import ProbeError
 
-    raise ProbeError("`probe lm-eval` needs lm-evaluation-harness: pip install 'probe[lm-eval]'")
+    try:
+        found = f"lm-eval {importlib.metadata.version('lm_eval')} is installed, without the `lm_eval._cli` parser"
+    except importlib.metadata.PackageNotFoundError:
+        found = "lm-eval is not installed"
+    raise ProbeError(f"`probe lm-eval` needs lm-evaluation-harness >= 0.4.13, < 0.5 ({found}): "
+                     "pip install 'probe[lm-eval]'")
 
 
 def lm_eval_namespace(args: argparse.Namespace) -> argparse.Namespace:

@@ -50,7 +50,7 @@ try:
 except ImportError as exc:  # pragma: no cover - exercised only without the extra
     raise ImportError(
         "probe's lm-eval backend needs lm-evaluation-harness: pip install 'probe[lm-eval]' "
-        f"(or pip install 'lm-eval>=0.4.9,<0.5'); import failed: {exc}"
+        f"(or pip install 'lm-eval>=0.4.13,<0.5'); import failed: {exc}"
     ) from exc
 
 import torch

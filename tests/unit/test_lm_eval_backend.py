@@ -272,3 +272,12 @@ def test_import_probe_does_not_import_lm_eval():
     proc = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == "False"
+
+
+def test_command_without_lm_eval_says_how_to_install(monkeypatch, capsys):
+    """Without lm-eval's parser the command still parses any lm-eval arguments and names the extra."""
+    from probe.cli import main
+
+    monkeypatch.setitem(sys.modules, "lm_eval._cli.run", None)  # import of it fails as if not installed
+    assert main(["lm-eval", "--model", "smollm2", "--tasks", "bbq", "--limit", "5"]) == 1
+    assert "pip install 'probe[lm-eval]'" in capsys.readouterr().err
