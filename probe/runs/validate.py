@@ -55,7 +55,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
-__all__ = ["PromptCase", "SamplingCheck", "parse_hbb", "parse_implicitbbq", "parse_cmp_iso",
+__all__ = ["PromptCase", "SamplingCheck", "inside", "parse_hbb", "parse_implicitbbq", "parse_cmp_iso",
            "counted_label", "counted_forms", "tv_distance", "PAPER_SETTINGS", "run_check", "TASKS"]
 
 #: the papers' decoding settings and the answer budget used here (tokens the answer needs)
@@ -168,6 +168,19 @@ def counted_forms(text: str, forms: Sequence[str]) -> bool:
     """Whether a generation starts with one of the scored continuation texts (the event a continuation
     log-likelihood measures: the answer *starts with* the text)."""
     return any(text.startswith(f) for f in forms)
+
+
+def inside(value: float, lo: float, hi: float, resolution: float) -> bool | None:
+    """Whether ``value`` lies in ``[lo, hi]`` widened by ``resolution`` (one generation's worth of a share,
+    ``1 / (K x prompts)``): a sampled interval is a set of finite-sample values, so a degenerate one
+    (every resample 0) still holds an exact 1e-14. None when either side is NaN.
+
+    >>> inside(1e-14, 0.0, 0.0, 1 / 2400), inside(0.2, 0.0, 0.0, 1 / 2400), inside(0.5, 0.1, 0.9, 0.0)
+    (True, False, True)
+    """
+    if value != value or lo != lo or hi != hi:
+        return None
+    return bool(lo - resolution <= value <= hi + resolution)
 
 
 def tv_distance(p: Sequence[float], q: Sequence[float]) -> float:
@@ -623,7 +636,7 @@ def run_check(task: str, runner: Any, *, n_prompts: int = 100, k: int = 20, seed
         lo, hi = (float(np.quantile(arr, 0.025)), float(np.quantile(arr, 0.975))) if arr.size else (math.nan, math.nan)
         ex = exact.get(m, math.nan)
         agg[m] = {"exact": ex, "sampled": v, "ci_low": lo, "ci_high": hi,
-                  "exact_inside": bool(lo <= ex <= hi) if ex == ex and lo == lo else None,
+                  "exact_inside": inside(ex, lo, hi, 1.0 / (k * len(cases))),
                   "exact_same_prompts": exact_same.get(m)}
     deltas = np.array([r["abs_delta"] for r in rows], float)
     noise = np.array([r["noise_delta"] for r in rows], float)
@@ -669,9 +682,11 @@ def report_markdown(check: SamplingCheck) -> str:
     for m, v in check.aggregate.items():
         if "ci_low" not in v:
             continue
-        inside = {True: "yes", False: "no", None: "n/a"}[v["exact_inside"]]
+        mark = {True: "yes", False: "no", None: "n/a"}[v["exact_inside"]]
         lines.append(f"| {m} | {_f(v['exact'])} | {_f(v['sampled'])} | [{_f(v['ci_low'])}, {_f(v['ci_high'])}] "
-                     f"| {inside} | {_f(v.get('exact_same_prompts'))} |")
+                     f"| {mark} | {_f(v.get('exact_same_prompts'))} |")
+    lines += ["", "Sampled interval: 2.5-97.5 % of the bootstrap (units with replacement, then each prompt's K answers "
+              "with replacement); \"exact inside\" allows one generation's worth, 1 / (K x prompts)."]
     counts = {m: v for m, v in check.aggregate.items() if "ci_low" not in v}
     if counts:
         lines += ["", "Counts (sampled / exact): " + ", ".join(f"{m} {v['sampled']} / {v['exact']}"

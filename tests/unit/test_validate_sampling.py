@@ -105,6 +105,15 @@ def test_counted_forms_and_tv():
     assert tv_distance([0.2, 0.3, 0.5], [0.2, 0.3, 0.5]) == 0.0
 
 
+def test_inside_allows_one_generation():
+    from probe.runs.validate import inside
+
+    assert inside(1e-14, 0.0, 0.0, 1 / 2400)          # every sampled answer wrong, exact 1e-14: agree
+    assert not inside(0.01, 0.0, 0.0, 1 / 2400)
+    assert inside(0.9 + 1 / 4800, 0.1, 0.9, 1 / 2400)
+    assert inside(float("nan"), 0.0, 1.0, 0.0) is None
+
+
 def test_dist_drops_unparsed():
     assert _dist(np.array([-1, -1]), 2) is None
     np.testing.assert_allclose(_dist(np.array([0, 1, 1, -1]), 3), [1 / 3, 2 / 3, 0])
