@@ -499,10 +499,7 @@ def sample_shared_prefix(lm: Any, prompts: Sequence[str], seeds: Sequence[Sequen
     """
     import torch
 
-    try:
-        from probe.hf_compat import cache_kwargs, output_cache
-    except ImportError:  # its earlier place
-        from probe.scoring.hf_compat import cache_kwargs, output_cache
+    from probe.hf_compat import cache_kwargs, output_cache
     from probe.scoring.generate import _RowSampler
     from probe.scoring.sampling import SamplingSpec
     from probe.scoring.tokens import wants_special_tokens
