@@ -45,10 +45,12 @@ os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 ROOT = Path(__file__).resolve().parents[1]
 os.environ.setdefault("PROBE_DATA", str((ROOT.parent / "shared" / "data").resolve()))
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks"))
 
 import torch  # noqa: E402
 
 from probe.io import stable_hash  # noqa: E402
+from vs_lm_eval import round_robin  # noqa: E402
 
 
 def select_docs(data_dir: Path, categories: list[str], n: int, seed: int = 0) -> list[dict]:
@@ -62,14 +64,7 @@ def select_docs(data_dir: Path, categories: list[str], n: int, seed: int = 0) ->
                 key = f"{row['question_index']}|{'|'.join(sorted((row['ans0'], row['ans1'], row['ans2'])))}"
                 quads[key].append(row)
         per_cat.append(sorted(quads.values(), key=lambda q: stable_hash(seed, q[0]["category"], q[0]["example_id"])))
-    out: list[dict] = []
-    i = 0
-    while len(out) < n and any(i < len(c) for c in per_cat):
-        for c in per_cat:
-            if i < len(c) and len(out) < n:
-                out.extend(c[i][: n - len(out)])
-        i += 1
-    return out
+    return round_robin(per_cat, n)
 
 
 def write_task(root: Path, docs: list[dict], kind: str) -> str:

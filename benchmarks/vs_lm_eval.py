@@ -72,10 +72,15 @@ def select_items(categories: list[str], n: int, seed: int = 0) -> list[BBQItem]:
         for it in load_bbq_jsonl(cat, drop_untargeted=True):
             quads[pair_key(it)].append(it)
         per_cat.append(sorted(quads.values(), key=lambda q: stable_hash(seed, q[0].id)))
-    out: list[BBQItem] = []
+    return round_robin(per_cat, n)
+
+
+def round_robin(per_group: list[list[list[Any]]], n: int) -> list[Any]:
+    """The first ``n`` entries taking one block from each group in turn (blocks kept whole up to ``n``)."""
+    out: list[Any] = []
     i = 0
-    while len(out) < n and any(i < len(c) for c in per_cat):
-        for c in per_cat:
+    while len(out) < n and any(i < len(c) for c in per_group):
+        for c in per_group:
             if i < len(c) and len(out) < n:
                 out.extend(c[i][: n - len(out)])
         i += 1
