@@ -92,15 +92,21 @@ def run_study(study_dir: Path, argv: list[str] | None = None) -> int:
             print(shlex.join(c))
         return 0
     env = {**os.environ, "HF_HUB_OFFLINE": os.environ.get("HF_HUB_OFFLINE", "1")}
+    # a source checkout reads the benchmark data beside it, as the tests and benchmarks do; PROBE_DATA wins
+    shared = (study_dir.resolve().parents[1].parent / "shared" / "data")
+    if "PROBE_DATA" not in env and shared.is_dir():
+        env["PROBE_DATA"] = str(shared)
     walls = {}
-    for c in cmds:
+    for c in cmds + ([] if args.no_report else [report]):
         print("+", shlex.join(c), flush=True)
         t = time.perf_counter()
-        subprocess.run(c, check=True, env=env)
-        walls[c[c.index("--output") + 1]] = round(time.perf_counter() - t, 1)
-    if not args.no_report:
-        print("+", shlex.join(report), flush=True)
-        subprocess.run(report, check=True, env=env)
+        rc = subprocess.run(c, env=env).returncode
+        if rc:  # probe has said why; a traceback from here would only hide it
+            print(f"{study['name']}: stopped, `{shlex.join(c[:3])} ...` exited with {rc} "
+                  "(re-running this command resumes the finished runs)", file=sys.stderr)
+            return rc
+        if c is not report:
+            walls[c[c.index("--output") + 1]] = round(time.perf_counter() - t, 1)
     output.mkdir(parents=True, exist_ok=True)
     (output / "wall_seconds.json").write_text(json.dumps(walls, indent=1) + "\n")
     if args.quick:
