@@ -91,11 +91,12 @@ def run_study(study_dir: Path, argv: list[str] | None = None) -> int:
         for c in cmds + [report]:
             print(shlex.join(c))
         return 0
-    env = {**os.environ, "HF_HUB_OFFLINE": os.environ.get("HF_HUB_OFFLINE", "1")}
-    # a source checkout reads the benchmark data beside it, as the tests and benchmarks do; PROBE_DATA wins
+    # a source checkout reads the benchmark data beside it, as the tests and benchmarks do; PROBE_DATA wins.
+    # Set here, not only for the subprocesses: the GPU-time estimate below builds the items in this process.
     shared = (study_dir.resolve().parents[1].parent / "shared" / "data")
-    if "PROBE_DATA" not in env and shared.is_dir():
-        env["PROBE_DATA"] = str(shared)
+    if "PROBE_DATA" not in os.environ and shared.is_dir():
+        os.environ["PROBE_DATA"] = str(shared)
+    env = {**os.environ, "HF_HUB_OFFLINE": os.environ.get("HF_HUB_OFFLINE", "1")}
     walls = {}
     for c in cmds + ([] if args.no_report else [report]):
         print("+", shlex.join(c), flush=True)
