@@ -131,26 +131,19 @@ def parse_implicitbbq(text: str, forms: Sequence[Sequence[str]]) -> int | None:
     return next(iter(best[1])) if len(best[1]) == 1 else None
 
 
-#: the authors' answer maps (src/result_analysis/misc.py: MAP_ISO, MAP_CMP), key -> label
-ISO_MAP = {"yes": "Yes", "no": "No", "y": "Yes", "n": "No", "skip": "Skip", "s": "Skip"}
-CMP_MAP = {"a": "A", "b": "B", "c": "C"}
-
-
 def parse_cmp_iso(text: str, task_type: str) -> str | None:
-    """The label the authors' extractor reads from one generation (None: unparsable).
-
-    Their rule: ``("\\boxed{" + text + "}").lower()``, then the last ``boxed{KEY}``
-    with KEY in their map; the text is expected to continue their ``\\boxed{`` cue.
+    """The label the authors' extractor reads from one generation (None: unparsable): the task's own
+    :func:`probe.prompts.cmp_iso.last_boxed`, the text continuing their ``\\boxed{`` cue.
 
     >>> [parse_cmp_iso(t, "iso") for t in ("Yes}", "yes", " Yes}", "\\\\boxed{N}", "Maybe}")]
     ['Yes', 'Yes', None, 'No', None]
     >>> parse_cmp_iso("A} because \\\\boxed{b}", "cmp")
     'B'
     """
-    amap = ISO_MAP if task_type == "iso" else CMP_MAP
-    pattern = "|".join(map(re.escape, amap))
-    matches = re.findall(r"boxed\{(" + pattern + r")\}", ("\\boxed{" + text + "}").lower())
-    return amap[matches[-1]] if matches else None
+    from probe.prompts.cmp_iso import AUTHORS_ANSWER_MAPS, last_boxed
+
+    answer = last_boxed(text, tuple(sorted(set(AUTHORS_ANSWER_MAPS[task_type].values()))))
+    return answer.named if answer is not None else None
 
 
 # -- what the exact estimator counts ----------------------------------------------------------------------
