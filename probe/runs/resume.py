@@ -27,6 +27,8 @@ def input_sidecar(output: Path) -> Path:
 def request_digest(request: Any) -> str:
     """sha256 (hex) of every field of a request (id, kind, prompt or text, labels or options, group, joining rule)."""
     fields = dataclasses.asdict(request) if dataclasses.is_dataclass(request) else dict(vars(request))
+    for key in getattr(request, "DIGEST_EXCLUDE", ()):  # callables (a parser): a name stands for them
+        fields.pop(key, None)
     if fields.get("kind") == "generation" and fields.get("temperature") is None:
         # greedy decoding ignores the sampling fields: keep the digest greedy requests had before them
         for key in ("temperature", "top_p", "seed"):

@@ -177,7 +177,7 @@ class Runner:
             if r.id in seen:
                 raise ProbeError(f"{where}: duplicate request id {r.id!r}; ids key records and resume")
             seen.add(r.id)
-            if r.kind != "generation":
+            if r.kind not in ("generation", "parse"):
                 self.scorer.encode(r)
 
     def score(self, requests: Sequence[Any], output: str | Path | None = None, task: str = "score",
@@ -298,6 +298,29 @@ class Runner:
         if output is None:
             return {d["id"]: d["text"] for part in group_chunks(requests, self.options.chunk_size) for d in gen(part)}
         return {d["id"]: d["text"] for d in self._to_file(requests, Path(output), gen, show, "generating")}
+
+    def parse(self, requests: Sequence[Any], output: str | Path | None = None, task: str = "parse",
+              progress: bool | None = None, top: int = 10) -> dict[str, dict]:
+        """The parsed answer's distribution under sampling for :class:`~probe.scoring.parse_exact.ParseRequest` s
+        (:func:`~probe.scoring.parse_exact.parse_exact`), recorded and resumed like scores (``parsed.jsonl``);
+        returns ``{id: record}``, each record with ``probs``, ``rejected``, ``residual``, ``nodes`` and the
+        ``top`` most probable enumerated generations."""
+        from probe.scoring.parse_exact import run_parse_requests
+
+        show = self.options.progress if progress is None else progress
+        batch = self.scorer.batch_size
+
+        def enumerate_part(part: list) -> Iterable[dict]:
+            dists = self._timed(part, lambda p: run_parse_requests(self.lm, p, batch_size=batch, top=top))
+            return ({"task": task, "id": r.id, "model": self.model_id, "kind": "parse",
+                     "temperature": r.temperature, "top_p": r.top_p, "max_new_tokens": r.max_new_tokens,
+                     "parser": r.parser_name, **d.to_dict(), "meta": dict(r.meta)}
+                    for r, d in zip(part, dists))
+
+        if output is None:
+            return {d["id"]: d for part in group_chunks(requests, self.options.chunk_size)
+                    for d in enumerate_part(part)}
+        return {d["id"]: d for d in self._to_file(requests, Path(output), enumerate_part, show, "enumerating")}
 
     def _timed(self, part: list, fn: Callable[[list], list]) -> list:
         t0 = time.perf_counter()

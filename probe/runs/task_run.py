@@ -4,6 +4,9 @@ Outputs in the run directory (when one is given):
 
 - ``records.jsonl`` (+ ``records.jsonl.input.json``, the model and input check);
 - ``generations.jsonl`` when the task generates first (chain-of-thought);
+- ``parsed.jsonl`` when the task has the paper's sampling + parsing enumerated exactly
+  (:meth:`probe.tasks.base.Task.parse_requests`): per prompt the parsed answer's
+  distribution, rejected and residual mass, and the most probable generations;
 - ``samples.jsonl`` with ``log_samples``: what the model saw, per request (:mod:`probe.runs.samples`);
 - ``summary.json``; ``tables/*.md|csv``; the task's report files;
 - ``timing.json`` (seconds per request kind) and ``provenance.json``.
@@ -93,6 +96,9 @@ def run_task(task: Task, config: Any, model: Any, output: str | Path | None = No
         finally:
             if log is not None:
                 log.close()
+        parse_requests = task.parse_requests(config, items, lm.tokenizer)
+        parsed = runner.parse(parse_requests, out / "parsed.jsonl" if out else None, task=task.name) \
+            if parse_requests else {}
         agreement = _greedy_agreement(runner, requests, records, out, task.name, options.agreement_tokens)
         if not runner.procs.is_main:  # rank 0 merged the shards; it alone aggregates and writes
             return Evaluation(task.name, str(getattr(lm, "name", "")), records_to_frame([]), {}, {}, out, config)
@@ -107,6 +113,8 @@ def run_task(task: Task, config: Any, model: Any, output: str | Path | None = No
                 acts = type(acts)([acts.ids[k] for k in rows], {k: v[rows] for k, v in acts.arrays.items()},
                                   [acts.records[k] for k in rows], acts.manifest)
         frame = records_to_frame(records)
+        if parsed:  # each record's parsed-answer distribution under the paper's sampling, when the task has one
+            frame["parsed"] = [parsed.get(str(i)) for i in frame["id"]]
         result: Aggregate = task.aggregate(config, frame, items)
         summary = {"task": task.name, "model": str(getattr(lm, "name", "")), "model_fingerprint": runner.model_id,
                    "n_items": len(items), "n_records": len(records), **result.summary,

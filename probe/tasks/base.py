@@ -16,6 +16,8 @@ Stages, in the order the runner calls them:
    with ``meta`` (the item fields its record needs: category, setting, ...);
    ids unique; what shares a prompt prefix adjacent; ``sampling(config)``:
    the sampling specs of the paper's estimator, scored in the same passes;
+   ``parse_requests(config, items, tokenizer)``: optional, the paper's sampling
+   + parsing procedure, enumerated exactly (:mod:`probe.scoring.parse_exact`);
 5. ``aggregate(config, records, items)``: a summary dict and tables
    (name -> DataFrame) from the records (a DataFrame with ``meta`` flattened,
    one row per record);
@@ -75,6 +77,13 @@ class Task:
 
     def aggregate(self, config: Any, records: "pd.DataFrame", items: Sequence[Any]) -> Aggregate:
         raise NotImplementedError
+
+    def parse_requests(self, config: Any, items: Sequence[Any], tokenizer: Any) -> list[Any]:
+        """The paper's own procedure, computed exactly: :class:`~probe.scoring.parse_exact.ParseRequest` s
+        (the paper's generation prompt, sampling settings and answer parser) whose parsed-answer
+        distributions the runner enumerates (``parsed.jsonl``) after scoring. Each record of
+        :meth:`aggregate` whose id has one carries it in the ``parsed`` column. Default: none."""
+        return []
 
     def sampling(self, config: Any) -> tuple[Any, ...]:
         """Sampling specs the task's paper-equivalent estimates need (``{temperature, top_p}`` mappings or

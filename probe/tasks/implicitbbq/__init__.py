@@ -93,6 +93,13 @@ class ImplicitBBQConfig(TaskConfig):
     paper_temperature: float | None = 0.1
     paper_top_p: float = 1.0
     mass_floor: float = 0.1  # items whose scored answers carry less probability are "not answering"
+    # the paper's procedure computed exactly (probe.scoring.parse_exact): the one-word answer's distribution
+    # under the paper's sampling, parsed with the paper's rule (uncertainty answers -> Unknown), for the
+    # zero-shot, safety and few-shot one-word prompts; this is the estimate published under the paper's name
+    parse_exact: bool = True
+    parse_max_new_tokens: int = 16
+    parse_residual: float = 0.01
+    parse_max_nodes: int | None = 512
 
     def __post_init__(self) -> None:
         for k in ("dimensions", "strategies", "answer_formats", "control_strategies", "context_kinds"):
@@ -139,6 +146,12 @@ class ImplicitBBQConfig(TaskConfig):
             raise ValueError(f"explicit_set must be one of {', '.join(EXPLICIT_SETS)}, got {self.explicit_set!r}")
         if not isinstance(self.n_shots, int) or isinstance(self.n_shots, bool) or not 0 <= self.n_shots <= 5:
             raise ValueError(f"n_shots must be an integer in 0..5 (the shipped sets hold five), got {self.n_shots!r}")
+        if not isinstance(self.parse_max_new_tokens, int) or self.parse_max_new_tokens < 1:
+            raise ValueError(f"parse_max_new_tokens must be a positive integer, got {self.parse_max_new_tokens!r}")
+        if not (isinstance(self.parse_residual, (int, float)) and 0 <= self.parse_residual < 1):
+            raise ValueError(f"parse_residual must be in [0, 1), got {self.parse_residual!r}")
+        if self.parse_max_nodes is not None and (not isinstance(self.parse_max_nodes, int) or self.parse_max_nodes < 1):
+            raise ValueError(f"parse_max_nodes must be a positive integer or null, got {self.parse_max_nodes!r}")
         for s, n in self.per_cell.items():
             if n is not None and (not isinstance(n, int) or isinstance(n, bool) or n < 1):
                 raise ValueError(f"per_cell[{s!r}] must be a positive integer or null (every item), got {n!r}")
@@ -220,6 +233,38 @@ class ImplicitBBQTask(Task):
                                **{key: final.texts}))
         return out
 
+    def parse_requests(self, config: ImplicitBBQConfig, items: Sequence[Any], tokenizer: Any) -> list:
+        """The paper's sampling + parsing, enumerated exactly: each zero-shot / safety / few-shot one-word
+        prompt, sampled at the paper's temperature and read by :func:`probe.prompts.answer_parse.parse_oneword`
+        (uncertainty answers normalised to Unknown). Same ids as the scored records."""
+        import functools
+        import json
+
+        from probe.prompts.answer_parse import PARSER_VERSION, oneword_decided, parse_oneword
+        from probe.prompts.bbq import prepare
+        from probe.scoring.parse_exact import ParseRequest
+
+        spec = results.paper_spec(config)
+        if not config.parse_exact or spec is None or "oneword" not in config.answer_formats:
+            return []
+        sel = self._selection(config, items)
+        demos = self._demo_sets(config, sel.pool) if "few_shot" in config.strategies else None
+        out = []
+        for strategy, it, fmt in self._jobs(config, sel):
+            if fmt != "oneword" or strategy == "cot":
+                continue  # CoT chains run to 1,024 tokens: they are sampled, their final answers scored
+            choice = demos.select(it, config.n_shots) if strategy == "few_shot" else None
+            prep = prepare(it, tokenizer, strategy, fmt, choice.demos if choice else (), config.chat_template)
+            options, unknown = tuple(it.options), int(it.unknown_index)
+            out.append(ParseRequest(
+                id=request_id(it, strategy, fmt), prompt=prep.prompt, max_new_tokens=config.parse_max_new_tokens,
+                temperature=float(spec["temperature"]), top_p=float(spec["top_p"]),
+                parser_name=f"implicitbbq-{PARSER_VERSION}:" + json.dumps([options, unknown]),
+                parser=functools.partial(parse_oneword, options=options, unknown_index=unknown),
+                decided=oneword_decided, residual=float(config.parse_residual), max_nodes=config.parse_max_nodes,
+                meta={"kind": f"{strategy}/parse", "item_id": it.id}))
+        return out
+
     def sampling(self, config: ImplicitBBQConfig) -> tuple[dict, ...]:
         """The paper's answer sampling (T = 0.1), scored beside the exact scores."""
         spec = results.paper_spec(config)
@@ -245,6 +290,18 @@ class ImplicitBBQTask(Task):
                      "by_strategy": summarize(paper_recs, n_boot=config.n_boot, seed=config.seed,
                                               cluster_key="cluster"),
                      "n_nonfinite": paper_skipped}
+        parsed: dict[str, Any] = {}
+        if spec and "parsed" in records.columns and records["parsed"].notna().any():
+            parsed_recs, parse_stats = results.parsed_metric_records(records)
+            results.add_clusters(parsed_recs, sel.pool)
+            parsed = {"settings": {**spec, "max_new_tokens": config.parse_max_new_tokens,
+                                   "parser": "one-word answer, uncertainty normalised to Unknown "
+                                             "(probe.prompts.answer_parse)",
+                                   "estimator": "the paper's sampling + parsing, enumerated exactly: expected "
+                                                "counts over the parsed answers (unparsed generations excluded)"},
+                      **parse_stats,
+                      "by_strategy": summarize(parsed_recs, n_boot=config.n_boot, seed=config.seed,
+                                               cluster_key="cluster")}
         from probe.metrics.mass import answering, mass_summary
 
         keys = sorted({f"{r['strategy']}|{r['answer_format']}" for r in recs})
@@ -262,6 +319,7 @@ class ImplicitBBQTask(Task):
             "option_mass": results.option_mass_summary(recs),
             "few_shot_demos": results.demo_summary(records),
             "paper_equivalent": paper,
+            "paper_parsed": parsed,
             "cot": self._cot_summary(config, records),
             "n_nonfinite": skipped,
             "sample": {s: len(v) for s, v in sel.samples.items()},
@@ -271,6 +329,8 @@ class ImplicitBBQTask(Task):
         tables = results.tables(by_strategy, model)
         if paper:
             tables = {**results.paper_tables(paper["by_strategy"], model, spec), **tables}
+        if parsed:
+            tables = {**results.parsed_tables(parsed["by_strategy"], model, spec), **tables}
         if summary["option_mass"]:
             tables["option_mass"] = results.option_mass_table(summary["option_mass"])
         if summary["cot"].get("by_strategy"):

@@ -149,6 +149,52 @@ def metric_records(records: Any, sampling: Mapping[str, float] | None = None, re
     return (out if per_chain else average_chains(out, require_cue)), skipped
 
 
+def parsed_metric_records(records: Any) -> tuple[list[dict], dict[str, Any]]:
+    """(one metric record per record with a parsed-answer distribution, its statistics).
+
+    ``probs``: the enumerated parsed-answer distribution over the item's three
+    options, renormalised over the parsed (accepted) mass, as a sampled run
+    that drops unparsable answers counts them. Statistics: ``n`` records,
+    ``n_no_parsed_answer`` (nothing enumerated was parsed: left out),
+    ``max_residual`` (the largest mass not enumerated: every option's
+    probability is certain to within it), ``mean_rejected`` (share of
+    generations the parser maps to no option) and ``mean_nodes``.
+    """
+    out, residuals, rejected, nodes, none = [], [], [], [], 0
+    for rec in records.to_dict("records") if hasattr(records, "to_dict") else records:
+        d = rec.get("parsed")
+        if not isinstance(d, Mapping):
+            continue
+        residuals.append(float(d["residual"]))
+        rejected.append(float(d["rejected"]))
+        nodes.append(int(d["nodes"]))
+        raw = [float(d["probs"].get(str(i), 0.0)) for i in range(3)]
+        total = math.fsum(raw)
+        if total <= 0:
+            none += 1
+            continue
+        probs = [x / total for x in raw]
+        m = {k: rec.get(k) for k in ITEM_FIELDS}
+        m.update(id=rec["id"], probs=probs, mass=total, logprobs=[math.log(x) if x > 0 else -math.inf for x in probs],
+                 option_mass=probs, pred_index=max(range(3), key=lambda i: (probs[i], -i)), chain=None, has_cue=None)
+        out.append(m)
+    n = len(residuals)
+    stats = {"n": n, "n_no_parsed_answer": none,
+             "max_residual": max(residuals) if residuals else math.nan,
+             "mean_residual": math.fsum(residuals) / n if n else math.nan,
+             "mean_rejected": math.fsum(rejected) / n if n else math.nan,
+             "mean_nodes": math.fsum(nodes) / n if n else math.nan}
+    return out, stats
+
+
+def parsed_tables(summary: Mapping[str, Any], model: str, spec: Mapping[str, float]) -> dict[str, Any]:
+    """The paper's Table 2 from its own procedure (sampling + parsing, enumerated exactly): the headline."""
+    from probe.reports.bbq_tables import table2
+
+    name = f"table2_paper_parsed_T{spec['temperature']:g}" + (f"_topp{spec['top_p']:g}" if spec["top_p"] < 1 else "")
+    return {name: table2(dict(summary), "expected", model)}
+
+
 def option_mass_summary(recs: list[dict]) -> dict[str, Any]:
     """Mean probability each answer carries, per strategy|format and context kind (exact scores, T = 1).
 

@@ -1,0 +1,525 @@
+"""What sampling + parsing returns, computed without sampling: the distribution of a parser's answer.
+
+A paper samples a generation at temperature ``T`` / nucleus ``top_p`` and reads
+its answer with a parser. The answer's distribution is a sum over the token
+sequences ``generate`` can produce::
+
+    P(answer = a) = sum over generations g with parser(decode(g)) == a of P(g)
+
+:func:`parse_exact` enumerates that tree of generations best-first by path
+probability. Each step's distribution is
+:func:`~probe.scoring.sampling.sampling_distribution` (temperature, then the
+nucleus, as ``generate`` samples with ``top_k`` off); a branch ends at one of
+the model's end-of-sequence ids (its generation config, as ``generate`` uses)
+or after ``max_new_tokens`` tokens, or earlier when ``decided(text)`` says no
+continuation can change the parser's answer. The generated ids are decoded with
+``skip_special_tokens=True`` and parsed.
+
+The result is certified: every enumerated generation's mass is exact (products
+of float64 step probabilities), and what was not enumerated (children below the
+pruning mass, branches left when the target or ``max_nodes`` was reached) is the
+``residual``. So for every answer ``a`` the true probability lies in
+``[probs[a], probs[a] + residual]``, and ``sum(probs) + rejected + residual == 1``.
+Because it enumerates sampled *token ids*, every tokenisation of an answer is
+covered (scoring surface forms sees only the canonical one).
+
+Cost: one forward token per expanded node. The prompt runs once; a node's key /
+value vectors are kept (one token's worth) and a batch of frontier nodes, from
+all prompts of a group, runs as one left-padded pass over the cached prompt +
+path, like batched generation. At a low temperature the tree is a few dozen
+nodes; at ``T = 0.8`` with a wide nucleus it is not enumerable to a small
+residual, which the result then says (see ``docs/scoring.md``).
+
+>>> d = ParseDistribution({"A": 0.6, "B": 0.3}, rejected=0.05, residual=0.05, nodes=12, prompt_tokens=30)
+>>> d.bounds("A"), round(d.total(), 12)
+((0.6, 0.65), 1.0)
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from dataclasses import dataclass, field
+from typing import Any, Callable, ClassVar, Hashable, Sequence
+
+Parser = Callable[[str], Hashable | None]
+
+#: float64 slack on the mass invariant (products and sums of step probabilities)
+_EPS = 1e-9
+
+
+@dataclass
+class ParseDistribution:
+    """The parser's answer under sampling, for one prompt.
+
+    ``probs``: answer -> mass of the enumerated generations parsed to it;
+    ``rejected``: mass of enumerated generations parsed to None; ``residual``:
+    mass not enumerated (an upper bound on what any answer may still gain);
+    ``nodes``: forward tokens spent on generated positions; ``prompt_tokens``:
+    the prompt's own tokens (run once); ``top``: the most probable enumerated
+    generations, ``(text, mass, answer)``, best first.
+    """
+
+    probs: dict[Any, float]
+    rejected: float
+    residual: float
+    nodes: int
+    prompt_tokens: int = 0
+    top: list[tuple[str, float, Any]] = field(default_factory=list)
+
+    def total(self) -> float:
+        """``sum(probs) + rejected + residual`` (1 up to float rounding)."""
+        return math.fsum(self.probs.values()) + self.rejected + self.residual
+
+    def bounds(self, answer: Hashable) -> tuple[float, float]:
+        """The certified interval of ``P(answer)``."""
+        p = self.probs.get(answer, 0.0)
+        return p, min(1.0, p + self.residual)
+
+    def accepted(self) -> float:
+        """Mass of enumerated generations the parser gives an answer."""
+        return math.fsum(self.probs.values())
+
+    def normalized(self, answers: Sequence[Hashable]) -> list[float] | None:
+        """``P(answer | the parser accepts the generation)`` over ``answers``, from the enumerated mass
+        (None when nothing enumerated is accepted). Answers outside ``answers`` count as accepted too."""
+        acc = self.accepted()
+        if acc <= 0:
+            return None
+        return [self.probs.get(a, 0.0) / acc for a in answers]
+
+    def to_dict(self, top: int | None = None) -> dict[str, Any]:
+        """JSON-ready: answers become strings; ``top`` limits the listed generations."""
+        gens = self.top if top is None else self.top[:top]
+        return {"probs": {str(k): v for k, v in self.probs.items()}, "rejected": self.rejected,
+                "residual": self.residual, "nodes": self.nodes, "prompt_tokens": self.prompt_tokens,
+                "top": [{"text": t, "mass": m, "answer": None if a is None else str(a)} for t, m, a in gens]}
+
+
+def parse_exact(
+    lm: Any,
+    prompts: Sequence[str | Sequence[int]],
+    spec: Any,
+    *,
+    max_new_tokens: int,
+    parser: Parser | Sequence[Parser],
+    decided: Callable[[str], bool] | Sequence[Callable[[str], bool]] | None = None,
+    residual: float = 0.01,
+    max_nodes: int | None = None,
+    prune: float | None = None,
+    batch_size: int = 32,
+    prompt_batch: int = 16,
+    top: int = 10,
+    progress: bool = False,
+) -> list[ParseDistribution]:
+    """The distribution of ``parser(generation)`` under sampling with ``spec``, for each prompt.
+
+    ``prompts``: strings (encoded as the engine encodes a prompt: special tokens
+    unless the text starts with BOS) or token-id lists (used as given).
+    ``parser``: ``text -> answer | None`` for all prompts, or one per prompt.
+    ``decided``: optional ``text -> bool`` (one, or one per prompt): True when no
+    continuation of ``text`` can change the parser's answer, which ends the
+    branch early. ``residual``: stop a prompt once the mass not enumerated is at
+    most this. ``max_nodes``: most forward tokens per prompt (None: no limit).
+    ``prune``: children below this path mass are not expanded and count as
+    residual (default ``residual / 1000``). ``batch_size``: nodes per forward pass;
+    ``prompt_batch``: prompts enumerated together (their caches held at once).
+    ``top``: how many of the most probable generations to keep per prompt.
+    """
+    import torch
+
+    from probe.scoring.sampling import SamplingSpec
+
+    if not isinstance(spec, SamplingSpec):
+        raise TypeError("parse_exact: spec must be a SamplingSpec")
+    if max_new_tokens < 1:
+        raise ValueError(f"parse_exact: max_new_tokens must be >= 1, got {max_new_tokens!r}")
+    if not 0 <= residual < 1:
+        raise ValueError(f"parse_exact: residual must be in [0, 1), got {residual!r}")
+    n = len(prompts)
+    parsers = _per_prompt(parser, n, "parser")
+    decideds = _per_prompt(decided, n, "decided") if decided is not None else [None] * n
+    prune = residual / 1000 if prune is None else float(prune)
+    tok = lm.tokenizer
+    encoded = [_encode(tok, p) for p in prompts]
+    for i, ids in enumerate(encoded):
+        if not ids:
+            raise ValueError(f"parse_exact: prompt {i} encodes to no tokens")
+    out: list[ParseDistribution] = []
+    groups = [range(a, min(n, a + prompt_batch)) for a in range(0, n, prompt_batch)]
+    bar = None
+    if progress:
+        from tqdm.auto import tqdm
+
+        bar = tqdm(total=n, desc="enumerating generations", unit="prompt", leave=False)
+    with torch.inference_mode():
+        enum = _Enumerator(lm, spec, max_new_tokens, residual, max_nodes, prune, batch_size, top)
+        for g in groups:
+            out.extend(enum.run([encoded[i] for i in g], [parsers[i] for i in g], [decideds[i] for i in g]))
+            if bar is not None:
+                bar.update(len(g))
+    if bar is not None:
+        bar.close()
+    return out
+
+
+def eos_ids(lm: Any) -> set[int]:
+    """The ids that end a generation, as ``generate`` takes them: the generation config's
+    ``eos_token_id`` (an id or a list), else the tokenizer's."""
+    gc = getattr(lm.model, "generation_config", None)
+    eos = getattr(gc, "eos_token_id", None) if gc is not None else None
+    if eos is None:
+        eos = lm.tokenizer.eos_token_id
+    if eos is None:
+        return set()
+    return {int(x) for x in (eos if isinstance(eos, (list, tuple)) else [eos])}
+
+
+def batch_decoder(tok: Any) -> Callable[[list[Sequence[int]]], list[str]]:
+    """``ids lists -> texts`` equal to ``tok.decode(ids, skip_special_tokens=True)`` for each; a fast
+    tokenizer's backend decodes the whole list in one call (the enumeration decodes millions of leaves)."""
+    backend = getattr(tok, "_tokenizer", None)
+    if backend is not None and hasattr(backend, "decode_batch") and getattr(tok, "is_fast", False):
+        clean = bool(getattr(tok, "clean_up_tokenization_spaces", False))
+
+        def fast(paths: list[Sequence[int]]) -> list[str]:
+            texts = backend.decode_batch([list(p) for p in paths], skip_special_tokens=True)
+            return [tok.clean_up_tokenization(t) for t in texts] if clean else texts
+
+        return fast
+    return lambda paths: [tok.decode(list(p), skip_special_tokens=True) for p in paths]
+
+
+def _per_prompt(value: Any, n: int, name: str) -> list:
+    if callable(value):
+        return [value] * n
+    values = list(value)
+    if len(values) != n:
+        raise ValueError(f"parse_exact: {len(values)} {name}s for {n} prompts")
+    return values
+
+
+def _encode(tok: Any, prompt: str | Sequence[int]) -> tuple[int, ...]:
+    from probe.scoring.tokens import wants_special_tokens
+
+    if isinstance(prompt, str):
+        return tuple(tok(prompt, add_special_tokens=wants_special_tokens(tok, prompt))["input_ids"])
+    return tuple(int(x) for x in prompt)
+
+
+@dataclass
+class _Node:
+    """An expanded node: its parent (-1: the prompt), the token it adds, its path and its kv ``[2, L, H, D]``."""
+
+    parent: int
+    path: tuple[int, ...]
+    kv: Any
+
+
+@dataclass
+class _State:
+    """One prompt's enumeration: the frontier heap ``(-mass, order, parent node, token)``, kept / pruned mass."""
+
+    prompt: tuple[int, ...]
+    kv: Any  # [2, L, H, P, D]
+    parser: Parser
+    decided: Callable[[str], bool] | None
+    heap: list = field(default_factory=list)
+    nodes: list[_Node] = field(default_factory=list)
+    probs: dict = field(default_factory=dict)
+    rejected: float = 0.0
+    pruned: float = 0.0
+    spent: int = 0
+    texts: dict = field(default_factory=dict)  # text -> [mass, answer]
+    parsed: dict = field(default_factory=dict)  # text -> answer (parse once)
+    order: int = 0
+    front: float = 0.0  # running sum of the heap's masses (exact fsum at the end)
+
+    def push(self, mass: float, parent: int, token: int) -> None:
+        self.order += 1
+        self.front += mass
+        heapq.heappush(self.heap, (-mass, self.order, parent, token))
+
+    def pop(self) -> tuple[float, int, int]:
+        neg, _, parent, token = heapq.heappop(self.heap)
+        self.front += neg
+        return -neg, parent, token
+
+    def residual(self, exact: bool = False) -> float:
+        if not self.heap:
+            self.front = 0.0
+        front = math.fsum(-e[0] for e in self.heap) if exact else self.front
+        return self.pruned + max(0.0, front)
+
+
+class _Enumerator:
+    """Best-first enumeration of generation trees over a group of prompts, on the engine's forward pass."""
+
+    def __init__(self, lm: Any, spec: Any, max_new: int, residual: float, max_nodes: int | None, prune: float,
+                 batch_size: int, top: int) -> None:
+        from probe.scoring.engine import Engine
+
+        self.lm, self.spec, self.max_new = lm, spec, max_new
+        self.target, self.max_nodes, self.prune = residual, max_nodes, prune
+        self.batch_size, self.top = max(1, int(batch_size)), top
+        tok = lm.tokenizer
+        pad = tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id
+        self.engine = Engine(lm.model, pad_id=pad if pad is not None else 0)
+        self.eos = eos_ids(lm)
+        self.decode = batch_decoder(tok)
+        sliding = getattr(self.engine.config, "sliding_window", None)
+        self.sliding = int(sliding) if sliding else None
+
+    # -- the loop ---------------------------------------------------------------------------------------
+    def run(self, prompts: list[tuple[int, ...]], parsers: list[Parser],
+            decideds: list[Callable[[str], bool] | None]) -> list[ParseDistribution]:
+        if self.sliding is not None and max(len(p) for p in prompts) + self.max_new > self.sliding:
+            raise ValueError(f"parse_exact: a prompt plus max_new_tokens exceeds the model's sliding window "
+                             f"({self.sliding} tokens), which the enumeration's cache does not model")
+        states = self._prefill(prompts, parsers, decideds)
+        while True:
+            batch = self._pick(states)
+            if not batch:
+                break
+            self._expand(states, batch)
+        return [self._result(s) for s in states]
+
+    def _active(self, s: _State) -> bool:
+        if not s.heap or s.residual() <= self.target:
+            return False
+        return self.max_nodes is None or s.spent < self.max_nodes
+
+    def _pick(self, states: list[_State]) -> list[tuple[int, float, int, int]]:
+        """Up to ``batch_size`` frontier entries ``(state, mass, parent, token)``, the most probable of each
+        active prompt in turn (every prompt advances in every pass). A prompt stops contributing once the
+        picked mass covers what its residual exceeds the target by: more could not be needed this pass."""
+        active = [i for i, s in enumerate(states) if self._active(s)]
+        need = {i: states[i].residual() - self.target for i in active}
+        budget = {i: (self.max_nodes - states[i].spent if self.max_nodes is not None else 1 << 60) for i in active}
+        picked: list[tuple[int, float, int, int]] = []
+        while active and len(picked) < self.batch_size:
+            nxt = []
+            for i in active:
+                if len(picked) >= self.batch_size:
+                    break
+                s = states[i]
+                if not s.heap or budget[i] <= 0 or need[i] <= 0:
+                    continue
+                mass, parent, token = s.pop()
+                picked.append((i, mass, parent, token))
+                need[i] -= mass
+                budget[i] -= 1
+                nxt.append(i)
+            active = nxt
+        return picked
+
+    # -- forward passes ---------------------------------------------------------------------------------
+    def _prefill(self, prompts: list[tuple[int, ...]], parsers: list[Parser],
+                 decideds: list[Callable[[str], bool] | None]) -> list[_State]:
+        """Run the prompts once (left-padded), keep each one's cache and queue its first tokens."""
+        import torch
+        from transformers import DynamicCache
+
+        from probe.hf_compat import cache_kwargs, output_cache
+
+        eng = self.engine
+        width = max(len(p) for p in prompts)
+        ids = torch.full((len(prompts), width), eng.pad_id, dtype=torch.long)
+        mask = torch.zeros((len(prompts), width), dtype=torch.long)
+        pos = torch.zeros((len(prompts), width), dtype=torch.long)
+        for i, p in enumerate(prompts):
+            ids[i, width - len(p):] = torch.tensor(p)
+            mask[i, width - len(p):] = 1
+            pos[i, width - len(p):] = torch.arange(len(p))
+        eng.tokens_run += sum(len(p) for p in prompts)
+        out = eng._decoder(input_ids=ids.to(eng.device), attention_mask=mask.to(eng.device),
+                           position_ids=pos.to(eng.device), use_cache=True,
+                           **cache_kwargs(eng.decoder, DynamicCache(config=eng.model.config)))
+        kvs = _stack_cache(output_cache(out))  # [2, L, B, H, W, D]
+        logits = eng.logits(out.last_hidden_state[:, -1])
+        states = []
+        for b, (p, parser, dec) in enumerate(zip(prompts, parsers, decideds)):
+            kv = kvs[:, :, b, :, width - len(p):, :].clone()  # the prompt's own positions, padding dropped
+            s = _State(prompt=p, kv=kv, parser=parser, decided=dec)
+            self._children(s, -1, (), 1.0, logits[b])
+            states.append(s)
+        return states
+
+    def _expand(self, states: list[_State], batch: list[tuple[int, float, int, int]]) -> None:
+        import torch
+
+        eng = self.engine
+        rows = []
+        for i, mass, parent, token in batch:
+            s = states[i]
+            path = s.nodes[parent].path if parent >= 0 else ()
+            rows.append((s, mass, parent, token, path))
+        lengths = [len(s.prompt) + len(path) for s, _, _, _, path in rows]
+        width = max(lengths)
+        L, H, D = states[0].kv.shape[1], states[0].kv.shape[2], states[0].kv.shape[4]
+        dtype, device = states[0].kv.dtype, states[0].kv.device
+        kv = torch.zeros((2, L, len(rows), H, width, D), dtype=dtype, device=device)
+        mask = torch.zeros((len(rows), width + 1), dtype=torch.long)
+        for b, ((s, _, parent, _, path), n) in enumerate(zip(rows, lengths)):
+            parts = [s.kv] + [s.nodes[j].kv.unsqueeze(-2) for j in _chain(s, parent)]
+            kv[:, :, b, :, width - n:, :] = torch.cat(parts, dim=-2)
+            mask[b, width - n:] = 1
+        from transformers import DynamicCache
+
+        from probe.hf_compat import cache_kwargs, output_cache
+
+        cache = DynamicCache(ddp_cache_data=[(kv[0, li], kv[1, li]) for li in range(L)],
+                             config=eng.model.config)
+        ids = torch.tensor([[t] for _, _, _, t, _ in rows], dtype=torch.long)
+        pos = torch.tensor([[n] for n in lengths], dtype=torch.long)
+        eng.tokens_run += len(rows)
+        out = eng._decoder(input_ids=ids.to(eng.device), attention_mask=mask.to(eng.device),
+                           position_ids=pos.to(eng.device), use_cache=True, **cache_kwargs(eng.decoder, cache))
+        new = _stack_cache(output_cache(out))[:, :, :, :, -1, :]  # [2, L, B, H, D]
+        logits = eng.logits(out.last_hidden_state[:, -1])
+        for b, (s, mass, parent, token, path) in enumerate(rows):
+            s.spent += 1
+            s.nodes.append(_Node(parent, path + (token,), new[:, :, b].clone()))
+            self._children(s, len(s.nodes) - 1, path + (token,), mass, logits[b])
+
+    # -- the tree ---------------------------------------------------------------------------------------
+    def _children(self, s: _State, node: int, path: tuple[int, ...], mass: float, logits: Any) -> None:
+        """Resolve or queue the children of an expanded node with its next-token ``logits``."""
+        import torch
+
+        from probe.scoring.sampling import sampling_distribution
+
+        dist = sampling_distribution(logits.float().cpu(), self.spec) * mass  # float64 path masses
+        keep = (dist >= self.prune).nonzero()[:, 0]
+        kept = dist[keep]
+        order = torch.argsort(kept, descending=True, stable=True)
+        keep, kept = keep[order].tolist(), kept[order].tolist()
+        s.pruned += max(0.0, float(dist.sum()) - math.fsum(kept)) if len(kept) < dist.shape[0] else 0.0
+        depth = len(path) + 1
+        last = depth >= self.max_new
+        ends = [(t, m) for t, m in zip(keep, kept) if m > 0 and t in self.eos]
+        rest = [(t, m) for t, m in zip(keep, kept) if m > 0 and t not in self.eos]
+        if ends:
+            self._leaf(s, self._decode([path])[0], math.fsum(m for _, m in ends))
+        if not rest:
+            return
+        if last or s.decided is not None:
+            texts = self._decode([path + (t,) for t, _ in rest])
+            for (t, m), text in zip(rest, texts):
+                if last or s.decided(text):
+                    self._leaf(s, text, m)
+                else:
+                    s.push(m, node, t)
+        else:
+            for t, m in rest:
+                s.push(m, node, t)
+
+    def _decode(self, paths: list[tuple[int, ...]]) -> list[str]:
+        return self.decode(paths)
+
+    def _leaf(self, s: _State, text: str, mass: float) -> None:
+        if text in s.parsed:
+            answer = s.parsed[text]
+        else:
+            answer = s.parser(text)
+            s.parsed[text] = answer
+        if answer is None:
+            s.rejected += mass
+        else:
+            s.probs[answer] = s.probs.get(answer, 0.0) + mass
+        entry = s.texts.setdefault(text, [0.0, answer])
+        entry[0] += mass
+
+    def _result(self, s: _State) -> ParseDistribution:
+        residual = s.residual(exact=True)
+        total = math.fsum(s.probs.values()) + s.rejected + residual
+        # float64 products of step probabilities sum to 1 up to ~1e-12; fold that rounding into the residual so
+        # the invariant holds exactly, and never below 0
+        residual = max(0.0, residual + (1.0 - total)) if abs(1.0 - total) < 1e-6 else residual
+        top = sorted(((t, m, a) for t, (m, a) in s.texts.items()), key=lambda x: -x[1])[: self.top]
+        return ParseDistribution(dict(sorted(s.probs.items(), key=lambda kv: -kv[1])), s.rejected, residual,
+                                 s.spent, len(s.prompt), top)
+
+
+def _chain(s: _State, node: int) -> list[int]:
+    """The expanded nodes from the first generated token down to ``node`` (empty for the prompt)."""
+    out = []
+    while node >= 0:
+        out.append(node)
+        node = s.nodes[node].parent
+    return out[::-1]
+
+
+def _stack_cache(cache: Any) -> Any:
+    """A cache's keys and values as one tensor ``[2, layers, batch, heads, seq, dim]``."""
+    import torch
+
+    return torch.stack([torch.stack([layer.keys for layer in cache.layers]),
+                        torch.stack([layer.values for layer in cache.layers])])
+
+
+@dataclass(frozen=True)
+class ParseRequest:
+    """One prompt whose parsed answer under sampling a task needs (the runner's parse stage).
+
+    ``parser`` / ``decided``: the callables :func:`parse_exact` applies; they are
+    not part of the request's digest, ``parser_name`` is: name the rule and
+    everything it depends on (e.g. ``"implicitbbq-oneword/1:" + the answers``),
+    so a changed parser is a changed request on resume. ``meta``: fields the
+    task's aggregate reads back; ``record_id``: the scored record this
+    distribution belongs to (default: ``id``).
+    """
+
+    id: str
+    prompt: str
+    max_new_tokens: int
+    temperature: float
+    top_p: float
+    parser_name: str
+    parser: Callable[[str], Any] = field(repr=False, compare=False)
+    decided: Callable[[str], bool] | None = field(default=None, repr=False, compare=False)
+    meta: dict = field(default_factory=dict)
+    residual: float = 0.01
+    max_nodes: int | None = None
+    kind: str = "parse"
+
+    #: fields left out of the resume digest (callables have no stable text; ``parser_name`` stands for them)
+    DIGEST_EXCLUDE: ClassVar[tuple] = ("parser", "decided")
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.id, str) or not self.id:
+            raise ValueError("parse request has an empty or non-string 'id'")
+        if not isinstance(self.prompt, str) or not self.prompt:
+            raise ValueError(f"parse request {self.id!r}: field 'prompt' is empty")
+        if self.max_new_tokens < 1:
+            raise ValueError(f"parse request {self.id!r}: max_new_tokens must be >= 1")
+        if not callable(self.parser):
+            raise ValueError(f"parse request {self.id!r}: parser must be callable")
+
+    @property
+    def spec_key(self) -> tuple:
+        """What requests must share to be enumerated together."""
+        return (self.temperature, self.top_p, self.max_new_tokens, self.residual, self.max_nodes)
+
+
+def run_parse_requests(lm: Any, requests: Sequence[ParseRequest], *, batch_size: int = 32, top: int = 10,
+                       progress: bool = False) -> list[ParseDistribution]:
+    """:func:`parse_exact` over requests with possibly different settings (grouped, order kept)."""
+    from probe.scoring.sampling import SamplingSpec
+
+    out: list[ParseDistribution | None] = [None] * len(requests)
+    groups: dict[tuple, list[int]] = {}
+    for i, r in enumerate(requests):
+        groups.setdefault(r.spec_key, []).append(i)
+    for (t, p, max_new, residual, max_nodes), idx in groups.items():
+        res = parse_exact(lm, [requests[i].prompt for i in idx], SamplingSpec(t, p), max_new_tokens=max_new,
+                          parser=[requests[i].parser for i in idx],
+                          decided=[requests[i].decided or _never for i in idx], residual=residual,
+                          max_nodes=max_nodes, batch_size=batch_size, top=top, progress=progress)
+        for i, d in zip(idx, res):
+            out[i] = d
+    return out  # type: ignore[return-value]
+
+
+def _never(text: str) -> bool:
+    return False
