@@ -119,7 +119,8 @@ def parse_exact(
     ``parser``: ``text -> answer | None`` for all prompts, or one per prompt.
     ``decided``: optional ``text -> bool`` (one, or one per prompt): True when no
     continuation of ``text`` can change the parser's answer, which ends the
-    branch early. ``residual``: stop a prompt once the mass not enumerated is at
+    branch early (never asked of a text ending in an unfinished multi-byte
+    character, U+FFFD, whose continuations rewrite it). ``residual``: stop a prompt once the mass not enumerated is at
     most this. ``max_nodes``: most forward tokens per prompt (None: no limit).
     ``prune``: children below this path mass are not expanded and count as
     residual (default ``residual / 1000``). ``batch_size``: nodes per forward pass;
@@ -406,7 +407,9 @@ class _Enumerator:
         if last or s.decided is not None:
             texts = self._decode([path + (t,) for t, _ in rest])
             for (t, m), text in zip(rest, texts):
-                if last or s.decided(text):
+                # a text ending in U+FFFD holds an unfinished multi-byte character that later tokens complete:
+                # it is not a prefix of its continuations' texts, so it decides nothing yet
+                if last or (not text.endswith("\ufffd") and s.decided(text)):
                     self._leaf(s, text, m)
                 else:
                     s.push(m, node, t)
