@@ -14,11 +14,12 @@ import hashlib
 import json
 import math
 import os
+import re
 import tempfile
 from pathlib import Path
 from typing import Any, Iterable, Iterator, Mapping
 
-from probe.errors import InputError
+from probe.errors import InputError, ProbeError
 
 
 def dumps(obj: Any) -> str:
@@ -190,3 +191,41 @@ def flatten_meta(record: Mapping[str, Any]) -> dict[str, Any]:
     for k, v in (obj.pop("meta", None) or {}).items():
         obj[f"meta.{k}" if k in obj else k] = v
     return obj
+
+
+_UNSAFE = re.compile(r"[^A-Za-z0-9_.-]+")
+
+
+def safe_name(text: Any, max_len: int = 80) -> str:
+    """``text`` as a file name / HTML ``id``: letters, digits, ``_ . -`` only, never starting with a dot.
+
+    A name already of that form (and at most ``max_len`` long) is kept as is; any other gets the
+    slug of its allowed characters and a short hash of the original, so two different names never
+    meet and nothing from data can name a path (``..``, ``/``) or break out of an attribute.
+
+    >>> safe_name("hbb_table1")
+    'hbb_table1'
+    >>> safe_name("../../x")[:2], len(safe_name("../../x"))
+    ('x_', 10)
+    >>> safe_name('"><img src=x>') == safe_name('"><img src=x>') and "<" not in safe_name('"><img src=x>')
+    True
+    """
+    raw = str(text)
+    slug = _UNSAFE.sub("_", raw).strip("._-")[:max_len]
+    if slug == raw and slug:
+        return slug
+    tag = hashlib.sha256(raw.encode("utf-8", "surrogatepass")).hexdigest()[:8]
+    return f"{slug}_{tag}" if slug else tag
+
+
+def inside(root: str | Path, path: str | Path) -> Path:
+    """``path`` if it resolves inside ``root`` (symlinks followed), else :class:`probe.errors.ProbeError`.
+
+    >>> inside("/tmp/out", "/tmp/out/tables/a.md").name
+    'a.md'
+    """
+    base = Path(root).resolve()
+    target = Path(path).resolve()
+    if target != base and base not in target.parents:
+        raise ProbeError(f"refusing to write {path}: it lies outside the output directory {root}")
+    return Path(path)

@@ -517,3 +517,74 @@ def test_config_missing_file(tmp_path, name):
 def test_probe_errors_are_user_facing():
     """Every loader error above is an InputError, hence a ProbeError the CLI prints without a traceback."""
     assert issubclass(InputError, ProbeError) and issubclass(InputError, ValueError)
+
+
+# --- 5. reports and run directories from hostile data ----------------------------------------------------------
+
+EVIL = '"><img src=x onerror=alert(4)>'
+
+
+def _fake_run(d: Path, task: str, model: str, tables: dict[str, str]) -> Path:
+    """A run directory as ``probe report`` reads it: summary.json and the task's own tables/*.csv."""
+    (d / "tables").mkdir(parents=True)
+    (d / "summary.json").write_text(json.dumps({"task": task, "model": model, "n_items": 1}), encoding="utf-8")
+    for name, text in tables.items():
+        (d / "tables" / f"{name}.csv").write_text(text, encoding="utf-8")
+    return d
+
+
+def _live_markup(page: str) -> list[str]:
+    """Every element of ``page`` (as a browser parses it) that the report itself does not write: an unknown
+    tag, an ``on*`` handler attribute, or an image that is not the report's own inline PNG."""
+    from html.parser import HTMLParser
+
+    own = {"html", "head", "meta", "link", "title", "style", "body", "header", "h1", "h2", "h3", "p", "nav", "b",
+           "ol", "li", "a", "main", "section", "figure", "div", "table", "thead", "tbody", "tr", "th", "td",
+           "figcaption", "strong", "img"}
+    bad: list[str] = []
+
+    class Parser(HTMLParser):
+        def handle_starttag(self, tag, attrs):
+            if (tag not in own or any(k.startswith("on") for k, _ in attrs)
+                    or (tag == "img" and not str(dict(attrs).get("src", "")).startswith("data:image/png"))):
+                bad.append(self.get_starttag_text())
+
+    Parser().feed(page)
+    return bad
+
+
+def test_report_html_escapes_every_name_from_data(tmp_path):
+    """Task, model, directory and table file names with markup: no live element, ids from the one sanitiser."""
+    run = _fake_run(tmp_path / EVIL, EVIL, EVIL, {EVIL: "a,b\n<script>x</script>,2\n"})
+    out = tmp_path / "report"
+    assert main(["report", str(run), "--output", str(out)]) == 0
+    page = (out / "report.html").read_text(encoding="utf-8")
+    assert _live_markup(page) == [], _live_markup(page)
+    ids = re.findall(r'\b(?:id|href)="#?([^"]*)"', page)
+    assert ids and all(re.fullmatch(r"[A-Za-z0-9_.:,-]*", i) for i in ids), ids
+    md = (out / "report.md").read_text(encoding="utf-8")
+    assert "<img" not in md and "<script" not in md
+    assert all(re.fullmatch(r"[A-Za-z0-9_.-]+", p.name) for p in (out / "tables").iterdir())
+
+
+def test_report_never_writes_outside_its_output(tmp_path):
+    """A summary.json naming its task '../../../../ESCAPED' writes only under --output."""
+    base = tmp_path / "a" / "b" / "c"
+    run = _fake_run(base / "run", "../../../../ESCAPED", "m", {"by_category_labels": "x,y\n1,2\n"})
+    out = base / "report"
+    before = {p for p in tmp_path.rglob("*")}
+    assert main(["report", str(run), "--output", str(out)]) == 0
+    new = {p for p in tmp_path.rglob("*")} - before
+    assert new and all(p == out or out in p.parents for p in new), sorted(map(str, new - {p for p in new if out in p.parents}))
+    assert not [p for p in tmp_path.rglob("*ESCAPED*") if out not in p.parents]
+
+
+def test_inside_refuses_a_path_outside_the_root(tmp_path):
+    from probe.io import inside
+
+    with pytest.raises(ProbeError, match="outside the output directory"):
+        inside(tmp_path / "out", tmp_path / "out" / ".." / "x.md")
+    (tmp_path / "out").mkdir()
+    (tmp_path / "out" / "link").symlink_to(tmp_path)
+    with pytest.raises(ProbeError, match="outside"):
+        inside(tmp_path / "out", tmp_path / "out" / "link" / "x.md")
