@@ -79,12 +79,49 @@ class RecordWriter:
         if self.path.exists() and not self.path.is_file():
             raise InputError(self.path, None, None, "output path exists and is not a file (a directory?)")
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        self.records, good = read_records(self.path)
-        if self.path.exists() and self.path.stat().st_size != good:
-            with open(self.path, "r+b") as f:  # drop the torn tail so appends stay line-aligned
-                f.truncate(good)
-        self.done: set[str] = {str(r[key]) for r in self.records if key in r}
-        self._fh = open(self.path, "a", encoding="utf-8")
+        # one writer per output: a second process is refused before it reads or appends anything
+        self._lock = OutputLock(self.path.with_name(self.path.name + ".lock"), str(self.path))
+        self._lock.__enter__()
+        try:
+            self.records, good = read_records(self.path)
+            if self.path.exists() and self.path.stat().st_size != good:
+                with open(self.path, "r+b") as f:  # drop the torn tail so appends stay line-aligned
+                    f.truncate(good)
+            self._drop_duplicates()
+            self.done: set[str] = {str(r[key]) for r in self.records if key in r}
+            self._fh = open(self.path, "a", encoding="utf-8")
+        except BaseException:
+            self._lock.__exit__(None, None, None)
+            raise
+
+    def _drop_duplicates(self) -> None:
+        """A record id on two lines (two writers at once, or a hand edit): the same record twice is removed
+        (the file is rewritten atomically, and said on stderr); two different records under one id are an
+        error naming both lines, the file untouched."""
+        first: dict[str, int] = {}
+        dup: list[int] = []
+        for n, rec in enumerate(self.records):
+            if self.key not in rec:
+                continue
+            rid = str(rec[self.key])
+            if rid not in first:
+                first[rid] = n
+                continue
+            if dumps(rec) != dumps(self.records[first[rid]]):
+                raise InputError(self.path, n + 1, self.key, f"duplicate record id {rid!r} (first on line "
+                                 f"{first[rid] + 1}) with a different record; keep one of the two lines, or move "
+                                 "the file away to start over")
+            dup.append(n)
+        if not dup:
+            return
+        ids = sorted({str(self.records[n][self.key]) for n in dup})
+        drop = set(dup)
+        self.records = [r for n, r in enumerate(self.records) if n not in drop]
+        write_atomic(self.path, "".join(dumps(r) + "\n" for r in self.records))
+        import sys
+
+        print(f"probe: {self.path}: removed {len(dup)} duplicate record line(s) (the same record twice; ids "
+              f"{', '.join(map(repr, ids[:3]))}{', ...' if len(ids) > 3 else ''})", file=sys.stderr)
 
     def write_many(self, records: Iterable[dict]) -> None:
         lines = []
@@ -101,7 +138,9 @@ class RecordWriter:
             os.fsync(self._fh.fileno())
 
     def close(self) -> None:
-        self._fh.close()
+        if not self._fh.closed:
+            self._fh.close()
+            self._lock.__exit__(None, None, None)
 
     def __enter__(self) -> "RecordWriter":
         return self
@@ -229,3 +268,68 @@ def inside(root: str | Path, path: str | Path) -> Path:
     if target != base and base not in target.parents:
         raise ProbeError(f"refusing to write {path}: it lies outside the output directory {root}")
     return Path(path)
+
+
+class OutputLock:
+    """An exclusive OS lock on ``path`` (``fcntl.flock`` on the file itself), held while the context is open.
+
+    A second process that asks for the same lock is refused at once with a :class:`ProbeError` naming the
+    holder's pid (written into the file). Within one process the lock is re-entrant (the command, the
+    task run and the runner may each take it). The file is removed when the last holder lets go; a lock
+    file left by a killed process holds no lock and is simply taken over.
+    """
+
+    _held: dict[str, list] = {}  # resolved path -> [fd, depth] in this process
+
+    def __init__(self, path: str | Path, what: str | None = None) -> None:
+        self.path = Path(path)
+        self.what = what or str(self.path)
+
+    def __enter__(self) -> "OutputLock":
+        key = str(self.path.resolve())
+        held = self._held.get(key)
+        if held is not None:
+            held[1] += 1
+            return self
+        try:
+            import fcntl
+        except ImportError:  # pragma: no cover - no POSIX locks (Windows): run without one
+            self._held[key] = [None, 1]
+            return self
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        while True:
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError:
+                os.lseek(fd, 0, os.SEEK_SET)
+                holder = os.read(fd, 64).decode("ascii", "replace").strip() or "unknown"
+                os.close(fd)
+                raise ProbeError(f"{self.what} is being written by another probe process (pid {holder}); wait for it "
+                                 "to finish, or choose another output") from None
+            try:  # the file we locked may have been removed by a holder letting go meanwhile: lock the new one
+                same = os.fstat(fd).st_ino == os.stat(self.path).st_ino
+            except FileNotFoundError:
+                same = False
+            if same:
+                break
+            os.close(fd)
+        os.ftruncate(fd, 0)
+        os.write(fd, f"{os.getpid()}\n".encode())
+        self._held[key] = [fd, 1]
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        key = str(self.path.resolve())
+        held = self._held[key]
+        held[1] -= 1
+        if held[1]:
+            return
+        del self._held[key]
+        if held[0] is not None:
+            try:
+                os.unlink(self.path)  # while still locked: a waiting process then locks a fresh file
+            except OSError:
+                pass
+            os.close(held[0])
+

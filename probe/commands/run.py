@@ -23,6 +23,20 @@ from probe.errors import ProbeError
 #: config keys that are neither run options nor task fields
 RUN_LEVEL_KEYS = ("task", "model", "models", "output")
 
+#: keys only the command line (or the Python call) may set: a config file or --set is data, and data
+#: must not decide to run code shipped with a model folder
+COMMAND_LINE_ONLY = ("trust_remote_code",)
+
+
+def refuse_command_line_only(values: dict[str, Any], where: str) -> None:
+    """A :class:`ProbeError` when ``values`` (a config or ``--set``) holds a key only the command line may set."""
+    for key in COMMAND_LINE_ONLY:
+        if key in values:
+            flag = "--" + key.replace("_", "-")
+            raise ProbeError(f"{where}: {key} cannot be set here (running a model folder's own Python code must be "
+                             f"asked for on the command line); remove it and pass {flag} to `probe run` if you trust "
+                             "that code")
+
 
 def register(groups: dict) -> None:
     t = groups[""].add_parser("tasks", help="list the installed tasks (benchmarks), one line each")
@@ -122,6 +136,7 @@ def parse_sets(sets: list[str]) -> dict[str, Any]:
             out[key.strip()] = yaml.safe_load(value) if value.strip() else None
         except yaml.YAMLError as exc:
             raise ProbeError(f"--set {item!r}: the value is not valid YAML ({exc})") from None
+    refuse_command_line_only(out, "--set")
     return out
 
 
@@ -131,11 +146,14 @@ def read_config(path: Path) -> dict[str, Any]:
     if not path.is_file():
         raise ProbeError(f"config not found: {path}")
     try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+        data = yaml.safe_load(path.read_text(encoding="utf-8-sig")) or {}
     except yaml.YAMLError as exc:
         raise ProbeError(f"{path}: not valid YAML ({exc})") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ProbeError(f"{path}: cannot read the config ({exc})") from None
     if not isinstance(data, dict):
         raise ProbeError(f"{path}: a config is a mapping of keys to values, got {type(data).__name__}")
+    refuse_command_line_only(data, str(path))
     if "task" not in data:
         raise ProbeError(f"{path}: the config names no task; add e.g. `task: hbb` (tasks: `probe tasks`)")
     return data

@@ -73,10 +73,14 @@ def _runner(args: argparse.Namespace):
 
 def _score_file(args: argparse.Namespace, runner, requests, command: str, noun: str) -> int:
     """Score into ``--output`` through the runner (resume, input check, cache, shards), then provenance."""
-    from probe.io import write_json_atomic
+    import contextlib
+
+    from probe.io import OutputLock, write_json_atomic
     from probe.runs.provenance import provenance
 
-    with runner:
+    lock = (OutputLock(args.output.with_name(args.output.name + ".lock"), str(args.output)) if runner.procs.is_main
+            else contextlib.nullcontext())
+    with runner, lock:  # one writer per output, from the first record to the provenance
         prov = _drop_provenance(args.output) if runner.procs.is_main else None
         before = _count(args.output)
         runner.score(requests, args.output, task=command)

@@ -588,3 +588,141 @@ def test_inside_refuses_a_path_outside_the_root(tmp_path):
     (tmp_path / "out" / "link").symlink_to(tmp_path)
     with pytest.raises(ProbeError, match="outside"):
         inside(tmp_path / "out", tmp_path / "out" / "link" / "x.md")
+
+
+# --- 6. two writers, remote code from data, run directories that hold something else --------------------------
+
+_HOLD_LOCK = """
+import sys
+from probe.io import OutputLock
+with OutputLock(sys.argv[1]):
+    print("locked", flush=True)
+    sys.stdin.read()  # held until the test closes our stdin
+"""
+
+
+@pytest.fixture
+def held_lock():
+    """``held_lock(path)``: another process holds the OS lock on ``path`` until the test ends; returns its pid."""
+    import os
+    import subprocess
+    import sys
+
+    procs = []
+
+    def hold(path: Path) -> int:
+        env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
+        p = subprocess.Popen([sys.executable, "-c", _HOLD_LOCK, str(path)], stdin=subprocess.PIPE,
+                             stdout=subprocess.PIPE, text=True, env=env)
+        procs.append(p)
+        assert p.stdout.readline().strip() == "locked"
+        return p.pid
+
+    yield hold
+    for p in procs:
+        p.stdin.close()
+        p.wait(timeout=60)
+
+
+def test_second_score_writer_is_refused(tmp_path, model_dir, capsys, held_lock):
+    inp = _jsonl(tmp_path / "items.jsonl", [GOOD, {**GOOD, "id": "q2"}])
+    out = tmp_path / "out.jsonl"
+    pid = held_lock(tmp_path / "out.jsonl.lock")
+    assert _score(model_dir, inp, out) == 1
+    err = capsys.readouterr().err
+    assert f"pid {pid}" in err and "another probe process" in err and "Traceback" not in err
+    assert not out.exists() or out.read_text() == ""
+
+
+def test_score_lock_is_released_and_reentrant(tmp_path, model_dir):
+    """After a run the lock file is gone; a second run in the same process resumes (0 duplicates)."""
+    inp = _jsonl(tmp_path / "items.jsonl", [GOOD, {**GOOD, "id": "q2"}])
+    out = tmp_path / "out.jsonl"
+    assert _score(model_dir, inp, out) == 0
+    assert _score(model_dir, inp, out) == 0
+    assert not (tmp_path / "out.jsonl.lock").exists()
+    assert [json.loads(x)["id"] for x in out.read_text().splitlines()] == ["q1", "q2"]
+
+
+def test_second_task_run_writer_is_refused(tmp_path, tiny_lm, held_lock):
+    import probe
+
+    out = tmp_path / "run"
+    out.mkdir()
+    pid = held_lock(out / ".probe.lock")
+    with pytest.raises(ProbeError, match=f"another probe process \\(pid {pid}\\)"):
+        probe.evaluate(tiny_lm, "demo", limit=2, output=out, progress=False)
+    assert not (out / "records.jsonl").exists()
+
+
+def test_resume_removes_a_duplicated_record_line_and_says_so(tmp_path, model_dir, capsys):
+    inp = _jsonl(tmp_path / "items.jsonl", [GOOD, {**GOOD, "id": "q2"}])
+    out = tmp_path / "out.jsonl"
+    assert _score(model_dir, inp, out) == 0
+    lines = out.read_text().splitlines()
+    out.write_text("\n".join(lines + [lines[0]]) + "\n")  # a hand-duplicated line (or two writers)
+    capsys.readouterr()
+    assert _score(model_dir, inp, out) == 0
+    assert "removed 1 duplicate record line" in capsys.readouterr().err
+    assert out.read_text().splitlines() == lines
+
+
+def test_resume_refuses_two_different_records_under_one_id(tmp_path, model_dir, capsys):
+    inp = _jsonl(tmp_path / "items.jsonl", [GOOD, {**GOOD, "id": "q2"}])
+    out = tmp_path / "out.jsonl"
+    assert _score(model_dir, inp, out) == 0
+    lines = out.read_text().splitlines()
+    other = {**json.loads(lines[0]), "pred_index": 99}
+    out.write_text("\n".join(lines + [json.dumps(other)]) + "\n")
+    assert _score(model_dir, inp, out) == 1
+    err = capsys.readouterr().err
+    assert "line 3, field 'id'" in err and "duplicate record id 'q1' (first on line 1)" in err
+    assert len(out.read_text().splitlines()) == 3  # untouched
+
+
+def _remote_code_model(tmp_path: Path) -> tuple[Path, Path]:
+    """A model folder whose config.json maps to its own Python file; that file leaves a marker when run."""
+    d = tmp_path / "evil-model"
+    d.mkdir()
+    marker = tmp_path / "REMOTE_CODE_RAN"
+    (d / "config.json").write_text(json.dumps({"model_type": "evil", "auto_map": {
+        "AutoConfig": "modeling_evil.EvilConfig", "AutoModelForCausalLM": "modeling_evil.EvilModel"}}))
+    (d / "modeling_evil.py").write_text(f"open({str(marker)!r}, 'w').write('ran')\n")
+    return d, marker
+
+
+@pytest.mark.parametrize("how", ["set", "config"])
+def test_trust_remote_code_only_from_the_command_line(tmp_path, capsys, how):
+    d, marker = _remote_code_model(tmp_path)
+    out = tmp_path / "run"
+    if how == "set":
+        argv = ["run", "demo", "--model", str(d), "--set", "trust_remote_code=true", "--output", str(out)]
+    else:
+        cfg = tmp_path / "c.yaml"
+        cfg.write_text(f"task: demo\nmodel: {d}\ntrust_remote_code: true\n")
+        argv = ["run", str(cfg), "--output", str(out)]
+    assert main(argv) == 1
+    err = capsys.readouterr().err
+    assert "trust_remote_code cannot be set here" in err and "--trust-remote-code" in err
+    assert not marker.exists() and not out.exists()
+
+
+def test_analysis_never_takes_trust_remote_code_from_a_run_directory():
+    from probe.runs.analyze.run import _KEPT
+
+    assert "trust_remote_code" not in _KEPT
+
+
+def test_run_refuses_a_folder_that_holds_no_run(tmp_path, tiny_lm):
+    import probe
+
+    out = tmp_path / "mine"
+    out.mkdir()
+    (out / "report.md").write_text("my own notes\n")
+    with pytest.raises(ProbeError, match="holds files but no probe run"):
+        probe.evaluate(tiny_lm, "demo", limit=2, output=out, progress=False)
+    assert (out / "report.md").read_text() == "my own notes\n" and sorted(p.name for p in out.iterdir()) == ["report.md"]
+    afile = tmp_path / "afile"
+    afile.write_text("x")
+    with pytest.raises(ProbeError, match="not a directory"):
+        probe.evaluate(tiny_lm, "demo", limit=2, output=afile, progress=False)
