@@ -232,11 +232,11 @@ def flatten_meta(record: Mapping[str, Any]) -> dict[str, Any]:
     return obj
 
 
-_UNSAFE = re.compile(r"[^A-Za-z0-9_.-]+")
+_UNSAFE = re.compile(r"[^A-Za-z0-9_.+-]+")
 
 
 def safe_name(text: Any, max_len: int = 80) -> str:
-    """``text`` as a file name / HTML ``id``: letters, digits, ``_ . -`` only, never starting with a dot.
+    """``text`` as a file name / HTML ``id``: letters, digits, ``_ . + -`` only, never starting with a dot.
 
     A name already of that form (and at most ``max_len`` long) is kept as is; any other gets the
     slug of its allowed characters and a short hash of the original, so two different names never

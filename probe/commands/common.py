@@ -36,7 +36,8 @@ def add_model_args(p: argparse.ArgumentParser, default_model: str | None = DEFAU
     g.add_argument("--score-cache", type=Path, default=None, metavar="PATH",
                    help="SQLite file of scores keyed on model, tokenizer, dtype, device type and exact token ids; "
                    "sequences scored before (by any run with the same model settings) are read from it instead of "
-                   "recomputed. Safe to share between runs and processes; delete it any time. "
+                   "recomputed. Share it between your own runs and processes (each value carries a MAC keyed by PATH.key, "
+                   "user-only); share it with others only read-only, from a writer you trust; delete it any time. "
                    f"Default: ${SCORE_CACHE_ENV} if set, else no cache")
 
 

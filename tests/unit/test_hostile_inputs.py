@@ -561,10 +561,10 @@ def test_report_html_escapes_every_name_from_data(tmp_path):
     page = (out / "report.html").read_text(encoding="utf-8")
     assert _live_markup(page) == [], _live_markup(page)
     ids = re.findall(r'\b(?:id|href)="#?([^"]*)"', page)
-    assert ids and all(re.fullmatch(r"[A-Za-z0-9_.:,-]*", i) for i in ids), ids
+    assert ids and all(re.fullmatch(r"[A-Za-z0-9_.+:,-]*", i) for i in ids), ids
     md = (out / "report.md").read_text(encoding="utf-8")
     assert "<img" not in md and "<script" not in md
-    assert all(re.fullmatch(r"[A-Za-z0-9_.-]+", p.name) for p in (out / "tables").iterdir())
+    assert all(re.fullmatch(r"[A-Za-z0-9_.+-]+", p.name) for p in (out / "tables").iterdir())
 
 
 def test_report_never_writes_outside_its_output(tmp_path):
@@ -726,3 +726,55 @@ def test_run_refuses_a_folder_that_holds_no_run(tmp_path, tiny_lm):
     afile.write_text("x")
     with pytest.raises(ProbeError, match="not a directory"):
         probe.evaluate(tiny_lm, "demo", limit=2, output=afile, progress=False)
+
+
+# --- 7. a shared score cache rewritten by someone without its key ---------------------------------------------
+
+def _cache_with_one_row(tmp_path: Path):
+    from probe.scoring.cache import ScoreCache
+    from probe.scoring.engine import RowOutput
+
+    path = tmp_path / "scores.sqlite"
+    key = ((1, 5, 7), 3, (8, 9))
+    with ScoreCache(path, "fp") as cache:
+        cache.put_many({key: RowOutput({8: -0.5, 9: -3.0}, [], True)})
+    return path, key
+
+
+def test_score_cache_value_swapped_and_rehashed_is_detected(tmp_path):
+    """A writer of the shared file swaps the two labels' scores and recomputes an unkeyed hash: refused."""
+    import hashlib
+    import sqlite3
+    import struct
+
+    from probe.scoring.cache import MAC_BYTES, ScoreCache
+
+    path, key = _cache_with_one_row(tmp_path)
+    db = sqlite3.connect(path)
+    (k, blob), = db.execute("SELECT key, value FROM scores").fetchall()
+    body = bytearray(blob[:-MAC_BYTES])
+    a, b = struct.unpack_from("<dd", body, 10 + 16)
+    struct.pack_into("<dd", body, 10 + 16, b, a)
+    forged = bytes(body) + hashlib.blake2b(k + bytes(body), digest_size=MAC_BYTES).digest()
+    db.execute("UPDATE scores SET value = ? WHERE key = ?", (forged, k))
+    db.commit()
+    db.close()
+    with ScoreCache(path, "fp") as cache, pytest.raises(ProbeError, match="MAC mismatch"):
+        cache.get_many([key])
+
+
+def test_score_cache_key_file_is_user_only_and_required(tmp_path):
+    import os
+    import stat
+
+    from probe.scoring.cache import ScoreCache
+
+    path, key = _cache_with_one_row(tmp_path)
+    key_file = tmp_path / "scores.sqlite.key"
+    assert stat.S_IMODE(key_file.stat().st_mode) == 0o600
+    os.chmod(key_file, 0o644)
+    with pytest.raises(ProbeError, match="readable by you only"):
+        ScoreCache(path, "fp")
+    key_file.unlink()
+    with pytest.raises(ProbeError, match="key file .* is missing"):
+        ScoreCache(path, "fp")
