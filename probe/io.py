@@ -78,6 +78,7 @@ class RecordWriter:
         self.key = key
         if self.path.exists() and not self.path.is_file():
             raise InputError(self.path, None, None, "output path exists and is not a file (a directory?)")
+        check_parents(self.path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         # one writer per output: a second process is refused before it reads or appends anything
         self._lock = OutputLock(self.path.with_name(self.path.name + ".lock"), str(self.path))
@@ -89,7 +90,8 @@ class RecordWriter:
                     f.truncate(good)
             self._drop_duplicates()
             self.done: set[str] = {str(r[key]) for r in self.records if key in r}
-            self._fh = open(self.path, "a", encoding="utf-8")
+            self._fh: Any = None  # opened at the first record: an error before it leaves no empty file
+            self._closed = False
         except BaseException:
             self._lock.__exit__(None, None, None)
             raise
@@ -133,13 +135,17 @@ class RecordWriter:
             self.records.append(rec)
             lines.append(dumps(rec) + "\n")
         if lines:
+            if self._fh is None:
+                self._fh = open(self.path, "a", encoding="utf-8")
             self._fh.write("".join(lines))
             self._fh.flush()
             os.fsync(self._fh.fileno())
 
     def close(self) -> None:
-        if not self._fh.closed:
-            self._fh.close()
+        if not self._closed:
+            self._closed = True
+            if self._fh is not None:
+                self._fh.close()
             self._lock.__exit__(None, None, None)
 
     def __enter__(self) -> "RecordWriter":
@@ -159,11 +165,18 @@ def write_atomic(path: str | Path, text: str) -> None:
             f.write(text)
             f.flush()
             os.fsync(f.fileno())
+        os.chmod(tmp, 0o666 & ~_umask())  # as open() would create it (mkstemp makes 0600)
         os.replace(tmp, path)
     except BaseException:
         if os.path.exists(tmp):
             os.unlink(tmp)
         raise
+
+
+def _umask() -> int:
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
 
 
 def write_json_atomic(path: str | Path, obj: Any) -> None:
@@ -183,6 +196,8 @@ def iter_jsonl(path: str | Path, required: tuple[str, ...] = ()) -> Iterator[tup
                 text = raw.decode("utf-8")
             except UnicodeDecodeError as exc:
                 raise InputError(path, n, None, f"not valid UTF-8 ({exc.reason} at byte {exc.start})") from None
+            if n == 1 and text.startswith("\ufeff"):
+                text = text[1:]  # a UTF-8 byte order mark (Windows editors): not part of the data
             if not text.strip():
                 continue
             try:
@@ -195,10 +210,30 @@ def iter_jsonl(path: str | Path, required: tuple[str, ...] = ()) -> Iterator[tup
                 raise InputError(path, n, None, "invalid JSON (nested too deeply)") from None
             if not isinstance(obj, dict):
                 raise InputError(path, n, None, f"expected a JSON object, got {type(obj).__name__}")
+            if "\\u" in text and re.search(r"\\u[dD][89a-fA-F]", text):
+                _check_text(obj, path, n, None)
             for key in required:
                 if key not in obj:
                     raise InputError(path, n, key, "missing required field")
             yield n, obj
+
+
+def _check_text(obj: Any, path: Path, line: int, field: str | None) -> None:
+    """Every string in ``obj`` is valid Unicode text (JSON's ``\\ud800`` escapes can give lone surrogates,
+    which no tokenizer or file encoding takes): an :class:`InputError` naming the field otherwise."""
+    if isinstance(obj, str):
+        try:
+            obj.encode("utf-8")
+        except UnicodeEncodeError as exc:
+            raise InputError(path, line, field, f"not valid Unicode text (a lone surrogate "
+                             f"{obj[exc.start]!r} at character {exc.start})") from None
+    elif isinstance(obj, dict):
+        for k, v in obj.items():
+            _check_text(k, path, line, field)
+            _check_text(v, path, line, field if field is not None else str(k))
+    elif isinstance(obj, list):
+        for v in obj:
+            _check_text(v, path, line, field)
 
 
 def file_sha256(path: str | Path) -> str:
@@ -270,6 +305,15 @@ def inside(root: str | Path, path: str | Path) -> Path:
     return Path(path)
 
 
+def check_parents(path: str | Path, what: str | Path | None = None) -> None:
+    """An :class:`InputError` when a folder above ``path`` is a plain file (``--output afile/out.jsonl``)."""
+    for parent in Path(path).parents:
+        if parent.exists():
+            if not parent.is_dir():
+                raise InputError(what or path, None, None, f"cannot write here: {parent} is a file, not a directory")
+            return
+
+
 class OutputLock:
     """An exclusive OS lock on ``path`` (``fcntl.flock`` on the file itself), held while the context is open.
 
@@ -296,6 +340,7 @@ class OutputLock:
         except ImportError:  # pragma: no cover - no POSIX locks (Windows): run without one
             self._held[key] = [None, 1]
             return self
+        check_parents(self.path, self.what)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         while True:
             fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)

@@ -24,6 +24,9 @@ def add_model_args(p: argparse.ArgumentParser, default_model: str | None = DEFAU
     g.add_argument("--load-in-4bit", action="store_true", help="bitsandbytes 4-bit (GPU only)")
     g.add_argument("--device-map", default=None, help="accelerate device map, e.g. auto (spreads a model over GPUs)")
     g.add_argument("--trust-remote-code", action="store_true", help="run code shipped with the model (off by default)")
+    g.add_argument("--allow-pickle-weights", action="store_true",
+                   help="read pickle weights (pytorch_model.bin, *.pt) when a model has no safetensors; a pickle can "
+                   "run code when loaded (off by default)")
     g.add_argument("--batch-size", type=positive_int_or_auto, default="auto",
                    help="most sequences per forward pass, or auto (default): on a GPU as many as the token budget "
                    "holds, on the CPU 16")
@@ -51,12 +54,18 @@ def run_options(args: argparse.Namespace) -> Any:
     """The :class:`probe.runs.runner.RunOptions` of the model arguments."""
     from probe.runs.runner import RunOptions
 
+    from probe.errors import ProbeError
+
     cache = score_cache_path(args)
-    return RunOptions(device=args.device, dtype=args.dtype, load_in_8bit=args.load_in_8bit,
-                      load_in_4bit=args.load_in_4bit, device_map=args.device_map,
-                      trust_remote_code=args.trust_remote_code, batch_size=args.batch_size,
-                      token_budget=args.token_budget, chunk_size=args.flush_every,
-                      score_cache=str(cache) if cache else None, sampling=sampling_specs(args))
+    try:
+        return RunOptions(device=args.device, dtype=args.dtype, load_in_8bit=args.load_in_8bit,
+                          load_in_4bit=args.load_in_4bit, device_map=args.device_map,
+                          trust_remote_code=args.trust_remote_code, batch_size=args.batch_size,
+                          token_budget=args.token_budget, chunk_size=args.flush_every,
+                          score_cache=str(cache) if cache else None, sampling=sampling_specs(args),
+                          allow_pickle_weights=bool(getattr(args, "allow_pickle_weights", False)))
+    except ValueError as exc:  # checked before the model loads
+        raise ProbeError(str(exc)) from None
 
 
 def add_sampling_args(p: argparse.ArgumentParser) -> None:

@@ -25,7 +25,7 @@ RUN_LEVEL_KEYS = ("task", "model", "models", "output")
 
 #: keys only the command line (or the Python call) may set: a config file or --set is data, and data
 #: must not decide to run code shipped with a model folder
-COMMAND_LINE_ONLY = ("trust_remote_code",)
+COMMAND_LINE_ONLY = ("trust_remote_code", "allow_pickle_weights")
 
 
 def refuse_command_line_only(values: dict[str, Any], where: str) -> None:
@@ -33,7 +33,7 @@ def refuse_command_line_only(values: dict[str, Any], where: str) -> None:
     for key in COMMAND_LINE_ONLY:
         if key in values:
             flag = "--" + key.replace("_", "-")
-            raise ProbeError(f"{where}: {key} cannot be set here (running a model folder's own Python code must be "
+            raise ProbeError(f"{where}: {key} cannot be set here (running code shipped with a model folder must be "
                              f"asked for on the command line); remove it and pass {flag} to `probe run` if you trust "
                              "that code")
 
@@ -63,7 +63,10 @@ def register(groups: dict) -> None:
     g.add_argument("--load-in-8bit", action="store_true", default=None, help="bitsandbytes 8-bit (GPU)")
     g.add_argument("--load-in-4bit", action="store_true", default=None, help="bitsandbytes 4-bit (GPU)")
     g.add_argument("--device-map", default=None, help="accelerate device map, e.g. auto")
-    g.add_argument("--trust-remote-code", action="store_true", default=None)
+    g.add_argument("--trust-remote-code", action="store_true", default=None,
+                   help="run code shipped with the model folder (command line only: never from a config or --set)")
+    g.add_argument("--allow-pickle-weights", action="store_true", default=None,
+                   help="read pickle weights (pytorch_model.bin) when a model has no safetensors (command line only)")
     g.add_argument("--batch-size", type=positive_int_or_auto, default=None,
                    help="most sequences per forward pass, or auto (default: the GPU's token budget decides; CPU 16)")
     g.add_argument("--token-budget", type=positive_int_or_auto, default=None,
@@ -167,14 +170,17 @@ def run(args: argparse.Namespace) -> int:
     from probe.tasks import get
 
     target = args.target
-    is_config = target.endswith((".yaml", ".yml")) or Path(target).is_file()
+    from probe.tasks import available
+
+    # a task name is a task, also when a file of that name lies in the working directory
+    is_config = target.endswith((".yaml", ".yml")) or (Path(target).is_file() and target not in available())
     values: dict[str, Any] = read_config(Path(target)) if is_config else {"task": target}
     source = target if is_config else f"task {target!r}"
     values.update(parse_sets(args.sets))
     cli = {k: v for k, v in vars(args).items() if v is not None and k in (
         "device", "dtype", "load_in_8bit", "load_in_4bit", "device_map", "trust_remote_code", "batch_size",
         "token_budget", "chunk_size", "score_cache", "threads", "progress", "agreement_tokens", "capture",
-        "backend", "log_samples")}
+        "backend", "log_samples", "allow_pickle_weights")}
     values.update(cli)
     task = get(str(values.pop("task")))
     models = values.pop("models", None)

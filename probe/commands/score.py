@@ -40,6 +40,10 @@ def run_score(args: argparse.Namespace) -> int:
     from probe.errors import InputError
     from probe.prompts.items import PromptStyle, read_score_items
 
+    from probe.io import iter_jsonl
+
+    if not sum(1 for _ in iter_jsonl(args.input)):  # the whole file's JSON is checked before the model loads
+        raise InputError(args.input, None, None, "no items (the file is empty)")
     runner = _runner(args)
     style = PromptStyle(chat_template=args.chat_template, system=args.system, prefill=args.prefill)
     items = read_score_items(args.input, runner.lm.tokenizer, style)
@@ -58,10 +62,17 @@ def run_perplexity(args: argparse.Namespace) -> int:
     from probe.errors import InputError
     from probe.prompts.items import read_perplexity_items
 
-    requests = read_perplexity_items(args.input)
+    lines: list[int] = []
+    requests = read_perplexity_items(args.input, lines)
     if not requests:
         raise InputError(args.input, None, None, "no texts (the file is empty)")
-    return _score_file(args, _runner(args), requests, "perplexity", "text(s)")
+    runner = _runner(args)
+    for n, r in zip(lines, requests):  # tokenize everything first: a text past the context fails before any work
+        try:
+            runner.scorer.encode(r)
+        except ValueError as exc:
+            raise InputError(args.input, n, "text", str(exc)) from None
+    return _score_file(args, runner, requests, "perplexity", "text(s)")
 
 
 def _runner(args: argparse.Namespace):

@@ -76,6 +76,8 @@ def _item_id(path: str | Path, n: int, obj: dict) -> str:
 
 
 def _render(obj: dict, tokenizer: Any, style: PromptStyle, use_template: bool) -> str:
+    if "messages" in obj and "prompt" in obj:
+        raise ValueError("give either 'prompt' or 'messages', not both")
     if "messages" in obj:
         if not isinstance(obj["messages"], list) or not obj["messages"]:
             raise ValueError("must be a non-empty list of {role, content} objects")
@@ -86,9 +88,11 @@ def _render(obj: dict, tokenizer: Any, style: PromptStyle, use_template: bool) -
     return render_prompt(tokenizer, prompt, system=style.system, prefill=style.prefill, chat_template=use_template)
 
 
-def read_perplexity_items(path: str | Path) -> list[PerplexityRequest]:
+def read_perplexity_items(path: str | Path, lines: list[int] | None = None) -> list[PerplexityRequest]:
+    """``{id, text, prefix?}`` lines as requests; ``lines``, when given, receives each request's line number."""
     seen: dict[str, int] = {}
     out = []
+    lines = [] if lines is None else lines
     for n, obj in iter_jsonl(path, required=("id", "text")):
         rid = _item_id(path, n, obj)
         if rid in seen:
@@ -100,4 +104,5 @@ def read_perplexity_items(path: str | Path) -> list[PerplexityRequest]:
         if not isinstance(prefix, str):
             raise InputError(path, n, "prefix", "must be a string")
         out.append(PerplexityRequest(rid, text, prefix=prefix, space="none"))
+        lines.append(n)
     return out

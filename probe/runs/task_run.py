@@ -117,6 +117,8 @@ def _run_task(task: Task, config: Any, model: Any, out: Path | None, limit: int 
         requests = task.requests(config, items, lm.tokenizer, generations)
         if not requests:
             raise ProbeError(f"task {task.name!r}: the selected items gave no requests")
+        if out is not None and runner.procs.is_main:
+            _check_no_extra_records(out / "records.jsonl", requests)
         log = _sample_log(runner, task.name, out, gen_requests, generations) if options.log_samples else None
         try:
             records = runner.score(requests, out / "records.jsonl" if out else None, task=task.name,
@@ -166,6 +168,22 @@ def _run_task(task: Task, config: Any, model: Any, out: Path | None, limit: int 
     finally:
         if own:
             runner.close()
+
+
+def _check_no_extra_records(path: Path, requests: Sequence[Any]) -> None:
+    """A resumed run directory holds records of these requests only: records of items this run does not select
+    (an earlier run with a larger ``limit`` or a wider config) would leave a summary of a subset beside them."""
+    from probe.io import read_records
+
+    if not path.is_file():
+        return
+    wanted = {r.id for r in requests}
+    extra = [str(r.get("id")) for r in read_records(path)[0] if str(r.get("id")) not in wanted]
+    if extra:
+        raise ProbeError(f"{path} holds {len(extra)} record(s) of items this run does not select (e.g. "
+                         f"{', '.join(map(repr, extra[:3]))}): an earlier run with a larger --limit or another "
+                         "config wrote there, and this run's summary would cover a subset of them. Re-run with the "
+                         "same --limit and config, or choose a new output directory")
 
 
 def _sample_log(runner: Runner, task: str, out: Path | None, gen_requests: Sequence[Any],

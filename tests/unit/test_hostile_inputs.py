@@ -93,7 +93,11 @@ SCORE_ITEM_CASES = [
     ("prompt-empty", [{**GOOD, "prompt": ""}], 1, "prompt", "non-empty 'prompt'"),
     ("messages-not-list", [{"id": "a", "messages": "hi", "options": ["A"]}], 1, "messages", "non-empty list"),
     ("messages-empty", [{"id": "a", "messages": [], "options": ["A"]}], 1, "messages", "non-empty list"),
-    ("bom-at-start", ["\ufeff" + json.dumps(GOOD)], 1, None, "invalid JSON"),
+    ("bom-on-a-later-line", [GOOD, "\ufeff" + json.dumps({**GOOD, "id": "q2"})], 2, None, "invalid JSON"),
+    ("prompt-and-messages", [{**GOOD, "messages": [{"role": "user", "content": "x"}]}], 1, "messages",
+     "either 'prompt' or 'messages', not both"),
+    ("lone-surrogate-in-prompt", ['{"id": "a", "prompt": "x\\ud800", "options": ["A"]}'], 1, "prompt",
+     "lone surrogate"),
     ("error-on-later-line", [GOOD, {**GOOD, "id": "q2"}, {**GOOD, "id": "q3"}, {**GOOD, "id": "q4", "options": 5}],
      4, "options", "list"),
 ]
@@ -778,3 +782,230 @@ def test_score_cache_key_file_is_user_only_and_required(tmp_path):
     key_file.unlink()
     with pytest.raises(ProbeError, match="key file .* is missing"):
         ScoreCache(path, "fp")
+
+
+
+# --- 8. every OS error, encoding error and bad value: one line, exit 1, before the model loads ----------------
+
+def _one_line_error(capsys, *needles: str) -> str:
+    err = capsys.readouterr().err
+    lines = [x for x in err.splitlines() if x.startswith("probe: error:")]
+    assert len(lines) == 1 and "Traceback" not in err, err
+    for n in needles:
+        assert n in lines[0], lines[0]
+    return lines[0]
+
+
+def test_bom_at_the_start_is_read(tmp_path, tokenizer):
+    from probe.prompts.items import PromptStyle, read_score_items
+
+    path = tmp_path / "items.jsonl"
+    path.write_bytes(b"\xef\xbb\xbf" + json.dumps(GOOD).encode() + b"\n")
+    [(obj, req)] = read_score_items(path, tokenizer, PromptStyle())
+    assert req.id == "q1"
+
+
+def test_cli_output_parent_is_a_file(tmp_path, model_dir, capsys):
+    inp = _jsonl(tmp_path / "items.jsonl", [GOOD])
+    (tmp_path / "afile").write_text("x")
+    assert _score(model_dir, inp, tmp_path / "afile" / "out.jsonl") == 1
+    _one_line_error(capsys, "afile is a file, not a directory")
+
+
+def test_cli_unwritable_output(tmp_path, model_dir, capsys):
+    import os
+
+    if os.geteuid() == 0:
+        pytest.skip("root writes anywhere")
+    inp = _jsonl(tmp_path / "items.jsonl", [GOOD])
+    ro = tmp_path / "ro"
+    ro.mkdir()
+    ro.chmod(0o555)
+    try:
+        assert _score(model_dir, inp, ro / "out.jsonl") == 1
+    finally:
+        ro.chmod(0o755)
+    _one_line_error(capsys, "Permission denied")
+
+
+def test_cli_disk_full_is_one_line(tmp_path, model_dir):
+    """A file-size limit (``ulimit -f``) hit while writing records: one line, exit 1, no traceback."""
+    import os
+    import resource
+    import subprocess
+    import sys
+
+    inp = _jsonl(tmp_path / "items.jsonl", [{**GOOD, "id": f"q{i}"} for i in range(8)])
+    out = tmp_path / "out.jsonl"
+
+    def limit():
+        resource.setrlimit(resource.RLIMIT_FSIZE, (300, 300))
+
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
+    p = subprocess.run([sys.executable, "-m", "probe.cli", "score", "--model", str(model_dir), "--input", str(inp),
+                        "--output", str(out), "--no-chat-template"], preexec_fn=limit, env=env,
+                       capture_output=True, text=True, timeout=300)
+    assert p.returncode == 1, p.stderr[-2000:]
+    lines = [x for x in p.stderr.splitlines() if x.startswith("probe: error:")]
+    assert len(lines) == 1 and "File too large" in lines[0] and "Traceback" not in p.stderr, p.stderr[-2000:]
+
+
+def test_cli_perplexity_text_longer_than_the_context(tmp_path, model_dir, capsys):
+    inp = _jsonl(tmp_path / "texts.jsonl", [{"id": "a", "text": "hello"}, {"id": "b", "text": "wrinkles " * 3000}])
+    out = tmp_path / "out.jsonl"
+    assert main(["perplexity", "--model", str(model_dir), "--input", str(inp), "--output", str(out)]) == 1
+    _one_line_error(capsys, "texts.jsonl, line 2, field 'text'", "context window")
+    _no_output(out)
+
+
+def test_cli_lone_surrogate_in_perplexity_text(tmp_path, model_dir, capsys):
+    inp = _jsonl(tmp_path / "texts.jsonl", ['{"id": "a", "text": "x\\udfff"}'])
+    out = tmp_path / "out.jsonl"
+    assert main(["perplexity", "--model", str(model_dir), "--input", str(inp), "--output", str(out)]) == 1
+    _one_line_error(capsys, "line 1, field 'text'", "lone surrogate")
+    _no_output(out)
+
+
+def _no_model_load(monkeypatch):
+    """Any model load fails the test: the case must be refused before it."""
+    import probe.models.loader as loader
+
+    def boom(*a, **k):
+        raise AssertionError("the model was loaded before the input was validated")
+
+    monkeypatch.setattr(loader, "_from_pretrained", boom)
+
+
+@pytest.mark.parametrize("extra, needle", [
+    (["--set", "device=tpu"], "device must be"),
+    (["--device", "tpu"], "device must be"),
+    (["--set", "threads=abc"], "threads must be a positive integer"),
+    (["--set", "n_boot=lots"], "n_boot must be an integer"),
+    (["--set", "n_boot=-5"], "n_boot must not be negative"),
+    (["--set", "progress=maybe"], "progress must be true or false"),
+], ids=["set-device-tpu", "device-tpu", "set-threads-abc", "set-n_boot-lots", "set-n_boot-negative",
+        "set-progress-str"])
+def test_cli_run_bad_value_refused_before_the_model_loads(tmp_path, model_dir, capsys, monkeypatch, extra, needle):
+    _no_model_load(monkeypatch)
+    out = tmp_path / "run"
+    assert main(["run", "bbq", "--model", str(model_dir), "--limit", "2", "--output", str(out), *extra]) == 1
+    _one_line_error(capsys, needle)
+    assert not out.exists()
+
+
+def test_cli_score_bad_device_and_bad_json_refused_before_the_model_loads(tmp_path, model_dir, capsys, monkeypatch):
+    _no_model_load(monkeypatch)
+    inp = _jsonl(tmp_path / "items.jsonl", [GOOD])
+    assert _score(model_dir, inp, tmp_path / "o.jsonl", "--device", "tpu") == 1
+    _one_line_error(capsys, "device must be")
+    bad = _jsonl(tmp_path / "bad.jsonl", [GOOD, "{not json"])
+    assert _score(model_dir, bad, tmp_path / "o.jsonl") == 1
+    _one_line_error(capsys, "bad.jsonl, line 2", "invalid JSON")
+
+
+def test_pickle_weights_refused_without_the_flag(tmp_path, capsys):
+    """A model folder whose only weights are a pickle that runs code when loaded: refused, nothing runs."""
+    import pickle
+
+    marker = tmp_path / "PICKLE_RAN"
+
+    class Evil:
+        def __reduce__(self):
+            return (exec, (f"open({str(marker)!r}, 'w').write('ran')",))
+
+    d = tmp_path / "pickled-model"
+    d.mkdir()
+    (d / "config.json").write_text(json.dumps({"model_type": "llama", "vocab_size": 64, "hidden_size": 8,
+                                               "num_hidden_layers": 1, "num_attention_heads": 1,
+                                               "intermediate_size": 8}))
+    (d / "pytorch_model.bin").write_bytes(pickle.dumps(Evil()))
+    inp = _jsonl(tmp_path / "items.jsonl", [GOOD])
+    assert _score(d, inp, tmp_path / "out.jsonl") == 1
+    _one_line_error(capsys, "pickle weights", "--allow-pickle-weights")
+    assert not marker.exists()
+
+
+def test_model_directory_without_config_json(tmp_path, model_dir, capsys):
+    import shutil
+
+    d = tmp_path / "no-config"
+    shutil.copytree(model_dir, d)
+    (d / "config.json").unlink()
+    assert _score(d, _jsonl(tmp_path / "items.jsonl", [GOOD]), tmp_path / "out.jsonl") == 1
+    _one_line_error(capsys, "no config.json")
+
+
+def test_report_output_is_a_file(tmp_path, capsys):
+    run = _fake_run(tmp_path / "run", "sometask", "m", {"t": "a\n1\n"})
+    (tmp_path / "afile").write_text("x")
+    assert main(["report", str(run), "--output", str(tmp_path / "afile")]) == 1
+    _one_line_error(capsys, "is not a directory")
+
+
+def test_metrics_bbq_on_an_empty_file(tmp_path, capsys):
+    (tmp_path / "empty.jsonl").write_text("")
+    assert main(["metrics", "bbq", "--input", str(tmp_path / "empty.jsonl")]) == 1
+    _one_line_error(capsys, "empty.jsonl", "no records")
+
+
+def test_a_file_named_like_a_task_does_not_shadow_it(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "demo").write_text("not: a config\n")
+
+    def stop(task, *a, **k):
+        raise ProbeError(f"would run task {task.name}")
+
+    monkeypatch.setattr("probe.runs.task_run.run_task", stop)
+    assert main(["run", "demo", "--limit", "1", "--output", str(tmp_path / "o")]) == 1
+    _one_line_error(capsys, "would run task demo")
+
+
+def test_sidecars_have_the_records_permissions(tmp_path, model_dir):
+    import stat
+
+    inp = _jsonl(tmp_path / "items.jsonl", [GOOD])
+    out = tmp_path / "out.jsonl"
+    assert _score(model_dir, inp, out) == 0
+    mode = stat.S_IMODE(out.stat().st_mode)
+    for side in (tmp_path / "out.jsonl.input.json", tmp_path / "out.jsonl.provenance.json"):
+        assert stat.S_IMODE(side.stat().st_mode) == mode, side
+
+
+def test_no_empty_output_after_an_error_before_the_first_record(tmp_path, model_dir, capsys):
+    """A score cache that cannot be used (here: its key file is world-readable) leaves no empty records file."""
+    inp = _jsonl(tmp_path / "items.jsonl", [GOOD])
+    cache = tmp_path / "c.sqlite"
+    out0 = tmp_path / "first.jsonl"
+    assert _score(model_dir, inp, out0, "--score-cache", str(cache)) == 0
+    (tmp_path / "c.sqlite.key").chmod(0o644)
+    out = tmp_path / "out.jsonl"
+    assert _score(model_dir, inp, out, "--score-cache", str(cache)) == 1
+    _one_line_error(capsys, "readable by you only")
+    assert not out.exists()
+
+
+def test_smaller_limit_on_resume_keeps_the_complete_summary(tmp_path, tiny_lm):
+    import probe
+
+    out = tmp_path / "run"
+    probe.evaluate(tiny_lm, "demo", limit=4, output=out, progress=False)
+    summary = (out / "summary.json").read_text()
+    with pytest.raises(ProbeError, match="of items this run does not select"):
+        probe.evaluate(tiny_lm, "demo", limit=2, output=out, progress=False)
+    assert (out / "summary.json").read_text() == summary
+
+
+def test_report_record_with_an_invalid_context_condition(tmp_path, capsys):
+    """A bbq run whose records.jsonl holds a record with context_condition 'sideways': one line, exit 1."""
+    from tests.unit._report_runs import tiny_named
+    import probe
+
+    run = tmp_path / "bbq"
+    probe.evaluate(tiny_named("tiny-a", 0), "bbq", limit=4, output=run, progress=False, threads=1,
+                   answer_formats=["labels"], n_boot=5)
+    lines = (run / "records.jsonl").read_text().splitlines()
+    rec = json.loads(lines[0])
+    rec["meta"]["context_condition"] = "sideways"
+    (run / "records.jsonl").write_text("\n".join([json.dumps(rec)] + lines[1:]) + "\n")
+    assert main(["report", str(run), "--output", str(tmp_path / "rep")]) == 1
+    _one_line_error(capsys, "records.jsonl", "context_condition")
