@@ -40,9 +40,10 @@ def run_score(args: argparse.Namespace) -> int:
     from probe.errors import InputError
     from probe.prompts.items import PromptStyle, read_score_items
 
-    from probe.io import iter_jsonl
-
-    if not sum(1 for _ in iter_jsonl(args.input)):  # the whole file's JSON is checked before the model loads
+    # every line's JSON and fields are checked before the model loads (plain text: no tokenizer needed);
+    # the rendering through the chat template and the token counts are checked once it is loaded
+    if not read_score_items(args.input, None, PromptStyle(chat_template=False, system=args.system,
+                                                          prefill=args.prefill)):
         raise InputError(args.input, None, None, "no items (the file is empty)")
     runner = _runner(args)
     style = PromptStyle(chat_template=args.chat_template, system=args.system, prefill=args.prefill)

@@ -35,7 +35,8 @@ class PromptStyle:
 
 
 def read_score_items(path: str | Path, tokenizer: Any, style: PromptStyle) -> list[tuple[dict, Request]]:
-    """Parse and validate every line before any scoring starts (bad input costs nothing)."""
+    """Parse and validate every line before any scoring starts (bad input costs nothing). ``tokenizer`` None
+    with ``chat_template=False``: the fields are checked and prompts rendered as plain text, with no model."""
     seen: dict[str, int] = {}
     out: list[tuple[dict, Request]] = []
     use_template = style.chat_template if style.chat_template is not None else bool(getattr(tokenizer, "chat_template", None))

@@ -901,6 +901,10 @@ def test_cli_score_bad_device_and_bad_json_refused_before_the_model_loads(tmp_pa
     bad = _jsonl(tmp_path / "bad.jsonl", [GOOD, "{not json"])
     assert _score(model_dir, bad, tmp_path / "o.jsonl") == 1
     _one_line_error(capsys, "bad.jsonl, line 2", "invalid JSON")
+    bad = _jsonl(tmp_path / "bad2.jsonl", [GOOD, {**GOOD, "id": "q2", "options": []}])
+    assert _score(model_dir, bad, tmp_path / "o.jsonl") == 1
+    _one_line_error(capsys, "bad2.jsonl, line 2, field 'options'")
+    assert not (tmp_path / "o.jsonl").exists()
 
 
 def test_pickle_weights_refused_without_the_flag(tmp_path, capsys):
