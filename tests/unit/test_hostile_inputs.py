@@ -789,7 +789,7 @@ def test_score_cache_key_file_is_user_only_and_required(tmp_path):
 
 def _one_line_error(capsys, *needles: str) -> str:
     err = capsys.readouterr().err
-    lines = [x for x in err.splitlines() if x.startswith("probe: error:")]
+    lines = re.findall(r"probe: error:[^\n]*", err)  # a progress bar may share the line (\r)
     assert len(lines) == 1 and "Traceback" not in err, err
     for n in needles:
         assert n in lines[0], lines[0]
@@ -976,15 +976,20 @@ def test_sidecars_have_the_records_permissions(tmp_path, model_dir):
 
 
 def test_no_empty_output_after_an_error_before_the_first_record(tmp_path, model_dir, capsys):
-    """A score cache that cannot be used (here: its key file is world-readable) leaves no empty records file."""
+    """A score cache whose values are damaged (a digest error while scoring) leaves no empty records file."""
+    import sqlite3
+
     inp = _jsonl(tmp_path / "items.jsonl", [GOOD])
     cache = tmp_path / "c.sqlite"
-    out0 = tmp_path / "first.jsonl"
-    assert _score(model_dir, inp, out0, "--score-cache", str(cache)) == 0
-    (tmp_path / "c.sqlite.key").chmod(0o644)
+    assert _score(model_dir, inp, tmp_path / "first.jsonl", "--score-cache", str(cache)) == 0
+    db = sqlite3.connect(cache)
+    for k, v in db.execute("SELECT key, value FROM scores").fetchall():
+        db.execute("UPDATE scores SET value = ? WHERE key = ?", (bytes([v[0] ^ 1]) + bytes(v[1:]), k))
+    db.commit()
+    db.close()
     out = tmp_path / "out.jsonl"
     assert _score(model_dir, inp, out, "--score-cache", str(cache)) == 1
-    _one_line_error(capsys, "readable by you only")
+    _one_line_error(capsys, "damaged value")
     assert not out.exists()
 
 
