@@ -292,6 +292,19 @@ def safe_name(text: Any, max_len: int = 80) -> str:
     return f"{slug}_{tag}" if slug else tag
 
 
+_TAG_START = re.compile(r"<(?=[A-Za-z/!?])")
+
+
+def no_markup(text: str) -> str:
+    """Markdown text with no raw HTML: every ``<`` that could open a tag becomes ``&lt;`` (which Markdown
+    shows as ``<``); a ``<`` before a space or digit (``S < 20``) is left alone.
+
+    >>> no_markup('model "><img src=x onerror=alert(1)> at S < 20')
+    'model ">&lt;img src=x onerror=alert(1)> at S < 20'
+    """
+    return _TAG_START.sub("&lt;", text)
+
+
 def inside(root: str | Path, path: str | Path) -> Path:
     """``path`` if it resolves inside ``root`` (symlinks followed), else :class:`probe.errors.ProbeError`.
 

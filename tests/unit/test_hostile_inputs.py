@@ -1018,3 +1018,17 @@ def test_report_record_with_an_invalid_context_condition(tmp_path, capsys):
     (run / "records.jsonl").write_text("\n".join([json.dumps(rec)] + lines[1:]) + "\n")
     assert main(["report", str(run), "--output", str(tmp_path / "rep")]) == 1
     _one_line_error(capsys, "records.jsonl", "context_condition")
+
+
+def test_task_report_md_has_no_raw_html_from_a_model_name(tmp_path):
+    """A model named with markup: the run's own report.md and tables/*.md carry it as text, not as HTML."""
+    import probe
+    from tests.tiny import tiny_lm
+
+    lm = tiny_lm()
+    lm.name = EVIL
+    out = tmp_path / "run"
+    probe.evaluate(lm, "demo", limit=2, output=out, progress=False)
+    for md in [out / "report.md", *sorted((out / "tables").glob("*.md"))]:
+        assert not re.search(r"<[A-Za-z/!?]", md.read_text(encoding="utf-8")), md
+    assert _live_markup((out / "report.html").read_text(encoding="utf-8")) == []
