@@ -812,20 +812,30 @@ def test_cli_output_parent_is_a_file(tmp_path, model_dir, capsys):
     _one_line_error(capsys, "afile is a file, not a directory")
 
 
-def test_cli_unwritable_output(tmp_path, model_dir, capsys):
+def test_cli_unwritable_output(tmp_path, model_dir, capsys, monkeypatch):
+    """A folder the user may not write to (mode 0555; as root, where modes do not bind, the OS call is made to
+    fail as it would): one line naming the path, exit 1."""
     import os
 
-    if os.geteuid() == 0:
-        pytest.skip("root writes anywhere")
     inp = _jsonl(tmp_path / "items.jsonl", [GOOD])
     ro = tmp_path / "ro"
     ro.mkdir()
     ro.chmod(0o555)
+    if os.geteuid() == 0:
+        real_open = os.open
+
+        def deny(path, *a, **k):
+            if str(path).startswith(str(ro)):
+                raise PermissionError(13, "Permission denied", str(path))
+            return real_open(path, *a, **k)
+
+        monkeypatch.setattr(os, "open", deny)
     try:
         assert _score(model_dir, inp, ro / "out.jsonl") == 1
     finally:
+        monkeypatch.undo()
         ro.chmod(0o755)
-    _one_line_error(capsys, "Permission denied")
+    _one_line_error(capsys, "Permission denied", str(ro))
 
 
 def test_cli_disk_full_is_one_line(tmp_path, model_dir):
