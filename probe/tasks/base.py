@@ -152,12 +152,13 @@ def _value_problem(f: "dataclasses.Field", value: Any) -> str | None:
 
 def write_tables(tables: Mapping[str, "pd.DataFrame"], output: Path) -> list[Path]:
     """Each table as ``output/tables/NAME.md`` (Markdown) and ``.csv``; returns the paths written."""
-    from probe.io import no_markup, write_atomic
+    from probe.io import inside, no_markup, write_atomic
 
     written = []
     for name, df in tables.items():
         # names may hold dots (table2_paper_T0.1): append the suffix, never replace one
-        md_path, csv_path = output / "tables" / f"{name}.md", output / "tables" / f"{name}.csv"
+        md_path = inside(output, output / "tables" / f"{name}.md")  # a name from data never leaves the run
+        csv_path = inside(output, output / "tables" / f"{name}.csv")
         write_atomic(md_path, no_markup(_markdown(df)))
         write_atomic(csv_path, df.to_csv(index=False))
         written += [md_path, csv_path]

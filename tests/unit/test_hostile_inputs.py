@@ -1042,3 +1042,22 @@ def test_task_report_md_has_no_raw_html_from_a_model_name(tmp_path):
     for md in [out / "report.md", *sorted((out / "tables").glob("*.md"))]:
         assert not re.search(r"<[A-Za-z/!?]", md.read_text(encoding="utf-8")), md
     assert _live_markup((out / "report.html").read_text(encoding="utf-8")) == []
+
+
+def test_second_probe_run_writer_is_refused_on_the_command_line(tmp_path, model_dir, capsys, held_lock):
+    """`probe run` into a run directory another process is writing: one line naming its pid, exit 1."""
+    out = tmp_path / "run"
+    out.mkdir()
+    pid = held_lock(out / ".probe.lock")
+    assert main(["run", "demo", "--model", str(model_dir), "--limit", "2", "--output", str(out)]) == 1
+    _one_line_error(capsys, f"pid {pid}", "another probe process")
+    assert sorted(p.name for p in out.iterdir()) == [".probe.lock"]
+
+
+def test_task_tables_never_leave_the_run_directory(tmp_path):
+    from probe.tasks.base import write_tables
+    import pandas as pd
+
+    with pytest.raises(ProbeError, match="outside the output directory"):
+        write_tables({"../../escaped": pd.DataFrame({"a": [1]})}, tmp_path / "run")
+    assert not list(tmp_path.rglob("escaped*"))
