@@ -130,7 +130,7 @@ class Task:
 
 
 def _value_problem(f: "dataclasses.Field", value: Any) -> str | None:
-    """What is wrong with ``value`` for a config field whose default is a plain bool / int / float, else None.
+    """What is wrong with ``value`` for a config field whose default is a plain bool / int / float / str, else None.
     Checked before any work, so a bad value (``--set n_boot=lots``) never costs a model load and a scoring run.
     Counts named ``n_*`` (``n_boot``, ``n_iter``, ...) must not be negative."""
     default = f.default
@@ -147,6 +147,8 @@ def _value_problem(f: "dataclasses.Field", value: Any) -> str | None:
     if isinstance(default, float):
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             return "must be a number"
+    if isinstance(default, str) and not isinstance(value, str):
+        return "must be a string"
     return None
 
 

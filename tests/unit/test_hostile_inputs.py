@@ -893,8 +893,9 @@ def _no_model_load(monkeypatch):
     (["--set", "n_boot=lots"], "n_boot must be an integer"),
     (["--set", "n_boot=-5"], "n_boot must not be negative"),
     (["--set", "progress=maybe"], "progress must be true or false"),
+    (["--set", "source=[a, b]"], "source must be a string"),
 ], ids=["set-device-tpu", "device-tpu", "set-threads-abc", "set-n_boot-lots", "set-n_boot-negative",
-        "set-progress-str"])
+        "set-progress-str", "set-str-field-list"])
 def test_cli_run_bad_value_refused_before_the_model_loads(tmp_path, model_dir, capsys, monkeypatch, extra, needle):
     _no_model_load(monkeypatch)
     out = tmp_path / "run"
