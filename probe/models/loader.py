@@ -270,7 +270,7 @@ def _from_pretrained(model_dir: str | Path, torch_dtype, kwargs: dict, name: str
             model_dir, trust_remote_code=kwargs["trust_remote_code"], revision=kwargs.get("revision")
         )
         model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch_dtype, **kwargs)
-    except (OSError, ValueError) as exc:
+    except Exception as exc:  # OSError, ValueError, an UnpicklingError of a refused pickle, shape mismatches, ...
         offline = os.environ.get("HF_HUB_OFFLINE") == "1"
         hint = (
             f"built-in names: {', '.join(BUILTINS)}; or a local model directory, a .gguf file, or a hub id"

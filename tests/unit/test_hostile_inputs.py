@@ -918,9 +918,10 @@ def test_cli_score_bad_device_and_bad_json_refused_before_the_model_loads(tmp_pa
     assert not (tmp_path / "o.jsonl").exists()
 
 
-def test_pickle_weights_refused_without_the_flag(tmp_path, capsys):
+def test_pickle_weights_refused_without_the_flag(tmp_path, model_dir, capsys):
     """A model folder whose only weights are a pickle that runs code when loaded: refused, nothing runs."""
     import pickle
+    import shutil
 
     marker = tmp_path / "PICKLE_RAN"
 
@@ -930,13 +931,17 @@ def test_pickle_weights_refused_without_the_flag(tmp_path, capsys):
 
     d = tmp_path / "pickled-model"
     d.mkdir()
-    (d / "config.json").write_text(json.dumps({"model_type": "llama", "vocab_size": 64, "hidden_size": 8,
-                                               "num_hidden_layers": 1, "num_attention_heads": 1,
-                                               "intermediate_size": 8}))
-    (d / "pytorch_model.bin").write_bytes(pickle.dumps(Evil()))
+    for f in model_dir.iterdir():  # config and tokenizer of a real model, its weights replaced by the pickle
+        if not f.name.endswith(".safetensors"):
+            shutil.copy(f, d / f.name)
+    (d / "pytorch_model.bin").write_bytes(pickle.dumps(Evil(), protocol=2))
     inp = _jsonl(tmp_path / "items.jsonl", [GOOD])
     assert _score(d, inp, tmp_path / "out.jsonl") == 1
     _one_line_error(capsys, "pickle weights", "--allow-pickle-weights")
+    assert not marker.exists()
+    # with the flag the pickle is read, by torch's weights-only unpickler: refused again, one line, nothing ran
+    assert _score(d, inp, tmp_path / "out.jsonl", "--allow-pickle-weights") == 1
+    _one_line_error(capsys, "cannot load model", "UnpicklingError")
     assert not marker.exists()
 
 
