@@ -89,14 +89,30 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     try:
         return int(args.func(args) or 0)
-    except ProbeError as exc:
+    except (ProbeError, OSError, UnicodeError) as exc:
         # under `accelerate launch` every rank meets the same bad input: say it once
         if os.environ.get("RANK", "0") == "0":
-            print(f"probe: error: {exc}", file=sys.stderr)
+            print(f"probe: error: {error_line(exc)}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
         print("probe: interrupted; records written so far are kept, re-run the same command to resume", file=sys.stderr)
         return 130
+
+
+def error_line(exc: BaseException) -> str:
+    """One line for the user: a ProbeError as written; an OS error as ``PATH: what went wrong``
+    (a file in the way, no permission, disk or file-size limit full); an encoding error as what it is.
+
+    >>> error_line(OSError(27, "File too large", "out.jsonl"))
+    'out.jsonl: File too large (errno 27)'
+    """
+    if isinstance(exc, OSError) and not isinstance(exc, ProbeError):
+        where = f"{exc.filename}: " if exc.filename is not None else ""
+        what = exc.strerror or str(exc)
+        return f"{where}{what}" + (f" (errno {exc.errno})" if exc.errno else "")
+    if isinstance(exc, UnicodeError) and not isinstance(exc, ProbeError):
+        return f"text that cannot be encoded or decoded ({exc})"
+    return str(exc)
 
 
 if __name__ == "__main__":

@@ -14,11 +14,12 @@ import hashlib
 import json
 import math
 import os
+import re
 import tempfile
 from pathlib import Path
 from typing import Any, Iterable, Iterator, Mapping
 
-from probe.errors import InputError
+from probe.errors import InputError, ProbeError
 
 
 def dumps(obj: Any) -> str:
@@ -77,13 +78,52 @@ class RecordWriter:
         self.key = key
         if self.path.exists() and not self.path.is_file():
             raise InputError(self.path, None, None, "output path exists and is not a file (a directory?)")
+        check_parents(self.path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        self.records, good = read_records(self.path)
-        if self.path.exists() and self.path.stat().st_size != good:
-            with open(self.path, "r+b") as f:  # drop the torn tail so appends stay line-aligned
-                f.truncate(good)
-        self.done: set[str] = {str(r[key]) for r in self.records if key in r}
-        self._fh = open(self.path, "a", encoding="utf-8")
+        # one writer per output: a second process is refused before it reads or appends anything
+        self._lock = OutputLock(self.path.with_name(self.path.name + ".lock"), str(self.path))
+        self._lock.__enter__()
+        try:
+            self.records, good = read_records(self.path)
+            if self.path.exists() and self.path.stat().st_size != good:
+                with open(self.path, "r+b") as f:  # drop the torn tail so appends stay line-aligned
+                    f.truncate(good)
+            self._drop_duplicates()
+            self.done: set[str] = {str(r[key]) for r in self.records if key in r}
+            self._fh: Any = None  # opened at the first record: an error before it leaves no empty file
+            self._closed = False
+        except BaseException:
+            self._lock.__exit__(None, None, None)
+            raise
+
+    def _drop_duplicates(self) -> None:
+        """A record id on two lines (two writers at once, or a hand edit): the same record twice is removed
+        (the file is rewritten atomically, and said on stderr); two different records under one id are an
+        error naming both lines, the file untouched."""
+        first: dict[str, int] = {}
+        dup: list[int] = []
+        for n, rec in enumerate(self.records):
+            if self.key not in rec:
+                continue
+            rid = str(rec[self.key])
+            if rid not in first:
+                first[rid] = n
+                continue
+            if dumps(rec) != dumps(self.records[first[rid]]):
+                raise InputError(self.path, n + 1, self.key, f"duplicate record id {rid!r} (first on line "
+                                 f"{first[rid] + 1}) with a different record; keep one of the two lines, or move "
+                                 "the file away to start over")
+            dup.append(n)
+        if not dup:
+            return
+        ids = sorted({str(self.records[n][self.key]) for n in dup})
+        drop = set(dup)
+        self.records = [r for n, r in enumerate(self.records) if n not in drop]
+        write_atomic(self.path, "".join(dumps(r) + "\n" for r in self.records))
+        import sys
+
+        print(f"probe: {self.path}: removed {len(dup)} duplicate record line(s) (the same record twice; ids "
+              f"{', '.join(map(repr, ids[:3]))}{', ...' if len(ids) > 3 else ''})", file=sys.stderr)
 
     def write_many(self, records: Iterable[dict]) -> None:
         lines = []
@@ -95,12 +135,18 @@ class RecordWriter:
             self.records.append(rec)
             lines.append(dumps(rec) + "\n")
         if lines:
+            if self._fh is None:
+                self._fh = open(self.path, "a", encoding="utf-8")
             self._fh.write("".join(lines))
             self._fh.flush()
             os.fsync(self._fh.fileno())
 
     def close(self) -> None:
-        self._fh.close()
+        if not self._closed:
+            self._closed = True
+            if self._fh is not None:
+                self._fh.close()
+            self._lock.__exit__(None, None, None)
 
     def __enter__(self) -> "RecordWriter":
         return self
@@ -119,11 +165,18 @@ def write_atomic(path: str | Path, text: str) -> None:
             f.write(text)
             f.flush()
             os.fsync(f.fileno())
+        os.chmod(tmp, 0o666 & ~_umask())  # as open() would create it (mkstemp makes 0600)
         os.replace(tmp, path)
     except BaseException:
         if os.path.exists(tmp):
             os.unlink(tmp)
         raise
+
+
+def _umask() -> int:
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
 
 
 def write_json_atomic(path: str | Path, obj: Any) -> None:
@@ -143,6 +196,8 @@ def iter_jsonl(path: str | Path, required: tuple[str, ...] = ()) -> Iterator[tup
                 text = raw.decode("utf-8")
             except UnicodeDecodeError as exc:
                 raise InputError(path, n, None, f"not valid UTF-8 ({exc.reason} at byte {exc.start})") from None
+            if n == 1 and text.startswith("\ufeff"):
+                text = text[1:]  # a UTF-8 byte order mark (Windows editors): not part of the data
             if not text.strip():
                 continue
             try:
@@ -155,10 +210,30 @@ def iter_jsonl(path: str | Path, required: tuple[str, ...] = ()) -> Iterator[tup
                 raise InputError(path, n, None, "invalid JSON (nested too deeply)") from None
             if not isinstance(obj, dict):
                 raise InputError(path, n, None, f"expected a JSON object, got {type(obj).__name__}")
+            if "\\u" in text and re.search(r"\\u[dD][89a-fA-F]", text):
+                _check_text(obj, path, n, None)
             for key in required:
                 if key not in obj:
                     raise InputError(path, n, key, "missing required field")
             yield n, obj
+
+
+def _check_text(obj: Any, path: Path, line: int, field: str | None) -> None:
+    """Every string in ``obj`` is valid Unicode text (JSON's ``\\ud800`` escapes can give lone surrogates,
+    which no tokenizer or file encoding takes): an :class:`InputError` naming the field otherwise."""
+    if isinstance(obj, str):
+        try:
+            obj.encode("utf-8")
+        except UnicodeEncodeError as exc:
+            raise InputError(path, line, field, f"not valid Unicode text (a lone surrogate "
+                             f"{obj[exc.start]!r} at character {exc.start})") from None
+    elif isinstance(obj, dict):
+        for k, v in obj.items():
+            _check_text(k, path, line, field)
+            _check_text(v, path, line, field if field is not None else str(k))
+    elif isinstance(obj, list):
+        for v in obj:
+            _check_text(v, path, line, field)
 
 
 def file_sha256(path: str | Path) -> str:
@@ -190,3 +265,129 @@ def flatten_meta(record: Mapping[str, Any]) -> dict[str, Any]:
     for k, v in (obj.pop("meta", None) or {}).items():
         obj[f"meta.{k}" if k in obj else k] = v
     return obj
+
+
+_UNSAFE = re.compile(r"[^A-Za-z0-9_.+-]+")
+
+
+def safe_name(text: Any, max_len: int = 80) -> str:
+    """``text`` as a file name / HTML ``id``: letters, digits, ``_ . + -`` only, never starting with a dot.
+
+    A name already of that form (and at most ``max_len`` long) is kept as is; any other gets the
+    slug of its allowed characters and a short hash of the original, so two different names never
+    meet and nothing from data can name a path (``..``, ``/``) or break out of an attribute.
+
+    >>> safe_name("hbb_table1")
+    'hbb_table1'
+    >>> safe_name("../../x")[:2], len(safe_name("../../x"))
+    ('x_', 10)
+    >>> safe_name('"><img src=x>') == safe_name('"><img src=x>') and "<" not in safe_name('"><img src=x>')
+    True
+    """
+    raw = str(text)
+    slug = _UNSAFE.sub("_", raw).strip("._-")[:max_len]
+    if slug == raw and slug:
+        return slug
+    tag = hashlib.sha256(raw.encode("utf-8", "surrogatepass")).hexdigest()[:8]
+    return f"{slug}_{tag}" if slug else tag
+
+
+_TAG_START = re.compile(r"<(?=[A-Za-z/!?])")
+
+
+def no_markup(text: str) -> str:
+    """Markdown text with no raw HTML: every ``<`` that could open a tag becomes ``&lt;`` (which Markdown
+    shows as ``<``); a ``<`` before a space or digit (``S < 20``) is left alone.
+
+    >>> no_markup('model "><img src=x onerror=alert(1)> at S < 20')
+    'model ">&lt;img src=x onerror=alert(1)> at S < 20'
+    """
+    return _TAG_START.sub("&lt;", text)
+
+
+def inside(root: str | Path, path: str | Path) -> Path:
+    """``path`` if it resolves inside ``root`` (symlinks followed), else :class:`probe.errors.ProbeError`.
+
+    >>> inside("/tmp/out", "/tmp/out/tables/a.md").name
+    'a.md'
+    """
+    base = Path(root).resolve()
+    target = Path(path).resolve()
+    if target != base and base not in target.parents:
+        raise ProbeError(f"refusing to write {path}: it lies outside the output directory {root}")
+    return Path(path)
+
+
+def check_parents(path: str | Path, what: str | Path | None = None) -> None:
+    """An :class:`InputError` when a folder above ``path`` is a plain file (``--output afile/out.jsonl``)."""
+    for parent in Path(path).parents:
+        if parent.exists():
+            if not parent.is_dir():
+                raise InputError(what or path, None, None, f"cannot write here: {parent} is a file, not a directory")
+            return
+
+
+class OutputLock:
+    """An exclusive OS lock on ``path`` (``fcntl.flock`` on the file itself), held while the context is open.
+
+    A second process that asks for the same lock is refused at once with a :class:`ProbeError` naming the
+    holder's pid (written into the file). Within one process the lock is re-entrant (the command, the
+    task run and the runner may each take it). The file is removed when the last holder lets go; a lock
+    file left by a killed process holds no lock and is simply taken over.
+    """
+
+    _held: dict[str, list] = {}  # resolved path -> [fd, depth] in this process
+
+    def __init__(self, path: str | Path, what: str | None = None) -> None:
+        self.path = Path(path)
+        self.what = what or str(self.path)
+
+    def __enter__(self) -> "OutputLock":
+        key = str(self.path.resolve())
+        held = self._held.get(key)
+        if held is not None:
+            held[1] += 1
+            return self
+        try:
+            import fcntl
+        except ImportError:  # pragma: no cover - no POSIX locks (Windows): run without one
+            self._held[key] = [None, 1]
+            return self
+        check_parents(self.path, self.what)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        while True:
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError:
+                os.lseek(fd, 0, os.SEEK_SET)
+                holder = os.read(fd, 64).decode("ascii", "replace").strip() or "unknown"
+                os.close(fd)
+                raise ProbeError(f"{self.what} is being written by another probe process (pid {holder}); wait for it "
+                                 "to finish, or choose another output") from None
+            try:  # the file we locked may have been removed by a holder letting go meanwhile: lock the new one
+                same = os.fstat(fd).st_ino == os.stat(self.path).st_ino
+            except FileNotFoundError:
+                same = False
+            if same:
+                break
+            os.close(fd)
+        os.ftruncate(fd, 0)
+        os.write(fd, f"{os.getpid()}\n".encode())
+        self._held[key] = [fd, 1]
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        key = str(self.path.resolve())
+        held = self._held[key]
+        held[1] -= 1
+        if held[1]:
+            return
+        del self._held[key]
+        if held[0] is not None:
+            try:
+                os.unlink(self.path)  # while still locked: a waiting process then locks a fresh file
+            except OSError:
+                pass
+            os.close(held[0])
+

@@ -24,6 +24,9 @@ def add_model_args(p: argparse.ArgumentParser, default_model: str | None = DEFAU
     g.add_argument("--load-in-4bit", action="store_true", help="bitsandbytes 4-bit (GPU only)")
     g.add_argument("--device-map", default=None, help="accelerate device map, e.g. auto (spreads a model over GPUs)")
     g.add_argument("--trust-remote-code", action="store_true", help="run code shipped with the model (off by default)")
+    g.add_argument("--allow-pickle-weights", action="store_true",
+                   help="read pickle weights (pytorch_model.bin, *.pt) when a model has no safetensors; a pickle can "
+                   "run code when loaded (off by default)")
     g.add_argument("--batch-size", type=positive_int_or_auto, default="auto",
                    help="most sequences per forward pass, or auto (default): on a GPU as many as the token budget "
                    "holds, on the CPU 16")
@@ -36,7 +39,8 @@ def add_model_args(p: argparse.ArgumentParser, default_model: str | None = DEFAU
     g.add_argument("--score-cache", type=Path, default=None, metavar="PATH",
                    help="SQLite file of scores keyed on model, tokenizer, dtype, device type and exact token ids; "
                    "sequences scored before (by any run with the same model settings) are read from it instead of "
-                   "recomputed. Safe to share between runs and processes; delete it any time. "
+                   "recomputed. Share it between your own runs and processes (each value carries a MAC keyed by PATH.key, "
+                   "user-only); share it with others only read-only, from a writer you trust; delete it any time. "
                    f"Default: ${SCORE_CACHE_ENV} if set, else no cache")
 
 
@@ -50,12 +54,18 @@ def run_options(args: argparse.Namespace) -> Any:
     """The :class:`probe.runs.runner.RunOptions` of the model arguments."""
     from probe.runs.runner import RunOptions
 
+    from probe.errors import ProbeError
+
     cache = score_cache_path(args)
-    return RunOptions(device=args.device, dtype=args.dtype, load_in_8bit=args.load_in_8bit,
-                      load_in_4bit=args.load_in_4bit, device_map=args.device_map,
-                      trust_remote_code=args.trust_remote_code, batch_size=args.batch_size,
-                      token_budget=args.token_budget, chunk_size=args.flush_every,
-                      score_cache=str(cache) if cache else None, sampling=sampling_specs(args))
+    try:
+        return RunOptions(device=args.device, dtype=args.dtype, load_in_8bit=args.load_in_8bit,
+                          load_in_4bit=args.load_in_4bit, device_map=args.device_map,
+                          trust_remote_code=args.trust_remote_code, batch_size=args.batch_size,
+                          token_budget=args.token_budget, chunk_size=args.flush_every,
+                          score_cache=str(cache) if cache else None, sampling=sampling_specs(args),
+                          allow_pickle_weights=bool(getattr(args, "allow_pickle_weights", False)))
+    except ValueError as exc:  # checked before the model loads
+        raise ProbeError(str(exc)) from None
 
 
 def add_sampling_args(p: argparse.ArgumentParser) -> None:

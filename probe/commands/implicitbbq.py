@@ -175,6 +175,8 @@ def run_metrics_bbq(args: argparse.Namespace) -> int:
         except ValueError as exc:
             raise InputError(args.input, line_no, None, str(exc).removeprefix("record: ")) from None
         records.append(r)
+    if not records and not skipped:
+        raise InputError(args.input, None, None, "no records (the file is empty)")
     if skipped:
         lines = ", ".join(str(s["line"]) for s in skipped[:20]) + (" ..." if len(skipped) > 20 else "")
         print(f"warning: {args.input}: skipped {len(skipped)} row(s) whose stereotyped target is not exactly one "

@@ -84,10 +84,16 @@ def run(args: argparse.Namespace) -> int:
 
     if args.n_boot < 1:
         raise ProbeError(f"--n-boot must be a positive integer, got {args.n_boot}")
+    if args.output.exists() and not args.output.is_dir():
+        raise ProbeError(f"--output {args.output} exists and is not a directory; give a report directory")
     runs = load_runs(args.runs)
     for r in runs:
         if r.task in ("bbq", "implicitbbq", "demo") and (r.path / "records.jsonl").is_file():
-            r.units = bbq_family_units(r)
+            try:
+                r.units = bbq_family_units(r)
+            except (KeyError, ValueError, TypeError, IndexError) as exc:  # a record that is not the task's
+                raise ProbeError(f"{r.path / 'records.jsonl'}: not {r.task} records this report can read "
+                                 f"({exc.__class__.__name__}: {exc})") from None
     manifest = build_report(runs, args.output, n_boot=args.n_boot, seed=args.seed, params_b=_params(args.params),
                             title=args.title, progress=lambda m: print(f"report: {m}", file=sys.stderr))
     print(f"wrote {args.output}/report.html, report.md, {len(manifest['tables'])} table(s) and "

@@ -23,6 +23,20 @@ from probe.errors import ProbeError
 #: config keys that are neither run options nor task fields
 RUN_LEVEL_KEYS = ("task", "model", "models", "output")
 
+#: keys only the command line (or the Python call) may set: a config file or --set is data, and data
+#: must not decide to run code shipped with a model folder
+COMMAND_LINE_ONLY = ("trust_remote_code", "allow_pickle_weights")
+
+
+def refuse_command_line_only(values: dict[str, Any], where: str) -> None:
+    """A :class:`ProbeError` when ``values`` (a config or ``--set``) holds a key only the command line may set."""
+    for key in COMMAND_LINE_ONLY:
+        if key in values:
+            flag = "--" + key.replace("_", "-")
+            raise ProbeError(f"{where}: {key} cannot be set here (running code shipped with a model folder must be "
+                             f"asked for on the command line); remove it and pass {flag} to `probe run` if you trust "
+                             "that code")
+
 
 def register(groups: dict) -> None:
     t = groups[""].add_parser("tasks", help="list the installed tasks (benchmarks), one line each")
@@ -49,7 +63,10 @@ def register(groups: dict) -> None:
     g.add_argument("--load-in-8bit", action="store_true", default=None, help="bitsandbytes 8-bit (GPU)")
     g.add_argument("--load-in-4bit", action="store_true", default=None, help="bitsandbytes 4-bit (GPU)")
     g.add_argument("--device-map", default=None, help="accelerate device map, e.g. auto")
-    g.add_argument("--trust-remote-code", action="store_true", default=None)
+    g.add_argument("--trust-remote-code", action="store_true", default=None,
+                   help="run code shipped with the model folder (command line only: never from a config or --set)")
+    g.add_argument("--allow-pickle-weights", action="store_true", default=None,
+                   help="read pickle weights (pytorch_model.bin) when a model has no safetensors (command line only)")
     g.add_argument("--batch-size", type=positive_int_or_auto, default=None,
                    help="most sequences per forward pass, or auto (default: the GPU's token budget decides; CPU 16)")
     g.add_argument("--token-budget", type=positive_int_or_auto, default=None,
@@ -122,6 +139,7 @@ def parse_sets(sets: list[str]) -> dict[str, Any]:
             out[key.strip()] = yaml.safe_load(value) if value.strip() else None
         except yaml.YAMLError as exc:
             raise ProbeError(f"--set {item!r}: the value is not valid YAML ({exc})") from None
+    refuse_command_line_only(out, "--set")
     return out
 
 
@@ -131,11 +149,14 @@ def read_config(path: Path) -> dict[str, Any]:
     if not path.is_file():
         raise ProbeError(f"config not found: {path}")
     try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+        data = yaml.safe_load(path.read_text(encoding="utf-8-sig")) or {}
     except yaml.YAMLError as exc:
         raise ProbeError(f"{path}: not valid YAML ({exc})") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ProbeError(f"{path}: cannot read the config ({exc})") from None
     if not isinstance(data, dict):
         raise ProbeError(f"{path}: a config is a mapping of keys to values, got {type(data).__name__}")
+    refuse_command_line_only(data, str(path))
     if "task" not in data:
         raise ProbeError(f"{path}: the config names no task; add e.g. `task: hbb` (tasks: `probe tasks`)")
     return data
@@ -149,14 +170,17 @@ def run(args: argparse.Namespace) -> int:
     from probe.tasks import get
 
     target = args.target
-    is_config = target.endswith((".yaml", ".yml")) or Path(target).is_file()
+    from probe.tasks import available
+
+    # a task name is a task, also when a file of that name lies in the working directory
+    is_config = target.endswith((".yaml", ".yml")) or (Path(target).is_file() and target not in available())
     values: dict[str, Any] = read_config(Path(target)) if is_config else {"task": target}
     source = target if is_config else f"task {target!r}"
     values.update(parse_sets(args.sets))
     cli = {k: v for k, v in vars(args).items() if v is not None and k in (
         "device", "dtype", "load_in_8bit", "load_in_4bit", "device_map", "trust_remote_code", "batch_size",
         "token_budget", "chunk_size", "score_cache", "threads", "progress", "agreement_tokens", "capture",
-        "backend", "log_samples")}
+        "backend", "log_samples", "allow_pickle_weights")}
     values.update(cli)
     task = get(str(values.pop("task")))
     models = values.pop("models", None)

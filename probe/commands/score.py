@@ -40,6 +40,11 @@ def run_score(args: argparse.Namespace) -> int:
     from probe.errors import InputError
     from probe.prompts.items import PromptStyle, read_score_items
 
+    # every line's JSON and fields are checked before the model loads (plain text: no tokenizer needed);
+    # the rendering through the chat template and the token counts are checked once it is loaded
+    if not read_score_items(args.input, None, PromptStyle(chat_template=False, system=args.system,
+                                                          prefill=args.prefill)):
+        raise InputError(args.input, None, None, "no items (the file is empty)")
     runner = _runner(args)
     style = PromptStyle(chat_template=args.chat_template, system=args.system, prefill=args.prefill)
     items = read_score_items(args.input, runner.lm.tokenizer, style)
@@ -58,10 +63,17 @@ def run_perplexity(args: argparse.Namespace) -> int:
     from probe.errors import InputError
     from probe.prompts.items import read_perplexity_items
 
-    requests = read_perplexity_items(args.input)
+    lines: list[int] = []
+    requests = read_perplexity_items(args.input, lines)
     if not requests:
         raise InputError(args.input, None, None, "no texts (the file is empty)")
-    return _score_file(args, _runner(args), requests, "perplexity", "text(s)")
+    runner = _runner(args)
+    for n, r in zip(lines, requests):  # tokenize everything first: a text past the context fails before any work
+        try:
+            runner.scorer.encode(r)
+        except ValueError as exc:
+            raise InputError(args.input, n, "text", str(exc)) from None
+    return _score_file(args, runner, requests, "perplexity", "text(s)")
 
 
 def _runner(args: argparse.Namespace):
@@ -73,10 +85,14 @@ def _runner(args: argparse.Namespace):
 
 def _score_file(args: argparse.Namespace, runner, requests, command: str, noun: str) -> int:
     """Score into ``--output`` through the runner (resume, input check, cache, shards), then provenance."""
-    from probe.io import write_json_atomic
+    import contextlib
+
+    from probe.io import OutputLock, write_json_atomic
     from probe.runs.provenance import provenance
 
-    with runner:
+    lock = (OutputLock(args.output.with_name(args.output.name + ".lock"), str(args.output)) if runner.procs.is_main
+            else contextlib.nullcontext())
+    with runner, lock:  # one writer per output, from the first record to the provenance
         prov = _drop_provenance(args.output) if runner.procs.is_main else None
         before = _count(args.output)
         runner.score(requests, args.output, task=command)

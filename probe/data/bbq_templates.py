@@ -126,8 +126,8 @@ def read_templates(path: str | Path, source: str = "bbq", category: str | None =
     """Read a template CSV; rows with an empty ambiguous context are skipped (as BBQ does)."""
     path = Path(path)
     try:
-        df = pd.read_csv(path, na_filter=False, dtype=str)
-    except (OSError, pd.errors.ParserError) as exc:
+        df = pd.read_csv(path, na_filter=False, dtype=str, encoding="utf-8-sig")
+    except (OSError, ValueError, pd.errors.ParserError, pd.errors.EmptyDataError) as exc:  # ValueError: not UTF-8
         raise InputError(path, None, None, f"cannot read template CSV ({exc})") from None
     df = df.rename(columns=_COLUMN_ALIASES)
     # Intersectional templates name the stereotyped races in their own column (plus a second variable).

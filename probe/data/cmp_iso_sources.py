@@ -35,7 +35,7 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import Iterable, Mapping, Sequence
+from typing import Any, Iterable, Mapping, Sequence
 
 from probe.data.cmp_iso import CmpIsoPair
 from probe.data.cmp_iso_convert import BODIES, ConvertStats, make_pair, slot_ok, task_text
@@ -178,19 +178,30 @@ def read_pair_csv(path: str | Path) -> list[tuple[str, str, str]]:
     path = Path(path)
     if not path.is_file():
         raise InputError(path, None, None, "file not found")
-    with open(path, newline="", encoding="utf-8") as f:
-        reader = csv.DictReader(f)
-        cols = reader.fieldnames or []
-        a, b = ("sent_more", "sent_less") if "sent_more" in cols else ("stereo", "anti")
+    import io
+
+    try:
+        text = path.read_text(encoding="utf-8-sig")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise InputError(path, None, None, f"cannot read ({exc.__class__.__name__}: {exc})") from None
+    try:
+        return _pair_rows(path, csv.DictReader(io.StringIO(text, newline="")))
+    except csv.Error as exc:
+        raise InputError(path, None, None, f"not valid CSV ({exc})") from None
+
+
+def _pair_rows(path: Path, reader: Any) -> list[tuple[str, str, str]]:
+    cols = reader.fieldnames or []
+    a, b = ("sent_more", "sent_less") if "sent_more" in cols else ("stereo", "anti")
+    for c in (a, b):
+        if c not in cols:
+            raise InputError(path, 1, c, "missing column (need sent_more/sent_less or stereo/anti)")
+    out = []
+    for i, row in enumerate(reader):
         for c in (a, b):
-            if c not in cols:
-                raise InputError(path, 1, c, "missing column (need sent_more/sent_less or stereo/anti)")
-        out = []
-        for i, row in enumerate(reader):
-            for c in (a, b):
-                if not (row.get(c) or "").strip():
-                    raise InputError(path, reader.line_num, c, "empty")
-            out.append((row.get("id") or str(i), row[a], row[b]))
+            if not (row.get(c) or "").strip():
+                raise InputError(path, reader.line_num, c, "empty")
+        out.append((row.get("id") or str(i), row[a], row[b]))
     return out
 
 

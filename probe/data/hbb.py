@@ -198,9 +198,9 @@ def load_concepts(path: str | Path) -> list[HBBConcept]:
     """Read questions.csv; errors name the file, 1-based line and field."""
     path = Path(path)
     try:
-        df = pd.read_csv(path, dtype=str, keep_default_na=False)
-    except (OSError, pd.errors.ParserError) as exc:
-        raise InputError(path, None, None, f"cannot read CSV ({exc})") from exc
+        df = pd.read_csv(path, dtype=str, keep_default_na=False, encoding="utf-8-sig")
+    except (OSError, ValueError, pd.errors.ParserError, pd.errors.EmptyDataError) as exc:  # ValueError: not UTF-8
+        raise InputError(path, None, None, f"cannot read CSV ({exc})") from None
     for col in _REQUIRED_COLUMNS:
         if col not in df.columns:
             raise InputError(path, 1, col, "missing column")

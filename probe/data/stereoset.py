@@ -73,6 +73,8 @@ def load_stereoset(path: str | Path | None = None, splits: tuple[str, ...] = SPL
         raise InputError(path, None, None, f"cannot read ({exc.__class__.__name__}: {exc})") from None
     except json.JSONDecodeError as exc:
         raise InputError(path, exc.lineno, None, f"not valid JSON ({exc.msg})") from None
+    except (UnicodeDecodeError, RecursionError, ValueError) as exc:
+        raise InputError(path, None, None, f"cannot read ({exc.__class__.__name__}: {exc})") from None
     data = raw.get("data") if isinstance(raw, dict) else None
     if not isinstance(data, dict):
         raise InputError(path, 1, "data",

@@ -17,6 +17,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import shutil
 import tempfile
 from dataclasses import dataclass, field
@@ -98,6 +99,8 @@ def resolve_device(device: str = "auto") -> str:
 
     if device == "auto":
         return "cuda" if torch.cuda.is_available() else "cpu"
+    if not isinstance(device, str) or not re.fullmatch(r"cpu|meta|(cuda|mps|xpu)(:\d+)?", device):
+        raise ModelLoadError(f"unknown device {device!r}; choose auto, cpu, cuda, cuda:N, mps or xpu")
     if device.startswith("cuda") and not torch.cuda.is_available():
         raise ModelLoadError(f"device {device!r} requested but no CUDA GPU is available (torch {torch.__version__})")
     if device.startswith("mps") and not (getattr(torch.backends, "mps", None) and torch.backends.mps.is_available()):
@@ -147,12 +150,15 @@ def load_model(
     trust_remote_code: bool = False,
     revision: str | None = None,
     attn_implementation: str | None = None,
+    allow_pickle_weights: bool = False,
 ) -> LoadedModel:
     """Load a causal LM and its tokenizer, in eval mode, gradients off.
 
     ``name_or_path``: a built-in name (``smollm2``, ``gemma3-270m``), a path to a
     ``.gguf`` file, a local model directory, or a hub id (needs the hub or its
-    local cache). ``trust_remote_code`` stays off unless asked.
+    local cache). ``trust_remote_code`` stays off unless asked. Weights are read as safetensors; pickle
+    weights (``pytorch_model.bin``, ``*.pt``: loading a pickle can run code) only with
+    ``allow_pickle_weights=True``.
 
     ``device="auto"`` (default) takes the GPU when one is visible, else the CPU;
     ``dtype="auto"`` (default) takes bfloat16 on a GPU that supports it, else
@@ -194,8 +200,12 @@ def load_model(
             if name_or_path.startswith((".", "/", "~")) or name_or_path.count("/") > 1:
                 raise ModelLoadError(f"model path does not exist: {model_dir}")
             model_dir = name_or_path  # a hub id: resolved through the hub or its local cache
+        else:
+            _check_model_dir(model_dir, allow_pickle_weights)
 
     kwargs: dict[str, Any] = {"trust_remote_code": trust_remote_code, "revision": revision}
+    if not allow_pickle_weights:
+        kwargs["use_safetensors"] = True  # never unpickle weights unless asked
     if attn_implementation:
         kwargs["attn_implementation"] = attn_implementation
     if quantization:
@@ -232,6 +242,26 @@ def load_model(
     )
 
 
+PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".ckpt", ".pkl")
+
+
+def _check_model_dir(model_dir: Path, allow_pickle_weights: bool) -> None:
+    """A local model directory: it has a ``config.json``, and safetensors weights unless pickles are allowed."""
+    if not model_dir.is_dir():
+        return
+    if not (model_dir / "config.json").is_file():
+        raise ModelLoadError(f"cannot load model {str(model_dir)!r}: the directory has no config.json (a model "
+                             "directory holds config.json, the weights and the tokenizer files)")
+    files = [p.name for p in model_dir.iterdir() if p.is_file()]
+    if allow_pickle_weights or any(n.endswith(".safetensors") for n in files):
+        return
+    pickles = sorted(n for n in files if n.endswith(PICKLE_SUFFIXES) and "training_args" not in n)
+    if pickles:
+        raise ModelLoadError(f"model directory {model_dir} holds only pickle weights ({', '.join(pickles[:3])}); "
+                             "loading a pickle can run arbitrary code, so probe reads safetensors only. Convert the "
+                             "weights to safetensors, or pass --allow-pickle-weights if you trust the files")
+
+
 def _from_pretrained(model_dir: str | Path, torch_dtype, kwargs: dict, name: str):
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -240,7 +270,7 @@ def _from_pretrained(model_dir: str | Path, torch_dtype, kwargs: dict, name: str
             model_dir, trust_remote_code=kwargs["trust_remote_code"], revision=kwargs.get("revision")
         )
         model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch_dtype, **kwargs)
-    except (OSError, ValueError) as exc:
+    except Exception as exc:  # OSError, ValueError, an UnpicklingError of a refused pickle, shape mismatches, ...
         offline = os.environ.get("HF_HUB_OFFLINE") == "1"
         hint = (
             f"built-in names: {', '.join(BUILTINS)}; or a local model directory, a .gguf file, or a hub id"

@@ -35,7 +35,8 @@ class PromptStyle:
 
 
 def read_score_items(path: str | Path, tokenizer: Any, style: PromptStyle) -> list[tuple[dict, Request]]:
-    """Parse and validate every line before any scoring starts (bad input costs nothing)."""
+    """Parse and validate every line before any scoring starts (bad input costs nothing). ``tokenizer`` None
+    with ``chat_template=False``: the fields are checked and prompts rendered as plain text, with no model."""
     seen: dict[str, int] = {}
     out: list[tuple[dict, Request]] = []
     use_template = style.chat_template if style.chat_template is not None else bool(getattr(tokenizer, "chat_template", None))
@@ -76,6 +77,8 @@ def _item_id(path: str | Path, n: int, obj: dict) -> str:
 
 
 def _render(obj: dict, tokenizer: Any, style: PromptStyle, use_template: bool) -> str:
+    if "messages" in obj and "prompt" in obj:
+        raise ValueError("give either 'prompt' or 'messages', not both")
     if "messages" in obj:
         if not isinstance(obj["messages"], list) or not obj["messages"]:
             raise ValueError("must be a non-empty list of {role, content} objects")
@@ -86,9 +89,11 @@ def _render(obj: dict, tokenizer: Any, style: PromptStyle, use_template: bool) -
     return render_prompt(tokenizer, prompt, system=style.system, prefill=style.prefill, chat_template=use_template)
 
 
-def read_perplexity_items(path: str | Path) -> list[PerplexityRequest]:
+def read_perplexity_items(path: str | Path, lines: list[int] | None = None) -> list[PerplexityRequest]:
+    """``{id, text, prefix?}`` lines as requests; ``lines``, when given, receives each request's line number."""
     seen: dict[str, int] = {}
     out = []
+    lines = [] if lines is None else lines
     for n, obj in iter_jsonl(path, required=("id", "text")):
         rid = _item_id(path, n, obj)
         if rid in seen:
@@ -100,4 +105,5 @@ def read_perplexity_items(path: str | Path) -> list[PerplexityRequest]:
         if not isinstance(prefix, str):
             raise InputError(path, n, "prefix", "must be a string")
         out.append(PerplexityRequest(rid, text, prefix=prefix, space="none"))
+        lines.append(n)
     return out

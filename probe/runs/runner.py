@@ -23,6 +23,7 @@ It owns what a run needs beyond the scorer, the same for every task:
 from __future__ import annotations
 
 import dataclasses
+import re
 import sys
 import time
 from dataclasses import dataclass
@@ -33,10 +34,12 @@ from probe.errors import ProbeError
 from probe.runs.chunks import group_chunks
 from probe.runs.record import Record
 
-#: Keys of a run (not of a task) that a YAML config or ``--set`` may give.
+#: Keys of a run (not of a task) that a YAML config or ``--set`` may give (``trust_remote_code`` and
+#: ``allow_pickle_weights`` only from the command line or the Python call: probe.commands.run).
 RUN_KEYS = ("device", "dtype", "load_in_8bit", "load_in_4bit", "device_map", "trust_remote_code", "batch_size",
             "token_budget", "chunk_size", "score_cache", "threads", "progress", "agreement_tokens", "capture",
-            "backend", "log_samples")
+            "backend", "log_samples", "allow_pickle_weights")
+_DEVICE = re.compile(r"auto|cpu|meta|(cuda|mps|xpu)(:\d+)?")
 
 
 @dataclass(frozen=True)
@@ -49,6 +52,8 @@ class RunOptions:
     load_in_4bit: bool = False
     device_map: str | None = None
     trust_remote_code: bool = False
+    #: read pickle weights (``*.bin``, ``*.pt``) when a model has no safetensors; pickles can run code
+    allow_pickle_weights: bool = False
     #: ``auto``: from the model's shape and the device's free memory (probe.scoring.memory; CPU: 16 / 8192)
     batch_size: int | str = "auto"
     token_budget: int | str = "auto"
@@ -91,6 +96,18 @@ class RunOptions:
                 also = "" if name == "chunk_size" else " or 'auto'"
                 raise ValueError(f"{name} must be a positive integer{also}, got {value!r}")
             object.__setattr__(self, name, number)
+        if not isinstance(self.device, str) or not _DEVICE.fullmatch(self.device):
+            raise ValueError(f"device must be auto, cpu, cuda, cuda:N, mps or xpu, got {self.device!r}")
+        if self.dtype not in ("auto", "float32", "bfloat16", "float16"):
+            raise ValueError(f"dtype must be auto, float32, bfloat16 or float16, got {self.dtype!r}")
+        if self.threads is not None and (isinstance(self.threads, bool) or not isinstance(self.threads, int)
+                                         or self.threads < 1):
+            raise ValueError(f"threads must be a positive integer, got {self.threads!r}")
+        for name in ("load_in_8bit", "load_in_4bit", "trust_remote_code", "progress", "allow_pickle_weights"):
+            if not isinstance(getattr(self, name), bool):
+                raise ValueError(f"{name} must be true or false, got {getattr(self, name)!r}")
+        if isinstance(self.agreement_tokens, bool) or not isinstance(self.agreement_tokens, int):
+            raise ValueError(f"agreement_tokens must be an integer, got {self.agreement_tokens!r}")
         if int(self.agreement_tokens) < 0:
             raise ValueError(f"agreement_tokens must be >= 0, got {self.agreement_tokens!r}")
         if self.load_in_8bit and self.load_in_4bit:
@@ -119,7 +136,7 @@ def load(model: Any, options: RunOptions) -> Any:
         device = procs.device(device)
     lm = load_model(str(model), device=device, dtype=options.dtype, load_in_8bit=options.load_in_8bit,
                     load_in_4bit=options.load_in_4bit, device_map=options.device_map,
-                    trust_remote_code=options.trust_remote_code)
+                    trust_remote_code=options.trust_remote_code, allow_pickle_weights=options.allow_pickle_weights)
     return with_backend(lm, options.backend, copy=False)
 
 

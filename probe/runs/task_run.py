@@ -58,14 +58,51 @@ def run_task(task: Task, config: Any, model: Any, output: str | Path | None = No
              options: RunOptions | None = None, runner: Runner | None = None) -> Evaluation:
     """Run ``task`` with ``config`` on ``model`` (a name, a path or a loaded model).
 
-    ``runner``: an already built :class:`Runner` (reuses its model and cache).
+    ``runner``: an already built :class:`Runner` (reuses its model and cache). ``output``: absent, empty, or
+    a run directory (resumed); another process writing there, or a folder holding other files, is refused.
     """
+
+    import contextlib
+
+    from probe.io import OutputLock
+    from probe.runs.shard import detect
+
+    options = options or (runner.options if runner else RunOptions())
+    out = Path(output) if output is not None else None
+    lock: Any = contextlib.nullcontext()
+    if out is not None and (runner.procs if runner else detect()).is_main:
+        check_run_dir(out)
+        lock = OutputLock(out / LOCK_FILE, str(out))
+    with lock:  # one writer per run directory, held for the whole run
+        return _run_task(task, config, model, out, limit, options, runner)
+
+
+#: the lock file of a run directory while a run writes there (probe.io.OutputLock)
+LOCK_FILE = ".probe.lock"
+#: files that mark a directory as (part of) a run: a re-run resumes there
+RUN_FILES = ("records.jsonl", "records.jsonl.input.json", "generations.jsonl")
+
+
+def check_run_dir(out: Path) -> None:
+    """``out`` may take a run: absent, empty, or already a run's directory (a resume). A file, or a folder
+    holding other files (whose ``report.md``, ``summary.json`` or ``tables/`` a run would overwrite), is refused."""
+    if not out.exists():
+        return
+    if not out.is_dir():
+        raise ProbeError(f"{out} exists and is not a directory; give a run directory as the output")
+    names = {p.name for p in out.iterdir()} - {LOCK_FILE}
+    if names and not names & set(RUN_FILES) and not any(n.startswith("records.jsonl.") for n in names):
+        shown = ", ".join(sorted(names)[:3]) + (", ..." if len(names) > 3 else "")
+        raise ProbeError(f"{out} holds files but no probe run ({shown}); a run there would overwrite its "
+                         "report.md, summary.json and tables/. Choose a new output directory, or empty this one")
+
+
+def _run_task(task: Task, config: Any, model: Any, out: Path | None, limit: int | None, options: RunOptions,
+              runner: Runner | None) -> Evaluation:
     from probe.io import write_json_atomic
     from probe.runs.provenance import provenance
     from probe.runs.record import records_to_frame
 
-    options = options or (runner.options if runner else RunOptions())
-    out = Path(output) if output is not None else None
     t_start = time.perf_counter()
     items = task.select(config, task.items(config), limit)
     if not items:
@@ -83,6 +120,8 @@ def run_task(task: Task, config: Any, model: Any, output: str | Path | None = No
         requests = task.requests(config, items, lm.tokenizer, generations)
         if not requests:
             raise ProbeError(f"task {task.name!r}: the selected items gave no requests")
+        if out is not None and runner.procs.is_main:
+            _check_no_extra_records(out / "records.jsonl", requests)
         log = _sample_log(runner, task.name, out, gen_requests, generations) if options.log_samples else None
         try:
             records = runner.score(requests, out / "records.jsonl" if out else None, task=task.name,
@@ -137,6 +176,22 @@ def run_task(task: Task, config: Any, model: Any, output: str | Path | None = No
     finally:
         if own:
             runner.close()
+
+
+def _check_no_extra_records(path: Path, requests: Sequence[Any]) -> None:
+    """A resumed run directory holds records of these requests only: records of items this run does not select
+    (an earlier run with a larger ``limit`` or a wider config) would leave a summary of a subset beside them."""
+    from probe.io import read_records
+
+    if not path.is_file():
+        return
+    wanted = {r.id for r in requests}
+    extra = [str(r.get("id")) for r in read_records(path)[0] if str(r.get("id")) not in wanted]
+    if extra:
+        raise ProbeError(f"{path} holds {len(extra)} record(s) of items this run does not select (e.g. "
+                         f"{', '.join(map(repr, extra[:3]))}): an earlier run with a larger --limit or another "
+                         "config wrote there, and this run's summary would cover a subset of them. Re-run with the "
+                         "same --limit and config, or choose a new output directory")
 
 
 def _sample_log(runner: Runner, task: str, out: Path | None, gen_requests: Sequence[Any],

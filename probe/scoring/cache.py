@@ -28,8 +28,11 @@ Design choices (see ``docs/reliability.md``):
 * **Non-finite rows are cached** like any other: NaN/inf logits are a
   deterministic property of model + dtype + ids (all in the key), and ``finite``
   round-trips, so a cached NaN row is reported exactly as a fresh one.
-* **Never wrong silently**: every value carries a digest of its key and bytes;
-  a damaged value, a file that is not a cache, or a cache of an unknown format
+* **Never wrong silently**: every value carries a keyed MAC (BLAKE2b) of its key
+  and bytes; the 32-byte secret lives beside the cache in ``<cache>.key``, created
+  with user-only permissions (0600) and refused when anyone else may read or write
+  it. A damaged value, a value moved to another key, a value rewritten by someone
+  without the secret, a file that is not a cache, or a cache of an unknown format
   is a :class:`probe.errors.ProbeError` naming the file.
 * **Hooks bypass the cache**: a forward hook (steering, patching, activation
   capture) changes what the forward pass computes without changing the
@@ -46,6 +49,8 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
+import os
+import secrets
 import sqlite3
 import struct
 from dataclasses import dataclass
@@ -57,7 +62,9 @@ from probe.scoring.engine import RowOutput
 
 #: Bump when the engine's numerics change (cached values of older engines are then not reused).
 ENGINE_VERSION = 1
-FORMAT = 1  # layout of the sqlite file and of a stored value
+FORMAT = 2  # layout of the sqlite file and of a stored value (2: values carry a keyed MAC)
+KEY_BYTES = 32
+MAC_BYTES = 16
 WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".gguf", ".ckpt")
 _CHUNK = 500  # keys per SELECT: under SQLite's bound-parameter limit on every build
 _BUSY_MS = 120_000  # how long a writer waits for another process's transaction
@@ -251,9 +258,54 @@ class ScoreCache:
             if found != str(FORMAT):
                 raise ProbeError(f"score cache {self.path} has format {found}, this probe reads format {FORMAT}; "
                                  "use another --score-cache file")
+            self._key = self._load_key()
         except BaseException:
             self._db.close()
             raise
+
+    @property
+    def key_path(self) -> Path:
+        """The cache's secret MAC key: ``<cache>.key``, readable and writable by its owner only."""
+        return self.path.with_name(self.path.name + ".key")
+
+    def _load_key(self) -> bytes:
+        """Read the MAC key, or create it (0600, atomically: two processes agree on one key) for a new cache."""
+        path = self.key_path
+        if not path.exists():
+            with self._errors("read"):
+                has_rows = self._db.execute("SELECT 1 FROM scores LIMIT 1").fetchone() is not None
+            if has_rows:
+                raise ProbeError(f"score cache {self.path} holds scores but its key file {path} is missing, so no "
+                                 "value can be checked; delete the cache (it is only a cache)")
+            tmp = path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
+            try:
+                fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+                with os.fdopen(fd, "wb") as f:
+                    f.write(secrets.token_bytes(KEY_BYTES))
+                    f.flush()
+                    os.fsync(f.fileno())
+                try:
+                    os.link(tmp, path)  # atomic; fails when another process made the key first: use theirs
+                except FileExistsError:
+                    pass
+            except OSError as exc:
+                raise ProbeError(f"score cache {self.path}: cannot create its key file {path} ({exc})") from None
+            finally:
+                with contextlib.suppress(OSError):
+                    os.unlink(tmp)
+        try:
+            st = os.stat(path)
+            if hasattr(os, "getuid") and (st.st_uid != os.getuid() or st.st_mode & 0o077):
+                raise ProbeError(f"score cache key {path} must belong to you and be readable by you only "
+                                 f"(mode {st.st_mode & 0o777:o}); run `chmod 600 {path}` if it is yours, else delete "
+                                 "the cache and its key. Share a cache read-only, only from a writer you trust")
+            key = path.read_bytes()
+        except OSError as exc:
+            raise ProbeError(f"score cache {self.path}: cannot read its key file {path} ({exc})") from None
+        if len(key) != KEY_BYTES:
+            raise ProbeError(f"score cache key {path} is damaged ({len(key)} bytes, expected {KEY_BYTES}); delete "
+                             "the cache and its key (they are only a cache)")
+        return key
 
     # -- keys and values ---------------------------------------------------------
     def key_digest(self, key: CacheKey) -> bytes:
@@ -265,20 +317,24 @@ class ScoreCache:
         digest.update(struct.pack(f"<q{len(labels)}q", len(labels), *labels))
         return digest.digest()
 
-    @staticmethod
-    def _encode(digest: bytes, out: RowOutput) -> bytes:
+    def _mac(self, digest: bytes, body: bytes) -> bytes:
+        return hashlib.blake2b(digest + body, digest_size=MAC_BYTES, key=self._key).digest()
+
+    def _encode(self, digest: bytes, out: RowOutput) -> bytes:
         labels = sorted(out.label_logprobs.items())
         body = struct.pack(f"<BBII{len(labels)}q{len(labels)}d{len(out.token_logprobs)}d",
                            FORMAT, bool(out.finite), len(labels), len(out.token_logprobs),
                            *(k for k, _ in labels), *(v for _, v in labels), *out.token_logprobs)
-        return body + hashlib.blake2b(digest + body, digest_size=8).digest()
+        return body + self._mac(digest, body)
 
     def _decode(self, digest: bytes, blob: Any) -> RowOutput:
+        import hmac
+
         blob = bytes(blob) if isinstance(blob, (bytes, memoryview)) else b""
-        body, check = blob[:-8], blob[-8:]
+        body, check = blob[:-MAC_BYTES], blob[-MAC_BYTES:]
         try:
-            if len(blob) < 18 or hashlib.blake2b(digest + body, digest_size=8).digest() != check:
-                raise ValueError("digest mismatch")
+            if len(blob) < 10 + MAC_BYTES or not hmac.compare_digest(self._mac(digest, body), check):
+                raise ValueError("MAC mismatch: damaged, moved or rewritten without the cache's key")
             fmt, finite, n_labels, n_tokens = struct.unpack_from("<BBII", body)
             if fmt != FORMAT or len(body) != 10 + 16 * n_labels + 8 * n_tokens:
                 raise ValueError("bad layout")

@@ -125,23 +125,52 @@ class Task:
 
             raise ProbeError(f"{source}: unknown key(s) {', '.join(unknown)} for task {self.name!r}; "
                              f"valid keys: {', '.join(sorted(known)) or '(none)'}")
+        from probe.errors import ProbeError
+
+        for f in dataclasses.fields(self.Config):
+            if f.name in values:
+                problem = _value_problem(f, values[f.name])
+                if problem:
+                    raise ProbeError(f"{source}: {f.name} {problem}, got {values[f.name]!r}")
         try:
             return self.Config(**values)
         except (TypeError, ValueError) as exc:
-            from probe.errors import ProbeError
-
             raise ProbeError(f"{source}: {exc}") from None
+
+
+def _value_problem(f: "dataclasses.Field", value: Any) -> str | None:
+    """What is wrong with ``value`` for a config field whose default is a plain bool / int / float / str, else None.
+    Checked before any work, so a bad value (``--set n_boot=lots``) never costs a model load and a scoring run.
+    Counts named ``n_*`` (``n_boot``, ``n_iter``, ...) must not be negative."""
+    default = f.default
+    if default is dataclasses.MISSING or default is None or value is None:
+        return None
+    if isinstance(default, bool):
+        return None if isinstance(value, bool) else "must be true or false"
+    if isinstance(default, int):
+        if isinstance(value, bool) or not isinstance(value, int):
+            return "must be an integer"
+        if f.name.startswith("n_") and value < 0:
+            return "must not be negative"
+        return None
+    if isinstance(default, float):
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            return "must be a number"
+    if isinstance(default, str) and not isinstance(value, str):
+        return "must be a string"
+    return None
 
 
 def write_tables(tables: Mapping[str, "pd.DataFrame"], output: Path) -> list[Path]:
     """Each table as ``output/tables/NAME.md`` (Markdown) and ``.csv``; returns the paths written."""
-    from probe.io import write_atomic
+    from probe.io import inside, no_markup, write_atomic
 
     written = []
     for name, df in tables.items():
         # names may hold dots (table2_paper_T0.1): append the suffix, never replace one
-        md_path, csv_path = output / "tables" / f"{name}.md", output / "tables" / f"{name}.csv"
-        write_atomic(md_path, _markdown(df))
+        md_path = inside(output, output / "tables" / f"{name}.md")  # a name from data never leaves the run
+        csv_path = inside(output, output / "tables" / f"{name}.csv")
+        write_atomic(md_path, no_markup(_markdown(df)))
         write_atomic(csv_path, df.to_csv(index=False))
         written += [md_path, csv_path]
     return written

@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from probe.errors import InputError, ProbeError
-from probe.io import write_atomic
+from probe.io import no_markup, write_atomic
 from probe.tasks.base import Aggregate, Task, TaskConfig, write_tables
 
 #: BBQ's 11 categories, in the upstream repository's order.
@@ -229,7 +229,7 @@ class BBQTask(Task):
 
     def report(self, config: BBQConfig, result: Aggregate, output: Path) -> None:
         write_tables(result.tables, output)
-        write_atomic(output / "report.md", report_markdown(result.summary, result.tables))
+        write_atomic(output / "report.md", no_markup(report_markdown(result.summary, result.tables)))
 
     # -- analyses: the template instance is the unit; its two name orders are the A <-> B pairs ---------
     def analysis_units(self, config: BBQConfig, records: Any, items: Sequence[Any]) -> list[str]:

@@ -314,14 +314,14 @@ def paper_spec(temperature: float | None, top_p: float = 1.0) -> tuple[dict, ...
 def write_protocol_report(benchmark: str, result: Aggregate, output: Path) -> None:
     """``tables/<name>.md|csv`` per table (its ``attrs`` title) and ``report.md`` with every table under its
     ``attrs`` heading (the CrowS-Pairs and StereoSet tasks)."""
-    from probe.io import write_atomic
+    from probe.io import no_markup, write_atomic
     from probe.reports.hbb_tables import markdown, write_table
 
     parts = [f"# {benchmark}: {result.summary.get('model')}\n"]
     for name, table in result.tables.items():
         write_table(table, output / "tables" / name, table.attrs["title"])
         parts.append(f"## {table.attrs['heading']}\n\n{table.attrs['title']}\n\n{markdown(table)}\n")
-    write_atomic(output / "report.md", "\n".join(parts))
+    write_atomic(output / "report.md", no_markup("\n".join(parts)))
 
 
 def crows_file(data_file: str | None) -> Path:

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from probe.data.demo import demo_items, unknown_paraphrases
-from probe.io import write_atomic
+from probe.io import no_markup, write_atomic
 from probe.metrics.bbq import bbq_metrics
 from probe.prompts.chat import render_prompt
 from probe.scoring.requests import ContinuationRequest
@@ -102,7 +102,7 @@ class DemoTask(Task):
 
     def report(self, config: DemoConfig, result: Aggregate, output: Path) -> None:
         write_tables(result.tables, output)
-        write_atomic(output / "report.md", report_markdown(result.summary))
+        write_atomic(output / "report.md", no_markup(report_markdown(result.summary)))
         write_html_report(result.summary, output)
 
 

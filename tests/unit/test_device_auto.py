@@ -82,6 +82,7 @@ def test_load_model_defaults_to_the_gpu_in_bfloat16(monkeypatch, tmp_path):
     rec = _Recorder()
     _fake_load(monkeypatch, tiny_model(len(tiny_tokenizer())), rec)
     (tmp_path / "m").mkdir()
+    (tmp_path / "m" / "config.json").write_text("{}")  # a model directory has one
     lm = load_model(str(tmp_path / "m"))  # defaults: device="auto", dtype="auto"
     assert rec.to == ["cuda"]
     assert rec.dtype is torch.bfloat16
@@ -97,6 +98,7 @@ def test_load_model_defaults_to_the_cpu_in_float32(monkeypatch, tmp_path):
     rec = _Recorder()
     _fake_load(monkeypatch, tiny_model(len(tiny_tokenizer())), rec)
     (tmp_path / "m").mkdir()
+    (tmp_path / "m" / "config.json").write_text("{}")  # a model directory has one
     lm = load_model(str(tmp_path / "m"))
     assert rec.to == ["cpu"] and rec.dtype is torch.float32
     assert (lm.device, lm.dtype) == ("cpu", "float32")

@@ -165,3 +165,90 @@ def test_huge_integer_is_an_input_error(tmp_path):
     path.write_text('{"id": "a"}\n{"id": ' + "9" * 5000 + "}\n")
     with pytest.raises(InputError, match="line 2"):
         list(iter_jsonl(path))
+
+
+# --- every reader, random bytes and random JSON: only probe's own error type ----------------------------------
+
+def _readers() -> dict[str, tuple[str, Any]]:
+    """reader name -> (the file name it reads, a function of the file's path). Each reads one user file."""
+    from probe.analysis.representations import config as rep_config
+    from probe.commands.run import read_config
+    from probe.config import load_config
+    from probe.data.bbq import load_bbq_jsonl
+    from probe.data.bbq_templates import read_templates
+    from probe.data.cmp_iso import load_csv
+    from probe.data.cmp_iso_sources import read_pair_csv
+    from probe.data.crows_pairs import load_crows_pairs
+    from probe.data.hbb import load_concepts, load_descriptors, load_sg_variations
+    from probe.data.stereoset import load_stereoset
+    from probe.io import RecordWriter, iter_jsonl, read_records
+    from probe.prompts.items import read_perplexity_items
+    from probe.reports.compare.runs import load_run
+    from probe.scoring.cache import ScoreCache
+
+    def record_writer(p: Path) -> None:
+        RecordWriter(p).close()
+
+    def run_dir(p: Path) -> None:  # a run directory whose summary.json holds the bytes
+        d = p.parent / "run"
+        d.mkdir()
+        (d / "summary.json").write_bytes(p.read_bytes())
+        load_run(d)
+
+    def score_cache(p: Path) -> None:
+        ScoreCache(p, "fp").close()
+
+    import dataclasses
+
+    @dataclasses.dataclass(frozen=True)
+    class Cfg:
+        model: str = "smollm2"
+        n: int = 1
+
+    return {
+        "iter_jsonl": ("in.jsonl", lambda p: list(iter_jsonl(p, required=("id",)))),
+        "read_records": ("out.jsonl", read_records),
+        "record_writer": ("out.jsonl", record_writer),
+        "perplexity_items": ("texts.jsonl", read_perplexity_items),
+        "bbq_jsonl": ("Age.jsonl", load_bbq_jsonl),
+        "bbq_templates": ("Age.csv", read_templates),
+        "cmp_iso_csv": ("bench.csv", load_csv),
+        "cmp_iso_pairs": ("pairs.csv", read_pair_csv),
+        "crows_pairs": ("crows.csv", load_crows_pairs),
+        "hbb_concepts": ("questions.csv", load_concepts),
+        "hbb_descriptors": ("descriptors.json", load_descriptors),
+        "hbb_sg_variations": ("sg.jsonl", load_sg_variations),
+        "stereoset": ("dev.json", load_stereoset),
+        "yaml_config": ("c.yaml", lambda p: load_config(p, Cfg)),
+        "representations_config": ("rep.yaml", rep_config.load_config),
+        "run_config": ("run.yaml", read_config),
+        "run_summary": ("summary.json", run_dir),
+        "score_cache": ("scores.sqlite", score_cache),
+    }
+
+
+READERS = list(_readers())
+FEW = settings(FUZZ, max_examples=25)
+
+
+def _only_probe_errors(name: str, data: bytes) -> None:
+    fname, fn = _readers()[name]
+    path = _tmp_file(data, fname)
+    try:
+        fn(path)
+    except ProbeError:
+        pass
+
+
+@pytest.mark.parametrize("name", READERS)
+@FEW
+@given(data=st.binary(max_size=300))
+def test_every_reader_random_bytes(name, data):
+    _only_probe_errors(name, data)
+
+
+@pytest.mark.parametrize("name", READERS)
+@FEW
+@given(value=json_values)
+def test_every_reader_random_json(name, value):
+    _only_probe_errors(name, json.dumps(value, allow_nan=True).encode("utf-8", "surrogatepass"))

@@ -107,7 +107,7 @@ def test_trust_remote_code_is_off_by_default():
 
 
 def test_trust_remote_code_reaches_transformers_as_false(tmp_path, monkeypatch):
-    """The flag is passed to both from_pretrained calls, as False unless asked."""
+    """The flag is passed to both from_pretrained calls, as False unless asked; weights as safetensors only."""
     from probe.models import loader
 
     seen = {}
@@ -118,9 +118,10 @@ def test_trust_remote_code_reaches_transformers_as_false(tmp_path, monkeypatch):
 
     monkeypatch.setattr(loader, "_from_pretrained", fake)
     (tmp_path / "m").mkdir()
+    (tmp_path / "m" / "config.json").write_text("{}")
     with pytest.raises(ProbeError):
         loader.load_model(str(tmp_path / "m"))
-    assert seen["trust_remote_code"] is False
+    assert seen["trust_remote_code"] is False and seen["use_safetensors"] is True
 
 
 HOSTILE_IDS = ["../../escape", "/tmp/abs-escape", "..", "a/../../b", "nul\0byte", "C:\\x\\..\\..\\y", "~/home"]

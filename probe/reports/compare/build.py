@@ -31,7 +31,7 @@ from probe.reports.compare import bbq_layouts, other_layouts, paper_layouts, uni
 from probe.reports.compare.html import render
 from probe.reports.compare.paired import MIN_CLUSTERS, compare
 from probe.reports.compare.runs import Run, by_task
-from probe.reports.compare.tables import Figure, Section, Table, markdown, write_table
+from probe.reports.compare.tables import Figure, Section, Table, markdown, md_text, write_table
 
 __all__ = ["build_report", "TASK_TITLES"]
 
@@ -172,13 +172,14 @@ def build_report(runs: Sequence[Run], output: str | Path, n_boot: int = 2000, se
 
 
 def _markdown(title: str, intro: str, sections: Sequence[Section], runs_table: Table) -> str:
-    md = [f"# {title}", "", intro, "", "## Runs", "", markdown(runs_table.df), ""]
+    e = md_text  # text from data never reaches the Markdown as raw HTML
+    md = [f"# {e(title)}", "", e(intro), "", "## Runs", "", markdown(runs_table.df), ""]
     for s in sections:
-        md += [f"## {s.title}", "", s.intro, ""]
+        md += [f"## {e(s.title)}", "", e(s.intro), ""]
         for it in s.items:
             if isinstance(it, Table):
-                md += [f"### {it.title}", "", markdown(it.df), "", f"*{it.caption}*", ""]
+                md += [f"### {e(it.title)}", "", markdown(it.df), "", f"*{e(it.caption)}*", ""]
             else:
-                md += [f"### {it.title}", "", f"![{it.title}](figures/{it.png.name})", "", f"*{it.caption}* "
+                md += [f"### {e(it.title)}", "", f"![{e(it.title)}](figures/{it.png.name})", "", f"*{e(it.caption)}* "
                        f"(SVG: figures/{it.svg.name})", ""]
     return "\n".join(md)

@@ -21,6 +21,7 @@ import html
 import math
 from typing import Any, Sequence
 
+from probe.io import safe_name
 from probe.reports.compare.tables import BOLD, Figure, Section, Table
 
 __all__ = ["render", "CSS"]
@@ -65,6 +66,11 @@ table.runs td { white-space: normal; }
 """
 
 
+def _attr(name: Any) -> str:
+    """An ``id`` / ``href`` fragment from data: the one sanitiser, then escaped (quotes included)."""
+    return html.escape(safe_name(name), quote=True)
+
+
 def _cell(v: Any) -> str:
     if isinstance(v, float):
         text = "–" if not math.isfinite(v) else f"{v:.3f}"
@@ -77,14 +83,14 @@ def _table(t: Table) -> str:
     head = "".join(f"<th>{html.escape(str(c))}</th>" for c in t.df.columns)
     body = "".join("<tr>" + "".join(f"<td>{_cell(v)}</td>" for v in row) + "</tr>"
                    for row in t.df.itertuples(index=False))
-    return (f'<figure id="{t.name}" class="table"><h3>{html.escape(t.title)}</h3><div class="scroll"><table>'
+    return (f'<figure id="{_attr(t.name)}" class="table"><h3>{html.escape(t.title)}</h3><div class="scroll"><table>'
             f"<thead><tr>{head}</tr></thead><tbody>{body}</tbody></table></div>"
             f"<figcaption><b>Table {html.escape(t.name)}.</b> {html.escape(t.caption)}</figcaption></figure>")
 
 
 def _figure(f: Figure) -> str:
     data = base64.b64encode(f.png.read_bytes()).decode("ascii")
-    return (f'<figure id="{f.name}" class="figure"><h3>{html.escape(f.title)}</h3>'
+    return (f'<figure id="{_attr(f.name)}" class="figure"><h3>{html.escape(f.title)}</h3>'
             f'<img alt="{html.escape(f.title)}" src="data:image/png;base64,{data}">'
             f"<figcaption><b>Figure {html.escape(f.name)}.</b> {html.escape(f.caption)} "
             f"(files: figures/{html.escape(f.png.name)}, figures/{html.escape(f.svg.name)})</figcaption></figure>")
@@ -95,12 +101,12 @@ def render(title: str, intro: str, sections: Sequence[Section], runs_table: Tabl
     toc = []
     body = []
     if runs_table is not None:
-        toc.append(f'<li><a href="#{runs_table.name}">{html.escape(runs_table.title)}</a></li>')
+        toc.append(f'<li><a href="#{_attr(runs_table.name)}">{html.escape(runs_table.title)}</a></li>')
         runs_html = _table(runs_table).replace("<table>", '<table class="runs">', 1)
         body.append(f'<section><h2 id="sec-runs">Runs</h2>{runs_html}</section>')
     for i, s in enumerate(sections, 1):
         anchor = f"sec-{i}"
-        sub = "".join(f'<li><a href="#{it.name}">{html.escape(it.title)}</a></li>' for it in s.items)
+        sub = "".join(f'<li><a href="#{_attr(it.name)}">{html.escape(it.title)}</a></li>' for it in s.items)
         toc.append(f'<li><a href="#{anchor}">{html.escape(s.title)}</a><ol>{sub}</ol></li>')
         parts = [_table(it) if isinstance(it, Table) else _figure(it) for it in s.items]
         lead = f'<p class="lead">{html.escape(s.intro)}</p>' if s.intro else ""

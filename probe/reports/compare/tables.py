@@ -25,7 +25,7 @@ from typing import Any, Sequence
 
 import pandas as pd
 
-from probe.io import write_atomic
+from probe.io import inside, safe_name, write_atomic
 
 __all__ = ["Table", "Figure", "Section", "markdown", "write_table", "save_figure", "fmt", "fmt_ci", "flatten",
            "plain"]
@@ -43,6 +43,9 @@ class Table:
     caption: str  # estimator, n, CI method (and the table's rules)
     df: pd.DataFrame
 
+    def __post_init__(self) -> None:  # names come from data (task, labels, file names): one sanitiser
+        self.name = safe_name(self.name)
+
 
 @dataclass
 class Figure:
@@ -54,6 +57,9 @@ class Figure:
     caption: str
     png: Path
     svg: Path
+
+    def __post_init__(self) -> None:
+        self.name = safe_name(self.name)
 
 
 @dataclass
@@ -102,7 +108,16 @@ def plain(text: Any) -> str:
 def _cell(v: Any) -> str:
     if isinstance(v, float):
         return "–" if not math.isfinite(v) else f"{v:.3f}"
-    return str(v).replace("|", "\\|").replace("\n", " ")
+    return md_text(str(v)).replace("|", "\\|").replace("\n", " ")
+
+
+def md_text(text: Any) -> str:
+    """Text from data for Markdown: ``&``, ``<`` and ``>`` as entities, so no raw HTML reaches a report.
+
+    >>> md_text("<img src=x onerror=alert(1)> & co")
+    '&lt;img src=x onerror=alert(1)&gt; &amp; co'
+    """
+    return str(text).replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
 
 
 def markdown(df: pd.DataFrame) -> str:
@@ -115,8 +130,9 @@ def markdown(df: pd.DataFrame) -> str:
 
 def write_table(table: Table, out: Path) -> list[Path]:
     """``out/tables/NAME.md`` (title, table, caption) and ``.csv`` (no bold markers)."""
-    md, csv = out / "tables" / f"{table.name}.md", out / "tables" / f"{table.name}.csv"
-    write_atomic(md, f"**{table.title}**\n\n{markdown(table.df)}\n\n{table.caption}\n")
+    name = safe_name(table.name)
+    md, csv = inside(out, out / "tables" / f"{name}.md"), inside(out, out / "tables" / f"{name}.csv")
+    write_atomic(md, f"**{md_text(table.title)}**\n\n{markdown(table.df)}\n\n{md_text(table.caption)}\n")
     write_atomic(csv, table.df.map(lambda v: plain(v) if isinstance(v, str) else v).to_csv(index=False))
     return [md, csv]
 
@@ -127,7 +143,8 @@ def save_figure(fig: Any, out: Path, name: str, task: str, title: str, caption: 
 
     d = out / "figures"
     d.mkdir(parents=True, exist_ok=True)
-    png, svg = d / f"{name}.png", d / f"{name}.svg"
+    name = safe_name(name)
+    png, svg = inside(out, d / f"{name}.png"), inside(out, d / f"{name}.svg")
     for path, kw in ((png, {"dpi": 110}), (svg, {})):
         tmp = path.with_name(f".{path.stem}.tmp{path.suffix}")  # the suffix picks the format
         fig.savefig(tmp, **kw, metadata={"Date": None} if path.suffix == ".svg" else None)

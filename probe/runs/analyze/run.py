@@ -14,9 +14,9 @@ if TYPE_CHECKING:
     import numpy as np
     import pandas as pd
 
-#: run options a re-score keeps from the run (batching and precision: the same passes, the same numbers)
-_KEPT = ("device", "dtype", "load_in_8bit", "load_in_4bit", "device_map", "trust_remote_code", "batch_size",
-         "token_budget", "chunk_size")
+#: run options a re-score keeps from the run (batching and precision: the same passes, the same numbers);
+#: never trust_remote_code: a run directory is data, and remote code runs only when the caller asks for it
+_KEPT = ("device", "dtype", "load_in_8bit", "load_in_4bit", "device_map", "batch_size", "token_budget", "chunk_size")
 
 
 @dataclass

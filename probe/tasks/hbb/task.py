@@ -237,7 +237,7 @@ class HBBTask(Task):
     def report(self, config: HBBConfig, result: Aggregate, output: Path) -> None:
         """``instances.jsonl``, ``tables/*.md|csv`` (labelled with the model), ``report.md``,
         ``hbb_hist.png``, ``figures/hbb_figure{3,4,8,9}.png|svg|csv`` and ``timing_projection.json``."""
-        from probe.io import dumps, write_atomic
+        from probe.io import dumps, no_markup, write_atomic
         from probe.reports.hbb_tables import histogram_png, report_markdown, with_model, write_table
         from probe.tasks.hbb.summary import write_projection
 
@@ -252,7 +252,7 @@ class HBBTask(Task):
         tables = {name: with_model(df, model, list(LABELS.values())) for name, df in tables.items()}
         for name, df in tables.items():
             write_table(df, output / "tables" / name, df.attrs.get("title", ""))
-        write_atomic(output / "report.md", report_markdown(model, tables))
+        write_atomic(output / "report.md", no_markup(report_markdown(model, tables)))
         frames = variant_frames(inst)
         if frames:
             histogram_png({f"{model} {LABELS[v]}": f["S"].to_numpy() for v, f in frames.items()},
