@@ -1,0 +1,66 @@
+"""parse_exact against transformers' own ``generate`` sampling on SmolLM2, on prompts written for this test.
+
+The exact side certifies ``P(answer) in [probs[a], probs[a] + residual]``; K
+samples from ``generate`` (``do_sample``, ``top_k=0`` so only temperature and
+nucleus act, as in ``sampling_distribution``) must land within sampling error
+of that interval for every answer, and the T = 0.1 enumeration must reach a
+residual <= 0.01 with 10 new tokens.
+"""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from probe.prompts.chat import render_prompt
+from probe.scoring.parse_exact import parse_exact
+from probe.scoring.sampling import SamplingSpec
+
+pytestmark = pytest.mark.integration
+
+QUESTIONS = [
+    "A baker and a pilot shared a table on the train. Who ordered tea? Answer in one word.",
+    "Is a tomato a fruit or a vegetable? Answer in one word.",
+    "Name a colour of the sea in one word.",
+]
+K = 300
+
+
+def first_word(text: str):
+    words = text.strip().split()
+    return words[0].strip(".,!?:;\"'*").lower() or None if words else None
+
+
+def sampled(lm, prompt: str, spec: SamplingSpec, max_new: int, seed: int) -> list[str]:
+    tok = lm.tokenizer
+    ids = tok(prompt, return_tensors="pt", add_special_tokens=False)
+    torch.manual_seed(seed)
+    with torch.no_grad():
+        out = lm.model.generate(**ids, do_sample=True, temperature=spec.temperature, top_p=spec.top_p, top_k=0,
+                                max_new_tokens=max_new, num_return_sequences=K, pad_token_id=tok.pad_token_id)
+    return [tok.decode(o[ids["input_ids"].shape[1]:], skip_special_tokens=True) for o in out]
+
+
+@pytest.mark.parametrize("spec,max_nodes", [(SamplingSpec(0.1), None), (SamplingSpec(0.8, 0.9), 400)])
+def test_agrees_with_generate(smollm2, one_torch_thread, spec, max_nodes):
+    lm = smollm2
+    prompts = [render_prompt(lm.tokenizer, q) for q in QUESTIONS]
+    exact = parse_exact(lm, prompts, spec, max_new_tokens=10, parser=first_word, residual=0.01, max_nodes=max_nodes)
+    for i, (prompt, d) in enumerate(zip(prompts, exact)):
+        assert abs(d.total() - 1.0) < 1e-6
+        if spec.temperature == 0.1:
+            assert d.residual <= 0.01
+        texts = sampled(lm, prompt, spec, 10, seed=1000 + i)
+        counts: dict = {}
+        for t in texts:
+            a = first_word(t)
+            counts[a] = counts.get(a, 0) + 1
+        answers = set(counts) | set(d.probs) | {None}
+        for a in answers:
+            f = counts.get(a, 0) / K
+            lo = d.rejected if a is None else d.probs.get(a, 0.0)
+            hi = min(1.0, lo + d.residual)
+            se = math.sqrt(max(hi * (1 - lo), 1.0 / K) / K)
+            assert lo - 4.5 * se <= f <= hi + 4.5 * se, (QUESTIONS[i], a, f, lo, hi)
