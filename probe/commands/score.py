@@ -6,7 +6,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from probe.commands.common import add_model_args, add_prompt_args, add_sampling_args, run_options
+from probe.commands.common import add_model_args, add_prompt_args, add_sampling_args, add_shard_arg, run_options
 
 
 def register(groups: dict) -> None:
@@ -23,6 +23,7 @@ def register(groups: dict) -> None:
     add_model_args(p)
     add_prompt_args(p)
     add_sampling_args(p)
+    add_shard_arg(p)
     p.set_defaults(func=run_score)
 
     q = groups[""].add_parser(
@@ -33,6 +34,7 @@ def register(groups: dict) -> None:
     q.add_argument("--input", required=True, type=Path)
     q.add_argument("--output", required=True, type=Path)
     add_model_args(q)
+    add_shard_arg(q)
     q.set_defaults(func=run_perplexity)
 
 
@@ -80,6 +82,11 @@ def _score_file(args: argparse.Namespace, runner, requests, command: str, noun: 
         prov = _drop_provenance(args.output) if runner.procs.is_main else None
         before = _count(args.output)
         runner.score(requests, args.output, task=command)
+        if runner.shard is not None:  # every shard set is complete: a plain run folds them
+            from probe.runs.shard_set import ShardDone
+
+            raise ShardDone(f"every shard of {args.output} has finished; run the same command without --shard "
+                            "(or `probe merge`) to fold them in")
         if not runner.procs.is_main:  # rank 0 merged the shards; it alone writes provenance and reports
             return 0
         write_json_atomic(prov, provenance(

@@ -193,6 +193,12 @@ def shard_files(output: Path) -> list[Path]:
     return [p for _, p in sorted(found)]
 
 
+def launcher_shard_files(output: Path) -> list[Path]:
+    """Shard files of ``output`` left by a launcher's ranks (not those of ``--shard`` processes, which carry a
+    ``.shard.json`` manifest and are folded by :mod:`probe.runs.shard_set` only as complete sets)."""
+    return [p for p in shard_files(output) if not p.with_name(p.name + ".shard.json").is_file()]
+
+
 def _read(path: Path) -> Iterator[tuple[int, dict, bytes]]:
     """``(line_number, record, raw_line)`` of the complete records of ``path`` (a torn tail is skipped)."""
     from probe.io import read_records
@@ -210,15 +216,19 @@ def _read(path: Path) -> Iterator[tuple[int, dict, bytes]]:
 
 
 def recorded_ids(output: Path) -> set[str]:
-    """Ids with a record in ``output`` or in any of its shard files."""
+    """Ids with a record in ``output`` or in any of its launcher shard files."""
     done = {str(rec["id"]) for _, rec, _ in _read(output)}
-    for shard in shard_files(output):
+    for shard in launcher_shard_files(output):
         done.update(str(rec["id"]) for _, rec, _ in _read(shard))
     return done
 
 
-def merge_shards(output: Path, requests: Sequence[Any]) -> int:
-    """Fold every shard file of ``output`` into ``output``; return how many records were added.
+def merge_shards(output: Path, requests: Sequence[Any], shards: Sequence[Path] | None = None,
+                 order: Sequence[str] | None = None) -> int:
+    """Fold every launcher shard file of ``output`` into ``output``; return how many records were added.
+
+    ``shards``: these shard files instead; ``order``: the one-process record
+    order as ids (instead of :func:`record_order` of ``requests``).
 
     ``output`` keeps its records byte for byte, first; the new records follow in
     :func:`record_order` (then records of ids not in ``requests``, in shard
@@ -231,7 +241,7 @@ def merge_shards(output: Path, requests: Sequence[Any]) -> int:
     """
     from probe.io import write_atomic
 
-    shards = shard_files(output)
+    shards = launcher_shard_files(output) if shards is None else list(shards)
     if not shards:
         return 0
     kept: list[bytes] = []
@@ -251,7 +261,7 @@ def merge_shards(output: Path, requests: Sequence[Any]) -> int:
             if rid not in have:
                 new[rid] = line
     if new:
-        order = [rid for rid in record_order(requests) if rid in new]
+        order = [rid for rid in (record_order(requests) if order is None else order) if rid in new]
         known = set(order)
         order += [rid for rid in new if rid not in known]
         text = b"".join(line + b"\n" for line in kept + [new[rid] for rid in order])

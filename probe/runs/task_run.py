@@ -94,6 +94,11 @@ def run_task(task: Task, config: Any, model: Any, output: str | Path | None = No
             if log is not None:
                 log.close()
         agreement = _greedy_agreement(runner, requests, records, out, task.name, options.agreement_tokens)
+        if runner.shard is not None:  # every shard set is complete: one plain run folds them and reports
+            from probe.runs.shard_set import ShardDone
+
+            raise ShardDone(f"every shard of {out} has finished; run the same command without --shard to fold "
+                            "them in and write the summary (nothing is scored again)")
         if not runner.procs.is_main:  # rank 0 merged the shards; it alone aggregates and writes
             return Evaluation(task.name, str(getattr(lm, "name", "")), records_to_frame([]), {}, {}, out, config)
         acts = runner.activations
