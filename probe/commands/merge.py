@@ -28,7 +28,7 @@ def run(args: argparse.Namespace) -> int:
     from probe.errors import ProbeError
     from probe.runs.shard_set import fold_tree
 
-    if not args.path.exists():
+    if not args.path.exists() and not args.path.parent.is_dir():
         raise ProbeError(f"{args.path}: no such file or directory")
     results = fold_tree(args.path)
     if not results:

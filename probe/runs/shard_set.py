@@ -311,12 +311,11 @@ def fold_for_run(output: Path, runner: Any, requests: Sequence[Any]) -> int:
 def fold_tree(root: Path) -> list[FoldResult]:
     """:func:`fold` for every output under ``root`` (a file or a directory, searched recursively)."""
     root = Path(root)
+    if not root.is_dir():  # one output (it need not exist yet: its shards may be all there is)
+        return [fold(root)] if independent_shards(root) else []
     outputs: set[Path] = set()
-    files = [root] if root.is_file() else sorted(root.rglob("*" + MANIFEST_SUFFIX))
-    for f in files:
+    for f in sorted(root.rglob("*" + MANIFEST_SUFFIX)):
         m = re.fullmatch(r"(.+)\.rank\d+-of-\d+\.jsonl" + re.escape(MANIFEST_SUFFIX), f.name)
         if m:
             outputs.add(f.with_name(m.group(1)))
-    if root.is_file() and not outputs:
-        outputs.add(root)
     return [fold(out) for out in sorted(outputs)]
