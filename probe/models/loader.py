@@ -206,7 +206,9 @@ def load_model(
             if load_in_8bit
             else BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_compute_dtype=torch_dtype)
         )
-        kwargs["device_map"] = device_map or "auto"
+        # one device unless a device_map is asked for: `--device cuda:1` (or a launcher rank's GPU) is kept,
+        # never spread over every visible GPU
+        kwargs["device_map"] = device_map or {"": single_device(device)}
     elif device_map is not None:
         kwargs["device_map"] = device_map
     model, tokenizer = _from_pretrained(model_dir, torch_dtype, kwargs, name_or_path)
@@ -230,6 +232,20 @@ def load_model(
         device_requested=asked_device,
         dtype_requested=asked_dtype,
     )
+
+
+def single_device(device: str) -> str:
+    """``device`` as one concrete device for ``device_map={"": ...}``: ``cuda`` -> ``cuda:<current>``.
+
+    >>> single_device("cuda:1"), single_device("cpu")
+    ('cuda:1', 'cpu')
+    """
+    import torch
+
+    dev = torch.device(device)
+    if dev.type == "cuda" and dev.index is None:
+        dev = torch.device("cuda", torch.cuda.current_device() if torch.cuda.is_available() else 0)
+    return str(dev)
 
 
 def _from_pretrained(model_dir: str | Path, torch_dtype, kwargs: dict, name: str):
