@@ -51,6 +51,14 @@ def run(args: argparse.Namespace) -> int:
 
     if args.shard_size < 1:
         raise ProbeError("--shard-size must be >= 1")
+    from probe.runs.shard import detect
+
+    procs = detect()
+    if procs.distributed:  # every process would record every item into one store: N-fold duplication
+        raise ProbeError(f"probe activations runs in one process, but {procs.world_size} were launched "
+                         "(accelerate launch / torchrun): each would record every item. Run it without a "
+                         "launcher, or use `probe run TASK --capture HOOK@POSITION` (one process) and split the "
+                         "input into one job per part")
     try:
         from probe.activations.positions import parse_positions
         specs = parse_positions(args.positions)
