@@ -331,9 +331,11 @@ class Runner:
         """Append the records of the requests not yet in ``output``; return every request's record, in order."""
         from probe.io import read_records
         from probe.runs.resume import check_input
-        from probe.runs.shard import launcher_shard_files, merge_shards, process_group, recorded_ids, score_sharded
+        from probe.runs.shard import (launcher_shard_files, merge_shards, process_group, recorded_ids, score_sharded,
+                                      shared_records)
         from probe.runs.shard_set import ShardDone, fold_for_run, independent_shards, score_shard, shard_sets
 
+        records = None
         if self.shard is not None:
             # Records of this output already folded in, or held by a complete set of shards, are read
             # without writing anything (other shard processes may be reading too): a multi-stage task
@@ -359,6 +361,8 @@ class Runner:
                 score_sharded(self, requests, output, self.procs, make=make, chunk=self.options.chunk_size,
                               progress=progress)
                 self.procs.barrier()  # rank 0 has merged the shards: every rank may read the output
+                # rank 0's records on every rank (sent over the group to a node that does not share its disk)
+                records = shared_records(output, self.procs)
         else:
             if independent_shards(output):
                 fold_for_run(output, self, requests)
@@ -368,7 +372,7 @@ class Runner:
                 check_input(output, recorded_ids(output), requests, self, write=False)
                 merge_shards(output, requests)
             self._append(requests, output, make, progress, verb, also_done)
-        by_id = {str(r["id"]): r for r in read_records(output)[0]}
+        by_id = {str(r["id"]): r for r in (records if records is not None else read_records(output)[0])}
         missing = [r.id for r in requests if r.id not in by_id]
         if missing:  # pragma: no cover - would be a runner bug
             raise ProbeError(f"{output}: {len(missing)} request(s) have no record after the run, e.g. {missing[:3]}")

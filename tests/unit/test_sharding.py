@@ -217,6 +217,12 @@ class _Sequential(Processes):
     def barrier(self) -> None:
         pass
 
+    def broadcast(self, obj, src=0):
+        return obj  # a shared filesystem: every rank's view is rank 0's
+
+    def all_gather(self, obj):
+        return [None] * self.world_size  # nothing to compare: no shard is sent over a group
+
 
 
 
