@@ -149,15 +149,18 @@ def gpu_estimate(study_dir: Path, output: Path, quick_models: list[str]) -> dict
     """GPU hours of the full study, projected from the quick runs' measured work.
 
     Per run: tokens per item measured on the quick run (smollm2's tokenizer; other
-    tokenizers differ by some 10-30 %) x items of the paper-scale config x 2 x the
-    model's parameters = forward FLOPs, at :data:`H100_FLOPS`. Prefill-bound scoring
+    tokenizers differ by some 10-30 %) x items of the paper-scale config x the
+    measured computed-token ratio (``timing.json`` ``engine_all_invocations``:
+    tokens the engine ran with prefix sharing / raw tokens) x 2 x the model's
+    parameters = forward FLOPs, at :data:`H100_FLOPS`. Prefill-bound scoring
     only: generation (CoT chains, HBB-SG variations) is memory-bound and not in it.
     """
     from probe.tasks import get
 
     study = load_study(study_dir)
     out: dict[str, Any] = {"assumption": f"{H100_FLOPS / 1e12:.0f} TFLOP/s sustained on one H100 (40 % of bf16 dense "
-                           "peak); forward FLOPs = 2 x params x tokens; prefill only (generation not included)",
+                           "peak); forward FLOPs = 2 x params x tokens computed (raw tokens x the measured computed_ratio of prefix "
+                           "sharing); prefill only (generation not included)",
                            "runs": {}, "total": {}}
     ref = quick_models[0]
     for run in study["runs"]:
@@ -183,11 +186,14 @@ def gpu_estimate(study_dir: Path, output: Path, quick_models: list[str]) -> dict
         full_tokens = tokens_per_item * (n_full or 0)
         scored = work["timing"].get("scored_all_invocations", {})
         cpu_s = round(sum(float(v.get("seconds", 0)) for v in scored.values() if isinstance(v, dict)), 1) or None
+        # the engine computes shared prompt prefixes once: only this fraction of the raw tokens runs
+        ratio = (work["timing"].get("engine_all_invocations") or {}).get("computed_ratio") or 1.0
         entry = {"quick_items": len(qitems), "quick_records": work["records"], "quick_tokens": work["tokens"],
                  "quick_cpu_seconds": cpu_s, "full_items": n_full, "tokens_per_item": round(tokens_per_item, 1),
-                 "full_tokens": int(full_tokens), "gpu_hours": {}}
+                 "full_tokens": int(full_tokens), "computed_ratio": ratio,
+                 "full_tokens_computed": int(full_tokens * ratio), "gpu_hours": {}}
         for m in study["models"]:
-            entry["gpu_hours"][m["name"]] = round(2 * m["params_b"] * 1e9 * full_tokens / H100_FLOPS / 3600, 2)
+            entry["gpu_hours"][m["name"]] = round(2 * m["params_b"] * 1e9 * full_tokens * ratio / H100_FLOPS / 3600, 2)
         out["runs"][run["name"]] = entry
     for m in study["models"]:
         out["total"][m["name"]] = round(sum(r["gpu_hours"][m["name"]] for r in out["runs"].values()), 2)

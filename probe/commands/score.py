@@ -92,7 +92,7 @@ def _score_file(args: argparse.Namespace, runner, requests, command: str, noun: 
         write_json_atomic(prov, provenance(
             runner.lm, config={"command": command, **{k: str(v) for k, v in vars(args).items() if k != "func"}},
             data_files=[args.input], world_size=runner.procs.world_size,
-            scoring=runner.scorer.batching.as_dict()))
+            scoring=runner.scorer.batching.as_dict(), work=runner.work()))
         n_new = _count(args.output) - before
         print(f"scored {n_new} new {noun}; {len(requests)} in {args.output}{runner.cache_note()}", file=sys.stderr)
     return 0

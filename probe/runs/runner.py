@@ -168,6 +168,9 @@ class Runner:
         self.scorer = Scorer(lm, batch_size=self.options.batch_size, token_budget=self.options.token_budget, cache=cache)
         #: seconds and request counts per request kind (``meta["kind"]`` or the request kind), this process
         self.timing: dict[str, dict[str, float]] = {}
+        #: the work other processes did for this run, as ``{rank|shard, timing, engine}`` dicts: the other
+        #: ranks of a launch (gathered over the group) and the ``--shard`` processes folded in here
+        self.other_work: list[dict[str, Any]] = []
 
     @property
     def model_id(self) -> str:
@@ -363,6 +366,11 @@ class Runner:
                 self.procs.barrier()  # rank 0 has merged the shards: every rank may read the output
                 # rank 0's records on every rank (sent over the group to a node that does not share its disk)
                 records = shared_records(output, self.procs)
+                # every rank's timing and engine counts so far (cumulative: the last output's gather has them all)
+                ranks = self.procs.all_gather({"rank": self.procs.rank, "timing": self.timing,
+                                               "engine": self.scorer.engine.counts()})
+                self.other_work = [w for w in self.other_work if "rank" not in w]
+                self.other_work += [w for w in ranks if w is not None and w["rank"] != self.procs.rank]
         else:
             if independent_shards(output):
                 fold_for_run(output, self, requests)
@@ -408,6 +416,27 @@ class Runner:
             if bar:
                 bar.close()
         return len(todo)
+
+    def work(self) -> dict[str, Any]:
+        """This run's work over every process: timing per request kind, engine counts (forward passes,
+        tokens computed, raw tokens and their ratio), and each process's own share."""
+        own = {"rank": self.procs.rank, "timing": self.timing, "engine": self.scorer.engine.counts()}
+        parts = [own] + list(self.other_work)
+        timing: dict[str, dict[str, float]] = {}
+        engine: dict[str, int] = {}
+        for part in parts:
+            for kind, t in (part.get("timing") or {}).items():
+                acc = timing.setdefault(kind, {"n": 0, "seconds": 0.0})
+                acc["n"] += t["n"]
+                acc["seconds"] += t["seconds"]
+            for k, v in (part.get("engine") or {}).items():
+                engine[k] = engine.get(k, 0) + int(v)
+        if engine.get("tokens_raw"):
+            engine["computed_ratio"] = round(engine["tokens_computed"] / engine["tokens_raw"], 4)
+        out: dict[str, Any] = {"timing": timing, "engine": engine}
+        if len(parts) > 1:
+            out["processes"] = parts
+        return out
 
     def cache_note(self) -> str:
         """What the score cache saved in this process, as a sentence fragment ('' without a cache)."""

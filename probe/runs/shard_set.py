@@ -129,11 +129,13 @@ def score_shard(runner: Any, requests: Sequence[Any], output: Path, shard: Shard
                 raise ProbeError(f"{man}: shard {shard} was started with another {key.replace('_', ' ')} "
                                  f"({_brief(old.get(key))} -> {_brief(manifest[key])}); every shard of a set must "
                                  f"run the same command. Delete {path} and its .input.json/.shard.json to start it over")
+    earlier = _read_json(man) if man.is_file() else {}  # an interrupted or repeated run of this shard
     scored = 0
     stats_before = _engine_counts(runner)
     with RecordWriter(path) as writer:
         check_input(path, writer.done, requests, runner)
-        write_json_atomic(man, {**manifest, "complete": False})
+        write_json_atomic(man, {**manifest, "complete": False, "timing": earlier.get("timing", {}),
+                                "engine": earlier.get("engine", {})})
         done = in_output | writer.done
         todo = [part for part in mine if any(str(r.id) not in done for r in part)]
         bar = None
@@ -153,9 +155,9 @@ def score_shard(runner: Any, requests: Sequence[Any], output: Path, shard: Shard
                 bar.update(len(recs))
         if bar:
             bar.close()
-    old_timing = _read_json(man).get("timing", {}) if man.is_file() else {}
-    write_json_atomic(man, {**manifest, "complete": True, "timing": _add_timing(old_timing, runner.timing),
-                            "engine": _diff(_engine_counts(runner), stats_before)})
+    write_json_atomic(man, {**manifest, "complete": True, "timing": _add_timing(earlier.get("timing", {}), runner.timing),
+                            "engine": _add_counts(earlier.get("engine", {}),
+                                                  _diff(_engine_counts(runner), stats_before))})
     return scored
 
 
@@ -165,12 +167,16 @@ def _brief(value: Any) -> str:
 
 
 def _engine_counts(runner: Any) -> dict[str, int]:
-    stats = getattr(getattr(runner, "scorer", None), "stats", None)
-    return dict(stats.as_dict()) if stats is not None and hasattr(stats, "as_dict") else {}
+    engine = getattr(getattr(runner, "scorer", None), "engine", None)
+    return dict(engine.counts()) if engine is not None and hasattr(engine, "counts") else {}
 
 
 def _diff(now: dict[str, int], before: dict[str, int]) -> dict[str, int]:
     return {k: v - before.get(k, 0) for k, v in now.items()}
+
+
+def _add_counts(old: dict, now: dict) -> dict:
+    return {k: int(old.get(k, 0)) + int(now.get(k, 0)) for k in {**old, **now}}
 
 
 def _add_timing(old: dict, now: dict) -> dict:
@@ -192,6 +198,7 @@ class FoldResult:
     output: Path
     added: int = 0
     folded: list[str] | None = None  # the sets folded, as "N" strings
+    shards: list[dict] | None = None  # per folded shard: shard, timing, engine counts (as in <output>.shards.json)
     waiting: list[str] | None = None  # shards of unfinished sets, as "i/N"
 
 
@@ -273,7 +280,7 @@ def fold(output: Path, runner: Any = None, requests: Sequence[Any] | None = None
     write_json_atomic(sidecar, {"format": 1, "model": model, "requests": digests,
                                 **({"sampling": sampling} if sampling else {})})
     result.added = merge_shards(output, (), shards=[p for p, _ in members], order=order)
-    _log_shards(output, members)
+    result.shards = _log_shards(output, members)
     for path, _ in members:
         input_sidecar(path).unlink(missing_ok=True)
         manifest_path(path).unlink(missing_ok=True)
@@ -286,20 +293,24 @@ def shards_log(output: Path) -> Path:
     return output.with_name(output.name + ".shards.json")
 
 
-def _log_shards(output: Path, members: list[tuple[Path, dict]]) -> None:
+def _log_shards(output: Path, members: list[tuple[Path, dict]]) -> list[dict]:
     from probe.io import write_json_atomic
 
     log = shards_log(output)
     entries = _read_json(log).get("shards", []) if log.is_file() else []
-    for path, man in members:
-        entries.append({"shard": man["shard"], "file": path.name, "n_assigned": len(man.get("assigned", [])),
-                        "timing": man.get("timing", {}), "engine": man.get("engine", {})})
-    write_json_atomic(log, {"format": 1, "shards": entries})
+    new = [{"shard": man["shard"], "file": path.name, "n_assigned": len(man.get("assigned", [])),
+            "timing": man.get("timing", {}), "engine": man.get("engine", {})} for path, man in members]
+    write_json_atomic(log, {"format": 1, "shards": entries + new})
+    return new
 
 
 def fold_for_run(output: Path, runner: Any, requests: Sequence[Any]) -> int:
-    """A plain run's fold: complete sets are folded in; shards still missing or unfinished are refused."""
+    """A plain run's fold: complete sets are folded in; shards still missing or unfinished are refused.
+    The folded shards' timing and engine counts join the runner's (``runner.other_work``)."""
     result = fold(output, runner, requests)
+    if result.shards and hasattr(runner, "other_work"):
+        runner.other_work += [{"shard": e["shard"], "timing": e["timing"], "engine": e["engine"]}
+                              for e in result.shards]
     if result.waiting:
         raise ProbeError(
             f"{output}: shard(s) {', '.join(result.waiting)} are not finished (still running, failed, or never "

@@ -119,14 +119,14 @@ def run_task(task: Task, config: Any, model: Any, output: str | Path | None = No
         if out is not None:
             write_json_atomic(out / "summary.json", summary)
             # timing first: a task's report may project the full benchmark's time from it
-            write_json_atomic(out / "timing.json", _timing(out / "timing.json", runner.timing,
-                                                           time.perf_counter() - t_start))
+            work = runner.work()  # every process's share: the ranks of a launch, the --shard jobs folded in
+            write_json_atomic(out / "timing.json", _timing(out / "timing.json", work, time.perf_counter() - t_start))
             task.report(config, Aggregate(summary, result.tables), out)
             write_json_atomic(out / "provenance.json", provenance(
                 lm, config={"task": task.name, "limit": limit, "task_config": _plain(config),
                             "run_options": _plain(options)},
                 data_files=task.data_files(config), world_size=runner.procs.world_size,
-                scoring=_batching(runner)))
+                scoring=_batching(runner), engine=work["engine"]))
             note = runner.cache_note()
             print(f"{task.name}: {len(records)} record(s) in {out / 'records.jsonl'}{note}", file=sys.stderr)
         return Evaluation(task.name, str(getattr(lm, "name", "")), frame, summary, result.tables, out, config, acts,
@@ -162,22 +162,38 @@ def _greedy_agreement(runner: Runner, requests: Sequence[Any], records: Sequence
     return {"max_new_tokens": max_new_tokens, **agreement_summary(agreement_rows(records, texts))}
 
 
-def _timing(path: Path, now: dict[str, dict[str, float]], wall: float) -> dict[str, Any]:
-    """This invocation's seconds per request kind, and the sums over every invocation that finished."""
+def _timing(path: Path, work: dict[str, Any], wall: float) -> dict[str, Any]:
+    """This invocation's seconds per request kind and engine counts (summed over every process that worked
+    for it: launcher ranks, folded ``--shard`` jobs), and the sums over every invocation that finished.
+
+    ``engine``: forward passes, ``tokens_computed`` (what ran, prefixes shared) and ``tokens_raw`` (every
+    scored sequence on its own); ``computed_ratio`` = computed / raw, the factor a GPU-time projection
+    from raw token counts needs. ``processes``: each process's own share, when several worked."""
     import json
 
-    total: dict[str, dict[str, float]] = {}
+    now = work["timing"]
     try:
-        total = json.loads(path.read_text(encoding="utf-8")).get("scored_all_invocations", {})
+        old = json.loads(path.read_text(encoding="utf-8"))
+        total = old.get("scored_all_invocations", {}) if isinstance(old, dict) else {}
+        engine_total = old.get("engine_all_invocations", {}) if isinstance(old, dict) else {}
     except (OSError, ValueError, AttributeError):
-        total = {}
+        total, engine_total = {}, {}
     for kind, t in now.items():
         acc = total.setdefault(kind, {"n": 0, "seconds": 0.0})
         acc["n"] += t["n"]
         acc["seconds"] += t["seconds"]
+    for k, v in work["engine"].items():
+        if k != "computed_ratio":
+            engine_total[k] = engine_total.get(k, 0) + v
+    if engine_total.get("tokens_raw"):
+        engine_total["computed_ratio"] = round(engine_total["tokens_computed"] / engine_total["tokens_raw"], 4)
     per = {k: v["seconds"] / v["n"] for k, v in total.items() if v.get("n")}
-    return {"wall_seconds": round(wall, 3), "scored_this_invocation": now, "scored_all_invocations": total,
-            "seconds_per_request": per}
+    out = {"wall_seconds": round(wall, 3), "scored_this_invocation": now, "scored_all_invocations": total,
+           "seconds_per_request": per, "engine_this_invocation": work["engine"],
+           "engine_all_invocations": engine_total}
+    if "processes" in work:
+        out["processes"] = work["processes"]
+    return out
 
 
 def _plain(obj: Any) -> Any:

@@ -64,6 +64,12 @@ class Engine:
         self.logits_scaling = getattr(self.config, "logits_scaling", None)  # Granite-style divisor
         self.forward_passes = 0  # counted for benchmarks
         self.tokens_run = 0  # non-pad tokens actually computed
+        self.tokens_raw = 0  # tokens of every scored sequence, each on its own (no prefix sharing): set by the Scorer
+
+    def counts(self) -> dict[str, int]:
+        """Forward passes, tokens computed and raw tokens so far (``computed / raw`` is what sharing saves)."""
+        return {"forward_passes": self.forward_passes, "tokens_computed": self.tokens_run,
+                "tokens_raw": self.tokens_raw}
 
     # -- unembedding -------------------------------------------------------
     def logits(self, hidden: torch.Tensor) -> torch.Tensor:

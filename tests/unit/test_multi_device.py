@@ -157,3 +157,19 @@ def test_quantised_load_under_a_launcher_takes_the_ranks_gpu(fake_cuda, model_di
     monkeypatch.setenv("LOCAL_RANK", "2")
     load(str(model_dir), RunOptions(device="cuda", load_in_8bit=True))
     assert fake_cuda[-1]["device_map"] == {"": "cuda:2"}
+
+
+def test_engine_counts_tokens_computed_against_raw(tiny_lm):
+    """Prefix sharing runs a shared prompt once: tokens computed < raw tokens; both and the passes are counted."""
+    from probe.scoring import LabelRequest, Scorer
+
+    prompt = "Person A has wrinkles. Person B has smooth skin. Who was not comfortable using the phone?"
+    reqs = [LabelRequest(id=f"r{i}", prompt=prompt + f" Item {i}.", labels=("A", "B", "C"))
+            for i in range(4)]
+    scorer = Scorer(tiny_lm, batch_size=8)
+    scorer.score(reqs)
+    counts = scorer.engine.counts()
+    assert counts["forward_passes"] >= 1
+    assert 0 < counts["tokens_computed"] < counts["tokens_raw"]
+    raw = sum(len(s.ids) for r in reqs for s in scorer.encode(r).sequences)
+    assert counts["tokens_raw"] == raw
