@@ -80,7 +80,9 @@ def run_task(task: Task, config: Any, model: Any, output: str | Path | None = No
         requests = task.requests(config, items, lm.tokenizer, generations)
         if not requests:
             raise ProbeError(f"task {task.name!r}: the selected items gave no requests")
-        log = _sample_log(runner, task.name, out, gen_requests, generations) if options.log_samples else None
+        # --shard jobs write only their own files: the run that folds the shards logs every sample
+        log = (_sample_log(runner, task.name, out, gen_requests, generations)
+               if options.log_samples and runner.shard is None else None)
         try:
             records = runner.score(requests, out / "records.jsonl" if out else None, task=task.name,
                                    sampling=task.sampling(config), samples=log)
