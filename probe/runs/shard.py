@@ -335,10 +335,11 @@ def score_sharded(runner: Any, requests: Sequence[Any], output: Path, procs: Pro
     # another node may not see rank 0's files). Records from another model or another request under
     # the same id are refused, as in one process; rank 0 alone checks and writes ``<output>.input.json``;
     # every rank must have loaded the same model.
-    done = recorded_ids(output)
+    done: set[str] = set()
     refused = None
     if procs.is_main:
         try:
+            done = recorded_ids(output)
             check_input(output, done, requests, runner, write=True)
         except ProbeError as exc:  # every rank stops with it (none may wait at a collective for rank 0)
             refused = exc

@@ -235,7 +235,7 @@ def fold(output: Path, runner: Any = None, requests: Sequence[Any] | None = None
     from probe.runs.shard import _read, merge_shards
 
     complete, waiting = shard_sets(output)
-    result = FoldResult(output, 0, [], waiting)
+    result = FoldResult(output, added=0, folded=[], waiting=waiting)
     if not complete:
         return result
     members = [m for count in sorted(complete) for m in complete[count]]
