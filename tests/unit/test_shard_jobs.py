@@ -178,3 +178,24 @@ def test_probe_run_task_in_shards_equals_one_process(tmp_path, model_dir, shared
     assert (sharded / "records.jsonl").read_bytes() == (one / "records.jsonl").read_bytes()
     a, b = (json.loads((d / "summary.json").read_text()) for d in (one, sharded))
     assert a == b
+
+
+def test_a_task_that_generates_first_runs_the_array_twice(tmp_path, model_dir, shared_data):
+    """Chain-of-thought: the first array pass shards the generations, the second (reading the complete
+    generation set) the scores; the fold run then equals one process in both files and the summary."""
+    base = ["run", str(ROOT / "configs" / "cmp_iso_cot.yaml"), "--model", str(model_dir), "--set", "max_pairs=2",
+            "--set", "max_new_tokens=8", "--set", "cot_chains=1", "--set", "n_boot=10", "--set", "n_iter=10",
+            "--chunk-size", "4", "--no-progress", "--threads", "1"]
+    one, sharded = tmp_path / "one", tmp_path / "sharded"
+    assert main([*base, "--output", str(one)]) == 0
+    for _ in range(2):
+        for i in range(2):
+            assert main([*base, "--output", str(sharded), "--shard", f"{i}/2"]) == 0
+    assert len(independent_shards(sharded / "generations.jsonl")) == 2
+    assert len(independent_shards(sharded / "records.jsonl")) == 2
+    assert main([*base, "--output", str(sharded)]) == 0
+    for name in ("generations.jsonl", "records.jsonl"):
+        assert (sharded / name).read_bytes() == (one / name).read_bytes(), name
+    assert json.loads((sharded / "summary.json").read_text()) == json.loads((one / "summary.json").read_text())
+    timing = json.loads((sharded / "timing.json").read_text())
+    assert len(timing["processes"]) == 5  # the folding run and 2 shards of each file
