@@ -199,3 +199,62 @@ def test_a_task_that_generates_first_runs_the_array_twice(tmp_path, model_dir, s
     assert json.loads((sharded / "summary.json").read_text()) == json.loads((one / "summary.json").read_text())
     timing = json.loads((sharded / "timing.json").read_text())
     assert len(timing["processes"]) == 5  # the folding run and 2 shards of each file
+
+
+# --------------------------------------------------------------------------- probe activations --shard
+
+
+@pytest.fixture(scope="module")
+def acts_model(tmp_path_factory):
+    from tests.unit._tiny_models import tiny_llama, tiny_tokenizer
+
+    d = tmp_path_factory.mktemp("tiny-acts")
+    tok = tiny_tokenizer()
+    tiny_llama(tok, n_layers=2).save_pretrained(d)
+    tok.save_pretrained(d)
+    return d
+
+
+def _act_items(path: Path) -> Path:
+    rows = [{"id": f"p{i}", "prompt": f"Person {'AB'[i % 2]} item {i}. Who is old? Answer:", "labels": ["A", "B"],
+             "cue": f"item {i}"} for i in range(7)]
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path
+
+
+def _store_bytes(d: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(d)): p.read_bytes() for p in sorted(d.rglob("*")) if p.is_file()}
+
+
+def test_activations_in_shards_equal_one_process(tmp_path, acts_model, capsys):
+    from probe.activations.shards import shard_store
+
+    items = _act_items(tmp_path / "items.jsonl")
+    argv = ["activations", "--model", str(acts_model), "--input", str(items), "--layers", "0,-1",
+            "--positions", "last,mean:cue", "--shard-size", "2", "--device", "cpu", "--dtype", "float32", "--quiet"]
+    one, sharded = tmp_path / "one", tmp_path / "sharded"
+    assert main([*argv, "--output", str(one)]) == 0
+    capsys.readouterr()
+    assert main([*argv, "--output", str(sharded), "--shard", "0/2"]) == 0
+    assert json.loads(capsys.readouterr().out)["items_assigned"] == 4  # chunks 0 and 2 of p0-1 | p2-3 | p4-5 | p6
+    # the other shard has not run: the plain command refuses to fold, nothing is written
+    assert main([*argv, "--output", str(sharded)]) == 1
+    assert "activation shard(s) 1/2 are not finished" in capsys.readouterr().err and not sharded.exists()
+    assert main([*argv, "--output", str(sharded), "--shard", "1/2"]) == 0
+    capsys.readouterr()
+    assert main([*argv, "--output", str(sharded)]) == 0
+    stats = json.loads(capsys.readouterr().out)
+    assert stats["items_folded"] == 7 and stats["items_run"] == 0
+    # the items table and every safetensors file are the ones one process writes
+    assert _store_bytes(sharded) == _store_bytes(one)
+    assert not shard_store(sharded, 0, 2).exists() and not shard_store(sharded, 1, 2).exists()
+
+
+def test_activation_shards_of_another_setting_are_refused(tmp_path, acts_model, capsys):
+    items = _act_items(tmp_path / "items.jsonl")
+    argv = ["activations", "--model", str(acts_model), "--input", str(items), "--shard-size", "2", "--device", "cpu",
+            "--dtype", "float32", "--quiet", "--output", str(tmp_path / "s")]
+    assert main([*argv, "--layers", "0", "--shard", "0/2"]) == 0
+    assert main([*argv, "--layers", "0", "--shard", "1/2"]) == 0
+    assert main([*argv, "--layers", "1"]) == 1  # other hooks than the shards recorded
+    assert "refusing to merge it" in capsys.readouterr().err
