@@ -74,6 +74,14 @@ def run_study(study_dir: Path, argv: list[str] | None = None) -> int:
                    help="models (default: the paper's hub ids, or the quick models with --quick)")
     p.add_argument("--output", type=Path, default=None, help="runs directory (default: runs/<study>[_quick])")
     p.add_argument("--dry-run", action="store_true", help="print the commands only")
+    p.add_argument("--shards", type=int, default=1, metavar="N",
+                   help="split every (run, model) into N `--shard I/N` jobs (with --jobs or --dry-run)")
+    p.add_argument("--jobs", type=Path, default=None, metavar="DIR",
+                   help="write the study as jobs for an external scheduler instead of running it: DIR/jobs.jsonl "
+                        "(one JSON line per job: phase, run, model, shard, output, argv, cmd), DIR/array.txt (the "
+                        "phase-1 commands, one line per job: a Slurm array's or Ray's task list) and "
+                        "DIR/finalize.txt (after the array: fold each run's shards and write its summary, then "
+                        "probe report over all run directories); see docs/parallel.md")
     p.add_argument("--no-report", action="store_true", help="skip probe report")
     p.add_argument("extra", nargs=argparse.REMAINDER,
                    help="after --: options for every probe run (e.g. -- --device cuda --dtype bfloat16)")
@@ -85,8 +93,21 @@ def run_study(study_dir: Path, argv: list[str] | None = None) -> int:
     else:
         models = args.models or [m["hub_id"] for m in study["models"]]
     output = args.output or Path("runs") / (study_dir.name + ("_quick" if args.quick else ""))
+    if args.shards < 1:
+        p.error("--shards must be >= 1")
     cmds = commands(study_dir, args.quick, models, output, extra)
     report = ["probe", "report", *sorted({c[c.index("--output") + 1] for c in cmds}), "--output", str(output / "report")]
+    if args.jobs is not None or (args.dry_run and args.shards > 1):
+        jobs = job_list(cmds, report, args.shards)
+        if args.jobs is not None:
+            write_jobs(args.jobs, jobs)
+            n1 = sum(j["phase"] == 1 for j in jobs)
+            print(f"{args.jobs}/jobs.jsonl: {n1} array job(s) ({len(cmds)} run x model, {args.shards} shard(s) each), "
+                  f"then {len(jobs) - n1} finalize command(s) in {args.jobs}/finalize.txt", file=sys.stderr)
+        else:
+            for j in jobs:
+                print(j["cmd"])
+        return 0
     if args.dry_run:
         for c in cmds + [report]:
             print(shlex.join(c))
@@ -115,6 +136,40 @@ def run_study(study_dir: Path, argv: list[str] | None = None) -> int:
         (output / "gpu_estimate.json").write_text(json.dumps(est, indent=1) + "\n")
         print(json.dumps(est["total"], indent=1))
     return 0
+
+
+def job_list(cmds: list[list[str]], report: list[str], shards: int) -> list[dict]:
+    """The study as independent jobs: phase 1, one per (run, model, shard) (any order, any machine that sees
+    the output directory); phase 2, per (run, model), the same command without ``--shard`` (folds the complete
+    shard set and writes the summary; scores nothing); phase 3, ``probe report`` over every run directory."""
+    jobs: list[dict] = []
+    for cmd in cmds:
+        out = cmd[cmd.index("--output") + 1]
+        model = cmd[cmd.index("--model") + 1]
+        run = Path(out).name
+        for i in range(shards):
+            argv = cmd + (["--shard", f"{i}/{shards}"] if shards > 1 else [])
+            jobs.append({"job": len(jobs), "phase": 1, "run": run, "model": model,
+                         "shard": f"{i}/{shards}" if shards > 1 else None, "output": out, "argv": argv,
+                         "cmd": shlex.join(argv)})
+    if shards > 1:
+        for cmd in cmds:
+            out = cmd[cmd.index("--output") + 1]
+            jobs.append({"job": len(jobs), "phase": 2, "run": Path(out).name, "model": cmd[cmd.index("--model") + 1],
+                         "shard": None, "output": out, "argv": cmd, "cmd": shlex.join(cmd)})
+    jobs.append({"job": len(jobs), "phase": 3, "run": None, "model": None, "shard": None,
+                 "output": report[-1], "argv": report, "cmd": shlex.join(report)})
+    return jobs
+
+
+def write_jobs(directory: Path, jobs: list[dict]) -> None:
+    """``jobs.jsonl``, ``array.txt`` (phase 1, line k = array task k, 0-based: ``sed -n "$((K+1))p"``) and
+    ``finalize.txt`` (phases 2 and 3, in order)."""
+    directory.mkdir(parents=True, exist_ok=True)
+    (directory / "jobs.jsonl").write_text("".join(json.dumps(j) + "\n" for j in jobs), encoding="utf-8")
+    (directory / "array.txt").write_text("".join(j["cmd"] + "\n" for j in jobs if j["phase"] == 1), encoding="utf-8")
+    (directory / "finalize.txt").write_text("".join(j["cmd"] + "\n" for j in jobs if j["phase"] > 1),
+                                            encoding="utf-8")
 
 
 def _run_work(run_dir: Path) -> dict:
@@ -149,15 +204,18 @@ def gpu_estimate(study_dir: Path, output: Path, quick_models: list[str]) -> dict
     """GPU hours of the full study, projected from the quick runs' measured work.
 
     Per run: tokens per item measured on the quick run (smollm2's tokenizer; other
-    tokenizers differ by some 10-30 %) x items of the paper-scale config x 2 x the
-    model's parameters = forward FLOPs, at :data:`H100_FLOPS`. Prefill-bound scoring
+    tokenizers differ by some 10-30 %) x items of the paper-scale config x the
+    measured computed-token ratio (``timing.json`` ``engine_all_invocations``:
+    tokens the engine ran with prefix sharing / raw tokens) x 2 x the model's
+    parameters = forward FLOPs, at :data:`H100_FLOPS`. Prefill-bound scoring
     only: generation (CoT chains, HBB-SG variations) is memory-bound and not in it.
     """
     from probe.tasks import get
 
     study = load_study(study_dir)
     out: dict[str, Any] = {"assumption": f"{H100_FLOPS / 1e12:.0f} TFLOP/s sustained on one H100 (40 % of bf16 dense "
-                           "peak); forward FLOPs = 2 x params x tokens; prefill only (generation not included)",
+                           "peak); forward FLOPs = 2 x params x tokens computed (raw tokens x the measured computed_ratio of prefix "
+                           "sharing); prefill only (generation not included)",
                            "runs": {}, "total": {}}
     ref = quick_models[0]
     for run in study["runs"]:
@@ -183,11 +241,14 @@ def gpu_estimate(study_dir: Path, output: Path, quick_models: list[str]) -> dict
         full_tokens = tokens_per_item * (n_full or 0)
         scored = work["timing"].get("scored_all_invocations", {})
         cpu_s = round(sum(float(v.get("seconds", 0)) for v in scored.values() if isinstance(v, dict)), 1) or None
+        # the engine computes shared prompt prefixes once: only this fraction of the raw tokens runs
+        ratio = (work["timing"].get("engine_all_invocations") or {}).get("computed_ratio") or 1.0
         entry = {"quick_items": len(qitems), "quick_records": work["records"], "quick_tokens": work["tokens"],
                  "quick_cpu_seconds": cpu_s, "full_items": n_full, "tokens_per_item": round(tokens_per_item, 1),
-                 "full_tokens": int(full_tokens), "gpu_hours": {}}
+                 "full_tokens": int(full_tokens), "computed_ratio": ratio,
+                 "full_tokens_computed": int(full_tokens * ratio), "gpu_hours": {}}
         for m in study["models"]:
-            entry["gpu_hours"][m["name"]] = round(2 * m["params_b"] * 1e9 * full_tokens / H100_FLOPS / 3600, 2)
+            entry["gpu_hours"][m["name"]] = round(2 * m["params_b"] * 1e9 * full_tokens * ratio / H100_FLOPS / 3600, 2)
         out["runs"][run["name"]] = entry
     for m in study["models"]:
         out["total"][m["name"]] = round(sum(r["gpu_hours"][m["name"]] for r in out["runs"].values()), 2)

@@ -51,7 +51,8 @@ def record_activations(model: Any, input_path: Any, output: Any, layers: str = "
                        hooks: Sequence[str] = ("resid_post",), positions: Sequence[str] = ("last",),
                        chat_template: bool = True, strategy: str = "zero_shot", batch_size: int = 8,
                        shard_size: int = 512, backend: str = "hf", device: str = "cpu", dtype: str = "float32",
-                       limit: int | None = None, progress: bool = False) -> dict:
+                       limit: int | None = None, progress: bool = False,
+                       shard: tuple[int, int] | None = None) -> dict:
     """Record ``input_path``'s items into the store ``output`` (resumable); ``model`` is a name/path or a
     LoadedModel. Returns the run's counts (items run, items stored before, keys, backend).
 
@@ -82,14 +83,17 @@ def record_activations(model: Any, input_path: Any, output: Any, layers: str = "
     items = list(itertools.islice(items_iter, limit) if limit is not None else items_iter)
     return record_items(lm, items, output, names, specs, batch_size=batch_size, shard_size=shard_size,
                         progress=progress, source=str(input_path),
-                        manifest={"chat_template": chat_template, "strategy": strategy})
+                        manifest={"chat_template": chat_template, "strategy": strategy}, shard=shard)
 
 
 def record_items(lm: Any, items: Sequence[Any], output: Any, hook_names: Sequence[str], positions: Sequence[Any],
                  batch_size: int = 8, shard_size: int = 512, token_budget: int = 8192, progress: bool = False,
-                 source: str = "items", manifest: dict | None = None) -> dict:
+                 source: str = "items", manifest: dict | None = None,
+                 shard: tuple[int, int] | None = None) -> dict:
     """Score :class:`~probe.activations.items.ActivationItem` s with ``Scorer.score(capture=...)`` into the
     store ``output``, one shard per ``shard_size`` items; resumable (stored ids are skipped). Returns the counts.
+    ``shard=(I, N)``: record only chunks ``k % N == I`` into the store ``<output>.rankI-of-N``
+    (:mod:`probe.activations.shards`); a later call without it folds a complete set in first.
 
     The same capture and store writing as a task run's (``probe run TASK --capture``); the Runner is not
     used because this layer sits below it (the representations analysis calls this)."""
@@ -109,6 +113,25 @@ def record_items(lm: Any, items: Sequence[Any], output: Any, hook_names: Sequenc
             "positions": [p.name for p in spec.positions], "keys": spec.keys, "d_model": spec.check(lm.model),
             **(manifest or {}),
             "extra": {"model": lm.info() if hasattr(lm, "info") else {}, "backend": backend, "input": source}}
+    from probe.activations.shards import fold_stores, shard_marker, shard_store, write_marker
+
+    ids = [str(r.id) for r in requests]
+    if shard is not None:
+        index, count = shard
+        target = shard_store(output, index, count)
+        chunks = [requests[s:s + shard_size] for s in range(0, len(requests), shard_size)]
+        mine = [c for k, c in enumerate(chunks) if k % count == index]
+        with ActivationWriter(target, head, shard_size=shard_size) as writer:
+            write_marker(target, shard_marker(index, count, shard_size, ids, complete=False))
+            before = len(writer.done)
+            for part in mine:  # a chunk is scored whole, as in one process, so its numbers are the same
+                if any(r.id not in writer.done for r in part):
+                    store_results(writer, spec, scorer.score(part, capture=spec))
+            n = len(writer.done) - before
+        write_marker(target, shard_marker(index, count, shard_size, ids, complete=True))
+        return {"output": str(target), "shard": f"{index}/{count}", "items_run": n,
+                "items_assigned": sum(len(c) for c in mine), "keys": len(spec.keys), "backend": backend}
+    folded = fold_stores(output, head, shard_size, ids)
     with ActivationWriter(output, head, shard_size=shard_size) as writer:
         todo = [r for r in requests if r.id not in writer.done]
         bar = None
@@ -123,8 +146,8 @@ def record_items(lm: Any, items: Sequence[Any], output: Any, hook_names: Sequenc
                 bar.update(len(part))
         if bar:
             bar.close()
-    return {"output": str(output), "items_run": len(todo), "items_before": len(requests) - len(todo),
-            "keys": len(spec.keys), "backend": backend}
+    return {"output": str(output), "items_run": len(todo), "items_before": len(requests) - len(todo) - folded,
+            "keys": len(spec.keys), "backend": backend, **({"items_folded": folded} if folded else {})}
 
 
 def score_items(lm: Any, items: Sequence[Any], batch_size: int = 8, progress: bool = False) -> list[dict]:

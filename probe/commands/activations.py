@@ -14,7 +14,7 @@ import argparse
 import json
 import sys
 
-from probe.commands.common import positive_int_or_auto
+from probe.commands.common import positive_int_or_auto, shard_spec
 
 
 def register(groups: dict[str, argparse._SubParsersAction]) -> None:
@@ -43,6 +43,10 @@ def register(groups: dict[str, argparse._SubParsersAction]) -> None:
                    help="default: auto = bfloat16 on a GPU that supports it, else float32")
     p.add_argument("--limit", type=int, default=None, help="only the first N items")
     p.add_argument("--quiet", action="store_true")
+    p.add_argument("--shard", default=None, metavar="I/N", type=shard_spec,
+                   help="record only shard I of N (0-based; chunks of --shard-size items, chunk k to shard k mod N) "
+                        "into the store OUTPUT.rankI-of-N, with no process group (a job array); once all N have "
+                        "finished, the same command without --shard folds them into OUTPUT, as one process writes it")
     p.set_defaults(func=run)
 
 
@@ -51,6 +55,14 @@ def run(args: argparse.Namespace) -> int:
 
     if args.shard_size < 1:
         raise ProbeError("--shard-size must be >= 1")
+    from probe.runs.shard import detect
+
+    procs = detect()
+    if procs.distributed:  # every process would record every item into one store: N-fold duplication
+        raise ProbeError(f"probe activations runs in one process, but {procs.world_size} were launched "
+                         "(accelerate launch / torchrun): each would record every item. Run it without a "
+                         "launcher, or use `probe run TASK --capture HOOK@POSITION` (one process) and split the "
+                         "input into one job per part")
     try:
         from probe.activations.positions import parse_positions
         specs = parse_positions(args.positions)
@@ -62,6 +74,7 @@ def run(args: argparse.Namespace) -> int:
         model=args.model, input_path=args.input, output=args.output, layers=args.layers,
         hooks=[h.strip() for h in args.hooks.split(",") if h.strip()], positions=[s.name for s in specs],
         chat_template=not args.no_chat_template, strategy=args.strategy, batch_size=args.batch_size, shard_size=args.shard_size,
-        backend=args.backend, device=args.device, dtype=args.dtype, limit=args.limit, progress=not args.quiet)
+        backend=args.backend, device=args.device, dtype=args.dtype, limit=args.limit, progress=not args.quiet,
+        shard=tuple(int(x) for x in args.shard.split("/")) if args.shard else None)
     print(json.dumps(stats, indent=2), file=sys.stdout)
     return 0

@@ -44,6 +44,26 @@ def add_model_args(p: argparse.ArgumentParser, default_model: str | None = DEFAU
                    f"Default: ${SCORE_CACHE_ENV} if set, else no cache")
 
 
+SHARD_HELP = ("score only shard I of N (0-based, e.g. $SLURM_ARRAY_TASK_ID/$SLURM_ARRAY_TASK_COUNT) in this process, "
+              "with no process group, into OUTPUT.rankI-of-N.jsonl, then stop; once all N have finished, the same "
+              "command without --shard (or `probe merge DIR`) folds them in, byte-identical to one process "
+              "(docs/parallel.md)")
+
+
+def add_shard_arg(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--shard", default=None, metavar="I/N", type=shard_spec, help=SHARD_HELP)
+
+
+def shard_spec(text: str) -> str:
+    """argparse type of ``--shard``: ``I/N`` with ``0 <= I < N``."""
+    from probe.runs.shard_set import Shard
+
+    try:
+        return str(Shard.parse(text))
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
 def score_cache_path(args: argparse.Namespace) -> Path | None:
     """``--score-cache``, else ``$PROBE_SCORE_CACHE``, else None (no cache)."""
     path = getattr(args, "score_cache", None) or os.environ.get(SCORE_CACHE_ENV) or None
@@ -63,7 +83,8 @@ def run_options(args: argparse.Namespace) -> Any:
                           trust_remote_code=args.trust_remote_code, batch_size=args.batch_size,
                           token_budget=args.token_budget, chunk_size=args.flush_every,
                           score_cache=str(cache) if cache else None, sampling=sampling_specs(args),
-                          allow_pickle_weights=bool(getattr(args, "allow_pickle_weights", False)))
+                          allow_pickle_weights=bool(getattr(args, "allow_pickle_weights", False)),
+                          shard=getattr(args, "shard", None))
     except ValueError as exc:  # checked before the model loads
         raise ProbeError(str(exc)) from None
 

@@ -17,7 +17,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from probe.commands.common import positive_int_or_auto
+from probe.commands.common import SHARD_HELP, positive_int_or_auto, shard_spec
 from probe.errors import ProbeError
 
 #: config keys that are neither run options nor task fields
@@ -77,6 +77,7 @@ def register(groups: dict) -> None:
     g.add_argument("--score-cache", default=None, metavar="PATH", help="SQLite score cache shared between runs")
     g.add_argument("--threads", type=_positive, default=None, help="torch CPU threads")
     g.add_argument("--no-progress", dest="progress", action="store_false", default=None)
+    g.add_argument("--shard", type=shard_spec, default=None, metavar="I/N", help=SHARD_HELP)
     g.add_argument("--agreement", dest="agreement_tokens", type=int, nargs="?", const=8, default=None, metavar="N",
                    help="greedy agreement: decode N tokens (default 8) after each label prompt and report how often "
                         "the label written is the score argmax (summary.json greedy_agreement)")
@@ -166,6 +167,7 @@ def run(args: argparse.Namespace) -> int:
     from probe.api import split_options
     from probe.models.builtins import DEFAULT_MODEL
     from probe.runs.runner import options_from
+    from probe.runs.shard_set import ShardDone
     from probe.runs.task_run import run_task
     from probe.tasks import get
 
@@ -180,7 +182,7 @@ def run(args: argparse.Namespace) -> int:
     cli = {k: v for k, v in vars(args).items() if v is not None and k in (
         "device", "dtype", "load_in_8bit", "load_in_4bit", "device_map", "trust_remote_code", "batch_size",
         "token_budget", "chunk_size", "score_cache", "threads", "progress", "agreement_tokens", "capture",
-        "backend", "log_samples", "allow_pickle_weights")}
+        "backend", "log_samples", "allow_pickle_weights", "shard")}
     values.update(cli)
     task = get(str(values.pop("task")))
     models = values.pop("models", None)
@@ -202,7 +204,11 @@ def run(args: argparse.Namespace) -> int:
             out = Path("runs") / f"{task.name}_{_slug(name)}"
         else:
             out = base / _slug(name) if len(names) > 1 else base
-        evaluation = run_task(task, config, name, output=out, limit=args.limit, options=options)
+        try:
+            evaluation = run_task(task, config, name, output=out, limit=args.limit, options=options)
+        except ShardDone as done:  # this model's shard is written; the next model's shard follows
+            print(f"probe: {done}", file=sys.stderr)
+            continue
         if evaluation.output is not None and (evaluation.output / "report.md").is_file():
             print((evaluation.output / "report.md").read_text(encoding="utf-8"))
         also = ", samples.jsonl" if options.log_samples else ""

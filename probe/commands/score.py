@@ -6,7 +6,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from probe.commands.common import add_model_args, add_prompt_args, add_sampling_args, run_options
+from probe.commands.common import add_model_args, add_prompt_args, add_sampling_args, add_shard_arg, run_options
 
 
 def register(groups: dict) -> None:
@@ -23,6 +23,7 @@ def register(groups: dict) -> None:
     add_model_args(p)
     add_prompt_args(p)
     add_sampling_args(p)
+    add_shard_arg(p)
     p.set_defaults(func=run_score)
 
     q = groups[""].add_parser(
@@ -33,6 +34,7 @@ def register(groups: dict) -> None:
     q.add_argument("--input", required=True, type=Path)
     q.add_argument("--output", required=True, type=Path)
     add_model_args(q)
+    add_shard_arg(q)
     q.set_defaults(func=run_perplexity)
 
 
@@ -90,18 +92,25 @@ def _score_file(args: argparse.Namespace, runner, requests, command: str, noun: 
     from probe.io import OutputLock, write_json_atomic
     from probe.runs.provenance import provenance
 
-    lock = (OutputLock(args.output.with_name(args.output.name + ".lock"), str(args.output)) if runner.procs.is_main
-            else contextlib.nullcontext())
+    # a --shard job writes only its own shard file: it holds that shard's lock, the folding run the output's
+    shard = f".shard-{str(runner.shard).replace('/', '-of-')}" if runner.shard is not None else ""
+    lock = (OutputLock(args.output.with_name(args.output.name + shard + ".lock"), str(args.output) + shard)
+            if runner.procs.is_main else contextlib.nullcontext())
     with runner, lock:  # one writer per output, from the first record to the provenance
         prov = _drop_provenance(args.output) if runner.procs.is_main else None
         before = _count(args.output)
         runner.score(requests, args.output, task=command)
+        if runner.shard is not None:  # every shard set is complete: a plain run folds them
+            from probe.runs.shard_set import ShardDone
+
+            raise ShardDone(f"every shard of {args.output} has finished; run the same command without --shard "
+                            "(or `probe merge`) to fold them in")
         if not runner.procs.is_main:  # rank 0 merged the shards; it alone writes provenance and reports
             return 0
         write_json_atomic(prov, provenance(
             runner.lm, config={"command": command, **{k: str(v) for k, v in vars(args).items() if k != "func"}},
             data_files=[args.input], world_size=runner.procs.world_size,
-            scoring=runner.scorer.batching.as_dict()))
+            scoring=runner.scorer.batching.as_dict(), work=runner.work()))
         n_new = _count(args.output) - before
         print(f"scored {n_new} new {noun}; {len(requests)} in {args.output}{runner.cache_note()}", file=sys.stderr)
     return 0

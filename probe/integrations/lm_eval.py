@@ -202,10 +202,16 @@ class ProbeLM(HFLM):
             raise ValueError(f"ProbeLM scores causal language models only, not backend={kwargs['backend']!r}")
         if _flag(kwargs.get("parallelize", False)) and device_map is None:
             device_map = "auto"  # HFLM's parallelize=True is a device_map="auto" load
+        from probe.runs.shard import detect
+
+        procs = detect()  # under accelerate launch / torchrun: one model copy per process, lm-eval splits the docs
+        if procs.distributed and device_map is not None:
+            raise ValueError(f"device_map/parallelize spreads one model over all GPUs and cannot be combined with "
+                             f"{procs.world_size} processes; use one process for device_map, or one GPU per process")
         if isinstance(pretrained, str):
             from probe.models import load_model
 
-            lm = load_model(pretrained, device=device or "auto", dtype=dtype or "auto",
+            lm = load_model(pretrained, device=procs.device(device or "auto"), dtype=dtype or "auto",
                             load_in_8bit=_flag(load_in_8bit), load_in_4bit=_flag(load_in_4bit),
                             device_map=device_map, trust_remote_code=_flag(trust_remote_code),
                             revision=revision, attn_implementation=attn_implementation)
@@ -219,6 +225,8 @@ class ProbeLM(HFLM):
         with _quiet("lm_eval.models.huggingface"):
             super().__init__(pretrained=lm.model, tokenizer=lm.tokenizer, batch_size=batch_size or 1,
                              max_batch_size=max_batch_size, **hf_args)
+        if procs.distributed:
+            self._join_processes(procs)
         self.pretrained = getattr(lm, "name", None) or str(pretrained)  # results/model_info name, not the object
         self.revision = getattr(lm, "revision", None) or "main"
         cache = None
@@ -226,6 +234,24 @@ class ProbeLM(HFLM):
             cache = ScoreCache(score_cache, model_fingerprint(lm))
         self.scorer = _TokenScorer(lm, batch_size=_int_or_auto(score_batch_size), token_budget=_int_or_auto(token_budget),
                                    share_prefixes=_flag(share_prefixes), cache=cache)
+
+    def _join_processes(self, procs: Any) -> None:
+        """Data parallelism as lm-eval's ``HFLM`` does it under ``accelerate launch``: rank and world size from
+        an ``Accelerator``, so lm-eval's evaluator gives each process its share of the documents and gathers
+        the results on rank 0. (HFLM turns this off for an already loaded model, as probe passes it, with a
+        warning lm-eval's logging hides: every process would run every request.)"""
+        from datetime import timedelta
+
+        from accelerate import Accelerator, InitProcessGroupKwargs
+
+        accelerator = Accelerator(kwargs_handlers=[InitProcessGroupKwargs(timeout=timedelta(weeks=52))])
+        if accelerator.num_processes != procs.world_size:
+            raise ValueError(f"WORLD_SIZE={procs.world_size} but accelerate sees {accelerator.num_processes} "
+                             "process(es); start `probe lm-eval` with accelerate launch (or torchrun) so each "
+                             "process gets its share, not every request")
+        self.accelerator = accelerator
+        self._rank = accelerator.process_index
+        self._world_size = accelerator.num_processes
 
     # -- scoring -------------------------------------------------------------------
     def _loglikelihood_tokens(

@@ -216,7 +216,9 @@ def load_model(
             if load_in_8bit
             else BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_compute_dtype=torch_dtype)
         )
-        kwargs["device_map"] = device_map or "auto"
+        # one device unless a device_map is asked for: `--device cuda:1` (or a launcher rank's GPU) is kept,
+        # never spread over every visible GPU
+        kwargs["device_map"] = device_map or {"": single_device(device)}
     elif device_map is not None:
         kwargs["device_map"] = device_map
     model, tokenizer = _from_pretrained(model_dir, torch_dtype, kwargs, name_or_path)
@@ -260,6 +262,20 @@ def _check_model_dir(model_dir: Path, allow_pickle_weights: bool) -> None:
         raise ModelLoadError(f"model directory {model_dir} holds only pickle weights ({', '.join(pickles[:3])}); "
                              "loading a pickle can run arbitrary code, so probe reads safetensors only. Convert the "
                              "weights to safetensors, or pass --allow-pickle-weights if you trust the files")
+
+
+def single_device(device: str) -> str:
+    """``device`` as one concrete device for ``device_map={"": ...}``: ``cuda`` -> ``cuda:<current>``.
+
+    >>> single_device("cuda:1"), single_device("cpu")
+    ('cuda:1', 'cpu')
+    """
+    import torch
+
+    dev = torch.device(device)
+    if dev.type == "cuda" and dev.index is None:
+        dev = torch.device("cuda", torch.cuda.current_device() if torch.cuda.is_available() else 0)
+    return str(dev)
 
 
 def _from_pretrained(model_dir: str | Path, torch_dtype, kwargs: dict, name: str):

@@ -38,7 +38,7 @@ from probe.runs.record import Record
 #: ``allow_pickle_weights`` only from the command line or the Python call: probe.commands.run).
 RUN_KEYS = ("device", "dtype", "load_in_8bit", "load_in_4bit", "device_map", "trust_remote_code", "batch_size",
             "token_budget", "chunk_size", "score_cache", "threads", "progress", "agreement_tokens", "capture",
-            "backend", "log_samples", "allow_pickle_weights")
+            "backend", "log_samples", "allow_pickle_weights", "shard")
 _DEVICE = re.compile(r"auto|cpu|meta|(cuda|mps|xpu)(:\d+)?")
 
 
@@ -77,6 +77,10 @@ class RunOptions:
     #: write ``samples.jsonl`` beside the records: per request the exact text given to the tokenizer,
     #: the scored forms and any generated chain (probe.runs.samples; ``docs/samples.md``)
     log_samples: bool = False
+    #: ``"I/N"``: score only shard I of N (0-based) into ``<output>.rankI-of-N.jsonl`` and stop, with no
+    #: process group (a job array: Slurm, submitit, Ray); a later run without it folds complete sets in
+    #: (probe.runs.shard_set). Never changes a number: the chunks are those of one process.
+    shard: str | None = None
 
     def __post_init__(self) -> None:
         from probe.scoring.sampling import as_specs
@@ -116,6 +120,10 @@ class RunOptions:
             raise ValueError(f"log_samples must be true or false, got {self.log_samples!r}")
         if self.backend not in ("hf", "tl"):
             raise ValueError(f"backend must be hf or tl, got {self.backend!r}")
+        if self.shard is not None:
+            from probe.runs.shard_set import Shard
+
+            object.__setattr__(self, "shard", str(Shard.parse(self.shard)))
 
 
 def load(model: Any, options: RunOptions) -> Any:
@@ -160,6 +168,13 @@ class Runner:
 
             torch.set_num_threads(int(self.options.threads))
         self.procs = detect()
+        from probe.runs.shard_set import Shard
+
+        #: this process's shard of a job array (``--shard I/N``), or None
+        self.shard = Shard.parse(self.options.shard) if self.options.shard else None
+        if self.shard is not None and self.procs.distributed:
+            raise ProbeError(f"--shard {self.shard} runs one process of a job array, without a process group; "
+                             "under accelerate launch / torchrun drop --shard (the launcher shards by itself)")
         self.active_sampling: tuple[Any, ...] | None = None  # set while score() writes an output
         #: the activations of the last in-memory ``score(capture=...)`` (probe.activations.Activations)
         self.activations: Any = None
@@ -170,6 +185,9 @@ class Runner:
         self.scorer = Scorer(lm, batch_size=self.options.batch_size, token_budget=self.options.token_budget, cache=cache)
         #: seconds and request counts per request kind (``meta["kind"]`` or the request kind), this process
         self.timing: dict[str, dict[str, float]] = {}
+        #: the work other processes did for this run, as ``{rank|shard, timing, engine}`` dicts: the other
+        #: ranks of a launch (gathered over the group) and the ``--shard`` processes folded in here
+        self.other_work: list[dict[str, Any]] = []
 
     @property
     def model_id(self) -> str:
@@ -239,15 +257,16 @@ class Runner:
         output = Path(output)
         writer = None
         if cap is not None:
-            if self.procs.distributed:
+            if self.procs.distributed or self.shard is not None:
                 raise ProbeError("activation capture runs in one process; drop --capture or run without "
-                                 "accelerate/torchrun")
+                                 "accelerate/torchrun and without --shard")
             writer = self._capture_writer(cap, Path(capture_dir) if capture_dir else output.parent / "activations",
                                           capture_meta or {}, capture_extra or {})
         make = lambda part: map(to_record, self._timed(part, score))  # noqa: E731
         if writer is not None:
             make = lambda part: map(to_record, _stored(writer, cap, self._timed(part, score)))  # noqa: E731
-        if samples is not None and not self.procs.distributed:  # several processes: rank 0 logs at the end
+        if samples is not None and not self.procs.distributed and self.shard is None:
+            # several processes: rank 0 (or the run that folds the shards) logs at the end
             make = _logging(make, samples)
         self.active_sampling = specs  # what the input check records and compares for this output
         try:
@@ -355,21 +374,53 @@ class Runner:
         """Append the records of the requests not yet in ``output``; return every request's record, in order."""
         from probe.io import read_records
         from probe.runs.resume import check_input
-        from probe.runs.shard import merge_shards, process_group, recorded_ids, score_sharded, shard_files
+        from probe.runs.shard import (launcher_shard_files, merge_shards, process_group, recorded_ids, score_sharded,
+                                      shared_records)
+        from probe.runs.shard_set import ShardDone, fold_for_run, independent_shards, score_shard, shard_sets
 
-        if self.procs.distributed:
+        records = None
+        if self.shard is not None:
+            # Records of this output already folded in, or held by a complete set of shards, are read
+            # without writing anything (other shard processes may be reading too): a multi-stage task
+            # (generations, then scores) goes on to its next stage once the first stage's set is complete.
+            by_id = {str(r["id"]): r for r in read_records(output)[0]} if output.is_file() else {}
+            for members in shard_sets(output)[0].values():
+                for path, _ in members:
+                    check_input(path, {str(r["id"]) for r in read_records(path)[0]}, requests, self, write=False)
+                    for rec in read_records(path)[0]:
+                        by_id.setdefault(str(rec["id"]), rec)
+            if any(str(r.id) not in by_id for r in requests):
+                n = score_shard(self, requests, output, self.shard, make, self.options.chunk_size, progress)
+                raise ShardDone(f"shard {self.shard} of {output}: {n} new record(s) in "
+                                f"{output.name}.rank{self.shard.index}-of-{self.shard.count}.jsonl. When all "
+                                f"{self.shard.count} shards have finished, run the same command without --shard "
+                                f"(or `probe merge {output.parent}`) to fold them in")
+            return [by_id[str(r.id)] for r in requests]
+        elif self.procs.distributed:
+            if independent_shards(output):
+                raise ProbeError(f"{output} has shard files of --shard processes; fold them first (`probe merge "
+                                 f"{output.parent}`, or one run without a launcher), then launch")
             with process_group(self.procs):
                 score_sharded(self, requests, output, self.procs, make=make, chunk=self.options.chunk_size,
                               progress=progress)
                 self.procs.barrier()  # rank 0 has merged the shards: every rank may read the output
+                # rank 0's records on every rank (sent over the group to a node that does not share its disk)
+                records = shared_records(output, self.procs)
+                # every rank's timing and engine counts so far (cumulative: the last output's gather has them all)
+                ranks = self.procs.all_gather({"rank": self.procs.rank, "timing": self.timing,
+                                               "engine": self.scorer.engine.counts()})
+                self.other_work = [w for w in self.other_work if "rank" not in w]
+                self.other_work += [w for w in ranks if w is not None and w["rank"] != self.procs.rank]
         else:
-            if shard_files(output):
+            if independent_shards(output):
+                fold_for_run(output, self, requests)
+            if launcher_shard_files(output):
                 # shards left by an interrupted multi-process run are folded in first (their work
                 # is kept), after checking that they came from this model and input
                 check_input(output, recorded_ids(output), requests, self, write=False)
                 merge_shards(output, requests)
             self._append(requests, output, make, progress, verb, also_done)
-        by_id = {str(r["id"]): r for r in read_records(output)[0]}
+        by_id = {str(r["id"]): r for r in (records if records is not None else read_records(output)[0])}
         missing = [r.id for r in requests if r.id not in by_id]
         if missing:  # pragma: no cover - would be a runner bug
             raise ProbeError(f"{output}: {len(missing)} request(s) have no record after the run, e.g. {missing[:3]}")
@@ -405,6 +456,27 @@ class Runner:
             if bar:
                 bar.close()
         return len(todo)
+
+    def work(self) -> dict[str, Any]:
+        """This run's work over every process: timing per request kind, engine counts (forward passes,
+        tokens computed, raw tokens and their ratio), and each process's own share."""
+        own = {"rank": self.procs.rank, "timing": self.timing, "engine": self.scorer.engine.counts()}
+        parts = [own] + list(self.other_work)
+        timing: dict[str, dict[str, float]] = {}
+        engine: dict[str, int] = {}
+        for part in parts:
+            for kind, t in (part.get("timing") or {}).items():
+                acc = timing.setdefault(kind, {"n": 0, "seconds": 0.0})
+                acc["n"] += t["n"]
+                acc["seconds"] += t["seconds"]
+            for k, v in (part.get("engine") or {}).items():
+                engine[k] = engine.get(k, 0) + int(v)
+        if engine.get("tokens_raw"):
+            engine["computed_ratio"] = round(engine["tokens_computed"] / engine["tokens_raw"], 4)
+        out: dict[str, Any] = {"timing": timing, "engine": engine}
+        if len(parts) > 1:
+            out["processes"] = parts
+        return out
 
     def cache_note(self) -> str:
         """What the score cache saved in this process, as a sentence fragment ('' without a cache)."""

@@ -73,6 +73,26 @@ class Processes:
 
         dist.barrier()
 
+    def broadcast(self, obj: Any, src: int = 0) -> Any:
+        """``obj`` of rank ``src``, on every rank (any picklable object; itself for one process)."""
+        if not self.distributed:
+            return obj
+        import torch.distributed as dist
+
+        box = [obj]
+        dist.broadcast_object_list(box, src=src)
+        return box[0]
+
+    def all_gather(self, obj: Any) -> list[Any]:
+        """Every rank's ``obj``, in rank order, on every rank."""
+        if not self.distributed:
+            return [obj]
+        import torch.distributed as dist
+
+        out: list[Any] = [None] * self.world_size
+        dist.all_gather_object(out, obj)
+        return out
+
     def device(self, requested: str) -> str:
         """The device this rank loads its model on.
 
@@ -193,6 +213,12 @@ def shard_files(output: Path) -> list[Path]:
     return [p for _, p in sorted(found)]
 
 
+def launcher_shard_files(output: Path) -> list[Path]:
+    """Shard files of ``output`` left by a launcher's ranks (not those of ``--shard`` processes, which carry a
+    ``.shard.json`` manifest and are folded by :mod:`probe.runs.shard_set` only as complete sets)."""
+    return [p for p in shard_files(output) if not p.with_name(p.name + ".shard.json").is_file()]
+
+
 def _read(path: Path) -> Iterator[tuple[int, dict, bytes]]:
     """``(line_number, record, raw_line)`` of the complete records of ``path`` (a torn tail is skipped)."""
     from probe.io import read_records
@@ -210,15 +236,19 @@ def _read(path: Path) -> Iterator[tuple[int, dict, bytes]]:
 
 
 def recorded_ids(output: Path) -> set[str]:
-    """Ids with a record in ``output`` or in any of its shard files."""
+    """Ids with a record in ``output`` or in any of its launcher shard files."""
     done = {str(rec["id"]) for _, rec, _ in _read(output)}
-    for shard in shard_files(output):
+    for shard in launcher_shard_files(output):
         done.update(str(rec["id"]) for _, rec, _ in _read(shard))
     return done
 
 
-def merge_shards(output: Path, requests: Sequence[Any]) -> int:
-    """Fold every shard file of ``output`` into ``output``; return how many records were added.
+def merge_shards(output: Path, requests: Sequence[Any], shards: Sequence[Path] | None = None,
+                 order: Sequence[str] | None = None) -> int:
+    """Fold every launcher shard file of ``output`` into ``output``; return how many records were added.
+
+    ``shards``: these shard files instead; ``order``: the one-process record
+    order as ids (instead of :func:`record_order` of ``requests``).
 
     ``output`` keeps its records byte for byte, first; the new records follow in
     :func:`record_order` (then records of ids not in ``requests``, in shard
@@ -231,7 +261,7 @@ def merge_shards(output: Path, requests: Sequence[Any]) -> int:
     """
     from probe.io import write_atomic
 
-    shards = shard_files(output)
+    shards = launcher_shard_files(output) if shards is None else list(shards)
     if not shards:
         return 0
     kept: list[bytes] = []
@@ -251,7 +281,7 @@ def merge_shards(output: Path, requests: Sequence[Any]) -> int:
             if rid not in have:
                 new[rid] = line
     if new:
-        order = [rid for rid in record_order(requests) if rid in new]
+        order = [rid for rid in (record_order(requests) if order is None else order) if rid in new]
         known = set(order)
         order += [rid for rid in new if rid not in known]
         text = b"".join(line + b"\n" for line in kept + [new[rid] for rid in order])
@@ -301,13 +331,28 @@ def score_sharded(runner: Any, requests: Sequence[Any], output: Path, procs: Pro
         print(f"probe: warning: {len(requests)} item(s) make {n_chunks} chunk(s) of --flush-every {chunk} for "
               f"{procs.world_size} processes; {procs.world_size - n_chunks} will idle. Lower --flush-every to "
               "spread the work (numbers then match a one-process run with the same --flush-every).", file=sys.stderr)
-    # Every rank reads what is recorded before any rank appends (the barrier):
-    # the skip set is then the same snapshot for all, not a race.
-    done = recorded_ids(output)
-    # Records from another model or another request under the same id are
-    # refused, as in one process; rank 0 alone writes ``<output>.input.json``
-    # (atomically, so the other ranks read the old or the new whole file).
-    check_input(output, done, requests, runner, write=procs.is_main)
+    # Rank 0's view of what is recorded is the skip set of every rank (sent over the process group:
+    # another node may not see rank 0's files). Records from another model or another request under
+    # the same id are refused, as in one process; rank 0 alone checks and writes ``<output>.input.json``;
+    # every rank must have loaded the same model.
+    done: set[str] = set()
+    refused = None
+    if procs.is_main:
+        try:
+            done = recorded_ids(output)
+            check_input(output, done, requests, runner, write=True)
+        except ProbeError as exc:  # every rank stops with it (none may wait at a collective for rank 0)
+            refused = exc
+    sent = procs.broadcast((sorted(done), None if refused is None else str(refused)))
+    if refused is not None:
+        raise refused
+    if sent[1] is not None:
+        raise ProbeError(sent[1])
+    done = set(sent[0])
+    prints = procs.all_gather(getattr(runner, "fingerprint", None))
+    if len(set(prints)) > 1:
+        raise ProbeError(f"the {procs.world_size} processes loaded different models or model settings "
+                         f"(fingerprints {', '.join(str(f)[:12] for f in prints)}); every rank must load the same")
     procs.barrier()
     path = shard_path(output, procs.rank, procs.world_size)
     todo = [part for part in mine if any(str(r.id) not in done for r in part)]
@@ -332,6 +377,62 @@ def score_sharded(runner: Any, requests: Sequence[Any], output: Path, procs: Pro
         if bar:
             bar.close()
     procs.barrier()  # every shard is complete and closed
+    sent = gather_shards(output, procs)  # shards rank 0 cannot see (no shared filesystem) come over the group
+    added = merge_shards(output, requests) if procs.is_main else scored
+    if sent:
+        procs.barrier()  # rank 0's merge is durable: a shard it received is no longer needed on its own node
+        if procs.rank in sent and not procs.is_main:
+            shard_path(output, procs.rank, procs.world_size).unlink(missing_ok=True)
+    return added
+
+
+def _digest(path: Path) -> tuple[int, str] | None:
+    import hashlib
+
+    if not path.is_file():
+        return None
+    data = path.read_bytes()
+    return len(data), hashlib.sha256(data).hexdigest()
+
+
+def gather_shards(output: Path, procs: Processes) -> list[int]:
+    """Copy to rank 0, over the process group, every rank's shard file that rank 0 does not see as written.
+
+    With a shared filesystem rank 0 sees each shard byte for byte and nothing
+    moves; across nodes without one (each its own disk) the shard's bytes are
+    sent (gloo) and written beside ``output`` on rank 0. Returns the ranks sent.
+    """
+    if not procs.distributed:
+        return []
+    from probe.io import write_atomic
+
+    mine = _digest(shard_path(output, procs.rank, procs.world_size))
+    infos = procs.all_gather(mine)
+    need = []
     if procs.is_main:
-        return merge_shards(output, requests)
-    return scored
+        need = [r for r, info in enumerate(infos)
+                if info is not None and _digest(shard_path(output, r, procs.world_size)) != info]
+    need = procs.broadcast(need)
+    for r in need:
+        data = procs.broadcast(shard_path(output, r, procs.world_size).read_bytes() if procs.rank == r else None, src=r)
+        if procs.is_main:
+            write_atomic(shard_path(output, r, procs.world_size), data.decode("utf-8"))
+    return need
+
+
+def shared_records(output: Path, procs: Processes) -> list[dict]:
+    """The records of ``output`` as rank 0 holds them, on every rank (sent when a rank's copy differs)."""
+    from probe.io import read_records
+
+    if not procs.distributed:
+        return read_records(output)[0]
+    want = procs.broadcast(_digest(output) if procs.is_main else None)
+    need = procs.all_gather(_digest(output) != want)
+    if not any(need):
+        return read_records(output)[0]
+    data = procs.broadcast(output.read_bytes() if procs.is_main else None)
+    if not need[procs.rank]:
+        return read_records(output)[0]
+    import json
+
+    return [json.loads(line) for line in data.decode("utf-8").splitlines() if line.strip()]

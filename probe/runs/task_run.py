@@ -72,8 +72,10 @@ def run_task(task: Task, config: Any, model: Any, output: str | Path | None = No
     lock: Any = contextlib.nullcontext()
     if out is not None and (runner.procs if runner else detect()).is_main:
         check_run_dir(out)
-        lock = OutputLock(out / LOCK_FILE, str(out))
-    with lock:  # one writer per run directory, held for the whole run
+        # a --shard job writes only its own shard files: it holds its shard's lock, the folding run the directory's
+        name = LOCK_FILE if not options.shard else f"{LOCK_FILE}.shard-{str(options.shard).replace('/', '-of-')}"
+        lock = OutputLock(out / name, str(out) if not options.shard else f"{out} (shard {options.shard})")
+    with lock:  # one writer per run directory (or per shard of it), held for the whole run
         return _run_task(task, config, model, out, limit, options, runner)
 
 
@@ -90,7 +92,7 @@ def check_run_dir(out: Path) -> None:
         return
     if not out.is_dir():
         raise ProbeError(f"{out} exists and is not a directory; give a run directory as the output")
-    names = {p.name for p in out.iterdir()} - {LOCK_FILE}
+    names = {p.name for p in out.iterdir() if not p.name.startswith(LOCK_FILE)}
     if names and not names & set(RUN_FILES) and not any(n.startswith("records.jsonl.") for n in names):
         shown = ", ".join(sorted(names)[:3]) + (", ..." if len(names) > 3 else "")
         raise ProbeError(f"{out} holds files but no probe run ({shown}); a run there would overwrite its "
@@ -120,9 +122,11 @@ def _run_task(task: Task, config: Any, model: Any, out: Path | None, limit: int 
         requests = task.requests(config, items, lm.tokenizer, generations)
         if not requests:
             raise ProbeError(f"task {task.name!r}: the selected items gave no requests")
-        if out is not None and runner.procs.is_main:
+        if out is not None and runner.procs.is_main and runner.shard is None:
             _check_no_extra_records(out / "records.jsonl", requests)
-        log = _sample_log(runner, task.name, out, gen_requests, generations) if options.log_samples else None
+        # --shard jobs write only their own files: the run that folds the shards logs every sample
+        log = (_sample_log(runner, task.name, out, gen_requests, generations)
+               if options.log_samples and runner.shard is None else None)
         try:
             records = runner.score(requests, out / "records.jsonl" if out else None, task=task.name,
                                    sampling=task.sampling(config), samples=log)
@@ -139,6 +143,11 @@ def _run_task(task: Task, config: Any, model: Any, out: Path | None, limit: int 
         parsed = runner.parse(parse_requests, out / "parsed.jsonl" if out else None, task=task.name) \
             if parse_requests else {}
         agreement = _greedy_agreement(runner, requests, records, out, task.name, options.agreement_tokens)
+        if runner.shard is not None:  # every shard set is complete: one plain run folds them and reports
+            from probe.runs.shard_set import ShardDone
+
+            raise ShardDone(f"every shard of {out} has finished; run the same command without --shard to fold "
+                            "them in and write the summary (nothing is scored again)")
         if not runner.procs.is_main:  # rank 0 merged the shards; it alone aggregates and writes
             return Evaluation(task.name, str(getattr(lm, "name", "")), records_to_frame([]), {}, {}, out, config)
         acts = runner.activations
@@ -161,14 +170,14 @@ def _run_task(task: Task, config: Any, model: Any, out: Path | None, limit: int 
         if out is not None:
             write_json_atomic(out / "summary.json", summary)
             # timing first: a task's report may project the full benchmark's time from it
-            write_json_atomic(out / "timing.json", _timing(out / "timing.json", runner.timing,
-                                                           time.perf_counter() - t_start))
+            work = runner.work()  # every process's share: the ranks of a launch, the --shard jobs folded in
+            write_json_atomic(out / "timing.json", _timing(out / "timing.json", work, time.perf_counter() - t_start))
             task.report(config, Aggregate(summary, result.tables), out)
             write_json_atomic(out / "provenance.json", provenance(
                 lm, config={"task": task.name, "limit": limit, "task_config": _plain(config),
                             "run_options": _plain(options)},
                 data_files=task.data_files(config), world_size=runner.procs.world_size,
-                scoring=_batching(runner)))
+                scoring=_batching(runner), engine=work["engine"]))
             note = runner.cache_note()
             print(f"{task.name}: {len(records)} record(s) in {out / 'records.jsonl'}{note}", file=sys.stderr)
         return Evaluation(task.name, str(getattr(lm, "name", "")), frame, summary, result.tables, out, config, acts,
@@ -220,22 +229,38 @@ def _greedy_agreement(runner: Runner, requests: Sequence[Any], records: Sequence
     return {"max_new_tokens": max_new_tokens, **agreement_summary(agreement_rows(records, texts))}
 
 
-def _timing(path: Path, now: dict[str, dict[str, float]], wall: float) -> dict[str, Any]:
-    """This invocation's seconds per request kind, and the sums over every invocation that finished."""
+def _timing(path: Path, work: dict[str, Any], wall: float) -> dict[str, Any]:
+    """This invocation's seconds per request kind and engine counts (summed over every process that worked
+    for it: launcher ranks, folded ``--shard`` jobs), and the sums over every invocation that finished.
+
+    ``engine``: forward passes, ``tokens_computed`` (what ran, prefixes shared) and ``tokens_raw`` (every
+    scored sequence on its own); ``computed_ratio`` = computed / raw, the factor a GPU-time projection
+    from raw token counts needs. ``processes``: each process's own share, when several worked."""
     import json
 
-    total: dict[str, dict[str, float]] = {}
+    now = work["timing"]
     try:
-        total = json.loads(path.read_text(encoding="utf-8")).get("scored_all_invocations", {})
+        old = json.loads(path.read_text(encoding="utf-8"))
+        total = old.get("scored_all_invocations", {}) if isinstance(old, dict) else {}
+        engine_total = old.get("engine_all_invocations", {}) if isinstance(old, dict) else {}
     except (OSError, ValueError, AttributeError):
-        total = {}
+        total, engine_total = {}, {}
     for kind, t in now.items():
         acc = total.setdefault(kind, {"n": 0, "seconds": 0.0})
         acc["n"] += t["n"]
         acc["seconds"] += t["seconds"]
+    for k, v in work["engine"].items():
+        if k != "computed_ratio":
+            engine_total[k] = engine_total.get(k, 0) + v
+    if engine_total.get("tokens_raw"):
+        engine_total["computed_ratio"] = round(engine_total["tokens_computed"] / engine_total["tokens_raw"], 4)
     per = {k: v["seconds"] / v["n"] for k, v in total.items() if v.get("n")}
-    return {"wall_seconds": round(wall, 3), "scored_this_invocation": now, "scored_all_invocations": total,
-            "seconds_per_request": per}
+    out = {"wall_seconds": round(wall, 3), "scored_this_invocation": now, "scored_all_invocations": total,
+           "seconds_per_request": per, "engine_this_invocation": work["engine"],
+           "engine_all_invocations": engine_total}
+    if "processes" in work:
+        out["processes"] = work["processes"]
+    return out
 
 
 def _plain(obj: Any) -> Any:

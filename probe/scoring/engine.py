@@ -56,16 +56,27 @@ class Engine:
         self.head = model.get_output_embeddings()
         self.config = model.config.get_text_config() if hasattr(model.config, "get_text_config") else model.config
         self.pad_id = pad_id
-        self.device = next(model.parameters()).device
+        #: where the inputs go: the input embedding's device (with a ``device_map`` the model spans several
+        #: devices: later layers, their KV caches and the head may live elsewhere; see :func:`select_rows`)
+        self.device = input_device(model)
         self.softcap = getattr(self.config, "final_logit_softcapping", None)
         self.logit_scale = getattr(self.config, "logit_scale", None)  # Cohere-style multiplier
         self.logits_scaling = getattr(self.config, "logits_scaling", None)  # Granite-style divisor
         self.forward_passes = 0  # counted for benchmarks
         self.tokens_run = 0  # non-pad tokens actually computed
+        self.tokens_raw = 0  # tokens of every scored sequence, each on its own (no prefix sharing): set by the Scorer
+
+    def counts(self) -> dict[str, int]:
+        """Forward passes, tokens computed and raw tokens so far (``computed / raw`` is what sharing saves)."""
+        return {"forward_passes": self.forward_passes, "tokens_computed": self.tokens_run,
+                "tokens_raw": self.tokens_raw}
 
     # -- unembedding -------------------------------------------------------
     def logits(self, hidden: torch.Tensor) -> torch.Tensor:
         """float32 logits for a few hidden states ``[n, d_model]``, as the model's own head computes them."""
+        weight = getattr(self.head, "weight", None)
+        if isinstance(weight, torch.Tensor) and weight.device != hidden.device and weight.device.type != "meta":
+            hidden = hidden.to(weight.device)  # a head on another device than the last layer (device_map)
         out = self.head(hidden).float()
         if self.logit_scale:
             out = out * self.logit_scale
@@ -130,9 +141,7 @@ class Engine:
         kwargs: dict[str, Any] = {}
         if cache is not None:
             index = torch.tensor(cache_rows, dtype=torch.long)
-            sub = copy.copy(cache)  # shallow: selection and updates rebind tensors, the shared cache stays intact
-            sub.layers = [copy.copy(layer) for layer in cache.layers]
-            sub.batch_select_indices(index.to(self.device))
+            sub = select_rows(cache, index)
             mask = torch.cat([prefix_mask[index], mask], dim=1)
             kwargs.update(cache_kwargs(self.decoder, sub), use_cache=True)
         elif keep_cache:
@@ -211,6 +220,35 @@ class Engine:
                     for s, per_spec in enumerate(sampled):
                         out.sampled_tokens[s].append(per_spec[k][0])
         return outputs
+
+
+def input_device(model: Any) -> torch.device:
+    """The device a model's inputs go to: its input embedding's (the first parameter's when it has none)."""
+    emb = model.get_input_embeddings() if hasattr(model, "get_input_embeddings") else None
+    weight = getattr(emb, "weight", None)
+    if isinstance(weight, torch.Tensor):
+        return weight.device
+    return next(model.parameters()).device
+
+
+def select_rows(cache: Any, index: torch.Tensor) -> Any:
+    """A shallow copy of ``cache`` keeping batch rows ``index`` (a CPU tensor) in every layer.
+
+    Each layer's index goes to that layer's own device: under a ``device_map``
+    the layers (and their caches) live on several GPUs, and PyTorch refuses to
+    index a tensor on one GPU with indices on another. The shared cache is left
+    intact (selection rebinds the copy's tensors).
+    """
+    sub = copy.copy(cache)
+    sub.layers = [copy.copy(layer) for layer in cache.layers]
+    on: dict[torch.device, torch.Tensor] = {}
+    for layer in sub.layers:
+        keys = getattr(layer, "keys", None)
+        device = keys.device if isinstance(keys, torch.Tensor) else index.device
+        if device not in on:
+            on[device] = index.to(device)
+        layer.batch_select_indices(on[device])
+    return sub
 
 
 def common_prefix_length(seqs: list[tuple[int, ...]]) -> int:

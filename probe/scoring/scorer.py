@@ -199,6 +199,7 @@ class Scorer:
 
     def _compute(self, encoded: list[Encoded], progress: bool, taps: Taps | None = None) -> dict[RowKey, RowOutput]:
         tree = self.plan(encoded, taps.extra_rows() if taps else ())
+        self.engine.tokens_raw += sum(len(s.ids) for e in encoded for s in e.sequences)
         if taps is not None:
             keys = {s.ids: (s.ids, s.score_from) for e in encoded for s in e.sequences}
             taps.plan(tree, lambda t: (t.row, len(t.row)) if t.extra else keys[t.row])

@@ -217,6 +217,12 @@ class _Sequential(Processes):
     def barrier(self) -> None:
         pass
 
+    def broadcast(self, obj, src=0):
+        return obj  # a shared filesystem: every rank's view is rank 0's
+
+    def all_gather(self, obj):
+        return [None] * self.world_size  # nothing to compare: no shard is sent over a group
+
 
 
 
@@ -378,6 +384,11 @@ def test_two_processes_equal_one_process(tmp_path, model_dir):
     assert shard_files(two) == []
     prov = json.loads((tmp_path / "two.jsonl.provenance.json").read_text())
     assert prov["world_size"] == 2
+    # both ranks' work is counted (not rank 0's alone): the same raw tokens and requests as one process
+    solo = json.loads((tmp_path / "one.jsonl.provenance.json").read_text())["work"]
+    assert len(prov["work"]["processes"]) == 2 and {p["rank"] for p in prov["work"]["processes"]} == {0, 1}
+    assert prov["work"]["engine"]["tokens_raw"] == solo["engine"]["tokens_raw"] > 0
+    assert sum(t["n"] for t in prov["work"]["timing"].values()) == N_ITEMS
     worst, changed, ties = _compare(_records(two), _records(other))
     msg = (f"2 processes (batch 2, chunk 4) vs 1 process (batch 7, chunk 9, reversed input): {N_ITEMS} items, "
            f"max |Δ logprob|={worst:.2e}, changed answers={changed}, near-ties (|Δ|<{TIE})={ties}; 2-process wall {wall:.1f} s")
