@@ -93,7 +93,8 @@ def check_run_dir(out: Path) -> None:
     if not out.is_dir():
         raise ProbeError(f"{out} exists and is not a directory; give a run directory as the output")
     names = {p.name for p in out.iterdir() if not p.name.startswith(LOCK_FILE)}
-    if names and not names & set(RUN_FILES) and not any(n.startswith("records.jsonl.") for n in names):
+    if names and not names & set(RUN_FILES) and not any(n.startswith(("records.jsonl.", "generations.jsonl."))
+                                                         for n in names):
         shown = ", ".join(sorted(names)[:3]) + (", ..." if len(names) > 3 else "")
         raise ProbeError(f"{out} holds files but no probe run ({shown}); a run there would overwrite its "
                          "report.md, summary.json and tables/. Choose a new output directory, or empty this one")

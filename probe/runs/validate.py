@@ -63,7 +63,7 @@ PAPER_SETTINGS: dict[str, dict[str, Any]] = {
     "hbb": {"temperature": 0.8, "top_p": 1.0, "max_new_tokens": 8, "unit": "instance (question pair)",
             "metric": "share of instances with S >= 20"},
     "implicitbbq": {"temperature": 0.1, "top_p": 1.0, "max_new_tokens": 10, "unit": "item",
-                    "metric": "Acc_amb and S_amb (explicit, implicit)"},
+                    "metric": "Acc_amb, Acc_dis, S_amb, S_dis (explicit, implicit)"},
     "cmp_iso": {"temperature": 0.7, "top_p": 0.9, "max_new_tokens": 8, "unit": "context pair",
                 "metric": "Parity Gap (iso, cmp)"},
 }
@@ -359,39 +359,57 @@ class _HBB(_Adapter):
 
 
 class _ImplicitBBQ(_Adapter):
-    """ImplicitBBQ zero-shot one-word answers, ambiguous explicit and implicit contexts: unit = item."""
+    """ImplicitBBQ one-word answers, zero-shot / safety / few-shot, ambiguous and disambiguated, explicit and
+    implicit contexts: unit = item. Exact side: the task's parse-exact estimate (the paper's sampling + parsing
+    enumerated); beside it, the first-token estimator over the scored answer texts."""
 
     name = "implicitbbq"
+    strategies = ("zero_shot", "safety", "few_shot")
 
     def cases(self, runner: Any, n_prompts: int, seed: int) -> list[PromptCase]:
         from probe.tasks import get
         from probe.tasks.implicitbbq.results import sampled_option_probs
 
         task = get("implicitbbq")
-        # 4 ambiguous explicit/implicit settings x 6 dimensions = 24 cells of the 72
-        per_cell = max(1, math.ceil(n_prompts / 24))
-        cfg = task.make_config({"strategies": ["zero_shot"], "answer_formats": ["oneword"],
-                                "per_cell": {"zero_shot": per_cell}, "seed": seed})
-        items = [it for it in task.items(cfg)]
-        items = list(task.select(cfg, items, None))
+        # 3 strategies x 2 kinds x 2 conditions x 6 dimensions = 72 cells; per_cell counts items of a
+        # dimension x setting (each setting holds both conditions), so 2 per cell gives ~144 prompts
+        per_cell = max(1, math.ceil(n_prompts / (len(self.strategies) * 2 * 6 * 2)))
+        cfg = task.make_config({"strategies": list(self.strategies), "answer_formats": ["oneword"],
+                                "context_kinds": ["explicit", "implicit"],
+                                "per_cell": {s: per_cell for s in self.strategies}, "seed": seed,
+                                "parse_max_new_tokens": int(self.settings["max_new_tokens"]),
+                                "parse_residual": 0.01, "parse_max_nodes": None})
+        items = list(task.select(cfg, task.items(cfg), None))
         tok = runner.lm.tokenizer
-        reqs = [r for r in task.requests(cfg, items, tok)
-                if r.meta.get("context_condition") == "ambig" and r.meta.get("context_kind") in ("explicit", "implicit")]
+        reqs = [r for r in task.requests(cfg, items, tok) if r.meta.get("context_kind") in ("explicit", "implicit")]
         spec = task.sampling(cfg)[0]
         records = runner.score(reqs, None, task="implicitbbq", sampling=(spec,))
+        parse_reqs = {p.id: p for p in task.parse_requests(cfg, items, tok)}
+        parsed = runner.parse([parse_reqs[r.id] for r in reqs], None, task="implicitbbq")
+        self.parse_stats = {"max_residual": max(d["residual"] for d in parsed.values()),
+                            "mean_residual": float(np.mean([d["residual"] for d in parsed.values()])),
+                            "mean_nodes": float(np.mean([d["nodes"] for d in parsed.values()])),
+                            "mean_rejected": float(np.mean([d["rejected"] for d in parsed.values()]))}
         cases = []
         for req, rec in zip(reqs, records):
             e = _entry(rec.details, spec)
             owner = [int(o) for o in rec.meta["owner"]]
-            p = sampled_option_probs("oneword", owner, e) if e else None
-            forms = [[t for t, o in zip(req.options, owner) if o == i] for i in range(3)]
+            old = sampled_option_probs("oneword", owner, e) if e else None
+            d = parsed[rec.id]
+            raw = [float(d["probs"].get(str(i), 0.0)) for i in range(3)]
+            acc = math.fsum(raw)
             cases.append(PromptCase(rec.id, rec.meta["item_id"], req.prompt, tuple(rec.meta["answers"]),
-                                    p["probs"] if p else None, None, float(p["mass"]) if p else 0.0,
-                                    {**dict(rec.meta), "forms": forms, "scored_texts": list(req.options)}))
+                                    [x / acc for x in raw] if acc > 0 else None, None, acc,
+                                    {**dict(rec.meta), "scored_texts": list(req.options),
+                                     "baseline": old["probs"] if old else None,
+                                     "baseline_mass": float(old["mass"]) if old else 0.0,
+                                     "parse_residual": d["residual"], "parse_rejected": d["rejected"]}))
         return cases
 
     def parse(self, case: PromptCase, text: str) -> int | None:
-        return parse_implicitbbq(text, case.meta["forms"])
+        from probe.prompts.answer_parse import parse_oneword
+
+        return parse_oneword(text, case.options, int(case.meta["unknown_index"]))
 
     def counted(self, case: PromptCase, text: str) -> bool:
         return counted_forms(text, case.meta["scored_texts"])
@@ -404,9 +422,10 @@ class _ImplicitBBQ(_Adapter):
             recs = [{k: c.meta[k] for k in ("context_condition", "question_polarity", "label", "target_index",
                                               "unknown_index")} | {"probs": [float(x) for x in d]}
                     for _, c, d in rows if d is not None and c.meta["context_kind"] == kind]
-            m = bbq_metrics(recs)["expected"] if recs else {"acc_amb": math.nan, "bias_amb": math.nan}
-            out[f"Acc_amb {kind}"] = m["acc_amb"]
-            out[f"S_amb {kind}"] = m["bias_amb"]
+            keys = ("acc_amb", "acc_dis", "bias_amb", "bias_dis")
+            m = bbq_metrics(recs)["expected"] if recs else {k: math.nan for k in keys}
+            for k, label in zip(keys, ("Acc_amb", "Acc_dis", "S_amb", "S_dis")):
+                out[f"{label} {kind}"] = m.get(k, math.nan)
             out[f"n {kind}"] = len(recs)
         return out
 
@@ -564,6 +583,7 @@ def run_check(task: str, runner: Any, *, n_prompts: int = 100, k: int = 20, seed
     if max_new_tokens is not None:
         settings["max_new_tokens"] = int(max_new_tokens)
     adapter = _ADAPTERS[task]()
+    adapter.settings = settings
     lm = runner.lm
     adapter._tok = lm.tokenizer
     t0 = time.perf_counter()
@@ -587,7 +607,10 @@ def run_check(task: str, runner: Any, *, n_prompts: int = 100, k: int = 20, seed
         sampled_dist[c.id] = d
         n_acc = int((a >= 0).sum())
         delta = tv_distance(d, c.exact) if d is not None and c.exact is not None else math.nan
+        base = c.meta.get("baseline")
         rows.append({
+            "baseline_probs": base,
+            "baseline_abs_delta": tv_distance(d, base) if d is not None and base is not None else math.nan,
             "id": c.id, "unit": c.unit, "options": list(c.options),
             "accepted_share": n_acc / k, "counted_share": float(np.mean(counted)),
             "exact_counted_share": c.exact_mass,
@@ -604,6 +627,10 @@ def run_check(task: str, runner: Any, *, n_prompts: int = 100, k: int = 20, seed
                                   if c.exact is not None and sampled_dist[c.id] is not None]) \
         if adapter.same_prompts else {}
     units = adapter.units(cases)
+    # the estimator the exact side replaced (first-token / scored answer texts), where the adapter keeps it
+    has_base = any(c.meta.get("baseline") is not None for c in cases)
+    baseline = adapter.metrics([(u, c, None if c.meta.get("baseline") is None else np.asarray(c.meta["baseline"]))
+                                for u, cs in units.items() for c in cs]) if has_base else {}
     sampled = adapter.metrics([(u, c, sampled_dist[c.id]) for u, cs in units.items() for c in cs])
     # bootstrap over units (with replacement), each unit keeping its own K sampled answers: a unit's value
     # already carries its K-sample noise, so resampling the answers again would count that noise twice (and,
@@ -628,7 +655,10 @@ def run_check(task: str, runner: Any, *, n_prompts: int = 100, k: int = 20, seed
         ex = exact.get(m, math.nan)
         agg[m] = {"exact": ex, "sampled": v, "ci_low": lo, "ci_high": hi,
                   "exact_inside": inside(ex, lo, hi, 1.0 / (k * len(cases))),
-                  "exact_same_prompts": exact_same.get(m)}
+                  "exact_same_prompts": exact_same.get(m),
+                  **({"baseline": baseline.get(m, math.nan),
+                      "baseline_inside": inside(baseline.get(m, math.nan), lo, hi, 1.0 / (k * len(cases)))}
+                     if has_base else {})}
     deltas = np.array([r["abs_delta"] for r in rows], float)
     noise = np.array([r["noise_delta"] for r in rows], float)
     summary = {
@@ -641,6 +671,9 @@ def run_check(task: str, runner: Any, *, n_prompts: int = 100, k: int = 20, seed
         "mean_abs_delta": float(np.nanmean(deltas)) if np.isfinite(deltas).any() else math.nan,
         "mean_noise_delta": float(np.nanmean(noise)) if np.isfinite(noise).any() else math.nan,
         "n_delta": int(np.isfinite(deltas).sum()),
+        **({"mean_abs_delta_baseline": float(np.nanmean([r["baseline_abs_delta"] for r in rows]))}
+           if has_base else {}),
+        **({"parse_exact": adapter.parse_stats} if getattr(adapter, "parse_stats", None) else {}),
         "n_no_accepted": int(sum(r["sampled_probs"] is None for r in rows)),
         "n_exact_unsampleable": int(sum(c.exact is None for c in cases)),
     }
@@ -665,17 +698,31 @@ def report_markdown(check: SamplingCheck) -> str:
              f"| counted by the estimator, not accepted by the parser | {s['counted_not_accepted']} |",
              f"| mean per-prompt abs delta (parsed vs exact distribution; {s['n_delta']} prompts) | {s['mean_abs_delta']:.3f} |",
              f"| mean abs delta from K-sample noise alone | {s['mean_noise_delta']:.3f} |",
+             *([f"| the same for the first-token estimator over the scored answer texts | "
+                f"{s['mean_abs_delta_baseline']:.3f} |"] if "mean_abs_delta_baseline" in s else []),
+             *([f"| exact side: largest / mean residual (mass not enumerated) | {s['parse_exact']['max_residual']:.4f}"
+                f" / {s['parse_exact']['mean_residual']:.4f} |",
+                f"| exact side: mean forward tokens per prompt | {s['parse_exact']['mean_nodes']:.1f} |"]
+               if "parse_exact" in s else []),
              f"| prompts with no accepted generation | {s['n_no_accepted']} |",
              f"| prompts the exact estimator cannot sample | {s['n_exact_unsampleable']} |", "",
              "| metric | exact (paper-equivalent) | sampled | sampled 95 % interval | exact inside | "
              "exact on the prompts with a parsed answer |",
              "|---|---|---|---|---|---|"]
+    marks = {True: "yes", False: "no", None: "n/a"}
     for m, v in check.aggregate.items():
         if "ci_low" not in v:
             continue
-        mark = {True: "yes", False: "no", None: "n/a"}[v["exact_inside"]]
         lines.append(f"| {m} | {_f(v['exact'])} | {_f(v['sampled'])} | [{_f(v['ci_low'])}, {_f(v['ci_high'])}] "
-                     f"| {mark} | {_f(v.get('exact_same_prompts'))} |")
+                     f"| {marks[v['exact_inside']]} | {_f(v.get('exact_same_prompts'))} |")
+    if any("baseline" in v for v in check.aggregate.values()):
+        lines += ["", "The estimator it replaced (first-token probabilities of the scored answer texts under the "
+                      "paper's sampling, renormalised over the options) against the same interval:", "",
+                  "| metric | first-token estimator | sampled 95 % interval | inside |", "|---|---|---|---|"]
+        for m, v in check.aggregate.items():
+            if "baseline" in v:
+                lines.append(f"| {m} | {_f(v['baseline'])} | [{_f(v['ci_low'])}, {_f(v['ci_high'])}] | "
+                             f"{marks[v['baseline_inside']]} |")
     lines += ["", "Sampled interval: 2.5-97.5 % of the bootstrap over units with replacement, each unit with its own K "
               "sampled answers; \"exact inside\" allows one generation's worth, 1 / (K x prompts)."]
     counts = {m: v for m, v in check.aggregate.items() if "ci_low" not in v}
