@@ -64,9 +64,11 @@ def run_task(task: Task, config: Any, model: Any, output: str | Path | None = No
     options = options or (runner.options if runner else RunOptions())
     out = Path(output) if output is not None else None
     t_start = time.perf_counter()
-    items = task.select(config, task.items(config), limit)
+    pool = task.items(config)
+    items = task.select(config, pool, limit)
     if not items:
         raise ProbeError(f"task {task.name!r}: no items selected (check the data, the limit and the config)")
+    coverage = select_coverage(task, config, pool, items, limit)
     own = runner is None
     runner = runner or Runner(load(model, options), options)
     try:
@@ -110,6 +112,7 @@ def run_task(task: Task, config: Any, model: Any, output: str | Path | None = No
         result: Aggregate = task.aggregate(config, frame, items)
         summary = {"task": task.name, "model": str(getattr(lm, "name", "")), "model_fingerprint": runner.model_id,
                    "n_items": len(items), "n_records": len(records), **result.summary,
+                   **({"coverage": coverage} if coverage else {}),
                    **({"greedy_agreement": agreement} if agreement else {})}
         if out is not None:
             write_json_atomic(out / "summary.json", summary)
@@ -129,6 +132,23 @@ def run_task(task: Task, config: Any, model: Any, output: str | Path | None = No
     finally:
         if own:
             runner.close()
+
+
+def select_coverage(task: Task, config: Any, pool: Sequence[Any], items: Sequence[Any],
+                    limit: int | None) -> dict[str, Any] | None:
+    """What a ``--limit`` selection covered and left out of the unlimited one (printed to stderr and
+    recorded in ``summary.json`` under ``coverage``); None without a limit."""
+    if limit is None:
+        return None
+    from probe.tasks.stratify import coverage_line
+
+    try:
+        cov = task.coverage(config, task.select(config, pool, None), items, limit)
+    except Exception as exc:  # a third-party task's strata must not stop the run
+        print(f"{task.name}: coverage not computed ({exc.__class__.__name__}: {exc})", file=sys.stderr)
+        return None
+    print(coverage_line(task.name, cov), file=sys.stderr)
+    return cov
 
 
 def _sample_log(runner: Runner, task: str, out: Path | None, gen_requests: Sequence[Any],

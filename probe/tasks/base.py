@@ -8,8 +8,10 @@ task. A task never writes records or loops over chunks itself.
 Stages, in the order the runner calls them:
 
 1. ``items(config)``: the benchmark's items (source files -> item objects);
-2. ``select(config, items, limit)``: the first ``limit`` items (override to
-   keep pairs or clusters whole);
+2. ``select(config, items, limit)``: with ``--limit N``, a stratified sample of
+   N items over the task's ``strata_names`` (``strata``), whole ``units`` kept
+   together (:mod:`probe.tasks.stratify`); a task without strata takes the
+   first N; ``coverage`` says what the selection covered and left out;
 3. ``generation_requests(config, items, tokenizer)``: optional generations
    before scoring (chain-of-thought), greedy or seeded sampling; default none;
 4. ``requests(config, items, tokenizer, generations)``: scorer requests, each
@@ -57,14 +59,46 @@ class Task:
     name: ClassVar[str] = ""
     description: ClassVar[str] = ""
     Config: ClassVar[type] = TaskConfig
+    #: what ``--limit`` stratifies over (outermost first), e.g. ``("category",)``; empty: the first N items
+    strata_names: ClassVar[tuple[str, ...]] = ()
+    #: what one unit of ``units`` is (the items kept together), for the coverage record
+    unit_name: ClassVar[str] = "item"
 
     # -- stages ---------------------------------------------------------------
     def items(self, config: Any) -> Sequence[Any]:
         raise NotImplementedError
 
     def select(self, config: Any, items: Sequence[Any], limit: int | None) -> Sequence[Any]:
-        """The items a run with ``--limit`` scores (default: the first ``limit``)."""
-        return items if limit is None else list(items)[:limit]
+        """The items a run with ``--limit`` scores: a stratified sample over ``strata_names`` with whole
+        ``units`` (:func:`probe.tasks.stratify.stratified_limit`); without strata the first ``limit``."""
+        if limit is None:
+            return items
+        if not self.strata_names:
+            return list(items)[:limit]
+        from probe.tasks.stratify import stratified_limit
+
+        return stratified_limit(items, limit, self.strata(config, items), self.units(config, items),
+                                self.limit_seed(config))
+
+    def strata(self, config: Any, items: Sequence[Any]) -> list[tuple]:
+        """One tuple of stratum values per item, in ``strata_names`` order (default: none)."""
+        return [()] * len(items)
+
+    def units(self, config: Any, items: Sequence[Any]) -> list | None:
+        """One unit key per item: items sharing a key are selected together (default: each item alone)."""
+        return None
+
+    def limit_seed(self, config: Any) -> int | None:
+        """Seed of the within-stratum order under ``--limit`` (None: the order ``items`` gives)."""
+        return None
+
+    def coverage(self, config: Any, pool: Sequence[Any], selected: Sequence[Any],
+                 limit: int | None = None) -> dict[str, Any]:
+        """What ``selected`` covers of ``pool`` (an unlimited selection), per stratum name."""
+        from probe.tasks.stratify import coverage
+
+        return coverage(pool, selected, self.strata_names, lambda xs: self.strata(config, xs), limit,
+                        self.unit_name)
 
     def generation_requests(self, config: Any, items: Sequence[Any], tokenizer: Any) -> list[Any]:
         return []

@@ -128,6 +128,8 @@ class BBQTask(Task):
     name = "bbq"
     description = "BBQ (Parrish et al. 2022): all 11 categories from JSONL or templates, 3-way options"
     Config = BBQConfig
+    strata_names = ("category",)
+    unit_name = "template instance (its condition x polarity variants, both name orders)"
 
     def items(self, config: BBQConfig) -> BBQItems:
         """Every item of the configured categories, in a stratified order (see :meth:`select`)."""
@@ -159,9 +161,15 @@ class BBQTask(Task):
         return BBQItems.of(ordered, skipped, sources)
 
     def select(self, config: BBQConfig, items: Sequence[Any], limit: int | None) -> BBQItems:
-        """The first ``limit`` items of the stratified order: round-robin over categories, whole instances."""
-        kept = list(items) if limit is None else list(items)[:limit]
+        """``--limit N``: N items round-robin over the categories, whole template instances."""
+        kept = super().select(config, items, limit)
         return BBQItems.of(kept, getattr(items, "skipped", []), getattr(items, "sources", {}))
+
+    def strata(self, config: BBQConfig, items: Sequence[Any]) -> list[tuple]:
+        return [(it.category,) for it in items]
+
+    def units(self, config: BBQConfig, items: Sequence[Any]) -> list:
+        return [unit_key(it) for it in items]
 
     def requests(self, config: BBQConfig, items: Sequence[Any], tokenizer: Any,
                  generations: Mapping[str, str] | None = None) -> list:

@@ -337,11 +337,19 @@ class CrowsPairsTask(Task):
     description = ("CrowS-Pairs: (a) the HBB paper's two-choice question and/or (b) whole-sentence causal log-likelihood; "
                    "how often the more stereotypical sentence is preferred")
     Config = CrowsPairsConfig
+    strata_names = ("bias_type",)
+    unit_name = "sentence pair"
 
     def items(self, config: CrowsPairsConfig) -> list:
         from probe.data.crows_pairs import load_crows_pairs
 
         return load_crows_pairs(config.data_file)
+
+    def strata(self, config: CrowsPairsConfig, items: Sequence[Any]) -> list[tuple]:
+        return [(p.bias_type,) for p in items]
+
+    def limit_seed(self, config: CrowsPairsConfig) -> int | None:
+        return config.seed
 
     def requests(self, config: CrowsPairsConfig, items: Sequence[Any], tokenizer: Any,
                  generations: Mapping[str, str] | None = None) -> list:

@@ -86,9 +86,17 @@ class DemoTask(Task):
     name = "demo"
     description = "embedded demo set (our own BBQ-style scenarios), explicit vs implicit, one-word answers"
     Config = DemoConfig
+    strata_names = ("dimension", "context_kind")
+    unit_name = "scenario x context kind (its condition x polarity variants)"
 
     def items(self, config: DemoConfig) -> list[dict]:
         return demo_items()
+
+    def strata(self, config: DemoConfig, items: Sequence[dict]) -> list[tuple]:
+        return [(it["dimension"], it["context_kind"]) for it in items]
+
+    def units(self, config: DemoConfig, items: Sequence[dict]) -> list:
+        return [f"{it['scenario']}|{it['context_kind']}" for it in items]
 
     def requests(self, config: DemoConfig, items: Sequence[dict], tokenizer: Any,
                  generations: Mapping[str, str] | None = None) -> list[ContinuationRequest]:

@@ -169,11 +169,19 @@ class StereoSetTask(Task):
     name = "stereoset"
     description = "StereoSet intra/inter-sentence: ss, lms, icat; (a) the HBB paper's question and/or (b) likelihood"
     Config = StereoSetConfig
+    strata_names = ("split", "bias_type")
+    unit_name = "example (its three sentences)"
 
     def items(self, config: StereoSetConfig) -> list:
         from probe.data.stereoset import load_stereoset
 
         return load_stereoset(config.data_file, config.splits)
+
+    def strata(self, config: StereoSetConfig, items: Sequence[Any]) -> list[tuple]:
+        return [(ex.split, ex.bias_type) for ex in items]
+
+    def limit_seed(self, config: StereoSetConfig) -> int | None:
+        return 0
 
     def requests(self, config: StereoSetConfig, items: Sequence[Any], tokenizer: Any,
                  generations: Mapping[str, str] | None = None) -> list:

@@ -202,6 +202,11 @@ class CmpIsoTask(Task):
     name = "cmp_iso"
     description = "iso vs cmp ('To Compare or Not to Compare'): Parity Gap of isolated vs comparative prompts, 8 gender benchmarks"
     Config = CmpIsoConfig
+    strata_names = ("benchmark",)
+    unit_name = "context pair (iso t, t' and both cmp orders)"
+
+    def strata(self, config: CmpIsoConfig, items: Sequence[SampledPair]) -> list[tuple]:
+        return [(it.benchmark,) for it in items]
 
     def items(self, config: CmpIsoConfig) -> list[SampledPair]:
         """Each benchmark's sample, shuffled (seeded), interleaved one pair per benchmark at a time.

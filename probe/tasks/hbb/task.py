@@ -117,9 +117,22 @@ class HBBTask(Task):
             instances = sample_per_cell(instances, config.per_cell, config.sample_seed)
         return instances
 
+    strata_names = ("bias_type", "descriptor")
+    unit_name = "test instance (its two questions)"
+
     def select(self, config: HBBConfig, items: Sequence[Any], limit: int | None) -> list:
-        """``--limit N``: the first N test instances after sampling (their distinct questions are scored)."""
-        return list(items) if limit is None else list(items)[:limit]
+        """``--limit N``: N test instances round-robin over the concept pairs' source bias types, then the
+        descriptors (category x descriptor type), seeded by ``sample_seed``."""
+        return list(super().select(config, items, limit))
+
+    def strata(self, config: HBBConfig, items: Sequence[Any]) -> list[tuple]:
+        from probe.data.hbb import load_default, type_label
+
+        bias = {c.concept_id: c.source_bias_type for c in load_default(config.data_dir)[0]}
+        return [(bias.get(i.concept_id, "?"), type_label(i.category, i.descriptor_type)) for i in items]
+
+    def limit_seed(self, config: HBBConfig) -> int | None:
+        return config.sample_seed
 
     def generation_requests(self, config: HBBConfig, items: Sequence[Any], tokenizer: Any) -> list:
         """HBB-SG variations by the evaluated model: one greedy generation per concept pair and option

@@ -153,6 +153,8 @@ class ImplicitBBQTask(Task):
     name = "implicitbbq"
     description = "ImplicitBBQ: explicit vs implicit identity, 12 settings x zero-shot/safety/few-shot/CoT"
     Config = ImplicitBBQConfig
+    strata_names = ("dimension", "context_kind")
+    unit_name = "context unit (its condition x polarity variants)"
 
     def items(self, config: ImplicitBBQConfig) -> list:
         from probe.data.implicitbbq import build_implicitbbq
@@ -164,6 +166,9 @@ class ImplicitBBQTask(Task):
     def select(self, config: ImplicitBBQConfig, items: Sequence[Any], limit: int | None) -> Selection:
         """Each strategy's stratified sample; ``limit``: the first N items of their union (see :mod:`.sample`)."""
         return select(config, items.pool if isinstance(items, Selection) else items, limit)
+
+    def strata(self, config: ImplicitBBQConfig, items: Sequence[Any]) -> list[tuple]:
+        return [(it.category, it.context_kind) for it in items]
 
     def generation_requests(self, config: ImplicitBBQConfig, items: Sequence[Any], tokenizer: Any) -> list:
         """CoT: ``cot_chains`` sampled reasoning chains per (item, format), adjacent (they share the
