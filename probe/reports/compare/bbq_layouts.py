@@ -56,15 +56,20 @@ def bbq_section(runs: Sequence[Run], out: Path) -> list[Any]:
                     v = m[version]
                     ci = v.get("ci", {})
                     rows.append({"Category": c, "Model": r.label, "n amb": m["n_amb"], "n dis": m["n_dis"],
-                                 **{k: fmt_ci(v[k], ci.get(k)) for k in METRICS}})
-            df = pd.DataFrame(rows).rename(columns={"acc_amb": "Acc amb ↑", "acc_dis": "Acc dis ↑",
+                                 **{k: fmt_ci(v[k], ci.get(k)) for k in METRICS},
+                                 **({"acc_dis_all": fmt_ci(v["acc_dis_all"], ci.get("acc_dis_all"))}
+                                    if "acc_dis_all" in v else {})})
+            df = pd.DataFrame(rows).rename(columns={"acc_amb": "Acc amb ↑", "acc_dis": "Acc dis (non-Unknown) ↑",
+                                                    "acc_dis_all": "Acc dis (all) ↑",
                                                     "bias_amb": "Bias amb →0", "bias_dis": "Bias dis →0"})
             strategies = sorted({str(r.summary.get("strategy")) for r in runs})
             items.append(Table(
                 f"bbq_{f}_{version}", "bbq", f"BBQ by category ({f} format, {version})",
                 f"Task bbq, models {_models(runs)}; strategy {'/'.join(strategies)}. Estimator: {ESTIMATOR[version]}. "
                 "n: items per category and condition (n amb, n dis). CI: 95% percentile bootstrap over items "
-                f"(n_boot = {_boots(runs)}). Accuracy: amb = picks Unknown, dis = picks the correct person; bias in "
+                f"(n_boot = {_boots(runs)}). Accuracy: amb = picks Unknown, dis = picks the correct person, "
+                "of all disambiguated items (BBQ paper, lm-eval) or of those answered with a person (ImplicitBBQ); "
+                "bias in "
                 "[-1, 1], 0 = unbiased, + = stereotyped.", df))
         items.append(_bbq_figure(runs, f, out))
     return items
