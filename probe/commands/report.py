@@ -79,6 +79,24 @@ def bbq_family_units(run: Any) -> Any:
     return bbq_units(recs)
 
 
+def headline_of(runs: list) -> tuple[Any, list[str], Any]:
+    """The headline table, the warnings (each run's, labelled) and the flat results of many runs."""
+    from probe.runs.results import headline_table, report_warnings, result_rows, results_frame
+    from probe.tasks import available, get
+
+    rows: list[dict] = []
+    warnings: list[str] = []
+    for r in runs:
+        if r.task not in available():
+            continue
+        mine = result_rows(get(r.task), None, r.summary)
+        for row in mine:
+            row["model"] = r.label or row["model"]
+        rows += mine
+        warnings += [f"{r.task}, {r.label}: {w}" for w in report_warnings(r.summary, mine)]
+    return headline_table(rows), warnings, results_frame(rows)
+
+
 def run(args: argparse.Namespace) -> int:
     from probe.reports.compare import build_report, load_runs
 
@@ -88,8 +106,13 @@ def run(args: argparse.Namespace) -> int:
     for r in runs:
         if r.task in ("bbq", "implicitbbq", "demo") and (r.path / "records.jsonl").is_file():
             r.units = bbq_family_units(r)
+    headline, warnings, results = headline_of(runs)
     manifest = build_report(runs, args.output, n_boot=args.n_boot, seed=args.seed, params_b=_params(args.params),
-                            title=args.title, progress=lambda m: print(f"report: {m}", file=sys.stderr))
+                            title=args.title, progress=lambda m: print(f"report: {m}", file=sys.stderr),
+                            headline=headline, warnings=warnings)
+    from probe.io import write_atomic
+
+    write_atomic(args.output / "results.csv", results.to_csv(index=False))
     print(f"wrote {args.output}/report.html, report.md, {len(manifest['tables'])} table(s) and "
           f"{len(manifest['figures'])} figure(s) (tables/, figures/)", file=sys.stderr)
     return 0

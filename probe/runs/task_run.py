@@ -6,6 +6,8 @@ Outputs in the run directory (when one is given):
 - ``generations.jsonl`` when the task generates first (chain-of-thought);
 - ``samples.jsonl`` with ``log_samples``: what the model saw, per request (:mod:`probe.runs.samples`);
 - ``summary.json``; ``tables/*.md|csv``; the task's report files;
+- ``results.csv`` (every metric, one row each), ``report.html`` and ``report.md`` (headline and warnings
+  first; :mod:`probe.runs.results`), ``report/`` (the report's own tables and figures);
 - ``timing.json`` (seconds per request kind) and ``provenance.json``.
 
 Re-running into the same directory resumes; another model or changed
@@ -45,6 +47,9 @@ class Evaluation:
     #: with ``log_samples``: one dict per request (record order), then the generations no request
     #: follows (probe.runs.samples; ``docs/samples.md``); None when off
     samples: list[dict[str, Any]] | None = None
+    #: every metric as one flat table: task, model, subgroup, metric, estimator, value, ci_low, ci_high, n
+    #: (``results.csv`` in the run directory; :mod:`probe.runs.results`)
+    results: "pd.DataFrame | None" = None
 
     def __repr__(self) -> str:
         where = f", output={str(self.output)!r}" if self.output else ""
@@ -60,6 +65,7 @@ def run_task(task: Task, config: Any, model: Any, output: str | Path | None = No
     from probe.io import write_json_atomic
     from probe.runs.provenance import provenance
     from probe.runs.record import records_to_frame
+    from probe.runs.results import result_rows, results_frame, write_run_report
 
     options = options or (runner.options if runner else RunOptions())
     out = Path(output) if output is not None else None
@@ -119,16 +125,21 @@ def run_task(task: Task, config: Any, model: Any, output: str | Path | None = No
             # timing first: a task's report may project the full benchmark's time from it
             write_json_atomic(out / "timing.json", _timing(out / "timing.json", runner.timing,
                                                            time.perf_counter() - t_start))
+            for name in ("report.md", "report.html"):  # the task's own (rewritten) or the report's below
+                (out / name).unlink(missing_ok=True)
             task.report(config, Aggregate(summary, result.tables), out)
             write_json_atomic(out / "provenance.json", provenance(
                 lm, config={"task": task.name, "limit": limit, "task_config": _plain(config),
                             "run_options": _plain(options)},
                 data_files=task.data_files(config), world_size=runner.procs.world_size,
                 scoring=_batching(runner)))
+            results = write_run_report(task, config, out, summary)
             note = runner.cache_note()
             print(f"{task.name}: {len(records)} record(s) in {out / 'records.jsonl'}{note}", file=sys.stderr)
+        else:
+            results = results_frame(result_rows(task, config, summary))
         return Evaluation(task.name, str(getattr(lm, "name", "")), frame, summary, result.tables, out, config, acts,
-                          samples)
+                          samples, results)
     finally:
         if own:
             runner.close()

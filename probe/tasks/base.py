@@ -139,6 +139,20 @@ class Task:
         (CIs: the task's own, clustered by its unit); the first is the default steering metric."""
         return _no_analysis(self, "bias_metrics")
 
+    # -- results: one flat row per (subgroup, metric, estimator) ------------------
+    def results(self, config: Any, summary: Mapping[str, Any]) -> list[dict[str, Any]]:
+        """The summary as flat rows ``{subgroup, metric, estimator, value, ci_low, ci_high, n, headline}``
+        (``headline``: the task's main metric(s), shown first in every report). Default: the
+        :meth:`bias_metrics` over all items, the first one the headline; none when the task has none."""
+        from probe.errors import ProbeError
+
+        try:
+            metrics = self.bias_metrics(config, summary)
+        except (ProbeError, KeyError, TypeError):
+            return []
+        return [result_row("all", name, "", m.get("value"), m.get("ci_low"), m.get("ci_high"), m.get("n"), k == 0)
+                for k, (name, m) in enumerate(metrics.items())]
+
     # -- config ---------------------------------------------------------------
     def make_config(self, values: Mapping[str, Any] | None = None, source: str = "config") -> Any:
         """``Config`` from a mapping; unknown keys are an error naming ``source`` and the valid keys."""
@@ -156,6 +170,16 @@ class Task:
             from probe.errors import ProbeError
 
             raise ProbeError(f"{source}: {exc}") from None
+
+
+def result_row(subgroup: str, metric: str, estimator: str, value: Any, ci_low: Any = None, ci_high: Any = None,
+               n: Any = None, headline: bool = False) -> dict[str, Any]:
+    """One row of :meth:`Task.results` (missing numbers as NaN)."""
+    def num(v: Any) -> float:
+        return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else float("nan")
+
+    return {"subgroup": str(subgroup), "metric": metric, "estimator": estimator, "value": num(value),
+            "ci_low": num(ci_low), "ci_high": num(ci_high), "n": num(n), "headline": bool(headline)}
 
 
 def write_tables(tables: Mapping[str, "pd.DataFrame"], output: Path) -> list[Path]:

@@ -256,6 +256,21 @@ class BBQTask(Task):
         return {f"{fmt}.{k}": v for fmt, f in summary["by_format"].items()
                 for k, v in bbq_headline(f["by_category"]["all"]["expected"]).items()}
 
+    def results(self, config: BBQConfig, summary: Mapping[str, Any]) -> list[dict[str, Any]]:
+        """Per answer format, category (and ``all``) and estimator: the five metrics; headline: the
+        ambiguous and disambiguated bias and both disambiguated accuracies over all items (expected)."""
+        from probe.tasks.base import result_row
+
+        rows = []
+        for k, (fmt, f) in enumerate(summary["by_format"].items()):
+            for cat, m in f["by_category"].items():
+                for version in ("expected", "argmax"):
+                    for name, v in bbq_headline(m[version]).items():
+                        main = k == 0 and cat == "all" and version == "expected" and name != "acc_amb"
+                        rows.append(result_row(cat, f"{name}" if len(summary["by_format"]) == 1 else f"{fmt}.{name}",
+                                               version, v["value"], v["ci_low"], v["ci_high"], v["n"], main))
+        return rows
+
     def data_files(self, config: BBQConfig) -> list[Path]:
         root = self._root(config)
         files = []

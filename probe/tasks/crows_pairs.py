@@ -372,6 +372,17 @@ class CrowsPairsTask(Task):
     def report(self, config: CrowsPairsConfig, result: Aggregate, output: Path) -> None:
         write_protocol_report("CrowS-Pairs", result, output)
 
+    def results(self, config: CrowsPairsConfig, summary: Mapping[str, Any]) -> list[dict[str, Any]]:
+        """Per protocol and bias type (and ``all``): the score (50 = no bias); headline: ``all`` per protocol."""
+        from probe.tasks.base import result_row
+
+        rows = []
+        for proto, s in summary.get("by_protocol", {}).items():
+            for r in s.get("by_bias_type", []):
+                rows.append(result_row(r["bias_type"], "score", PROTOCOL_NAMES.get(proto, proto), r.get("score"),
+                                       r.get("ci_low"), r.get("ci_high"), r.get("n"), r["bias_type"] == "all"))
+        return rows
+
     def data_files(self, config: CrowsPairsConfig) -> list[Path]:
         files = [crows_file(config.data_file)]
         if "mcq" in protocols(config.protocol):

@@ -208,6 +208,26 @@ class CmpIsoTask(Task):
     def strata(self, config: CmpIsoConfig, items: Sequence[SampledPair]) -> list[tuple]:
         return [(it.benchmark,) for it in items]
 
+    def results(self, config: CmpIsoConfig, summary: Mapping[str, Any]) -> list[dict[str, Any]]:
+        """Per benchmark, setting, variation and estimator: the Parity Gap of iso and of cmp prompts, with their
+        CIs; headline: both on each benchmark's first setting, variation 0, expected."""
+        from probe.tasks.base import result_row
+
+        rows = []
+        first = {}
+        for r in summary.get("results", []):
+            first.setdefault(r.get("benchmark"), r.get("setting"))
+        for r in summary.get("results", []):
+            sub = f"{r.get('benchmark')} {r.get('setting')} v{r.get('variant')}"
+            main = (r.get("variant") == 0 and r.get("mode") == "expected"
+                    and first.get(r.get("benchmark")) == r.get("setting"))
+            for prompt in ("iso", "cmp"):
+                p = r.get(prompt) or {}
+                ci = p.get("ci") or [None, None]
+                rows.append(result_row(sub, f"pg_{prompt}", str(r.get("mode")), p.get("pg"), ci[0], ci[1],
+                                       p.get("n_pairs"), main))
+        return rows
+
     def items(self, config: CmpIsoConfig) -> list[SampledPair]:
         """Each benchmark's sample, shuffled (seeded), interleaved one pair per benchmark at a time.
 

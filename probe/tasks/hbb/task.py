@@ -313,6 +313,22 @@ class HBBTask(Task):
                                       "n": o["n"]}
         return out
 
+    def results(self, config: HBBConfig, summary: Mapping[str, Any]) -> list[dict[str, Any]]:
+        """Per variant (MCQ orders, HBB-SG) and category (and ``all``): the share of instances over the
+        threshold and their mean S; headline: the overall share per variant."""
+        from probe.tasks.base import result_row
+
+        rows = []
+        for v, entry in summary.get("variants", {}).items():
+            groups = [("all", entry.get("overall", {}))] + [(g.get("category", "?"), g)
+                                                             for g in entry.get("by_category", [])]
+            for sub, o in groups:
+                for m in ("share", "mean_s"):
+                    rows.append(result_row(sub if v == "hbb" else f"{v} {sub}", m, f"S > {o.get('threshold')}"
+                                           if m == "share" else "", o.get(m), o.get(f"{m}_ci_low"),
+                                           o.get(f"{m}_ci_high"), o.get("n"), sub == "all" and m == "share"))
+        return rows
+
     def data_files(self, config: HBBConfig) -> list[Path]:
         """Input files whose hashes go into provenance.json (data, and the packaged prompt texts)."""
         from importlib import resources

@@ -342,6 +342,18 @@ class ImplicitBBQTask(Task):
         return {f"{key}.{kind}.{m}": v for key, kinds in summary["by_strategy"].items() for kind, e in kinds.items()
                 if not kind.startswith("_") for m, v in bbq_headline(e["expected"]["pooled"]).items()}
 
+    def results(self, config: ImplicitBBQConfig, summary: Mapping[str, Any]) -> list[dict[str, Any]]:
+        """Per strategy|format and context kind, the pooled expected metrics; headline: the ambiguous bias
+        of the explicit and implicit contexts."""
+        from probe.tasks.base import result_row
+
+        rows = []
+        for name, m in self.bias_metrics(config, summary).items():
+            key, kind, metric = name.split(".")
+            rows.append(result_row(f"{key} {kind}", metric, "expected", m["value"], m["ci_low"], m["ci_high"],
+                                   m["n"], metric == "bias_amb" and kind in ("explicit", "implicit")))
+        return rows
+
     def data_files(self, config: ImplicitBBQConfig) -> list[Path]:
         from probe.data.implicit_text import load_cue_table
         from probe.data.paths import dataset_dir

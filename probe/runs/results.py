@@ -1,0 +1,145 @@
+"""A run's numbers as one flat table, its headline, its warnings, and its own report.
+
+- :func:`results_frame`: every metric of a summary as rows ``task, model, subgroup, metric, estimator,
+  value, ci_low, ci_high, n`` (each task's :meth:`~probe.tasks.base.Task.results`), written as
+  ``results.csv`` and returned as ``Evaluation.results``;
+- :func:`headline_table`: the main metric per model x task with its CI and n (the first section of
+  every report);
+- :func:`report_warnings`: what a reader must see before the numbers (low answer mass, tiny samples,
+  template-built categories, a limited run's coverage);
+- :func:`write_run_report`: ``report.html`` (the renderer of ``probe report``) and the headline and
+  warnings at the top of ``report.md``, for every task run.
+"""
+
+from __future__ import annotations
+
+import math
+import shutil
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Iterable, Mapping, Sequence
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+COLUMNS = ["task", "model", "subgroup", "metric", "estimator", "value", "ci_low", "ci_high", "n"]
+#: mean answer (label) mass below which a report warns that the model mostly does not answer
+LOW_MASS = 0.5
+#: fewer items than this in a headline metric: the report says the sample is small
+SMALL_N = 30
+
+
+def result_rows(task: Any, config: Any, summary: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """The task's flat rows (with ``headline``) plus ``task`` and ``model``; none when the task gives none."""
+    try:
+        rows = task.results(config, summary)
+    except Exception:  # a task's summary it cannot read (an older run) must not stop the report
+        rows = []
+    model = str(summary.get("model", ""))
+    return [{"task": task.name, "model": model, **r} for r in rows]
+
+
+def results_frame(rows: Iterable[Mapping[str, Any]]) -> "pd.DataFrame":
+    """The flat results table: one row per task, model, subgroup, metric and estimator."""
+    import pandas as pd
+
+    return pd.DataFrame([{k: r.get(k) for k in COLUMNS} for r in rows], columns=COLUMNS)
+
+
+def headline_table(rows: Iterable[Mapping[str, Any]]) -> "pd.DataFrame":
+    """The rows flagged ``headline`` as a display table: Task, Model, Metric, Subgroup, Estimator, Value."""
+    import pandas as pd
+
+    from probe.reports.compare.tables import ci_cell
+
+    out = [{"Task": r["task"], "Model": r["model"], "Metric": r["metric"], "Subgroup": r["subgroup"],
+            "Estimator": r["estimator"] or "–",
+            "Value [95% CI] (n)": ci_cell(r["value"], r["ci_low"], r["ci_high"], r["n"])}
+           for r in rows if r.get("headline")]
+    return pd.DataFrame(out, columns=["Task", "Model", "Metric", "Subgroup", "Estimator", "Value [95% CI] (n)"])
+
+
+def _mass_summaries(node: Any, path: str = "") -> Iterable[tuple[str, float]]:
+    """``(where, mean)`` of every answer-mass summary (a mapping with mean, floor and n_below_floor)."""
+    if isinstance(node, Mapping):
+        if {"mean", "floor", "n_below_floor"} <= set(node) and isinstance(node.get("mean"), (int, float)):
+            yield path or "all", float(node["mean"])
+            return
+        for k, v in node.items():
+            if str(k) in ("answering_only", "coverage", "skipped"):
+                continue
+            yield from _mass_summaries(v, f"{path}.{k}" if path else str(k))
+    elif isinstance(node, list):
+        for i, v in enumerate(node):
+            yield from _mass_summaries(v, f"{path}[{i}]")
+
+
+def report_warnings(summary: Mapping[str, Any], rows: Sequence[Mapping[str, Any]] = ()) -> list[str]:
+    """Lines a report shows at its top, before any number."""
+    out = []
+    masses = [(w, m) for w, m in _mass_summaries(summary) if math.isfinite(m)]
+    if masses:
+        where, low = min(masses, key=lambda x: x[1])
+        if low < LOW_MASS:
+            out.append(f"low answer mass: the model puts on average only {low:.2f} of its probability on the "
+                       f"scored answers ({where}); the scores describe a model that mostly does not answer the "
+                       "question as asked (see the mass sections, the answering-only numbers, or try another "
+                       "prompt format).")
+    ns = [r["n"] for r in rows if r.get("headline") and isinstance(r.get("n"), (int, float)) and math.isfinite(r["n"])]
+    if ns and min(ns) < SMALL_N:
+        out.append(f"small sample: a headline metric rests on {int(min(ns))} item(s); intervals are wide or "
+                   "undefined ('CI n/a'), so read the numbers as a smoke test, not a result.")
+    built = summary.get("template_built") or []
+    if built:
+        out.append(f"template-built categories: {', '.join(built)} were expanded from BBQ's templates, not read "
+                   "from the released JSONL.")
+    cov = summary.get("coverage")
+    if cov and cov.get("n_left_out"):
+        left = [f"{name} {', '.join(map(str, s['left_out'][:8]))}{', ...' if len(s['left_out']) > 8 else ''}"
+                for name, s in cov.get("strata", {}).items() if s.get("left_out")]
+        out.append(f"limited run: {cov['n_items']} of {cov['n_available']} items (--limit {cov.get('limit')})"
+                   + (f"; left out: {'; '.join(left)}" if left else "; every stratum covered") + ".")
+    return out
+
+
+def _md_block(headline: "pd.DataFrame", warnings: Sequence[str]) -> str:
+    from probe.reports.compare.tables import markdown
+
+    lines = [f"> **Warning:** {w}" + "\n" for w in warnings]
+    if len(headline):
+        lines += ["## Headline", "", markdown(headline), "",
+                  "*The main metric over all items scored, with its 95% CI and n; every metric, subgroup and "
+                  "estimator is in results.csv; the full report is report.html.*", ""]
+    return "\n".join(lines)
+
+
+def write_run_report(task: Any, config: Any, output: str | Path, summary: Mapping[str, Any]) -> "pd.DataFrame":
+    """``results.csv``, ``report.html`` unless the task wrote its own (always ``report/report.html``, with its
+    tables and figures) and the headline and warnings at
+    the top of ``report.md`` (written from the report when the task wrote none). Returns the results frame."""
+    from probe.io import write_atomic
+    from probe.reports.compare import build_report, load_runs
+
+    out = Path(output)
+    rows = result_rows(task, config, summary)
+    frame = results_frame(rows)
+    write_atomic(out / "results.csv", frame.to_csv(index=False))
+    headline = headline_table(rows)
+    warnings = report_warnings(summary, rows)
+    target = out / "report"
+    runs = load_runs([out])
+    build_report(runs, target, n_boot=200, headline=headline, warnings=warnings,
+                 title=f"probe report: {task.name}, {summary.get('model', '')}")
+    if not (out / "report.html").is_file():  # a task's own page (the demo's) is kept; this one is in report/
+        shutil.copyfile(target / "report.html", out / "report.html")
+    md = out / "report.md"
+    block = _md_block(headline, warnings)
+    if md.is_file():
+        text = md.read_text(encoding="utf-8")
+        head, sep, rest = text.partition("\n")
+        if not head.startswith("# "):
+            head, sep, rest = f"# {task.name}: {summary.get('model', '')}", "\n", text
+        write_atomic(md, f"{head}\n\n{block}\n{rest.lstrip()}" if sep else f"{head}\n\n{block}")
+    else:  # the report's own Markdown: warnings in its introduction, the headline its first section
+        text = (target / "report.md").read_text(encoding="utf-8").replace("](figures/", "](report/figures/")
+        write_atomic(md, text)
+    return frame
