@@ -180,7 +180,7 @@ def _clean(X, y, groups, *others):
 
 
 def evaluate_probe(X: np.ndarray, y: Sequence[Any], groups: Sequence[Any], control_keys: Sequence[Any] | None = None,
-                   estimator: Any = None, n_splits: int = 5, n_shuffles: int = 5, n_boot: int = 1000,
+                   estimator: Any = None, n_splits: int = 5, n_shuffles: int = 200, n_boot: int = 1000,
                    seed: int = 0) -> ProbeResult:
     """Grouped-CV accuracy with bootstrap CI, control task and shuffled-label baseline."""
     X, y, groups, control_keys, dropped = _clean(X, y, groups, control_keys)

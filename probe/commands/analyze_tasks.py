@@ -40,7 +40,8 @@ def register_task_analyses(sub: Any) -> None:
     p.add_argument("--control", default=None, metavar="FIELD",
                    help="control task key: each value gets a random class (default: the cluster unit)")
     p.add_argument("--folds", type=int, default=5, help="cross-validation folds (default 5)")
-    p.add_argument("--shuffles", type=int, default=5, help="shuffled-label baselines (default 5)")
+    p.add_argument("--shuffles", type=int, default=200,
+                   help="shuffled-label baselines: the permutation p-value can go no lower than 1/(N+1) (default 200)")
     p.add_argument("--n-boot", type=int, default=1000, help="bootstrap resamples for the CIs (default 1000)")
     p.set_defaults(func=_probes)
 
