@@ -75,7 +75,8 @@ def _parser(sub: Any, name: str, help: str, description: str) -> argparse.Argume
     p.add_argument("--position", default="last", help="where activations are read (default: last prompt token)")
     p.add_argument("--output", type=Path, required=True, help="directory for the analysis outputs")
     p.add_argument("--threads", type=int, default=None, help="torch CPU threads")
-    p.add_argument("--no-progress", dest="progress", action="store_false", default=True)
+    p.add_argument("--no-progress", "--quiet", dest="progress", action="store_false", default=True,
+                   help="no progress bar")
     return p
 
 

@@ -143,3 +143,73 @@ def write_run_report(task: Any, config: Any, output: str | Path, summary: Mappin
         text = (target / "report.md").read_text(encoding="utf-8").replace("](figures/", "](report/figures/")
         write_atomic(md, text)
     return frame
+
+
+def bbq_family_units(run: Any) -> Any:
+    """Per-item answer records of a ``bbq``, ``implicitbbq`` or ``demo`` run as paired units: the task's own
+    conversion of records to option probabilities, then block / category / cluster (the resampling unit:
+    BBQ template instance; ImplicitBBQ template x context; demo scenario)."""
+    from probe.reports.compare.units import bbq_units
+    from probe.runs.record import records_to_frame
+
+    frame = records_to_frame(run.path)
+    if frame.empty:
+        return None
+    if run.task == "demo":
+        from probe.tasks.demo import answer_records
+
+        extra = frame.set_index("id")["scenario"].to_dict()
+        recs = [r for r in answer_records(frame) if r["finite"]]
+        for r in recs:
+            r.update(block="demo", category=f"{r['dimension']} {r['context_kind']}", cluster=str(extra[r["id"]]))
+        return bbq_units(recs)
+    from probe.tasks.implicitbbq.results import metric_records
+
+    recs, _ = metric_records(frame)
+    answers = frame.set_index("id")["answers"].to_dict() if "answers" in frame else {}
+    for r in recs:
+        if run.task == "bbq":
+            opts = "|".join(sorted(str(a) for a in answers.get(r["id"], [])))
+            r.update(block=f"{r['answer_format']} format", category=r["category"],
+                     cluster=f"{r['category']}|{r['template_id']}|{opts}")
+        else:  # ImplicitBBQ: one context (its 4 condition x polarity variants) of one template
+            r.update(block=f"{r['strategy']}, {r['answer_format']}", category=f"{r['dimension']} {r['context_kind']}",
+                     cluster=f"{r['template_id']}|{str(r['item_id']).rsplit('-', 2)[0]}")
+    return bbq_units(recs)
+
+
+
+def headline_of(runs: Sequence[Any]) -> tuple["pd.DataFrame", list[str], "pd.DataFrame"]:
+    """The headline table, the warnings (each run's, labelled) and the flat results of many runs."""
+    from probe.tasks import available, get
+
+    rows: list[dict] = []
+    warnings: list[str] = []
+    for r in runs:
+        if r.task not in available():
+            continue
+        mine = result_rows(get(r.task), None, r.summary)
+        for row in mine:
+            row["model"] = r.label or row["model"]
+        rows += mine
+        warnings += [f"{r.task}, {r.label}: {w}" for w in report_warnings(r.summary, mine)]
+    return headline_table(rows), warnings, results_frame(rows)
+
+
+def combined_report(run_dirs: Sequence[str | Path], output: str | Path, n_boot: int = 2000, seed: int = 0,
+                    params_b: Mapping[str, float] | None = None, title: str | None = None,
+                    progress: Any = None) -> dict[str, Any]:
+    """Many finished runs (any tasks, any models) as one report in ``output``: ``report.html``,
+    ``report.md`` (headline and warnings first), ``results.csv``, tables and figures (``probe report``)."""
+    from probe.io import write_atomic
+    from probe.reports.compare import build_report, load_runs
+
+    runs = load_runs(run_dirs)
+    for r in runs:
+        if r.task in ("bbq", "implicitbbq", "demo") and (r.path / "records.jsonl").is_file():
+            r.units = bbq_family_units(r)
+    headline, warnings, results = headline_of(runs)
+    manifest = build_report(runs, output, n_boot=n_boot, seed=seed, params_b=params_b, title=title,
+                            progress=progress, headline=headline, warnings=warnings)
+    write_atomic(Path(output) / "results.csv", results.to_csv(index=False))
+    return manifest

@@ -162,7 +162,10 @@ class Task:
         if unknown:
             from probe.errors import ProbeError
 
-            raise ProbeError(f"{source}: unknown key(s) {', '.join(unknown)} for task {self.name!r}; "
+            from probe.errors import did_you_mean
+
+            hints = "".join(did_you_mean(k, known) for k in unknown)
+            raise ProbeError(f"{source}: unknown key(s) {', '.join(unknown)} for task {self.name!r}{hints}; "
                              f"valid keys: {', '.join(sorted(known)) or '(none)'}")
         try:
             return self.Config(**values)

@@ -60,7 +60,8 @@ def stratified_limit(items: Sequence[Any], limit: int | None, strata: Sequence[t
     ``units``: one unit key per item (default: every item its own unit); a unit's stratum is its
     first item's. ``seed``: order the units within a stratum by a seeded hash (``None``: as given).
     Units are taken in order while they fit; a unit larger than what is left is passed over for a
-    smaller one, and a limit smaller than the first unit takes that unit whole. ``limit`` None: all.
+    smaller one; a limit smaller than the first unit takes that unit's first ``limit`` items (the
+    limit is never exceeded). ``limit`` None: all.
     """
     items = list(items)
     if limit is None or limit >= len(items):
@@ -94,10 +95,12 @@ def stratified_limit(items: Sequence[Any], limit: int | None, strata: Sequence[t
                     shuffle(child)
         shuffle(tree)
     picked: list[int] = []
-    for key in _round_robin(tree):
+    for i, key in enumerate(_round_robin(tree)):
         size = len(groups[key])
-        if len(picked) + size <= limit or not picked:
+        if len(picked) + size <= limit:
             picked += groups[key]
+        elif i == 0:  # a limit under one unit: that unit's first items
+            picked = groups[key][:limit]
         if len(picked) >= limit:
             break
     return [items[i] for i in picked]

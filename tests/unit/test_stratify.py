@@ -27,7 +27,7 @@ def test_units_are_kept_whole_and_no_limit_keeps_everything():
     units = [f"{s}{t}" for s, t, _ in ITEMS]  # 3 items a unit
     got = stratified_limit(ITEMS, 7, _strata(ITEMS), units)
     assert len(got) == 6 and all(units.count(u) == 3 for u in {f"{s}{t}" for s, t, _ in got})
-    assert len(stratified_limit(ITEMS, 2, _strata(ITEMS), units)) == 3  # a limit under one unit: that unit
+    assert len(stratified_limit(ITEMS, 2, _strata(ITEMS), units)) == 2  # a limit under one unit: never exceeded
     assert stratified_limit(ITEMS, None, _strata(ITEMS), units) == ITEMS
 
 

@@ -13,7 +13,7 @@ objects (``load_runs``), writes under ``output``:
 Paired comparisons need per-unit data: ``hbb``, ``crows_pairs`` and
 ``cmp_iso`` units are read here from the run directories; BBQ-family units
 (``bbq``, ``implicitbbq``, ``demo``) need the task's own answer conversion, so
-the caller sets ``run.units`` (``probe report`` does; :mod:`probe.commands.report`).
+the caller sets ``run.units`` (``probe report`` does; :func:`probe.runs.results.combined_report`).
 """
 
 from __future__ import annotations
