@@ -81,6 +81,8 @@ def run_task(task: Task, config: Any, model: Any, output: str | Path | None = No
         lm = runner.lm
         gen_requests = task.generation_requests(config, items, lm.tokenizer)
         generations = None
+        if gen_requests and runner.procs.is_main:
+            print(plan_line(task, config, gen_requests, out), file=sys.stderr)
         if gen_requests:
             if runner.procs.distributed and out is None:
                 raise ProbeError("several processes need an output directory to share generations")
@@ -88,6 +90,9 @@ def run_task(task: Task, config: Any, model: Any, output: str | Path | None = No
         requests = task.requests(config, items, lm.tokenizer, generations)
         if not requests:
             raise ProbeError(f"task {task.name!r}: the selected items gave no requests")
+        if runner.procs.is_main:
+            print(f"{task.name}: plan: {len(items)} item(s) -> {len(requests)} request(s) to score"
+                  + (f" (after {len(gen_requests)} generation(s))" if gen_requests else ""), file=sys.stderr)
         log = _sample_log(runner, task.name, out, gen_requests, generations) if options.log_samples else None
         try:
             records = runner.score(requests, out / "records.jsonl" if out else None, task=task.name,
@@ -116,8 +121,16 @@ def run_task(task: Task, config: Any, model: Any, output: str | Path | None = No
                                   [acts.records[k] for k in rows], acts.manifest)
         frame = records_to_frame(records)
         result: Aggregate = task.aggregate(config, frame, items)
+        held = _records_held(out)
+        if held > len(records):
+            print(f"{task.name}: {out / 'records.jsonl'} holds {held} record(s) from an earlier, larger run; this "
+                  f"summary covers the {len(records)} this run selected (rerun with the earlier --limit to "
+                  "summarize them all)", file=sys.stderr)
         summary = {"task": task.name, "model": str(getattr(lm, "name", "")), "model_fingerprint": runner.model_id,
                    "n_items": len(items), "n_records": len(records), **result.summary,
+                   **({"records_file": {"n_records": held, "note": "the records file also holds records of an "
+                       "earlier run with a larger limit; this summary covers n_records of them"}}
+                      if held > len(records) else {}),
                    **({"coverage": coverage} if coverage else {}),
                    **({"greedy_agreement": agreement} if agreement else {})}
         if out is not None:
@@ -143,6 +156,37 @@ def run_task(task: Task, config: Any, model: Any, output: str | Path | None = No
     finally:
         if own:
             runner.close()
+
+
+def _records_held(out: Path | None) -> int:
+    """Records in ``out/records.jsonl`` (0 without one)."""
+    if out is None or not (out / "records.jsonl").is_file():
+        return 0
+    try:
+        with open(out / "records.jsonl", encoding="utf-8") as f:
+            return sum(1 for line in f if line.strip())
+    except OSError:
+        return 0
+
+
+def plan_line(task: Task, config: Any, gen_requests: Sequence[Any], out: Path | None) -> str:
+    """The generation stage announced before it starts: how many, how long at most, why, how to skip."""
+    done = 0
+    if out is not None and (out / "generations.jsonl").is_file():
+        try:
+            with open(out / "generations.jsonl", encoding="utf-8") as f:
+                done = sum(1 for line in f if line.strip())
+        except OSError:
+            done = 0
+    tokens = [int(getattr(g, "max_new_tokens", 0) or 0) for g in gen_requests]
+    left = max(len(gen_requests) - done, 0)
+    note = task.generation_note(config)
+    total = sum(t for t, _ in zip(tokens, range(left))) if left else 0
+    minutes = total / 20 / 60  # a small model on a CPU writes roughly 20 tokens a second
+    when = f"up to ~{minutes:.0f} min on a CPU" if minutes >= 1 else "under a minute on a CPU"
+    return (f"{task.name}: plan: {len(gen_requests)} generation(s) before scoring ({left} still to make), up to "
+            f"{max(tokens, default=0)} new tokens each ({total} at most still to write: {when})"
+            + (f"; they are {note}" if note else "") + ".")
 
 
 def select_coverage(task: Task, config: Any, pool: Sequence[Any], items: Sequence[Any],

@@ -103,6 +103,10 @@ class Task:
     def generation_requests(self, config: Any, items: Sequence[Any], tokenizer: Any) -> list[Any]:
         return []
 
+    def generation_note(self, config: Any) -> str:
+        """What the generation stage is for and how to skip it (printed in the run's plan)."""
+        return ""
+
     def requests(self, config: Any, items: Sequence[Any], tokenizer: Any,
                  generations: Mapping[str, str] | None = None) -> list[Any]:
         raise NotImplementedError

@@ -261,6 +261,10 @@ class CmpIsoTask(Task):
                     for k in range(config.cot_chains)]
         return out
 
+    def generation_note(self, config: CmpIsoConfig) -> str:
+        return ("chain-of-thought reasoning for the settings with reasoning: cot (cot_chains sampled chains per "
+                "prompt); skip by leaving those settings out of `settings`, or --set cot_chains=0 for one greedy chain")
+
     def requests(self, config: CmpIsoConfig, items: Sequence[SampledPair], tokenizer: Any,
                  generations: Mapping[str, str] | None = None) -> list:
         from probe.prompts.cmp_iso import cot_answer_prompt

@@ -144,6 +144,11 @@ class HBBTask(Task):
         return generation_requests(sg_concepts(config, items), tokenizer, max_new_tokens=config.sg_max_new_tokens,
                                    chat_template=config.chat_template, system=config.sg_system_prompt)
 
+    def generation_note(self, config: HBBConfig) -> str:
+        return ("HBB-SG option variations written by the evaluated model, because the authors' released "
+                "variations are not in the data directory (`probe data fetch hbb` gets them); skip with "
+                "--set hbb_sg=false (no HBB-SG) or --set sg_source=original (the original options only)")
+
     def requests(self, config: HBBConfig, items: Sequence[Any], tokenizer: Any,
                  generations: Mapping[str, str] | None = None) -> list:
         """MCQ (a)=s1, then a)=s2) per distinct question, HBB-SG per option sentence, then CrowS-Pairs;

@@ -189,6 +189,10 @@ class ImplicitBBQTask(Task):
                                              top_p=float(config.cot_top_p), seed=config.seed))
         return out
 
+    def generation_note(self, config: ImplicitBBQConfig) -> str:
+        return ("chain-of-thought reasoning for the cot strategy (cot_chains sampled chains per item); skip with "
+                "--set strategies=[zero_shot,safety,few_shot], or --set cot_chains=0 for one greedy chain")
+
     def requests(self, config: ImplicitBBQConfig, items: Sequence[Any], tokenizer: Any,
                  generations: Mapping[str, str] | None = None) -> list:
         from probe.prompts.bbq import cot_final_prompt, prepare
