@@ -2,7 +2,7 @@
 
 Flow: BBQ's generated JSONL (``<bbq>/data/<Category>.jsonl``) or, for a
 category without it, its templates (``<bbq>/templates/<Category>.csv``,
-:mod:`probe.data.bbq_templates`) -> the seed-000 zero-shot (or safety) prompt
+:mod:`probe.data.bbq_templates`) -> the ImplicitBBQ paper's zero-shot (or safety) prompt
 with BBQ's context as written -> the three options scored at once:
 ``labels`` (listed under 1/2/3, next-token label probabilities) and/or
 ``oneword`` (each answer's words by continuation log-likelihood, Unknown =
@@ -53,7 +53,7 @@ class BBQConfig(TaskConfig):
     ``categories``: BBQ categories (``null``: every one found in the data
     directory); ``source``: ``auto`` (the generated JSONL when the category has
     one, else its templates), ``jsonl`` or ``templates``; ``answer_formats``:
-    ``labels`` and/or ``oneword``; ``strategy``: the seed's ``zero_shot`` or
+    ``labels`` and/or ``oneword``; ``strategy``: the paper's ``zero_shot`` or
     ``safety`` system prompt; ``per_category``: template instances per category
     (a seeded sample of whole instances: all 4 condition x polarity variants;
     ``null``: all); ``lexical``: template expansion of lexical variants

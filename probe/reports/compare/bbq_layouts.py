@@ -123,7 +123,7 @@ def _macro(summary: dict, key: str, kind: str, version: str, metric: str) -> flo
 
 
 def _delta(exp: float, imp: float, bold_drop: float | None = None) -> str:
-    """The seed's change cell: direction arrow and size at two decimals, blank when unchanged."""
+    """The paper's change cell: direction arrow and size at two decimals, blank when unchanged."""
     if not (math.isfinite(exp) and math.isfinite(imp)):
         return "–"
     d = round(imp, 2) - round(exp, 2)
@@ -138,7 +138,7 @@ def _bias(x: float) -> str:
 
 
 def table2_paper(summaries: Sequence[tuple[str, dict]], key: str, version: str) -> pd.DataFrame:
-    """The seed's Table 2 (models as rows): Exp., Imp. and the explicit -> implicit change for ambiguous and
+    """The paper's Table 2 (models as rows): Exp., Imp. and the explicit -> implicit change for ambiguous and
     disambiguated accuracy and bias (macro over dimensions), then the control accuracies; bold: accuracy
     drop > 0.30, bias > 0.15."""
     rows = []
@@ -181,15 +181,15 @@ def implicitbbq_section(runs: Sequence[Run], out: Path) -> list[Any]:
                 f"implicitbbq_table2_{key.replace('|', '_')}_{version}", "implicitbbq",
                 f"ImplicitBBQ Table 2 layout ({key.replace('|', ', ')}, {version})",
                 f"Task implicitbbq, models {_models(runs)}. Estimator: {ESTIMATOR[version]}; model-wise scores are "
-                f"the mean over dimensions (the seed's rule). n: items pooled over dimensions (last column). {T2_RULES}"
+                f"the mean over dimensions (the paper's rule). n: items pooled over dimensions (last column). {T2_RULES}"
                 f" No CIs in this layout; they are in implicitbbq_table2_ci_{version}.",
                 table2_paper(summaries, key, version)))
-        if any(key in s for _, s in paper):  # the seed's own estimator beside the exact one
+        if any(key in s for _, s in paper):  # the paper's own estimator beside the exact one
             items.append(Table(
                 f"implicitbbq_table2_{key.replace('|', '_')}_paper", "implicitbbq",
                 f"ImplicitBBQ Table 2 layout ({key.replace('|', ', ')}, paper-equivalent: {_paper_settings(runs)})",
                 f"Task implicitbbq, models {_models([r for r, (_, s) in zip(runs, paper) if key in s])}. Estimator: "
-                f"paper-equivalent ({_paper_settings(runs)}, the seed's answer sampling): expected counts if each "
+                f"paper-equivalent ({_paper_settings(runs)}, the paper's answer sampling): expected counts if each "
                 "answer were sampled at that setting, computed exactly from the same scores and conditional on the "
                 "sample being one of the scored answers; mean over dimensions. n: items pooled over dimensions (last "
                 f"column; items none of whose answers can be sampled are left out). {T2_RULES} No CIs in this layout; "
@@ -221,7 +221,7 @@ def implicitbbq_section(runs: Sequence[Run], out: Path) -> list[Any]:
                            f"({key.replace('|', ', ')})",
                            f"Task implicitbbq, models {_models(runs)} (columns). E explicit, I implicit. Estimator: "
                            f"{ESTIMATOR['expected']}. n: the n_amb columns (items). CI: 95% percentile cluster "
-                           f"bootstrap over {unit} clusters (n_boot = {nb}). Bold: |Bias| ≥ 0.10 (the seed's rule).",
+                           f"bootstrap over {unit} clusters (n_boot = {nb}). Bold: |Bias| ≥ 0.10 (the paper's rule).",
                            merged))
     for key in (k for k in keys if k.startswith("zero_shot")):
         items.append(_implicit_figure(runs, key, out))

@@ -3,7 +3,7 @@
 A :class:`Table` is a DataFrame with a caption that states the task, the
 models, the estimator, the sample size and the CI method; it is written as
 ``tables/NAME.md`` and ``tables/NAME.csv``. A cell may mark emphasis as
-``**text**`` (the seeds' bold rules): Markdown keeps it, the CSV drops the
+``**text**`` (the papers' bold rules): Markdown keeps it, the CSV drops the
 markers, the HTML shows it bold. A :class:`Figure` is a matplotlib figure saved
 as ``figures/NAME.png`` and ``.svg``.
 
