@@ -43,7 +43,8 @@ def evaluate(model: Any, task: "str | Sequence[str]", *, limit: int | None = Non
         a hub id (offline: one in the local cache), or an already loaded model
         (:func:`probe.models.load_model`).
     task : a name from ``probe.list_tasks()``.
-    limit : score only the first ``limit`` items.
+    limit : score ``limit`` items, a stratified sample over the task's strata with whole units
+        (``summary["coverage"]`` says what it covered and left out).
     output : a run directory: records, summary, tables and provenance are
         written there, and a re-run resumes (another model is refused).
     config : a ready task config object (else built from ``options``).

@@ -69,7 +69,7 @@ def _parser(sub: Any, name: str, help: str, description: str) -> argparse.Argume
     p.add_argument("run_dir", nargs="?", type=Path, default=None, metavar="RUN_DIR")
     p.add_argument("--task", default=None, help="score this task first instead of reading RUN_DIR")
     p.add_argument("--model", default=None, help="model (default: the run's own; with --task: smollm2)")
-    p.add_argument("--limit", type=int, default=None, help="with --task: the first N items")
+    p.add_argument("--limit", type=int, default=None, help="with --task: N items, a stratified sample (as probe run --limit)")
     p.add_argument("--set", dest="sets", action="append", default=[], metavar="KEY=VALUE",
                    help="with --task: a task config value (YAML)")
     p.add_argument("--position", default="last", help="where activations are read (default: last prompt token)")

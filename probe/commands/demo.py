@@ -27,7 +27,7 @@ def register(groups: dict) -> None:
     p.add_argument("--device", default="auto", help="auto (default: the GPU when one is visible), cpu, cuda, cuda:N, mps")
     p.add_argument("--dtype", default="auto", choices=["float32", "bfloat16", "float16", "auto"],
                    help="default: auto = bfloat16 on a GPU that supports it, else float32")
-    p.add_argument("--limit", type=int, default=None, help="score only the first N demo items (quick checks)")
+    p.add_argument("--limit", type=int, default=None, help="score N demo items, spread over the dimensions (quick checks)")
     tmpl = p.add_mutually_exclusive_group()
     tmpl.add_argument("--chat-template", dest="chat_template", action="store_true", default=None)
     tmpl.add_argument("--no-chat-template", dest="chat_template", action="store_false")
