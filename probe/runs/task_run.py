@@ -33,7 +33,8 @@ if TYPE_CHECKING:
 
 @dataclass
 class Evaluation:
-    """The result of one task run: ``records`` (DataFrame, ``meta`` flattened), ``summary``, ``tables``, ``output``."""
+    """The result of one task run: ``records`` (DataFrame, ``meta`` flattened; ``model`` is the model's fingerprint,
+    ``model_name`` its name), ``summary``, ``tables``, ``results`` (flat), ``output``."""
 
     task: str
     model: str
@@ -151,6 +152,8 @@ def run_task(task: Task, config: Any, model: Any, output: str | Path | None = No
             print(f"{task.name}: {len(records)} record(s) in {out / 'records.jsonl'}{note}", file=sys.stderr)
         else:
             results = results_frame(result_rows(task, config, summary))
+        if len(frame) and "model_name" not in frame:  # records name the model by fingerprint; add its name
+            frame.insert(frame.columns.get_loc("model") + 1 if "model" in frame else 0, "model_name", summary["model"])
         return Evaluation(task.name, str(getattr(lm, "name", "")), frame, summary, result.tables, out, config, acts,
                           samples, results)
     finally:

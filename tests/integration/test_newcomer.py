@@ -39,16 +39,16 @@ def test_first_hour(tmp_path, model_dir, shared_data):
     assert (work / "demo" / "report.html").is_file()
 
     # the README's HBB example, with HBB-SG on: its generation stage is announced with how to skip it
-    hbb = _probe(["run", "hbb", "--limit", "4", "--threads", "1", "--quiet", "--output", "hbb",
+    hbb = _probe(["run", "hbb", "--limit", "2", "--threads", "1", "--quiet", "--output", "hbb",
                   "--set", "sg_max_new_tokens=8"], work)
     assert "plan:" in hbb.stderr and "generation(s) before scoring" in hbb.stderr
     assert "--set hbb_sg=false" in hbb.stderr
-    assert "bias_type: 4 of 10 covered" in hbb.stderr
+    assert "bias_type: 2 of 10 covered" in hbb.stderr
 
     # BBQ on two models at once (lm-eval's spellings), finished by the combined report
-    two = _probe(["run", "--tasks", "bbq", "--model", f"smollm2,{model_dir}", "--limit", "12", "--threads", "1",
+    two = _probe(["run", "--tasks", "bbq", "--model", f"smollm2,{model_dir}", "--limit", "8", "--threads", "1",
                   "--quiet", "--output_path", "two"], work)
-    assert "bbq --limit 12: 12 of" in two.stderr and "category: 3 of 11 covered" in two.stderr
+    assert "bbq --limit 8: 8 of" in two.stderr and "category: 2 of 11 covered" in two.stderr
     assert "combined report" in two.stderr and "## Headline" in two.stdout
     assert {"report.md", "report.html", "results.csv"} <= {p.name for p in (work / "two" / "smollm2").iterdir()}
     frame = pd.read_csv(work / "two" / "results.csv")
