@@ -126,9 +126,20 @@ def write_run_report(task: Any, config: Any, output: str | Path, summary: Mappin
     headline = headline_table(rows)
     warnings = report_warnings(summary, rows)
     target = out / "report"
-    runs = load_runs([out])
-    build_report(runs, target, n_boot=200, headline=headline, warnings=warnings,
-                 title=f"probe report: {task.name}, {summary.get('model', '')}")
+    try:
+        build_report(load_runs([out]), target, n_boot=200, headline=headline, warnings=warnings,
+                     title=f"probe report: {task.name}, {summary.get('model', '')}")
+    except Exception as exc:  # the records and summary are written; a report failure must not fail the run
+        import sys
+
+        print(f"{task.name}: report.html not written ({exc.__class__.__name__}: {exc}); the records and summary "
+              f"are complete, and `probe report {out} --output DIR` retries", file=sys.stderr)
+        if (out / "report.md").is_file():
+            md = out / "report.md"
+            text = md.read_text(encoding="utf-8")
+            head, _, rest = text.partition("\n")
+            write_atomic(md, f"{head}\n\n{_md_block(headline, warnings)}\n{rest.lstrip()}")
+        return frame
     if not (out / "report.html").is_file():  # a task's own page (the demo's) is kept; this one is in report/
         shutil.copyfile(target / "report.html", out / "report.html")
     md = out / "report.md"
