@@ -51,11 +51,21 @@ def headline_table(rows: Iterable[Mapping[str, Any]]) -> "pd.DataFrame":
 
     from probe.reports.compare.tables import ci_cell
 
-    out = [{"Task": r["task"], "Model": r["model"], "Metric": r["metric"], "Subgroup": r["subgroup"],
+    out = [{"Task": r["task"], "Model": r["model"], "Metric": _named(r["metric"]), "Subgroup": r["subgroup"],
             "Estimator": r["estimator"] or "–",
             "Value [95% CI] (n)": ci_cell(r["value"], r["ci_low"], r["ci_high"], r["n"])}
            for r in rows if r.get("headline")]
     return pd.DataFrame(out, columns=["Task", "Model", "Metric", "Subgroup", "Estimator", "Value [95% CI] (n)"])
+
+
+#: metrics whose denominator a reader must see beside the number
+METRIC_NOTES = {"acc_dis": "correct / disambiguated items answered with a person (ImplicitBBQ)",
+                "acc_dis_all": "correct / all disambiguated items (BBQ paper, lm-eval)"}
+
+
+def _named(metric: str) -> str:
+    base = metric.rsplit(".", 1)[-1]
+    return f"{metric} ({METRIC_NOTES[base]})" if base in METRIC_NOTES else metric
 
 
 def _mass_summaries(node: Any, path: str = "") -> Iterable[tuple[str, float]]:
