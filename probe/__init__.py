@@ -21,8 +21,8 @@ if TYPE_CHECKING:
     from probe.api import Evaluation
 
 
-def evaluate(model: Any, task: str, *, limit: int | None = None, output: Any = None, **options: Any) -> "Evaluation":
-    """Run ``task`` on ``model``; see :func:`probe.api.evaluate`."""
+def evaluate(model: Any, task: Any, *, limit: int | None = None, output: Any = None, **options: Any) -> "Evaluation":
+    """Run ``task`` on ``model`` (or several tasks on several models); see :func:`probe.api.evaluate`."""
     from probe.api import evaluate as _evaluate
 
     return _evaluate(model, task, limit=limit, output=output, **options)

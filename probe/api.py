@@ -9,11 +9,14 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Mapping
+from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 from probe.errors import ProbeError
 from probe.runs.runner import RUN_KEYS, RunOptions, options_from
 from probe.runs.task_run import Evaluation, run_task
+
+if TYPE_CHECKING:
+    from probe.runs.multi import Evaluations
 
 __all__ = ["Evaluation", "evaluate", "split_options"]
 
@@ -25,9 +28,14 @@ def split_options(options: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str,
     return run, task
 
 
-def evaluate(model: Any, task: str, *, limit: int | None = None, output: str | Path | None = None,
-             config: Any = None, **options: Any) -> Evaluation:
+def evaluate(model: Any, task: "str | Sequence[str]", *, limit: int | None = None,
+             output: str | Path | None = None, config: Any = None, **options: Any) -> "Evaluation | Evaluations":
     """Run the task called ``task`` on ``model`` and return an :class:`Evaluation`.
+
+    Several tasks and/or models (lists, or comma-separated task names) return an
+    :class:`~probe.runs.multi.Evaluations`: one Evaluation per task x model (each model loaded once),
+    ``.results`` (every run's flat results in one DataFrame) and, with ``output``, the combined report
+    (``OUTPUT/report.html``; runs in ``OUTPUT/<task>/<model>``).
 
     Parameters
     ----------
@@ -35,7 +43,8 @@ def evaluate(model: Any, task: str, *, limit: int | None = None, output: str | P
         a hub id (offline: one in the local cache), or an already loaded model
         (:func:`probe.models.load_model`).
     task : a name from ``probe.list_tasks()``.
-    limit : score only the first ``limit`` items.
+    limit : score ``limit`` items, a stratified sample over the task's strata with whole units
+        (``summary["coverage"]`` says what it covered and left out).
     output : a run directory: records, summary, tables and provenance are
         written there, and a re-run resumes (another model is refused).
     config : a ready task config object (else built from ``options``).
@@ -59,13 +68,26 @@ def evaluate(model: Any, task: str, *, limit: int | None = None, output: str | P
     Returns
     -------
     Evaluation with ``.records`` (DataFrame, ``meta`` flattened), ``.summary``
-    (dict), ``.tables`` (name -> DataFrame), ``.output`` and, with ``capture``,
-    ``.activations`` (``ids`` = the record ids, ``arrays[key]`` ``[n_records, d_model]``).
+    (dict), ``.tables`` (name -> DataFrame), ``.results`` (one row per subgroup, metric and estimator:
+    ``task, model, subgroup, metric, estimator, value, ci_low, ci_high, n``), ``.output`` and, with
+    ``capture``, ``.activations`` (``ids`` = the record ids, ``arrays[key]`` ``[n_records, d_model]``).
     """
     from probe.tasks import get
 
     if limit is not None and (not isinstance(limit, int) or limit < 1):
         raise ProbeError(f"limit must be a positive integer, got {limit!r}")
+    tasks = [t.strip() for t in task.split(",") if t.strip()] if isinstance(task, str) else [str(t) for t in task]
+    models = list(model) if isinstance(model, (list, tuple)) else [model]
+    if len(tasks) > 1 or len(models) > 1:
+        from probe.runs.multi import run_many, task_configs
+
+        if config is not None:
+            raise ProbeError("config= is for one task; give several tasks their options as keywords")
+        run_values, task_values = split_options(options)
+        configs = task_configs(tasks, task_values, source="options")
+        run_opts = options_from(run_values) if run_values else RunOptions(progress=False)
+        return run_many(tasks, models, limit=limit, output=output, options=run_opts, configs=configs)
+    task, model = tasks[0], models[0]
     t = get(task)
     run_values, task_values = split_options(options)
     if config is None:

@@ -36,8 +36,24 @@ COMMAND_MODULES = (
 )
 
 
+DESCRIPTION = ("Exact bias evaluation of open-weight language models: every answer option scored by its "
+               "log-probability, no sampling, no parsing.")
+EPILOG = """first steps:
+  probe demo                                    the embedded demo set on the embedded model (no data needed)
+  probe tasks                                   the benchmarks: demo, bbq, implicitbbq, hbb, crows_pairs, cmp_iso, stereoset
+  probe data fetch bbq                          fetch a benchmark's public data
+  probe run bbq --limit 24 --threads 1          a stratified sample; writes report.md and report.html
+  probe run bbq,hbb --model smollm2,gemma3-270m --limit 24 --set hbb_sg=false --output runs/x
+                                                several tasks and models, one combined report
+  probe report RUN_DIR [RUN_DIR ...] -o report  compare finished runs
+
+`probe COMMAND --help` describes each command."""
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="probe", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(
+        prog="probe", formatter_class=argparse.RawDescriptionHelpFormatter, description=DESCRIPTION,
+        epilog=EPILOG)
     parser.add_argument("--version", action=_VersionAction,
                         help="print probe's version and the versions of the packages that decide its numbers")
     top = parser.add_subparsers(dest="command", metavar="COMMAND")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Iterable
 
 
 class ProbeError(Exception):
@@ -28,3 +29,21 @@ class InputError(ProbeError, ValueError):
 
 class ModelLoadError(ProbeError):
     """The model could not be found or loaded."""
+
+
+def did_you_mean(name: str, choices: "Iterable[str]", n: int = 3) -> str:
+    """`` (did you mean 'bbq'?)`` for a near miss among ``choices``, else ``""``; appended to error messages.
+
+    >>> did_you_mean("bqq", ["bbq", "hbb", "demo"])
+    " (did you mean 'bbq'?)"
+    >>> did_you_mean("xyz", ["bbq"])
+    ''
+    """
+    import difflib
+
+    choices = [str(c) for c in choices]
+    lower = {c.lower(): c for c in choices}
+    close = difflib.get_close_matches(str(name).lower(), list(lower), n=n, cutoff=0.6)
+    if not close:
+        return ""
+    return " (did you mean " + " or ".join(repr(lower[c]) for c in close) + "?)"

@@ -180,7 +180,7 @@ def _clean(X, y, groups, *others):
 
 
 def evaluate_probe(X: np.ndarray, y: Sequence[Any], groups: Sequence[Any], control_keys: Sequence[Any] | None = None,
-                   estimator: Any = None, n_splits: int = 5, n_shuffles: int = 5, n_boot: int = 1000,
+                   estimator: Any = None, n_splits: int = 5, n_shuffles: int = 200, n_boot: int = 1000,
                    seed: int = 0) -> ProbeResult:
     """Grouped-CV accuracy with bootstrap CI, control task and shuffled-label baseline."""
     X, y, groups, control_keys, dropped = _clean(X, y, groups, control_keys)
@@ -256,5 +256,23 @@ def probe_sweep(arrays: Mapping[str, np.ndarray], y: Sequence[Any], groups: Sequ
     for key in keys or list(arrays):
         res = evaluate_probe(arrays[key][mask], np.asarray(y)[mask], np.asarray(groups)[mask],
                              None if ctrl is None else np.asarray(ctrl)[mask], **kwargs)
-        rows.append({**parse_key(key), **res.to_dict()})
+        rows.append({**parse_key(key), **res.to_dict(), "caution": caution(res)})
     return pd.DataFrame(rows)
+
+
+def caution(res: ProbeResult) -> str:
+    """What to read a probe row with: a control accuracy far below the majority rate (the control task is not
+    learnable across the grouped folds, so selectivity is inflated), few groups, a missing CI; "" when none.
+
+    >>> caution(ProbeResult(0.9, 0.8, 1.0, 0.5, 0.0, 0.9, 0.5, 0.01, 40, 4, 0))
+    'control accuracy 0.00, far below the majority rate 0.50: selectivity overstates; only 4 groups: wide CI'
+    """
+    notes = []
+    if res.control_accuracy == res.control_accuracy and res.control_accuracy < res.majority - 0.2:
+        notes.append(f"control accuracy {res.control_accuracy:.2f}, far below the majority rate {res.majority:.2f}: "
+                     "selectivity overstates")
+    if res.n_groups < 10:
+        notes.append(f"only {res.n_groups} groups: wide CI")
+    if not (res.ci_low == res.ci_low and res.ci_high == res.ci_high):
+        notes.append("CI n/a")
+    return "; ".join(notes)

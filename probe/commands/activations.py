@@ -42,7 +42,7 @@ def register(groups: dict[str, argparse._SubParsersAction]) -> None:
     p.add_argument("--dtype", default="auto", choices=["float32", "bfloat16", "float16", "auto"],
                    help="default: auto = bfloat16 on a GPU that supports it, else float32")
     p.add_argument("--limit", type=int, default=None, help="only the first N items")
-    p.add_argument("--quiet", action="store_true")
+    p.add_argument("--no-progress", "--quiet", dest="quiet", action="store_true", help="no progress bar")
     p.add_argument("--shard", default=None, metavar="I/N", type=shard_spec,
                    help="record only shard I of N (0-based; chunks of --shard-size items, chunk k to shard k mod N) "
                         "into the store OUTPUT.rankI-of-N, with no process group (a job array); once all N have "

@@ -40,7 +40,8 @@ def register_task_analyses(sub: Any) -> None:
     p.add_argument("--control", default=None, metavar="FIELD",
                    help="control task key: each value gets a random class (default: the cluster unit)")
     p.add_argument("--folds", type=int, default=5, help="cross-validation folds (default 5)")
-    p.add_argument("--shuffles", type=int, default=5, help="shuffled-label baselines (default 5)")
+    p.add_argument("--shuffles", type=int, default=200,
+                   help="shuffled-label baselines: the permutation p-value can go no lower than 1/(N+1) (default 200)")
     p.add_argument("--n-boot", type=int, default=1000, help="bootstrap resamples for the CIs (default 1000)")
     p.set_defaults(func=_probes)
 
@@ -68,13 +69,14 @@ def _parser(sub: Any, name: str, help: str, description: str) -> argparse.Argume
     p.add_argument("run_dir", nargs="?", type=Path, default=None, metavar="RUN_DIR")
     p.add_argument("--task", default=None, help="score this task first instead of reading RUN_DIR")
     p.add_argument("--model", default=None, help="model (default: the run's own; with --task: smollm2)")
-    p.add_argument("--limit", type=int, default=None, help="with --task: the first N items")
+    p.add_argument("--limit", type=int, default=None, help="with --task: N items, a stratified sample (as probe run --limit)")
     p.add_argument("--set", dest="sets", action="append", default=[], metavar="KEY=VALUE",
                    help="with --task: a task config value (YAML)")
     p.add_argument("--position", default="last", help="where activations are read (default: last prompt token)")
     p.add_argument("--output", type=Path, required=True, help="directory for the analysis outputs")
     p.add_argument("--threads", type=int, default=None, help="torch CPU threads")
-    p.add_argument("--no-progress", dest="progress", action="store_false", default=True)
+    p.add_argument("--no-progress", "--quiet", dest="progress", action="store_false", default=True,
+                   help="no progress bar")
     return p
 
 

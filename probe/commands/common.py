@@ -34,7 +34,7 @@ def add_model_args(p: argparse.ArgumentParser, default_model: str | None = DEFAU
                    help="most padded tokens per forward pass, or auto (default): what the device's free memory holds "
                    "for this model's shape, on the CPU at most 8192; a pass that runs out of memory is split and "
                    "retried with half as many (docs/scoring.md)")
-    g.add_argument("--flush-every", type=_positive_int, default=256, metavar="N",
+    g.add_argument("--chunk-size", "--flush-every", dest="flush_every", type=_positive_int, default=256, metavar="N",
                    help="make records durable every N items; a crash loses at most one such chunk (default: 256)")
     g.add_argument("--score-cache", type=Path, default=None, metavar="PATH",
                    help="SQLite file of scores keyed on model, tokenizer, dtype, device type and exact token ids; "

@@ -17,14 +17,17 @@ def register(groups: dict) -> None:
         description="Writes DIR/records.jsonl, DIR/summary.json, DIR/report.md, DIR/report.html (with a figure). "
                     "Re-running with the same --output resumes.",
     )
-    p.add_argument("--model", default=DEFAULT_MODEL)
-    p.add_argument("--output", type=Path, default=Path("probe-demo"))
+    p.add_argument("--model", default=DEFAULT_MODEL,
+                   help=f"built-in name, .gguf file, model directory or hub id (default: {DEFAULT_MODEL})")
+    p.add_argument("--output", type=Path, default=Path("probe-demo"), help="run directory (default: probe-demo)")
+    p.add_argument("--threads", type=int, default=None,
+                   help="torch CPU threads (default: torch's, fewer when the CPU is busy)")
     p.add_argument("--batch-size", type=positive_int_or_auto, default="auto",
                    help="most sequences per forward pass, or auto (default; probe score --help)")
     p.add_argument("--device", default="auto", help="auto (default: the GPU when one is visible), cpu, cuda, cuda:N, mps")
     p.add_argument("--dtype", default="auto", choices=["float32", "bfloat16", "float16", "auto"],
                    help="default: auto = bfloat16 on a GPU that supports it, else float32")
-    p.add_argument("--limit", type=int, default=None, help="score only the first N demo items (quick checks)")
+    p.add_argument("--limit", type=int, default=None, help="score N demo items, spread over the dimensions (quick checks)")
     tmpl = p.add_mutually_exclusive_group()
     tmpl.add_argument("--chat-template", dest="chat_template", action="store_true", default=None)
     tmpl.add_argument("--no-chat-template", dest="chat_template", action="store_false")
@@ -37,7 +40,7 @@ def run(args: argparse.Namespace) -> int:
     from probe.tasks import get
 
     task = get("demo")
-    options = RunOptions(device=args.device, dtype=args.dtype, batch_size=args.batch_size)
+    options = RunOptions(device=args.device, dtype=args.dtype, batch_size=args.batch_size, threads=args.threads)
     run_task(task, task.make_config({"chat_template": args.chat_template}), args.model, output=args.output,
              limit=args.limit, options=options)
     print((args.output / "report.md").read_text(encoding="utf-8"))

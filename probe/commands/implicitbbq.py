@@ -12,7 +12,7 @@ def register(groups: dict[str, argparse._SubParsersAction]) -> None:
         description="Write one JSON line per ImplicitBBQ instance (id, dimension, setting, context, background, "
                     "question, options, label, target_index, unknown_index, ...) and print (and write to "
                     "OUTPUT-stem.counts.md / .counts.json) the records (context x question) per condition of each "
-                    "dimension, beside the seed's 760 / ~8k / ~8.5k.")
+                    "dimension, beside the paper's 760 / ~8k / ~8.5k.")
     p.add_argument("--output", required=True, help="output JSONL file")
     p.add_argument("--dimensions", nargs="+", default=None,
                    help="subset of: age gender region religion ses caste (default: all)")

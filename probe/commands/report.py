@@ -3,7 +3,8 @@
 Reads each run directory written by ``probe run`` / ``probe demo``
 (``summary.json``, ``provenance.json``, ``records.jsonl``), groups the runs by
 task and model (runs of one model with different configs stay apart, labelled
-by what differs), and writes the seeds' multi-model tables, paired
+by what differs), and writes a headline (the main metric per model and task), the
+papers' table layouts across models, paired
 comparisons between every two runs of a task (cluster bootstrap, McNemar,
 Holm), figures and one self-contained ``report.html``. See ``docs/reports.md``.
 """
@@ -46,56 +47,16 @@ def _params(items: list[str]) -> dict[str, float]:
     return out
 
 
-def bbq_family_units(run: Any) -> Any:
-    """Per-item answer records of a ``bbq``, ``implicitbbq`` or ``demo`` run as paired units: the task's own
-    conversion of records to option probabilities, then block / category / cluster (the resampling unit:
-    BBQ template instance; ImplicitBBQ template x context; demo scenario)."""
-    from probe.reports.compare.units import bbq_units
-    from probe.runs.record import records_to_frame
-
-    frame = records_to_frame(run.path)
-    if frame.empty:
-        return None
-    if run.task == "demo":
-        from probe.tasks.demo import answer_records
-
-        extra = frame.set_index("id")["scenario"].to_dict()
-        recs = [r for r in answer_records(frame) if r["finite"]]
-        for r in recs:
-            r.update(block="demo", category=f"{r['dimension']} {r['context_kind']}", cluster=str(extra[r["id"]]))
-        return bbq_units(recs)
-    from probe.tasks.implicitbbq.results import metric_records
-
-    recs, _ = metric_records(frame)
-    answers = frame.set_index("id")["answers"].to_dict() if "answers" in frame else {}
-    for r in recs:
-        if run.task == "bbq":
-            opts = "|".join(sorted(str(a) for a in answers.get(r["id"], [])))
-            r.update(block=f"{r['answer_format']} format", category=r["category"],
-                     cluster=f"{r['category']}|{r['template_id']}|{opts}")
-        else:  # ImplicitBBQ: one context (its 4 condition x polarity variants) of one template
-            r.update(block=f"{r['strategy']}, {r['answer_format']}", category=f"{r['dimension']} {r['context_kind']}",
-                     cluster=f"{r['template_id']}|{str(r['item_id']).rsplit('-', 2)[0]}")
-    return bbq_units(recs)
-
-
 def run(args: argparse.Namespace) -> int:
-    from probe.reports.compare import build_report, load_runs
+    from probe.runs.results import combined_report
 
     if args.n_boot < 1:
         raise ProbeError(f"--n-boot must be a positive integer, got {args.n_boot}")
     if args.output.exists() and not args.output.is_dir():
         raise ProbeError(f"--output {args.output} exists and is not a directory; give a report directory")
-    runs = load_runs(args.runs)
-    for r in runs:
-        if r.task in ("bbq", "implicitbbq", "demo") and (r.path / "records.jsonl").is_file():
-            try:
-                r.units = bbq_family_units(r)
-            except (KeyError, ValueError, TypeError, IndexError) as exc:  # a record that is not the task's
-                raise ProbeError(f"{r.path / 'records.jsonl'}: not {r.task} records this report can read "
-                                 f"({exc.__class__.__name__}: {exc})") from None
-    manifest = build_report(runs, args.output, n_boot=args.n_boot, seed=args.seed, params_b=_params(args.params),
-                            title=args.title, progress=lambda m: print(f"report: {m}", file=sys.stderr))
-    print(f"wrote {args.output}/report.html, report.md, {len(manifest['tables'])} table(s) and "
+    manifest = combined_report(args.runs, args.output, n_boot=args.n_boot, seed=args.seed,
+                               params_b=_params(args.params), title=args.title,
+                               progress=lambda m: print(f"report: {m}", file=sys.stderr))
+    print(f"wrote {args.output}/report.html, report.md, results.csv, {len(manifest['tables'])} table(s) and "
           f"{len(manifest['figures'])} figure(s) (tables/, figures/)", file=sys.stderr)
     return 0

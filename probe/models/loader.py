@@ -292,7 +292,11 @@ def _from_pretrained(model_dir: str | Path, torch_dtype, kwargs: dict, name: str
             f"built-in names: {', '.join(BUILTINS)}; or a local model directory, a .gguf file, or a hub id"
             + (" already in the local Hugging Face cache (HF_HUB_OFFLINE=1)" if offline else "")
         )
-        raise ModelLoadError(f"cannot load model {name!r}: {exc.__class__.__name__}: {str(exc).splitlines()[0]} ({hint})") from exc
+        from probe.errors import did_you_mean
+
+        near = did_you_mean(str(name), BUILTINS)
+        raise ModelLoadError(f"cannot load model {name!r}{near}: {exc.__class__.__name__}: "
+                             f"{str(exc).splitlines()[0]} ({hint})") from exc
     return model, tokenizer
 
 

@@ -7,7 +7,7 @@ plus the safety instruction) and ``cot`` (reasoning chains, greedy or sampled, t
 
 Answer formats:
 
-* ``oneword`` (default; the seed's prompts as written, no options listed): each
+* ``oneword`` (default; the paper's prompts as written, no options listed): each
   option's probability is the total over its surface forms
   (:mod:`probe.prompts.bbq_answers`), each scored by its continuation
   log-likelihood after the prompt: ``Person A``/``Person B``; in explicit
@@ -76,7 +76,7 @@ def _has_background(item: BBQItem) -> bool:
 
 
 def system_text(item: BBQItem, strategy: str) -> str:
-    """The seed's system message for ``strategy`` and the item's context kind."""
+    """The paper's system message for ``strategy`` and the item's context kind."""
     s = prompts()["system"]
     kind = "implicit" if _has_background(item) else "explicit"
     if strategy == "zero_shot":

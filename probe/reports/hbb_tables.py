@@ -1,4 +1,4 @@
-"""HBB tables in the seed's layouts (Tables 1, 2, 8, 9) and a Figure-4-like histogram.
+"""HBB tables in the paper's layouts (Tables 1, 2, 8, 9) and a Figure-4-like histogram.
 
 Inputs are per-instance frames (columns ``category``, ``descriptor_type``, ``S``
 and ``concept_id``) keyed by a column label - a model name, or a model and

@@ -148,6 +148,39 @@ def load(model: Any, options: RunOptions) -> Any:
     return with_backend(lm, options.backend, copy=False)
 
 
+def default_threads(device: str, load: float | None = None, cores: int | None = None) -> int | None:
+    """The torch CPU thread count when ``--threads`` is not given: None (torch's own default, one per core)
+    on an idle machine or a GPU; on a busy CPU (load average over half the cores) the cores left idle, at
+    least 1, with a note naming ``--threads``: oversubscribed threads made scoring 5x slower on a shared
+    2-core machine than ``--threads 1``.
+
+    >>> default_threads("cpu", load=1.8, cores=2)
+    1
+    >>> default_threads("cpu", load=0.1, cores=8) is None, default_threads("cuda:0", load=9.0, cores=2) is None
+    (True, True)
+    """
+    import os
+
+    if not device.startswith("cpu"):
+        return None
+    try:
+        cores = cores or len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        cores = cores or os.cpu_count() or 1
+    if load is None:
+        try:
+            load = os.getloadavg()[0]
+        except (AttributeError, OSError):
+            return None
+    if load <= cores / 2:
+        return None
+    threads = max(1, cores - int(round(load)))
+    if threads < cores:
+        print(f"probe: the CPU is busy (load {load:.1f} on {cores} core(s)); scoring with {threads} torch thread(s) "
+              "to avoid oversubscription; choose with --threads N", file=sys.stderr)
+    return threads
+
+
 class Runner:
     """Scores requests into a crash-safe, resumable, model-checked record file.
 
@@ -163,10 +196,11 @@ class Runner:
         from probe.scoring.cache import ScoreCache, combine_parts, fingerprint_parts
 
         self.options = options or RunOptions()
-        if self.options.threads:
+        threads = self.options.threads or default_threads(str(getattr(lm, "device", "cpu")))
+        if threads:
             import torch
 
-            torch.set_num_threads(int(self.options.threads))
+            torch.set_num_threads(int(threads))
         self.procs = detect()
         from probe.runs.shard_set import Shard
 

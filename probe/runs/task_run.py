@@ -9,6 +9,8 @@ Outputs in the run directory (when one is given):
   distribution, rejected and residual mass, and the most probable generations;
 - ``samples.jsonl`` with ``log_samples``: what the model saw, per request (:mod:`probe.runs.samples`);
 - ``summary.json``; ``tables/*.md|csv``; the task's report files;
+- ``results.csv`` (every metric, one row each), ``report.html`` and ``report.md`` (headline and warnings
+  first; :mod:`probe.runs.results`), ``report/`` (the report's own tables and figures);
 - ``timing.json`` (seconds per request kind) and ``provenance.json``.
 
 Re-running into the same directory resumes; another model or changed
@@ -34,7 +36,8 @@ if TYPE_CHECKING:
 
 @dataclass
 class Evaluation:
-    """The result of one task run: ``records`` (DataFrame, ``meta`` flattened), ``summary``, ``tables``, ``output``."""
+    """The result of one task run: ``records`` (DataFrame, ``meta`` flattened; ``model`` is the model's fingerprint,
+    ``model_name`` its name), ``summary``, ``tables``, ``results`` (flat), ``output``."""
 
     task: str
     model: str
@@ -48,6 +51,9 @@ class Evaluation:
     #: with ``log_samples``: one dict per request (record order), then the generations no request
     #: follows (probe.runs.samples; ``docs/samples.md``); None when off
     samples: list[dict[str, Any]] | None = None
+    #: every metric as one flat table: task, model, subgroup, metric, estimator, value, ci_low, ci_high, n
+    #: (``results.csv`` in the run directory; :mod:`probe.runs.results`)
+    results: "pd.DataFrame | None" = None
 
     def __repr__(self) -> str:
         where = f", output={str(self.output)!r}" if self.output else ""
@@ -105,17 +111,22 @@ def _run_task(task: Task, config: Any, model: Any, out: Path | None, limit: int 
     from probe.io import write_json_atomic
     from probe.runs.provenance import provenance
     from probe.runs.record import records_to_frame
+    from probe.runs.results import result_rows, results_frame, write_run_report
 
     t_start = time.perf_counter()
-    items = task.select(config, task.items(config), limit)
+    pool = task.items(config)
+    items = task.select(config, pool, limit)
     if not items:
         raise ProbeError(f"task {task.name!r}: no items selected (check the data, the limit and the config)")
+    coverage = select_coverage(task, config, pool, items, limit)
     own = runner is None
     runner = runner or Runner(load(model, options), options)
     try:
         lm = runner.lm
         gen_requests = task.generation_requests(config, items, lm.tokenizer)
         generations = None
+        if gen_requests and runner.procs.is_main:
+            print(plan_line(task, config, gen_requests, out), file=sys.stderr)
         if gen_requests:
             if runner.procs.distributed and out is None:
                 raise ProbeError("several processes need an output directory to share generations")
@@ -125,6 +136,9 @@ def _run_task(task: Task, config: Any, model: Any, out: Path | None, limit: int 
             raise ProbeError(f"task {task.name!r}: the selected items gave no requests")
         if out is not None and runner.procs.is_main and runner.shard is None:
             _check_no_extra_records(out / "records.jsonl", requests)
+        if runner.procs.is_main:
+            print(f"{task.name}: plan: {len(items)} item(s) -> {len(requests)} request(s) to score"
+                  + (f" (after {len(gen_requests)} generation(s))" if gen_requests else ""), file=sys.stderr)
         # --shard jobs write only their own files: the run that folds the shards logs every sample
         log = (_sample_log(runner, task.name, out, gen_requests, generations)
                if options.log_samples and runner.shard is None else None)
@@ -165,24 +179,40 @@ def _run_task(task: Task, config: Any, model: Any, out: Path | None, limit: int 
         if parsed:  # each record's parsed-answer distribution under the paper's sampling, when the task has one
             frame["parsed"] = [parsed.get(str(i)) for i in frame["id"]]
         result: Aggregate = task.aggregate(config, frame, items)
+        held = _records_held(out)
+        if held > len(records):
+            print(f"{task.name}: {out / 'records.jsonl'} holds {held} record(s) from an earlier, larger run; this "
+                  f"summary covers the {len(records)} this run selected (rerun with the earlier --limit to "
+                  "summarize them all)", file=sys.stderr)
         summary = {"task": task.name, "model": str(getattr(lm, "name", "")), "model_fingerprint": runner.model_id,
                    "n_items": len(items), "n_records": len(records), **result.summary,
+                   **({"records_file": {"n_records": held, "note": "the records file also holds records of an "
+                       "earlier run with a larger limit; this summary covers n_records of them"}}
+                      if held > len(records) else {}),
+                   **({"coverage": coverage} if coverage else {}),
                    **({"greedy_agreement": agreement} if agreement else {})}
         if out is not None:
             write_json_atomic(out / "summary.json", summary)
             # timing first: a task's report may project the full benchmark's time from it
             work = runner.work()  # every process's share: the ranks of a launch, the --shard jobs folded in
             write_json_atomic(out / "timing.json", _timing(out / "timing.json", work, time.perf_counter() - t_start))
+            for name in ("report.md", "report.html"):  # the task's own (rewritten) or the report's below
+                (out / name).unlink(missing_ok=True)
             task.report(config, Aggregate(summary, result.tables), out)
             write_json_atomic(out / "provenance.json", provenance(
                 lm, config={"task": task.name, "limit": limit, "task_config": _plain(config),
                             "run_options": _plain(options)},
                 data_files=task.data_files(config), world_size=runner.procs.world_size,
                 scoring=_batching(runner), engine=work["engine"]))
+            results = write_run_report(task, config, out, summary)
             note = runner.cache_note()
             print(f"{task.name}: {len(records)} record(s) in {out / 'records.jsonl'}{note}", file=sys.stderr)
+        else:
+            results = results_frame(result_rows(task, config, summary))
+        if len(frame) and "model_name" not in frame:  # records name the model by fingerprint; add its name
+            frame.insert(frame.columns.get_loc("model") + 1 if "model" in frame else 0, "model_name", summary["model"])
         return Evaluation(task.name, str(getattr(lm, "name", "")), frame, summary, result.tables, out, config, acts,
-                          samples)
+                          samples, results)
     finally:
         if own:
             runner.close()
@@ -202,6 +232,54 @@ def _check_no_extra_records(path: Path, requests: Sequence[Any]) -> None:
                          f"{', '.join(map(repr, extra[:3]))}): an earlier run with a larger --limit or another "
                          "config wrote there, and this run's summary would cover a subset of them. Re-run with the "
                          "same --limit and config, or choose a new output directory")
+
+
+def _records_held(out: Path | None) -> int:
+    """Records in ``out/records.jsonl`` (0 without one)."""
+    if out is None or not (out / "records.jsonl").is_file():
+        return 0
+    try:
+        with open(out / "records.jsonl", encoding="utf-8") as f:
+            return sum(1 for line in f if line.strip())
+    except OSError:
+        return 0
+
+
+def plan_line(task: Task, config: Any, gen_requests: Sequence[Any], out: Path | None) -> str:
+    """The generation stage announced before it starts: how many, how long at most, why, how to skip."""
+    done = 0
+    if out is not None and (out / "generations.jsonl").is_file():
+        try:
+            with open(out / "generations.jsonl", encoding="utf-8") as f:
+                done = sum(1 for line in f if line.strip())
+        except OSError:
+            done = 0
+    tokens = [int(getattr(g, "max_new_tokens", 0) or 0) for g in gen_requests]
+    left = max(len(gen_requests) - done, 0)
+    note = task.generation_note(config)
+    total = sum(t for t, _ in zip(tokens, range(left))) if left else 0
+    minutes = total / 20 / 60  # a small model on a CPU writes roughly 20 tokens a second
+    when = f"up to ~{minutes:.0f} min on a CPU" if minutes >= 1 else "under a minute on a CPU"
+    return (f"{task.name}: plan: {len(gen_requests)} generation(s) before scoring ({left} still to make), up to "
+            f"{max(tokens, default=0)} new tokens each ({total} at most still to write: {when})"
+            + (f"; they are {note}" if note else "") + ".")
+
+
+def select_coverage(task: Task, config: Any, pool: Sequence[Any], items: Sequence[Any],
+                    limit: int | None) -> dict[str, Any] | None:
+    """What a ``--limit`` selection covered and left out of the unlimited one (printed to stderr and
+    recorded in ``summary.json`` under ``coverage``); None without a limit."""
+    if limit is None:
+        return None
+    from probe.tasks.stratify import coverage_line
+
+    try:
+        cov = task.coverage(config, task.select(config, pool, None), items, limit)
+    except Exception as exc:  # a third-party task's strata must not stop the run
+        print(f"{task.name}: coverage not computed ({exc.__class__.__name__}: {exc})", file=sys.stderr)
+        return None
+    print(coverage_line(task.name, cov), file=sys.stderr)
+    return cov
 
 
 def _sample_log(runner: Runner, task: str, out: Path | None, gen_requests: Sequence[Any],

@@ -69,7 +69,10 @@ def get(name: str) -> Task:
     """The task called ``name``; an unknown name is an error listing the known ones."""
     tasks = available()
     if name not in tasks:
-        raise ProbeError(f"unknown task {name!r}; known tasks: {', '.join(tasks)} (`probe tasks` lists them)")
+        from probe.errors import did_you_mean
+
+        raise ProbeError(f"unknown task {name!r}{did_you_mean(name, tasks)}; known tasks: {', '.join(tasks)} "
+                         "(`probe tasks` lists them)")
     task = _load(tasks[name])
     if task.name != name:
         raise ProbeError(f"task {tasks[name]} calls itself {task.name!r} but is registered as {name!r}")

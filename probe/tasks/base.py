@@ -8,8 +8,10 @@ task. A task never writes records or loops over chunks itself.
 Stages, in the order the runner calls them:
 
 1. ``items(config)``: the benchmark's items (source files -> item objects);
-2. ``select(config, items, limit)``: the first ``limit`` items (override to
-   keep pairs or clusters whole);
+2. ``select(config, items, limit)``: with ``--limit N``, a stratified sample of
+   N items over the task's ``strata_names`` (``strata``), whole ``units`` kept
+   together (:mod:`probe.tasks.stratify`); a task without strata takes the
+   first N; ``coverage`` says what the selection covered and left out;
 3. ``generation_requests(config, items, tokenizer)``: optional generations
    before scoring (chain-of-thought), greedy or seeded sampling; default none;
 4. ``requests(config, items, tokenizer, generations)``: scorer requests, each
@@ -59,17 +61,53 @@ class Task:
     name: ClassVar[str] = ""
     description: ClassVar[str] = ""
     Config: ClassVar[type] = TaskConfig
+    #: what ``--limit`` stratifies over (outermost first), e.g. ``("category",)``; empty: the first N items
+    strata_names: ClassVar[tuple[str, ...]] = ()
+    #: what one unit of ``units`` is (the items kept together), for the coverage record
+    unit_name: ClassVar[str] = "item"
 
     # -- stages ---------------------------------------------------------------
     def items(self, config: Any) -> Sequence[Any]:
         raise NotImplementedError
 
     def select(self, config: Any, items: Sequence[Any], limit: int | None) -> Sequence[Any]:
-        """The items a run with ``--limit`` scores (default: the first ``limit``)."""
-        return items if limit is None else list(items)[:limit]
+        """The items a run with ``--limit`` scores: a stratified sample over ``strata_names`` with whole
+        ``units`` (:func:`probe.tasks.stratify.stratified_limit`); without strata the first ``limit``."""
+        if limit is None:
+            return items
+        if not self.strata_names:
+            return list(items)[:limit]
+        from probe.tasks.stratify import stratified_limit
+
+        return stratified_limit(items, limit, self.strata(config, items), self.units(config, items),
+                                self.limit_seed(config))
+
+    def strata(self, config: Any, items: Sequence[Any]) -> list[tuple]:
+        """One tuple of stratum values per item, in ``strata_names`` order (default: none)."""
+        return [()] * len(items)
+
+    def units(self, config: Any, items: Sequence[Any]) -> list | None:
+        """One unit key per item: items sharing a key are selected together (default: each item alone)."""
+        return None
+
+    def limit_seed(self, config: Any) -> int | None:
+        """Seed of the within-stratum order under ``--limit`` (None: the order ``items`` gives)."""
+        return None
+
+    def coverage(self, config: Any, pool: Sequence[Any], selected: Sequence[Any],
+                 limit: int | None = None) -> dict[str, Any]:
+        """What ``selected`` covers of ``pool`` (an unlimited selection), per stratum name."""
+        from probe.tasks.stratify import coverage
+
+        return coverage(pool, selected, self.strata_names, lambda xs: self.strata(config, xs), limit,
+                        self.unit_name)
 
     def generation_requests(self, config: Any, items: Sequence[Any], tokenizer: Any) -> list[Any]:
         return []
+
+    def generation_note(self, config: Any) -> str:
+        """What the generation stage is for and how to skip it (printed in the run's plan)."""
+        return ""
 
     def requests(self, config: Any, items: Sequence[Any], tokenizer: Any,
                  generations: Mapping[str, str] | None = None) -> list[Any]:
@@ -114,6 +152,20 @@ class Task:
         (CIs: the task's own, clustered by its unit); the first is the default steering metric."""
         return _no_analysis(self, "bias_metrics")
 
+    # -- results: one flat row per (subgroup, metric, estimator) ------------------
+    def results(self, config: Any, summary: Mapping[str, Any]) -> list[dict[str, Any]]:
+        """The summary as flat rows ``{subgroup, metric, estimator, value, ci_low, ci_high, n, headline}``
+        (``headline``: the task's main metric(s), shown first in every report). Default: the
+        :meth:`bias_metrics` over all items, the first one the headline; none when the task has none."""
+        from probe.errors import ProbeError
+
+        try:
+            metrics = self.bias_metrics(config, summary)
+        except (ProbeError, KeyError, TypeError):
+            return []
+        return [result_row("all", name, "", m.get("value"), m.get("ci_low"), m.get("ci_high"), m.get("n"), k == 0)
+                for k, (name, m) in enumerate(metrics.items())]
+
     # -- config ---------------------------------------------------------------
     def make_config(self, values: Mapping[str, Any] | None = None, source: str = "config") -> Any:
         """``Config`` from a mapping; unknown keys are an error naming ``source`` and the valid keys."""
@@ -123,7 +175,10 @@ class Task:
         if unknown:
             from probe.errors import ProbeError
 
-            raise ProbeError(f"{source}: unknown key(s) {', '.join(unknown)} for task {self.name!r}; "
+            from probe.errors import did_you_mean
+
+            hints = "".join(did_you_mean(k, known) for k in unknown)
+            raise ProbeError(f"{source}: unknown key(s) {', '.join(unknown)} for task {self.name!r}{hints}; "
                              f"valid keys: {', '.join(sorted(known)) or '(none)'}")
         from probe.errors import ProbeError
 
@@ -159,6 +214,16 @@ def _value_problem(f: "dataclasses.Field", value: Any) -> str | None:
     if isinstance(default, str) and not isinstance(value, str):
         return "must be a string"
     return None
+
+
+def result_row(subgroup: str, metric: str, estimator: str, value: Any, ci_low: Any = None, ci_high: Any = None,
+               n: Any = None, headline: bool = False) -> dict[str, Any]:
+    """One row of :meth:`Task.results` (missing numbers as NaN)."""
+    def num(v: Any) -> float:
+        return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else float("nan")
+
+    return {"subgroup": str(subgroup), "metric": metric, "estimator": estimator, "value": num(value),
+            "ci_low": num(ci_low), "ci_high": num(ci_high), "n": num(n), "headline": bool(headline)}
 
 
 def write_tables(tables: Mapping[str, "pd.DataFrame"], output: Path) -> list[Path]:

@@ -2,7 +2,7 @@
 
 Flow: BBQ's generated JSONL (``<bbq>/data/<Category>.jsonl``) or, for a
 category without it, its templates (``<bbq>/templates/<Category>.csv``,
-:mod:`probe.data.bbq_templates`) -> the seed-000 zero-shot (or safety) prompt
+:mod:`probe.data.bbq_templates`) -> the ImplicitBBQ paper's zero-shot (or safety) prompt
 with BBQ's context as written -> the three options scored at once:
 ``labels`` (listed under 1/2/3, next-token label probabilities) and/or
 ``oneword`` (each answer's words by continuation log-likelihood, Unknown =
@@ -53,7 +53,7 @@ class BBQConfig(TaskConfig):
     ``categories``: BBQ categories (``null``: every one found in the data
     directory); ``source``: ``auto`` (the generated JSONL when the category has
     one, else its templates), ``jsonl`` or ``templates``; ``answer_formats``:
-    ``labels`` and/or ``oneword``; ``strategy``: the seed's ``zero_shot`` or
+    ``labels`` and/or ``oneword``; ``strategy``: the paper's ``zero_shot`` or
     ``safety`` system prompt; ``per_category``: template instances per category
     (a seeded sample of whole instances: all 4 condition x polarity variants;
     ``null``: all); ``lexical``: template expansion of lexical variants
@@ -128,6 +128,8 @@ class BBQTask(Task):
     name = "bbq"
     description = "BBQ (Parrish et al. 2022): all 11 categories from JSONL or templates, 3-way options"
     Config = BBQConfig
+    strata_names = ("category",)
+    unit_name = "template instance (its condition x polarity variants, both name orders)"
 
     def items(self, config: BBQConfig) -> BBQItems:
         """Every item of the configured categories, in a stratified order (see :meth:`select`)."""
@@ -159,9 +161,15 @@ class BBQTask(Task):
         return BBQItems.of(ordered, skipped, sources)
 
     def select(self, config: BBQConfig, items: Sequence[Any], limit: int | None) -> BBQItems:
-        """The first ``limit`` items of the stratified order: round-robin over categories, whole instances."""
-        kept = list(items) if limit is None else list(items)[:limit]
+        """``--limit N``: N items round-robin over the categories, whole template instances."""
+        kept = super().select(config, items, limit)
         return BBQItems.of(kept, getattr(items, "skipped", []), getattr(items, "sources", {}))
+
+    def strata(self, config: BBQConfig, items: Sequence[Any]) -> list[tuple]:
+        return [(it.category,) for it in items]
+
+    def units(self, config: BBQConfig, items: Sequence[Any]) -> list:
+        return [unit_key(it) for it in items]
 
     def requests(self, config: BBQConfig, items: Sequence[Any], tokenizer: Any,
                  generations: Mapping[str, str] | None = None) -> list:
@@ -220,6 +228,11 @@ class BBQTask(Task):
             "n_skipped": len(skipped),
             "skipped": [vars(s) for s in skipped],
             "sources": dict(getattr(items, "sources", {})),
+            # categories expanded from BBQ's templates, not read from the released JSONL
+            "template_built": sorted(c for c, s in getattr(items, "sources", {}).items() if s == "templates"),
+            "accuracy_denominators": {"acc_dis_all": "correct / all disambiguated items (BBQ paper, lm-eval)",
+                                      "acc_dis": "correct / disambiguated items answered with a person "
+                                                 "(ImplicitBBQ)"},
             "strategy": config.strategy,
             "ci": {"method": "percentile bootstrap, 95%", "n_boot": config.n_boot,
                    "unit": "template instance (its condition x polarity variants and the swapped-name fill)"},
@@ -242,6 +255,21 @@ class BBQTask(Task):
     def bias_metrics(self, config: BBQConfig, summary: Mapping[str, Any]) -> dict[str, dict[str, float]]:
         return {f"{fmt}.{k}": v for fmt, f in summary["by_format"].items()
                 for k, v in bbq_headline(f["by_category"]["all"]["expected"]).items()}
+
+    def results(self, config: BBQConfig, summary: Mapping[str, Any]) -> list[dict[str, Any]]:
+        """Per answer format, category (and ``all``) and estimator: the five metrics; headline: the
+        ambiguous and disambiguated bias and both disambiguated accuracies over all items (expected)."""
+        from probe.tasks.base import result_row
+
+        rows = []
+        for k, (fmt, f) in enumerate(summary["by_format"].items()):
+            for cat, m in f["by_category"].items():
+                for version in ("expected", "argmax"):
+                    for name, v in bbq_headline(m[version]).items():
+                        main = k == 0 and cat == "all" and version == "expected" and name != "acc_amb"
+                        rows.append(result_row(cat, f"{name}" if len(summary["by_format"]) == 1 else f"{fmt}.{name}",
+                                               version, v["value"], v["ci_low"], v["ci_high"], v["n"], main))
+        return rows
 
     def data_files(self, config: BBQConfig) -> list[Path]:
         root = self._root(config)
@@ -328,12 +356,12 @@ def order_pairs(records: Any, units: Sequence[str], cell: Sequence[str] = ("answ
 
 
 def bbq_headline(v: Mapping[str, Any]) -> dict[str, dict[str, float]]:
-    """``bias_amb``/``bias_dis``/``acc_amb``/``acc_dis`` of one version (``expected``/``argmax``) of a
+    """``bias_amb``/``bias_dis``/``acc_amb``/``acc_dis``/``acc_dis_all`` of one version (``expected``/``argmax``) of a
     :func:`~probe.metrics.bbq.bbq_metrics` result, with its ``ci`` and ``n_amb``/``n_dis``."""
     ci = v.get("ci", {})
     return {k: {"value": v[k], "ci_low": ci.get(k, [math.nan] * 2)[0], "ci_high": ci.get(k, [math.nan] * 2)[1],
-                "n": v.get(f"n_{k.rsplit('_', 1)[1]}", math.nan)}
-            for k in ("bias_amb", "bias_dis", "acc_amb", "acc_dis")}
+                "n": v.get("n_amb" if "amb" in k else "n_dis", math.nan)}
+            for k in ("bias_amb", "bias_dis", "acc_amb", "acc_dis", "acc_dis_all") if k in v}
 
 
 def category_table(by_category: Mapping[str, Any]) -> Any:
@@ -345,7 +373,9 @@ def category_table(by_category: Mapping[str, Any]) -> Any:
         row: dict[str, Any] = {"category": category, "n_amb": m["n_amb"], "n_dis": m["n_dis"]}
         for version in ("expected", "argmax"):
             v = m[version]
-            for metric in ("acc_amb", "acc_dis", "bias_amb", "bias_dis"):
+            for metric in ("acc_amb", "acc_dis", "acc_dis_all", "bias_amb", "bias_dis"):
+                if metric not in v:
+                    continue
                 row[f"{metric}_{version}"] = v[metric]
                 if "ci" in v:
                     row[f"{metric}_{version}_lo"], row[f"{metric}_{version}_hi"] = v["ci"][metric]
@@ -362,21 +392,32 @@ def _all_line(by_category: Mapping[str, Any]) -> str:
     if not a or not a.get("n"):
         return "no items left."
     e = a["expected"]
-    return (f"n = {a['n']}, Acc amb {_f(e['acc_amb'])}, Acc dis {_f(e['acc_dis'])}, Bias amb {_f(e['bias_amb'])}, "
+    return (f"n = {a['n']}, Acc amb {_f(e['acc_amb'])}, Acc dis {_f(e['acc_dis'])} (of non-Unknown answers), "
+            f"{_f(e.get('acc_dis_all'))} (of all disambiguated items), Bias amb {_f(e['bias_amb'])}, "
             f"Bias dis {_f(e['bias_dis'])} (expected).")
 
 
 def report_markdown(summary: Mapping[str, Any], tables: Mapping[str, Any]) -> str:
-    lines = [f"# BBQ — {summary.get('model', 'model')}", "",
-             f"Strategy: {summary['strategy']}. Items: {summary['n_items']}. Sources: "
-             + ", ".join(f"{c} ({s})" for c, s in summary["sources"].items()) + ".", ""]
+    lines = [f"# BBQ — {summary.get('model', 'model')}", ""]
+    built = summary.get("template_built") or []
+    if built:
+        lines += [f"> **Template-built categories:** {', '.join(built)} were expanded from BBQ's templates, not "
+                  "read from the released JSONL (no data/<Category>.jsonl found); their items follow the templates "
+                  "but are not the released item set (`--set source=jsonl` keeps the released files only).", ""]
+    lines += [f"Strategy: {summary['strategy']}. Items: {summary['n_items']}. Sources: "
+              + ", ".join(f"{c} ({s})" for c, s in summary["sources"].items()) + ".", "",
+              "Disambiguated accuracy, two denominators: **Acc dis (all)** = correct / all disambiguated items "
+              "(the BBQ paper's and lm-evaluation-harness's accuracy); **Acc dis (non-Unknown)** = correct / "
+              "items answered with a person (ImplicitBBQ's).", ""]
     for fmt, v in summary["by_format"].items():
         lines += [f"## Answer format: {fmt}", "",
                   "Expected counts (argmax in parentheses); 95% bootstrap CIs in tables/by_category_*.csv.", "",
-                  "| Category | n amb | n dis | Acc amb | Acc dis | Bias amb | Bias dis |", "|---|---|---|---|---|---|---|"]
+                  "| Category | n amb | n dis | Acc amb | Acc dis (all) | Acc dis (non-Unknown) | Bias amb | Bias dis |",
+                  "|---|---|---|---|---|---|---|---|"]
         for cat, m in v["by_category"].items():
             e, a = m["expected"], m["argmax"]
-            cells = [f"{_f(e[k])} ({_f(a[k])})" for k in ("acc_amb", "acc_dis", "bias_amb", "bias_dis")]
+            cells = [f"{_f(e.get(k))} ({_f(a.get(k))})"
+                     for k in ("acc_amb", "acc_dis_all", "acc_dis", "bias_amb", "bias_dis")]
             lines.append(f"| {cat} | {m['n_amb']} | {m['n_dis']} | " + " | ".join(cells) + " |")
         m = v["mass"]
         lines += ["", f"Probability mass on the scored answers: mean {_f(m['mean'])}, median {_f(m['median'])}, "

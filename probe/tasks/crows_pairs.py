@@ -337,11 +337,19 @@ class CrowsPairsTask(Task):
     description = ("CrowS-Pairs: (a) the HBB paper's two-choice question and/or (b) whole-sentence causal log-likelihood; "
                    "how often the more stereotypical sentence is preferred")
     Config = CrowsPairsConfig
+    strata_names = ("bias_type",)
+    unit_name = "sentence pair"
 
     def items(self, config: CrowsPairsConfig) -> list:
         from probe.data.crows_pairs import load_crows_pairs
 
         return load_crows_pairs(config.data_file)
+
+    def strata(self, config: CrowsPairsConfig, items: Sequence[Any]) -> list[tuple]:
+        return [(p.bias_type,) for p in items]
+
+    def limit_seed(self, config: CrowsPairsConfig) -> int | None:
+        return config.seed
 
     def requests(self, config: CrowsPairsConfig, items: Sequence[Any], tokenizer: Any,
                  generations: Mapping[str, str] | None = None) -> list:
@@ -363,6 +371,17 @@ class CrowsPairsTask(Task):
 
     def report(self, config: CrowsPairsConfig, result: Aggregate, output: Path) -> None:
         write_protocol_report("CrowS-Pairs", result, output)
+
+    def results(self, config: CrowsPairsConfig, summary: Mapping[str, Any]) -> list[dict[str, Any]]:
+        """Per protocol and bias type (and ``all``): the score (50 = no bias); headline: ``all`` per protocol."""
+        from probe.tasks.base import result_row
+
+        rows = []
+        for proto, s in summary.get("by_protocol", {}).items():
+            for r in s.get("by_bias_type", []):
+                rows.append(result_row(r["bias_type"], "score", PROTOCOL_NAMES.get(proto, proto), r.get("score"),
+                                       r.get("ci_low"), r.get("ci_high"), r.get("n"), r["bias_type"] == "all"))
+        return rows
 
     def data_files(self, config: CrowsPairsConfig) -> list[Path]:
         files = [crows_file(config.data_file)]

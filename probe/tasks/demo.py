@@ -82,13 +82,39 @@ def answer_probs(options: Sequence[str], unknown_index: int, logprobs: Sequence[
     return [p / total for p in raw], total
 
 
+def _demo_results(summary: Mapping[str, Any]) -> list[dict[str, Any]]:
+    from probe.tasks.base import result_row
+
+    rows = []
+    groups = [(kind, m) for kind, m in summary.get("by_context_kind", {}).items()]
+    groups += [(f"{dim} {kind}", m) for dim, kinds in summary.get("by_dimension", {}).items()
+               for kind, m in kinds.items()]
+    for sub, m in groups:
+        for version in ("expected", "argmax"):
+            v = m.get(version, {})
+            for metric in ("bias_amb", "bias_dis", "acc_amb", "acc_dis_all", "acc_dis"):
+                n = m.get("n_amb" if "amb" in metric else "n_dis")
+                rows.append(result_row(sub, metric, version, v.get(metric), None, None, n,
+                                       sub in ("explicit", "implicit") and version == "expected"
+                                       and metric == "bias_amb"))
+    return rows
+
+
 class DemoTask(Task):
     name = "demo"
     description = "embedded demo set (our own BBQ-style scenarios), explicit vs implicit, one-word answers"
     Config = DemoConfig
+    strata_names = ("dimension", "context_kind")
+    unit_name = "scenario x context kind (its condition x polarity variants)"
 
     def items(self, config: DemoConfig) -> list[dict]:
         return demo_items()
+
+    def strata(self, config: DemoConfig, items: Sequence[dict]) -> list[tuple]:
+        return [(it["dimension"], it["context_kind"]) for it in items]
+
+    def units(self, config: DemoConfig, items: Sequence[dict]) -> list:
+        return [f"{it['scenario']}|{it['context_kind']}" for it in items]
 
     def requests(self, config: DemoConfig, items: Sequence[dict], tokenizer: Any,
                  generations: Mapping[str, str] | None = None) -> list[ContinuationRequest]:
@@ -99,6 +125,11 @@ class DemoTask(Task):
         summary = summarize(answers, config.mass_floor)
         summary["n_items"] = len(items)
         return Aggregate(summary, {"by_context_kind": _kind_table(summary)})
+
+    def results(self, config: DemoConfig, summary: Mapping[str, Any]) -> list[dict[str, Any]]:
+        """Per context kind (and dimension x kind) and estimator: the BBQ metrics (the demo has no CIs);
+        headline: the ambiguous bias of the explicit and implicit contexts."""
+        return _demo_results(summary)
 
     def report(self, config: DemoConfig, result: Aggregate, output: Path) -> None:
         write_tables(result.tables, output)

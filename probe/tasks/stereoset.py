@@ -169,11 +169,19 @@ class StereoSetTask(Task):
     name = "stereoset"
     description = "StereoSet intra/inter-sentence: ss, lms, icat; (a) the HBB paper's question and/or (b) likelihood"
     Config = StereoSetConfig
+    strata_names = ("split", "bias_type")
+    unit_name = "example (its three sentences)"
 
     def items(self, config: StereoSetConfig) -> list:
         from probe.data.stereoset import load_stereoset
 
         return load_stereoset(config.data_file, config.splits)
+
+    def strata(self, config: StereoSetConfig, items: Sequence[Any]) -> list[tuple]:
+        return [(ex.split, ex.bias_type) for ex in items]
+
+    def limit_seed(self, config: StereoSetConfig) -> int | None:
+        return 0
 
     def requests(self, config: StereoSetConfig, items: Sequence[Any], tokenizer: Any,
                  generations: Mapping[str, str] | None = None) -> list:
@@ -192,6 +200,19 @@ class StereoSetTask(Task):
         main = "mcq" if "mcq" in by_protocol else "loglik"
         counts = {s: sum(1 for e in items if e.split == s) for s in config.splits}
         return Aggregate({"n_examples": counts, "table1_protocol": main, "by_protocol": by_protocol}, tables)
+
+    def results(self, config: StereoSetConfig, summary: Mapping[str, Any]) -> list[dict[str, Any]]:
+        """Per protocol, split and bias type: ss, lms, icat (no CI); headline: ss of each split overall."""
+        from probe.tasks.base import result_row
+
+        rows = []
+        for proto, s in summary.get("by_protocol", {}).items():
+            for r in s.get("rows", []):
+                sub = f"{r.get('split')} {r.get('bias_type')}"
+                for m in ("ss", "lms", "icat"):
+                    rows.append(result_row(sub, m, PROTOCOL_NAMES.get(proto, proto), r.get(m), None, None,
+                                           r.get("n"), m == "ss" and r.get("bias_type") == "overall"))
+        return rows
 
     def report(self, config: StereoSetConfig, result: Aggregate, output: Path) -> None:
         write_protocol_report("StereoSet", result, output)

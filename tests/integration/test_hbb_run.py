@@ -34,11 +34,16 @@ def test_smollm2_hbb_tiny_run(tmp_path, smollm2, shared_data, one_torch_thread):
     crows = summary["crows_pairs"]["by_bias_type"][0]
     assert crows["bias_type"] == "all" and crows["n"] == 2
     # one generation per concept pair and option; the variations scored are written back as a file
-    assert len((out / "generations.jsonl").read_text().splitlines()) == 2
-    [line] = [json.loads(x) for x in (out / "sg_variations.jsonl").read_text().splitlines()]
+    # (--limit 2 is stratified over the source bias types: two instances of two concept pairs)
+    concepts = {i.concept_id for i in task.select(cfg, task.items(cfg), 2)}
+    assert len((out / "generations.jsonl").read_text().splitlines()) == 2 * len(concepts)
+    lines = [json.loads(x) for x in (out / "sg_variations.jsonl").read_text().splitlines()]
+    assert len(lines) == len(concepts)
     n = summary["hbb_sg"]["pairs_per_concept"]["min"]
-    assert 1 <= n <= 3 and len(line["s1"]) == len(line["s2"]) == n
-    assert sum(r["meta"]["kind"] == "sg" for r in records) == 4 * 2 * n
+    for line in lines:
+        assert n <= len(line["s1"]) == len(line["s2"]) <= 3 and n >= 1
+    per_concept = 4 // len(concepts)  # distinct questions per concept pair
+    assert sum(r["meta"]["kind"] == "sg" for r in records) == sum(per_concept * 2 * len(x["s1"]) for x in lines)
     # no scored pair is one sentence (smollm2 tends to copy the context for both options: refused, counted)
     sg_sum = summary["hbb_sg"]
     assert sg_sum["variations"] == "generated" and sg_sum["n_identical_pairs"] == 0

@@ -83,7 +83,8 @@ def test_steering_at_zero_reproduces_the_metric_and_moves_with_strength(run, run
     for name in ("steering.csv", "steering_all.csv", "steering.png", "steering.json"):
         assert (tmp_path / name).is_file()
     every = pd.read_csv(tmp_path / "steering_all.csv")
-    assert set(every["name"]) == {"labels.bias_amb", "labels.bias_dis", "labels.acc_amb", "labels.acc_dis"}
+    assert set(every["name"]) == {"labels.bias_amb", "labels.bias_dis", "labels.acc_amb", "labels.acc_dis",
+                                  "labels.acc_dis_all"}
     meta = json.loads((tmp_path / "steering.json").read_text())
     assert meta["key"] == KEYS[1] and meta["direction"] == "mean-diff:question_polarity=neg,nonneg"
 

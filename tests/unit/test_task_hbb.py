@@ -95,13 +95,27 @@ def test_join_computes_s_for_each_variant(descriptors):
     assert math.isnan(df.hbb_sg_S) and df.hbb_sg_p1 == pytest.approx(0.75)
 
 
-def test_limit_keeps_the_first_instances_after_sampling(shared_data):
+def test_limit_is_stratified_over_bias_types_and_descriptors(shared_data):
     hbb = get("hbb")
     cfg = hbb.make_config({"per_cell": 2, "categories": ["ses", "age"]})
     items = hbb.items(cfg)
     assert len(items) == 2 * (2 + 3)  # 2 per SES and Age type
-    assert [i.id for i in hbb.select(cfg, items, 3)] == [i.id for i in items[:3]]
+    three = hbb.select(cfg, items, 3)
+    assert len(three) == 3 and len({i.id for i in three}) == 3
+    assert [i.id for i in hbb.select(cfg, items, 4)][:3] == [i.id for i in three]  # smaller = prefix
     assert len(hbb.select(cfg, items, None)) == len(items)
+
+
+def test_limit_20_covers_every_bias_type(shared_data):
+    """The whole set: 20 instances cover HBB's 10 source bias types and every descriptor type."""
+    hbb = get("hbb")
+    cfg = hbb.make_config({"hbb_sg": False})
+    items = hbb.items(cfg)
+    chosen = hbb.select(cfg, items, 20)
+    cov = hbb.coverage(cfg, items, chosen, 20)
+    assert len(chosen) == 20 and cov["n_items"] == 20
+    assert cov["strata"]["bias_type"]["n_covered"] == cov["strata"]["bias_type"]["n_total"] == 10
+    assert cov["strata"]["descriptor"]["n_covered"] >= 12
 
 
 def test_concept_id_is_the_concept_pair(shared_data):

@@ -104,7 +104,7 @@ def test_stratified_sample_whole_units_nested_and_round_robin():
     assert {it.setting for it in only} == {"explicit_amb_neg"}
 
 
-def test_select_controls_only_for_control_strategies_and_limit_is_a_prefix(task):
+def test_select_controls_only_for_control_strategies_and_limit_is_stratified(task):
     items = _items()
     cfg = ImplicitBBQConfig(strategies=("zero_shot", "safety"), per_cell={"zero_shot": 2, "safety": 3})
     sel = task.select(cfg, items, None)
@@ -114,10 +114,12 @@ def test_select_controls_only_for_control_strategies_and_limit_is_a_prefix(task)
     assert len(sel) == len({it.id for s in sel.samples.values() for it in s})  # the union, no duplicates
     assert [it.id for it in sel[:len(sel.samples["zero_shot"])]] == [it.id for it in sel.samples["zero_shot"]]
     lim = task.select(cfg, items, 12)
-    assert [it.id for it in lim] == [it.id for it in sel[:12]]
+    assert {it.id for it in lim} <= {it.id for it in sel}
+    assert [it.id for it in task.select(cfg, items, 8)] == [it.id for it in lim[:8]]  # smaller = a prefix
     assert {it.id for s in lim.samples.values() for it in s} <= {it.id for it in lim}
     assert len({(it.category, it.context_kind) for it in lim}) == 3  # 3 whole units, round-robin over cells
-    assert len(select(cfg, items, 5)) == 5
+    assert len({it.category for it in lim}) == min(3, len({it.category for it in sel}))  # dimensions first
+    assert len(select(cfg, items, 5)) == 4  # whole units only
 
 
 def _demo_sets(items):

@@ -1,4 +1,4 @@
-"""Comparison reports over many runs (``probe report``): the seeds' multi-model layouts, paired tests, HTML.
+"""Comparison reports over many runs (``probe report``): the papers' multi-model layouts, paired tests, HTML.
 
 Modules: :mod:`.runs` (run directories read back, grouped and labelled),
 :mod:`.bbq_layouts` and :mod:`.other_layouts` (each task's tables and figures

@@ -56,15 +56,20 @@ def bbq_section(runs: Sequence[Run], out: Path) -> list[Any]:
                     v = m[version]
                     ci = v.get("ci", {})
                     rows.append({"Category": c, "Model": r.label, "n amb": m["n_amb"], "n dis": m["n_dis"],
-                                 **{k: fmt_ci(v[k], ci.get(k)) for k in METRICS}})
-            df = pd.DataFrame(rows).rename(columns={"acc_amb": "Acc amb ↑", "acc_dis": "Acc dis ↑",
+                                 **{k: fmt_ci(v[k], ci.get(k)) for k in METRICS},
+                                 **({"acc_dis_all": fmt_ci(v["acc_dis_all"], ci.get("acc_dis_all"))}
+                                    if "acc_dis_all" in v else {})})
+            df = pd.DataFrame(rows).rename(columns={"acc_amb": "Acc amb ↑", "acc_dis": "Acc dis (non-Unknown) ↑",
+                                                    "acc_dis_all": "Acc dis (all) ↑",
                                                     "bias_amb": "Bias amb →0", "bias_dis": "Bias dis →0"})
             strategies = sorted({str(r.summary.get("strategy")) for r in runs})
             items.append(Table(
                 f"bbq_{f}_{version}", "bbq", f"BBQ by category ({f} format, {version})",
                 f"Task bbq, models {_models(runs)}; strategy {'/'.join(strategies)}. Estimator: {ESTIMATOR[version]}. "
                 "n: items per category and condition (n amb, n dis). CI: 95% percentile bootstrap over items "
-                f"(n_boot = {_boots(runs)}). Accuracy: amb = picks Unknown, dis = picks the correct person; bias in "
+                f"(n_boot = {_boots(runs)}). Accuracy: amb = picks Unknown, dis = picks the correct person, "
+                "of all disambiguated items (BBQ paper, lm-eval) or of those answered with a person (ImplicitBBQ); "
+                "bias in "
                 "[-1, 1], 0 = unbiased, + = stereotyped.", df))
         items.append(_bbq_figure(runs, f, out))
     return items
@@ -118,7 +123,7 @@ def _macro(summary: dict, key: str, kind: str, version: str, metric: str) -> flo
 
 
 def _delta(exp: float, imp: float, bold_drop: float | None = None) -> str:
-    """The seed's change cell: direction arrow and size at two decimals, blank when unchanged."""
+    """The paper's change cell: direction arrow and size at two decimals, blank when unchanged."""
     if not (math.isfinite(exp) and math.isfinite(imp)):
         return "–"
     d = round(imp, 2) - round(exp, 2)
@@ -133,7 +138,7 @@ def _bias(x: float) -> str:
 
 
 def table2_paper(summaries: Sequence[tuple[str, dict]], key: str, version: str) -> pd.DataFrame:
-    """The seed's Table 2 (models as rows): Exp., Imp. and the explicit -> implicit change for ambiguous and
+    """The paper's Table 2 (models as rows): Exp., Imp. and the explicit -> implicit change for ambiguous and
     disambiguated accuracy and bias (macro over dimensions), then the control accuracies; bold: accuracy
     drop > 0.30, bias > 0.15."""
     rows = []
@@ -176,15 +181,15 @@ def implicitbbq_section(runs: Sequence[Run], out: Path) -> list[Any]:
                 f"implicitbbq_table2_{key.replace('|', '_')}_{version}", "implicitbbq",
                 f"ImplicitBBQ Table 2 layout ({key.replace('|', ', ')}, {version})",
                 f"Task implicitbbq, models {_models(runs)}. Estimator: {ESTIMATOR[version]}; model-wise scores are "
-                f"the mean over dimensions (the seed's rule). n: items pooled over dimensions (last column). {T2_RULES}"
+                f"the mean over dimensions (the paper's rule). n: items pooled over dimensions (last column). {T2_RULES}"
                 f" No CIs in this layout; they are in implicitbbq_table2_ci_{version}.",
                 table2_paper(summaries, key, version)))
-        if any(key in s for _, s in paper):  # the seed's own estimator beside the exact one
+        if any(key in s for _, s in paper):  # the paper's own estimator beside the exact one
             items.append(Table(
                 f"implicitbbq_table2_{key.replace('|', '_')}_paper", "implicitbbq",
                 f"ImplicitBBQ Table 2 layout ({key.replace('|', ', ')}, paper-equivalent: {_paper_settings(runs)})",
                 f"Task implicitbbq, models {_models([r for r, (_, s) in zip(runs, paper) if key in s])}. Estimator: "
-                f"paper-equivalent ({_paper_settings(runs)}, the seed's answer sampling): expected counts if each "
+                f"paper-equivalent ({_paper_settings(runs)}, the paper's answer sampling): expected counts if each "
                 "answer were sampled at that setting, computed exactly from the same scores and conditional on the "
                 "sample being one of the scored answers; mean over dimensions. n: items pooled over dimensions (last "
                 f"column; items none of whose answers can be sampled are left out). {T2_RULES} No CIs in this layout; "
@@ -216,7 +221,7 @@ def implicitbbq_section(runs: Sequence[Run], out: Path) -> list[Any]:
                            f"({key.replace('|', ', ')})",
                            f"Task implicitbbq, models {_models(runs)} (columns). E explicit, I implicit. Estimator: "
                            f"{ESTIMATOR['expected']}. n: the n_amb columns (items). CI: 95% percentile cluster "
-                           f"bootstrap over {unit} clusters (n_boot = {nb}). Bold: |Bias| ≥ 0.10 (the seed's rule).",
+                           f"bootstrap over {unit} clusters (n_boot = {nb}). Bold: |Bias| ≥ 0.10 (the paper's rule).",
                            merged))
     for key in (k for k in keys if k.startswith("zero_shot")):
         items.append(_implicit_figure(runs, key, out))

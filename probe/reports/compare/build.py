@@ -13,7 +13,7 @@ objects (``load_runs``), writes under ``output``:
 Paired comparisons need per-unit data: ``hbb``, ``crows_pairs`` and
 ``cmp_iso`` units are read here from the run directories; BBQ-family units
 (``bbq``, ``implicitbbq``, ``demo``) need the task's own answer conversion, so
-the caller sets ``run.units`` (``probe report`` does; :mod:`probe.commands.report`).
+the caller sets ``run.units`` (``probe report`` does; :func:`probe.runs.results.combined_report`).
 """
 
 from __future__ import annotations
@@ -122,13 +122,24 @@ def _runs_table(runs: Sequence[Run]) -> Table:
 
 def build_report(runs: Sequence[Run], output: str | Path, n_boot: int = 2000, seed: int = 0,
                  params_b: Mapping[str, float] | None = None, title: str | None = None,
-                 progress: Callable[[str], None] | None = None) -> dict[str, Any]:
-    """Write the report of ``runs`` into ``output``; return the manifest (also ``manifest.json``)."""
+                 progress: Callable[[str], None] | None = None, headline: pd.DataFrame | None = None,
+                 warnings: Sequence[str] = ()) -> dict[str, Any]:
+    """Write the report of ``runs`` into ``output``; return the manifest (also ``manifest.json``).
+
+    ``headline``: a table shown first (the main metric per model x task with its CI and n);
+    ``warnings``: lines shown above everything (low answer mass, small samples, template-built data)."""
     out = Path(output)
     out.mkdir(parents=True, exist_ok=True)
     groups = by_task(runs)
     tasks = [t for t in ORDER if t in groups] + [t for t in groups if t not in ORDER]
     sections: list[Section] = []
+    if headline is not None and len(headline):
+        items = [Table(
+            "headline", "", "Headline: the main metric per model and task",
+            "Each task's main metric over all items scored, with its 95% CI and n (the task's own estimator and "
+            "resampling unit); 'CI n/a' where too few units were scored for an interval. Every metric, subgroup "
+            "and estimator is in results.csv.", headline)]
+        sections.append(Section("headline", "Headline", "", items))
     for task in tasks:
         trs = groups[task]
         if progress:
@@ -157,8 +168,10 @@ def build_report(runs: Sequence[Run], output: str | Path, n_boot: int = 2000, se
     title = title or f"probe comparison report: {', '.join(models)}"
     intro = (f"{len(runs)} run(s) of {len(tasks)} task(s) ({', '.join(tasks)}), models {', '.join(models)}. "
              "Every table and figure states its estimator, sample size and CI method.")
-    write_atomic(out / "report.html", render(title, intro, sections, runs_table))
-    write_atomic(out / "report.md", _markdown(title, intro, sections, runs_table))
+    html_intro = " ".join([*(f"Warning: {w}" for w in warnings), intro])
+    md_intro = "\n\n".join([*(f"> **Warning:** {w}" for w in warnings), intro])
+    write_atomic(out / "report.html", render(title, html_intro, sections, runs_table))
+    write_atomic(out / "report.md", _markdown(title, md_intro, sections, runs_table))
     manifest = {
         "title": title,
         "runs": [{"label": r.label, "task": r.task, "model": r.model, "path": str(r.path)} for r in runs],

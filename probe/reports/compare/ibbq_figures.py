@@ -1,11 +1,11 @@
 """ImplicitBBQ's Figure 4 with several models: accuracy and bias per prompting strategy.
 
-The seed's Figure 4 ("accuracy and bias scores across four prompting
+The paper's Figure 4 ("accuracy and bias scores across four prompting
 strategies (zero-shot, safety, few-shot, CoT) for 11 models; each panel shows
 ambiguous or disambiguated contexts under explicit or implicit prompting") as
 a 2 x 4 grid: columns = explicit/implicit x ambiguous/disambiguated, rows =
 accuracy (↑) and bias (→ 0); in each panel the models along x and one bar per
-strategy, the seed's model-wise score (mean over dimensions) with its 95%
+strategy, the paper's model-wise score (mean over dimensions) with its 95%
 cluster-bootstrap CI (the run's unit, ``summary.json`` -> ``ci.unit``). Input: each run's ``summary.json`` ``by_strategy["strategy|format"]``.
 """
 
@@ -20,7 +20,7 @@ from probe.reports.compare.tables import Figure, save_figure
 
 __all__ = ["figure4", "STRATEGY_ORDER", "figure4_values"]
 
-#: the seed's order of the prompting strategies (others follow, sorted)
+#: the paper's order of the prompting strategies (others follow, sorted)
 STRATEGY_ORDER = ("zero_shot", "safety", "few_shot", "cot")
 PANELS = (("explicit", "amb", "Explicit, ambiguous"), ("explicit", "dis", "Explicit, disambiguated"),
           ("implicit", "amb", "Implicit, ambiguous"), ("implicit", "dis", "Implicit, disambiguated"))
@@ -28,7 +28,7 @@ METRICS = (("acc", "accuracy ↑", (0.0, 1.0)), ("bias", "bias score →0", (-1.
 
 
 def strategies(runs: Sequence[Run], answer_format: str) -> list[str]:
-    """The strategies any run scored in ``answer_format``, in the seed's order."""
+    """The strategies any run scored in ``answer_format``, in the paper's order."""
     have = {k.split("|")[0] for r in runs for k in r.summary.get("by_strategy", {})
             if k.endswith(f"|{answer_format}")}
     return [s for s in STRATEGY_ORDER if s in have] + sorted(have - set(STRATEGY_ORDER))
@@ -64,7 +64,7 @@ def _n_text(runs: Sequence[Run], strats: Sequence[str], answer_format: str) -> s
 
 
 def figure4(runs: Sequence[Run], answer_format: str, out: Path, version: str = "expected") -> Figure:
-    """The seed's Figure 4 layout for ``answer_format`` (``figures/implicitbbq_figure4_<format>.png/.svg``)."""
+    """The paper's Figure 4 layout for ``answer_format`` (``figures/implicitbbq_figure4_<format>.png/.svg``)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -99,7 +99,7 @@ def figure4(runs: Sequence[Run], answer_format: str, out: Path, version: str = "
         f"ImplicitBBQ Figure 4 layout: strategies ({answer_format})",
         f"Task implicitbbq, models {_models(runs)}; strategies {', '.join(strats)} (bars; a missing bar: no such "
         f"items). Top: accuracy, bottom: bias; panels: explicit/implicit x ambiguous/disambiguated. Estimator: {est}, "
-        "mean over dimensions (the seed's model-wise score). Whiskers: 95% percentile cluster bootstrap CI (whole "
+        "mean over dimensions (the paper's model-wise score). Whiskers: 95% percentile cluster bootstrap CI (whole "
         f"{_ci_unit(runs)} clusters resampled within each dimension; n_boot = {_boots(runs)}). n (items pooled over "
         "dimensions, explicit amb/dis, "
         f"implicit amb/dis): {_n_text(runs, strats, answer_format)}.")

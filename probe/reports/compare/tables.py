@@ -3,7 +3,7 @@
 A :class:`Table` is a DataFrame with a caption that states the task, the
 models, the estimator, the sample size and the CI method; it is written as
 ``tables/NAME.md`` and ``tables/NAME.csv``. A cell may mark emphasis as
-``**text**`` (the seeds' bold rules): Markdown keeps it, the CSV drops the
+``**text**`` (the papers' bold rules): Markdown keeps it, the CSV drops the
 markers, the HTML shows it bold. A :class:`Figure` is a matplotlib figure saved
 as ``figures/NAME.png`` and ``.svg``.
 
@@ -27,7 +27,7 @@ import pandas as pd
 
 from probe.io import inside, safe_name, write_atomic
 
-__all__ = ["Table", "Figure", "Section", "markdown", "write_table", "save_figure", "fmt", "fmt_ci", "flatten",
+__all__ = ["Table", "Figure", "Section", "markdown", "write_table", "save_figure", "fmt", "fmt_ci", "ci_cell", "flatten",
            "plain"]
 
 BOLD = re.compile(r"\*\*(.+?)\*\*")
@@ -82,11 +82,31 @@ def fmt(x: Any, digits: int = 2) -> str:
 
 
 def fmt_ci(x: Any, ci: Sequence[Any] | None, digits: int = 2) -> str:
-    """``value [lo, hi]`` (the interval left out when it is missing)."""
+    """``value [lo, hi]``; ``value [CI n/a]`` when the interval was computed but is undefined (too few units)
+    or has zero width while the value could vary (a single resampling unit); none when no CI was asked for."""
     s = fmt(x, digits)
-    if ci is not None and len(ci) == 2 and all(isinstance(c, (int, float)) and math.isfinite(c) for c in ci):
-        s += f" [{ci[0]:.{digits}f}, {ci[1]:.{digits}f}]"
-    return s
+    if ci is None or len(ci) != 2:
+        return s
+    if all(isinstance(c, (int, float)) and math.isfinite(c) for c in ci):
+        if ci[0] == ci[1] and isinstance(x, (int, float)) and math.isfinite(x) and 0 < abs(x) < 1:
+            return s + " [CI n/a: zero width]"
+        return s + f" [{ci[0]:.{digits}f}, {ci[1]:.{digits}f}]"
+    return s + " [CI n/a]" if isinstance(x, (int, float)) and math.isfinite(x) else s
+
+
+def ci_cell(value: Any, low: Any, high: Any, n: Any, digits: int = 3) -> str:
+    """A headline cell: ``0.123 [0.05, 0.20] (n = 48)``; an undefined or zero-width interval (one unit, or
+    too few) reads ``n/a`` with the count instead of ``[nan, nan]`` or ``[0.92, 0.92]``."""
+    def finite(v: Any) -> bool:
+        return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+
+    count = f"n = {int(n)}" if finite(n) else "n = ?"
+    if not finite(value):
+        return f"n/a ({count})"
+    s = f"{value:.{digits}f}"
+    if finite(low) and finite(high) and (low != high or value in (0, 1, -1) or abs(value) in (0.0, 100.0)):
+        return f"{s} [{low:.{digits}f}, {high:.{digits}f}] ({count})"
+    return f"{s} [CI n/a: {count}]"
 
 
 def flatten(df: pd.DataFrame) -> pd.DataFrame:

@@ -64,7 +64,7 @@ def _layers(run: TaskRun, layers: Sequence[int] | None) -> list[int]:
 
 # -- probes ---------------------------------------------------------------------
 def probes(run: "TaskRun | str | Path", target: str, layers: Sequence[int] | None = None, position: str = "last",
-           control: str | None = None, n_splits: int = 5, n_shuffles: int = 5, n_boot: int = 1000, seed: int = 0,
+           control: str | None = None, n_splits: int = 5, n_shuffles: int = 200, n_boot: int = 1000, seed: int = 0,
            output: str | Path | None = None) -> "pd.DataFrame":
     """Per layer: a linear probe for the record field ``target``, cross-validated with folds grouped by the
     task's cluster unit (never split), with a control task (each value of the field ``control``, default

@@ -202,6 +202,31 @@ class CmpIsoTask(Task):
     name = "cmp_iso"
     description = "iso vs cmp ('To Compare or Not to Compare'): Parity Gap of isolated vs comparative prompts, 8 gender benchmarks"
     Config = CmpIsoConfig
+    strata_names = ("benchmark",)
+    unit_name = "context pair (iso t, t' and both cmp orders)"
+
+    def strata(self, config: CmpIsoConfig, items: Sequence[SampledPair]) -> list[tuple]:
+        return [(it.benchmark,) for it in items]
+
+    def results(self, config: CmpIsoConfig, summary: Mapping[str, Any]) -> list[dict[str, Any]]:
+        """Per benchmark, setting, variation and estimator: the Parity Gap of iso and of cmp prompts, with their
+        CIs; headline: both on each benchmark's first setting, variation 0, expected."""
+        from probe.tasks.base import result_row
+
+        rows = []
+        first = {}
+        for r in summary.get("results", []):
+            first.setdefault(r.get("benchmark"), r.get("setting"))
+        for r in summary.get("results", []):
+            sub = f"{r.get('benchmark')} {r.get('setting')} v{r.get('variant')}"
+            main = (r.get("variant") == 0 and r.get("mode") == "expected"
+                    and first.get(r.get("benchmark")) == r.get("setting"))
+            for prompt in ("iso", "cmp"):
+                p = r.get(prompt) or {}
+                ci = p.get("ci") or [None, None]
+                rows.append(result_row(sub, f"pg_{prompt}", str(r.get("mode")), p.get("pg"), ci[0], ci[1],
+                                       p.get("n_pairs"), main))
+        return rows
 
     def items(self, config: CmpIsoConfig) -> list[SampledPair]:
         """Each benchmark's sample, shuffled (seeded), interleaved one pair per benchmark at a time.
@@ -235,6 +260,10 @@ class CmpIsoTask(Task):
                                       top_p=float(config.cot_top_p), seed=config.seed)
                     for k in range(config.cot_chains)]
         return out
+
+    def generation_note(self, config: CmpIsoConfig) -> str:
+        return ("chain-of-thought reasoning for the settings with reasoning: cot (cot_chains sampled chains per "
+                "prompt); skip by leaving those settings out of `settings`, or --set cot_chains=0 for one greedy chain")
 
     def requests(self, config: CmpIsoConfig, items: Sequence[SampledPair], tokenizer: Any,
                  generations: Mapping[str, str] | None = None) -> list:

@@ -117,9 +117,22 @@ class HBBTask(Task):
             instances = sample_per_cell(instances, config.per_cell, config.sample_seed)
         return instances
 
+    strata_names = ("bias_type", "descriptor")
+    unit_name = "test instance (its two questions)"
+
     def select(self, config: HBBConfig, items: Sequence[Any], limit: int | None) -> list:
-        """``--limit N``: the first N test instances after sampling (their distinct questions are scored)."""
-        return list(items) if limit is None else list(items)[:limit]
+        """``--limit N``: N test instances round-robin over the concept pairs' source bias types, then the
+        descriptors (category x descriptor type), seeded by ``sample_seed``."""
+        return list(super().select(config, items, limit))
+
+    def strata(self, config: HBBConfig, items: Sequence[Any]) -> list[tuple]:
+        from probe.data.hbb import load_default, type_label
+
+        bias = {c.concept_id: c.source_bias_type for c in load_default(config.data_dir)[0]}
+        return [(bias.get(i.concept_id, "?"), type_label(i.category, i.descriptor_type)) for i in items]
+
+    def limit_seed(self, config: HBBConfig) -> int | None:
+        return config.sample_seed
 
     def generation_requests(self, config: HBBConfig, items: Sequence[Any], tokenizer: Any) -> list:
         """HBB-SG variations by the evaluated model: one greedy generation per concept pair and option
@@ -130,6 +143,11 @@ class HBBTask(Task):
 
         return generation_requests(sg_concepts(config, items), tokenizer, max_new_tokens=config.sg_max_new_tokens,
                                    chat_template=config.chat_template, system=config.sg_system_prompt)
+
+    def generation_note(self, config: HBBConfig) -> str:
+        return ("HBB-SG option variations written by the evaluated model, because the authors' released "
+                "variations are not in the data directory (`probe data fetch hbb` gets them); skip with "
+                "--set hbb_sg=false (no HBB-SG) or --set sg_source=original (the original options only)")
 
     def requests(self, config: HBBConfig, items: Sequence[Any], tokenizer: Any,
                  generations: Mapping[str, str] | None = None) -> list:
@@ -299,6 +317,22 @@ class HBBTask(Task):
             out[f"{v}.mean_s_all"] = {"value": o["mean_s_all"], "ci_low": float("nan"), "ci_high": float("nan"),
                                       "n": o["n"]}
         return out
+
+    def results(self, config: HBBConfig, summary: Mapping[str, Any]) -> list[dict[str, Any]]:
+        """Per variant (MCQ orders, HBB-SG) and category (and ``all``): the share of instances over the
+        threshold and their mean S; headline: the overall share per variant."""
+        from probe.tasks.base import result_row
+
+        rows = []
+        for v, entry in summary.get("variants", {}).items():
+            groups = [("all", entry.get("overall", {}))] + [(g.get("category", "?"), g)
+                                                             for g in entry.get("by_category", [])]
+            for sub, o in groups:
+                for m in ("share", "mean_s"):
+                    rows.append(result_row(sub if v == "hbb" else f"{v} {sub}", m, f"S > {o.get('threshold')}"
+                                           if m == "share" else "", o.get(m), o.get(f"{m}_ci_low"),
+                                           o.get(f"{m}_ci_high"), o.get("n"), sub == "all" and m == "share"))
+        return rows
 
     def data_files(self, config: HBBConfig) -> list[Path]:
         """Input files whose hashes go into provenance.json (data, and the packaged prompt texts)."""

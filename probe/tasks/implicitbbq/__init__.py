@@ -166,6 +166,8 @@ class ImplicitBBQTask(Task):
     name = "implicitbbq"
     description = "ImplicitBBQ: explicit vs implicit identity, 12 settings x zero-shot/safety/few-shot/CoT"
     Config = ImplicitBBQConfig
+    strata_names = ("dimension", "context_kind")
+    unit_name = "context unit (its condition x polarity variants)"
 
     def items(self, config: ImplicitBBQConfig) -> list:
         from probe.data.implicitbbq import build_implicitbbq
@@ -177,6 +179,9 @@ class ImplicitBBQTask(Task):
     def select(self, config: ImplicitBBQConfig, items: Sequence[Any], limit: int | None) -> Selection:
         """Each strategy's stratified sample; ``limit``: the first N items of their union (see :mod:`.sample`)."""
         return select(config, items.pool if isinstance(items, Selection) else items, limit)
+
+    def strata(self, config: ImplicitBBQConfig, items: Sequence[Any]) -> list[tuple]:
+        return [(it.category, it.context_kind) for it in items]
 
     def generation_requests(self, config: ImplicitBBQConfig, items: Sequence[Any], tokenizer: Any) -> list:
         """CoT: ``cot_chains`` sampled reasoning chains per (item, format), adjacent (they share the
@@ -196,6 +201,10 @@ class ImplicitBBQTask(Task):
                                              meta={**meta, "chain": k}, temperature=float(config.cot_temperature),
                                              top_p=float(config.cot_top_p), seed=config.seed))
         return out
+
+    def generation_note(self, config: ImplicitBBQConfig) -> str:
+        return ("chain-of-thought reasoning for the cot strategy (cot_chains sampled chains per item); skip with "
+                "--set strategies=[zero_shot,safety,few_shot], or --set cot_chains=0 for one greedy chain")
 
     def requests(self, config: ImplicitBBQConfig, items: Sequence[Any], tokenizer: Any,
                  generations: Mapping[str, str] | None = None) -> list:
@@ -396,6 +405,18 @@ class ImplicitBBQTask(Task):
 
         return {f"{key}.{kind}.{m}": v for key, kinds in summary["by_strategy"].items() for kind, e in kinds.items()
                 if not kind.startswith("_") for m, v in bbq_headline(e["expected"]["pooled"]).items()}
+
+    def results(self, config: ImplicitBBQConfig, summary: Mapping[str, Any]) -> list[dict[str, Any]]:
+        """Per strategy|format and context kind, the pooled expected metrics; headline: the ambiguous bias
+        of the explicit and implicit contexts."""
+        from probe.tasks.base import result_row
+
+        rows = []
+        for name, m in self.bias_metrics(config, summary).items():
+            key, kind, metric = name.split(".")
+            rows.append(result_row(f"{key} {kind}", metric, "expected", m["value"], m["ci_low"], m["ci_high"],
+                                   m["n"], metric == "bias_amb" and kind in ("explicit", "implicit")))
+        return rows
 
     def data_files(self, config: ImplicitBBQConfig) -> list[Path]:
         from probe.data.implicit_text import load_cue_table

@@ -6,8 +6,9 @@ implicit) settings are scored on the same contexts (paired). Units are ranked
 by a seeded hash, so a smaller sample is a prefix of a larger one and the
 strategies are compared on shared items. The selection a run scores is the
 union of the strategies' samples in round-robin order over (dimension, context
-kind); ``--limit N`` keeps its first N items, which therefore stays spread over
-the dimensions and kinds (a multiple of 4 keeps every unit whole).
+kind); ``--limit N`` keeps N of its items, spread over
+the dimensions first, then the context kinds, whole units
+(:func:`probe.tasks.stratify.stratified_limit`).
 
 The explicit units come from the matched explicit set
 (:mod:`probe.data.implicitbbq_match`), where a filling that its template's
@@ -98,8 +99,11 @@ def select(config: Any, pool: Sequence[Any], limit: int | None = None) -> Select
             if it.id not in seen:
                 seen.add(it.id)
                 order.append(it)
-    if limit is not None:
-        order = order[:limit]
+    if limit is not None:  # whole units, round-robin over dimension, then context kind
+        from probe.tasks.stratify import stratified_limit
+
+        order = stratified_limit(order, limit, [(it.category, it.context_kind) for it in order],
+                                 [unit_key(it) for it in order])
         kept = {it.id for it in order}
         samples = {s: [it for it in v if it.id in kept] for s, v in samples.items()}
     return Selection(order, samples, pool)

@@ -1,0 +1,93 @@
+"""Cost of the parsed answer computed exactly (parse_exact) against the K samples it replaces, one process.
+
+For the same prompts and the same parser, at each temperature: forward tokens and
+process CPU time of ``parse_exact`` (enumeration to ``--residual`` or
+``--max-nodes``) and of K seeded samples per prompt through the sampling check's
+sampler (the prompt run once, its cache shared by the K rows, ``--max-new`` tokens).
+
+    python benchmarks/parse_exact_cost.py --prompts 24 --threads 1
+
+Prompts: ImplicitBBQ zero-shot one-word prompts (ambiguous and disambiguated,
+explicit and implicit), parser ``probe.prompts.answer_parse.parse_oneword``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import time
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--model", default="smollm2")
+    ap.add_argument("--prompts", type=int, default=24)
+    ap.add_argument("--max-new", type=int, default=10)
+    ap.add_argument("--residual", type=float, default=0.01)
+    ap.add_argument("--max-nodes", type=int, default=400)
+    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--settings", default="0.1:1.0:20,0.7:0.9:20,0.7:0.9:25,0.8:0.9:20",
+                    help="T:top_p:K triples")
+    args = ap.parse_args()
+
+    import torch
+
+    torch.set_num_threads(args.threads)
+    os.environ.setdefault("PROBE_DATA", os.path.join(os.path.dirname(__file__), "..", "..", "shared", "data"))
+    from probe.models import load_model
+    from probe.prompts.answer_parse import oneword_decided, parse_oneword
+    from probe.runs.validate import sample_shared_prefix
+    from probe.scoring.engine import Engine
+    from probe.scoring.generate import generation_seed
+    from probe.scoring.parse_exact import parse_exact
+    from probe.scoring.sampling import SamplingSpec
+    from probe.tasks import get
+
+    lm = load_model(args.model, device="cpu", dtype="float32")
+    task = get("implicitbbq")
+    cfg = task.make_config({"strategies": ["zero_shot"], "context_kinds": ["explicit", "implicit"],
+                            "per_cell": {"zero_shot": max(1, args.prompts // 24)}, "seed": 0})
+    items = task.select(cfg, task.items(cfg), None)
+    preqs = task.parse_requests(cfg, items, lm.tokenizer)[: args.prompts]
+    prompts = [r.prompt for r in preqs]
+    parsers = [r.parser for r in preqs]
+    tok = lm.tokenizer
+    prompt_tokens = sum(len(tok(p, add_special_tokens=False)["input_ids"]) for p in prompts)
+
+    counted = {"tokens": 0}
+    orig = Engine._decoder
+
+    def counting(self, **kw):  # forward tokens of the enumeration: non-pad input positions of every pass
+        counted["tokens"] += int(kw["attention_mask"][:, -kw["input_ids"].shape[1]:].sum())
+        return orig(self, **kw)
+
+    Engine._decoder = counting
+    rows = []
+    for setting in args.settings.split(","):
+        t, p, k = setting.split(":")
+        spec = SamplingSpec(float(t), float(p))
+        counted["tokens"] = 0
+        c0, w0 = time.process_time(), time.perf_counter()
+        dists = parse_exact(lm, prompts, spec, max_new_tokens=args.max_new, parser=parsers, decided=oneword_decided,
+                            residual=args.residual, max_nodes=args.max_nodes)
+        pe_cpu, pe_wall, pe_tokens = time.process_time() - c0, time.perf_counter() - w0, counted["tokens"]
+        seeds = [[generation_seed(0, f"{i}#{j}") for j in range(int(k))] for i in range(len(prompts))]
+        c0, w0 = time.process_time(), time.perf_counter()
+        texts = sample_shared_prefix(lm, prompts, seeds, spec.temperature, spec.top_p, args.max_new)
+        s_cpu, s_wall = time.process_time() - c0, time.perf_counter() - w0
+        # sampling's forward tokens: the prompt once, then every row of K at every step until all end
+        s_tokens = prompt_tokens + sum(int(k) * max(1, min(args.max_new, 1 + max(
+            len(tok(x, add_special_tokens=False)["input_ids"]) for x in row))) for row in texts)
+        rows.append({"T": spec.temperature, "top_p": spec.top_p, "K": int(k), "prompts": len(prompts),
+                     "parse_exact_tokens": pe_tokens, "parse_exact_cpu_s": round(pe_cpu, 2),
+                     "parse_exact_wall_s": round(pe_wall, 2),
+                     "max_residual": max(d.residual for d in dists),
+                     "mean_residual": sum(d.residual for d in dists) / len(dists),
+                     "sampling_tokens": s_tokens, "sampling_cpu_s": round(s_cpu, 2), "sampling_wall_s": round(s_wall, 2),
+                     "cpu_ratio_parse_exact_over_sampling": round(pe_cpu / s_cpu, 3)})
+        print(json.dumps(rows[-1]), flush=True)
+
+
+if __name__ == "__main__":
+    main()

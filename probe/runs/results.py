@@ -1,0 +1,242 @@
+"""A run's numbers as one flat table, its headline, its warnings, and its own report.
+
+- :func:`results_frame`: every metric of a summary as rows ``task, model, subgroup, metric, estimator,
+  value, ci_low, ci_high, n`` (each task's :meth:`~probe.tasks.base.Task.results`), written as
+  ``results.csv`` and returned as ``Evaluation.results``;
+- :func:`headline_table`: the main metric per model x task with its CI and n (the first section of
+  every report);
+- :func:`report_warnings`: what a reader must see before the numbers (low answer mass, tiny samples,
+  template-built categories, a limited run's coverage);
+- :func:`write_run_report`: ``report.html`` (the renderer of ``probe report``) and the headline and
+  warnings at the top of ``report.md``, for every task run.
+"""
+
+from __future__ import annotations
+
+import math
+import shutil
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Iterable, Mapping, Sequence
+
+from probe.errors import ProbeError
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+COLUMNS = ["task", "model", "subgroup", "metric", "estimator", "value", "ci_low", "ci_high", "n"]
+#: mean answer (label) mass below which a report warns that the model mostly does not answer
+LOW_MASS = 0.5
+#: fewer items than this in a headline metric: the report says the sample is small
+SMALL_N = 30
+
+
+def result_rows(task: Any, config: Any, summary: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """The task's flat rows (with ``headline``) plus ``task`` and ``model``; none when the task gives none."""
+    try:
+        rows = task.results(config, summary)
+    except Exception:  # a task's summary it cannot read (an older run) must not stop the report
+        rows = []
+    model = str(summary.get("model", ""))
+    return [{"task": task.name, "model": model, **r} for r in rows]
+
+
+def results_frame(rows: Iterable[Mapping[str, Any]]) -> "pd.DataFrame":
+    """The flat results table: one row per task, model, subgroup, metric and estimator."""
+    import pandas as pd
+
+    return pd.DataFrame([{k: r.get(k) for k in COLUMNS} for r in rows], columns=COLUMNS)
+
+
+def headline_table(rows: Iterable[Mapping[str, Any]]) -> "pd.DataFrame":
+    """The rows flagged ``headline`` as a display table: Task, Model, Metric, Subgroup, Estimator, Value."""
+    import pandas as pd
+
+    from probe.reports.compare.tables import ci_cell
+
+    out = [{"Task": r["task"], "Model": r["model"], "Metric": _named(r["metric"]), "Subgroup": r["subgroup"],
+            "Estimator": r["estimator"] or "–",
+            "Value [95% CI] (n)": ci_cell(r["value"], r["ci_low"], r["ci_high"], r["n"])}
+           for r in rows if r.get("headline")]
+    return pd.DataFrame(out, columns=["Task", "Model", "Metric", "Subgroup", "Estimator", "Value [95% CI] (n)"])
+
+
+#: metrics whose denominator a reader must see beside the number
+METRIC_NOTES = {"acc_dis": "correct / disambiguated items answered with a person (ImplicitBBQ)",
+                "acc_dis_all": "correct / all disambiguated items (BBQ paper, lm-eval)"}
+
+
+def _named(metric: str) -> str:
+    base = metric.rsplit(".", 1)[-1]
+    return f"{metric} ({METRIC_NOTES[base]})" if base in METRIC_NOTES else metric
+
+
+def _mass_summaries(node: Any, path: str = "") -> Iterable[tuple[str, float]]:
+    """``(where, mean)`` of every answer-mass summary (a mapping with mean, floor and n_below_floor)."""
+    if isinstance(node, Mapping):
+        if {"mean", "floor", "n_below_floor"} <= set(node) and isinstance(node.get("mean"), (int, float)):
+            yield path or "all", float(node["mean"])
+            return
+        for k, v in node.items():
+            if str(k) in ("answering_only", "coverage", "skipped"):
+                continue
+            yield from _mass_summaries(v, f"{path}.{k}" if path else str(k))
+    elif isinstance(node, list):
+        for i, v in enumerate(node):
+            yield from _mass_summaries(v, f"{path}[{i}]")
+
+
+def report_warnings(summary: Mapping[str, Any], rows: Sequence[Mapping[str, Any]] = ()) -> list[str]:
+    """Lines a report shows at its top, before any number."""
+    out = []
+    masses = [(w, m) for w, m in _mass_summaries(summary) if math.isfinite(m)]
+    if masses:
+        where, low = min(masses, key=lambda x: x[1])
+        if low < LOW_MASS:
+            out.append(f"low answer mass: the model puts on average only {low:.2f} of its probability on the "
+                       f"scored answers ({where}); the scores describe a model that mostly does not answer the "
+                       "question as asked (see the mass sections, the answering-only numbers, or try another "
+                       "prompt format).")
+    ns = [r["n"] for r in rows if r.get("headline") and isinstance(r.get("n"), (int, float)) and math.isfinite(r["n"])]
+    if ns and min(ns) < SMALL_N:
+        out.append(f"small sample: a headline metric rests on {int(min(ns))} item(s); intervals are wide or "
+                   "undefined ('CI n/a'), so read the numbers as a smoke test, not a result.")
+    built = summary.get("template_built") or []
+    if built:
+        out.append(f"template-built categories: {', '.join(built)} were expanded from BBQ's templates, not read "
+                   "from the released JSONL.")
+    cov = summary.get("coverage")
+    if cov and cov.get("n_left_out"):
+        left = [f"{name} {', '.join(map(str, s['left_out'][:8]))}{', ...' if len(s['left_out']) > 8 else ''}"
+                for name, s in cov.get("strata", {}).items() if s.get("left_out")]
+        out.append(f"limited run: {cov['n_items']} of {cov['n_available']} items (--limit {cov.get('limit')})"
+                   + (f"; left out: {'; '.join(left)}" if left else "; every stratum covered") + ".")
+    return out
+
+
+def _md_block(headline: "pd.DataFrame", warnings: Sequence[str]) -> str:
+    from probe.reports.compare.tables import markdown
+
+    lines = [f"> **Warning:** {w}" + "\n" for w in warnings]
+    if len(headline):
+        lines += ["## Headline", "", markdown(headline), "",
+                  "*The main metric over all items scored, with its 95% CI and n; every metric, subgroup and "
+                  "estimator is in results.csv; the full report is report.html.*", ""]
+    return "\n".join(lines)
+
+
+def write_run_report(task: Any, config: Any, output: str | Path, summary: Mapping[str, Any]) -> "pd.DataFrame":
+    """``results.csv``, ``report.html`` unless the task wrote its own (always ``report/report.html``, with its
+    tables and figures) and the headline and warnings at
+    the top of ``report.md`` (written from the report when the task wrote none). Returns the results frame."""
+    from probe.io import write_atomic
+    from probe.reports.compare import build_report, load_runs
+
+    out = Path(output)
+    rows = result_rows(task, config, summary)
+    frame = results_frame(rows)
+    write_atomic(out / "results.csv", frame.to_csv(index=False))
+    headline = headline_table(rows)
+    warnings = report_warnings(summary, rows)
+    target = out / "report"
+    try:
+        build_report(load_runs([out]), target, n_boot=200, headline=headline, warnings=warnings,
+                     title=f"probe report: {task.name}, {summary.get('model', '')}")
+    except Exception as exc:  # the records and summary are written; a report failure must not fail the run
+        import sys
+
+        print(f"{task.name}: report.html not written ({exc.__class__.__name__}: {exc}); the records and summary "
+              f"are complete, and `probe report {out} --output DIR` retries", file=sys.stderr)
+        if (out / "report.md").is_file():
+            md = out / "report.md"
+            text = md.read_text(encoding="utf-8")
+            head, _, rest = text.partition("\n")
+            write_atomic(md, f"{head}\n\n{_md_block(headline, warnings)}\n{rest.lstrip()}")
+        return frame
+    if not (out / "report.html").is_file():  # a task's own page (the demo's) is kept; this one is in report/
+        shutil.copyfile(target / "report.html", out / "report.html")
+    md = out / "report.md"
+    block = _md_block(headline, warnings)
+    if md.is_file():
+        text = md.read_text(encoding="utf-8")
+        head, sep, rest = text.partition("\n")
+        if not head.startswith("# "):
+            head, sep, rest = f"# {task.name}: {summary.get('model', '')}", "\n", text
+        write_atomic(md, f"{head}\n\n{block}\n{rest.lstrip()}" if sep else f"{head}\n\n{block}")
+    else:  # the report's own Markdown: warnings in its introduction, the headline its first section
+        text = (target / "report.md").read_text(encoding="utf-8").replace("](figures/", "](report/figures/")
+        write_atomic(md, text)
+    return frame
+
+
+def bbq_family_units(run: Any) -> Any:
+    """Per-item answer records of a ``bbq``, ``implicitbbq`` or ``demo`` run as paired units: the task's own
+    conversion of records to option probabilities, then block / category / cluster (the resampling unit:
+    BBQ template instance; ImplicitBBQ template x context; demo scenario)."""
+    from probe.reports.compare.units import bbq_units
+    from probe.runs.record import records_to_frame
+
+    frame = records_to_frame(run.path)
+    if frame.empty:
+        return None
+    if run.task == "demo":
+        from probe.tasks.demo import answer_records
+
+        extra = frame.set_index("id")["scenario"].to_dict()
+        recs = [r for r in answer_records(frame) if r["finite"]]
+        for r in recs:
+            r.update(block="demo", category=f"{r['dimension']} {r['context_kind']}", cluster=str(extra[r["id"]]))
+        return bbq_units(recs)
+    from probe.tasks.implicitbbq.results import metric_records
+
+    recs, _ = metric_records(frame)
+    answers = frame.set_index("id")["answers"].to_dict() if "answers" in frame else {}
+    for r in recs:
+        if run.task == "bbq":
+            opts = "|".join(sorted(str(a) for a in answers.get(r["id"], [])))
+            r.update(block=f"{r['answer_format']} format", category=r["category"],
+                     cluster=f"{r['category']}|{r['template_id']}|{opts}")
+        else:  # ImplicitBBQ: one context (its 4 condition x polarity variants) of one template
+            r.update(block=f"{r['strategy']}, {r['answer_format']}", category=f"{r['dimension']} {r['context_kind']}",
+                     cluster=f"{r['template_id']}|{str(r['item_id']).rsplit('-', 2)[0]}")
+    return bbq_units(recs)
+
+
+
+def headline_of(runs: Sequence[Any]) -> tuple["pd.DataFrame", list[str], "pd.DataFrame"]:
+    """The headline table, the warnings (each run's, labelled) and the flat results of many runs."""
+    from probe.tasks import available, get
+
+    rows: list[dict] = []
+    warnings: list[str] = []
+    for r in runs:
+        if r.task not in available():
+            continue
+        mine = result_rows(get(r.task), None, r.summary)
+        for row in mine:
+            row["model"] = r.label or row["model"]
+        rows += mine
+        warnings += [f"{r.task}, {r.label}: {w}" for w in report_warnings(r.summary, mine)]
+    return headline_table(rows), warnings, results_frame(rows)
+
+
+def combined_report(run_dirs: Sequence[str | Path], output: str | Path, n_boot: int = 2000, seed: int = 0,
+                    params_b: Mapping[str, float] | None = None, title: str | None = None,
+                    progress: Any = None) -> dict[str, Any]:
+    """Many finished runs (any tasks, any models) as one report in ``output``: ``report.html``,
+    ``report.md`` (headline and warnings first), ``results.csv``, tables and figures (``probe report``)."""
+    from probe.io import write_atomic
+    from probe.reports.compare import build_report, load_runs
+
+    runs = load_runs(run_dirs)
+    for r in runs:
+        if r.task in ("bbq", "implicitbbq", "demo") and (r.path / "records.jsonl").is_file():
+            try:
+                r.units = bbq_family_units(r)
+            except (KeyError, ValueError, TypeError, IndexError) as exc:  # a record that is not the task's
+                raise ProbeError(f"{r.path / 'records.jsonl'}: not {r.task} records this report can read "
+                                 f"({exc.__class__.__name__}: {exc})") from None
+    headline, warnings, results = headline_of(runs)
+    manifest = build_report(runs, output, n_boot=n_boot, seed=seed, params_b=params_b, title=title,
+                            progress=progress, headline=headline, warnings=warnings)
+    write_atomic(Path(output) / "results.csv", results.to_csv(index=False))
+    return manifest

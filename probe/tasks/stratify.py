@@ -1,0 +1,154 @@
+"""``--limit N`` as a stratified sample: every task's strata covered before any repeats, whole units kept.
+
+A task names its strata (``Task.strata_names``, e.g. ``("category",)`` for BBQ or
+``("bias_type", "descriptor")`` for HBB) and gives each item its stratum values
+(``Task.strata``) and its unit (``Task.units``: the items that are scored and
+bootstrapped together, such as a BBQ template instance's four variants).
+
+:func:`stratified_limit` orders the units by a nested round-robin (the first
+stratum varies fastest, then the second within it, each outer value starting
+at another inner one, ...), keeps each stratum's
+own order (or a seeded hash order), and takes whole units in that order while
+they fit in ``limit`` items. A smaller limit is a prefix of a larger one.
+
+:func:`coverage` says what a selection covered and left out, per stratum name;
+the runner prints it and records it in ``summary.json`` under ``coverage``.
+
+>>> items = [("a", 1), ("a", 2), ("b", 3), ("c", 4), ("c", 5)]
+>>> [i for _, i in stratified_limit(items, 3, [(s,) for s, _ in items])]
+[1, 3, 4]
+>>> cov = coverage(items, stratified_limit(items, 2, [(s,) for s, _ in items]), ("letter",),
+...                lambda xs: [(s,) for s, _ in xs])
+>>> cov["strata"]["letter"]["covered"], cov["strata"]["letter"]["left_out"]
+({'a': 1, 'b': 1}, ['c'])
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from typing import Any, Callable, Hashable, Sequence
+
+__all__ = ["stratified_limit", "coverage", "coverage_line"]
+
+
+def _round_robin(node: Any, shift: int = 0) -> list:
+    """The units under a nested dict of strata, interleaved one child at a time at every level; the
+    children start their own children's rotations at different places, so inner strata are spread too."""
+    if isinstance(node, list):
+        return node
+    children = list(node.values())
+    if children:
+        shift %= len(children)
+        children = children[shift:] + children[:shift]
+    # spread the starts over the inner values: with 10 outer and 16 inner values, start 2 apart
+    inner = max((len(c) for c in children if isinstance(c, dict)), default=0)
+    step = max(1, -(-inner // max(len(children), 1)))
+    queues = [_round_robin(child, k * step) for k, child in enumerate(children)]
+    out: list = []
+    for i in range(max((len(q) for q in queues), default=0)):
+        for q in queues:
+            if i < len(q):
+                out.append(q[i])
+    return out
+
+
+def stratified_limit(items: Sequence[Any], limit: int | None, strata: Sequence[tuple],
+                     units: Sequence[Hashable] | None = None, seed: int | None = None) -> list:
+    """The items a ``--limit`` run scores: whole units in nested round-robin order over ``strata``.
+
+    ``strata``: one tuple of stratum values per item (the first value the outermost level);
+    ``units``: one unit key per item (default: every item its own unit); a unit's stratum is its
+    first item's. ``seed``: order the units within a stratum by a seeded hash (``None``: as given).
+    Units are taken in order while they fit; a unit larger than what is left is passed over for a
+    smaller one; a limit smaller than the first unit takes that unit's first ``limit`` items (the
+    limit is never exceeded). ``limit`` None: all.
+    """
+    items = list(items)
+    if limit is None or limit >= len(items):
+        return items
+    if limit < 1:
+        return []
+    keys = list(units) if units is not None else list(range(len(items)))
+    groups: dict[Hashable, list[int]] = {}
+    first_stratum: dict[Hashable, tuple] = {}
+    for i, key in enumerate(keys):
+        groups.setdefault(key, []).append(i)
+        first_stratum.setdefault(key, tuple(strata[i]))
+    tree: dict = {}
+    for key in groups:
+        node = tree
+        path = first_stratum[key]
+        for level, value in enumerate(path):
+            last = level == len(path) - 1
+            node = node.setdefault(value, [] if last else {})
+        if not path:  # no strata: one flat list
+            node = tree.setdefault((), [])
+        node.append(key)
+    if seed is not None:
+        from probe.io import stable_hash
+
+        def shuffle(node: Any) -> None:
+            for k, child in node.items():
+                if isinstance(child, list):
+                    child.sort(key=lambda u: (stable_hash(seed, u), str(u)))
+                else:
+                    shuffle(child)
+        shuffle(tree)
+    picked: list[int] = []
+    for i, key in enumerate(_round_robin(tree)):
+        size = len(groups[key])
+        if len(picked) + size <= limit:
+            picked += groups[key]
+        elif i == 0:  # a limit under one unit: that unit's first items
+            picked = groups[key][:limit]
+        if len(picked) >= limit:
+            break
+    return [items[i] for i in picked]
+
+
+def coverage(pool: Sequence[Any], selected: Sequence[Any], names: Sequence[str],
+             strata_of: Callable[[Sequence[Any]], Sequence[tuple]], limit: int | None = None,
+             unit: str | None = None) -> dict[str, Any]:
+    """What ``selected`` covers of ``pool``, per stratum name: items per value covered and the values
+    left out; with two or more names also their combinations (``cells``)."""
+    pool_keys = [tuple(s) for s in strata_of(pool)]
+    sel_keys = [tuple(s) for s in strata_of(selected)] if len(selected) != len(pool) else pool_keys
+    out: dict[str, Any] = {"limit": limit, "n_items": len(selected), "n_available": len(pool),
+                           "n_left_out": len(pool) - len(selected), "strata": {}}
+    if unit:
+        out["unit"] = unit
+    for level, name in enumerate(names):
+        total: dict[str, int] = defaultdict(int)
+        for k in pool_keys:
+            total[str(k[level])] += 1
+        got: dict[str, int] = defaultdict(int)
+        for k in sel_keys:
+            got[str(k[level])] += 1
+        out["strata"][name] = {"covered": dict(got), "n_covered": len(got), "n_total": len(total),
+                               "left_out": [v for v in total if v not in got]}
+    if len(names) > 1:
+        cells = {tuple(map(str, k)) for k in pool_keys}
+        got_cells = {tuple(map(str, k)) for k in sel_keys}
+        out["cells"] = {"by": " x ".join(names), "n_covered": len(got_cells), "n_total": len(cells)}
+    return out
+
+
+def coverage_line(task: str, cov: dict[str, Any], shown: int = 12) -> str:
+    """One human line: ``bbq --limit 24: 24 of 81584 items; category: 6 of 11 (Age 4, ...); left out: ...``."""
+    head = f"{task}"
+    if cov.get("limit") is not None:
+        head += f" --limit {cov['limit']}"
+    parts = [f"{head}: {cov['n_items']} of {cov['n_available']} items"]
+    for name, s in cov.get("strata", {}).items():
+        got = ", ".join(f"{k} {v}" for k, v in list(s["covered"].items())[:shown])
+        if len(s["covered"]) > shown:
+            got += ", ..."
+        part = f"{name}: {s['n_covered']} of {s['n_total']} covered ({got})"
+        if s["left_out"]:
+            left = ", ".join(map(str, s["left_out"][:shown])) + (", ..." if len(s["left_out"]) > shown else "")
+            part += f"; left out: {left}"
+        parts.append(part)
+    if "cells" in cov:
+        c = cov["cells"]
+        parts.append(f"{c['by']}: {c['n_covered']} of {c['n_total']} cells")
+    return "; ".join(parts)

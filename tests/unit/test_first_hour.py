@@ -1,0 +1,71 @@
+"""A newcomer's habits: several tasks and models per call, lm-eval spellings, did-you-mean, plans, threads."""
+
+from __future__ import annotations
+
+import json
+
+import pandas as pd
+import pytest
+
+import probe
+from probe.cli import main
+from probe.errors import ProbeError, did_you_mean
+from probe.runs.results import COLUMNS
+from probe.runs.runner import default_threads
+
+
+def test_did_you_mean_for_tasks_and_keys():
+    assert did_you_mean("crows-pairs", ["crows_pairs", "bbq"]) == " (did you mean 'crows_pairs'?)"
+    with pytest.raises(ProbeError, match="did you mean 'bbq'"):
+        probe.evaluate("smollm2", "bqq")
+    with pytest.raises(ProbeError, match="did you mean 'protocol'"):
+        probe.evaluate("smollm2", "crows_pairs", protocl="mcq")
+
+
+def test_busy_cpu_gets_fewer_threads_with_a_note(capsys):
+    assert default_threads("cpu", load=3.9, cores=4) == 1
+    assert "--threads" in capsys.readouterr().err
+    assert default_threads("cpu", load=0.2, cores=4) is None
+
+
+def test_evaluate_several_tasks_and_models_with_the_combined_report(tiny_lm, tmp_path):
+    from tests.tiny import tiny_lm as make
+
+    other = make()
+    other.name = "tiny-2"
+    res = probe.evaluate([tiny_lm, other], ["crows_pairs", "demo"], limit=4, output=tmp_path, progress=False)
+    assert len(res) == 4 and {(e.task, e.model) for e in res} >= {("demo", "tiny-2"), ("crows_pairs", "tiny-2")}
+    assert list(res.results.columns) == COLUMNS and set(res.results.task) == {"crows_pairs", "demo"}
+    for name in ("report.html", "report.md", "results.csv"):
+        assert (tmp_path / name).is_file()
+    assert (tmp_path / "demo" / "tiny-2" / "report.html").is_file()
+    assert "Headline" in (tmp_path / "report.md").read_text()
+
+
+def test_cli_takes_lm_eval_spellings_and_task_lists(model_dir, tmp_path, capsys):
+    out = tmp_path / "out"
+    assert main(["run", "--tasks", "demo,crows_pairs", "--model", "hf", "--model_args", f"pretrained={model_dir}",
+                 "--limit", "4", "--output_path", str(out), "--log_samples", "--batch_size", "4", "--quiet",
+                 "--threads", "1", "--no-chat-template"]) == 0
+    err = capsys.readouterr().err
+    assert "demo --limit 4: 4 of 64 items" in err and "combined report" in err
+    assert (out / "demo" / model_dir.name / "samples.jsonl").is_file()
+    assert (out / "report.html").is_file()
+    frame = pd.read_csv(out / "results.csv")
+    assert list(frame.columns) == COLUMNS and set(frame.task) == {"demo", "crows_pairs"}
+    cfg = json.loads((out / "crows_pairs" / model_dir.name / "provenance.json").read_text())["config"]
+    assert cfg["task_config"]["chat_template"] is False
+
+
+def test_cli_typos_are_caught_before_any_model_loads(capsys):
+    assert main(["run", "crow_pairs", "--model", "no-such-model"]) != 0
+    assert "did you mean 'crows_pairs'" in capsys.readouterr().err
+    assert main(["run", "demo", "--model_args", "pretrianed=smollm2"]) != 0
+    assert "did you mean 'pretrained'" in capsys.readouterr().err
+
+
+def test_generation_stage_is_announced_with_how_to_skip_it(tiny_lm, tmp_path, capsys):
+    probe.evaluate(tiny_lm, "hbb", limit=1, output=tmp_path, progress=False, sg_max_new_tokens=2, sg_n=2,
+                   sg_source="generated", swap_order=False)
+    err = capsys.readouterr().err
+    assert "plan: 2 generation(s) before scoring" in err and "--set hbb_sg=false" in err

@@ -1,0 +1,49 @@
+"""Every task run writes report.md and report.html (headline first) and the flat results table."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+import probe
+from probe.reports.compare.tables import ci_cell, fmt_ci
+from probe.runs.results import COLUMNS, report_warnings
+
+TASKS = [("bbq", 4, {}), ("implicitbbq", 4, {"strategies": ["zero_shot"]}), ("hbb", 2, {"hbb_sg": False}),
+         ("crows_pairs", 2, {}), ("cmp_iso", 1, {})]
+
+
+@pytest.mark.parametrize("task, limit, options", TASKS)
+def test_every_task_writes_both_reports_with_a_headline(tiny_lm, tmp_path, task, limit, options):
+    out = tmp_path / task
+    e = probe.evaluate(tiny_lm, task, limit=limit, output=out, progress=False, **options)
+    for name in ("report.md", "report.html", "results.csv", "report/report.html"):
+        assert (out / name).is_file(), name
+    md = (out / "report.md").read_text()
+    assert "Headline" in md and "limited run" in md
+    assert "Headline" in (out / "report.html").read_text()
+    assert list(e.results.columns) == COLUMNS and len(e.results) > 0
+    assert set(e.results.task) == {task}
+
+
+def test_in_memory_evaluation_has_results_too(tiny_lm):
+    e = probe.evaluate(tiny_lm, "crows_pairs", limit=2, progress=False)
+    assert list(e.results.columns) == COLUMNS and (e.results.metric == "score").any()
+
+
+def test_small_sample_cells_say_n_a_instead_of_nan_or_zero_width():
+    assert ci_cell(0.92, 0.92, 0.92, 1) == "0.920 [CI n/a: n = 1]"
+    assert ci_cell(float("nan"), float("nan"), float("nan"), 2) == "n/a (n = 2)"
+    assert ci_cell(0.5, 0.4, 0.6, 40) == "0.500 [0.400, 0.600] (n = 40)"
+    assert ci_cell(0.0, 0.0, 0.0, 20) == "0.000 [0.000, 0.000] (n = 20)"  # a share of 0: a real interval
+    assert fmt_ci(0.92, [0.92, 0.92]) == "0.92 [CI n/a: zero width]"
+    assert fmt_ci(0.5, [math.nan, math.nan]) == "0.50 [CI n/a]"
+    assert fmt_ci(0.5, None) == "0.50"
+
+
+def test_low_answer_mass_is_warned_about():
+    summary = {"by_format": {"labels": {"mass": {"mean": 0.04, "floor": 0.1, "n_below_floor": 9, "n": 10}}}}
+    [w] = report_warnings(summary)
+    assert "low answer mass" in w and "0.04" in w
+    assert report_warnings({"mass": {"mean": 0.9, "floor": 0.1, "n_below_floor": 0, "n": 10}}) == []
