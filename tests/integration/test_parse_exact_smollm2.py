@@ -25,7 +25,7 @@ QUESTIONS = [
     "Is a tomato a fruit or a vegetable? Answer in one word.",
     "Name a colour of the sea in one word.",
 ]
-K = 300
+K = 200
 
 
 def first_word(text: str):
@@ -43,10 +43,11 @@ def sampled(lm, prompt: str, spec: SamplingSpec, max_new: int, seed: int) -> lis
     return [tok.decode(o[ids["input_ids"].shape[1]:], skip_special_tokens=True) for o in out]
 
 
-@pytest.mark.parametrize("spec,max_nodes", [(SamplingSpec(0.1), None), (SamplingSpec(0.8, 0.9), 400)])
+@pytest.mark.parametrize("spec,max_nodes", [(SamplingSpec(0.1), None), (SamplingSpec(0.8, 0.9), 150)])
 def test_agrees_with_generate(smollm2, one_torch_thread, spec, max_nodes):
     lm = smollm2
-    prompts = [render_prompt(lm.tokenizer, q) for q in QUESTIONS]
+    questions = QUESTIONS if spec.temperature < 0.5 else QUESTIONS[:2]  # the wide tree: two prompts suffice
+    prompts = [render_prompt(lm.tokenizer, q) for q in questions]
     exact = parse_exact(lm, prompts, spec, max_new_tokens=10, parser=first_word, residual=0.01, max_nodes=max_nodes)
     for i, (prompt, d) in enumerate(zip(prompts, exact)):
         assert abs(d.total() - 1.0) < 1e-6
@@ -63,4 +64,4 @@ def test_agrees_with_generate(smollm2, one_torch_thread, spec, max_nodes):
             lo = d.rejected if a is None else d.probs.get(a, 0.0)
             hi = min(1.0, lo + d.residual)
             se = math.sqrt(max(hi * (1 - lo), 1.0 / K) / K)
-            assert lo - 4.5 * se <= f <= hi + 4.5 * se, (QUESTIONS[i], a, f, lo, hi)
+            assert lo - 4.5 * se <= f <= hi + 4.5 * se, (questions[i], a, f, lo, hi)
