@@ -111,6 +111,14 @@ class CmpIsoConfig(TaskConfig):
     # label distribution at this temperature, cut to this nucleus (paper_temperature null: exact scores only)
     paper_temperature: float | None = 0.7
     paper_top_p: float = 0.9
+    # the authors' own procedure computed exactly (probe.scoring.parse_exact): their generation-mode prompt
+    # ("... My answer would be: \\boxed{"), sampled at paper_temperature / paper_top_p, read by their extractor,
+    # then the expectation of their K-sample preference (K = parse_k) over those answers; direct settings only
+    parse_exact: bool = True
+    parse_k: int = 25
+    parse_max_new_tokens: int = 8
+    parse_residual: float = 0.01
+    parse_max_nodes: int | None = 256
     alpha: float = 0.05
     # pairs of setting names (without "+vN") compared by randomization tests, e.g. ["direct", "direct+neutral"]
     comparisons: tuple[tuple[str, str], ...] = ()
@@ -191,6 +199,19 @@ class SampledPair:
     @property
     def benchmark(self) -> str:
         return self.pair.benchmark
+
+
+def authors_label(text: str, task_type: str, labels: tuple[str, ...]) -> str | None:
+    """The label the authors' extractor reads from a generation after their ``\\boxed{`` cue
+    (:func:`probe.prompts.cmp_iso.last_boxed`); None when it finds none or one not offered.
+
+    >>> authors_label("Yes} because", "iso", ("Yes", "No")), authors_label("Skip}", "iso", ("Yes", "No"))
+    ('Yes', None)
+    """
+    from probe.prompts.cmp_iso import AUTHORS_ANSWER_MAPS, last_boxed
+
+    answer = last_boxed(text, tuple(sorted(set(AUTHORS_ANSWER_MAPS[task_type].values()))))
+    return answer.named if answer is not None and answer.named in labels else None
 
 
 def request_id(setting: CmpIsoSetting, benchmark: str, context_pair_id: Any, task_type: str, slot: str) -> str:
@@ -289,6 +310,38 @@ class CmpIsoTask(Task):
                                         meta={**meta, **extra}, forms=forms))
         return out
 
+    def parse_requests(self, config: CmpIsoConfig, items: Sequence[SampledPair], tokenizer: Any) -> list:
+        """The authors' sampled procedure, enumerated: every direct prompt in their generation mode, sampled
+        at their T / top-p and read by their extractor (:func:`authors_label`); same ids as the records."""
+        import functools
+
+        from probe.prompts.chat import render_prompt
+        from probe.prompts.cmp_iso import prompt_elements
+        from probe.scoring.parse_exact import ParseRequest
+        from probe.tasks.cmp_iso.summary import paper_spec
+
+        spec = paper_spec(config)
+        if not config.parse_exact or spec is None:
+            return []
+        by_id = {(it.benchmark, str(it.pair.context_pair_id)): it for it in items}
+        out = []
+        for rid, _text, labels, _group, meta in self._prompts(config, items, tokenizer, reasoning="direct"):
+            it = by_id[(meta["benchmark"], str(meta["context_pair_id"]))]
+            p = next(x for x in it.pair.prompts() if x.task_type == meta["task_type"]
+                     and (x.target if x.task_type == "iso" else x.order) == (meta["target"] if meta["task_type"] == "iso"
+                                                                               else meta["order"]))
+            el = prompt_elements(p, "gen", meta["neutral"], meta["randomly"], meta["variant"])
+            msgs = el.messages("gen")
+            prompt = render_prompt(tokenizer, msgs[1]["content"], system=msgs[0]["content"])
+            out.append(ParseRequest(
+                id=rid, prompt=prompt, max_new_tokens=config.parse_max_new_tokens,
+                temperature=float(spec["temperature"]), top_p=float(spec["top_p"]),
+                parser_name=f"cmp_iso-last-boxed/1:{meta['task_type']}:{','.join(labels)}",
+                parser=functools.partial(authors_label, task_type=meta["task_type"], labels=tuple(labels)),
+                residual=float(config.parse_residual), max_nodes=config.parse_max_nodes,
+                meta={"kind": f"{meta['task_type']}/parse", "setting": meta["setting"]}))
+        return out
+
     def sampling(self, config: CmpIsoConfig) -> tuple[dict, ...]:
         """The authors' sampling (T = 0.7, top-p = 0.9), scored beside the exact probabilities."""
         from probe.tasks.cmp_iso.summary import paper_spec
@@ -302,21 +355,36 @@ class CmpIsoTask(Task):
         from probe.tasks.cmp_iso.summary import run_summary
 
         summary = run_summary(records, config)
+        if "parsed" in records.columns and records["parsed"].notna().any():
+            from probe.tasks.cmp_iso.parsed import parsed_summary
+
+            summary["paper_parsed"] = parsed_summary(records, config)
         summary["n_pairs"] = {b: sum(it.benchmark == b for it in items) for b in config.benchmarks}
         # the records name the model by fingerprint; report() redraws the tables with its name
         model = str(records["model"].iloc[0]) if len(records) else "model"
         tables = _tables(combine_summaries([{**summary, "model": model}]), build_tables)
-        return Aggregate(summary, {**tables, **_extra_tables(summary)})
+        extra = {}
+        if summary.get("paper_parsed"):
+            from probe.tasks.cmp_iso.parsed import parsed_table
+
+            extra["pg_paper_parsed"] = parsed_table(summary["paper_parsed"], model)
+        return Aggregate(summary, {**extra, **tables, **_extra_tables(summary)})
 
     def report(self, config: CmpIsoConfig, result: Aggregate, output: Path) -> None:
         """``tables/<name>[_argmax].md|csv`` (iso/cmp paper, Tables 2-7 layouts), ``tables/answering`` and
-        ``tables/cot_chains`` (:mod:`.extra_tables`), and ``pg_iso_vs_cmp*.png``."""
+        ``tables/cot_chains`` (:mod:`.extra_tables`), ``tables/pg_paper_parsed`` (the authors' K-sample
+        Parity Gap from their own procedure, enumerated) and ``pg_iso_vs_cmp*.png``."""
         from probe.reports.cmp_iso_models import combine_summaries
         from probe.reports.cmp_iso_tables import write_report
         from probe.tasks.base import write_tables
 
         write_report(combine_summaries([result.summary]), output)
         write_tables(_extra_tables(result.summary), output)
+        if result.summary.get("paper_parsed"):  # the authors' procedure, enumerated: the headline PG
+            from probe.tasks.cmp_iso.parsed import parsed_table
+
+            write_tables({"pg_paper_parsed": parsed_table(result.summary["paper_parsed"],
+                                                          str(result.summary.get("model") or "model"))}, output)
 
     def data_files(self, config: CmpIsoConfig) -> list[Path]:
         from probe.data.cmp_iso import benchmark_file
