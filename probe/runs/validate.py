@@ -64,8 +64,8 @@ PAPER_SETTINGS: dict[str, dict[str, Any]] = {
             "metric": "share of instances with S >= 20"},
     "implicitbbq": {"temperature": 0.1, "top_p": 1.0, "max_new_tokens": 10, "unit": "item",
                     "metric": "Acc_amb, Acc_dis, S_amb, S_dis (explicit, implicit)"},
-    "cmp_iso": {"temperature": 0.7, "top_p": 0.9, "max_new_tokens": 8, "unit": "context pair",
-                "metric": "Parity Gap (iso, cmp)"},
+    "cmp_iso": {"temperature": 0.7, "top_p": 0.9, "max_new_tokens": 8, "unit": "context pair (per setting)",
+                "metric": "Parity Gap (iso, cmp), direct with and without the neutral option"},
 }
 TASKS = tuple(PAPER_SETTINGS)
 
@@ -431,67 +431,96 @@ class _ImplicitBBQ(_Adapter):
 
 
 class _CmpIso(_Adapter):
-    """iso/cmp direct setting (no neutral option), the authors' generation-mode prompt: unit = context pair."""
+    """iso/cmp direct settings with and without the neutral option, the authors' generation-mode prompt:
+    unit = context pair within a setting. Exact side: the task's parse-exact distribution (their prompt, their
+    sampling, their extractor) and the expectation of their K-sample Parity Gap; beside it, the first-token
+    label estimator at probe's probability cue."""
 
     name = "cmp_iso"
     benchmarks = ("stereoset", "bbq", "winobias")
+    settings_list = ({"reasoning": "direct", "neutral": False}, {"reasoning": "direct", "neutral": True})
 
     def cases(self, runner: Any, n_prompts: int, seed: int) -> list[PromptCase]:
-        from probe.prompts.chat import render_prompt
-        from probe.prompts.cmp_iso import CmpIsoSetting, prompt_elements
         from probe.tasks import get
-        from probe.tasks.cmp_iso import request_id
 
         task = get("cmp_iso")
-        max_pairs = max(1, math.ceil(n_prompts / 4 / len(self.benchmarks)))
+        # 4 prompts per pair x settings x benchmarks
+        max_pairs = max(1, math.ceil(n_prompts / 4 / len(self.benchmarks) / len(self.settings_list)))
         cfg = task.make_config({"benchmarks": list(self.benchmarks), "max_pairs": max_pairs, "seed": seed,
-                                "settings": [{"reasoning": "direct", "neutral": False}]})
+                                "settings": [dict(x) for x in self.settings_list],
+                                "parse_max_new_tokens": int(self.settings["max_new_tokens"]),
+                                "parse_max_nodes": 1024})
         items = list(task.select(cfg, task.items(cfg), None))
         tok = runner.lm.tokenizer
         reqs = task.requests(cfg, items, tok)
         spec = task.sampling(cfg)[0]
         records = runner.score(reqs, None, task="cmp_iso", sampling=(spec,))
-        by_id = {r.id: (q, r) for q, r in zip(reqs, records)}
-        setting = CmpIsoSetting()
+        preqs = {p.id: p for p in task.parse_requests(cfg, items, tok)}
+        parsed = runner.parse([preqs[r.id] for r in reqs], None, task="cmp_iso")
+        self.parse_stats = {"max_residual": max(d["residual"] for d in parsed.values()),
+                            "mean_residual": float(np.mean([d["residual"] for d in parsed.values()])),
+                            "mean_nodes": float(np.mean([d["nodes"] for d in parsed.values()])),
+                            "mean_rejected": float(np.mean([d["rejected"] for d in parsed.values()]))}
         cases = []
-        self._ids: dict[str, set[int]] = {}
-        for it in items:
-            for p in it.pair.prompts():
-                slot = p.target if p.task_type == "iso" else p.order
-                rid = request_id(setting, it.benchmark, it.pair.context_pair_id, p.task_type, slot)
-                req, rec = by_id[rid]
-                e = _entry(rec.details, spec)
-                mass = float(e["mass"]) if e and e.get("mass") is not None else 0.0
-                probs = [float(x) for x in e["probs"]] if e else None
-                ok = probs is not None and all(math.isfinite(x) for x in probs) and mass > 0
-                # the authors' generation mode (no CoT): "... inside \boxed{}. My answer would be: \boxed{"
-                el = prompt_elements(p, "gen", False, False, 0)
-                msgs = el.messages("gen")
-                gen_prompt = render_prompt(tok, msgs[1]["content"], system=msgs[0]["content"])
-                forms = req.forms or tuple((x,) for x in req.labels)
-                self._ids[rid] = _label_ids(tok, [f for fs in forms for f in fs])
-                cases.append(PromptCase(rid, f"{it.benchmark}|{it.pair.context_pair_id}", gen_prompt,
-                                        tuple(req.labels), probs if ok else None, None, mass,
-                                        {**dict(rec.meta), "exact_prompt_tail": req.prompt[-40:]}))
+        for req, rec in zip(reqs, records):
+            e = _entry(rec.details, spec)
+            mass = float(e["mass"]) if e and e.get("mass") is not None else 0.0
+            probs = [float(x) for x in e["probs"]] if e else None
+            ok = probs is not None and all(math.isfinite(x) for x in probs) and mass > 0
+            d = parsed[rec.id]
+            raw = [float(d["probs"].get(x, 0.0)) for x in req.labels]
+            acc = math.fsum(raw)
+            m = rec.meta
+            cases.append(PromptCase(rec.id, f"{m['setting']}|{m['benchmark']}|{m['context_pair_id']}",
+                                    preqs[rec.id].prompt, tuple(req.labels), [x / acc for x in raw] if acc > 0 else None,
+                                    None, acc, {**dict(m), "baseline": probs if ok else None, "parsed": d}))
         return cases
 
     def parse(self, case: PromptCase, text: str) -> int | None:
-        label = parse_cmp_iso(text, case.meta["task_type"])
-        return case.options.index(label) if label in case.options else None
+        from probe.tasks.cmp_iso import authors_label
+
+        label = authors_label(text, case.meta["task_type"], case.options)
+        return case.options.index(label) if label is not None else None
 
     def counted(self, case: PromptCase, text: str) -> bool:
-        return counted_label(self._tok, text, self._ids[case.id])
+        ids = _label_ids(self._tok, list(case.options))
+        return counted_label(self._tok, text, ids)
 
     def metrics(self, rows: list[tuple[str, PromptCase, np.ndarray | None]]) -> dict[str, float]:
         from probe.metrics.cmp_iso import CmpIsoObservation, summarize
 
-        obs = []
-        for key, c, d in rows:
-            counts = {x: 0.0 for x in c.options} if d is None else {x: float(v) for x, v in zip(c.options, d)}
-            obs.append(CmpIsoObservation(key, c.meta["task_type"], c.meta["target"],
-                                         c.meta["order"], counts))
-        s = summarize(obs, allow_incomplete=True)
-        return {"PG iso": s.iso.pg, "PG cmp": s.cmp.pg, "n pairs": s.iso.n_pairs}
+        out: dict[str, float] = {}
+        for setting in sorted({c.meta["setting"] for _, c, _ in rows}):
+            obs = []
+            for key, c, d in rows:
+                if c.meta["setting"] != setting:
+                    continue
+                counts = {x: 0.0 for x in c.options} if d is None else {x: float(v) for x, v in zip(c.options, d)}
+                obs.append(CmpIsoObservation(key, c.meta["task_type"], c.meta["target"], c.meta["order"], counts))
+            s = summarize(obs, allow_incomplete=True)
+            out[f"PG iso ({setting})"] = s.iso.pg
+            out[f"PG cmp ({setting})"] = s.cmp.pg
+            out[f"n pairs ({setting})"] = s.iso.n_pairs
+        return out
+
+    def exact_metrics(self, cases: list[PromptCase], k: int) -> dict[str, float]:
+        """The authors' K-sample Parity Gap, its expectation over K generations per prompt (this check's K)
+        from the enumerated parse distributions (:mod:`probe.tasks.cmp_iso.parsed`)."""
+        import pandas as pd
+
+        from probe.tasks.cmp_iso.parsed import pair_preferences
+
+        frame = pd.DataFrame([{**{f: c.meta[f] for f in ("setting", "benchmark", "context_pair_id", "task_type",
+                                                           "target", "order")}, "parsed": c.meta["parsed"]}
+                              for c in cases])
+        out: dict[str, float] = {}
+        rows = pair_preferences(frame, k)
+        for setting in sorted({c.meta["setting"] for c in cases}):
+            for tt in ("iso", "cmp"):
+                gaps = [r["gap"] for r in rows if r["setting"] == setting and r["task_type"] == tt]
+                out[f"PG {tt} ({setting})"] = float(np.mean(gaps)) if gaps else math.nan
+            out[f"n pairs ({setting})"] = sum(r["setting"] == setting and r["task_type"] == "iso" for r in rows)
+        return out
 
 
 _ADAPTERS: dict[str, Callable[[], _Adapter]] = {"hbb": _HBB, "implicitbbq": _ImplicitBBQ, "cmp_iso": _CmpIso}
