@@ -12,7 +12,7 @@ circular):
    quotes, ``*``, hyphens and trailing punctuation are ignored;
 2. an answer that starts with an option's text (its leading article optional)
    or with an uncertainty phrase of :data:`UNCERTAINTY` is that option (the
-   longest match wins);
+   longest match wins), unless the line also names the other group;
 3. otherwise a line that contains an uncertainty phrase is Unknown, and a line
    that names the distinctive words of exactly one group option (``82`` of
    "The 82 year old" against "The 29 year old"; ``a`` of "Person A") is that
@@ -99,7 +99,14 @@ def parse_oneword(text: str, options: Sequence[str], unknown_index: int) -> int 
             elif len(phrase) == best[0]:
                 best[1].add(unknown_index)
     if best[1]:
-        return next(iter(best[1])) if len(best[1]) == 1 else None
+        if len(best[1]) != 1:
+            return None
+        pick = next(iter(best[1]))
+        # "The grandfather and the grandson": a line that also names the other group answers neither
+        others = [_ARTICLE.sub("", _norm(options[i])) for i in groups if i != pick]
+        if pick != unknown_index and any(o and _contains(body, o) for o in others):
+            return None
+        return pick
     if any(_contains(body, p) for p in UNCERTAINTY):
         return unknown_index
     words = [set(_ARTICLE.sub("", _norm(options[i])).split()) for i in groups]

@@ -1,0 +1,88 @@
+"""The runner's parse stage (Task.parse_requests -> parsed.jsonl -> the records' ``parsed`` column), the
+ImplicitBBQ one-word parser and the tasks' paper_parsed summaries, on the tiny model."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from probe.prompts.answer_parse import UNCERTAINTY, oneword_decided, parse_oneword
+from probe.runs.runner import RunOptions
+
+OPTS = ["Unknown", "The grandfather", "The grandson"]
+
+
+@pytest.mark.parametrize("text,want", [
+    ("Grandfather", 1), ("the grandson.", 2), ("**The Grandson**", 2), ("Answer: The grandfather", 1),
+    ("The answer is: the grandson was", 2), ("Unknown", 0), ("Cannot be determined.", 0), ("Can't tell", 0),
+    ("Insufficient information", 0), ("It is unclear who.", 0), ("Neither", 0), ("none", 0),
+    ("", None), ("   ", None), ("Hello there", None), ("The grandfather and the grandson", None),
+    ("Grandsons", None),
+])
+def test_oneword_parser_by_hand(text, want):
+    assert parse_oneword(text, OPTS, 0) == want
+
+
+def test_oneword_parser_on_person_options_and_numbers():
+    persons = ["Person A", "Unknown", "Person B"]
+    assert [parse_oneword(t, persons, 1) for t in ("A", "B.", "Person B is", "person a", "a man", "AB")] == \
+        [0, 2, 2, 0, None, None]
+    ages = ["The 82 year old", "The 29 year old", "Unknown"]
+    assert parse_oneword("82-year-old", ages, 2) == 0 and parse_oneword("The 29-year-old man", ages, 2) == 1
+    assert "not enough information" in UNCERTAINTY and "neither" in UNCERTAINTY and "none" in UNCERTAINTY
+
+
+def test_oneword_decided_is_prefix_safe():
+    # decided only once the first answer line is complete; never on a text a continuation could re-read
+    assert not oneword_decided("") and not oneword_decided("Gran") and not oneword_decided("Answer:\n")
+    assert oneword_decided("Grandson\n") and oneword_decided("Answer: B\nbecause")
+    for full in ("Answer:\nThe grandson\nmore", "Unknown\nThe grandson"):
+        cut = full.index("\n", full.index("\n") + 1) if full.startswith("Answer:\n") else full.index("\n") + 1
+        assert parse_oneword(full[:cut], OPTS, 0) == parse_oneword(full, OPTS, 0)
+
+
+def test_implicitbbq_parse_stage_resumes_and_feeds_the_summary(tiny_lm, tmp_path, one_torch_thread):
+    from probe.runs.task_run import run_task
+    from probe.tasks import get
+
+    task = get("implicitbbq")
+    cfg = task.make_config({"strategies": ["zero_shot"], "context_kinds": ["explicit"],
+                            "per_cell": {"zero_shot": 1}, "dimensions": ["age"], "parse_max_new_tokens": 3,
+                            "n_boot": 20})
+    out = tmp_path / "run"
+    e = run_task(task, cfg, tiny_lm, output=out, options=RunOptions(progress=False))
+    lines = (out / "parsed.jsonl").read_text().splitlines()
+    assert len(lines) == len(e.records) > 0
+    first = json.loads(lines[0])
+    total = sum(first["probs"].values()) + first["rejected"] + first["residual"]
+    assert abs(total - 1) < 1e-6 and first["parser"].startswith("implicitbbq-oneword/1:")
+    assert first["top"] and first["top"][0]["mass"] >= first["top"][-1]["mass"]
+    pp = e.summary["paper_parsed"]
+    assert pp["n"] == len(lines) and pp["max_residual"] <= 0.01 + 1e-12
+    assert "table2_paper_parsed_T0.1" in e.tables
+    before = (out / "parsed.jsonl").read_bytes()
+    run_task(task, cfg, tiny_lm, output=out, options=RunOptions(progress=False))  # resume: nothing new
+    assert (out / "parsed.jsonl").read_bytes() == before
+    off = run_task(task, task.make_config({**{k: getattr(cfg, k) for k in ("strategies", "context_kinds",
+                                                                          "per_cell", "dimensions")},
+                                           "parse_exact": False, "n_boot": 20}), tiny_lm,
+                   options=RunOptions(progress=False))
+    assert not off.summary["paper_parsed"]
+
+
+def test_cmp_iso_parse_stage_gives_the_k_sample_gap(tiny_lm, one_torch_thread):
+    from probe.runs.task_run import run_task
+    from probe.tasks import get
+
+    task = get("cmp_iso")
+    cfg = task.make_config({"benchmarks": ["stereoset"], "max_pairs": 1,
+                            "settings": [{"reasoning": "direct", "neutral": False}],
+                            "parse_max_new_tokens": 2, "parse_max_nodes": 16})
+    e = run_task(task, cfg, tiny_lm, options=RunOptions(progress=False))
+    pp = e.summary["paper_parsed"]
+    assert pp["settings"]["k"] == 25 and pp["n_prompts"] == 4
+    cells = {(c["task_type"], c["benchmark"]) for c in pp["by_cell"]}
+    assert cells == {("iso", "stereoset"), ("cmp", "stereoset")}
+    assert all(-1 <= c["pg"] <= 1 for c in pp["by_cell"])
+    assert "pg_paper_parsed" in e.tables
