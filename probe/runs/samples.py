@@ -247,6 +247,24 @@ class SampleLog:
         self._put(new)
         return len(new)
 
+    def write_parsed(self, requests: Sequence[Any], parsed: Mapping[str, Mapping[str, Any]]) -> int:
+        """Log the parse stage (``id#parsed``): the generation prompt, the sampling, the parser, and the
+        most probable enumerated generations with their mass and answer, when not logged yet."""
+        done = self._done()
+        new = []
+        for r in requests:
+            sid = f"{r.id}#parsed"
+            d = parsed.get(r.id)
+            if sid in done or d is None:
+                continue
+            new.append({"id": sid, "task": self.task, "kind": "parse", "record_id": r.id, "prompt": r.prompt,
+                        "temperature": r.temperature, "top_p": r.top_p, "max_new_tokens": r.max_new_tokens,
+                        "parser": r.parser_name, "generations": list(d.get("top", [])),
+                        "probs": dict(d.get("probs", {})), "rejected": d.get("rejected"),
+                        "residual": d.get("residual")})
+        self._put(new)
+        return len(new)
+
     def samples(self, ids: Sequence[str] | None = None) -> list[dict[str, Any]]:
         """The logged samples (of ``ids``, in that order; else all, in file order)."""
         if self.path is None:

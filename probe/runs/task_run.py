@@ -157,6 +157,14 @@ def _run_task(task: Task, config: Any, model: Any, out: Path | None, limit: int 
         parse_requests = task.parse_requests(config, items, lm.tokenizer)
         parsed = runner.parse(parse_requests, out / "parsed.jsonl" if out else None, task=task.name) \
             if parse_requests else {}
+        if parsed and options.log_samples and runner.procs.is_main and runner.shard is None:
+            plog = _sample_log(runner, task.name, out, gen_requests, generations)
+            try:
+                plog.write_parsed(parse_requests, parsed)
+                if samples is not None:
+                    samples += plog.samples([f"{r.id}#parsed" for r in parse_requests])
+            finally:
+                plog.close()
         agreement = _greedy_agreement(runner, requests, records, out, task.name, options.agreement_tokens)
         if runner.shard is not None:  # every shard set is complete: one plain run folds them and reports
             from probe.runs.shard_set import ShardDone

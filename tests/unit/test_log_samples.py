@@ -272,9 +272,12 @@ def test_every_task_logs_every_request(name, tiny_lm, tmp_path, shared_data, mon
     samples = read_samples(out)
     ids = [s["id"] for s in samples]
     assert len(ids) == len(set(ids)), "a sample logged twice"
-    scored = [s for s in samples if s["kind"] != "generation"]
+    scored = [s for s in samples if s["kind"] not in ("generation", "parse")]
     assert sorted(s["id"] for s in scored) == sorted(e.records["id"])  # one per record, no more
-    assert [s["id"] for s in e.samples] == list(e.records["id"]) + [s["id"] for s in samples if s["kind"] == "generation"]
+    parse = [s for s in samples if s["kind"] == "parse"]  # the enumerated generations of the parse stage
+    assert all(s["id"] == s["record_id"] + "#parsed" and s["record_id"] in set(e.records["id"]) for s in parse)
+    assert [s["id"] for s in e.samples] == (list(e.records["id"]) + [s["id"] for s in samples if s["kind"] == "generation"]
+                                            + [s["id"] for s in parse])
     assert {s["task"] for s in samples} == {name}
     for s in scored:
         r, enc, tok = encoded[s["id"]]

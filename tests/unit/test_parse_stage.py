@@ -86,3 +86,20 @@ def test_cmp_iso_parse_stage_gives_the_k_sample_gap(tiny_lm, one_torch_thread):
     assert cells == {("iso", "stereoset"), ("cmp", "stereoset")}
     assert all(-1 <= c["pg"] <= 1 for c in pp["by_cell"])
     assert "pg_paper_parsed" in e.tables
+
+
+def test_log_samples_holds_the_top_enumerated_generations(tiny_lm, tmp_path, one_torch_thread):
+    from probe.runs.task_run import run_task
+    from probe.tasks import get
+
+    task = get("implicitbbq")
+    cfg = task.make_config({"strategies": ["zero_shot"], "context_kinds": ["implicit"], "per_cell": {"zero_shot": 1},
+                            "dimensions": ["gender"], "parse_max_new_tokens": 2, "n_boot": 20})
+    out = tmp_path / "run"
+    e = run_task(task, cfg, tiny_lm, output=out, options=RunOptions(progress=False, log_samples=True))
+    lines = [json.loads(x) for x in (out / "samples.jsonl").read_text().splitlines()]
+    parsed = [x for x in lines if x.get("kind") == "parse"]
+    assert len(parsed) == len(e.records) and all(x["id"].endswith("#parsed") for x in parsed)
+    g = parsed[0]["generations"]
+    assert g and {"text", "mass", "answer"} <= set(g[0]) and parsed[0]["prompt"]
+    assert sum(1 for s in e.samples if s.get("kind") == "parse") == len(parsed)
