@@ -449,7 +449,7 @@ class _CmpIso(_Adapter):
         cfg = task.make_config({"benchmarks": list(self.benchmarks), "max_pairs": max_pairs, "seed": seed,
                                 "settings": [dict(x) for x in self.settings_list],
                                 "parse_max_new_tokens": int(self.settings["max_new_tokens"]),
-                                "parse_max_nodes": 1024})
+                                "parse_max_nodes": 256})
         items = list(task.select(cfg, task.items(cfg), None))
         tok = runner.lm.tokenizer
         reqs = task.requests(cfg, items, tok)
