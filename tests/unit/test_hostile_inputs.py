@@ -976,6 +976,7 @@ def test_a_file_named_like_a_task_does_not_shadow_it(tmp_path, monkeypatch, caps
         raise ProbeError(f"would run task {task.name}")
 
     monkeypatch.setattr("probe.runs.task_run.run_task", stop)
+    monkeypatch.setattr("probe.runs.multi.run_task", stop, raising=False)
     assert main(["run", "demo", "--limit", "1", "--output", str(tmp_path / "o")]) == 1
     _one_line_error(capsys, "would run task demo")
 
