@@ -91,8 +91,9 @@ class Engine:
         self.forward_passes += 1
         return self.decoder(**kwargs)
 
-    def run_prefixes(self, prefixes: list[tuple[int, ...]]) -> tuple[Any, torch.Tensor]:
-        """Left-padded pass over sequences starting at position 0; returns the KV cache and its attention mask."""
+    def run_prefixes(self, prefixes: list[tuple[int, ...]], with_hidden: bool = False) -> tuple:
+        """Left-padded pass over sequences starting at position 0; returns the KV cache and its attention mask
+        (``with_hidden``: and the last hidden states ``[rows, width, d_model]``)."""
         from transformers import DynamicCache
 
         width = max(len(p) for p in prefixes)
@@ -112,6 +113,8 @@ class Engine:
             use_cache=True,
             **cache_kwargs(self.decoder, cache),
         )
+        if with_hidden:
+            return output_cache(out), mask, out.last_hidden_state
         return output_cache(out), mask
 
     def run_segments(

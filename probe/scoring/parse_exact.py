@@ -318,26 +318,11 @@ class _Enumerator:
     def _prefill(self, prompts: list[tuple[int, ...]], parsers: list[Parser],
                  decideds: list[Callable[[str], bool] | None]) -> list[_State]:
         """Run the prompts once (left-padded), keep each one's cache and queue its first tokens."""
-        import torch
-        from transformers import DynamicCache
-
-        from probe.hf_compat import cache_kwargs, output_cache
-
         eng = self.engine
         width = max(len(p) for p in prompts)
-        ids = torch.full((len(prompts), width), eng.pad_id, dtype=torch.long)
-        mask = torch.zeros((len(prompts), width), dtype=torch.long)
-        pos = torch.zeros((len(prompts), width), dtype=torch.long)
-        for i, p in enumerate(prompts):
-            ids[i, width - len(p):] = torch.tensor(p)
-            mask[i, width - len(p):] = 1
-            pos[i, width - len(p):] = torch.arange(len(p))
-        eng.tokens_run += sum(len(p) for p in prompts)
-        out = eng._decoder(input_ids=ids.to(eng.device), attention_mask=mask.to(eng.device),
-                           position_ids=pos.to(eng.device), use_cache=True,
-                           **cache_kwargs(eng.decoder, DynamicCache(config=eng.model.config)))
-        kvs = _stack_cache(output_cache(out))  # [2, L, B, H, W, D]
-        logits = eng.logits(out.last_hidden_state[:, -1])
+        cache, _mask, hidden = eng.run_prefixes(list(prompts), with_hidden=True)
+        kvs = _stack_cache(cache)  # [2, L, B, H, W, D]
+        logits = eng.logits(hidden[:, -1])
         states = []
         for b, (p, parser, dec) in enumerate(zip(prompts, parsers, decideds)):
             kv = kvs[:, :, b, :, width - len(p):, :].clone()  # the prompt's own positions, padding dropped
