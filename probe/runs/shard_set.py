@@ -155,6 +155,7 @@ def score_shard(runner: Any, requests: Sequence[Any], output: Path, shard: Shard
                 bar.update(len(recs))
         if bar:
             bar.close()
+    path.touch(exist_ok=True)  # a shard dealt no chunk (fewer chunks than shards) still leaves its (empty) file
     write_json_atomic(man, {**manifest, "complete": True, "timing": _add_timing(earlier.get("timing", {}), runner.timing),
                             "engine": _add_counts(earlier.get("engine", {}),
                                                   _diff(_engine_counts(runner), stats_before))})

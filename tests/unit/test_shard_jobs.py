@@ -258,3 +258,15 @@ def test_activation_shards_of_another_setting_are_refused(tmp_path, acts_model, 
     assert main([*argv, "--layers", "0", "--shard", "1/2"]) == 0
     assert main([*argv, "--layers", "1"]) == 1  # other hooks than the shards recorded
     assert "refusing to merge it" in capsys.readouterr().err
+
+
+def test_a_shard_dealt_no_chunk_still_completes_the_set(tmp_path, model_dir):
+    """Fewer chunks than shards: the shard with nothing to score leaves an empty file and the set folds."""
+    inp = write_items(tmp_path / "items.jsonl", score_items(6))
+    one = tmp_path / "one.jsonl"
+    assert _score(model_dir, inp, one) == 0
+    out = tmp_path / "sharded.jsonl"
+    for i in range(4):  # 6 items in chunks of 4: 2 chunks for 4 shards
+        assert _score(model_dir, inp, out, "--shard", f"{i}/4") == 0
+    assert _score(model_dir, inp, out) == 0
+    assert out.read_bytes() == one.read_bytes()
