@@ -365,15 +365,7 @@ def score_sharded(runner: Any, requests: Sequence[Any], output: Path, procs: Pro
             bar = tqdm(total=sum(str(r.id) not in done for p in todo for r in p), unit="item",
                        desc=f"scoring (rank 0 of {procs.world_size}) -> {output.name}")
         with RecordWriter(path) as writer:
-            for part in todo:
-                # A chunk is scored whole even when part of it is recorded, as in
-                # one process, so its batches (and hence its numbers) are the same.
-                recs = [rec for rec in make(part) if str(rec["id"]) not in done]
-                before = len(writer.done)
-                writer.write_many(recs)
-                scored += len(writer.done) - before
-                if bar:
-                    bar.update(len(recs))
+            scored += write_chunks(writer, todo, make, done, bar)
         if bar:
             bar.close()
     procs.barrier()  # every shard is complete and closed
@@ -436,3 +428,20 @@ def shared_records(output: Path, procs: Processes) -> list[dict]:
     import json
 
     return [json.loads(line) for line in data.decode("utf-8").splitlines() if line.strip()]
+
+
+def write_chunks(writer: Any, todo: Sequence[list], make: Callable[[list], Iterable[dict]], done: set[str],
+                 bar: Any = None) -> int:
+    """Score each chunk of ``todo`` whole and append its records not in ``done``; returns how many were added.
+
+    A chunk is scored whole even when part of it is recorded, as in one process, so its batches (and hence
+    its numbers) are the same."""
+    scored = 0
+    for part in todo:
+        recs = [rec for rec in make(part) if str(rec["id"]) not in done]
+        before = len(writer.done)
+        writer.write_many(recs)
+        scored += len(writer.done) - before
+        if bar:
+            bar.update(len(recs))
+    return scored

@@ -107,7 +107,7 @@ def score_shard(runner: Any, requests: Sequence[Any], output: Path, shard: Shard
     """
     from probe.io import RecordWriter, read_records, write_json_atomic
     from probe.runs.resume import check_input
-    from probe.runs.shard import rank_chunks, record_order, shard_path
+    from probe.runs.shard import rank_chunks, record_order, shard_path, write_chunks
 
     if runner.procs.distributed:
         raise ProbeError(f"--shard {shard} runs one process of a job array, without a process group; under "
@@ -146,13 +146,7 @@ def score_shard(runner: Any, requests: Sequence[Any], output: Path, shard: Shard
 
             bar = tqdm(total=sum(str(r.id) not in done for p in todo for r in p), unit="req",
                        desc=f"shard {shard} -> {path.name}", file=sys.stderr)
-        for part in todo:
-            recs = [rec for rec in make(part) if str(rec["id"]) not in done]
-            before = len(writer.done)
-            writer.write_many(recs)
-            scored += len(writer.done) - before
-            if bar:
-                bar.update(len(recs))
+        scored += write_chunks(writer, todo, make, done, bar)
         if bar:
             bar.close()
     path.touch(exist_ok=True)  # a shard dealt no chunk (fewer chunks than shards) still leaves its (empty) file
