@@ -265,6 +265,14 @@ def _entry(details: Mapping[str, Any], spec: Mapping[str, float]) -> Mapping[str
     return None
 
 
+def _parse_stats(parsed: Mapping[str, Mapping[str, Any]]) -> dict[str, float]:
+    """The enumeration's largest and mean residual, mean forward tokens and mean rejected mass per prompt."""
+    d = list(parsed.values())
+    return {"max_residual": max(x["residual"] for x in d), "mean_residual": float(np.mean([x["residual"] for x in d])),
+            "mean_nodes": float(np.mean([x["nodes"] for x in d])),
+            "mean_rejected": float(np.mean([x["rejected"] for x in d]))}
+
+
 def _label_ids(tokenizer: Any, forms: Sequence[str]) -> set[int]:
     out = set()
     for f in forms:
@@ -386,10 +394,7 @@ class _ImplicitBBQ(_Adapter):
         records = runner.score(reqs, None, task="implicitbbq", sampling=(spec,))
         parse_reqs = {p.id: p for p in task.parse_requests(cfg, items, tok)}
         parsed = runner.parse([parse_reqs[r.id] for r in reqs], None, task="implicitbbq")
-        self.parse_stats = {"max_residual": max(d["residual"] for d in parsed.values()),
-                            "mean_residual": float(np.mean([d["residual"] for d in parsed.values()])),
-                            "mean_nodes": float(np.mean([d["nodes"] for d in parsed.values()])),
-                            "mean_rejected": float(np.mean([d["rejected"] for d in parsed.values()]))}
+        self.parse_stats = _parse_stats(parsed)
         cases = []
         for req, rec in zip(reqs, records):
             e = _entry(rec.details, spec)
@@ -457,10 +462,7 @@ class _CmpIso(_Adapter):
         records = runner.score(reqs, None, task="cmp_iso", sampling=(spec,))
         preqs = {p.id: p for p in task.parse_requests(cfg, items, tok)}
         parsed = runner.parse([preqs[r.id] for r in reqs], None, task="cmp_iso")
-        self.parse_stats = {"max_residual": max(d["residual"] for d in parsed.values()),
-                            "mean_residual": float(np.mean([d["residual"] for d in parsed.values()])),
-                            "mean_nodes": float(np.mean([d["nodes"] for d in parsed.values()])),
-                            "mean_rejected": float(np.mean([d["rejected"] for d in parsed.values()]))}
+        self.parse_stats = _parse_stats(parsed)
         cases = []
         for req, rec in zip(reqs, records):
             e = _entry(rec.details, spec)

@@ -103,7 +103,7 @@ def parse_exact(
     *,
     max_new_tokens: int,
     parser: Parser | Sequence[Parser],
-    decided: Callable[[str], bool] | Sequence[Callable[[str], bool]] | None = None,
+    decided: Callable[[str], bool] | Sequence[Callable[[str], bool] | None] | None = None,
     residual: float = 0.01,
     max_nodes: int | None = None,
     prune: float | None = None,
@@ -502,12 +502,8 @@ def run_parse_requests(lm: Any, requests: Sequence[ParseRequest], *, batch_size:
     for (t, p, max_new, residual, max_nodes), idx in groups.items():
         res = parse_exact(lm, [requests[i].prompt for i in idx], SamplingSpec(t, p), max_new_tokens=max_new,
                           parser=[requests[i].parser for i in idx],
-                          decided=[requests[i].decided or _never for i in idx], residual=residual,
+                          decided=[requests[i].decided for i in idx], residual=residual,
                           max_nodes=max_nodes, batch_size=batch_size, top=top, progress=progress)
         for i, d in zip(idx, res):
             out[i] = d
     return out  # type: ignore[return-value]
-
-
-def _never(text: str) -> bool:
-    return False
