@@ -103,3 +103,14 @@ def test_log_samples_holds_the_top_enumerated_generations(tiny_lm, tmp_path, one
     g = parsed[0]["generations"]
     assert g and {"text", "mass", "answer"} <= set(g[0]) and parsed[0]["prompt"]
     assert sum(1 for s in e.samples if s.get("kind") == "parse") == len(parsed)
+
+
+@pytest.mark.parametrize("task,key,value", [("cmp_iso", "parse_k", 0), ("cmp_iso", "parse_residual", 1.5),
+                                            ("cmp_iso", "parse_max_nodes", 0), ("implicitbbq", "parse_residual", 2),
+                                            ("implicitbbq", "parse_max_new_tokens", 0)])
+def test_parse_settings_are_checked_before_any_work(task, key, value):
+    from probe.errors import ProbeError
+    from probe.tasks import get
+
+    with pytest.raises((ProbeError, ValueError), match=key):
+        get(task).make_config({key: value})
