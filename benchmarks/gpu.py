@@ -356,6 +356,11 @@ def shape_part(args: argparse.Namespace, tok: Any, device: str, peaks: dict[str,
                 row["oom"] = oom_part(lm, reqs, bbq["_results"], device)
             except Exception as exc:  # noqa: BLE001 - report it; the other parts still run
                 row["oom"] = {"skipped": f"failed: {type(exc).__name__}: {str(exc)[:300]}"}
+        if args.profile:
+            from gpu_extra import profile_part
+
+            row["profile"] = [profile_part(lm, reqs, device, "bbq"), profile_part(lm, hbb["sg"], device, "hbb_sg")]
+            checkpoint(args, {"profile": row["profile"], "oom": row.get("oom")})
         if args.parse_exact:
             from gpu_extra import parse_part
 
@@ -491,6 +496,10 @@ def summary_lines(res: dict[str, Any]) -> list[str]:
                              f"tokens; results identical {oom['identical']}/{oom['n']}, max |delta| "
                              f"{oom['max_abs_diff']:.2e} (vs same caps from the start: identical "
                              f"{oom['identical_same_caps']}/{oom['n']})"))
+            for pr in row.get("profile", []):
+                lines.append(f"  profile {pr['label']}: {pr['wall_s']:.2f} s wall, kernels {pr['device_kernel_s']:.2f} s "
+                             f"(device busy {pr['device_busy_share'] or 0:.0%}); top device ops "
+                             + ", ".join(f"{k} {t:.2f}s" for k, t, _ in pr["top_device_ops"][:4]))
             for pe in row.get("parse_exact", {}).get("rows", []):
                 lines.append(f"  parse_exact T={pe['T']} top-p {pe['top_p']}: {pe['parse_exact_nodes']} nodes, "
                              f"{pe['parse_exact_wall_s']:.2f} s vs K={pe['K']} sampling {pe['sampling_wall_s']:.2f} s "
@@ -560,6 +569,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                     "(first dtype): a too-large batch under a memory cap, compared with the normal run (gpu_extra.py)")
     ap.add_argument("--parse-exact", action="store_true", help="parse_exact vs K seeded samples on ImplicitBBQ "
                     "prompts, on each model measured (gpu_extra.py)")
+    ap.add_argument("--profile", action="store_true", help="torch.profiler over the BBQ and HBB-SG scoring: wall "
+                    "time against the summed kernel time (gpu_extra.py)")
     ap.add_argument("--parse-prompts", type=int, default=24)
     ap.add_argument("--parse-max-nodes", type=int, default=400)
     ap.add_argument("--parse-settings", default="0.1:1.0:20,0.8:0.9:20")

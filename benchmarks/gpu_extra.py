@@ -55,17 +55,22 @@ def _compare(a: list, b: list) -> tuple[int, float]:
     return same, worst
 
 
-def oom_part(lm: Any, reqs: list, reference: list, device: str, margin_gib: float = 2.0) -> dict[str, Any]:
-    """Score ``reqs`` with 100,000 rows / 50M tokens per pass under a memory cap of the weights + ``margin_gib``."""
+def oom_part(lm: Any, reqs: list, reference: list, device: str, margin_gib: float = 4.0) -> dict[str, Any]:
+    """Score ``reqs`` with 100,000 rows / 50M tokens per pass under a memory cap of what is allocated now (the
+    weights, mostly) + ``margin_gib``."""
     if not device.startswith("cuda"):
         return {"skipped": "needs a CUDA device (the cap is torch.cuda.set_per_process_memory_fraction)"}
     from probe.scoring import Scorer
 
+    import gc
+
+    gc.collect()
     torch.cuda.synchronize()
     torch.cuda.empty_cache()
     total = torch.cuda.get_device_properties(0).total_memory
     weights = sum(p.numel() * p.element_size() for p in lm.model.parameters())
-    cap = (weights + margin_gib * 2**30) / total
+    in_use = torch.cuda.memory_allocated()  # the weights and whatever earlier parts still hold
+    cap = (in_use + margin_gib * 2**30) / total
     torch.cuda.set_per_process_memory_fraction(min(cap, 1.0))
     try:
         scorer = Scorer(lm, batch_size=100_000, token_budget=50_000_000)
@@ -81,6 +86,7 @@ def oom_part(lm: Any, reqs: list, reference: list, device: str, margin_gib: floa
     identical, diff = _compare(results, reference)
     identical_caps, diff_caps = _compare(results, same_caps)
     return {"memory_cap_gib": round(cap * total / 2**30, 2), "weights_gib": round(weights / 2**30, 2),
+            "allocated_before_gib": round(in_use / 2**30, 2),
             "asked_rows": 100_000, "asked_tokens": 50_000_000, "back_offs": back_offs,
             "final_rows": rows, "final_tokens": tokens, "n": len(reqs), "all_scored": len(results) == len(reqs),
             "identical": identical, "max_abs_diff": diff,
@@ -98,3 +104,38 @@ def parse_part(lm: Any, args: Any, device: str) -> dict[str, Any]:
                      sync=sync)
     return {"prompts": len(preqs), "max_new_tokens": 10, "residual_target": 0.01,
             "max_nodes": args.parse_max_nodes, "rows": rows}
+
+
+def profile_part(lm: Any, reqs: list, device: str, label: str) -> dict[str, Any]:
+    """Where the time of scoring ``reqs`` goes: wall seconds against the summed device time of the kernels
+    (torch.profiler), and the operators that take the most device and host time."""
+    import time
+
+    from torch.profiler import ProfilerActivity, profile
+
+    from probe.scoring import Scorer
+
+    scorer = Scorer(lm, batch_size="auto", token_budget="auto")
+    scorer.score(reqs[: min(8, len(reqs))])  # warm-up
+    cuda = device.startswith("cuda")
+    acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
+    if cuda:
+        torch.cuda.synchronize()
+    with profile(activities=acts) as prof:
+        t = time.perf_counter()
+        scorer.score(reqs)
+        if cuda:
+            torch.cuda.synchronize()
+        wall = time.perf_counter() - t
+    events = prof.key_averages()
+
+    def dev(e: Any) -> float:
+        return float(getattr(e, "self_device_time_total", getattr(e, "self_cuda_time_total", 0.0)) or 0.0)
+
+    kernel_s = sum(dev(e) for e in events) / 1e6
+    top_dev = sorted(events, key=dev, reverse=True)[:8]
+    top_cpu = sorted(events, key=lambda e: e.self_cpu_time_total, reverse=True)[:8]
+    return {"label": label, "requests": len(reqs), "wall_s": wall, "device_kernel_s": kernel_s,
+            "device_busy_share": kernel_s / wall if wall else None,
+            "top_device_ops": [(e.key, round(dev(e) / 1e6, 4), e.count) for e in top_dev],
+            "top_host_ops": [(e.key, round(e.self_cpu_time_total / 1e6, 4), e.count) for e in top_cpu]}

@@ -61,7 +61,7 @@ cat "$OUT/env-$PART.txt"
 case "$PART" in
   shape)
     timeout "${SHAPE_TIMEOUT:-400}" python3 benchmarks/gpu.py --device "$DEVICE" --dtypes bfloat16 --real none \
-      --tokenizer "$KEEP/tokenizer" --oom --parse-exact --json "$OUT/shape.json" $EXTRA 2>&1 | tee "$OUT/shape.log"
+      --tokenizer "$KEEP/tokenizer" ${SHAPE_FLAGS:---oom --parse-exact} --json "$OUT/shape.json" $EXTRA 2>&1 | tee "$OUT/shape.log"
     ;;
   real)
     GG="$KEEP/SmolLM2-135M-Instruct.Q4_1.gguf"
