@@ -210,8 +210,15 @@ class Engine:
             finite = torch.isfinite(logits).all(dim=-1).tolist()
             norm = torch.logsumexp(logits, dim=-1)
             sampled = target_logprobs(logits, [w[2] for w in chunk], sampling) if sampling else []
+            # every target of the chunk gathered at once: one device-to-host copy per chunk, not per position
+            at = [k for k, w in enumerate(chunk) for _ in w[2]]
+            ks = torch.tensor(at, dtype=torch.long, device=logits.device)
+            ts = torch.tensor([t for w in chunk for t in w[2]], dtype=torch.long, device=logits.device)
+            flat = (logits[ks, ts] - norm[ks]).tolist()
+            first = 0
             for k, (i, _, targets) in enumerate(chunk):
-                lp = (logits[k, list(targets)] - norm[k]).tolist()
+                lp = flat[first : first + len(targets)]
+                first += len(targets)
                 out = outputs[i]
                 out.finite &= bool(finite[k])
                 if rows[i].label_ids and not out.label_logprobs and targets is rows[i].label_ids:

@@ -264,16 +264,20 @@ class Scorer:
             cache, mask, part = block[0]
             keep = [i for i, n in enumerate(part) if not n.is_leaf]
         else:
+            merged = None
             try:
-                cache, mask = self.engine.merge_caches(
+                merged = self.engine.merge_caches(
                     [(c, m, [i for i, n in enumerate(p) if not n.is_leaf]) for c, m, p in block])
             except torch.OutOfMemoryError:
+                pass  # recover below, once the exception (and the tensors its traceback pins) is gone
+            if merged is None:
                 # nothing of the block has run yet: descend from each pass's own cache instead
                 rows = sum(sum(not n.is_leaf for n in p) for _, _, p in block)
                 self._back_off(rows, rows * max(m.shape[1] for _, m, _ in block))
                 for item in block:
                     self._descend([item], outputs, bar)
                 return
+            cache, mask = merged
             keep = list(range(mask.shape[0]))
         internal = [n for _, _, p in block for n in p if not n.is_leaf]
         children = [(child, keep[i]) for i, n in enumerate(internal) for child in n.children]
@@ -281,43 +285,56 @@ class Scorer:
 
     def _run_top(self, part: list[Node]) -> list:
         """A left-padded pass over top-level shared segments; returns its cache for the subtrees."""
+        width = max(len(n.ids) for n in part)  # left-padded: token t of node b sits at column width - len + t
+        done = None
         try:
-            width = max(len(n.ids) for n in part)  # left-padded: token t of node b sits at column width - len + t
             with self._tap(part, lambda b, t: width - len(part[b].ids) + t):
-                cache, mask = self.engine.run_prefixes([n.ids for n in part])
+                done = self.engine.run_prefixes([n.ids for n in part])
         except torch.OutOfMemoryError:
             if len(part) == 1:
                 raise
+        if done is None:
+            # out of memory: the halves run after the except block, so the failed pass's tensors
+            # (held by the exception's traceback inside it) are freed first
             self._back_off(len(part), len(part) * width)
             k = len(part) // 2
             return self._run_top(part[:k]) + self._run_top(part[k:])
+        cache, mask = done
         return [(cache, mask, part)]
 
     def _run_pass(self, part: list[Node], cache, mask, parents, outputs, bar) -> list:
         """One forward pass over sibling segments: reads the leaves; returns the cache of the
         internal nodes (for their subtrees), if any."""
         keep = any(not n.is_leaf for n in part)
+        leaf_at = [i for i, n in enumerate(part) if n.is_leaf]
+        rows = [part[i].row for i in leaf_at]
+        done = None
         try:
             with self._tap(part, lambda b, t: t - part[b].start):  # right-padded segments from their start
                 hidden, cache2, mask2 = self.engine.run_segments(
                     [(n.ids, n.start) for n in part], cache=cache, prefix_mask=mask, cache_rows=parents,
                     keep_cache=keep)
+            # the read (head + float32 log-softmax at the scored positions) can run out of memory too
+            read = self.engine.read(hidden, rows, [part[i].start for i in leaf_at], leaf_at,
+                                    sampling=self._sampling) if leaf_at else []
+            done = (read, cache2, mask2)
+            del hidden
         except torch.OutOfMemoryError:
             if len(part) == 1:
                 raise
+        if done is None:
+            # out of memory: nothing of this pass was kept; the halves run after the except block, so
+            # the failed pass's tensors (held by the exception's traceback inside it) are freed first
             width = max(len(n.ids) - n.start for n in part) + (0 if mask is None else mask.shape[1])
             self._back_off(len(part), len(part) * width)
             k = len(part) // 2
             return (self._run_pass(part[:k], cache, mask, parents and parents[:k], outputs, bar)
                     + self._run_pass(part[k:], cache, mask, parents and parents[k:], outputs, bar))
-        leaf_at = [i for i, n in enumerate(part) if n.is_leaf]
-        if leaf_at:
-            rows = [part[i].row for i in leaf_at]
-            starts = [part[i].start for i in leaf_at]
-            for row, out in zip(rows, self.engine.read(hidden, rows, starts, leaf_at, sampling=self._sampling)):
-                outputs[(row.ids, row.score_from)] = out
-            if bar:
-                bar.update(len(rows))
+        read, cache2, mask2 = done
+        for row, out in zip(rows, read):
+            outputs[(row.ids, row.score_from)] = out
+        if bar and rows:
+            bar.update(len(rows))
         return [(cache2, mask2, part)] if keep else []
 
     def _passes(self, nodes: list[Node], cache_width: int) -> list[list[int]]:

@@ -225,3 +225,56 @@ def test_a_model_without_a_readable_config_falls_back_to_the_defaults(tiny_lm, m
     monkeypatch.setattr(memory, "free_bytes", lambda device: 10**10)
     p = plan(tiny_lm, "auto", "auto")
     assert (p.token_budget, p.bytes_per_token) == (memory.DEFAULT_TOKEN_BUDGET, None)
+
+
+def test_a_failed_pass_is_freed_before_its_halves_run(tiny_lm):
+    """On a GPU the tensors of a pass that ran out of memory are pinned by the exception's traceback
+    while its ``except`` block runs: the halves must run after it, or they start with that memory
+    still taken (and fail again down to one row)."""
+    import weakref
+
+    reqs = _requests(12)
+    want = Scorer(tiny_lm, batch_size=16).score(reqs)
+    scorer = Scorer(tiny_lm, batch_size=16)
+    held: list = []
+    alive_at_retry: list[bool] = []
+
+    def hook(module, args, kwargs):
+        if held:
+            alive_at_retry.append(held[-1]() is not None)
+        if kwargs["input_ids"].shape[0] > 4:  # a big pass: allocate, then fail as CUDA's allocator does
+            activation = torch.empty(1024, 1024)  # noqa: F841 - held by this frame, hence by the traceback
+            held.append(weakref.ref(activation))
+            raise torch.OutOfMemoryError("CUDA out of memory (simulated)")
+
+    handle = scorer.engine.decoder.register_forward_pre_hook(hook, with_kwargs=True)
+    try:
+        with pytest.warns(RuntimeWarning, match="out of memory"):
+            got = scorer.score(reqs)
+    finally:
+        handle.remove()
+    assert held and alive_at_retry and not any(alive_at_retry)
+    assert max(abs(a - b) for a, b in zip(_values(want), _values(got))) <= 1e-4
+
+
+def test_out_of_memory_in_the_read_is_backed_off_like_the_forward(tiny_lm):
+    """The head and float32 log-softmax at the scored positions run after the forward and can run out
+    of memory too: the pass is redone in halves, every row read once."""
+    reqs = _requests(12)
+    want = Scorer(tiny_lm, batch_size=16).score(reqs)
+    scorer = Scorer(tiny_lm, batch_size=16)
+    real_read = scorer.engine.read
+    refused = {"n": 0}
+
+    def read(hidden, rows, starts, index=None, sampling=()):
+        if len(rows) > 3:
+            refused["n"] += 1
+            raise torch.OutOfMemoryError("CUDA out of memory (simulated, in the read)")
+        return real_read(hidden, rows, starts, index, sampling=sampling)
+
+    scorer.engine.read = read
+    with pytest.warns(RuntimeWarning, match="out of memory"):
+        got = scorer.score(reqs)
+    assert refused["n"] >= 1 and scorer._row_cap < 16
+    assert [r.id for r in got] == [r.id for r in reqs]
+    assert max(abs(a - b) for a, b in zip(_values(want), _values(got))) <= 1e-4
