@@ -486,3 +486,39 @@ def test_authors_variations_loader_errors(tmp_path):
         load_authors_variations(_authors_csv(tmp_path / "b2.csv", [(0, "a", "b"), ("x", "a", "b")]))
     with pytest.raises(InputError, match=r"line 2.*s2.*empty"):
         load_authors_variations(_authors_csv(tmp_path / "b3.csv", [(0, "a", " ")]))
+
+
+def test_parse_exact_mcq_beside_the_first_token_estimator(tmp_path, tiny_lm, data):
+    """``parse_exact: true``: every distinct MCQ question's generations under the paper's sampling are
+    enumerated (parsed.jsonl), parsed with the choice)<answer> rule, and the paper's count from them sits
+    beside the first-token estimator, with the bound, the rejected share and how far the two differ."""
+    import math
+
+    task = get("hbb")
+    cfg = task.make_config(dict(data_dir=str(data), categories=("ses",), n_boot=20, swap_order=False, hbb_sg=False,
+                                parse_exact=True, parse_max_new_tokens=3, parse_max_nodes=12))
+    out = tmp_path / "run"
+    e = run_task(task, cfg, tiny_lm, output=out, options=RunOptions(progress=False))
+    parsed = [json.loads(x) for x in (out / "parsed.jsonl").read_text().splitlines()]
+    assert len(parsed) == e.summary["n_distinct_questions"] == 8
+    for d in parsed:  # the distribution's invariant
+        assert math.isclose(sum(d["probs"].values()) + d["rejected"] + d["residual"], 1.0, abs_tol=1e-6)
+    pp = e.summary["paper_parsed"]
+    assert pp["n_questions"] == 8 and pp["all"]["n"] == e.summary["n_instances"]
+    assert 0 <= pp["max_residual"] <= 1 and pp["mean_nodes"] <= 12
+    assert pp["expected_count_first_token"] == e.summary["paper_equivalent"]["all"]["expected_count"]
+    assert pp["settings"]["temperature"] == 0.8 and pp["settings"]["max_new_tokens"] == 3
+    assert "table1_paper_parsed" in e.tables
+    from probe.errors import ProbeError
+
+    with pytest.raises(ProbeError, match="parse_max_nodes must be a positive integer"):
+        task.make_config({"parse_max_nodes": 0})
+
+
+def test_hbb_choice_parser_reads_the_whole_output_for_refusals():
+    from probe.prompts.answer_parse import hbb_decided, parse_hbb_choice
+
+    assert parse_hbb_choice("a) The man. Sorry, I can't be sure") is None  # a later refusal undoes the letter
+    assert parse_hbb_choice("B. the woman", ("a", "b")) == 1 and parse_hbb_choice("c) x") is None
+    assert parse_hbb_choice("The answer is: (a)") == 0
+    assert not hbb_decided("a) The man") and hbb_decided("SORRY, I can't")

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Mapping, Sequence
 
 import numpy as np
 import pandas as pd
@@ -73,6 +74,10 @@ def hbb_summary(config: Any, instances: Sequence[Any], records: pd.DataFrame, in
     # paper samples the MCQ answers; HBB-SG reads perplexities, which the paper never samples
     if getattr(config, "paper_temperature", None) is not None and "hbb" in frames:
         summary["paper_equivalent"], paper_table = paper_equivalent(config, records, frames["hbb"])
+    parsed_table = None
+    if "parsed" in records.columns and records["parsed"].notna().any() and "hbb" in frames:
+        summary["paper_parsed"], parsed_table = paper_parsed(config, records, frames["hbb"],
+                                                             summary.get("paper_equivalent"))
     cs = None
     if crows is not None:
         summary["crows_pairs"] = crows
@@ -83,6 +88,8 @@ def hbb_summary(config: Any, instances: Sequence[Any], records: pd.DataFrame, in
                         crows_protocol=(crows or {}).get("table1_protocol"))
     if paper_table is not None:
         tables = {"table1_paper_equivalent": paper_table, **tables}
+    if parsed_table is not None:
+        tables = {"table1_paper_parsed": parsed_table, **tables}
     if "hbb" in frames:
         summary["label_mass"], tables["table6_label_mass"] = label_mass(records, frames["hbb"], thr,
                                                                         getattr(config, "mass_floor", 0.1))
@@ -172,6 +179,83 @@ def paper_equivalent(config: Any, records: pd.DataFrame, df: pd.DataFrame) -> tu
     settings = {**spec, "samples": n, "threshold": thr, "invalid": "drop",
                 "estimator": "expected count of the paper's S >= threshold over its sampled answers"}
     return {"settings": settings, "all": groups["all"], "by_category": by_category, "by_type": by_type}, table
+
+
+def parsed_question_probs(records: pd.DataFrame) -> pd.DataFrame:
+    """Per question (a)=s1 order), from its enumerated generations: the mass parsed as label a) / b)
+    (``pa_parsed``, ``pb_parsed``; the rest was refused, unparsable or not enumerated), ``residual``,
+    ``rejected`` and ``nodes``; questions without a distribution are left out."""
+    rows = []
+    for r, kind in zip(records.to_dict("records"), request_kinds(records)):
+        d = r.get("parsed")
+        if kind != "mcq" or not isinstance(d, Mapping):
+            continue
+        rows.append({"question_id": r["question_id"], "pa_parsed": float(d["probs"].get("0", 0.0)),
+                     "pb_parsed": float(d["probs"].get("1", 0.0)), "residual": float(d["residual"]),
+                     "rejected": float(d["rejected"]), "nodes": int(d["nodes"])})
+    cols = ["question_id", "pa_parsed", "pb_parsed", "residual", "rejected", "nodes"]
+    return pd.DataFrame(rows, columns=cols).set_index("question_id")
+
+
+def paper_parsed(config: Any, records: pd.DataFrame, df: pd.DataFrame,
+                 first_token: Mapping[str, Any] | None) -> tuple[dict, pd.DataFrame]:
+    """The paper's count from its own procedure: each question's generations under the paper's sampling,
+    parsed by the ``choice)<answer>`` rule (refusals are non-answers), enumerated exactly
+    (:func:`probe.scoring.parse_exact.parse_exact`); then the same N-sample estimator as
+    :func:`paper_equivalent`, with how far it lies from the first-token estimate.
+
+    Mass not enumerated (``residual``) is counted as a non-answer here, like a refusal: the per-question
+    P(a) and P(b) are certain to within it (``max_residual``)."""
+    from probe.metrics.hbb_sampling import sampled_count
+
+    qp = parsed_question_probs(records)
+    inst = df.assign(p1_a=qp["pa_parsed"].reindex(df.q1).to_numpy(), p1_b=qp["pb_parsed"].reindex(df.q1).to_numpy(),
+                     p2_a=qp["pa_parsed"].reindex(df.q2).to_numpy(), p2_b=qp["pb_parsed"].reindex(df.q2).to_numpy())
+    inst = inst[inst[["p1_a", "p1_b", "p2_a", "p2_b"]].notna().all(axis=1).to_numpy()]
+    n, thr = int(config.paper_samples), float(config.threshold)
+    spec = {"temperature": float(config.paper_temperature), "top_p": float(config.paper_top_p)}
+
+    def one(part: pd.DataFrame) -> dict:
+        return sampled_count(part.p1_a, part.p1_b, part.p2_a, part.p2_b, n_samples=n, threshold=thr,
+                             q1_ids=list(part.q1), q2_ids=list(part.q2)).to_dict()
+
+    overall = one(inst) if len(inst) else None
+    by_category = {str(c): one(g) for c, g in inst.groupby("category", sort=True)}
+    # the first-token estimator's P-hat(A) per question beside the parsed one (a)=s1 order)
+    from probe.tasks.hbb.join import sampled_question_probs
+
+    ft = sampled_question_probs(records, spec).reindex(qp.index)
+    phat_ft = ft["pa_paper"] / (ft["pa_paper"] + ft["pb_paper"])
+    phat_parsed = qp["pa_parsed"] / (qp["pa_parsed"] + qp["pb_parsed"])
+    diff = (phat_parsed - phat_ft).abs().dropna()
+    ft_all = (first_token or {}).get("all") or {}
+    stats = {"n_questions": int(len(qp)), "n_instances": int(len(inst)),
+             "max_residual": float(qp["residual"].max()) if len(qp) else math.nan,
+             "mean_residual": float(qp["residual"].mean()) if len(qp) else math.nan,
+             "mean_rejected": float(qp["rejected"].mean()) if len(qp) else math.nan,
+             "mean_nodes": float(qp["nodes"].mean()) if len(qp) else math.nan,
+             "mean_abs_diff_phat_a_vs_first_token": float(diff.mean()) if len(diff) else math.nan,
+             "max_abs_diff_phat_a_vs_first_token": float(diff.max()) if len(diff) else math.nan,
+             "expected_count_first_token": ft_all.get("expected_count")}
+    settings = {**spec, "samples": n, "threshold": thr, "max_new_tokens": int(config.parse_max_new_tokens),
+                "parser": "choice)<answer> at the start, after an optional answer cue; an output holding 'sorry' "
+                          "and \"can't\" is a non-answer (the authors' cleaning); probe.prompts.answer_parse",
+                "invalid": "drop (refusals, unparsable and not-enumerated mass)"}
+    ft_by_category = (first_token or {}).get("by_category") or {}
+    rows = []
+    for name, r in [*by_category.items(), ("all", overall)]:
+        if r is None:
+            continue
+        ref = ft_all if name == "all" else ft_by_category.get(name) or {}
+        rows.append({"group": name, "n": r["n"], "parsed expected count": round(r["expected_count"], 1),
+                     "parsed 5-95%": f"{r['count_q05']}-{r['count_q95']}",
+                     "first-token expected count": round(float(ref.get("expected_count", math.nan)), 1)})
+    table = pd.DataFrame(rows)
+    table.attrs["title"] = (f"HBB (a)=s1) count at S >= {thr:g} from the paper's procedure (T = {spec['temperature']:g}, "
+                            f"{n} samples, generations parsed), enumerated exactly, beside the first-token estimator; "
+                            f"largest mass not enumerated per question {stats['max_residual']:.3f}")
+    table.attrs["heading"] = "Table 1 from sampling + parsing"
+    return {"settings": settings, "all": overall, "by_category": by_category, **stats}, table
 
 
 def _sweep(df: pd.DataFrame, thresholds: Sequence[float]) -> dict[str, list]:

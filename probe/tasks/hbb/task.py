@@ -57,6 +57,14 @@ class HBBConfig(TaskConfig):
     paper_top_p: float = 1.0
     paper_samples: int = 10
     mass_floor: float = 0.1  # a question whose label mass is below this is "not answering" (Table 6 analogue)
+    # the paper's procedure computed exactly (probe.scoring.parse_exact): each MCQ question's generations under
+    # the paper's sampling, read by the choice)<answer> rule with the authors' refusal cleaning, beside the
+    # first-token estimator above; off by default (a refusal anywhere in the output undoes a read letter, so
+    # every branch runs to parse_max_new_tokens: far more forward tokens than the label scores)
+    parse_exact: bool = False
+    parse_max_new_tokens: int = 8
+    parse_residual: float = 0.01
+    parse_max_nodes: int | None = 256
 
     def __post_init__(self) -> None:
         if self.sample_concepts is not None and self.per_cell is not None:
@@ -69,6 +77,14 @@ class HBBConfig(TaskConfig):
         protocols(self.crows_protocol)
         if self.sg_n < 1:
             raise ValueError(f"sg_n must be >= 1, got {self.sg_n}")
+        if not isinstance(self.parse_max_new_tokens, int) or self.parse_max_new_tokens < 1:
+            raise ValueError(f"parse_max_new_tokens must be a positive integer, got {self.parse_max_new_tokens!r}")
+        if not (isinstance(self.parse_residual, (int, float)) and 0 <= self.parse_residual < 1):
+            raise ValueError(f"parse_residual must be in [0, 1), got {self.parse_residual!r}")
+        if self.parse_max_nodes is not None and (not isinstance(self.parse_max_nodes, int) or self.parse_max_nodes < 1):
+            raise ValueError(f"parse_max_nodes must be a positive integer or null, got {self.parse_max_nodes!r}")
+        if self.parse_exact and self.paper_temperature is None:
+            raise ValueError("parse_exact needs the paper's sampling (paper_temperature is null)")
         from probe.tasks.hbb.variations import SOURCES
 
         if self.sg_source not in SOURCES:
@@ -194,6 +210,32 @@ class HBBTask(Task):
                                    config.crows_protocol, tokenizer, swap_order=config.swap_order,
                                    chat_template=config.chat_template, system=config.system_prompt)
         return reqs
+
+    def parse_requests(self, config: HBBConfig, items: Sequence[Any], tokenizer: Any) -> list:
+        """With ``parse_exact``: each distinct MCQ question (a)=s1 order) generated under the paper's sampling
+        (T = 0.8, top-p 1) from the MCQ prompt and read by :func:`probe.prompts.answer_parse.parse_hbb_choice`;
+        the distribution goes to the question's MCQ record."""
+        if not (config.parse_exact and config.hbb) or config.paper_temperature is None:
+            return []
+        import functools
+
+        from probe.data.hbb import unique_questions
+        from probe.prompts.answer_parse import HBB_PARSER_VERSION, hbb_decided, parse_hbb_choice
+        from probe.prompts.hbb import mcq_requests
+        from probe.scoring.parse_exact import ParseRequest
+
+        out = []
+        for r in mcq_requests(unique_questions(items), tokenizer, chat_template=config.chat_template,
+                              system=config.system_prompt):
+            labels = tuple(r.labels)
+            out.append(ParseRequest(
+                id=r.id, prompt=r.prompt, max_new_tokens=config.parse_max_new_tokens,
+                temperature=float(config.paper_temperature), top_p=float(config.paper_top_p),
+                parser_name=f"{HBB_PARSER_VERSION}:" + ",".join(labels),
+                parser=functools.partial(parse_hbb_choice, labels=labels), decided=hbb_decided,
+                residual=float(config.parse_residual), max_nodes=config.parse_max_nodes,
+                meta={"kind": "mcq/parse", "question_id": r.meta.get("question_id")}))
+        return out
 
     def sampling(self, config: HBBConfig) -> tuple[dict, ...]:
         """The paper's answer sampling (T = 0.8), scored beside the exact label probabilities (HBB MCQ and
