@@ -15,7 +15,6 @@ pretrained=NAME``, ``--output_path``, ``--log_samples``, ``--batch_size``.
 from __future__ import annotations
 
 import argparse
-import re
 import sys
 from pathlib import Path
 from typing import Any
@@ -214,8 +213,8 @@ def run(args: argparse.Namespace) -> int:
     from probe.api import split_options
     from probe.errors import did_you_mean
     from probe.models.builtins import DEFAULT_MODEL
-    from probe.runs.multi import run_many, task_configs
-    from probe.runs.runner import options_from
+    from probe.runs.multi import run_many, slug, task_configs
+    from probe.runs.runner import RUN_KEYS, options_from
     from probe.tasks import get
 
     if args.target and args.tasks:
@@ -231,10 +230,7 @@ def run(args: argparse.Namespace) -> int:
     values: dict[str, Any] = read_config(Path(target)) if is_config else {"task": target}
     source = target if is_config else f"task {target!r}"
     values.update(parse_sets(args.sets))
-    cli = {k: v for k, v in vars(args).items() if v is not None and k in (
-        "device", "dtype", "load_in_8bit", "load_in_4bit", "device_map", "trust_remote_code", "batch_size",
-        "token_budget", "chunk_size", "score_cache", "threads", "progress", "agreement_tokens", "capture",
-        "backend", "log_samples", "allow_pickle_weights", "shard")}
+    cli = {k: v for k, v in vars(args).items() if v is not None and k in RUN_KEYS}
     margs = _model_args(args.model_args)
     bad = [k for k in margs if k not in MODEL_ARGS]
     if bad:
@@ -270,7 +266,7 @@ def run(args: argparse.Namespace) -> int:
     base = args.output or (Path(output) if output else None)
     many = len(names) > 1 or len(task_names) > 1
     if base is None:
-        base = Path("runs") / (f"{task_names[0]}_{_slug(names[0])}" if not many else "_".join(task_names))
+        base = Path("runs") / (f"{task_names[0]}_{slug(names[0])}" if not many else "_".join(task_names))
     done: list = []
 
     def report(evaluation: Any) -> None:
@@ -291,8 +287,3 @@ def run(args: argparse.Namespace) -> int:
             print("## Headline" + parts[1].split("\n## ", 1)[0])
         print(f"wrote the combined report: {result.report}/report.html, report.md, results.csv", file=sys.stderr)
     return 0
-
-
-def _slug(name: str) -> str:
-    """A model name or path as a directory name."""
-    return re.sub(r"[^A-Za-z0-9._-]+", "_", Path(name).name if "/" in name and Path(name).exists() else name).strip("_")
