@@ -319,22 +319,16 @@ def render_built(tokenizer: Any, built: BuiltPrompt) -> str:
     """The string to score: with a chat template the messages rendered as the authors do (a prefill:
     ``add_generation_prompt=False, continue_final_message=True``; a template without a system role
     gets the system text folded into the user turn); without one, ``built.plain``."""
-    from probe.prompts.chat import fold_system, render_prompt
+    from probe.prompts.chat import apply_template, has_chat_template, render_prompt
 
-    if not getattr(tokenizer, "chat_template", None):
+    if not has_chat_template(tokenizer):
         return built.plain if built.plain is not None else render_prompt(tokenizer, built.user, built.system,
                                                                           built.prefill)
     if built.prefill is None:
         return render_prompt(tokenizer, built.user, system=built.system)
     messages = ([{"role": "system", "content": built.system}] if built.system else []) + [
         {"role": "user", "content": built.user}, {"role": "assistant", "content": built.prefill}]
-    kw = {"tokenize": False, "add_generation_prompt": False, "continue_final_message": True}
-    try:
-        return tokenizer.apply_chat_template(messages, **kw)
-    except Exception as exc:  # jinja's TemplateError for "System role not supported" (Gemma)
-        if not built.system or "system" not in str(exc).lower():
-            raise
-    return tokenizer.apply_chat_template(fold_system(messages), **kw)
+    return apply_template(tokenizer, messages, add_generation_prompt=False, continue_final_message=True)
 
 
 def task_body(benchmark: str, task_type: str, variations: Variations | None = None) -> str:

@@ -14,7 +14,7 @@ import contextlib
 import dataclasses
 import math
 import warnings
-from typing import TYPE_CHECKING, Any, Iterable, Sequence as Seq
+from typing import TYPE_CHECKING, Any, Sequence as Seq
 
 import torch
 
@@ -152,18 +152,6 @@ class Scorer:
             d_model = int(getattr(self.engine.config, "hidden_size", 0) or 0)
             results = [dataclasses.replace(r, activations=taps.vectors(i, d_model)) for i, r in enumerate(results)]
         return results
-
-    def iter_score(self, requests: Iterable[Request], chunk_size: int = 256, progress: bool = False,
-                   sampling: Seq[SamplingSpec] = (), capture: Capturer | None = None) -> Iterable[list[Result]]:
-        """Score in chunks (for runs that record as they go); yields each chunk's results."""
-        chunk: list[Request] = []
-        for r in requests:
-            chunk.append(r)
-            if len(chunk) >= chunk_size:
-                yield self.score(chunk, progress=progress, sampling=sampling, capture=capture)
-                chunk = []
-        if chunk:
-            yield self.score(chunk, progress=progress, sampling=sampling, capture=capture)
 
     # -- planning and running ----------------------------------------------
     def rows(self, encoded: list[Encoded], extra: Seq[Row] = ()) -> list[Row]:
