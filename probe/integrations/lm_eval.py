@@ -159,7 +159,9 @@ class ProbeLM(HFLM):
         lm-eval's batch size: sequences per ``generate`` call (``int`` or ``auto``).
     score_batch_size, token_budget:
         most rows and padded tokens per scoring forward pass (the Scorer's; an
-        out-of-memory error halves the rows for the rest of the run).
+        out-of-memory error halves the rows for the rest of the run). ``auto``
+        (the default, as for ``probe run``): 16 rows / 8192 tokens on the CPU,
+        sized from free memory on a GPU (:func:`probe.scoring.memory.plan`).
     score_cache:
         a path: scores (and greedy flags) kept in a :class:`probe.scoring.cache.ScoreCache`
         keyed on the model fingerprint and exact token ids, so a rerun scores only new rows.
@@ -180,8 +182,8 @@ class ProbeLM(HFLM):
         dtype: str | None = None,
         batch_size: int | str | None = 1,
         max_batch_size: int | None = 64,
-        score_batch_size: int | str = 16,
-        token_budget: int | str = 8192,
+        score_batch_size: int | str = "auto",
+        token_budget: int | str = "auto",
         score_cache: str | None = None,
         share_prefixes: bool = True,
         load_in_8bit: bool = False,
