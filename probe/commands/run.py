@@ -21,24 +21,10 @@ from typing import Any
 
 from probe.commands.common import SHARD_HELP, positive_int_or_auto, shard_spec
 from probe.errors import ProbeError
+# The config file's rules live below the CLI (experiments read configs too); re-exported for callers of this module.
+from probe.runs.config import COMMAND_LINE_ONLY, RUN_LEVEL_KEYS, read_config, refuse_command_line_only
 
-#: config keys that are neither run options nor task fields
-RUN_LEVEL_KEYS = ("task", "model", "models", "output")
-
-#: keys only the command line (or the Python call) may set: a config file or --set is data, and data
-#: must not decide to run code shipped with a model folder
-COMMAND_LINE_ONLY = ("trust_remote_code", "allow_pickle_weights")
-
-
-def refuse_command_line_only(values: dict[str, Any], where: str) -> None:
-    """A :class:`ProbeError` when ``values`` (a config or ``--set``) holds a key only the command line may set."""
-    for key in COMMAND_LINE_ONLY:
-        if key in values:
-            flag = "--" + key.replace("_", "-")
-            raise ProbeError(f"{where}: {key} cannot be set here (running code shipped with a model folder must be "
-                             f"asked for on the command line); remove it and pass {flag} to `probe run` if you trust "
-                             "that code")
-
+__all__ = ["COMMAND_LINE_ONLY", "RUN_LEVEL_KEYS", "parse_sets", "read_config", "refuse_command_line_only"]
 
 def register(groups: dict) -> None:
     t = groups[""].add_parser("tasks", help="list the installed tasks (benchmarks), one line each")
@@ -163,25 +149,6 @@ def parse_sets(sets: list[str]) -> dict[str, Any]:
             raise ProbeError(f"--set {item!r}: the value is not valid YAML ({exc})") from None
     refuse_command_line_only(out, "--set")
     return out
-
-
-def read_config(path: Path) -> dict[str, Any]:
-    import yaml
-
-    if not path.is_file():
-        raise ProbeError(f"config not found: {path}")
-    try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8-sig")) or {}
-    except yaml.YAMLError as exc:
-        raise ProbeError(f"{path}: not valid YAML ({exc})") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ProbeError(f"{path}: cannot read the config ({exc})") from None
-    if not isinstance(data, dict):
-        raise ProbeError(f"{path}: a config is a mapping of keys to values, got {type(data).__name__}")
-    refuse_command_line_only(data, str(path))
-    if "task" not in data:
-        raise ProbeError(f"{path}: the config names no task; add e.g. `task: hbb` (tasks: `probe tasks`)")
-    return data
 
 
 def _model_args(text: str | None) -> dict[str, Any]:
