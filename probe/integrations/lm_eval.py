@@ -55,7 +55,8 @@ except ImportError as exc:  # pragma: no cover - exercised only without the extr
 
 import torch
 
-from probe.scoring.cache import ScoreCache, model_fingerprint
+from probe.models.fingerprint import model_fingerprint
+from probe.scoring.cache import ENGINE_VERSION, ScoreCache
 from probe.scoring.engine import Engine
 from probe.scoring.requests import ContinuationRequest
 from probe.scoring.scorer import Scorer
@@ -231,11 +232,12 @@ class ProbeLM(HFLM):
             self._join_processes(procs)
         self.pretrained = getattr(lm, "name", None) or str(pretrained)  # results/model_info name, not the object
         self.revision = getattr(lm, "revision", None) or "main"
-        cache = None
+        cache = fingerprint = None
         if score_cache:
-            cache = ScoreCache(score_cache, model_fingerprint(lm))
+            fingerprint = model_fingerprint(lm, ENGINE_VERSION)
+            cache = ScoreCache(score_cache, fingerprint)
         self.scorer = _TokenScorer(lm, batch_size=_int_or_auto(score_batch_size), token_budget=_int_or_auto(token_budget),
-                                   share_prefixes=_flag(share_prefixes), cache=cache)
+                                   share_prefixes=_flag(share_prefixes), cache=cache, fingerprint=fingerprint)
 
     def _join_processes(self, procs: Any) -> None:
         """Data parallelism as lm-eval's ``HFLM`` does it under ``accelerate launch``: rank and world size from

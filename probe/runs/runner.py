@@ -193,7 +193,8 @@ class Runner:
     def __init__(self, lm: Any, options: RunOptions | None = None) -> None:
         from probe.runs.shard import detect
         from probe.scoring import Scorer
-        from probe.scoring.cache import ScoreCache, combine_parts, fingerprint_parts
+        from probe.models.fingerprint import combine_parts, fingerprint_parts
+        from probe.scoring.cache import ENGINE_VERSION, ScoreCache
 
         self.options = options or RunOptions()
         threads = self.options.threads or default_threads(str(getattr(lm, "device", "cpu")))
@@ -213,10 +214,11 @@ class Runner:
         #: the activations of the last in-memory ``score(capture=...)`` (probe.activations.Activations)
         self.activations: Any = None
         self.lm = lm
-        self.fingerprint_parts = fingerprint_parts(lm)
+        self.fingerprint_parts = fingerprint_parts(lm, ENGINE_VERSION)
         self.fingerprint = combine_parts(self.fingerprint_parts)
         cache = ScoreCache(Path(self.options.score_cache).expanduser(), self.fingerprint) if self.options.score_cache else None
-        self.scorer = Scorer(lm, batch_size=self.options.batch_size, token_budget=self.options.token_budget, cache=cache)
+        self.scorer = Scorer(lm, batch_size=self.options.batch_size, token_budget=self.options.token_budget, cache=cache,
+                             fingerprint=self.fingerprint)
         #: seconds and request counts per request kind (``meta["kind"]`` or the request kind), this process
         self.timing: dict[str, dict[str, float]] = {}
         #: the work other processes did for this run, as ``{rank|shard, timing, engine}`` dicts: the other
