@@ -14,14 +14,14 @@ This front lives in ``probe.runs`` because it needs the Runner and the task
 registry, which sit above ``probe.analysis`` in the import layers.
 
 >>> # doctest: +SKIP
->>> from probe.runs import analyze
+>>> from probe.studies import analyze
 >>> table = analyze.steer("runs/bbq", layer=5, direction="mean-diff:context_condition=ambig,disambig",
 ...                       strengths=[-4, 0, 4], output="runs/bbq/steer")
 >>> table[["strength", "metric", "ci_low", "ci_high", "n"]]
 """
 
-from probe.runs.analyze.fronts import lens, patch, probes, steer
-from probe.runs.analyze.run import TaskRun, as_run, open_run, run_for
+from probe.studies.analyze.fronts import lens, patch, probes, steer
+from probe.studies.analyze.run import TaskRun, as_run, open_run, run_for
 from probe.runs.runner import RunOptions
 
 __all__ = ["RunOptions", "TaskRun", "as_run", "lens", "open_run", "patch", "probes", "run_for", "steer"]
