@@ -41,7 +41,7 @@ Edge cases (never a silent 0):
 ...         dict(context_condition="ambig", question_polarity="neg", label=2,
 ...              target_index=0, unknown_index=2, pred_index=2)]
 >>> m = bbq_metrics(recs)["argmax"]
->>> m["acc_amb"], m["bias_amb"]
+>>> float(m["acc_amb"]), float(m["bias_amb"])
 (0.5, 0.5)
 """
 
