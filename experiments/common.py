@@ -187,7 +187,7 @@ def _run_work(run_dir: Path) -> dict:
 def full_records(study_dir: Path, run: dict) -> int | None:
     """Records the paper-scale config makes, counted without a model (items x requests per item is
     taken from the quick run, so this counts items only)."""
-    from probe.commands.run import read_config
+    from probe.runs.config import read_config
     from probe.api import split_options
     from probe.tasks import get
 
@@ -225,7 +225,7 @@ def gpu_estimate(study_dir: Path, output: Path, quick_models: list[str]) -> dict
         work = _run_work(qdir)
         spec = run.get("quick", {})
         from probe.api import split_options
-        from probe.commands.run import read_config
+        from probe.runs.config import read_config
 
         qv = read_config((study_dir / "configs" / (spec.get("config") or run["config"])).resolve())
         task = get(qv.pop("task"))

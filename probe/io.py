@@ -292,6 +292,24 @@ def safe_name(text: Any, max_len: int = 80) -> str:
     return f"{slug}_{tag}" if slug else tag
 
 
+_SLUG = re.compile(r"[^A-Za-z0-9._-]+")
+
+
+def slug(text: str) -> str:
+    """``text`` as a readable name part: each run of characters other than letters, digits and ``. _ -``
+    becomes ``_``, with ``_`` trimmed at the ends; no hash, so the name reads back.
+
+    For names we choose (a model name in a run directory, a label in a table name). Text from data
+    that must never name a path or two different texts that must never meet: :func:`safe_name`.
+
+    >>> slug("HuggingFaceTB/SmolLM2-135M-Instruct")
+    'HuggingFaceTB_SmolLM2-135M-Instruct'
+    >>> slug("base (T=0.8)")
+    'base_T_0.8'
+    """
+    return _SLUG.sub("_", str(text)).strip("_")
+
+
 _TAG_START = re.compile(r"<(?=[A-Za-z/!?])")
 
 

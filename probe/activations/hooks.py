@@ -26,10 +26,9 @@ the CPU in float32, so memory stays bounded by ``batch x positions x d_model``.
 :func:`intervene` replaces a hook's output through a function; patching and
 steering are built on it.
 
->>> # doctest: +SKIP
->>> with capture(model, ["blocks.0.hook_resid_post"], lambda h: {"last": h[:, -1]}) as cap:
+>>> with capture(model, ["blocks.0.hook_resid_post"], lambda h: {"last": h[:, -1]}) as cap:  # doctest: +SKIP
 ...     model(input_ids)
->>> cap.pop()["blocks.0.hook_resid_post@last"].shape  # (batch, d_model)
+>>> cap.pop()["blocks.0.hook_resid_post@last"].shape  # (batch, d_model)  # doctest: +SKIP
 """
 
 from __future__ import annotations

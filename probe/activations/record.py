@@ -100,7 +100,8 @@ def record_items(lm: Any, items: Sequence[Any], output: Any, hook_names: Sequenc
     from probe.activations.scoring_capture import store_results
     from probe.activations.store import ActivationWriter
     from probe.scoring import Scorer
-    from probe.scoring.cache import combine_parts, fingerprint_parts
+    from probe.models.fingerprint import combine_parts, fingerprint_parts
+    from probe.scoring.cache import ENGINE_VERSION
     from probe.models.tl_adapter import backend_name
 
     backend = backend_name(lm.model)
@@ -109,7 +110,7 @@ def record_items(lm: Any, items: Sequence[Any], output: Any, hook_names: Sequenc
     spec = item_spec(items, hook_names, positions)
     scorer = Scorer(lm, batch_size=batch_size, token_budget=token_budget)
     check_items(scorer, items, requests, spec, source)
-    head = {"format": 1, "model_fingerprint": combine_parts(fingerprint_parts(lm))[:12], "hooks": list(spec.hooks),
+    head = {"format": 1, "model_fingerprint": combine_parts(fingerprint_parts(lm, ENGINE_VERSION))[:12], "hooks": list(spec.hooks),
             "positions": [p.name for p in spec.positions], "keys": spec.keys, "d_model": spec.check(lm.model),
             **(manifest or {}),
             "extra": {"model": lm.info() if hasattr(lm, "info") else {}, "backend": backend, "input": source}}

@@ -7,9 +7,8 @@ which depth the answer forms. At the last layer the lens *is* the model's
 output (tested), for models whose logits are ``lm_head(norm(h))`` (Gemma's
 final logit soft-capping is not applied here).
 
->>> # doctest: +SKIP
->>> lens = logit_lens(lm.model, lm.tokenizer, items)   # [n_items, n_layers, n_labels]
->>> lens.probs[:, -1]          # softmax over the labels at the last layer
+>>> lens = logit_lens(lm.model, lm.tokenizer, items)   # [n_items, n_layers, n_labels]  # doctest: +SKIP
+>>> lens.probs[:, -1]          # softmax over the labels at the last layer  # doctest: +SKIP
 """
 
 from __future__ import annotations

@@ -17,9 +17,8 @@ layer ``i``), and only the tokens from the patched position on are re-run
 Patching a prompt with its own activations changes nothing (tested: below
 1e-5, the float32 difference between a cached and an uncached forward).
 
->>> # doctest: +SKIP
->>> eff = patch_effects(lm.model, lm.tokenizer, target, source, label="A", positions=["last"])
->>> eff.shape    # (n_layers, n_positions)
+>>> eff = patch_effects(lm.model, lm.tokenizer, target, source, label="A", positions=["last"])  # doctest: +SKIP
+>>> eff.shape    # (n_layers, n_positions)  # doctest: +SKIP
 """
 
 from __future__ import annotations

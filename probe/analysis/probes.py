@@ -42,6 +42,8 @@ from sklearn.model_selection import GroupKFold
 from sklearn.pipeline import make_pipeline
 from sklearn.preprocessing import StandardScaler
 
+from probe.metrics.stats import cluster_bootstrap_ci
+
 
 class LinearProbe(ClassifierMixin, BaseEstimator):
     """Standardized L2 logistic regression.
@@ -124,22 +126,11 @@ def grouped_cv_predict(X: np.ndarray, y: np.ndarray, groups: np.ndarray, estimat
     return pred
 
 
-def cluster_bootstrap_ci(correct: np.ndarray, groups: np.ndarray, n_boot: int = 1000, level: float = 0.95,
-                         seed: int = 0) -> tuple[float, float]:
-    """Percentile CI of mean(correct), resampling whole groups (items of a group are not independent).
-
-    Returns ``(nan, nan)`` for empty input.
-    """
-    correct, groups = np.asarray(correct, dtype=float), np.asarray(groups)
-    if len(correct) == 0:
-        return float("nan"), float("nan")
-    _, inv = np.unique(groups, return_inverse=True)
-    sums, counts = np.bincount(inv, weights=correct), np.bincount(inv).astype(float)
-    g = len(sums)
-    w = np.random.default_rng(seed).multinomial(g, np.full(g, 1.0 / g), size=n_boot)
-    stats = (w @ sums) / (w @ counts)
-    a = (1 - level) / 2
-    return float(np.quantile(stats, a)), float(np.quantile(stats, 1 - a))
+def _accuracy_ci(correct: np.ndarray, groups: np.ndarray, n_boot: int, seed: int) -> tuple[float, float]:
+    """95% CI of the accuracy, resampling whole groups (the items of a group are not independent)."""
+    ci = cluster_bootstrap_ci(np.asarray(correct, dtype=float), list(np.asarray(groups)), {"acc": np.mean},
+                              n_boot=n_boot, seed=seed, draw="counts")
+    return ci["acc"]
 
 
 def control_labels(keys: Sequence[Any], y: np.ndarray, seed: int = 0) -> np.ndarray:
@@ -187,7 +178,7 @@ def evaluate_probe(X: np.ndarray, y: Sequence[Any], groups: Sequence[Any], contr
     pred = grouped_cv_predict(X, y, groups, estimator, n_splits)
     correct = pred == y
     acc = float(correct.mean())
-    lo, hi = cluster_bootstrap_ci(correct, groups, n_boot, seed=seed)
+    lo, hi = _accuracy_ci(correct, groups, n_boot, seed)
     _, counts = np.unique(y, return_counts=True)
     ctrl = float("nan")
     if control_keys is not None:
@@ -230,7 +221,7 @@ def transfer(X: np.ndarray, y: Sequence[Any], groups: Sequence[Any], domain: Seq
     if not correct:
         raise ValueError(f"transfer: no fold has both {train_domain!r} training and {test_domain!r} test rows")
     c, g = np.concatenate(correct), np.concatenate(test_groups)
-    lo, hi = cluster_bootstrap_ci(c, g, n_boot, seed=seed)
+    lo, hi = _accuracy_ci(c, g, n_boot, seed)
     _, counts = np.unique(y[dst], return_counts=True)
     nan = float("nan")
     return ProbeResult(float(c.mean()), lo, hi, float(counts.max() / counts.sum()), nan, nan, nan, nan,

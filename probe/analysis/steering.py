@@ -8,8 +8,7 @@ or from :func:`mean_difference`; :func:`steering_table` re-scores a benchmark
 for several strengths and reports the bias score and accuracy beside the
 unsteered run.
 
->>> # doctest: +SKIP
->>> with steer(model, layer=12, vector=direction, alpha=4.0):
+>>> with steer(model, layer=12, vector=direction, alpha=4.0):  # doctest: +SKIP
 ...     records = score_items(lm, items)
 """
 

@@ -7,7 +7,7 @@ ImplicitBBQ sample; :mod:`probe.analysis.representations`). ``--model`` and
 
 ``probe analyze steer|probes|lens|patch RUN_DIR ...`` analyse a task run
 (``probe run TASK --output RUN_DIR [--capture ...]``), or ``--task TASK``
-scored first (:mod:`probe.runs.analyze`; docs/activations.md, "Analyses on
+scored first (:mod:`probe.studies.analyze`; docs/activations.md, "Analyses on
 task runs"):
 
     probe analyze steer runs/bbq --layer 5 --direction mean-diff:context_condition=ambig,disambig \

@@ -1,4 +1,4 @@
-"""``probe analyze steer|probes|lens|patch``: analyses on a task run (:mod:`probe.runs.analyze`)."""
+"""``probe analyze steer|probes|lens|patch``: analyses on a task run (:mod:`probe.studies.analyze`)."""
 
 from __future__ import annotations
 
@@ -95,7 +95,7 @@ def _ints(text: str) -> list[int]:
 
 
 def _open(args: argparse.Namespace) -> Any:
-    from probe.runs import analyze
+    from probe.studies import analyze
 
     if (args.run_dir is None) == (args.task is None):
         raise ProbeError("give either RUN_DIR or --task TASK")
@@ -112,7 +112,7 @@ def _open(args: argparse.Namespace) -> Any:
 
 
 def _steer(args: argparse.Namespace) -> int:
-    from probe.runs import analyze
+    from probe.studies import analyze
 
     with _open(args) as run:
         table = analyze.steer(run, args.layer, args.direction, args.strengths, metric=args.metric,
@@ -124,7 +124,7 @@ def _steer(args: argparse.Namespace) -> int:
 
 
 def _probes(args: argparse.Namespace) -> int:
-    from probe.runs import analyze
+    from probe.studies import analyze
 
     with _open(args) as run:
         table = analyze.probes(run, args.target, args.layers, position=args.position, control=args.control,
@@ -137,7 +137,7 @@ def _probes(args: argparse.Namespace) -> int:
 
 
 def _lens(args: argparse.Namespace) -> int:
-    from probe.runs import analyze
+    from probe.studies import analyze
 
     if args.position != "last":
         raise ProbeError("the logit lens reads the scored position (last); --position does not apply")
@@ -150,7 +150,7 @@ def _lens(args: argparse.Namespace) -> int:
 
 
 def _patch(args: argparse.Namespace) -> int:
-    from probe.runs import analyze
+    from probe.studies import analyze
 
     kinds = [k.strip() for k in args.kinds.split(",")] if args.kinds else None
     with _open(args) as run:

@@ -15,31 +15,16 @@ pretrained=NAME``, ``--output_path``, ``--log_samples``, ``--batch_size``.
 from __future__ import annotations
 
 import argparse
-import re
 import sys
 from pathlib import Path
 from typing import Any
 
 from probe.commands.common import SHARD_HELP, positive_int_or_auto, shard_spec
 from probe.errors import ProbeError
+# The config file's rules live below the CLI (experiments read configs too); re-exported for callers of this module.
+from probe.runs.config import COMMAND_LINE_ONLY, RUN_LEVEL_KEYS, read_config, refuse_command_line_only
 
-#: config keys that are neither run options nor task fields
-RUN_LEVEL_KEYS = ("task", "model", "models", "output")
-
-#: keys only the command line (or the Python call) may set: a config file or --set is data, and data
-#: must not decide to run code shipped with a model folder
-COMMAND_LINE_ONLY = ("trust_remote_code", "allow_pickle_weights")
-
-
-def refuse_command_line_only(values: dict[str, Any], where: str) -> None:
-    """A :class:`ProbeError` when ``values`` (a config or ``--set``) holds a key only the command line may set."""
-    for key in COMMAND_LINE_ONLY:
-        if key in values:
-            flag = "--" + key.replace("_", "-")
-            raise ProbeError(f"{where}: {key} cannot be set here (running code shipped with a model folder must be "
-                             f"asked for on the command line); remove it and pass {flag} to `probe run` if you trust "
-                             "that code")
-
+__all__ = ["COMMAND_LINE_ONLY", "RUN_LEVEL_KEYS", "parse_sets", "read_config", "refuse_command_line_only"]
 
 def register(groups: dict) -> None:
     t = groups[""].add_parser("tasks", help="list the installed tasks (benchmarks), one line each")
@@ -166,25 +151,6 @@ def parse_sets(sets: list[str]) -> dict[str, Any]:
     return out
 
 
-def read_config(path: Path) -> dict[str, Any]:
-    import yaml
-
-    if not path.is_file():
-        raise ProbeError(f"config not found: {path}")
-    try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8-sig")) or {}
-    except yaml.YAMLError as exc:
-        raise ProbeError(f"{path}: not valid YAML ({exc})") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ProbeError(f"{path}: cannot read the config ({exc})") from None
-    if not isinstance(data, dict):
-        raise ProbeError(f"{path}: a config is a mapping of keys to values, got {type(data).__name__}")
-    refuse_command_line_only(data, str(path))
-    if "task" not in data:
-        raise ProbeError(f"{path}: the config names no task; add e.g. `task: hbb` (tasks: `probe tasks`)")
-    return data
-
-
 def _model_args(text: str | None) -> dict[str, Any]:
     """lm-eval's ``--model_args pretrained=NAME,dtype=float32,...`` as a dict (YAML values)."""
     import yaml
@@ -214,8 +180,8 @@ def run(args: argparse.Namespace) -> int:
     from probe.api import split_options
     from probe.errors import did_you_mean
     from probe.models.builtins import DEFAULT_MODEL
-    from probe.runs.multi import run_many, task_configs
-    from probe.runs.runner import options_from
+    from probe.runs.multi import run_many, slug, task_configs
+    from probe.runs.runner import RUN_KEYS, options_from
     from probe.tasks import get
 
     if args.target and args.tasks:
@@ -231,10 +197,7 @@ def run(args: argparse.Namespace) -> int:
     values: dict[str, Any] = read_config(Path(target)) if is_config else {"task": target}
     source = target if is_config else f"task {target!r}"
     values.update(parse_sets(args.sets))
-    cli = {k: v for k, v in vars(args).items() if v is not None and k in (
-        "device", "dtype", "load_in_8bit", "load_in_4bit", "device_map", "trust_remote_code", "batch_size",
-        "token_budget", "chunk_size", "score_cache", "threads", "progress", "agreement_tokens", "capture",
-        "backend", "log_samples", "allow_pickle_weights", "shard")}
+    cli = {k: v for k, v in vars(args).items() if v is not None and k in RUN_KEYS}
     margs = _model_args(args.model_args)
     bad = [k for k in margs if k not in MODEL_ARGS]
     if bad:
@@ -270,7 +233,7 @@ def run(args: argparse.Namespace) -> int:
     base = args.output or (Path(output) if output else None)
     many = len(names) > 1 or len(task_names) > 1
     if base is None:
-        base = Path("runs") / (f"{task_names[0]}_{_slug(names[0])}" if not many else "_".join(task_names))
+        base = Path("runs") / (f"{task_names[0]}_{slug(names[0])}" if not many else "_".join(task_names))
     done: list = []
 
     def report(evaluation: Any) -> None:
@@ -291,8 +254,3 @@ def run(args: argparse.Namespace) -> int:
             print("## Headline" + parts[1].split("\n## ", 1)[0])
         print(f"wrote the combined report: {result.report}/report.html, report.md, results.csv", file=sys.stderr)
     return 0
-
-
-def _slug(name: str) -> str:
-    """A model name or path as a directory name."""
-    return re.sub(r"[^A-Za-z0-9._-]+", "_", Path(name).name if "/" in name and Path(name).exists() else name).strip("_")

@@ -48,12 +48,12 @@ from probe.data.bbq_templates import (SlotFill, TemplateRow, answer_slot, fill_t
 from probe.data.implicit_text import (BoundTemplate, CueTable, PersonFix, cue_sentence, load_bound_templates,
                                       load_cue_table, load_exclusions, load_person_fixes, load_unknown_answers,
                                       person_agreement, person_rewrite)
-from probe.data.implicitbbq_match import PAPER_RECORDS, match_explicit
+# DIMENSIONS lives in implicitbbq_match (record_counts orders by it), so that module never imports this one.
+from probe.data.implicitbbq_match import DIMENSIONS, PAPER_RECORDS, match_explicit
 from probe.data.items import SETTINGS, BBQItem, setting_name
 
 __all__ = ["DIMENSIONS", "EXPLICIT_SETS", "PAPER_COUNTS", "build_implicitbbq", "count_table", "format_count_table"]
 
-DIMENSIONS = ("age", "gender", "region", "religion", "ses", "caste")
 #: The paper's totals (sections 3-4), in records (context x question) per condition; see
 #: :data:`probe.data.implicitbbq_match.PAPER_RECORDS`.
 PAPER_COUNTS = {"contexts_per_condition": PAPER_RECORDS["implicit_base"],

@@ -44,9 +44,11 @@ from typing import Any, Hashable, Iterable, Mapping, Sequence
 
 from probe.io import stable_hash
 
-__all__ = ["PAPER_RECORDS", "apportion", "format_record_counts", "match_explicit", "record_counts", "unit_of",
+__all__ = ["DIMENSIONS", "PAPER_RECORDS", "apportion", "format_record_counts", "match_explicit", "record_counts", "unit_of",
            "weights"]
 
+#: ImplicitBBQ's dimensions in the paper's order (re-exported by :mod:`probe.data.implicitbbq`).
+DIMENSIONS = ("age", "gender", "region", "religion", "ses", "caste")
 #: The paper's counts (sections 3-4), in records (context x question) per condition.
 #: "760 implicit contexts per condition" are also the "760 records" of its explicit remark;
 #: "~8k total test instances per condition" add the cue combinations; "~8.5k records of
@@ -194,8 +196,6 @@ def record_counts(items: Iterable[Any], full: Iterable[Any] | None = None) -> di
         for it in full:
             if it.context_condition == "ambig" and it.context_kind == "explicit":
                 full_counts[it.category] += 1
-    from probe.data.implicitbbq import DIMENSIONS
-
     out: dict[str, dict[str, int]] = {}
     for d in sorted(counts, key=lambda d: (DIMENSIONS.index(d) if d in DIMENSIONS else 99, d)):
         row = {"implicit_base": len(base[d]), "implicit": counts[d]["implicit"], "explicit": counts[d]["explicit"],

@@ -55,7 +55,8 @@ except ImportError as exc:  # pragma: no cover - exercised only without the extr
 
 import torch
 
-from probe.scoring.cache import ScoreCache, model_fingerprint
+from probe.models.fingerprint import model_fingerprint
+from probe.scoring.cache import ENGINE_VERSION, ScoreCache
 from probe.scoring.engine import Engine
 from probe.scoring.requests import ContinuationRequest
 from probe.scoring.scorer import Scorer
@@ -159,7 +160,9 @@ class ProbeLM(HFLM):
         lm-eval's batch size: sequences per ``generate`` call (``int`` or ``auto``).
     score_batch_size, token_budget:
         most rows and padded tokens per scoring forward pass (the Scorer's; an
-        out-of-memory error halves the rows for the rest of the run).
+        out-of-memory error halves the rows for the rest of the run). ``auto``
+        (the default, as for ``probe run``): 16 rows / 8192 tokens on the CPU,
+        sized from free memory on a GPU (:func:`probe.scoring.memory.plan`).
     score_cache:
         a path: scores (and greedy flags) kept in a :class:`probe.scoring.cache.ScoreCache`
         keyed on the model fingerprint and exact token ids, so a rerun scores only new rows.
@@ -180,8 +183,8 @@ class ProbeLM(HFLM):
         dtype: str | None = None,
         batch_size: int | str | None = 1,
         max_batch_size: int | None = 64,
-        score_batch_size: int | str = 16,
-        token_budget: int | str = 8192,
+        score_batch_size: int | str = "auto",
+        token_budget: int | str = "auto",
         score_cache: str | None = None,
         share_prefixes: bool = True,
         load_in_8bit: bool = False,
@@ -229,11 +232,12 @@ class ProbeLM(HFLM):
             self._join_processes(procs)
         self.pretrained = getattr(lm, "name", None) or str(pretrained)  # results/model_info name, not the object
         self.revision = getattr(lm, "revision", None) or "main"
-        cache = None
+        cache = fingerprint = None
         if score_cache:
-            cache = ScoreCache(score_cache, model_fingerprint(lm))
+            fingerprint = model_fingerprint(lm, ENGINE_VERSION)
+            cache = ScoreCache(score_cache, fingerprint)
         self.scorer = _TokenScorer(lm, batch_size=_int_or_auto(score_batch_size), token_budget=_int_or_auto(token_budget),
-                                   share_prefixes=_flag(share_prefixes), cache=cache)
+                                   share_prefixes=_flag(share_prefixes), cache=cache, fingerprint=fingerprint)
 
     def _join_processes(self, procs: Any) -> None:
         """Data parallelism as lm-eval's ``HFLM`` does it under ``accelerate launch``: rank and world size from

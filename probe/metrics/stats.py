@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import math
 import warnings
-from typing import Callable, Hashable, Mapping, Sequence
+from typing import Callable, Hashable, Literal, Mapping, Sequence
 
 import numpy as np
 from scipy import stats
@@ -104,6 +104,7 @@ def cluster_bootstrap_ci(
     n_boot: int = 2000,
     seed: int = 0,
     level: float = 0.95,
+    draw: Literal["ids", "counts"] = "ids",
 ) -> dict[str, tuple[float, float]]:
     """Percentile bootstrap CIs resampling whole clusters (the unit the items were drawn from).
 
@@ -115,9 +116,18 @@ def cluster_bootstrap_ci(
     :func:`bootstrap_ci` (fewer than 2 clusters, or fewer than half the
     resamples finite: ``(nan, nan)``).
 
+    ``draw`` picks how the random numbers become a resample; both are the same
+    bootstrap, they differ only in the stream they read from ``seed``:
+    ``"ids"`` draws the cluster ids one by one, clusters in order of first
+    appearance (the metrics' intervals); ``"counts"`` draws each cluster's
+    multiplicity at once from a multinomial over the sorted cluster ids (the
+    probe accuracies' intervals, :mod:`probe.analysis.probes`).
+
     >>> data = np.array([1.0, 1.0, 0.0, 0.0])
     >>> ci = cluster_bootstrap_ci(data, ["a", "a", "b", "b"], {"mean": np.mean}, n_boot=200)
     >>> ci["mean"]   # two clusters: every resample's mean is 0, 0.5 or 1
+    (0.0, 1.0)
+    >>> cluster_bootstrap_ci(data, ["a", "a", "b", "b"], {"mean": np.mean}, n_boot=200, draw="counts")["mean"]
     (0.0, 1.0)
     """
     arr = np.asarray(data)
@@ -127,19 +137,31 @@ def cluster_bootstrap_ci(
         raise ValueError(f"cluster_bootstrap_ci: level must be in (0, 1), got {level}")
     if n_boot < 1:
         raise ValueError(f"cluster_bootstrap_ci: n_boot must be >= 1, got {n_boot}")
-    rows: dict[Hashable, list[int]] = {}
-    for i, c in enumerate(clusters):
-        rows.setdefault(c, []).append(i)
-    members = [np.asarray(v) for v in rows.values()]
+    if draw not in ("ids", "counts"):
+        raise ValueError(f"cluster_bootstrap_ci: draw must be 'ids' or 'counts', got {draw!r}")
+    if draw == "counts":
+        _, inverse = np.unique(np.asarray(clusters), return_inverse=True)
+        members = [np.flatnonzero(inverse == j) for j in range(int(inverse.max()) + 1)] if len(inverse) else []
+    else:
+        rows: dict[Hashable, list[int]] = {}
+        for i, c in enumerate(clusters):
+            rows.setdefault(c, []).append(i)
+        members = [np.asarray(v) for v in rows.values()]
     nan2 = (math.nan, math.nan)
-    if len(members) < 2:
+    g = len(members)
+    if g < 2:
         return {name: nan2 for name in statistics}
     rng = np.random.default_rng(seed)
+    # "counts": one multinomial draw per resample gives every cluster's multiplicity.
+    weights = rng.multinomial(g, np.full(g, 1.0 / g), size=n_boot) if draw == "counts" else None
     boots = {name: np.empty(n_boot) for name in statistics}
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # empty denominators in a resample give NaN, dropped below
         for b in range(n_boot):
-            idx = np.concatenate([members[j] for j in rng.integers(0, len(members), len(members))])
+            if weights is None:
+                idx = np.concatenate([members[j] for j in rng.integers(0, g, g)])
+            else:
+                idx = np.concatenate([np.tile(members[j], k) for j, k in enumerate(weights[b]) if k])
             sample = arr[idx]
             for name, fn in statistics.items():
                 boots[name][b] = float(fn(sample))

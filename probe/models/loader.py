@@ -51,10 +51,6 @@ class LoadedModel:
     dtype_requested: str | None = None
 
     @property
-    def has_chat_template(self) -> bool:
-        return bool(getattr(self.tokenizer, "chat_template", None))
-
-    @property
     def max_length(self) -> int | None:
         cfg = getattr(self.model, "config", None)
         cfg = getattr(cfg, "get_text_config", lambda: cfg)()

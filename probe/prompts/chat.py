@@ -26,6 +26,19 @@ from __future__ import annotations
 
 from typing import Any
 
+__all__ = ["apply_template", "fold_system", "has_chat_template", "render_prompt"]
+
+
+def has_chat_template(tokenizer: Any) -> bool:
+    """Whether ``tokenizer`` carries a chat template (``None``, a plain object or an empty template: no).
+
+    >>> class Plain:
+    ...     chat_template = None
+    >>> has_chat_template(Plain()), has_chat_template(None)
+    (False, False)
+    """
+    return bool(getattr(tokenizer, "chat_template", None))
+
 
 def render_prompt(
     tokenizer: Any,
@@ -43,8 +56,8 @@ def render_prompt(
     elif system:
         messages = [{"role": "system", "content": system}] + [m for m in messages if m.get("role") != "system"]
     _check_messages(messages)
-    if chat_template and getattr(tokenizer, "chat_template", None):
-        text = _apply_template(tokenizer, messages)
+    if chat_template and has_chat_template(tokenizer):
+        text = apply_template(tokenizer, messages)
         return text + (prefill or "")
     parts = [m["content"] for m in messages if m["role"] == "system"]
     parts += [m["content"] for m in messages if m["role"] != "system"]
@@ -54,13 +67,17 @@ def render_prompt(
     return text
 
 
-def _apply_template(tokenizer: Any, messages: list[dict]) -> str:
+def apply_template(tokenizer: Any, messages: list[dict], **kwargs: Any) -> str:
+    """``messages`` through the tokenizer's chat template, as text (``add_generation_prompt=True`` unless
+    ``kwargs`` say otherwise). A template that rejects a ``system`` role gets the system text folded into
+    the first user turn (:func:`fold_system`) and is applied again; every other error propagates."""
+    kw = {"tokenize": False, "add_generation_prompt": True, **kwargs}
     try:
-        return tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+        return tokenizer.apply_chat_template(messages, **kw)
     except Exception as exc:  # jinja raises TemplateError for "System role not supported"
         if not any(m["role"] == "system" for m in messages) or "system" not in str(exc).lower():
             raise
-    return tokenizer.apply_chat_template(fold_system(messages), tokenize=False, add_generation_prompt=True)
+    return tokenizer.apply_chat_template(fold_system(messages), **kw)
 
 
 def fold_system(messages: list[dict]) -> list[dict]:

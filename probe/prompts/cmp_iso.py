@@ -44,7 +44,6 @@ probe's settings (:class:`CmpIsoSetting`) map onto these components
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from functools import lru_cache
 from importlib import resources
@@ -54,6 +53,9 @@ from typing import Any, Literal
 import yaml
 
 from probe.data.cmp_iso import NEUTRAL_SLOT, CmpIsoPrompt
+# The CoT answer parser lives in cmp_iso_answers; re-exported here, where callers import it.
+from probe.prompts.cmp_iso_answers import (AUTHORS_ANSWER_MAPS, BoxedAnswer, cot_answer_prompt, last_boxed, paradigm,
+                                           parse_boxed)  # noqa: F401
 
 N_VARIANTS = 54
 MODES = ("cot", "gen", "prob")
@@ -319,22 +321,16 @@ def render_built(tokenizer: Any, built: BuiltPrompt) -> str:
     """The string to score: with a chat template the messages rendered as the authors do (a prefill:
     ``add_generation_prompt=False, continue_final_message=True``; a template without a system role
     gets the system text folded into the user turn); without one, ``built.plain``."""
-    from probe.prompts.chat import fold_system, render_prompt
+    from probe.prompts.chat import apply_template, has_chat_template, render_prompt
 
-    if not getattr(tokenizer, "chat_template", None):
+    if not has_chat_template(tokenizer):
         return built.plain if built.plain is not None else render_prompt(tokenizer, built.user, built.system,
                                                                           built.prefill)
     if built.prefill is None:
         return render_prompt(tokenizer, built.user, system=built.system)
     messages = ([{"role": "system", "content": built.system}] if built.system else []) + [
         {"role": "user", "content": built.user}, {"role": "assistant", "content": built.prefill}]
-    kw = {"tokenize": False, "add_generation_prompt": False, "continue_final_message": True}
-    try:
-        return tokenizer.apply_chat_template(messages, **kw)
-    except Exception as exc:  # jinja's TemplateError for "System role not supported" (Gemma)
-        if not built.system or "system" not in str(exc).lower():
-            raise
-    return tokenizer.apply_chat_template(fold_system(messages), **kw)
+    return apply_template(tokenizer, messages, add_generation_prompt=False, continue_final_message=True)
 
 
 def task_body(benchmark: str, task_type: str, variations: Variations | None = None) -> str:
@@ -343,86 +339,6 @@ def task_body(benchmark: str, task_type: str, variations: Variations | None = No
     if benchmark not in v.benchmark_bodies:
         raise ValueError(f"no task body for benchmark {benchmark!r}; known: {sorted(v.benchmark_bodies)}")
     return v.task_bodies[v.benchmark_bodies[benchmark]][task_type]
-
-
-#: the authors' answer maps (``MAP_ISO`` / ``MAP_CMP`` in their ``result_analysis/misc.py``): the lower-cased
-#: text inside ``boxed{...}`` -> the label it names. Every label of the paradigm is matched, offered or not.
-AUTHORS_ANSWER_MAPS: dict[str, dict[str, str]] = {
-    "iso": {"yes": "Yes", "no": "No", "y": "Yes", "n": "No", "skip": "Skip", "s": "Skip"},
-    "cmp": {"a": "A", "b": "B", "c": "C"},
-}
-_WRAP = "\\boxed{"  # the authors wrap the whole generation: "\boxed{" + text + "}", then lower-case it
-
-
-def _paradigm(labels: tuple[str, ...]) -> str:
-    """``iso`` or ``cmp`` from the offered labels (raises ValueError for labels of neither)."""
-    for par, amap in AUTHORS_ANSWER_MAPS.items():
-        if labels and all(x in amap.values() for x in labels):
-            return par
-    raise ValueError(f"labels {labels!r} are neither iso (Yes/No/Skip) nor cmp (A/B/C) labels")
-
-
-@dataclass(frozen=True)
-class BoxedAnswer:
-    """The last boxed answer the authors' parser finds in a generation.
-
-    ``named``: the label its text names (any label of the paradigm); ``label``:
-    the same when it is offered, else None (the answer is invalid: the authors
-    zero an unoffered neutral label); ``start``: the index in the generation
-    where the answer text begins (0 when the match uses the parser's wrapping
-    prefix, i.e. the generation itself begins with the answer).
-    """
-
-    named: str
-    label: str | None
-    start: int
-
-
-def last_boxed(text: str, labels: tuple[str, ...]) -> BoxedAnswer | None:
-    """The authors' ``extract_prediction`` on ``text``, with the position of the answer.
-
-    They lower-case ``"\\boxed{" + text + "}"`` and take the last match of
-    ``boxed\\{(yes|no|y|n|skip|s)\\}`` (iso) or ``boxed\\{(a|b|c)\\}`` (cmp): so
-    any case counts, a backslash is not needed, spaces or other text inside the
-    braces do not match, and the last match decides (an unoffered label there
-    makes the answer invalid; no earlier match is used instead). None: no match.
-
-    >>> a = last_boxed("so boxed{A}, \\\\boxed{ B } and \\\\boxed{c}", ("A", "B"))
-    >>> a.named, a.label, a.start
-    ('C', None, 36)
-    >>> last_boxed("\\\\boxed{Y}.", ("Yes", "No")).label
-    'Yes'
-    """
-    amap = AUTHORS_ANSWER_MAPS[_paradigm(labels)]
-    wrapped = _WRAP + text + "}"
-    low, origin = [], []  # lower-casing can change a character's length: keep each lowered char's source index
-    for i, ch in enumerate(wrapped):
-        lc = ch.lower()
-        low.append(lc)
-        origin += [i] * len(lc)
-    pattern = re.compile(r"boxed\{(" + "|".join(map(re.escape, amap)) + r")\}")
-    last = None
-    for last in pattern.finditer("".join(low)):
-        pass
-    if last is None:
-        return None
-    named = amap[last.group(1)]
-    start = max(origin[last.start(1)] - len(_WRAP), 0)
-    return BoxedAnswer(named, named if named in labels else None, start)
-
-
-def parse_boxed(text: str, labels: tuple[str, ...]) -> str | None:
-    """The offered label of the authors' last boxed answer in ``text`` (:func:`last_boxed`), else None.
-
-    >>> parse_boxed("so \\\\boxed{A}? no: \\\\boxed{b}", ("A", "B"))
-    'B'
-    >>> parse_boxed("\\\\boxed{yes}", ("Yes", "No"))
-    'Yes'
-    >>> parse_boxed("\\\\boxed{ b }", ("A", "B")) is None, parse_boxed("\\\\boxed{A} \\\\boxed{C}", ("A", "B")) is None
-    (True, True)
-    """
-    found = last_boxed(text, labels)
-    return None if found is None else found.label
 
 
 def cot_answer_forms(labels: tuple[str, ...], variations: Variations | None = None) -> tuple[tuple[str, ...], ...]:
@@ -435,7 +351,7 @@ def cot_answer_forms(labels: tuple[str, ...], variations: Variations | None = No
     ('A', 'a')
     """
     v = variations or load_variations()
-    amap = AUTHORS_ANSWER_MAPS[_paradigm(labels)]
+    amap = AUTHORS_ANSWER_MAPS[paradigm(labels)]
     out = []
     for x in labels:
         forms = [f for f in v.answer_forms[x] if f == f.strip()]
@@ -444,22 +360,3 @@ def cot_answer_forms(labels: tuple[str, ...], variations: Variations | None = No
                 forms += [k, k.upper()]
         out.append(tuple(dict.fromkeys(forms)))
     return tuple(out)
-
-
-def cot_answer_prompt(rendered: str, generation: str, labels: tuple[str, ...]) -> tuple[str, bool]:
-    """The prompt at which a CoT answer label is scored, and whether the chain has a valid answer.
-
-    Valid: the authors' parser finds a last boxed answer naming an offered label
-    (:func:`last_boxed`); the prompt is then the rendered prompt plus the
-    generation up to where that answer's text begins, so the scored
-    distribution is the model's own answer slot. Otherwise the generation is
-    closed with ``"\\nFinal answer: \\boxed{"`` and the label is scored there (used
-    only with ``cot_require_cue: false``). Score with :func:`cot_answer_forms`.
-
-    >>> cot_answer_prompt("P:", " think. \\\\boxed{B} done", ("A", "B"))
-    ('P: think. \\\\boxed{', True)
-    """
-    found = last_boxed(generation, labels)
-    if found is not None and found.label is not None:
-        return rendered + generation[: found.start], True
-    return rendered + generation.rstrip() + "\nFinal answer: \\boxed{", False

@@ -115,10 +115,10 @@ def mcq_requests(
     """One label request per question. ``group`` = the concept pair, so that all its
     variants (every category, type and identity) are batched together and share the
     instruction's forward pass."""
-    from probe.prompts.chat import render_prompt
+    from probe.prompts.chat import has_chat_template, render_prompt
 
     p = prompts or load_hbb_prompts()
-    use_chat = chat_template and bool(getattr(tokenizer, "chat_template", None))
+    use_chat = chat_template and has_chat_template(tokenizer)
     prefill = None if use_chat else p.mcq_answer_cue
     kind = "mcq_swap" if swapped else "mcq"
     return [
@@ -148,10 +148,10 @@ def sg_prefix(question: HBBQuestion, tokenizer: Any, *, chat_template: bool = Tr
     Without a chat template (a base model) the plain rendering ends with a newline, so the
     sentence starts a line of its own (no joining space).
     """
-    from probe.prompts.chat import render_prompt
+    from probe.prompts.chat import has_chat_template, render_prompt
 
     text = render_prompt(tokenizer, sg_user_message(question, prompts), system=system, chat_template=chat_template)
-    use_chat = chat_template and bool(getattr(tokenizer, "chat_template", None))
+    use_chat = chat_template and has_chat_template(tokenizer)
     return text if use_chat else text + "\n"
 
 

@@ -21,7 +21,7 @@ from typing import Any
 
 from probe.errors import InputError
 from probe.io import iter_jsonl
-from probe.prompts.chat import render_prompt
+from probe.prompts.chat import has_chat_template, render_prompt
 from probe.scoring.requests import ContinuationRequest, LabelRequest, PerplexityRequest, Request
 
 KINDS = ("label", "continuation")
@@ -39,7 +39,7 @@ def read_score_items(path: str | Path, tokenizer: Any, style: PromptStyle) -> li
     with ``chat_template=False``: the fields are checked and prompts rendered as plain text, with no model."""
     seen: dict[str, int] = {}
     out: list[tuple[dict, Request]] = []
-    use_template = style.chat_template if style.chat_template is not None else bool(getattr(tokenizer, "chat_template", None))
+    use_template = style.chat_template if style.chat_template is not None else has_chat_template(tokenizer)
     for n, obj in iter_jsonl(path, required=("id", "options")):
         rid = _item_id(path, n, obj)
         if rid in seen:

@@ -10,7 +10,6 @@ output directory and more than one run, the combined report there
 from __future__ import annotations
 
 import dataclasses
-import re
 import sys
 from pathlib import Path
 from typing import Any, Mapping, Sequence
@@ -40,8 +39,10 @@ class Evaluations:
 
 
 def slug(name: str) -> str:
-    """A model name or path as a directory name."""
-    return re.sub(r"[^A-Za-z0-9._-]+", "_", Path(name).name if "/" in name and Path(name).exists() else name).strip("_")
+    """A model name or path as a directory name (a local path: its last part; :func:`probe.io.slug`)."""
+    from probe.io import slug as io_slug
+
+    return io_slug(Path(name).name if "/" in name and Path(name).exists() else name)
 
 
 def task_configs(task_names: Sequence[str], values: Mapping[str, Any], source: str = "options") -> dict[str, Any]:

@@ -43,7 +43,7 @@ def check_input(output: Path, done: set[str], requests: Sequence[Any], lm: Any, 
     """Refuse to resume ``output`` with records from another model or another request under the same id.
 
     The sidecar ``<output>.input.json`` holds the model fingerprint (weights,
-    tokenizer, dtype, device type, ... see :func:`probe.scoring.cache.fingerprint_parts`)
+    tokenizer, dtype, device type, ... see :func:`probe.models.fingerprint.fingerprint_parts`)
     and one digest per request id. It is written before the first record.
     Resuming needs the same model fingerprint, and every id already recorded
     (``done``) that is also in ``requests`` must have the same request digest.
@@ -54,11 +54,12 @@ def check_input(output: Path, done: set[str], requests: Sequence[Any], lm: Any, 
     and what differs.
     """
     from probe.io import write_json_atomic
-    from probe.scoring.cache import combine_parts, fingerprint_parts
+    from probe.models.fingerprint import combine_parts, fingerprint_parts
+    from probe.scoring.cache import ENGINE_VERSION
 
     sidecar = input_sidecar(output)
     # a Runner carries its model's fingerprint (computed once) and the model as ``.lm``
-    parts = getattr(lm, "fingerprint_parts", None) or fingerprint_parts(lm)
+    parts = getattr(lm, "fingerprint_parts", None) or fingerprint_parts(lm, ENGINE_VERSION)
     model_obj = getattr(lm, "lm", lm)
     model = {"fingerprint": combine_parts(parts), "parts": parts,
              "name": str(getattr(model_obj, "name", None)), "source": str(getattr(model_obj, "source", None))}

@@ -23,162 +23,19 @@ It owns what a run needs beyond the scorer, the same for every task:
 from __future__ import annotations
 
 import dataclasses
-import re
 import sys
 import time
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterable, Sequence
 
 from probe.errors import ProbeError
 from probe.runs.chunks import group_chunks
+# Run options and loading live in probe.runs.options; re-exported here, where callers import them.
+from probe.runs.options import RUN_KEYS, RunOptions, default_threads, load, options_from
 from probe.runs.record import Record
+from probe.runs.score_plan import ScoreJob, ScorePlan
 
-#: Keys of a run (not of a task) that a YAML config or ``--set`` may give (``trust_remote_code`` and
-#: ``allow_pickle_weights`` only from the command line or the Python call: probe.commands.run).
-RUN_KEYS = ("device", "dtype", "load_in_8bit", "load_in_4bit", "device_map", "trust_remote_code", "batch_size",
-            "token_budget", "chunk_size", "score_cache", "threads", "progress", "agreement_tokens", "capture",
-            "backend", "log_samples", "allow_pickle_weights", "shard")
-_DEVICE = re.compile(r"auto|cpu|meta|(cuda|mps|xpu)(:\d+)?")
-
-
-@dataclass(frozen=True)
-class RunOptions:
-    """How to load the model and run the scorer; none of it changes a number beyond float noise."""
-
-    device: str = "auto"  # the GPU when one is visible, else the CPU (probe.models.loader.resolve_device)
-    dtype: str = "auto"  # bfloat16 on a GPU that supports it, else float32 (resolve_dtype)
-    load_in_8bit: bool = False
-    load_in_4bit: bool = False
-    device_map: str | None = None
-    trust_remote_code: bool = False
-    #: read pickle weights (``*.bin``, ``*.pt``) when a model has no safetensors; pickles can run code
-    allow_pickle_weights: bool = False
-    #: ``auto``: from the model's shape and the device's free memory (probe.scoring.memory; CPU: 16 / 8192)
-    batch_size: int | str = "auto"
-    token_budget: int | str = "auto"
-    chunk_size: int = 1024  # requests per durable chunk (see probe.runs.chunks)
-    score_cache: str | None = None  # SQLite score cache path
-    threads: int | None = None  # torch CPU threads (None: torch's default)
-    progress: bool = True
-    #: sampling specs (probe.scoring.sampling.SamplingSpec, or {temperature, top_p} mappings): every
-    #: label / continuation record then also carries its sampling-equivalent scores ("sampling")
-    sampling: tuple[Any, ...] = ()
-    #: greedy agreement (probe.runs.agreement): tokens to decode greedily after each label request's
-    #: prompt, to compare the answer written with the score argmax (0: off)
-    agreement_tokens: int = 0
-    #: activations to record in the scoring passes, as ``HOOK@POSITION`` strings
-    #: (``blocks.5.hook_resid_post@last``; probe.activations.CaptureSpec.parse): stored beside the
-    #: records, keyed by the same ids, resumed with them (``<run>/activations``)
-    capture: tuple[str, ...] = ()
-    #: ``hf`` (plain Hugging Face module, torch hooks) or ``tl`` (the same module wrapped by a
-    #: TransformerLens 4.x bridge: capture hooks are its HookPoints; probe.models.tl_adapter)
-    backend: str = "hf"
-    #: write ``samples.jsonl`` beside the records: per request the exact text given to the tokenizer,
-    #: the scored forms and any generated chain (probe.runs.samples; ``docs/samples.md``)
-    log_samples: bool = False
-    #: ``"I/N"``: score only shard I of N (0-based) into ``<output>.rankI-of-N.jsonl`` and stop, with no
-    #: process group (a job array: Slurm, submitit, Ray); a later run without it folds complete sets in
-    #: (probe.runs.shard_set). Never changes a number: the chunks are those of one process.
-    shard: str | None = None
-
-    def __post_init__(self) -> None:
-        from probe.scoring.sampling import as_specs
-
-        object.__setattr__(self, "sampling", as_specs(self.sampling))
-        cap = self.capture
-        object.__setattr__(self, "capture", tuple(cap.split() if isinstance(cap, str) else (cap or ())))
-        for name in ("batch_size", "token_budget", "chunk_size"):
-            value = getattr(self, name)
-            if name != "chunk_size" and value == "auto":
-                continue
-            try:
-                number = int(value)
-            except (TypeError, ValueError):
-                number = 0
-            if number < 1:
-                also = "" if name == "chunk_size" else " or 'auto'"
-                raise ValueError(f"{name} must be a positive integer{also}, got {value!r}")
-            object.__setattr__(self, name, number)
-        if not isinstance(self.device, str) or not _DEVICE.fullmatch(self.device):
-            raise ValueError(f"device must be auto, cpu, cuda, cuda:N, mps or xpu, got {self.device!r}")
-        if self.dtype not in ("auto", "float32", "bfloat16", "float16"):
-            raise ValueError(f"dtype must be auto, float32, bfloat16 or float16, got {self.dtype!r}")
-        if self.threads is not None and (isinstance(self.threads, bool) or not isinstance(self.threads, int)
-                                         or self.threads < 1):
-            raise ValueError(f"threads must be a positive integer, got {self.threads!r}")
-        for name in ("load_in_8bit", "load_in_4bit", "trust_remote_code", "progress", "allow_pickle_weights"):
-            if not isinstance(getattr(self, name), bool):
-                raise ValueError(f"{name} must be true or false, got {getattr(self, name)!r}")
-        if isinstance(self.agreement_tokens, bool) or not isinstance(self.agreement_tokens, int):
-            raise ValueError(f"agreement_tokens must be an integer, got {self.agreement_tokens!r}")
-        if int(self.agreement_tokens) < 0:
-            raise ValueError(f"agreement_tokens must be >= 0, got {self.agreement_tokens!r}")
-        if self.load_in_8bit and self.load_in_4bit:
-            raise ValueError("choose one of load_in_8bit and load_in_4bit")
-        if not isinstance(self.log_samples, bool):
-            raise ValueError(f"log_samples must be true or false, got {self.log_samples!r}")
-        if self.backend not in ("hf", "tl"):
-            raise ValueError(f"backend must be hf or tl, got {self.backend!r}")
-        if self.shard is not None:
-            from probe.runs.shard_set import Shard
-
-            object.__setattr__(self, "shard", str(Shard.parse(self.shard)))
-
-
-def load(model: Any, options: RunOptions) -> Any:
-    """``model`` as a :class:`probe.models.LoadedModel`: loaded from a name or path, or passed through."""
-    from probe.models.tl_adapter import with_backend
-
-    if hasattr(model, "model") and hasattr(model, "tokenizer"):
-        return with_backend(model, options.backend, copy=True)  # never rewire the caller's model
-    from probe.models import load_model
-    from probe.runs.shard import detect
-
-    device = options.device
-    procs = detect()
-    if procs.distributed:  # one model copy per process: cuda -> cuda:LOCAL_RANK
-        if options.device_map is not None:
-            raise ProbeError("device_map spreads one model over all GPUs and cannot be combined with "
-                             f"{procs.world_size} processes; use one process for device_map, or one GPU per process")
-        device = procs.device(device)
-    lm = load_model(str(model), device=device, dtype=options.dtype, load_in_8bit=options.load_in_8bit,
-                    load_in_4bit=options.load_in_4bit, device_map=options.device_map,
-                    trust_remote_code=options.trust_remote_code, allow_pickle_weights=options.allow_pickle_weights)
-    return with_backend(lm, options.backend, copy=False)
-
-
-def default_threads(device: str, load: float | None = None, cores: int | None = None) -> int | None:
-    """The torch CPU thread count when ``--threads`` is not given: None (torch's own default, one per core)
-    on an idle machine or a GPU; on a busy CPU (load average over half the cores) the cores left idle, at
-    least 1, with a note naming ``--threads``: oversubscribed threads made scoring 5x slower on a shared
-    2-core machine than ``--threads 1``.
-
-    >>> default_threads("cpu", load=1.8, cores=2)
-    1
-    >>> default_threads("cpu", load=0.1, cores=8) is None, default_threads("cuda:0", load=9.0, cores=2) is None
-    (True, True)
-    """
-    import os
-
-    if not device.startswith("cpu"):
-        return None
-    try:
-        cores = cores or len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):
-        cores = cores or os.cpu_count() or 1
-    if load is None:
-        try:
-            load = os.getloadavg()[0]
-        except (AttributeError, OSError):
-            return None
-    if load <= cores / 2:
-        return None
-    threads = max(1, cores - int(round(load)))
-    if threads < cores:
-        print(f"probe: the CPU is busy (load {load:.1f} on {cores} core(s)); scoring with {threads} torch thread(s) "
-              "to avoid oversubscription; choose with --threads N", file=sys.stderr)
-    return threads
+__all__ = ["RUN_KEYS", "RunOptions", "Runner", "ScorePlan", "default_threads", "load", "options_from"]
 
 
 class Runner:
@@ -193,7 +50,8 @@ class Runner:
     def __init__(self, lm: Any, options: RunOptions | None = None) -> None:
         from probe.runs.shard import detect
         from probe.scoring import Scorer
-        from probe.scoring.cache import ScoreCache, combine_parts, fingerprint_parts
+        from probe.models.fingerprint import combine_parts, fingerprint_parts
+        from probe.scoring.cache import ENGINE_VERSION, ScoreCache
 
         self.options = options or RunOptions()
         threads = self.options.threads or default_threads(str(getattr(lm, "device", "cpu")))
@@ -213,10 +71,11 @@ class Runner:
         #: the activations of the last in-memory ``score(capture=...)`` (probe.activations.Activations)
         self.activations: Any = None
         self.lm = lm
-        self.fingerprint_parts = fingerprint_parts(lm)
+        self.fingerprint_parts = fingerprint_parts(lm, ENGINE_VERSION)
         self.fingerprint = combine_parts(self.fingerprint_parts)
         cache = ScoreCache(Path(self.options.score_cache).expanduser(), self.fingerprint) if self.options.score_cache else None
-        self.scorer = Scorer(lm, batch_size=self.options.batch_size, token_budget=self.options.token_budget, cache=cache)
+        self.scorer = Scorer(lm, batch_size=self.options.batch_size, token_budget=self.options.token_budget, cache=cache,
+                             fingerprint=self.fingerprint)
         #: seconds and request counts per request kind (``meta["kind"]`` or the request kind), this process
         self.timing: dict[str, dict[str, float]] = {}
         #: the work other processes did for this run, as ``{rank|shard, timing, engine}`` dicts: the other
@@ -249,70 +108,22 @@ class Runner:
             if r.kind not in ("generation", "parse"):
                 self.scorer.encode(r)
 
-    def score(self, requests: Sequence[Any], output: str | Path | None = None, task: str = "score",
-              progress: bool | None = None, sampling: Sequence[Any] = (), capture: Any = None,
-              capture_dir: str | Path | None = None, capture_meta: dict | None = None,
-              capture_extra: dict | None = None, samples: Any = None) -> list[Record]:
+    def score(self, requests: Sequence[Any], output: str | Path | None = None, plan: ScorePlan | None = None,
+              **settings: Any) -> list[Record]:
         """Score ``requests`` (resuming ``output`` if it holds records); return their records in request order.
 
-        ``output`` None scores in memory (no file, no resume). Records already
-        in ``output`` that are not among ``requests`` are kept in the file but
-        not returned. ``sampling``: specs a task needs (its paper's settings),
-        computed beside the run options' own specs, in the same passes.
-        ``capture``: a :class:`probe.activations.CaptureSpec` (default: one from
-        the run options' ``capture``); its activations, read in the same passes,
-        are streamed to the store ``capture_dir`` (default ``<output dir>/activations``)
-        one shard per chunk, before the chunk's records, so a resumed run neither
-        recomputes nor loses them. Without ``output`` they are kept in
-        :attr:`activations`. ``capture_meta``: more manifest fields (checked on
-        resume); ``capture_extra``: the manifest's ``extra`` (not checked).
-        ``samples``: a :class:`probe.runs.samples.SampleLog`; each chunk's samples are logged once it is
-        scored (before its records), and any request still without one at the end (records from a run
-        without ``--log-samples``) is logged then; nothing is logged twice.
+        ``output`` None scores in memory (no file, no resume; captured activations
+        are kept in :attr:`activations`). Records already in ``output`` that are
+        not among ``requests`` are kept in the file but not returned. ``plan``
+        (:class:`probe.runs.score_plan.ScorePlan`) says what else the call records:
+        the task name, extra sampling specs, activation capture (streamed to its
+        store one shard per chunk, before the chunk's records, so a resumed run
+        neither recomputes nor loses them), the sample log. ``settings`` are
+        ScorePlan fields given one by one (``task="bbq", sampling=(spec,)``),
+        replacing the plan's.
         """
-        specs = self.sampling_specs(sampling)
-        cap = self.capture_spec(capture)
-        to_record = lambda res: Record.from_result(task, self.model_id, res).to_dict()  # noqa: E731
-        score = lambda part: self.scorer.score(part, sampling=specs, capture=cap)  # noqa: E731
-        self.check_requests(requests)
-        show = self.options.progress if progress is None else progress
-        if output is None:
-            out: list[Record] = []
-            sink = _MemorySink(cap) if cap is not None else None
-            for part in group_chunks(requests, self.options.chunk_size):
-                results = self._timed(part, score)
-                if sink is not None:
-                    sink.add(results)
-                if samples is not None:
-                    samples.write(part)
-                out += [Record.from_dict(to_record(r)) for r in results]
-            self.activations = sink.result(requests) if sink is not None else None
-            return out
-        output = Path(output)
-        writer = None
-        if cap is not None:
-            if self.procs.distributed or self.shard is not None:
-                raise ProbeError("activation capture runs in one process; drop --capture or run without "
-                                 "accelerate/torchrun and without --shard")
-            writer = self._capture_writer(cap, Path(capture_dir) if capture_dir else output.parent / "activations",
-                                          capture_meta or {}, capture_extra or {})
-        make = lambda part: map(to_record, self._timed(part, score))  # noqa: E731
-        if writer is not None:
-            make = lambda part: map(to_record, _stored(writer, cap, self._timed(part, score)))  # noqa: E731
-        if samples is not None and not self.procs.distributed and self.shard is None:
-            # several processes: rank 0 (or the run that folds the shards) logs at the end
-            make = _logging(make, samples)
-        self.active_sampling = specs  # what the input check records and compares for this output
-        try:
-            dicts = self._to_file(requests, output, make, show, "scoring",
-                                  also_done=writer.done if writer is not None else None)
-            if samples is not None and self.procs.is_main:
-                samples.write(requests)  # requests recorded before (without --log-samples): nothing to score
-        finally:
-            self.active_sampling = None
-            if writer is not None:
-                writer.close()
-        return [Record.from_dict(d) for d in dicts]
+        plan = dataclasses.replace(plan or ScorePlan(), **settings)
+        return ScoreJob(self, plan).run(requests, output)
 
     def capture_spec(self, capture: Any = None) -> Any:
         """``capture`` (a CaptureSpec or ``HOOK@POSITION`` strings), else the run options' own; None when off.
@@ -518,57 +329,3 @@ class Runner:
         if cache is None:
             return ""
         return f" (score cache: {cache.stats.hits} sequence(s) read, {cache.stats.writes} written)"
-
-
-def _logging(make: Callable[[list], Iterable[dict]], samples: Any) -> Callable[[list], list[dict]]:
-    """``make`` that logs a chunk's samples after scoring it and before its records are written."""
-
-    def run(part: list) -> list[dict]:
-        records = list(make(part))
-        samples.write(part)
-        return records
-
-    return run
-
-
-def _stored(writer: Any, spec: Any, results: list) -> list:
-    from probe.activations.scoring_capture import store_results
-
-    store_results(writer, spec, results)
-    return results
-
-
-class _MemorySink:
-    """Activations of an in-memory run, gathered per chunk."""
-
-    def __init__(self, spec: Any) -> None:
-        self.spec = spec
-        self.by_id: dict[str, Any] = {}
-
-    def add(self, results: list) -> None:
-        from probe.activations.scoring_capture import capture_record, missing_positions
-
-        for r in results:
-            self.by_id[r.id] = (capture_record(r, missing_positions(r, self.spec)),
-                                {k: r.activations[k] for k in self.spec.keys})
-
-    def result(self, requests: Sequence[Any]) -> Any:
-        import numpy as np
-
-        from probe.activations.store import Activations
-
-        rows = [self.by_id[r.id] for r in requests]
-        arrays = {k: np.stack([v[k] for _, v in rows]) if rows else np.empty((0, 0), np.float32)
-                  for k in self.spec.keys}
-        manifest = {"hooks": list(self.spec.hooks), "positions": [p.name for p in self.spec.positions],
-                    "keys": self.spec.keys}
-        return Activations([r.id for r in requests], arrays, [rec for rec, _ in rows], manifest)
-
-
-def options_from(values: dict[str, Any]) -> RunOptions:
-    """:class:`RunOptions` from a mapping that may hold other keys (they are ignored)."""
-    fields = {f.name for f in dataclasses.fields(RunOptions)}
-    try:
-        return RunOptions(**{k: v for k, v in values.items() if k in fields and v is not None})
-    except (TypeError, ValueError) as exc:  # a config's or --set's value: a clear error, not a traceback
-        raise ProbeError(f"run options: {exc}") from None

@@ -14,7 +14,7 @@ import contextlib
 import dataclasses
 import math
 import warnings
-from typing import TYPE_CHECKING, Any, Iterable, Sequence as Seq
+from typing import TYPE_CHECKING, Any, Sequence as Seq
 
 import torch
 
@@ -64,6 +64,9 @@ class Scorer:
     cache:
         a :class:`probe.scoring.cache.ScoreCache` opened for this model's
         fingerprint: sequences scored before are read from it, new ones added.
+    fingerprint:
+        the model's fingerprint (:func:`probe.models.fingerprint.model_fingerprint`), computed by the
+        caller: a ``cache`` opened for another fingerprint is refused (the engine never loads a model).
     """
 
     def __init__(
@@ -74,6 +77,7 @@ class Scorer:
         share_prefixes: bool = True,
         min_shared: int = MIN_SHARED,
         cache: "ScoreCache | None" = None,
+        fingerprint: str | None = None,
     ) -> None:
         from probe.scoring.memory import plan as plan_batches
 
@@ -84,10 +88,8 @@ class Scorer:
         self.token_budget = self.batching.token_budget
         self.share_prefixes = share_prefixes
         self.min_shared = min_shared
-        if cache is not None:
-            from probe.scoring.cache import model_fingerprint
-
-            if cache.fingerprint != model_fingerprint(lm):
+        if cache is not None and fingerprint is not None:
+            if cache.fingerprint != fingerprint:
                 raise ValueError(f"score cache {cache.path} was opened for another model fingerprint")
         self.cache = cache
         self._row_cap = self.batch_size  # lowered for good after an out-of-memory error
@@ -152,18 +154,6 @@ class Scorer:
             d_model = int(getattr(self.engine.config, "hidden_size", 0) or 0)
             results = [dataclasses.replace(r, activations=taps.vectors(i, d_model)) for i, r in enumerate(results)]
         return results
-
-    def iter_score(self, requests: Iterable[Request], chunk_size: int = 256, progress: bool = False,
-                   sampling: Seq[SamplingSpec] = (), capture: Capturer | None = None) -> Iterable[list[Result]]:
-        """Score in chunks (for runs that record as they go); yields each chunk's results."""
-        chunk: list[Request] = []
-        for r in requests:
-            chunk.append(r)
-            if len(chunk) >= chunk_size:
-                yield self.score(chunk, progress=progress, sampling=sampling, capture=capture)
-                chunk = []
-        if chunk:
-            yield self.score(chunk, progress=progress, sampling=sampling, capture=capture)
 
     # -- planning and running ----------------------------------------------
     def rows(self, encoded: list[Encoded], extra: Seq[Row] = ()) -> list[Row]:

@@ -137,7 +137,7 @@ class Task:
         """Input files whose sha256 goes into ``provenance.json``."""
         return []
 
-    # -- analyses (optional; ``probe analyze probes|lens|patch|steer``, probe.runs.analyze) ----------
+    # -- analyses (optional; ``probe analyze probes|lens|patch|steer``, probe.studies.analyze) ----------
     def analysis_units(self, config: Any, records: "pd.DataFrame", items: Sequence[Any]) -> list[str]:
         """The cluster unit of every record (row order): what probe folds and bootstrap CIs keep whole."""
         return _no_analysis(self, "analysis_units")

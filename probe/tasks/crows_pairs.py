@@ -112,11 +112,11 @@ def crows_requests(pairs: Sequence[Any], protocol: str = "loglik", tokenizer: An
             continue
         if tokenizer is None:
             raise ValueError("crows_requests: protocol (a) 'mcq' needs the tokenizer")
-        from probe.prompts.chat import render_prompt
+        from probe.prompts.chat import has_chat_template, render_prompt
         from probe.prompts.hbb import load_hbb_prompts
 
         hp = load_hbb_prompts()
-        use_chat = chat_template and bool(getattr(tokenizer, "chat_template", None))
+        use_chat = chat_template and has_chat_template(tokenizer)
         prefill = None if use_chat else hp.mcq_answer_cue
         orders = (("crows_mcq", False), ("crows_mcq_swap", True)) if swap_order else (("crows_mcq", False),)
         for p in pairs:

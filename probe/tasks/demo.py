@@ -21,7 +21,7 @@ from typing import Any, Mapping, Sequence
 from probe.data.demo import demo_items, unknown_paraphrases
 from probe.io import no_markup, write_atomic
 from probe.metrics.bbq import bbq_metrics
-from probe.prompts.chat import render_prompt
+from probe.prompts.chat import has_chat_template, render_prompt
 from probe.scoring.requests import ContinuationRequest
 from probe.tasks.base import Aggregate, Task, TaskConfig, write_tables
 
@@ -55,7 +55,7 @@ def user_turn(item: dict) -> str:
 
 def request_for(item: dict, tokenizer: Any, chat_template: bool | None = None) -> ContinuationRequest:
     """The continuation request of one demo item: named answers, then Unknown and its paraphrases."""
-    use = bool(getattr(tokenizer, "chat_template", None)) if chat_template is None else chat_template
+    use = has_chat_template(tokenizer) if chat_template is None else chat_template
     prompt = render_prompt(tokenizer, user_turn(item), system=SYSTEM, chat_template=use)
     unknown = item["options"][item["unknown_index"]]
     answers = [o for i, o in enumerate(item["options"]) if i != item["unknown_index"]]

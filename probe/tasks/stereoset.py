@@ -80,10 +80,10 @@ def stereoset_requests(examples: Sequence[Any], protocol: str = "loglik", tokeni
                 continue
             if tokenizer is None:
                 raise ValueError("stereoset_requests: protocol (a) 'mcq' needs the tokenizer")
-            from probe.prompts.chat import render_prompt
+            from probe.prompts.chat import has_chat_template, render_prompt
             from probe.prompts.hbb import load_hbb_prompts
 
-            use_chat = chat_template and bool(getattr(tokenizer, "chat_template", None))
+            use_chat = chat_template and has_chat_template(tokenizer)
             prefill = None if use_chat else load_hbb_prompts().mcq_answer_cue
             for r in range(rotations):
                 order = ex.sentences[r:] + ex.sentences[:r]  # cyclic: each sentence in each position once

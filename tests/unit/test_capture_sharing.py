@@ -146,11 +146,12 @@ def test_batch_size_order_and_padding_invariance(batch_size, token_budget, seed)
 
 
 def test_no_hook_left_and_cache_bypassed(tmp_path):
-    from probe.scoring.cache import ScoreCache, model_fingerprint
+    from probe.models.fingerprint import model_fingerprint
+    from probe.scoring.cache import ENGINE_VERSION, ScoreCache
 
     lm = _model("llama")
     before = sum(len(m._forward_hooks) + len(m._forward_pre_hooks) for m in lm.model.modules())
-    cache = ScoreCache(tmp_path / "c.sqlite", model_fingerprint(lm))
+    cache = ScoreCache(tmp_path / "c.sqlite", model_fingerprint(lm, ENGINE_VERSION))
     scorer = Scorer(lm, cache=cache)
     scorer.score(_requests())  # fills the cache
     res = scorer.score(_requests(), capture=_spec())  # still computes: the cache holds no activations

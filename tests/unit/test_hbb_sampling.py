@@ -3,7 +3,6 @@ force and against Monte Carlo (probe.metrics.hbb_sampling)."""
 
 from __future__ import annotations
 
-import doctest
 import itertools
 import math
 from fractions import Fraction
@@ -11,7 +10,6 @@ from fractions import Fraction
 import numpy as np
 import pytest
 
-import probe.metrics.hbb_sampling as hs
 from probe.metrics.hbb_sampling import (
     count_quantiles,
     count_variance_shared,
@@ -23,10 +21,6 @@ from probe.metrics.hbb_sampling import (
     s_distribution,
     sampled_count,
 )
-
-
-def test_doctests():
-    assert doctest.testmod(hs, raise_on_error=False).failed == 0
 
 
 def test_n2_binomial_s_distribution_by_hand():

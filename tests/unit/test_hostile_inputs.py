@@ -712,7 +712,7 @@ def test_trust_remote_code_only_from_the_command_line(tmp_path, capsys, how):
 
 
 def test_analysis_never_takes_trust_remote_code_from_a_run_directory():
-    from probe.runs.analyze.run import _KEPT
+    from probe.studies.analyze.run import _KEPT
 
     assert "trust_remote_code" not in _KEPT
 

@@ -78,9 +78,10 @@ def test_shared_prefix_in_sampling_and_cache(tmp_path):
     s = res.sampling[0]
     assert s.mass == pytest.approx(exact.label_mass, rel=1e-4)
     assert list(s.probs) == pytest.approx(list(exact.probs), abs=1e-5)
-    from probe.scoring.cache import ScoreCache, model_fingerprint
+    from probe.models.fingerprint import model_fingerprint
+    from probe.scoring.cache import ENGINE_VERSION, ScoreCache
 
-    with ScoreCache(tmp_path / "c.sqlite", model_fingerprint(lm)) as cache:
+    with ScoreCache(tmp_path / "c.sqlite", model_fingerprint(lm, ENGINE_VERSION)) as cache:
         first = Scorer(lm, cache=cache).score([req])[0]
         again = Scorer(lm, cache=cache).score([req])[0]
     assert list(first.logprobs) == pytest.approx(list(exact.logprobs), abs=1e-5)

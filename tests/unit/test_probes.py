@@ -8,8 +8,9 @@ from sklearn.base import clone
 from sklearn.model_selection import GroupKFold
 
 from probe.analysis import probes
-from probe.analysis.probes import (LinearProbe, check_no_leak, cluster_bootstrap_ci, control_labels,
-                                   evaluate_probe, grouped_cv_predict, parse_key, probe_sweep, transfer)
+from probe.analysis.probes import (LinearProbe, check_no_leak, control_labels, evaluate_probe, grouped_cv_predict,
+                                   parse_key, probe_sweep, transfer)
+from probe.metrics.stats import cluster_bootstrap_ci
 
 
 def _data(n=120, d=6, signal=3.0, seed=0):
@@ -77,13 +78,32 @@ def test_leaky_splitter_is_caught(monkeypatch):
         grouped_cv_predict(X, y, groups)
 
 
+def _acc_ci(correct, groups, n_boot=1000):
+    # The probes' accuracy interval: the metrics' cluster bootstrap with the multinomial draw.
+    return cluster_bootstrap_ci(np.asarray(correct, dtype=float), list(groups), {"acc": np.mean}, n_boot=n_boot,
+                                draw="counts")["acc"]
+
+
 def test_cluster_bootstrap_hand_cases():
-    assert cluster_bootstrap_ci(np.ones(6), np.arange(6)) == (1.0, 1.0)
-    lo, hi = cluster_bootstrap_ci(np.array([]), np.array([]))
+    assert _acc_ci(np.ones(6), np.arange(6)) == (1.0, 1.0)
+    lo, hi = _acc_ci(np.array([]), np.array([]))
     assert np.isnan(lo) and np.isnan(hi)
     # one group all right, one all wrong: resampled means are 0, 0.5 or 1
-    lo, hi = cluster_bootstrap_ci(np.array([1, 1, 0, 0]), np.array([0, 0, 1, 1]), n_boot=2000)
+    lo, hi = _acc_ci(np.array([1, 1, 0, 0]), np.array([0, 0, 1, 1]), n_boot=2000)
     assert lo == 0.0 and hi == 1.0
+
+
+def test_probe_interval_is_the_multinomial_cluster_bootstrap():
+    # The probes' former private bootstrap (group sums weighted by multinomial counts), written out:
+    # the shared one with draw="counts" gives the same interval to the last bit on 0/1 data.
+    rng = np.random.default_rng(7)
+    correct, groups = rng.random(90) < 0.6, rng.integers(0, 12, 90)
+    _, inv = np.unique(groups, return_inverse=True)
+    sums, counts = np.bincount(inv, weights=correct.astype(float)), np.bincount(inv).astype(float)
+    w = np.random.default_rng(0).multinomial(len(sums), np.full(len(sums), 1 / len(sums)), size=500)
+    boots = (w @ sums) / (w @ counts)
+    assert _acc_ci(correct, groups, n_boot=500) == (float(np.quantile(boots, 0.025)), float(np.quantile(boots, 0.975)))
+    assert probes._accuracy_ci(correct, groups, 500, 0) == _acc_ci(correct, groups, n_boot=500)
 
 
 def test_control_labels_are_a_function_of_the_key():

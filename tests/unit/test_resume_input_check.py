@@ -52,9 +52,10 @@ def test_same_input_resumes_and_the_sidecar_is_written_first(tmp_path, model_dir
     side = json.loads(input_sidecar(out).read_text())
     assert sorted(side["requests"]) == ["q1", "q2", "q3"] and side["model"]["parts"]["weights"].startswith("files:")
     from probe.models import load_model
-    from probe.scoring.cache import model_fingerprint
+    from probe.models.fingerprint import model_fingerprint
+    from probe.scoring.cache import ENGINE_VERSION
 
-    assert side["model"]["fingerprint"] == model_fingerprint(load_model(str(model_dir)))
+    assert side["model"]["fingerprint"] == model_fingerprint(load_model(str(model_dir)), ENGINE_VERSION)
     before = out.read_bytes()
     assert _score(model_dir, inp, out) == 0
     assert out.read_bytes() == before

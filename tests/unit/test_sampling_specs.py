@@ -293,10 +293,11 @@ def test_without_specs_results_and_records_are_unchanged(tiny_lm, items):
 
 
 def test_score_cache_is_bypassed_with_specs(tiny_lm, items, tmp_path):
-    from probe.scoring.cache import ScoreCache, model_fingerprint
+    from probe.models.fingerprint import model_fingerprint
+    from probe.scoring.cache import ENGINE_VERSION, ScoreCache
 
     reqs = list(items[0])
-    with ScoreCache(tmp_path / "c.sqlite", model_fingerprint(tiny_lm)) as cache:
+    with ScoreCache(tmp_path / "c.sqlite", model_fingerprint(tiny_lm, ENGINE_VERSION)) as cache:
         scorer = Scorer(tiny_lm, cache=cache)
         got = scorer.score(reqs, sampling=SPECS)
         assert cache.stats.writes == 0 and cache.stats.hits == 0

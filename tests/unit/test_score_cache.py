@@ -15,7 +15,8 @@ from pathlib import Path
 import pytest
 
 from probe.errors import ProbeError
-from probe.scoring.cache import ScoreCache, fingerprint_parts, forward_hooked, model_fingerprint, sequence_key
+from probe.models.fingerprint import fingerprint_parts, model_fingerprint
+from probe.scoring.cache import ENGINE_VERSION, ScoreCache, forward_hooked, sequence_key
 from probe.scoring.engine import RowOutput
 from probe.scoring.tokens import Encoded, Sequence
 
@@ -115,19 +116,19 @@ def test_fingerprint_is_stable_for_the_same_model():
     from tests.tiny import tiny_lm
 
     a, b = tiny_lm(), tiny_lm()
-    assert model_fingerprint(a) == model_fingerprint(b)
-    assert fingerprint_parts(a)["weights"].startswith("tensors:")
+    assert model_fingerprint(a, ENGINE_VERSION) == model_fingerprint(b, ENGINE_VERSION)
+    assert fingerprint_parts(a, ENGINE_VERSION)["weights"].startswith("tensors:")
 
 
 def test_fingerprint_changes_with_a_weight_edited_in_place(tiny_lm):
     import torch
 
     lm = copy.deepcopy(tiny_lm)  # the session fixture stays untouched
-    before = model_fingerprint(lm)
+    before = model_fingerprint(lm, ENGINE_VERSION)
     with torch.no_grad():
         lm.model.model.layers[1].mlp.down_proj.weight[0, 0] += 1e-6
-    assert model_fingerprint(lm) != before  # the memo sees the in-place edit
-    assert model_fingerprint(tiny_lm) == before
+    assert model_fingerprint(lm, ENGINE_VERSION) != before  # the memo sees the in-place edit
+    assert model_fingerprint(tiny_lm, ENGINE_VERSION) == before
 
 
 def test_fingerprint_changes_with_dtype(tiny_lm):
@@ -136,25 +137,25 @@ def test_fingerprint_changes_with_dtype(tiny_lm):
     lm = copy.deepcopy(tiny_lm)
     lm.model.to(torch.bfloat16)
     lm.dtype = "bfloat16"
-    parts, ref = fingerprint_parts(lm), fingerprint_parts(tiny_lm)
-    assert parts["dtype"] != ref["dtype"] and model_fingerprint(lm) != model_fingerprint(tiny_lm)
+    parts, ref = fingerprint_parts(lm, ENGINE_VERSION), fingerprint_parts(tiny_lm, ENGINE_VERSION)
+    assert parts["dtype"] != ref["dtype"] and model_fingerprint(lm, ENGINE_VERSION) != model_fingerprint(tiny_lm, ENGINE_VERSION)
 
 
 def test_fingerprint_changes_with_tokenizer(tiny_lm):
     lm = copy.copy(tiny_lm)
     lm.tokenizer = copy.deepcopy(tiny_lm.tokenizer)
     lm.tokenizer.add_tokens(["<|new|>"])
-    parts, ref = fingerprint_parts(lm), fingerprint_parts(tiny_lm)
+    parts, ref = fingerprint_parts(lm, ENGINE_VERSION), fingerprint_parts(tiny_lm, ENGINE_VERSION)
     assert parts["tokenizer"] != ref["tokenizer"] and parts["weights"] == ref["weights"]
-    assert model_fingerprint(lm) != model_fingerprint(tiny_lm)
+    assert model_fingerprint(lm, ENGINE_VERSION) != model_fingerprint(tiny_lm, ENGINE_VERSION)
 
 
 def test_fingerprint_of_a_model_directory_hashes_its_weight_files(model_dir, tmp_path):
     from probe.models import load_model
 
     a, b = load_model(str(model_dir)), load_model(str(model_dir))
-    assert fingerprint_parts(a)["weights"].startswith("files:")
-    assert model_fingerprint(a) == model_fingerprint(b)
+    assert fingerprint_parts(a, ENGINE_VERSION)["weights"].startswith("files:")
+    assert model_fingerprint(a, ENGINE_VERSION) == model_fingerprint(b, ENGINE_VERSION)
     # the same directory with one weight changed on disk
     other = tmp_path / "other"
     shutil.copytree(model_dir, other)
@@ -166,13 +167,13 @@ def test_fingerprint_of_a_model_directory_hashes_its_weight_files(model_dir, tmp
     state[name] = state[name].clone()
     state[name].view(-1)[0] += 1.0
     save_file(state, weights, metadata={"format": "pt"})
-    assert model_fingerprint(load_model(str(other))) != model_fingerprint(a)
+    assert model_fingerprint(load_model(str(other)), ENGINE_VERSION) != model_fingerprint(a, ENGINE_VERSION)
 
 
 def test_gguf_models_use_the_known_file_hash(tiny_lm):
     lm = copy.copy(tiny_lm)
     lm.file_sha256 = "ab" * 32
-    assert fingerprint_parts(lm)["weights"] == "gguf:" + "ab" * 32
+    assert fingerprint_parts(lm, ENGINE_VERSION)["weights"] == "gguf:" + "ab" * 32
 
 
 # -- concurrency ---------------------------------------------------------------------------
@@ -375,13 +376,14 @@ def test_scorer_with_cache_gives_identical_results_without_forward_passes(tmp_pa
         PerplexityRequest("p1", "I saw a man and a woman at the market."),
     ]
     plain = Scorer(tiny_lm).score(reqs)
-    cache = ScoreCache(tmp_path / "c.sqlite", model_fingerprint(tiny_lm))
+    cache = ScoreCache(tmp_path / "c.sqlite", model_fingerprint(tiny_lm, ENGINE_VERSION))
     first_scorer = Scorer(tiny_lm, cache=cache)
     first = first_scorer.score(reqs)
     second_scorer = Scorer(tiny_lm, cache=cache)
     second = second_scorer.score(reqs)
     with pytest.raises(ValueError, match="another model fingerprint"):
-        Scorer(tiny_lm, cache=ScoreCache(tmp_path / "d.sqlite", "not-this-model"))
+        Scorer(tiny_lm, cache=ScoreCache(tmp_path / "d.sqlite", "not-this-model"),
+               fingerprint=model_fingerprint(tiny_lm, ENGINE_VERSION))
     cache.close()
     assert second_scorer.engine.forward_passes == 0 and first_scorer.engine.forward_passes > 0
     assert second == first  # bit for bit (dataclass equality on the floats)
@@ -406,7 +408,7 @@ def test_score_cache_option_and_environment(tmp_path, monkeypatch, tiny_lm):
     assert score_cache_path(args) == tmp_path / "x.sqlite"  # the option wins over the environment
     with Runner(tiny_lm, run_options(args)) as runner:
         cache = runner.scorer.cache
-        assert cache.fingerprint == model_fingerprint(tiny_lm) and (tmp_path / "x.sqlite").is_file()
+        assert cache.fingerprint == model_fingerprint(tiny_lm, ENGINE_VERSION) and (tmp_path / "x.sqlite").is_file()
     assert score_cache_path(argparse.Namespace()) == tmp_path / "env.sqlite"
 
 

@@ -15,7 +15,7 @@ import pytest
 from probe.analysis.tasks import direction_vector, parse_direction
 from probe.cli import main
 from probe.errors import ProbeError
-from probe.runs import analyze
+from probe.studies import analyze
 from probe.tasks import get
 
 KEYS = ["blocks.0.hook_resid_post@last", "blocks.1.hook_resid_post@last"]

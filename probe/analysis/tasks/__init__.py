@@ -3,7 +3,7 @@
 The pieces here work on arrays, record frames and callables, so they sit
 below ``probe.tasks`` and ``probe.runs`` in the import layers. The front that
 opens a run directory (or runs a task), asks the task for its cluster units
-and pairs, and re-scores through the Runner is :mod:`probe.runs.analyze`
+and pairs, and re-scores through the Runner is :mod:`probe.studies.analyze`
 (``probe analyze steer|probes|lens|patch``; ``docs/activations.md``,
 "Analyses on task runs").
 

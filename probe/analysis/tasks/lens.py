@@ -6,8 +6,7 @@ and unembedding (:func:`probe.analysis.logit_lens.lens_logprobs`); the labels'
 log-probabilities use the scorer's own label variants (each label's token ids,
 summed). At the last layer this is the record's own score.
 
->>> # doctest: +SKIP
->>> lp = lens_from_residuals(model, resid, variants)   # [n_records, n_layers, n_labels]
+>>> lp = lens_from_residuals(model, resid, variants)   # [n_records, n_layers, n_labels]  # doctest: +SKIP
 """
 
 from __future__ import annotations

@@ -378,10 +378,6 @@ def _first(x: Any) -> Any:
     return x[0] if isinstance(x, (list, tuple)) and x else None
 
 
-def _second(x: Any) -> Any:
-    return x[1] if isinstance(x, (list, tuple)) and len(x) > 1 else None
-
-
 # -- anything else -------------------------------------------------------------------------------------------
 def generic_section(runs: Sequence[Run], out: Path) -> list[Any]:
     """Each run's own ``tables/*.csv``, one table per file and run (no multi-model layout for this task)."""

@@ -10,18 +10,17 @@ The task says its cluster unit, its pairs and its headline metrics
 (:meth:`probe.tasks.base.Task.analysis_units`, ``patch_pairs``,
 ``bias_metrics``); the computations are in :mod:`probe.analysis.tasks`.
 
-This front lives in ``probe.runs`` because it needs the Runner and the task
+This front lives in ``probe.studies`` because it needs the Runner and the task
 registry, which sit above ``probe.analysis`` in the import layers.
 
->>> # doctest: +SKIP
->>> from probe.runs import analyze
->>> table = analyze.steer("runs/bbq", layer=5, direction="mean-diff:context_condition=ambig,disambig",
+>>> from probe.studies import analyze  # doctest: +SKIP
+>>> table = analyze.steer("runs/bbq", layer=5, direction="mean-diff:context_condition=ambig,disambig",  # doctest: +SKIP
 ...                       strengths=[-4, 0, 4], output="runs/bbq/steer")
->>> table[["strength", "metric", "ci_low", "ci_high", "n"]]
+>>> table[["strength", "metric", "ci_low", "ci_high", "n"]]  # doctest: +SKIP
 """
 
-from probe.runs.analyze.fronts import lens, patch, probes, steer
-from probe.runs.analyze.run import TaskRun, as_run, open_run, run_for
+from probe.studies.analyze.fronts import lens, patch, probes, steer
+from probe.studies.analyze.run import TaskRun, as_run, open_run, run_for
 from probe.runs.runner import RunOptions
 
 __all__ = ["RunOptions", "TaskRun", "as_run", "lens", "open_run", "patch", "probes", "run_for", "steer"]

@@ -1,4 +1,4 @@
-"""``steer``, ``probes``, ``lens`` and ``patch`` on a :class:`~probe.runs.analyze.run.TaskRun`."""
+"""``steer``, ``probes``, ``lens`` and ``patch`` on a :class:`~probe.studies.analyze.run.TaskRun`."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Sequence
 
 from probe.errors import ProbeError
-from probe.runs.analyze.run import TaskRun, as_run, check_layer, n_layers, resid_key
+from probe.studies.analyze.run import TaskRun, as_run, check_layer, n_layers, resid_key
 
 if TYPE_CHECKING:
     import pandas as pd

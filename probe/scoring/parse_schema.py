@@ -1,0 +1,108 @@
+"""The parse stage's schema: :class:`ParseRequest` (a prompt whose parsed answer under sampling a task
+needs) and :class:`ParseDistribution` (that answer's certified distribution). No torch; the
+enumeration is :func:`probe.scoring.parse_exact.parse_exact`, which re-exports both.
+
+>>> d = ParseDistribution({"A": 0.6, "B": 0.3}, rejected=0.05, residual=0.05, nodes=12, prompt_tokens=30)
+>>> [round(x, 4) for x in d.normalized(["A", "B"])]
+[0.6667, 0.3333]
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any, Callable, ClassVar, Hashable, Sequence
+
+__all__ = ["ParseDistribution", "ParseRequest"]
+
+
+@dataclass
+class ParseDistribution:
+    """The parser's answer under sampling, for one prompt.
+
+    ``probs``: answer -> mass of the enumerated generations parsed to it;
+    ``rejected``: mass of enumerated generations parsed to None; ``residual``:
+    mass not enumerated (an upper bound on what any answer may still gain);
+    ``nodes``: forward tokens spent on generated positions; ``prompt_tokens``:
+    the prompt's own tokens (run once); ``top``: the most probable enumerated
+    generations, ``(text, mass, answer)``, best first.
+    """
+
+    probs: dict[Any, float]
+    rejected: float
+    residual: float
+    nodes: int
+    prompt_tokens: int = 0
+    top: list[tuple[str, float, Any]] = field(default_factory=list)
+
+    def total(self) -> float:
+        """``sum(probs) + rejected + residual`` (1 up to float rounding)."""
+        return math.fsum(self.probs.values()) + self.rejected + self.residual
+
+    def bounds(self, answer: Hashable) -> tuple[float, float]:
+        """The certified interval of ``P(answer)``."""
+        p = self.probs.get(answer, 0.0)
+        return p, min(1.0, p + self.residual)
+
+    def accepted(self) -> float:
+        """Mass of enumerated generations the parser gives an answer."""
+        return math.fsum(self.probs.values())
+
+    def normalized(self, answers: Sequence[Hashable]) -> list[float] | None:
+        """``P(answer | the parser accepts the generation)`` over ``answers``, from the enumerated mass
+        (None when nothing enumerated is accepted). Answers outside ``answers`` count as accepted too."""
+        acc = self.accepted()
+        if acc <= 0:
+            return None
+        return [self.probs.get(a, 0.0) / acc for a in answers]
+
+    def to_dict(self, top: int | None = None) -> dict[str, Any]:
+        """JSON-ready: answers become strings; ``top`` limits the listed generations."""
+        gens = self.top if top is None else self.top[:top]
+        return {"probs": {str(k): v for k, v in self.probs.items()}, "rejected": self.rejected,
+                "residual": self.residual, "nodes": self.nodes, "prompt_tokens": self.prompt_tokens,
+                "top": [{"text": t, "mass": m, "answer": None if a is None else str(a)} for t, m, a in gens]}
+
+
+@dataclass(frozen=True)
+class ParseRequest:
+    """One prompt whose parsed answer under sampling a task needs (the runner's parse stage).
+
+    ``parser`` / ``decided``: the callables :func:`parse_exact` applies; they are
+    not part of the request's digest, ``parser_name`` is: name the rule and
+    everything it depends on (e.g. ``"implicitbbq-oneword/1:" + the answers``),
+    so a changed parser is a changed request on resume. ``meta``: fields the
+    task's aggregate reads back; ``record_id``: the scored record this
+    distribution belongs to (default: ``id``).
+    """
+
+    id: str
+    prompt: str
+    max_new_tokens: int
+    temperature: float
+    top_p: float
+    parser_name: str
+    parser: Callable[[str], Any] = field(repr=False, compare=False)
+    decided: Callable[[str], bool] | None = field(default=None, repr=False, compare=False)
+    meta: dict = field(default_factory=dict)
+    residual: float = 0.01
+    max_nodes: int | None = None
+    kind: str = "parse"
+
+    #: fields left out of the resume digest (callables have no stable text; ``parser_name`` stands for them)
+    DIGEST_EXCLUDE: ClassVar[tuple] = ("parser", "decided")
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.id, str) or not self.id:
+            raise ValueError("parse request has an empty or non-string 'id'")
+        if not isinstance(self.prompt, str) or not self.prompt:
+            raise ValueError(f"parse request {self.id!r}: field 'prompt' is empty")
+        if self.max_new_tokens < 1:
+            raise ValueError(f"parse request {self.id!r}: max_new_tokens must be >= 1")
+        if not callable(self.parser):
+            raise ValueError(f"parse request {self.id!r}: parser must be callable")
+
+    @property
+    def spec_key(self) -> tuple:
+        """What requests must share to be enumerated together."""
+        return (self.temperature, self.top_p, self.max_new_tokens, self.residual, self.max_nodes)
