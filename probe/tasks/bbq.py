@@ -124,6 +124,19 @@ def request_id(item: Any, answer_format: str) -> str:
     return f"{item.id}|{answer_format}"
 
 
+def _paired_records(frame: Any) -> list[dict]:
+    """Answer records of a BBQ run for paired tests: block = answer format; cluster = template instance."""
+    from probe.tasks.implicitbbq.results import metric_records
+
+    recs, _ = metric_records(frame)
+    answers = frame.set_index("id")["answers"].to_dict() if "answers" in frame else {}
+    for r in recs:
+        opts = "|".join(sorted(str(a) for a in answers.get(r["id"], [])))
+        r.update(block=f"{r['answer_format']} format", category=r["category"],
+                 cluster=f"{r['category']}|{r['template_id']}|{opts}")
+    return recs
+
+
 class BBQTask(Task):
     name = "bbq"
     description = "BBQ (Parrish et al. 2022): all 11 categories from JSONL or templates, 3-way options"
@@ -243,6 +256,17 @@ class BBQTask(Task):
     def report(self, config: BBQConfig, result: Aggregate, output: Path) -> None:
         write_tables(result.tables, output)
         write_atomic(output / "report.md", no_markup(report_markdown(result.summary, result.tables)))
+
+    def report_layout(self) -> Any:
+        """Per answer format: category x model tables and a figure; paired units: items, by template instance."""
+        from probe.reports.compare.bbq_layouts import bbq_section
+        from probe.reports.compare.layout import TaskLayout
+        from probe.reports.compare.units import bbq_spec
+        from probe.tasks.paired_units import answer_units
+
+        return TaskLayout("BBQ", 1, lambda runs, out, _ctx: bbq_section(runs, out),
+                          paired_spec=lambda _runs: bbq_spec("bbq", "template instance"),
+                          units=lambda run: answer_units(run, _paired_records))
 
     # -- analyses: the template instance is the unit; its two name orders are the A <-> B pairs ---------
     def analysis_units(self, config: BBQConfig, records: Any, items: Sequence[Any]) -> list[str]:

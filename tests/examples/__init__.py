@@ -1,0 +1,1 @@
+"""Worked examples (docs/examples/): a benchmark added without touching probe's own code."""
