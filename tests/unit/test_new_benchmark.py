@@ -6,35 +6,42 @@ from __future__ import annotations
 
 import json
 import re
-from importlib import metadata
+import shutil
+import sys
 from pathlib import Path
 
 import pytest
 
 import probe
-from probe.tasks import ENTRY_POINT_GROUP, available, get
+from probe.tasks import available, get
 
 ROOT = Path(probe.__file__).parent
-TARGET = "tests.examples.tinybbq_task:TinyBBQTask"
+EXAMPLE = ROOT.parent / "docs" / "examples" / "probe_tinybbq"
+TARGET = "tinybbq:TinyBBQTask"
 
 
 @pytest.fixture
-def plugin(monkeypatch):
-    """TinyBBQ installed as a plugin: one entry point in the ``probe.tasks`` group, as its package declares it."""
-    real = metadata.entry_points
-
-    def entry_points(**kw):
-        if kw.get("group") == ENTRY_POINT_GROUP:
-            return metadata.EntryPoints([metadata.EntryPoint("tinybbq", TARGET, ENTRY_POINT_GROUP)])
-        return real(**kw)
-
-    monkeypatch.setattr("probe.tasks.metadata.entry_points", entry_points)
-    return get("tinybbq")
+def plugin(tmp_path, monkeypatch):
+    """TinyBBQ installed as its package would be: its two modules and a dist-info with the ``probe.tasks``
+    entry point its ``pyproject.toml`` declares."""
+    site = tmp_path / "site"
+    site.mkdir()
+    for name in ("tinybbq.py", "tinybbq_data.py"):
+        shutil.copy(EXAMPLE / name, site / name)
+    info = site / "probe_tinybbq-0.1.0.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: probe-tinybbq\nVersion: 0.1.0\n")
+    (info / "entry_points.txt").write_text(f"[probe.tasks]\ntinybbq = {TARGET}\n")
+    monkeypatch.syspath_prepend(str(site))
+    yield get("tinybbq")
+    for name in ("tinybbq", "tinybbq_data"):
+        sys.modules.pop(name, None)
 
 
 def test_probe_never_names_the_new_benchmark():
     hits = [p for p in ROOT.rglob("*.py") if re.search(r"tinybbq|TinyBBQ", p.read_text(encoding="utf-8"))]
     assert hits == []
+    assert f'tinybbq = "{TARGET}"' in (EXAMPLE / "pyproject.toml").read_text()
 
 
 def test_the_task_declares_its_report_and_its_check(plugin):

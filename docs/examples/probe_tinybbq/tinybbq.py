@@ -8,10 +8,11 @@ Besides the stages every task has (items, requests, aggregate), it declares:
 - ``paper_check``: the paper's sampled procedure for ``probe validate sampling tinybbq`` (sample the
   answer, read the letter, Acc and bias of the sampled answers).
 
-It is registered as a plugin, under the entry-point group ``probe.tasks``::
+It is registered as a plugin, under the entry-point group ``probe.tasks`` (this directory's
+``pyproject.toml``)::
 
     [project.entry-points."probe.tasks"]
-    tinybbq = "tests.examples.tinybbq_task:TinyBBQTask"
+    tinybbq = "tinybbq:TinyBBQTask"
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from typing import Any, Mapping, Sequence
 from probe.scoring.requests import LabelRequest
 from probe.tasks.base import Aggregate, Task, TaskConfig
 from probe.tasks.paper_check import PaperCheck, PromptCase, Scored, counted_label, label_ids, sampling_entry
-from tests.examples.tinybbq_data import ITEMS
+from tinybbq_data import ITEMS
 
 LABELS = ("a", "b", "c")
 METRICS = ("acc_amb", "acc_dis", "bias_amb", "bias_dis")
