@@ -186,6 +186,20 @@ def test_shared_prefix_sampler_matches_sample_generate(tiny_lm):
     assert again == sample_shared_prefix(tiny_lm, prompts, seeds, 0.8, 1.0, max_new_tokens=6)
 
 
+def test_runner_generate_with_a_shared_prefix_gives_the_same_texts(tiny_lm):
+    from probe.runs.runner import RunOptions, Runner
+    from probe.scoring.generate import GenerationRequest
+
+    runner = Runner(tiny_lm, RunOptions(progress=False))
+    prompts = ["Tell me about cats", "One two three four five"]
+    reqs = [GenerationRequest(f"p{i}#{j}", p, max_new_tokens=5, group=f"p{i}", temperature=0.8, top_p=0.9, seed=3,
+                              stop=("e",))
+            for i, p in enumerate(prompts) for j in range(3)]
+    shared = runner.generate(reqs, None, share_prefix=True)
+    assert shared == runner.generate(reqs, None) and len(shared) == 6 and any(shared.values())
+    assert not any("e" in t for t in shared.values())  # stop strings cut as on the batched path
+
+
 # -- end to end on the tiny model ------------------------------------------------------------------------
 
 def test_check_end_to_end_tiny(tiny_lm, shared_data, tmp_path):
