@@ -60,6 +60,27 @@ def sample_generate(
                      sampler=lambda idx: _RowSampler(spec, [seeds[i] for i in idx]))
 
 
+class _RowSampler:
+    """A logits processor that samples one token per row (each row its own generator) and leaves
+    only that token finite, so greedy ``generate`` takes it: HF sampling has one generator per batch."""
+
+    def __init__(self, spec: Any, seeds: Sequence[int]) -> None:
+        self.spec = spec
+        self.generators = [torch.Generator().manual_seed(int(s) % (1 << 63)) for s in seeds]
+
+    def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
+        from probe.scoring.sampling import sampling_distribution
+
+        dist = sampling_distribution(scores.float(), self.spec)  # float64, [batch, vocab]
+        cum = torch.cumsum(dist, dim=-1)
+        # every row draws once per step (finished rows too), so a row's stream never depends on the others
+        u = torch.cat([torch.rand(1, generator=g, dtype=torch.float64) for g in self.generators]).to(dist.device)
+        picks = torch.searchsorted(cum, (u * cum[:, -1]).unsqueeze(-1), right=True).clamp_(max=dist.shape[-1] - 1)
+        out = torch.full_like(scores, -math.inf)
+        out.scatter_(-1, picks, 0.0)
+        return out
+
+
 def sample_shared_prefix(lm: Any, prompts: Sequence[str], seeds: Sequence[Sequence[int]], temperature: float,
                          top_p: float = 1.0, max_new_tokens: int = 8) -> list[list[str]]:
     """K sampled continuations per prompt, the prompt's forward pass run once and its KV cache shared.
@@ -108,27 +129,6 @@ def sample_shared_prefix(lm: Any, prompts: Sequence[str], seeds: Sequence[Sequen
                 logits = res.logits[:, -1].float()
             out.append([tok.decode(p, skip_special_tokens=True) for p in picked])
     return out
-
-
-class _RowSampler:
-    """A logits processor that samples one token per row (each row its own generator) and leaves
-    only that token finite, so greedy ``generate`` takes it: HF sampling has one generator per batch."""
-
-    def __init__(self, spec: Any, seeds: Sequence[int]) -> None:
-        self.spec = spec
-        self.generators = [torch.Generator().manual_seed(int(s) % (1 << 63)) for s in seeds]
-
-    def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
-        from probe.scoring.sampling import sampling_distribution
-
-        dist = sampling_distribution(scores.float(), self.spec)  # float64, [batch, vocab]
-        cum = torch.cumsum(dist, dim=-1)
-        # every row draws once per step (finished rows too), so a row's stream never depends on the others
-        u = torch.cat([torch.rand(1, generator=g, dtype=torch.float64) for g in self.generators]).to(dist.device)
-        picks = torch.searchsorted(cum, (u * cum[:, -1]).unsqueeze(-1), right=True).clamp_(max=dist.shape[-1] - 1)
-        out = torch.full_like(scores, -math.inf)
-        out.scatter_(-1, picks, 0.0)
-        return out
 
 
 def _generate(lm: Any, prompts: Sequence[str], max_new_tokens: int, batch_size: int, stop: Sequence[str],
