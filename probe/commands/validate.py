@@ -47,8 +47,9 @@ def run(args: argparse.Namespace) -> int:
 
     from probe.io import write_atomic, write_json_atomic
     from probe.runs.runner import Runner, load
-    from probe.studies.sampling_check import report_markdown, run_check
+    from probe.studies.sampling_check import paper_check_of, report_markdown, run_check
 
+    paper_check_of(args.task)  # an unknown task fails before the model loads
     options = dataclasses.replace(run_options(args), threads=args.threads, progress=False)
     runner = Runner(load(args.model, options), options)
     check = run_check(args.task, runner, n_prompts=args.n_prompts, k=args.k, seed=args.seed,

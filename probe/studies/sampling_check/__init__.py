@@ -31,9 +31,10 @@ Modules: :mod:`.check` (:func:`run_check`), :mod:`.report` (:func:`report_markdo
 The papers' parsers live with their tasks (each task's ``paper_check`` module).
 """
 
-from probe.studies.sampling_check.check import SamplingCheck, checked_tasks, inside, run_check, tv_distance
+from probe.studies.sampling_check.check import (SamplingCheck, checked_tasks, inside, paper_check_of, run_check,
+                                                tv_distance)
 from probe.studies.sampling_check.report import generation_kinds, report_markdown
 from probe.tasks.paper_check import PromptCase, counted_forms, counted_label
 
 __all__ = ["PromptCase", "SamplingCheck", "checked_tasks", "counted_forms", "counted_label", "generation_kinds",
-           "inside", "report_markdown", "run_check", "tv_distance"]
+           "inside", "paper_check_of", "report_markdown", "run_check", "tv_distance"]

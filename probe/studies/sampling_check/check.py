@@ -17,7 +17,20 @@ import numpy as np
 from probe.errors import ProbeError
 from probe.tasks.paper_check import PaperCheck, PromptCase, Scored
 
-__all__ = ["SamplingCheck", "checked_tasks", "inside", "run_check", "sample_texts", "tv_distance"]
+__all__ = ["SamplingCheck", "checked_tasks", "inside", "paper_check_of", "run_check", "sample_texts", "tv_distance"]
+
+
+def paper_check_of(task: str) -> tuple[Any, PaperCheck]:
+    """``task``'s :class:`~probe.tasks.base.Task` and a fresh :class:`~probe.tasks.paper_check.PaperCheck`; a task
+    that declares none (or an unknown name) is an error listing those that do (checked before a model loads)."""
+    from probe.tasks import available, get
+
+    the_task = get(task) if task in available() else None
+    paper = the_task.paper_check() if the_task is not None else None
+    if paper is None:
+        raise ProbeError(f"probe validate sampling: no check for task {task!r}; choose from "
+                         f"{', '.join(checked_tasks())}")
+    return the_task, paper
 
 
 def checked_tasks() -> list[str]:
@@ -120,13 +133,7 @@ def run_check(task: str, runner: Any, *, n_prompts: int = 100, k: int = 20, seed
               progress: bool = False) -> SamplingCheck:
     """Run the sampling check for ``task`` (a task whose ``paper_check()`` is not None, :func:`checked_tasks`)
     with a :class:`probe.runs.runner.Runner`."""
-    from probe.tasks import available, get
-
-    the_task = get(task) if task in available() else None
-    paper = the_task.paper_check() if the_task is not None else None
-    if paper is None:
-        raise ProbeError(f"probe validate sampling: no check for task {task!r}; choose from "
-                         f"{', '.join(checked_tasks())}")
+    the_task, paper = paper_check_of(task)
     if k < 1 or n_prompts < 1:
         raise ProbeError("probe validate sampling: --k and --n-prompts must be positive")
     lm = runner.lm
