@@ -202,9 +202,13 @@ def combined_report(run_dirs: Sequence[str | Path], output: str | Path, n_boot: 
     from probe.reports.compare import build_report, load_runs
 
     runs = load_runs(run_dirs)
+    layouts = task_layouts(r.task for r in runs)
+    for r in runs:  # paired units read up front: a record the task cannot read fails before any output
+        units = getattr(layouts.get(r.task), "units", None)
+        if units is not None and (r.path / "records.jsonl").is_file():
+            r.units = units(r)
     headline, warnings, results = headline_of(runs)
     manifest = build_report(runs, output, n_boot=n_boot, seed=seed, params_b=params_b, title=title,
-                            progress=progress, headline=headline, warnings=warnings,
-                            layouts=task_layouts(r.task for r in runs))
+                            progress=progress, headline=headline, warnings=warnings, layouts=layouts)
     write_atomic(Path(output) / "results.csv", results.to_csv(index=False))
     return manifest
