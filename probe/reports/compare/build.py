@@ -37,7 +37,6 @@ from probe.reports.compare.tables import Figure, Section, Table, markdown, md_te
 __all__ = ["build_report", "paired_tables"]
 
 
-
 def _slug(text: str) -> str:
     return re.sub(r"[^A-Za-z0-9]+", "_", text).strip("_").lower()
 
