@@ -60,7 +60,7 @@ def cost_rows(lm, preqs: list, settings: str, *, max_new: int, residual: float, 
     """parse_exact against K seeded samples per prompt on ``preqs``, for each ``T:top_p:K`` of ``settings``:
     forward tokens, process CPU seconds and wall seconds (``sync`` waits for the device before a clock is read)."""
     from probe.prompts.answer_parse import oneword_decided
-    from probe.runs.validate import sample_shared_prefix
+    from probe.scoring.generate import sample_shared_prefix
     from probe.scoring.engine import Engine
     from probe.scoring.generate import generation_seed
     from probe.scoring.parse_exact import parse_exact

@@ -3,8 +3,8 @@
 For a stratified sample of TASK's prompts, samples K generations per prompt at
 the paper's settings (temperature, top-p) with fixed seeds, parses them with
 the paper's extraction rule, and compares per prompt and in aggregate with the
-task's exact paper-equivalent estimate (probe.runs.validate). Tasks: hbb,
-implicitbbq, cmp_iso.
+task's exact paper-equivalent estimate (probe.studies.sampling_check). Tasks:
+those that declare the paper's procedure (hbb, implicitbbq, cmp_iso).
 """
 
 from __future__ import annotations
@@ -24,12 +24,15 @@ def register(groups: dict) -> None:
     p = sub.add_parser("sampling", help="sample K generations per prompt at the paper's settings, parse them with "
                        "the paper's rule, compare with the exact paper-equivalent estimate",
                        description=__doc__.split("\n\n")[1])
-    p.add_argument("task", choices=["hbb", "implicitbbq", "cmp_iso"], help="the paper's task")
+    # run_check checks the name (each task declares its own check; importing every task to list them here
+    # would slow down every `probe` command); the metavar shows the built-in ones
+    p.add_argument("task", metavar="{hbb,implicitbbq,cmp_iso}", help="the paper's task")
     p.add_argument("--n-prompts", type=int, default=100, help="prompts in the stratified sample (about; default 100)")
     p.add_argument("--k", type=int, default=20, help="generations sampled per prompt (default 20)")
     p.add_argument("--seed", type=int, default=0, help="seed of the sample, the generations and the bootstrap")
     p.add_argument("--max-new-tokens", type=int, default=None,
-                   help="generation budget (default: what the task's answer needs: hbb 8, implicitbbq 10, cmp_iso 8)")
+                   help="generation budget (default: what the task's answer needs, as its check declares: hbb 8, "
+                   "implicitbbq 10, cmp_iso 8)")
     p.add_argument("--gen-batch-size", type=int, default=32, help="sequences per generation batch (default 32)")
     p.add_argument("--n-boot", type=int, default=1000, help="bootstrap draws for the sampled 95%% interval")
     p.add_argument("--threads", type=int, default=None, help="torch CPU threads")
@@ -44,8 +47,9 @@ def run(args: argparse.Namespace) -> int:
 
     from probe.io import write_atomic, write_json_atomic
     from probe.runs.runner import Runner, load
-    from probe.runs.validate import report_markdown, run_check
+    from probe.studies.sampling_check import paper_check_of, report_markdown, run_check
 
+    paper_check_of(args.task)  # an unknown task fails before the model loads
     options = dataclasses.replace(run_options(args), threads=args.threads, progress=False)
     runner = Runner(load(args.model, options), options)
     check = run_check(args.task, runner, n_prompts=args.n_prompts, k=args.k, seed=args.seed,

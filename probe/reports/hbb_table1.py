@@ -35,6 +35,8 @@ from typing import Any, Mapping, Sequence
 import pandas as pd
 
 #: short protocol names used in the column headers
+#: the run directories Table 1 combines (one option each)
+RUN_ARGS = ("hbb", "bbq", "crows", "stereoset")
 CS_PROTOCOLS = {"mcq": "(a) two-choice question", "loglik": "(b) whole-sentence causal log-likelihood"}
 SS_PROTOCOLS = {"mcq": "(a) three-choice question", "loglik": "(b) log-likelihood"}
 TITLE = ("Table 1 layout: bias score across data sets. HBB (S, lower = less bias; count of S >= threshold, "
@@ -164,7 +166,7 @@ def write_table1(df: pd.DataFrame, output: str | Path) -> Path:
 def main(argv: Sequence[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m probe.reports.hbb_table1", description=__doc__.split("\n")[0])
     p.add_argument("--model", required=True)
-    for name in ("hbb", "bbq", "crows", "stereoset"):
+    for name in RUN_ARGS:
         p.add_argument(f"--{name}", metavar="RUN_DIR", help=f"a finished {name} run directory")
     p.add_argument("--cs-protocol", choices=sorted(CS_PROTOCOLS), default="mcq")
     p.add_argument("--ss-protocol", choices=sorted(SS_PROTOCOLS), default="mcq")

@@ -40,6 +40,8 @@ __all__ = ["table1", "table2", "table8", "table9", "table3", "markdown", "cell",
 
 
 #: CrowS-Pairs protocol -> its name in the CS column header
+#: the MCQ variants' frame keys (a)=s1 and the swap average); HBB-SG's is ``hbb_sg``
+MCQ_VARIANTS = ("hbb", "hbb_swapavg")
 CS_PROTOCOLS = {"mcq": "(a) two-choice question", "loglik": "(b) whole-sentence causal log-likelihood"}
 
 
@@ -228,7 +230,7 @@ def run_tables(
 
     thr = threshold
     out: dict[str, pd.DataFrame] = {}
-    mcq = {labels[v]: frames[v] for v in ("hbb", "hbb_swapavg") if v in frames}
+    mcq = {labels[v]: frames[v] for v in MCQ_VARIANTS if v in frames}
     sg = {labels["hbb_sg"]: frames["hbb_sg"]} if "hbb_sg" in frames else {}
     if mcq:
         cs = {k: crows_score for k in mcq} if crows_score is not None else None

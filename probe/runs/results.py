@@ -18,8 +18,6 @@ import shutil
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterable, Mapping, Sequence
 
-from probe.errors import ProbeError
-
 if TYPE_CHECKING:
     import pandas as pd
 
@@ -140,7 +138,8 @@ def write_run_report(task: Any, config: Any, output: str | Path, summary: Mappin
     target = out / "report"
     try:
         build_report(load_runs([out]), target, n_boot=200, headline=headline, warnings=warnings,
-                     title=f"probe report: {task.name}, {summary.get('model', '')}")
+                     title=f"probe report: {task.name}, {summary.get('model', '')}",
+                     layouts={task.name: task.report_layout()})
     except Exception as exc:  # the records and summary are written; a report failure must not fail the run
         import sys
 
@@ -168,38 +167,13 @@ def write_run_report(task: Any, config: Any, output: str | Path, summary: Mappin
     return frame
 
 
-def bbq_family_units(run: Any) -> Any:
-    """Per-item answer records of a ``bbq``, ``implicitbbq`` or ``demo`` run as paired units: the task's own
-    conversion of records to option probabilities, then block / category / cluster (the resampling unit:
-    BBQ template instance; ImplicitBBQ template x context; demo scenario)."""
-    from probe.reports.compare.units import bbq_units
-    from probe.runs.record import records_to_frame
+def task_layouts(names: Iterable[str]) -> dict[str, Any]:
+    """Each named task's report section (its ``report_layout()``); a task not installed here is left out
+    (its runs get their own tables)."""
+    from probe.tasks import available, get
 
-    frame = records_to_frame(run.path)
-    if frame.empty:
-        return None
-    if run.task == "demo":
-        from probe.tasks.demo import answer_records
-
-        extra = frame.set_index("id")["scenario"].to_dict()
-        recs = [r for r in answer_records(frame) if r["finite"]]
-        for r in recs:
-            r.update(block="demo", category=f"{r['dimension']} {r['context_kind']}", cluster=str(extra[r["id"]]))
-        return bbq_units(recs)
-    from probe.tasks.implicitbbq.results import metric_records
-
-    recs, _ = metric_records(frame)
-    answers = frame.set_index("id")["answers"].to_dict() if "answers" in frame else {}
-    for r in recs:
-        if run.task == "bbq":
-            opts = "|".join(sorted(str(a) for a in answers.get(r["id"], [])))
-            r.update(block=f"{r['answer_format']} format", category=r["category"],
-                     cluster=f"{r['category']}|{r['template_id']}|{opts}")
-        else:  # ImplicitBBQ: one context (its 4 condition x polarity variants) of one template
-            r.update(block=f"{r['strategy']}, {r['answer_format']}", category=f"{r['dimension']} {r['context_kind']}",
-                     cluster=f"{r['template_id']}|{str(r['item_id']).rsplit('-', 2)[0]}")
-    return bbq_units(recs)
-
+    known = available()
+    return {n: get(n).report_layout() for n in dict.fromkeys(names) if n in known}
 
 
 def headline_of(runs: Sequence[Any]) -> tuple["pd.DataFrame", list[str], "pd.DataFrame"]:
@@ -228,15 +202,13 @@ def combined_report(run_dirs: Sequence[str | Path], output: str | Path, n_boot: 
     from probe.reports.compare import build_report, load_runs
 
     runs = load_runs(run_dirs)
-    for r in runs:
-        if r.task in ("bbq", "implicitbbq", "demo") and (r.path / "records.jsonl").is_file():
-            try:
-                r.units = bbq_family_units(r)
-            except (KeyError, ValueError, TypeError, IndexError) as exc:  # a record that is not the task's
-                raise ProbeError(f"{r.path / 'records.jsonl'}: not {r.task} records this report can read "
-                                 f"({exc.__class__.__name__}: {exc})") from None
+    layouts = task_layouts(r.task for r in runs)
+    for r in runs:  # paired units read up front: a record the task cannot read fails before any output
+        units = getattr(layouts.get(r.task), "units", None)
+        if units is not None and (r.path / "records.jsonl").is_file():
+            r.units = units(r)
     headline, warnings, results = headline_of(runs)
     manifest = build_report(runs, output, n_boot=n_boot, seed=seed, params_b=params_b, title=title,
-                            progress=progress, headline=headline, warnings=warnings)
+                            progress=progress, headline=headline, warnings=warnings, layouts=layouts)
     write_atomic(Path(output) / "results.csv", results.to_csv(index=False))
     return manifest

@@ -160,10 +160,11 @@ class Runner:
         return tuple(specs)
 
     def generate(self, requests: Sequence[Any], output: str | Path | None = None, task: str = "generate",
-                 progress: bool | None = None) -> dict[str, str]:
+                 progress: bool | None = None, share_prefix: bool = False) -> dict[str, str]:
         """Generations for :class:`~probe.scoring.generate.GenerationRequest` s (greedy, or sampled from each
         request's own seeded stream), recorded and resumed like scores (``generations.jsonl``); returns
-        ``{id: text}``. A sampled generation's record also carries its temperature, top_p and seed."""
+        ``{id: text}``. A sampled generation's record also carries its temperature, top_p and seed.
+        ``share_prefix``: many samples of one prompt share its forward pass (same texts; give them one ``group``)."""
         from probe.scoring.generate import run_generation
         from probe.scoring.memory import generation_batch_size
 
@@ -171,7 +172,8 @@ class Runner:
 
         def gen(part: list) -> Iterable[dict]:
             rows = generation_batch_size(self.scorer.batching)
-            texts = self._timed(part, lambda p: run_generation(self.lm, p, batch_size=rows))
+            texts = self._timed(part, lambda p: run_generation(self.lm, p, batch_size=rows,
+                                                               share_prefix=share_prefix))
             return ({"task": task, "id": r.id, "model": self.model_id, "kind": "generation", "text": t,
                      "max_new_tokens": r.max_new_tokens, **r.settings(), "meta": dict(r.meta)}
                     for r, t in zip(part, texts))

@@ -81,6 +81,56 @@ class _RowSampler:
         return out
 
 
+def sample_shared_prefix(lm: Any, prompts: Sequence[str], seeds: Sequence[Sequence[int]], temperature: float,
+                         top_p: float = 1.0, max_new_tokens: int = 8) -> list[list[str]]:
+    """K sampled continuations per prompt, the prompt's forward pass run once and its KV cache shared.
+
+    ``seeds[i][j]`` seeds sample ``j`` of prompt ``i``; each sample draws from the
+    same per-row stream and distribution as :func:`sample_generate` (its row sampler), so a
+    sample's text is the one ``sample_generate`` gives for that seed (tested); only the
+    prompt's prefill is not repeated K times, which makes K = 20 affordable on a CPU. Each
+    text is cut at the first end-of-sequence token. :func:`run_generation` with
+    ``share_prefix=True`` (``Runner.generate``) takes this path.
+    """
+    from probe.hf_compat import cache_kwargs, output_cache
+    from probe.scoring.sampling import SamplingSpec
+
+    tok, model = lm.tokenizer, lm.model
+    device = next(model.parameters()).device
+    eos = model.generation_config.eos_token_id if getattr(model, "generation_config", None) else None
+    eos_ids = set(eos if isinstance(eos, (list, tuple)) else [] if eos is None else [eos])
+    if tok.eos_token_id is not None:
+        eos_ids.add(tok.eos_token_id)
+    spec = SamplingSpec(temperature, top_p)
+    out: list[list[str]] = []
+    with torch.inference_mode():
+        for prompt, row_seeds in zip(prompts, seeds):
+            k = len(row_seeds)
+            ids = tok(prompt, add_special_tokens=wants_special_tokens(tok, prompt))["input_ids"]
+            res = model(input_ids=torch.tensor([ids], device=device), use_cache=True)
+            cache = output_cache(res)
+            cache.batch_repeat_interleave(k)
+            logits = res.logits[:, -1].float().repeat(k, 1)
+            sampler = _RowSampler(spec, list(row_seeds))
+            done = torch.zeros(k, dtype=torch.bool)
+            picked: list[list[int]] = [[] for _ in range(k)]
+            for step in range(max_new_tokens):
+                pick = sampler(None, logits).argmax(dim=-1)
+                for j, t in enumerate(pick.tolist()):
+                    if not done[j]:
+                        if t in eos_ids:
+                            done[j] = True
+                        else:
+                            picked[j].append(t)
+                if bool(done.all()) or step == max_new_tokens - 1:
+                    break
+                res = model(input_ids=pick.view(k, 1).to(device), use_cache=True, **cache_kwargs(model, cache))
+                cache = output_cache(res)
+                logits = res.logits[:, -1].float()
+            out.append([tok.decode(p, skip_special_tokens=True) for p in picked])
+    return out
+
+
 def _generate(lm: Any, prompts: Sequence[str], max_new_tokens: int, batch_size: int, stop: Sequence[str],
               progress: bool, sampler: Callable[[list[int]], Any] | None = None) -> list[str]:
     """Batched generation; ``sampler(batch indices)`` gives a batch's token sampler (None: greedy)."""
@@ -175,8 +225,13 @@ def generation_seed(seed: int, request_id: str) -> int:
     return stable_hash("generation", seed, request_id)
 
 
-def run_generation(lm: Any, requests: Sequence[GenerationRequest], batch_size: int = 8) -> list[str]:
-    """Texts for ``requests`` (in order); requests with the same limits, stops and sampling are batched together."""
+def run_generation(lm: Any, requests: Sequence[GenerationRequest], batch_size: int = 8,
+                   share_prefix: bool = False) -> list[str]:
+    """Texts for ``requests`` (in order); requests with the same limits, stops and sampling are batched together.
+
+    ``share_prefix``: sampled requests with the same prompt (and ``group``) are drawn together from one
+    forward pass over the prompt (:func:`sample_shared_prefix`; the same texts as without it, each
+    request from its own seeded stream), for many samples of one prompt."""
     out: list[str] = [""] * len(requests)
     by_setting: dict[tuple, list[int]] = {}
     for i, r in enumerate(requests):
@@ -187,8 +242,30 @@ def run_generation(lm: Any, requests: Sequence[GenerationRequest], batch_size: i
             texts = greedy_generate(lm, prompts, max_new_tokens=max_new, batch_size=batch_size, stop=stop)
         else:
             seeds = [generation_seed(requests[i].seed, requests[i].id) for i in idx]
-            texts = sample_generate(lm, prompts, seeds, temperature, top_p, max_new_tokens=max_new,
-                                    batch_size=batch_size, stop=stop)
+            if share_prefix:
+                texts = _shared(lm, [requests[i] for i in idx], seeds, temperature, top_p, max_new, stop)
+            else:
+                texts = sample_generate(lm, prompts, seeds, temperature, top_p, max_new_tokens=max_new,
+                                        batch_size=batch_size, stop=stop)
         for i, t in zip(idx, texts):
             out[i] = t
+    return out
+
+
+def _shared(lm: Any, requests: Sequence[GenerationRequest], seeds: Sequence[int], temperature: float, top_p: float,
+            max_new_tokens: int, stop: Sequence[str]) -> list[str]:
+    """:func:`sample_shared_prefix` over the requests grouped by (``group``, prompt), texts back in order."""
+    rows: dict[tuple, list[int]] = {}
+    for i, r in enumerate(requests):
+        rows.setdefault((r.group, r.prompt), []).append(i)
+    keys = list(rows)
+    done = sample_shared_prefix(lm, [p for _, p in keys], [[seeds[i] for i in rows[k]] for k in keys], temperature,
+                                top_p, max_new_tokens)
+    out = [""] * len(requests)
+    for key, texts in zip(keys, done):
+        for i, text in zip(rows[key], texts):
+            for s in stop:
+                if s in text:
+                    text = text[: text.index(s)]
+            out[i] = text
     return out

@@ -26,6 +26,18 @@ Stages, in the order the runner calls them:
 6. ``report(config, result, output)``: extra files (report.md, figures);
    default writes the tables as Markdown and CSV.
 
+What the task hands the layers around the runner, so that no code outside it
+names the benchmark:
+
+- ``report_layout()``: its section of a comparison report (``probe report``):
+  title, place, tables and figures, paper tables, paired-test units
+  (:class:`probe.reports.compare.layout.TaskLayout`); default: each run's own
+  tables, no paired comparison;
+- ``paper_check()``: the paper's sampled procedure for ``probe validate
+  sampling`` (:class:`probe.tasks.paper_check.PaperCheck`: the paper's
+  decoding settings, its answer parser, the estimator's counted event, the
+  headline metric); default: none.
+
 A third-party task registers its :class:`Task` subclass (or a module with a
 ``TASK`` attribute) under the entry-point group ``probe.tasks``; see
 ``docs/tasks.md``.
@@ -132,6 +144,21 @@ class Task:
     def report(self, config: Any, result: Aggregate, output: Path) -> None:
         """Extra outputs; the default writes every table as ``tables/NAME.md`` and ``.csv``."""
         write_tables(result.tables, output)
+
+    # -- what the task hands the report and the sampling check ---------------------------------------
+    def report_layout(self) -> Any:
+        """This task's section of a comparison report (:class:`~probe.reports.compare.layout.TaskLayout`):
+        title, place, tables and figures with several models, paper tables, paired-test units. Default:
+        titled by the task's name, each run's own tables, no paired comparison."""
+        from probe.reports.compare.layout import generic_layout
+
+        return generic_layout(self.name)
+
+    def paper_check(self) -> Any:
+        """The paper's own sampled procedure for ``probe validate sampling`` (a fresh
+        :class:`~probe.tasks.paper_check.PaperCheck`: decoding settings, answer parser, counted event,
+        headline metric), or None when the task has no such check (the default)."""
+        return None
 
     def data_files(self, config: Any) -> list[Path]:
         """Input files whose sha256 goes into ``provenance.json``."""

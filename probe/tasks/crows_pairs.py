@@ -372,6 +372,15 @@ class CrowsPairsTask(Task):
     def report(self, config: CrowsPairsConfig, result: Aggregate, output: Path) -> None:
         write_protocol_report("CrowS-Pairs", result, output)
 
+    def report_layout(self) -> Any:
+        """Both protocols' score per bias type and model; paired units: pairs."""
+        from probe.reports.compare.layout import TaskLayout
+        from probe.reports.compare.other_layouts import crows_section
+        from probe.reports.compare.units import CROWS_SPEC, crows_units
+
+        return TaskLayout("CrowS-Pairs", 4, lambda runs, out, _ctx: crows_section(runs, out),
+                          paired_spec=lambda _runs: CROWS_SPEC, units=crows_units)
+
     def results(self, config: CrowsPairsConfig, summary: Mapping[str, Any]) -> list[dict[str, Any]]:
         """Per protocol and bias type (and ``all``): the score (50 = no bias); headline: ``all`` per protocol."""
         from probe.tasks.base import result_row

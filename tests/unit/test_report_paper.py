@@ -10,7 +10,7 @@ import pytest
 
 from probe.reports.compare.bbq_layouts import implicitbbq_section
 from probe.reports.compare.ibbq_figures import figure4, figure4_values, strategies
-from probe.reports.compare.paper_layouts import hbb_paper_table, insert_beside, paper_tables
+from probe.reports.compare.paper_layouts import hbb_paper_table, insert_beside
 from probe.reports.compare.runs import Run
 from probe.reports.compare.tables import Figure, Table
 
@@ -95,8 +95,11 @@ def test_hbb_paper_table_one_row_per_model_with_the_settings():
     assert "T = 0.8, top-p = 1, 10 samples per question, S ≥ 20, non-label answers dropped" in t.title
     assert "Estimator: paper-equivalent" in t.caption and "n: instances" in t.caption
     assert hbb_paper_table([_hbb_run("b", None)]) is None
-    assert paper_tables("hbb", [_hbb_run("a", 1.0)])[0][0] == "hbb_table1"
-    assert paper_tables("crows_pairs", [_hbb_run("a", 1.0)]) == []
+    # each task's layout names its paper tables: hbb's Table 1; CrowS-Pairs has none
+    from probe.tasks import get
+
+    assert get("hbb").report_layout().paper_tables([_hbb_run("a", 1.0)], None)[0][0] == "hbb_table1"
+    assert get("crows_pairs").report_layout().paper_tables is None
 
 
 def test_insert_beside_keeps_order_and_appends_orphans():

@@ -9,18 +9,21 @@ import math
 import numpy as np
 import pytest
 
-from probe.runs.validate import (
-    PromptCase,
-    _dist,
-    _HBB,
-    _ImplicitBBQ,
-    counted_forms,
-    parse_cmp_iso,
-    parse_hbb,
-    parse_implicitbbq,
-    sample_shared_prefix,
-    tv_distance,
-)
+from probe.scoring.generate import sample_shared_prefix
+from probe.studies.sampling_check import PromptCase, counted_forms, tv_distance
+from probe.studies.sampling_check.check import _dist
+from probe.tasks import get
+from probe.tasks.cmp_iso.paper_check import parse_cmp_iso
+from probe.tasks.hbb.paper_check import parse_hbb
+from probe.tasks.implicitbbq.paper_check import parse_implicitbbq
+
+
+def _HBB():
+    return get("hbb").paper_check()
+
+
+def _ImplicitBBQ():
+    return get("implicitbbq").paper_check()
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -106,7 +109,7 @@ def test_counted_forms_and_tv():
 
 
 def test_inside_allows_one_generation():
-    from probe.runs.validate import inside
+    from probe.studies.sampling_check import inside
 
     assert inside(1e-14, 0.0, 0.0, 1 / 2400)          # every sampled answer wrong, exact 1e-14: agree
     assert not inside(0.01, 0.0, 0.0, 1 / 2400)
@@ -183,11 +186,25 @@ def test_shared_prefix_sampler_matches_sample_generate(tiny_lm):
     assert again == sample_shared_prefix(tiny_lm, prompts, seeds, 0.8, 1.0, max_new_tokens=6)
 
 
+def test_runner_generate_with_a_shared_prefix_gives_the_same_texts(tiny_lm):
+    from probe.runs.runner import RunOptions, Runner
+    from probe.scoring.generate import GenerationRequest
+
+    runner = Runner(tiny_lm, RunOptions(progress=False))
+    prompts = ["Tell me about cats", "One two three four five"]
+    reqs = [GenerationRequest(f"p{i}#{j}", p, max_new_tokens=5, group=f"p{i}", temperature=0.8, top_p=0.9, seed=3,
+                              stop=("e",))
+            for i, p in enumerate(prompts) for j in range(3)]
+    shared = runner.generate(reqs, None, share_prefix=True)
+    assert shared == runner.generate(reqs, None) and len(shared) == 6 and any(shared.values())
+    assert not any("e" in t for t in shared.values())  # stop strings cut as on the batched path
+
+
 # -- end to end on the tiny model ------------------------------------------------------------------------
 
 def test_check_end_to_end_tiny(tiny_lm, shared_data, tmp_path):
     from probe.runs.runner import RunOptions, Runner, load
-    from probe.runs.validate import report_markdown, run_check
+    from probe.studies.sampling_check import report_markdown, run_check
 
     opts = RunOptions(progress=False)
     runner = Runner(load(tiny_lm, opts), opts)
@@ -207,7 +224,7 @@ def test_check_end_to_end_tiny(tiny_lm, shared_data, tmp_path):
 
 
 def test_generation_kinds_by_hand():
-    from probe.runs.validate import SamplingCheck, generation_kinds
+    from probe.studies.sampling_check import SamplingCheck, generation_kinds
 
     rows = [{"generations": ["a) x", "b) y", "about", "a) x"], "parsed": ["a", "b", None, "a"],
              "counted": [True, False, False, True]}]

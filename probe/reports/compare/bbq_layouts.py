@@ -16,9 +16,10 @@ import math
 from pathlib import Path
 from typing import Any, Sequence
 
-import numpy as np
 import pandas as pd
 
+from probe.reports.compare.common import bars, boots, ci_unit, model_labels
+from probe.reports.compare.ibbq_figures import figure4
 from probe.reports.compare.runs import Run
 from probe.reports.compare.tables import Figure, Table, fmt, fmt_ci, save_figure
 
@@ -28,14 +29,6 @@ METRICS = ("acc_amb", "acc_dis", "bias_amb", "bias_dis")
 ESTIMATOR = {"expected": "exact expected counts (sums of option probabilities under the model's distribution, T = 1)",
              "argmax": "argmax answers (counts of each item's most probable option)"}
 
-
-def _boots(runs: Sequence[Run]) -> str:
-    vals = sorted({r.n_boot for r in runs if r.n_boot})
-    return "/".join(str(v) for v in vals) or "?"
-
-
-def _models(runs: Sequence[Run]) -> str:
-    return ", ".join(r.label for r in runs)
 
 
 # -- plain BBQ -----------------------------------------------------------------------------------------------
@@ -65,27 +58,15 @@ def bbq_section(runs: Sequence[Run], out: Path) -> list[Any]:
             strategies = sorted({str(r.summary.get("strategy")) for r in runs})
             items.append(Table(
                 f"bbq_{f}_{version}", "bbq", f"BBQ by category ({f} format, {version})",
-                f"Task bbq, models {_models(runs)}; strategy {'/'.join(strategies)}. Estimator: {ESTIMATOR[version]}. "
+                f"Task bbq, models {model_labels(runs)}; strategy {'/'.join(strategies)}. Estimator: {ESTIMATOR[version]}. "
                 "n: items per category and condition (n amb, n dis). CI: 95% percentile bootstrap over items "
-                f"(n_boot = {_boots(runs)}). Accuracy: amb = picks Unknown, dis = picks the correct person, "
+                f"(n_boot = {boots(runs)}). Accuracy: amb = picks Unknown, dis = picks the correct person, "
                 "of all disambiguated items (BBQ paper, lm-eval) or of those answered with a person (ImplicitBBQ); "
                 "bias in "
                 "[-1, 1], 0 = unbiased, + = stereotyped.", df))
         items.append(_bbq_figure(runs, f, out))
     return items
 
-
-def _bars(ax: Any, groups: Sequence[str], series: Sequence[tuple[str, Sequence[float], Sequence[Any]]]) -> None:
-    """Grouped bars with CI whiskers: ``series`` = (label, values, [lo, hi] or None per group)."""
-    width = 0.8 / max(1, len(series))
-    x = np.arange(len(groups))
-    for j, (label, vals, cis) in enumerate(series):
-        v = np.array([np.nan if a is None else a for a in vals], dtype=float)
-        lo = [max(0.0, a - c[0]) if c and c[0] is not None and np.isfinite(a) else 0 for a, c in zip(v, cis)]
-        hi = [max(0.0, c[1] - a) if c and c[1] is not None and np.isfinite(a) else 0 for a, c in zip(v, cis)]
-        ax.bar(x + (j - (len(series) - 1) / 2) * width, v, width, yerr=[lo, hi], capsize=2, label=label)
-    ax.set_xticks(x, groups, rotation=25, ha="right", fontsize=8)
-    ax.axhline(0, color="black", lw=0.7)
 
 
 def _bbq_figure(runs: Sequence[Run], f: str, out: Path) -> Figure:
@@ -104,15 +85,15 @@ def _bbq_figure(runs: Sequence[Run], f: str, out: Path) -> Figure:
             vals = [bc[c]["expected"][metric] if c in bc else math.nan for c in cats]
             cis = [bc[c]["expected"].get("ci", {}).get(metric) if c in bc else None for c in cats]
             series.append((r.label, vals, cis))
-        _bars(ax, cats, series)
+        bars(ax, cats, series)
         ax.set_ylabel(ylab)
         ax.set_ylim(-1 if metric.startswith("bias") else 0, 1)
     axes[0].legend(fontsize=7)
     fig.suptitle(f"BBQ ({f} format): ambiguous-context accuracy and bias by category", fontsize=10)
     fig.tight_layout()
     return save_figure(fig, out, f"bbq_{f}", "bbq", f"BBQ by category ({f})",
-                       f"Task bbq, models {_models(runs)}. Expected counts; whiskers: 95% percentile bootstrap CI over "
-                       f"items (n_boot = {_boots(runs)}); n per category in table bbq_{f}_expected.")
+                       f"Task bbq, models {model_labels(runs)}. Expected counts; whiskers: 95% percentile bootstrap CI over "
+                       f"items (n_boot = {boots(runs)}); n per category in table bbq_{f}_expected.")
 
 
 # -- ImplicitBBQ ---------------------------------------------------------------------------------------------
@@ -169,8 +150,8 @@ def implicitbbq_section(runs: Sequence[Run], out: Path) -> list[Any]:
 
     summaries = [(r.label, r.summary.get("by_strategy", {})) for r in runs]
     keys = list(dict.fromkeys(k for _, s in summaries for k in s))
-    nb = _boots(runs)
-    unit = _ci_unit(runs)
+    nb = boots(runs)
+    unit = ci_unit(runs)
     ci_text = (f"CI: 95% percentile cluster bootstrap: whole clusters ({unit}) resampled, within each dimension "
                f"for the macro mean; n_boot = {nb}")
     items: list[Any] = []
@@ -180,7 +161,7 @@ def implicitbbq_section(runs: Sequence[Run], out: Path) -> list[Any]:
             items.append(Table(
                 f"implicitbbq_table2_{key.replace('|', '_')}_{version}", "implicitbbq",
                 f"ImplicitBBQ Table 2 layout ({key.replace('|', ', ')}, {version})",
-                f"Task implicitbbq, models {_models(runs)}. Estimator: {ESTIMATOR[version]}; model-wise scores are "
+                f"Task implicitbbq, models {model_labels(runs)}. Estimator: {ESTIMATOR[version]}; model-wise scores are "
                 f"the mean over dimensions (the paper's rule). n: items pooled over dimensions (last column). {T2_RULES}"
                 f" No CIs in this layout; they are in implicitbbq_table2_ci_{version}.",
                 table2_paper(summaries, key, version)))
@@ -188,7 +169,7 @@ def implicitbbq_section(runs: Sequence[Run], out: Path) -> list[Any]:
             items.append(Table(
                 f"implicitbbq_table2_{key.replace('|', '_')}_paper", "implicitbbq",
                 f"ImplicitBBQ Table 2 layout ({key.replace('|', ', ')}, paper-equivalent: {_paper_settings(runs)})",
-                f"Task implicitbbq, models {_models([r for r, (_, s) in zip(runs, paper) if key in s])}. Estimator: "
+                f"Task implicitbbq, models {model_labels([r for r, (_, s) in zip(runs, paper) if key in s])}. Estimator: "
                 f"paper-equivalent ({_paper_settings(runs)}, the paper's answer sampling): expected counts if each "
                 "answer were sampled at that setting, computed exactly from the same scores and conditional on the "
                 "sample being one of the scored answers; mean over dimensions. n: items pooled over dimensions (last "
@@ -199,7 +180,7 @@ def implicitbbq_section(runs: Sequence[Run], out: Path) -> list[Any]:
         df = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
         items.append(Table(f"implicitbbq_table2_ci_{version}", "implicitbbq",
                            f"ImplicitBBQ Table 2 values with CIs ({version}), every strategy/format",
-                           f"Task implicitbbq, models {_models(runs)}. Estimator: {ESTIMATOR[version]}; mean over "
+                           f"Task implicitbbq, models {model_labels(runs)}. Estimator: {ESTIMATOR[version]}; mean over "
                            f"dimensions. n: last-but-one column. {ci_text}.", df))
     for key in keys:
         merged = None
@@ -219,29 +200,16 @@ def implicitbbq_section(runs: Sequence[Run], out: Path) -> list[Any]:
         items.append(Table(f"implicitbbq_per_dimension_{key.replace('|', '_')}", "implicitbbq",
                            "ImplicitBBQ Tables 5-7 layout: per dimension, ambiguous contexts "
                            f"({key.replace('|', ', ')})",
-                           f"Task implicitbbq, models {_models(runs)} (columns). E explicit, I implicit. Estimator: "
+                           f"Task implicitbbq, models {model_labels(runs)} (columns). E explicit, I implicit. Estimator: "
                            f"{ESTIMATOR['expected']}. n: the n_amb columns (items). CI: 95% percentile cluster "
                            f"bootstrap over {unit} clusters (n_boot = {nb}). Bold: |Bias| ≥ 0.10 (the paper's rule).",
                            merged))
     for key in (k for k in keys if k.startswith("zero_shot")):
         items.append(_implicit_figure(runs, key, out))
-    from probe.reports.compare.ibbq_figures import figure4
-
     for fmt_name in dict.fromkeys(k.split("|")[1] for k in keys if "|" in k):
         items.append(figure4(runs, fmt_name, out))
     return items
 
-
-def _ci_unit(runs: Sequence[Run]) -> str:
-    """The resampling unit of the runs' CIs, as their summaries state it (``summary.json`` -> ``ci.unit``).
-
-    ImplicitBBQ runs resample template x context clusters; a run whose summary names no unit (made
-    before clustered CIs) is said to resample items.
-    """
-    units = {r.label: str((r.summary.get("ci") or {}).get("unit") or "items (no cluster unit in the summary)")
-             for r in runs}
-    vals = sorted(set(units.values()))
-    return vals[0] if len(vals) == 1 else "; ".join(f"{k}: {v}" for k, v in units.items())
 
 
 T2_RULES = ("Δ: explicit → implicit change, ↑ up, ↓ down, blank unchanged at two decimals. Bold: accuracy drop > "
@@ -283,7 +251,7 @@ def _implicit_figure(runs: Sequence[Run], key: str, out: Path) -> Figure:
             bd = s.get(kind, {}).get("expected", {}).get("by_dimension", {})
             series.append((f"{r.label} {tag}", [bd[d]["bias_amb"] if d in bd else math.nan for d in dims],
                            [bd[d]["ci"]["bias_amb"] if d in bd else None for d in dims]))
-    _bars(ax, dims, series)
+    bars(ax, dims, series)
     ax.set_ylim(-1, 1)
     ax.set_ylabel("bias, ambiguous (→0)")
     ax.legend(fontsize=7, ncol=2)
@@ -292,8 +260,8 @@ def _implicit_figure(runs: Sequence[Run], key: str, out: Path) -> Figure:
     fig.tight_layout()
     return save_figure(fig, out, f"implicitbbq_bias_{key.replace('|', '_')}", "implicitbbq",
                        f"ImplicitBBQ explicit vs implicit bias ({key.replace('|', ', ')})",
-                       f"Task implicitbbq, models {_models(runs)}. Expected counts; whiskers: 95% percentile cluster "
-                       f"bootstrap CI over {_ci_unit(runs)} clusters (n_boot = {_boots(runs)}); n per dimension in "
+                       f"Task implicitbbq, models {model_labels(runs)}. Expected counts; whiskers: 95% percentile cluster "
+                       f"bootstrap CI over {ci_unit(runs)} clusters (n_boot = {boots(runs)}); n per dimension in "
                        "the per-dimension table.")
 
 
@@ -309,6 +277,6 @@ def demo_section(runs: Sequence[Run], out: Path) -> list[Any]:
                              "n dis": m["n_dis"], **{k: fmt(v[k]) for k in METRICS}})
     df = pd.DataFrame(rows)
     return [Table("demo_by_context", "demo", "Demo set: explicit vs implicit", (
-        f"Task demo, models {_models(runs)}. Estimators: expected counts (T = 1) and argmax answers (column "
+        f"Task demo, models {model_labels(runs)}. Estimators: expected counts (T = 1) and argmax answers (column "
         "Estimator). n: items per condition. CI: none in the demo summary (see the paired comparison below and "
         "each run's report.html)."), df)]

@@ -10,10 +10,10 @@ objects (``load_runs``), writes under ``output``:
 - ``manifest.json`` (the runs, and each table's and figure's name, task,
   title and files), which tests and scripts read.
 
-Paired comparisons need per-unit data: ``hbb``, ``crows_pairs`` and
-``cmp_iso`` units are read here from the run directories; BBQ-family units
-(``bbq``, ``implicitbbq``, ``demo``) need the task's own answer conversion, so
-the caller sets ``run.units`` (``probe report`` does; :func:`probe.runs.results.combined_report`).
+What each task's section holds (title, place, tables and figures, paper
+tables, paired units) is the task's own :class:`~.layout.TaskLayout`, passed
+in ``layouts`` (:func:`probe.runs.results.combined_report` passes every run's
+task's ``report_layout()``); this module names no benchmark.
 """
 
 from __future__ import annotations
@@ -27,59 +27,35 @@ from typing import Any, Callable, Mapping, Sequence
 import pandas as pd
 
 from probe.io import write_atomic, write_json_atomic
-from probe.reports.compare import bbq_layouts, other_layouts, paper_layouts, units as U
+from probe.reports.compare import paper_layouts
 from probe.reports.compare.html import render
+from probe.reports.compare.layout import ReportContext, TaskLayout, generic_layout
 from probe.reports.compare.paired import MIN_CLUSTERS, compare
 from probe.reports.compare.runs import Run, by_task
 from probe.reports.compare.tables import Figure, Section, Table, markdown, md_text, write_table
 
-__all__ = ["build_report", "TASK_TITLES"]
-
-TASK_TITLES = {"bbq": "BBQ", "implicitbbq": "ImplicitBBQ", "hbb": "Hidden Bias Benchmark",
-               "crows_pairs": "CrowS-Pairs", "cmp_iso": 'iso vs cmp ("To Compare or Not to Compare")', "demo": "Demo set"}
-#: tasks in report order (others follow, in the order given)
-ORDER = ("implicitbbq", "bbq", "demo", "hbb", "crows_pairs", "cmp_iso")
+__all__ = ["build_report", "paired_tables"]
 
 
 def _slug(text: str) -> str:
     return re.sub(r"[^A-Za-z0-9]+", "_", text).strip("_").lower()
 
 
-def _layout(task: str, runs: Sequence[Run], out: Path, all_by_task: Mapping[str, list[Run]],
-            params_b: Mapping[str, float] | None) -> list[Any]:
-    if task == "bbq":
-        return bbq_layouts.bbq_section(runs, out)
-    if task == "implicitbbq":
-        return bbq_layouts.implicitbbq_section(runs, out)
-    if task == "demo":
-        return bbq_layouts.demo_section(runs, out)
-    if task == "hbb":
-        return other_layouts.hbb_section(runs, out, all_by_task.get("crows_pairs", []))
-    if task == "crows_pairs":
-        return other_layouts.crows_section(runs, out)
-    if task == "cmp_iso":
-        return other_layouts.cmp_iso_section(runs, out, params_b)
-    return other_layouts.generic_section(runs, out)
-
-
-def _units(run: Run, spec: U.Spec) -> pd.DataFrame | None:
+def _units(run: Run, layout: TaskLayout) -> pd.DataFrame | None:
     if run.units is not None:
         return run.units
-    if run.task == "hbb":
-        return U.hbb_units(run, float(run.summary.get("threshold", 20.0)))
-    if run.task == "crows_pairs":
-        return U.crows_units(run)
-    if run.task == "cmp_iso":
-        return U.cmp_iso_units(run)
-    return None
+    return layout.units(run) if layout.units is not None else None
 
 
-def paired_tables(task: str, runs: Sequence[Run], n_boot: int, seed: int) -> tuple[list[Table], str]:
-    """Every A-vs-B table of ``task`` (each pair of runs, each block) and a note on what was left out."""
-    spec = U.spec_for(task, runs)
+def paired_tables(task: str, runs: Sequence[Run], n_boot: int, seed: int,
+                  layout: TaskLayout | None = None) -> tuple[list[Table], str]:
+    """Every A-vs-B table of ``task`` (each pair of runs, each block; what is compared: ``layout.paired_spec``)
+    and a note on what was left out."""
+    layout = layout or generic_layout(task)
+    spec = layout.paired_spec(runs) if layout.paired_spec is not None and len(runs) >= 2 else None
     if spec is None or len(runs) < 2:
         return [], "" if len(runs) < 2 else f"No paired comparison is defined for task {task}."
-    units = {r.label: _units(r, spec) for r in runs}
+    units = {r.label: _units(r, layout) for r in runs}
     missing = [lab for lab, u in units.items() if u is None or len(u) == 0]
     if missing:
         return [], f"Paired comparisons left out: no per-unit data for {', '.join(missing)}."
@@ -123,15 +99,21 @@ def _runs_table(runs: Sequence[Run]) -> Table:
 def build_report(runs: Sequence[Run], output: str | Path, n_boot: int = 2000, seed: int = 0,
                  params_b: Mapping[str, float] | None = None, title: str | None = None,
                  progress: Callable[[str], None] | None = None, headline: pd.DataFrame | None = None,
-                 warnings: Sequence[str] = ()) -> dict[str, Any]:
+                 warnings: Sequence[str] = (), layouts: Mapping[str, TaskLayout] | None = None) -> dict[str, Any]:
     """Write the report of ``runs`` into ``output``; return the manifest (also ``manifest.json``).
+
+    ``layouts``: each task's section (:class:`~probe.reports.compare.layout.TaskLayout`, from the task's
+    ``report_layout()``); a task without one gets each run's own tables.
 
     ``headline``: a table shown first (the main metric per model x task with its CI and n);
     ``warnings``: lines shown above everything (low answer mass, small samples, template-built data)."""
     out = Path(output)
     out.mkdir(parents=True, exist_ok=True)
     groups = by_task(runs)
-    tasks = [t for t in ORDER if t in groups] + [t for t in groups if t not in ORDER]
+    lays = {t: (layouts or {}).get(t) or generic_layout(t) for t in groups}
+    ranked = sorted((t for t in groups if lays[t].rank is not None), key=lambda t: lays[t].rank)
+    tasks = ranked + [t for t in groups if lays[t].rank is None]
+    context = ReportContext(groups, params_b)
     sections: list[Section] = []
     if headline is not None and len(headline):
         items = [Table(
@@ -144,13 +126,15 @@ def build_report(runs: Sequence[Run], output: str | Path, n_boot: int = 2000, se
         trs = groups[task]
         if progress:
             progress(f"{task}: {len(trs)} run(s)")
-        items = _layout(task, trs, out, groups, params_b)
+        lay = lays[task]
+        items = lay.section(trs, out, context)
         # the papers' own (sampled) estimators, each beside the exact table it mirrors
-        items = paper_layouts.insert_beside(items, paper_layouts.paper_tables(task, trs, params_b))
-        paired, note = paired_tables(task, trs, n_boot, seed)
+        if lay.paper_tables is not None:
+            items = paper_layouts.insert_beside(items, lay.paper_tables(trs, params_b))
+        paired, note = paired_tables(task, trs, n_boot, seed, lay)
         models = ", ".join(r.label for r in trs)
         intro = f"{len(trs)} run(s): {models}." + (f" {note}" if note else "")
-        sections.append(Section(task, TASK_TITLES.get(task, task), intro, items + paired))
+        sections.append(Section(task, lay.title, intro, items + paired))
     runs_table = _runs_table(runs)
     all_items = [runs_table] + [it for s in sections for it in s.items]
     names = [it.name for it in all_items]

@@ -15,6 +15,7 @@ import math
 from pathlib import Path
 from typing import Any, Sequence
 
+from probe.reports.compare.common import bars, boots, ci_unit, model_labels
 from probe.reports.compare.runs import Run
 from probe.reports.compare.tables import Figure, save_figure
 
@@ -70,8 +71,6 @@ def figure4(runs: Sequence[Run], answer_format: str, out: Path, version: str = "
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from probe.reports.compare.bbq_layouts import _bars, _boots, _ci_unit, _models
-
     strats = strategies(runs, answer_format)
     labels = [r.label for r in runs]
     fig, axes = plt.subplots(2, len(PANELS), figsize=(max(12.0, 1.2 * len(labels) * len(PANELS)), 6.2),
@@ -83,7 +82,7 @@ def figure4(runs: Sequence[Run], answer_format: str, out: Path, version: str = "
             for s in strats:
                 vals = [figure4_values(r, f"{s}|{answer_format}", kind, f"{metric}_{cond}", version) for r in runs]
                 series.append((s, [v for v, _ in vals], [c for _, c in vals]))
-            _bars(ax, labels, series)
+            bars(ax, labels, series)
             ax.set_ylim(*ylim)
             if row == 0:
                 ax.set_title(title, fontsize=9)
@@ -97,9 +96,9 @@ def figure4(runs: Sequence[Run], answer_format: str, out: Path, version: str = "
     return save_figure(
         fig, out, f"implicitbbq_figure4_{answer_format}", "implicitbbq",
         f"ImplicitBBQ Figure 4 layout: strategies ({answer_format})",
-        f"Task implicitbbq, models {_models(runs)}; strategies {', '.join(strats)} (bars; a missing bar: no such "
+        f"Task implicitbbq, models {model_labels(runs)}; strategies {', '.join(strats)} (bars; a missing bar: no such "
         f"items). Top: accuracy, bottom: bias; panels: explicit/implicit x ambiguous/disambiguated. Estimator: {est}, "
         "mean over dimensions (the paper's model-wise score). Whiskers: 95% percentile cluster bootstrap CI (whole "
-        f"{_ci_unit(runs)} clusters resampled within each dimension; n_boot = {_boots(runs)}). n (items pooled over "
+        f"{ci_unit(runs)} clusters resampled within each dimension; n_boot = {boots(runs)}). n (items pooled over "
         "dimensions, explicit amb/dis, "
         f"implicit amb/dis): {_n_text(runs, strats, answer_format)}.")

@@ -17,7 +17,7 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 import pandas as pd
 
-from probe.reports.compare.bbq_layouts import _bars, _boots, _models
+from probe.reports.compare.common import bars, boots, model_labels
 from probe.reports.compare.runs import Run
 from probe.reports.compare.tables import Figure, Table, flatten, fmt, fmt_ci, save_figure
 
@@ -94,7 +94,7 @@ def _crows_protocol_items(runs: Sequence[Run], out: Path, scores: dict, protocol
     suffix = "" if protocol == "loglik" else "_mcq"  # (b) keeps its historical table name
     items: list[Any] = [Table(f"crows_pairs{suffix}", "crows_pairs", f"CrowS-Pairs, protocol {name}: % of pairs "
                               "where the more stereotypical sentence is preferred (50 = no bias)",
-                              f"Task crows_pairs, models {_models(runs)} (columns). Estimator: "
+                              f"Task crows_pairs, models {model_labels(runs)} (columns). Estimator: "
                               f"{CROWS_ESTIMATORS[protocol]}. n: valid pairs per cell."
                               + (" Paper-equivalent (where the run scored it): the score the HBB paper's procedure "
                                  "(one answer sampled per question at T = 0.8, top-p 1, non-label answers dropped) "
@@ -108,7 +108,7 @@ def _crows_protocol_items(runs: Sequence[Run], out: Path, scores: dict, protocol
     fig, ax = plt.subplots(figsize=(max(7, 0.9 * len(types)), 3.8))
     series = [(label, [s[t]["score"] if t in s else math.nan for t in types],
                [[s[t]["ci_low"], s[t]["ci_high"]] if t in s else None for t in types]) for label, s in scores.items()]
-    _bars(ax, types, series)
+    bars(ax, types, series)
     ax.axhline(50, color="#C44E52", ls="--", lw=1)
     ax.set_ylim(0, 100)
     ax.set_ylabel("CrowS-Pairs score (50 = no bias)")
@@ -116,7 +116,7 @@ def _crows_protocol_items(runs: Sequence[Run], out: Path, scores: dict, protocol
     fig.tight_layout()
     items.append(save_figure(fig, out, f"crows_pairs_by_type{suffix}", "crows_pairs",
                              f"CrowS-Pairs by bias type, protocol {name}",
-                             f"Task crows_pairs, models {_models(runs)}. Estimator: {CROWS_ESTIMATORS[protocol]}; "
+                             f"Task crows_pairs, models {model_labels(runs)}. Estimator: {CROWS_ESTIMATORS[protocol]}; "
                              f"n per cell in table crows_pairs{suffix}."))
     return items
 
@@ -162,7 +162,7 @@ def hbb_section(runs: Sequence[Run], out: Path, crows_runs: Sequence[Run] = ()) 
     cs_own = {r.label: ((crows_scores([r]).get(r.label) or {}).get("all") or {}).get("score") for r in runs}
     used = {crows_protocol_of(r.summary) for r in list(crows_runs) + list(runs)} - {None}
     cs_protocols = " and ".join(CROWS_PROTOCOLS[p] for p in ("mcq", "loglik") if p in used) or "none scored"
-    nb, models = _boots(runs), _models(runs)
+    nb, models = boots(runs), model_labels(runs)
     mcq = {f"{label} ({VARIANTS[v]})": f for label, fr in frames.items() for v, f in fr.items() if v != "hbb_sg"}
     sg = {f"{label} (HBB-SG)": fr["hbb_sg"] for label, fr in frames.items() if "hbb_sg" in fr}
     crows = {f"{r.label} ({VARIANTS[v]})": _num(cs_own.get(r.label), cs_by_model.get(r.model))
@@ -269,7 +269,7 @@ def cmp_iso_section(runs: Sequence[Run], out: Path, params_b: Mapping[str, float
     summary = combine_summaries([{**r.summary, "model": r.label, "params_b": {}} for r in main], sizes)
     pairs = "; ".join(f"{r.label}: " + ", ".join(f"{b} {n}" for b, n in (r.summary.get("n_pairs") or {}).items())
                       for r in runs)
-    models = _models(runs)
+    models = model_labels(runs)
     items: list[Any] = []
     for mode, suffix in (("expected", ""), ("argmax", "_argmax")):
         for name, (title, df) in build_tables(summary, mode).items():

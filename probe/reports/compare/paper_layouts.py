@@ -2,8 +2,9 @@
 
 Each run that computed the paper's own sampled estimator carries it in its
 ``summary.json`` (``paper_equivalent``: the settings and the numbers; for
-iso/cmp also ``results`` rows of mode ``paper``). :func:`paper_tables` lays
-them out with every model, each table captioned with the sampling settings;
+iso/cmp also ``results`` rows of mode ``paper``). :func:`hbb_paper_tables` and
+:func:`cmp_iso_paper_tables` lay them out with every model, each table captioned
+with the sampling settings (the task's layout names which applies);
 :func:`insert_beside` puts each right after the exact table it mirrors.
 (ImplicitBBQ's paper-equivalent Table 2 is in :mod:`.bbq_layouts`.)
 """
@@ -15,14 +16,11 @@ from typing import Any, Mapping, Sequence
 
 import pandas as pd
 
+from probe.reports.compare.common import model_labels
 from probe.reports.compare.runs import Run
 from probe.reports.compare.tables import Table, flatten
 
-__all__ = ["paper_tables", "insert_beside", "hbb_paper_table", "cmp_iso_paper_tables"]
-
-
-def _models(runs: Sequence[Run]) -> str:
-    return ", ".join(r.label for r in runs)
+__all__ = ["insert_beside", "hbb_paper_table", "hbb_paper_tables", "cmp_iso_paper_tables"]
 
 
 def _count(entry: Mapping[str, Any] | None) -> str:
@@ -62,7 +60,7 @@ def hbb_paper_table(runs: Sequence[Run]) -> Table | None:
     settings = {_settings_text(r.summary["paper_equivalent"].get("settings") or {}) for r in have}
     st = "; ".join(sorted(settings))
     return Table("hbb_table1_paper", "hbb", f"HBB Table 1 layout, a)=s1, paper-equivalent ({st})", (
-        f"Task hbb, models {_models(have)}. Estimator: paper-equivalent ({st}): the count of instances with "
+        f"Task hbb, models {model_labels(have)}. Estimator: paper-equivalent ({st}): the count of instances with "
         "S ≥ threshold that the paper's procedure (each question answered by sampled generations, S from the answer "
         "shares) would report, as its expectation computed exactly from the tempered label probabilities; in "
         "parentheses its 5-95% range over repeated runs of that procedure (Poisson-binomial), then the exact count "
@@ -93,20 +91,16 @@ def cmp_iso_paper_tables(runs: Sequence[Run], params_b: Mapping[str, float] | No
             continue
         note = f" {df.attrs['caption']}" if df.attrs.get("caption") else ""
         out.append((f"cmp_iso_{name}", Table(f"cmp_iso_{name}_paper", "cmp_iso", title, (
-            f"Task cmp_iso, models {_models(have)} (rows). Estimator: {est} (the authors' sampling), computed exactly. "
+            f"Task cmp_iso, models {model_labels(have)} (rows). Estimator: {est} (the authors' sampling), computed exactly. "
             f"n: context pairs per benchmark ({pairs}). CI: none in this table; ∗: approximate randomization test "
             f"p < {summary.get('alpha')} (n_iter = {summary.get('n_iter')}).{note}"), flatten(df))))
     return out
 
 
-def paper_tables(task: str, runs: Sequence[Run], params_b: Mapping[str, float] | None = None) -> list[tuple[str, Table]]:
-    """(anchor table name, table) of every paper-equivalent table of ``task`` (none for other tasks)."""
-    if task == "hbb":
-        t = hbb_paper_table(runs)
-        return [("hbb_table1", t)] if t is not None else []
-    if task == "cmp_iso":
-        return cmp_iso_paper_tables(runs, params_b)
-    return []
+def hbb_paper_tables(runs: Sequence[Run], params_b: Mapping[str, float] | None = None) -> list[tuple[str, Table]]:
+    """``[("hbb_table1", the paper-equivalent Table 1)]`` when any run computed it, else ``[]``."""
+    t = hbb_paper_table(runs)
+    return [("hbb_table1", t)] if t is not None else []
 
 
 def insert_beside(items: list[Any], extra: Sequence[tuple[str, Any]]) -> list[Any]:

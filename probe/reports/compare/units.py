@@ -1,4 +1,6 @@
-"""Each task's paired units (what two models are compared on) and its :class:`~.paired.Spec`.
+"""Paired units (what two models are compared on) and their :class:`~.paired.Spec`, one set per task family.
+
+Each task picks its own in its report layout (:class:`~.layout.TaskLayout`).
 
 - BBQ family (``bbq``, ``implicitbbq``, ``demo``): one unit per scored item;
   the caller gives per-item answer records (option probabilities, the item's
@@ -27,7 +29,7 @@ from probe.metrics.hbb import over_threshold
 from probe.reports.compare.paired import Spec
 from probe.reports.compare.runs import Run, read_records
 
-__all__ = ["bbq_units", "hbb_units", "crows_units", "cmp_iso_units", "spec_for", "BBQ_SPEC", "CROWS_SPEC",
+__all__ = ["bbq_units", "hbb_units", "crows_units", "cmp_iso_units", "bbq_spec", "BBQ_SPEC", "CROWS_SPEC",
            "CMP_ISO_SPEC", "hbb_spec"]
 
 BBQ_COLUMNS = ("n_amb", "unk_amb", "con_amb", "non_amb", "n_dis", "cor_dis", "con_dis", "non_dis")
@@ -159,14 +161,8 @@ def cmp_iso_units(run: Run) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=["unit", "block", "category", "cluster", "n", "gap", "binary"])
 
 
-def spec_for(task: str, runs: Sequence[Run]) -> Spec | None:
-    """The paired spec of ``task`` (None: no paired comparison for it)."""
-    if task in ("bbq", "implicitbbq", "demo"):
-        from dataclasses import replace
+def bbq_spec(task: str, cluster: str) -> Spec:
+    """:data:`BBQ_SPEC` for a BBQ-family task whose resampling unit is ``cluster``."""
+    from dataclasses import replace
 
-        cluster = {"bbq": "template instance", "implicitbbq": "template × context (a context's 4 condition × "
-                   "polarity variants)", "demo": "scenario"}[task]
-        return replace(BBQ_SPEC, task=task, cluster=cluster)
-    if task == "hbb":
-        return hbb_spec(float(runs[0].summary.get("threshold", 20.0)))
-    return {"crows_pairs": CROWS_SPEC, "cmp_iso": CMP_ISO_SPEC}.get(task)
+    return replace(BBQ_SPEC, task=task, cluster=cluster)

@@ -288,6 +288,18 @@ class ImplicitBBQTask(Task):
             out += [(a, b, "A<->B") for a in ids for b in ids if a != b]
         return out
 
+    def report_layout(self) -> Any:
+        """ImplicitBBQ's section of a comparison report (:mod:`probe.tasks.implicitbbq.layout`)."""
+        from probe.tasks.implicitbbq.layout import layout
+
+        return layout()
+
+    def paper_check(self) -> Any:
+        """The paper's sampled procedure for ``probe validate sampling`` (:mod:`probe.tasks.implicitbbq.paper_check`)."""
+        from probe.tasks.implicitbbq.paper_check import PaperCheck
+
+        return PaperCheck()
+
     def bias_metrics(self, config: ImplicitBBQConfig, summary: Mapping[str, Any]) -> dict[str, dict[str, float]]:
         """``{strategy}|{format}.{explicit|implicit}.{bias_amb|...}``: the pooled expected metrics."""
         from probe.tasks.bbq import bbq_headline

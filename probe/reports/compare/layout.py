@@ -1,0 +1,72 @@
+"""What a task hands the comparison report: its section's title and place, its tables, paper tables and paired units.
+
+Reports sit below tasks in the layers, so the report never names a benchmark:
+each task describes its own section as a :class:`TaskLayout` (plain values and
+callables, :meth:`probe.tasks.base.Task.report_layout`) and the caller passes
+the layouts of the runs' tasks to :func:`~probe.reports.compare.build.build_report`.
+A task without a layout gets :func:`generic_layout` (each run's own tables).
+
+>>> generic_layout("mytask").title, generic_layout("mytask").rank is None
+('mytask', True)
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
+
+from probe.reports.compare.runs import Run
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+    from probe.reports.compare.paired import Spec
+
+__all__ = ["ReportContext", "TaskLayout", "generic_layout", "generic_section"]
+
+
+@dataclass(frozen=True)
+class ReportContext:
+    """What a section may read beside its own runs: every run of the report by task, and parameter counts."""
+
+    by_task: Mapping[str, Sequence[Run]]
+    params_b: Mapping[str, float] | None = None
+
+
+#: ``section(runs, out, context)``: the task's tables and figures (figures written under ``out``)
+SectionFn = Callable[[Sequence[Run], Path, ReportContext], list[Any]]
+#: ``paper_tables(runs, params_b)``: ``(anchor table name, table)`` of each paper-equivalent table
+PaperTablesFn = Callable[[Sequence[Run], "Mapping[str, float] | None"], list[tuple[str, Any]]]
+
+
+def generic_section(runs: Sequence[Run], out: Path, context: ReportContext) -> list[Any]:
+    """Each run's own ``tables/*.csv`` (:func:`probe.reports.compare.other_layouts.generic_section`)."""
+    from probe.reports.compare.other_layouts import generic_section as own_tables
+
+    return own_tables(runs, out)
+
+
+@dataclass(frozen=True)
+class TaskLayout:
+    """One task's section of a comparison report.
+
+    ``title``: the section heading; ``rank``: its place (sections with a rank come first, lowest first; the
+    others follow in the order given); ``section``: its tables and figures; ``paper_tables``: the papers'
+    sampled-estimator tables, each placed right after the exact table it mirrors (None: none);
+    ``paired_spec(runs)``: what two runs are compared on (None, or a callable returning None: no paired
+    comparison); ``units(run)``: a run's per-unit frame for the paired comparison (None: the caller sets
+    ``run.units``).
+    """
+
+    title: str
+    rank: float | None = None
+    section: SectionFn = generic_section
+    paper_tables: PaperTablesFn | None = None
+    paired_spec: "Callable[[Sequence[Run]], Spec | None] | None" = None
+    units: "Callable[[Run], pd.DataFrame | None] | None" = None
+
+
+def generic_layout(task: str) -> TaskLayout:
+    """The layout of a task that declares none: titled by its name, each run's own tables, no paired tests."""
+    return TaskLayout(task)

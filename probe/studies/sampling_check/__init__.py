@@ -1,0 +1,40 @@
+"""The sampling check: probe's exact paper-equivalent estimates against the papers' own procedure.
+
+probe computes each paper's sampled estimator exactly, from the label / answer
+probabilities under the paper's temperature and top-p. This package runs the
+procedure itself on a stratified sample of a task's items and measures the gap;
+the task declares everything about its paper (:meth:`probe.tasks.base.Task.paper_check`,
+a :class:`probe.tasks.paper_check.PaperCheck`: the sample, the decoding settings,
+the parser, the counted event, the headline metric), so nothing here names a
+benchmark:
+
+1. the task's own requests are scored (the exact estimate, with the paper's
+   sampling spec computed in the same pass, as in ``probe run``);
+2. ``K`` generations per prompt are sampled at the paper's settings (T, top-p,
+   a stated ``max_new_tokens``) with fixed per-sample seeds, by the Runner
+   (``Runner.generate``, one seeded stream per sample, the prompt's forward pass
+   shared by its K samples);
+3. each generation is parsed by the paper's extraction rule (the task's
+   ``PaperCheck.parse``) and also checked against what the exact estimator
+   counts (``PaperCheck.counted``);
+4. per prompt: the share of generations the parser accepts, the share the
+   exact estimator counts (sampled, and its exact expectation), and the
+   probability difference |Δ| between the parsed answers' distribution and the
+   exact paper-equivalent distribution (total variation: for two options
+   ``|p̂(A) - p(A)|``), beside the |Δ| that sampling noise alone gives;
+5. in aggregate: the paper's headline metric from the sampled answers, its 95 %
+   interval (bootstrap over units - instance, item or context pair - each with
+   its own K sampled answers), and whether the exact paper-equivalent value
+   lies inside it.
+
+Modules: :mod:`.check` (:func:`run_check`), :mod:`.report` (:func:`report_markdown`).
+The papers' parsers live with their tasks (each task's ``paper_check`` module).
+"""
+
+from probe.studies.sampling_check.check import (SamplingCheck, checked_tasks, inside, paper_check_of, run_check,
+                                                tv_distance)
+from probe.studies.sampling_check.report import generation_kinds, report_markdown
+from probe.tasks.paper_check import PromptCase, counted_forms, counted_label
+
+__all__ = ["PromptCase", "SamplingCheck", "checked_tasks", "counted_forms", "counted_label", "generation_kinds",
+           "inside", "paper_check_of", "report_markdown", "run_check", "tv_distance"]

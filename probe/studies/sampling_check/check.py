@@ -1,0 +1,232 @@
+"""The sampling check's run: the task's exact side, K sampled generations per prompt, the aggregate comparison.
+
+:func:`run_check` drives any task that declares a paper check
+(:class:`probe.tasks.paper_check.PaperCheck`); the steps are in the package's
+docstring (:mod:`probe.studies.sampling_check`).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import asdict, dataclass
+from typing import Any, Sequence
+
+import numpy as np
+
+from probe.errors import ProbeError
+from probe.tasks.paper_check import PaperCheck, PromptCase, Scored
+
+__all__ = ["SamplingCheck", "checked_tasks", "inside", "paper_check_of", "run_check", "sample_texts", "tv_distance"]
+
+
+def paper_check_of(task: str) -> tuple[Any, PaperCheck]:
+    """``task``'s :class:`~probe.tasks.base.Task` and a fresh :class:`~probe.tasks.paper_check.PaperCheck`; a task
+    that declares none (or an unknown name) is an error listing those that do (checked before a model loads)."""
+    from probe.tasks import available, get
+
+    the_task = get(task) if task in available() else None
+    paper = the_task.paper_check() if the_task is not None else None
+    if paper is None:
+        raise ProbeError(f"probe validate sampling: no check for task {task!r}; choose from "
+                         f"{', '.join(checked_tasks())}")
+    return the_task, paper
+
+
+def checked_tasks() -> list[str]:
+    """The tasks that declare a paper check (``Task.paper_check()`` not None), in registry order."""
+    from probe.tasks import available, get
+
+    return [name for name in available() if get(name).paper_check() is not None]
+
+
+def inside(value: float, lo: float, hi: float, resolution: float) -> bool | None:
+    """Whether ``value`` lies in ``[lo, hi]`` widened by ``resolution`` (one generation's worth of a share,
+    ``1 / (K x prompts)``): a sampled interval is a set of finite-sample values, so a degenerate one
+    (every resample 0) still holds an exact 1e-14. None when either side is NaN.
+
+    >>> inside(1e-14, 0.0, 0.0, 1 / 2400), inside(0.2, 0.0, 0.0, 1 / 2400), inside(0.5, 0.1, 0.9, 0.0)
+    (True, False, True)
+    """
+    if value != value or lo != lo or hi != hi:
+        return None
+    return bool(lo - resolution <= value <= hi + resolution)
+
+
+def tv_distance(p: Sequence[float], q: Sequence[float]) -> float:
+    """Total variation distance ``0.5 * sum |p_i - q_i|``; for two options ``|p_0 - q_0|``.
+
+    >>> round(tv_distance([0.7, 0.3], [0.5, 0.5]), 12), tv_distance([1, 0, 0], [0, 0.5, 0.5])
+    (0.2, 1.0)
+    """
+    return float(0.5 * np.abs(np.asarray(p, float) - np.asarray(q, float)).sum())
+
+
+@dataclass
+class SamplingCheck:
+    """The check's result: settings, per-prompt rows and the aggregate comparison."""
+
+    task: str
+    model: str
+    settings: dict
+    prompts: list[dict]
+    aggregate: dict
+    summary: dict
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+def _cases(task: Any, check: PaperCheck, runner: Any, n_prompts: int, seed: int,
+           max_new_tokens: int | None) -> tuple[list[PromptCase], dict]:
+    """The exact side: the task's sample scored with its paper's sampling spec (and, for a parse-exact check,
+    its parse requests enumerated), as the check's cases; and the check's settings (the paper's temperature
+    and top-p are the task's own sampling spec for that sample)."""
+    budget = int(check.max_new_tokens if max_new_tokens is None else max_new_tokens)
+    cfg = check.config(task, n_prompts, seed, budget)
+    items = list(task.select(cfg, task.items(cfg), None))
+    tok = runner.lm.tokenizer
+    reqs = check.requests(task, cfg, items, tok)
+    spec = task.sampling(cfg)[0]
+    records = runner.score(reqs, None, task=task.name, sampling=(spec,))
+    preqs: dict[str, Any] = {}
+    parsed: dict[str, Any] = {}
+    if check.parse_exact:
+        preqs = {p.id: p for p in task.parse_requests(cfg, items, tok)}
+        parsed = runner.parse([preqs[r.id] for r in reqs], None, task=task.name)
+    cases = check.cases(Scored(items, list(reqs), list(records), spec, preqs, parsed, tok))
+    settings = {"temperature": float(spec["temperature"]), "top_p": float(spec["top_p"]), "max_new_tokens": budget,
+                "unit": check.unit, "metric": check.metric}
+    return cases, settings
+
+
+def sample_texts(runner: Any, cases: Sequence[PromptCase], k: int, seed: int, settings: dict, task: str) -> list[str]:
+    """K generations per case at the paper's settings, through ``Runner.generate``: sample ``j`` of case ``c``
+    is request ``c.id#j`` with seed ``seed`` (its own stream), the K samples of a case sharing its prompt's
+    forward pass; texts case by case, sample by sample."""
+    from probe.scoring.generate import GenerationRequest
+
+    reqs = [GenerationRequest(f"{c.id}#{j}", c.prompt, max_new_tokens=int(settings["max_new_tokens"]), group=c.id,
+                              temperature=float(settings["temperature"]), top_p=float(settings["top_p"]), seed=seed)
+            for c in cases for j in range(k)]
+    texts = runner.generate(reqs, None, task=task, progress=False, share_prefix=True)
+    return [texts[r.id] for r in reqs]
+
+
+def _dist(answers: np.ndarray, n_options: int) -> np.ndarray | None:
+    """Distribution of the accepted answers (-1 = not accepted); None when none is accepted."""
+    ok = answers[answers >= 0]
+    if ok.size == 0:
+        return None
+    return np.bincount(ok, minlength=n_options)[:n_options] / ok.size
+
+
+def _noise_delta(p: Sequence[float], n: int, rng: np.random.Generator, draws: int = 200) -> float:
+    """Mean TV distance between ``p`` and the empirical distribution of ``n`` draws from it (sampling noise)."""
+    if n <= 0:
+        return math.nan
+    x = rng.multinomial(n, np.asarray(p, float) / np.sum(p), size=draws) / n
+    return float(0.5 * np.abs(x - np.asarray(p, float)).sum(axis=1).mean())
+
+
+def run_check(task: str, runner: Any, *, n_prompts: int = 100, k: int = 20, seed: int = 0,
+              max_new_tokens: int | None = None, batch_size: int = 32, n_boot: int = 1000,
+              progress: bool = False) -> SamplingCheck:
+    """Run the sampling check for ``task`` (a task whose ``paper_check()`` is not None, :func:`checked_tasks`)
+    with a :class:`probe.runs.runner.Runner`."""
+    the_task, paper = paper_check_of(task)
+    if k < 1 or n_prompts < 1:
+        raise ProbeError("probe validate sampling: --k and --n-prompts must be positive")
+    lm = runner.lm
+    t0 = time.perf_counter()
+    cases, settings = _cases(the_task, paper, runner, n_prompts, seed, max_new_tokens)
+    t1 = time.perf_counter()
+    if not cases:
+        raise ProbeError(f"probe validate sampling {task}: the sample has no prompts")
+    texts = sample_texts(runner, cases, k, seed, settings, task)
+    t2 = time.perf_counter()
+    rng = np.random.default_rng(seed)
+    rows, answers, sampled_dist = [], {}, {}
+    for i, c in enumerate(cases):
+        gen = texts[i * k:(i + 1) * k]
+        parsed = [paper.parse(c, t) for t in gen]
+        counted = [paper.counted(c, t) for t in gen]
+        a = np.array([-1 if x is None else int(x) for x in parsed])
+        answers[c.id] = a
+        d = _dist(a, len(c.options))
+        sampled_dist[c.id] = d
+        n_acc = int((a >= 0).sum())
+        delta = tv_distance(d, c.exact) if d is not None and c.exact is not None else math.nan
+        base = c.meta.get("baseline")
+        rows.append({
+            "baseline_probs": base,
+            "baseline_abs_delta": tv_distance(d, base) if d is not None and base is not None else math.nan,
+            "id": c.id, "unit": c.unit, "options": list(c.options),
+            "accepted_share": n_acc / k, "counted_share": float(np.mean(counted)),
+            "exact_counted_share": c.exact_mass,
+            "accepted_not_counted": int(sum(x is not None and not y for x, y in zip(parsed, counted))),
+            "counted_not_accepted": int(sum(x is None and y for x, y in zip(parsed, counted))),
+            "sampled_probs": None if d is None else [float(x) for x in d],
+            "exact_probs": c.exact, "abs_delta": delta,
+            "noise_delta": _noise_delta(c.exact, n_acc, rng) if c.exact is not None and n_acc else math.nan,
+            "generations": gen, "parsed": [None if x is None else c.options[x] for x in parsed], "counted": counted,
+        })
+    exact = paper.exact_metrics(cases, k)
+    # the exact estimate on the prompts the sampled run could score (separates coverage from estimator)
+    exact_same = paper.metrics([(u, c, np.asarray(c.exact)) for u, cs in paper.units(cases).items() for c in cs
+                                  if c.exact is not None and sampled_dist[c.id] is not None]) \
+        if paper.same_prompts else {}
+    units = paper.units(cases)
+    # the estimator the exact side replaced (first-token / scored answer texts), where the task's check keeps it
+    has_base = any(c.meta.get("baseline") is not None for c in cases)
+    baseline = paper.metrics([(u, c, None if c.meta.get("baseline") is None else np.asarray(c.meta["baseline"]))
+                                for u, cs in units.items() for c in cs]) if has_base else {}
+    sampled = paper.metrics([(u, c, sampled_dist[c.id]) for u, cs in units.items() for c in cs])
+    # bootstrap over units (with replacement), each unit keeping its own K sampled answers: a unit's value
+    # already carries its K-sample noise, so resampling the answers again would count that noise twice (and,
+    # for a threshold count like HBB's S >= 20, shift the whole interval up)
+    keys = list(units)
+    boots: dict[str, list[float]] = {m: [] for m in sampled}
+    for _ in range(n_boot):
+        pick = rng.integers(0, len(keys), len(keys))
+        brows = []
+        for copy, u in enumerate(pick):
+            for c in units[keys[u]]:
+                brows.append((f"{keys[u]}#{copy}", c, sampled_dist[c.id]))
+        for m, v in paper.metrics(brows).items():
+            boots[m].append(v)
+    agg = {}
+    for m, v in sampled.items():
+        if m.startswith("n"):
+            agg[m] = {"sampled": v, "exact": exact.get(m)}
+            continue
+        arr = np.asarray([x for x in boots[m] if x == x], float)
+        lo, hi = (float(np.quantile(arr, 0.025)), float(np.quantile(arr, 0.975))) if arr.size else (math.nan, math.nan)
+        ex = exact.get(m, math.nan)
+        agg[m] = {"exact": ex, "sampled": v, "ci_low": lo, "ci_high": hi,
+                  "exact_inside": inside(ex, lo, hi, 1.0 / (k * len(cases))),
+                  "exact_same_prompts": exact_same.get(m),
+                  **({"baseline": baseline.get(m, math.nan),
+                      "baseline_inside": inside(baseline.get(m, math.nan), lo, hi, 1.0 / (k * len(cases)))}
+                     if has_base else {})}
+    deltas = np.array([r["abs_delta"] for r in rows], float)
+    noise = np.array([r["noise_delta"] for r in rows], float)
+    summary = {
+        "n_prompts": len(cases), "n_units": len(units), "k": k, "n_generations": len(texts),
+        "accepted_share": float(np.mean([r["accepted_share"] for r in rows])),
+        "counted_share": float(np.mean([r["counted_share"] for r in rows])),
+        "exact_counted_share": float(np.mean([r["exact_counted_share"] for r in rows])),
+        "accepted_not_counted": int(sum(r["accepted_not_counted"] for r in rows)),
+        "counted_not_accepted": int(sum(r["counted_not_accepted"] for r in rows)),
+        "mean_abs_delta": float(np.nanmean(deltas)) if np.isfinite(deltas).any() else math.nan,
+        "mean_noise_delta": float(np.nanmean(noise)) if np.isfinite(noise).any() else math.nan,
+        "n_delta": int(np.isfinite(deltas).sum()),
+        **({"mean_abs_delta_baseline": float(np.nanmean([r["baseline_abs_delta"] for r in rows]))}
+           if has_base else {}),
+        **({"parse_exact": paper.parse_stats} if getattr(paper, "parse_stats", None) else {}),
+        "n_no_accepted": int(sum(r["sampled_probs"] is None for r in rows)),
+        "n_exact_unsampleable": int(sum(c.exact is None for c in cases)),
+    }
+    settings.update({"k": k, "seed": seed, "n_boot": n_boot, "batch_size": batch_size})
+    summary["seconds"] = {"exact_scoring_and_items": round(t1 - t0, 1), "generation": round(t2 - t1, 1),
+                          "parse_and_bootstrap": round(time.perf_counter() - t2, 1)}
+    return SamplingCheck(task, str(getattr(lm, "name", "")), settings, rows, agg, summary)

@@ -1,0 +1,82 @@
+"""The sampling check's Markdown report: settings, shares, |Δ|, the aggregate against the sampled interval."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from probe.studies.sampling_check.check import SamplingCheck
+
+__all__ = ["generation_kinds", "report_markdown"]
+
+
+def report_markdown(check: SamplingCheck) -> str:
+    """A short Markdown report: settings, shares, |Δ|, and the aggregate against the sampled interval."""
+    s, st = check.summary, check.settings
+    lines = [f"# Sampling check: {check.task} on {check.model}", "",
+             f"T = {st['temperature']}, top-p = {st['top_p']}, max_new_tokens = {st['max_new_tokens']}, "
+             f"K = {s['k']} samples per prompt, {s['n_prompts']} prompts in {s['n_units']} units "
+             f"({st['unit']}), seed {st['seed']}, {st['n_boot']} bootstrap draws.", "",
+             "| quantity | value |", "|---|---|",
+             f"| generations the paper's parser accepts | {s['accepted_share']:.3f} |",
+             f"| generations the exact estimator counts (sampled) | {s['counted_share']:.3f} |",
+             f"| the same, exact expectation (answer mass under the paper's sampling) | {s['exact_counted_share']:.3f} |",
+             f"| accepted by the parser, not counted by the estimator | {s['accepted_not_counted']} |",
+             f"| counted by the estimator, not accepted by the parser | {s['counted_not_accepted']} |",
+             f"| mean per-prompt abs delta (parsed vs exact distribution; {s['n_delta']} prompts) | {s['mean_abs_delta']:.3f} |",
+             f"| mean abs delta from K-sample noise alone | {s['mean_noise_delta']:.3f} |",
+             *([f"| the same for the first-token estimator over the scored answer texts | "
+                f"{s['mean_abs_delta_baseline']:.3f} |"] if "mean_abs_delta_baseline" in s else []),
+             *([f"| exact side: largest / mean residual (mass not enumerated) | {s['parse_exact']['max_residual']:.4f}"
+                f" / {s['parse_exact']['mean_residual']:.4f} |",
+                f"| exact side: mean forward tokens per prompt | {s['parse_exact']['mean_nodes']:.1f} |"]
+               if "parse_exact" in s else []),
+             f"| prompts with no accepted generation | {s['n_no_accepted']} |",
+             f"| prompts the exact estimator cannot sample | {s['n_exact_unsampleable']} |", "",
+             "| metric | exact (paper-equivalent) | sampled | sampled 95 % interval | exact inside | "
+             "exact on the prompts with a parsed answer |",
+             "|---|---|---|---|---|---|"]
+    marks = {True: "yes", False: "no", None: "n/a"}
+    for m, v in check.aggregate.items():
+        if "ci_low" not in v:
+            continue
+        lines.append(f"| {m} | {_f(v['exact'])} | {_f(v['sampled'])} | [{_f(v['ci_low'])}, {_f(v['ci_high'])}] "
+                     f"| {marks[v['exact_inside']]} | {_f(v.get('exact_same_prompts'))} |")
+    if any("baseline" in v for v in check.aggregate.values()):
+        lines += ["", "The estimator it replaced (first-token probabilities of the scored answer texts under the "
+                      "paper's sampling, renormalised over the options) against the same interval:", "",
+                  "| metric | first-token estimator | sampled 95 % interval | inside |", "|---|---|---|---|"]
+        for m, v in check.aggregate.items():
+            if "baseline" in v:
+                lines.append(f"| {m} | {_f(v['baseline'])} | [{_f(v['ci_low'])}, {_f(v['ci_high'])}] | "
+                             f"{marks[v['baseline_inside']]} |")
+    lines += ["", "Sampled interval: 2.5-97.5 % of the bootstrap over units with replacement, each unit with its own K "
+              "sampled answers; \"exact inside\" allows one generation's worth, 1 / (K x prompts)."]
+    counts = {m: v for m, v in check.aggregate.items() if "ci_low" not in v}
+    if counts:
+        lines += ["", "Counts (sampled / exact): " + ", ".join(f"{m} {v['sampled']} / {v['exact']}"
+                                                              for m, v in counts.items())]
+    lines += ["", "Most frequent generations (first 40 characters) by how the parser and the exact estimator treat them:",
+              "", "| parser | estimator | share of generations | most frequent texts |", "|---|---|---|---|"]
+    for (acc, cnt), (share, top) in generation_kinds(check).items():
+        lines.append(f"| {'accepted' if acc else 'rejected'} | {'counted' if cnt else 'not counted'} | {share:.3f} | "
+                     + "; ".join(f"`{t}` x{n}" for t, n in top) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def generation_kinds(check: SamplingCheck, top: int = 4) -> dict[tuple[bool, bool], tuple[float, list]]:
+    """(accepted by the parser, counted by the exact estimator) -> (share of all generations, most frequent texts)."""
+    from collections import Counter
+
+    kinds: dict[tuple[bool, bool], Counter] = {}
+    total = 0
+    for r in check.prompts:
+        for text, parsed, cnt in zip(r["generations"], r["parsed"], r.get("counted") or [None] * len(r["parsed"])):
+            key = (parsed is not None, bool(cnt))
+            short = text.strip().replace("\n", " ").replace("|", "/")[:40]
+            kinds.setdefault(key, Counter())[short] += 1
+            total += 1
+    return {k: (sum(c.values()) / total, c.most_common(top)) for k, c in sorted(kinds.items(), reverse=True)}
+
+
+def _f(x: Any) -> str:
+    return "n/a" if x is None or (isinstance(x, float) and x != x) else f"{x:.3f}"
