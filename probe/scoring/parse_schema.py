@@ -13,7 +13,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Callable, ClassVar, Hashable, Sequence
 
-__all__ = ["ParseDistribution", "ParseRequest"]
+__all__ = ["ParseDistribution", "ParseRequest", "check_parse_settings"]
 
 
 @dataclass
@@ -106,3 +106,20 @@ class ParseRequest:
     def spec_key(self) -> tuple:
         """What requests must share to be enumerated together."""
         return (self.temperature, self.top_p, self.max_new_tokens, self.residual, self.max_nodes)
+
+
+def check_parse_settings(max_new_tokens: Any, residual: Any, max_nodes: Any) -> None:
+    """Refuse a task config's ``parse_max_new_tokens`` / ``parse_residual`` / ``parse_max_nodes`` before any
+    work (a ValueError naming the key; the config loader adds the file).
+
+    >>> check_parse_settings(8, 0.01, None)
+    >>> check_parse_settings(8, 1.0, 64)
+    Traceback (most recent call last):
+    ValueError: parse_residual must be in [0, 1), got 1.0
+    """
+    if not isinstance(max_new_tokens, int) or isinstance(max_new_tokens, bool) or max_new_tokens < 1:
+        raise ValueError(f"parse_max_new_tokens must be a positive integer, got {max_new_tokens!r}")
+    if not (isinstance(residual, (int, float)) and not isinstance(residual, bool) and 0 <= residual < 1):
+        raise ValueError(f"parse_residual must be in [0, 1), got {residual!r}")
+    if max_nodes is not None and (not isinstance(max_nodes, int) or isinstance(max_nodes, bool) or max_nodes < 1):
+        raise ValueError(f"parse_max_nodes must be a positive integer or null, got {max_nodes!r}")

@@ -124,10 +124,9 @@ class CmpIsoConfig(TaskConfig):
             SamplingSpec(self.cot_temperature, self.cot_top_p)
         except (TypeError, ValueError) as exc:
             raise ValueError(f"cot_temperature / cot_top_p: {exc}") from None
-        if not (isinstance(self.parse_residual, (int, float)) and 0 <= self.parse_residual < 1):
-            raise ValueError(f"parse_residual must be in [0, 1), got {self.parse_residual!r}")
-        if self.parse_max_nodes is not None and (not isinstance(self.parse_max_nodes, int) or self.parse_max_nodes < 1):
-            raise ValueError(f"parse_max_nodes must be a positive integer or null, got {self.parse_max_nodes!r}")
+        from probe.scoring.parse_schema import check_parse_settings
+
+        check_parse_settings(self.parse_max_new_tokens, self.parse_residual, self.parse_max_nodes)
         if not (isinstance(self.mass_floor, (int, float)) and 0 <= self.mass_floor <= 1):
             raise ValueError(f"mass_floor must be in [0, 1], got {self.mass_floor!r}")
         kw = self.claim_keywords

@@ -77,12 +77,9 @@ class HBBConfig(TaskConfig):
         protocols(self.crows_protocol)
         if self.sg_n < 1:
             raise ValueError(f"sg_n must be >= 1, got {self.sg_n}")
-        if not isinstance(self.parse_max_new_tokens, int) or self.parse_max_new_tokens < 1:
-            raise ValueError(f"parse_max_new_tokens must be a positive integer, got {self.parse_max_new_tokens!r}")
-        if not (isinstance(self.parse_residual, (int, float)) and 0 <= self.parse_residual < 1):
-            raise ValueError(f"parse_residual must be in [0, 1), got {self.parse_residual!r}")
-        if self.parse_max_nodes is not None and (not isinstance(self.parse_max_nodes, int) or self.parse_max_nodes < 1):
-            raise ValueError(f"parse_max_nodes must be a positive integer or null, got {self.parse_max_nodes!r}")
+        from probe.scoring.parse_schema import check_parse_settings
+
+        check_parse_settings(self.parse_max_new_tokens, self.parse_residual, self.parse_max_nodes)
         if self.parse_exact and self.paper_temperature is None:
             raise ValueError("parse_exact needs the paper's sampling (paper_temperature is null)")
         from probe.tasks.hbb.variations import SOURCES

@@ -110,12 +110,9 @@ class ImplicitBBQConfig(TaskConfig):
             raise ValueError(f"explicit_set must be one of {', '.join(EXPLICIT_SETS)}, got {self.explicit_set!r}")
         if not isinstance(self.n_shots, int) or isinstance(self.n_shots, bool) or not 0 <= self.n_shots <= 5:
             raise ValueError(f"n_shots must be an integer in 0..5 (the shipped sets hold five), got {self.n_shots!r}")
-        if not isinstance(self.parse_max_new_tokens, int) or self.parse_max_new_tokens < 1:
-            raise ValueError(f"parse_max_new_tokens must be a positive integer, got {self.parse_max_new_tokens!r}")
-        if not (isinstance(self.parse_residual, (int, float)) and 0 <= self.parse_residual < 1):
-            raise ValueError(f"parse_residual must be in [0, 1), got {self.parse_residual!r}")
-        if self.parse_max_nodes is not None and (not isinstance(self.parse_max_nodes, int) or self.parse_max_nodes < 1):
-            raise ValueError(f"parse_max_nodes must be a positive integer or null, got {self.parse_max_nodes!r}")
+        from probe.scoring.parse_schema import check_parse_settings
+
+        check_parse_settings(self.parse_max_new_tokens, self.parse_residual, self.parse_max_nodes)
         for s, n in self.per_cell.items():
             if n is not None and (not isinstance(n, int) or isinstance(n, bool) or n < 1):
                 raise ValueError(f"per_cell[{s!r}] must be a positive integer or null (every item), got {n!r}")
