@@ -126,11 +126,23 @@ def generation_seconds(rates: Rates, gen_left: Sequence[Any], encode_prompt: Any
     return seconds
 
 
+def parse_seconds(rates: Rates, parse_left: Sequence[Any], encode_prompt: Any) -> float:
+    """At most: every prompt's enumeration runs to its node limit (``max_nodes``, else 256 for the
+    estimate), one cached token per node, the frontier batched ``rates.rows`` nodes to a pass."""
+    seconds = 0.0
+    for r in parse_left:
+        nodes = int(getattr(r, "max_nodes", None) or 256)
+        seconds += nodes * rates.step / rates.rows + encode_prompt(r) * rates.token
+    return seconds
+
+
 def plan_lines(task: str, n_items: int, n_requests: int, n_left: int, tokens: int, rates: Rates | None,
                gen_total: int = 0, gen_left: Sequence[Any] = (), gen_seconds: float = 0.0, note: str = "",
-               exact: bool = True) -> list[str]:
+               exact: bool = True, parse_total: int = 0, parse_left: Sequence[Any] = (),
+               parse_s: float = 0.0) -> list[str]:
     """The lines printed before any work: generations (how many, how long at most, why, how to skip them),
-    then the scoring (requests, tokens, estimated time), then what the estimate rests on."""
+    the scoring (requests, tokens, estimated time), the exact enumeration of the paper's sampled answers
+    (how many prompts, how long at most, how to skip it), then the total and what the estimate rests on."""
     lines = []
     if gen_total:
         most = max((int(getattr(g, "max_new_tokens", 0) or 0) for g in gen_left), default=0)
@@ -148,9 +160,16 @@ def plan_lines(task: str, n_items: int, n_requests: int, n_left: int, tokens: in
     else:
         est = f"; estimated {duration(tokens * rates.token)}" if rates else ""
         lines.append(f"{head} ({n_left} still to score, {tokens:,} tokens{' with the chains' if gen_total else ''})"
-                     f"{est}" + ("" if gen_left or not rates else f" ({_basis(rates)})") + ".")
-    if rates and gen_left:
-        total = tokens * rates.token + gen_seconds
+                     f"{est}" + ("" if gen_left or parse_left or not rates else f" ({_basis(rates)})") + ".")
+    if parse_total:
+        most = max((int(getattr(r, "max_nodes", None) or 0) for r in parse_left), default=0)
+        when = f"estimated at most {duration(parse_s)}" if parse_left and rates else "nothing left to enumerate"
+        lines.append(f"{task}: plan: then {parse_total} prompt(s) whose sampled, parsed answer is enumerated "
+                     f"exactly (the paper's own procedure; {len(parse_left)} still to do"
+                     + (f", up to {most} nodes each" if most else "") + f"): {when}; skip with "
+                     "--set parse_exact=false.")
+    if rates and (gen_left or parse_left):
+        total = tokens * rates.token + gen_seconds + parse_s
         lines.append(f"{task}: plan: estimated {duration(total)} in all ({_basis(rates)}).")
     return lines
 

@@ -285,20 +285,28 @@ def _plan(task: Task, config: Any, items: Sequence[Any], gen_requests: Sequence[
     done = _ids_in(out / "records.jsonl") if out is not None else set()
     n_left = sum(r.id not in done for r in requests) if requests else 0
     chain = {g.id: int(getattr(g, "max_new_tokens", 0) or 0) for g in gen_left}
+    try:
+        parse = task.parse_requests(config, items, tok)
+    except Exception:  # noqa: BLE001 - the run itself builds them again and says what is wrong
+        parse = []
+    parse_done = _ids_in(out / "parsed.jsonl") if out is not None and parse else set()
+    parse_left = [r for r in parse if r.id not in parse_done]
     rates = None
-    if n_left or gen_left:
+    if n_left or gen_left or parse_left:
         rates = getattr(runner, "plan_rates", None)
         if rates is None:
             rates = plan.calibrate(runner.lm, getattr(runner.scorer, "batch_size", 1) or 1)
             runner.plan_rates = rates  # one calibration per loaded model
     tokens = plan.scoring_tokens(runner.scorer.encode, requests or [], done, chain)
     rows = generation_batch_size(runner.scorer.batching) if gen_left else 1
-    gen_seconds = plan.generation_seconds(rates, gen_left, lambda g: len(runner.scorer.encoder.ids(g.prompt, False)),
-                                          rows) if rates and gen_left else 0.0
+    prompt_tokens = lambda r: len(runner.scorer.encoder.ids(r.prompt, False))  # noqa: E731
+    gen_seconds = plan.generation_seconds(rates, gen_left, prompt_tokens, rows) if rates and gen_left else 0.0
+    parse_s = plan.parse_seconds(rates, parse_left, prompt_tokens) if rates and parse_left else 0.0
     return plan.plan_lines(task.name, len(items), len(requests or []), n_left, tokens, rates,
                            gen_total=len(gen_requests), gen_left=gen_left, gen_seconds=gen_seconds,
                            note=task.generation_note(config) if gen_requests else "",
-                           exact=exact or not gen_requests)
+                           exact=exact or not gen_requests, parse_total=len(parse), parse_left=parse_left,
+                           parse_s=parse_s)
 
 
 def _ids_in(path: Path) -> set[str]:
