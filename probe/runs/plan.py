@@ -126,13 +126,42 @@ def generation_seconds(rates: Rates, gen_left: Sequence[Any], encode_prompt: Any
     return seconds
 
 
-def parse_seconds(rates: Rates, parse_left: Sequence[Any], encode_prompt: Any) -> float:
+#: nodes per prompt of the parse calibration (a few frontier steps of the real enumeration)
+PARSE_CALIBRATION_NODES = 8
+
+
+def parse_node_seconds(lm: Any, parse_left: Sequence[Any], batch_size: int) -> float | None:
+    """Seconds per enumerated node, timed on the first prompts still to do (as many as one batch holds),
+    each enumerated to ``PARSE_CALIBRATION_NODES`` nodes: the enumeration's own passes, cache and
+    parser included. Deterministic (no sampling); the result is discarded. None when it cannot run."""
+    import dataclasses
+
+    from probe.scoring.parse_exact import run_parse_requests
+
+    part = [dataclasses.replace(r, max_nodes=PARSE_CALIBRATION_NODES)
+            for r in parse_left[:max(1, min(int(batch_size), 8))]]
+    try:
+        t0 = time.perf_counter()
+        dists = run_parse_requests(lm, part, batch_size=batch_size, top=1)
+        seconds = time.perf_counter() - t0
+    except Exception:  # noqa: BLE001 - the estimate then falls back to the step rate
+        return None
+    nodes = sum(max(int(getattr(d, "nodes", 0) or 0), 1) for d in dists)
+    return seconds / nodes if nodes else None
+
+
+def parse_seconds(rates: Rates, parse_left: Sequence[Any], encode_prompt: Any,
+                  per_node: float | None = None) -> float:
     """At most: every prompt's enumeration runs to its node limit (``max_nodes``, else 256 for the
-    estimate), one cached token per node, the frontier batched ``rates.rows`` nodes to a pass."""
+    estimate) at ``per_node`` seconds a node (:func:`parse_node_seconds`; else one cached token per node,
+    the frontier batched ``rates.rows`` nodes to a pass)."""
     seconds = 0.0
     for r in parse_left:
         nodes = int(getattr(r, "max_nodes", None) or 256)
-        seconds += nodes * rates.step / rates.rows + encode_prompt(r) * rates.token
+        if per_node is not None:
+            seconds += nodes * per_node
+        else:
+            seconds += nodes * rates.step / rates.rows + encode_prompt(r) * rates.token
     return seconds
 
 

@@ -301,7 +301,10 @@ def _plan(task: Task, config: Any, items: Sequence[Any], gen_requests: Sequence[
     rows = generation_batch_size(runner.scorer.batching) if gen_left else 1
     prompt_tokens = lambda r: len(runner.scorer.encoder.ids(r.prompt, False))  # noqa: E731
     gen_seconds = plan.generation_seconds(rates, gen_left, prompt_tokens, rows) if rates and gen_left else 0.0
-    parse_s = plan.parse_seconds(rates, parse_left, prompt_tokens) if rates and parse_left else 0.0
+    parse_s = 0.0
+    if rates and parse_left:
+        per_node = plan.parse_node_seconds(runner.lm, parse_left, runner.scorer.batch_size)
+        parse_s = plan.parse_seconds(rates, parse_left, prompt_tokens, per_node)
     return plan.plan_lines(task.name, len(items), len(requests or []), n_left, tokens, rates,
                            gen_total=len(gen_requests), gen_left=gen_left, gen_seconds=gen_seconds,
                            note=task.generation_note(config) if gen_requests else "",
