@@ -3,7 +3,8 @@
 The time is an estimate, never a promise: one short calibration on the loaded model (a forward pass over a
 block of tokens, and one over a single token per row, timed after a warm-up pass) gives the seconds per
 scored token and per generation step on this machine with its thread count; the plan multiplies them by
-the tokens still to score (every sequence on its own, so prefix sharing usually makes scoring faster) and
+the tokens still to score (each distinct prompt once, then every option's own tokens; prompts that share a
+beginning, such as a system prompt, are counted in full, so the prefix tree usually runs fewer) and
 by the generation steps still to take (every chain run to its ``max_new_tokens``, so chains that stop early
 make it faster). When the calibration cannot run (a model without a plain forward), a conservative rate
 from the parameter count stands in, and the plan says so.
@@ -98,16 +99,29 @@ def duration(seconds: float) -> str:
 
 
 def scoring_tokens(encode: Any, requests: Sequence[Any], done: set[str], extra: Mapping[str, int] = {}) -> int:
-    """Tokens of the requests not yet ``done``, every sequence counted on its own (no prefix sharing);
-    ``extra``: more tokens per request id (a chain not generated yet)."""
+    """Tokens the requests not yet ``done`` run: each distinct prompt once, then every option's own tokens
+    after it (what a request's sequences share is computed once; what different prompts share, such as
+    a system prompt, is counted for each, so the engine's prefix tree usually runs fewer). ``extra``:
+    more tokens per request id (a chain not generated yet)."""
     total = 0
+    prompts: set[int] = set()
     for r in requests:
         if r.id in done:
             continue
         try:
-            total += sum(len(s.ids) for s in encode(r).sequences)
+            enc = encode(r)
         except Exception:  # noqa: BLE001 - a request the encoder refuses fails later, with its own message
             continue
+        n = int(enc.n_prompt_tokens or 0)
+        seqs = enc.sequences
+        if seqs and n:
+            key = hash(tuple(seqs[0].ids[:n]))
+            if key not in prompts:
+                prompts.add(key)
+                total += n
+            total += sum(max(len(s.ids) - n, 0) for s in seqs)
+        else:
+            total += sum(len(s.ids) for s in seqs)
         total += int(extra.get(r.id, 0))
     return total
 
