@@ -259,8 +259,8 @@ def _check_smaller_limit(task: Task, config: Any, pool: Sequence[Any], items: Se
         return  # a larger limit: the run goes on from the records already there
     wanted = f"--limit {before}" if before is not None else "no --limit"
     raise ProbeError(f"{out} holds a finished run with {wanted} ({len(earlier)} items); --limit {limit} selects "
-                     f"{len(items)}, so its records would include {len(earlier) - len(items)} item(s) of items this "
-                     f"run does not select and the summary would cover a subset of them. Nothing was scored and no "
+                     f"{len(items)}, so the directory would hold records of items this run does not select "
+                     f"({len(earlier) - len(items)} item(s)) beside a summary of a subset. Nothing was scored and no "
                      f"model was loaded. Re-run with {wanted} (its summary covers every record), or choose a new "
                      "output directory")
 
