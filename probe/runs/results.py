@@ -13,7 +13,6 @@
 
 from __future__ import annotations
 
-import math
 import shutil
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterable, Mapping, Sequence
