@@ -120,7 +120,7 @@ def _run_task(task: Task, config: Any, model: Any, out: Path | None, limit: int 
         raise ProbeError(f"task {task.name!r}: no items selected (check the data, the limit and the config)")
     coverage = select_coverage(task, config, pool, items, limit)
     if out is not None and not options.shard:
-        _check_smaller_limit(task, config, pool, items, limit, out)  # before the model loads
+        check_smaller_limit(task, config, limit, out, pool, items)  # before the model loads
     own = runner is None
     runner = runner or Runner(load(model, options), options)
     try:
@@ -238,11 +238,12 @@ def _check_no_extra_records(path: Path, requests: Sequence[Any]) -> None:
                          "same --limit and config, or choose a new output directory")
 
 
-def _check_smaller_limit(task: Task, config: Any, pool: Sequence[Any], items: Sequence[Any], limit: int | None,
-                        out: Path) -> None:
+def check_smaller_limit(task: Task, config: Any, limit: int | None, out: Path, pool: Sequence[Any] | None = None,
+                        items: Sequence[Any] | None = None) -> None:
     """Refuse, before the model loads, a ``--limit`` smaller than the finished run ``out`` holds (same task and
     config): its records would hold items this run does not select, beside a summary of a subset. A run
-    directory's summary always covers every record in it (``docs/tasks.md``, "Resuming")."""
+    directory's summary always covers every record in it (``docs/tasks.md``, "Resuming with another
+    --limit"). ``pool`` / ``items``: the task's items and this run's selection, when already at hand."""
     import json
 
     if limit is None or not (out / "records.jsonl").is_file() or not (out / "provenance.json").is_file():
@@ -254,6 +255,10 @@ def _check_smaller_limit(task: Task, config: Any, pool: Sequence[Any], items: Se
     if old.get("task") != task.name or old.get("task_config") != _plain(config) or old.get("limit") == limit:
         return  # another config: the input check names what differs once the model is loaded
     before = old.get("limit")
+    if isinstance(before, int) and before <= limit:
+        return  # a larger limit: the run goes on from the records already there
+    pool = task.items(config) if pool is None else pool
+    items = task.select(config, pool, limit) if items is None else items
     earlier = task.select(config, pool, before if isinstance(before, int) or before is None else None)
     if len(earlier) <= len(items):
         return  # a larger limit: the run goes on from the records already there

