@@ -24,7 +24,7 @@ def register(groups: dict[str, argparse._SubParsersAction]) -> None:
                         "in the implicit set; full: every explicit filling once")
     p.add_argument("--explicit-records", type=int, default=None, metavar="N",
                    help="size of the matched explicit set, in records (context x question) per condition "
-                        "(default: as many as the implicit set; the seed has ~8500)")
+                        "(default: as many as the implicit set; the paper has ~8500)")
     p.add_argument("--seed", type=int, default=0, help="seed of the matched explicit sample (default 0)")
     p.set_defaults(func=run_build_implicitbbq)
 

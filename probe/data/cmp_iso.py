@@ -17,11 +17,11 @@ established by inspecting every file:
   cmp         False         t' / t                 option A = t', B = t
   ==========  ============  =====================  ==========================
 
-  so t (the stereotypical / advantaged / correct target of the seed's Table 1)
+  so t (the stereotypical / advantaged / correct target of the paper's Table 1)
   is ``target_1`` of the focused rows: ``stereo`` (BBQ, CrowS-Pairs,
   RedditBias, StereoSet), ``male`` (DE-Gen, DT-Tox), ``bias`` (WinoBias),
   ``corr`` (MMLU); t' is ``anti``, ``female``, ``unbias``, ``wrong``.
-- every prompt has four newline-separated components in the seed's
+- every prompt has four newline-separated components in the paper's
   appendix D order (template 1): line 1 the **header** ("You are a helpful
   assistant. "), line 2 the **instructions** ("Please provide your final answer
   as one of the following: \\boxed{Yes} or \\boxed{No}. " or ``\\boxed{A} or
@@ -79,7 +79,7 @@ BENCHMARK_FILES: dict[str, str] = {
     "mmlu": "mmlu_cot_gen.csv",
 }
 
-#: Display names in the seed's table headers.
+#: Display names in the paper's table headers.
 BENCHMARK_TITLES: dict[str, str] = {
     "stereoset": "StereoSet",
     "redditbias": "RedditBias",

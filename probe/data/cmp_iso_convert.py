@@ -224,7 +224,7 @@ def convert_items(
 ) -> tuple[list[CmpIsoPair], ConvertStats]:
     """Context pairs (iso t/t', cmp both orders) from BBQ-style items.
 
-    ``conditions``: which ``context_condition`` values to keep; the seed's main
+    ``conditions``: which ``context_condition`` values to keep; the paper's main
     analysis uses ambiguous contexts only (disambiguated ones: its appendix E.2).
     ``max_per_question`` / ``drop_trans_cis``: the authors' filters (4 / True
     in ``probe data build cmp_iso``). ``bodies``: the iso/cmp task bodies

@@ -95,7 +95,7 @@ def person_agreement(text: str, persons: tuple[str, str]) -> str:
 
 
 _P = r"Person [AB]"
-#: What an automatic Person A/B rewrite breaks (issue #23), as (name, regex). Each was found in the
+#: What an automatic Person A/B rewrite breaks, as (name, regex). Each was found in the
 #: build before the hand fixes of ``implicitbbq_person_fixes.yaml``; none may occur in an implicit or
 #: control context or question (tests/unit/test_implicitbbq_person_forms.py reads every one).
 BROKEN_PERSON_PATTERNS: tuple[tuple[str, str], ...] = (

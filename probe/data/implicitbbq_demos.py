@@ -1,4 +1,4 @@
-"""Generator of the shipped ImplicitBBQ few-shot demonstration sets (issue #14 part 2).
+"""Generator of the shipped ImplicitBBQ few-shot demonstration sets.
 
 The paper gives each prompt "five manually selected demonstration examples from
 the dataset representing the relevant demographic dimensions" (section 4.3) and

@@ -1,4 +1,4 @@
-"""ImplicitBBQ's matched explicit set and its counts in the paper's unit (issue #14 part 6).
+"""ImplicitBBQ's matched explicit set and its counts in the paper's unit.
 
 The paper (section 4) samples about 8.5k explicit records "to fair comparison" with its
 combinatorial implicit set. Expanding every explicit template instead gives each

@@ -25,7 +25,7 @@ __all__ = ["BBQItem", "SETTINGS", "CONTEXT_KINDS", "setting_name"]
 #: neutral control (inert cues) and no-characteristics control (no background).
 CONTEXT_KINDS = ("explicit", "implicit", "neutral", "nochar")
 
-#: The seed's 12 settings, eq. (3): {C_exp_amb, C_exp_dis, C_imp_amb, C_imp_dis, C_neu, C_noc}
+#: The paper's 12 settings, eq. (3): {C_exp_amb, C_exp_dis, C_imp_amb, C_imp_dis, C_neu, C_noc}
 #: x {Q_neg, Q_nonneg}. A control setting holds both ambiguous and disambiguated contexts
 #: (its Table 2 columns report accuracy for both); ``context_condition`` tells them apart.
 SETTINGS = tuple(

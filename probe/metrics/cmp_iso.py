@@ -5,7 +5,7 @@ answers counted (the paper's 5 generations), or the model's exact label
 probabilities read as *expected counts* (one answer's worth of probability
 mass), or the *argmax* label as a single count. Label sets: iso
 ``Yes/No[/Skip]``, cmp ``A/B[/C]``; anything else is an invalid answer and is
-excluded, as the seed excludes unparsable generations.
+excluded, as the paper excludes unparsable generations.
 
 iso, for the prompt about target x of context pair c (counts Y, N, S)::
 
@@ -19,7 +19,7 @@ cmp, option order o in {t first, t' first}, k_x = picks of x's option::
 
 In both paradigms p_t' = 1 - p_t, so the per-pair gap is p_t - p_t' = 2 p_t - 1
 and ``PG = mean over pairs of (p_t - p_t')`` in [-1, 1]; PG of no pairs is NaN.
-The 0.5 baselines are the seed's own rule; how often they fired is reported
+The 0.5 baselines are the paper's own rule; how often they fired is reported
 (``n_baseline``), never hidden.
 
 >>> obs = [CmpIsoObservation(0, "iso", "t", None, {"Yes": 0.8, "No": 0.2}),
@@ -196,7 +196,7 @@ def cmp_preference(counts_t_first: Mapping[str, float], counts_t_prime_first: Ma
 def target_consistency(counts_t_first: Mapping[str, float], counts_t_prime_first: Mapping[str, float]) -> float:
     """P(two independent draws, one per option order, pick the same target), choices among A/B only.
 
-    A diagnostic, not the seed's Table 6 (which compares the orders' preferred
+    A diagnostic, not the paper's Table 6 (which compares the orders' preferred
     targets: :func:`probe.metrics.cmp_iso_claims.preference_aligned`): with
     expected counts this probability is pulled toward 0.5. 0.5 = random, 0 =
     pure position bias, 1 = a fixed target. NaN when an order has no A/B pick.
@@ -238,7 +238,7 @@ class ParadigmResult:
     n_baseline: int = 0  # iso: pairs with no affirmation at all; cmp: orders with no A/B pick
     n_no_valid: int = 0  # prompts without any valid answer (kept: iso affirmation 0, cmp order 0.5)
     n_pairs_no_valid: int = 0  # pairs with at least one such prompt in this paradigm
-    # cmp only: mean over pairs of preference_aligned (the seed's Table 6 quantity, here on all pairs), NaN skipped
+    # cmp only: mean over pairs of preference_aligned (the paper's Table 6 quantity, here on all pairs), NaN skipped
     consistency: float = math.nan
     pair_consistency: tuple[float, ...] = ()  # cmp: preference_aligned per pair, aligned with pair_ids
 

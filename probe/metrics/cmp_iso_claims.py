@@ -1,6 +1,6 @@
 """Claimed randomness and target consistency across option orders (iso/cmp paper, section 4.4, Table 6, Table H.2).
 
-The seed's Table 6: among the context pairs where the generations for *both*
+The paper's Table 6: among the context pairs where the generations for *both*
 cmp prompts (t as option A, t' as option A) contain at least one keyword of
 its Table H.2, how often the target preferred in one order is the target
 preferred in the other. 50 = random, 0 = position bias (always "A" or always

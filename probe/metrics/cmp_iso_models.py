@@ -12,7 +12,7 @@ Pure functions over numbers already aggregated per model (no torch):
   intersection of the two rankings.
 - :func:`pooled_variation_test`: cmp vs iso pooled over prompt variations,
   per-pair PG contributions of all variations of one context pair swapped as
-  one block (the seed's appendix D: "the entire block of generations is
+  one block (the paper's appendix D: "the entire block of generations is
   swapped as a single unit").
 
 >>> info = {"a-1b": ModelSize(1, 1, "a"), "a-3b": ModelSize(3, 3, "a"), "a-7b": ModelSize(7, 7, "a")}

@@ -20,7 +20,7 @@ import numpy as np
 
 __all__ = ["DEFAULT_FLOOR", "answering", "mass_summary"]
 
-#: items whose mass is below this are flagged "not answering" (SPEC: configurable; issue #13 default 0.1)
+#: items whose mass is below this are flagged "not answering" (configurable; default 0.1)
 DEFAULT_FLOOR = 0.1
 
 

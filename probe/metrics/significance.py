@@ -9,7 +9,7 @@
 - :func:`kendall_tau` - :func:`scipy.stats.kendalltau` between two model
   rankings (tau-b, handles ties).
 - :func:`pearson` - :func:`scipy.stats.pearsonr` (e.g. PG vs parameter count).
-- :func:`top_k_intersection` - the seed's Table E.1 "Top-5 intersection".
+- :func:`top_k_intersection` - the paper's Table E.1 "Top-5 intersection".
 - Bootstrap CIs: :func:`probe.metrics.stats.bootstrap_ci` (re-exported).
 
 When a statistic is the mean of per-unit values (PG is the mean of per-pair
@@ -74,7 +74,7 @@ def randomization_test(
     blocks:
         Optional block id per row; rows of one block are swapped together.
     swap_p:
-        Swap probability per unit/block (0.5 in the seed).
+        Swap probability per unit/block (0.5 in the paper).
 
     Raises ``ValueError`` on shape mismatch, empty input or NaN values (a
     NaN would silently drop out of the statistic in some iterations only).

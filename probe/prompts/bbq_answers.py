@@ -1,4 +1,4 @@
-"""Surface forms of a BBQ / ImplicitBBQ answer option for the one-word format (issue #14 part 1).
+"""Surface forms of a BBQ / ImplicitBBQ answer option for the one-word format.
 
 In the one-word format an option's probability is the total over its surface
 forms: the log-sum-exp of the continuation log-likelihoods of its texts. A
@@ -38,7 +38,7 @@ __all__ = ["answer_forms", "option_forms", "display_answer", "drop_contained", "
 #: leading determiners stripped from an answer to get its head ("The grandfather" -> "grandfather")
 DETERMINERS = ("the", "a", "an", "my")
 #: Slot words that are abbreviations, written lower case in the data and upper case in English.
-#: Listed explicitly (issue #23): a length rule ("at most three letters") also caught "man", "boy",
+#: Listed explicitly: a length rule ("at most three letters") also caught "man", "boy",
 #: "son", "kid" and "old". These are every lower-case abbreviation in the BBQ templates and
 #: vocabulary and in BharatBBQ's Caste files (Scheduled Castes / Tribes, Other Backward Classes);
 #: BBQ's own abbreviations (PTSD, BPD, ...) are already upper case.

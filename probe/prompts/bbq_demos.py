@@ -3,7 +3,7 @@
 Five demonstrations per dimension x context kind (explicit, implicit), never
 a control, fixed and hand-audited (how they were drawn and their answer mix:
 :mod:`probe.data.implicitbbq_demos`, ``docs/implicitbbq.md``). A neutral or
-no-characteristics item gets none (the seed applies no mitigation to controls).
+no-characteristics item gets none (the paper applies no mitigation to controls).
 
 For a test item, slot k shows its primary demonstration unless that shares the
 item's template; then its alternate (same answer role, another template) is

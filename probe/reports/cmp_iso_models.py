@@ -13,7 +13,7 @@ size correlations use PG in the paper's orientation
 (:data:`probe.data.cmp_iso.PAPER_ORIENTATION`: StereoSet, RedditBias,
 CrowS-Pairs and DE-Gen as -PG), so their signs compare with Table 8 / E.2; the
 tables mark those columns "(−PG)".
-:func:`size_tables` lays them out as the seed's tables (rows setting x
+:func:`size_tables` lays them out as the paper's tables (rows setting x
 category, columns benchmarks). The result feeds
 :func:`probe.reports.cmp_iso_tables.write_report`.
 

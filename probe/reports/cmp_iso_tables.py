@@ -10,15 +10,15 @@ Numbers read back from ``summary.json`` may be ``None`` (NaN in JSON); they show
 Tables (rows = models, columns = benchmarks, ``∗`` = p < alpha):
 
 - ``table2_<setting>``: PG per benchmark as ``iso | cmp``; ∗ on cmp when the
-  cmp-vs-iso test is significant (the seed's Table 2 marks cmp PG this way; we
-  show the iso value beside it). Table 3 of the seed is this table for the
+  cmp-vs-iso test is significant (the paper's Table 2 marks cmp PG this way; we
+  show the iso value beside it). Table 3 of the paper is this table for the
   direct setting.
 - ``table4_<setting>``: neutral option share (%) ``iso | cmp`` (neutral settings).
 - ``table5_<setting>``: |PG_cmp| x 100, the "deviation from the 0% equilibrium",
   ``w/o | w/`` neutral option; ∗ when the two differ significantly.
 - ``table6_<setting>``: target consistency x 100 across the two option orders
   (cmp; 50 random, 0 position bias, 100 fixed target): the share of pairs whose
-  two orders prefer the same target. CoT settings: as the seed, on the pairs
+  two orders prefer the same target. CoT settings: as the paper, on the pairs
   whose generations for both orders claim randomness (Table H.2 keywords;
   ``cmp.claimed_random``); direct settings have no generations: all pairs.
 - ``table7_<setting>``: PG_cmp x 100 under the "answer randomly" instruction.

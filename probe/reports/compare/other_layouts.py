@@ -25,7 +25,7 @@ __all__ = ["crows_section", "hbb_section", "cmp_iso_section", "generic_section",
 
 
 # -- CrowS-Pairs ---------------------------------------------------------------------------------------------
-#: the two protocols (#16): (a) the HBB paper's prompted two-choice question, (b) lm-evaluation-harness's
+#: the two protocols: (a) the HBB paper's prompted two-choice question, (b) lm-evaluation-harness's
 CROWS_PROTOCOLS = {"mcq": "(a) two-choice question (HBB paper, Table 11 instruction)",
                    "loglik": "(b) whole-sentence causal log-likelihood (lm-evaluation-harness)"}
 CROWS_ESTIMATORS = {

@@ -15,7 +15,7 @@ label summed over its one-token surface forms) -> Parity Gap per setting x
 benchmark x mode (expected counts, argmax, and ``paper``: expected counts
 under the authors' sampling, T = 0.7 and top-p = 0.9) with bootstrap CIs and the cmp-vs-iso randomization
 test, comparisons between settings, the spread over variants
-(:mod:`.summary`) -> the seed's Tables 2-7 layouts and the PG plot
+(:mod:`.summary`) -> the paper's Tables 2-7 layouts and the PG plot
 (:mod:`probe.reports.cmp_iso_tables`).
 
     probe run configs/cmp_iso_quick.yaml

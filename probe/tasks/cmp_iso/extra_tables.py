@@ -1,4 +1,4 @@
-"""Two tables beside the seed's layouts: CoT chains (counts, spread) and PG with / without non-answering prompts.
+"""Two tables beside the paper's layouts: CoT chains (counts, spread) and PG with / without non-answering prompts.
 
 Both read one model's summary (:func:`probe.tasks.cmp_iso.summary.run_summary`).
 """

@@ -26,7 +26,7 @@ authors' code keep it (iso affirmation 0, cmp order 0.5), and counted
 paradigm, :func:`probe.metrics.mass.mass_summary`, floor ``mass_floor``),
 ``answering_only`` (PG, CIs and the cmp-vs-iso test without the prompts below
 the floor; a pair missing a prompt drops out of that paradigm) and, for CoT,
-``cmp.claimed_random`` (the seed's Table 6 on the pairs whose generations for
+``cmp.claimed_random`` (the paper's Table 6 on the pairs whose generations for
 both orders claim randomness, :mod:`probe.metrics.cmp_iso_claims`). Every CI
 resamples context pairs.
 """

@@ -380,7 +380,7 @@ class HBBTask(Task):
                                                              for g in entry.get("by_category", [])]
             for sub, o in groups:
                 for m in ("share", "mean_s"):
-                    rows.append(result_row(sub if v == "hbb" else f"{v} {sub}", m, f"S > {o.get('threshold')}"
+                    rows.append(result_row(sub if v == "hbb" else f"{v} {sub}", m, _over(o.get("threshold"))
                                            if m == "share" else "", o.get(m), o.get(f"{m}_ci_low"),
                                            o.get(f"{m}_ci_high"), o.get("n"), sub == "all" and m == "share"))
         return rows
@@ -422,3 +422,8 @@ def _sha256(path: str | None) -> str | None:
     from probe.data.fetch import sha256_of
 
     return sha256_of(Path(path)) if path and Path(path).is_file() else None
+
+
+def _over(threshold: Any) -> str:
+    """The share's estimator as counted: ``S >= 20`` (inclusive, up to ``probe.metrics.hbb.S_TOLERANCE``)."""
+    return f"S >= {threshold:g}" if isinstance(threshold, (int, float)) else f"S >= {threshold}"

@@ -1,0 +1,101 @@
+"""The headline of a report and the warnings above it, from a task's flat result rows and its summary.
+
+- :func:`headline_table`: the main metric per model x task with its CI and n (the first section of every
+  report: a task run's own page, ``probe report``, the demo's page);
+- :func:`headline_section`: that table as the report section every page opens with;
+- :func:`report_warnings`: what a reader must see before the numbers (low answer mass, tiny samples,
+  template-built categories, a limited run's coverage).
+
+Pure: rows and summaries in, tables and sentences out.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING, Any, Iterable, Mapping, Sequence
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+#: mean answer (label) mass below which a report warns that the model mostly does not answer
+LOW_MASS = 0.5
+#: fewer items than this in a headline metric: the report says the sample is small
+SMALL_N = 30
+
+
+def headline_table(rows: Iterable[Mapping[str, Any]]) -> "pd.DataFrame":
+    """The rows flagged ``headline`` as a display table: Task, Model, Metric, Subgroup, Estimator, Value."""
+    import pandas as pd
+
+    from probe.reports.compare.tables import ci_cell
+
+    out = [{"Task": r["task"], "Model": r["model"], "Metric": _named(r["metric"]), "Subgroup": r["subgroup"],
+            "Estimator": r["estimator"] or "–",
+            "Value [95% CI] (n)": ci_cell(r["value"], r["ci_low"], r["ci_high"], r["n"])}
+           for r in rows if r.get("headline")]
+    return pd.DataFrame(out, columns=["Task", "Model", "Metric", "Subgroup", "Estimator", "Value [95% CI] (n)"])
+
+
+#: metrics whose denominator a reader must see beside the number
+METRIC_NOTES = {"acc_dis": "correct / disambiguated items answered with a person (ImplicitBBQ)",
+                "acc_dis_all": "correct / all disambiguated items (BBQ paper, lm-eval)"}
+
+
+def _named(metric: str) -> str:
+    base = metric.rsplit(".", 1)[-1]
+    return f"{metric} ({METRIC_NOTES[base]})" if base in METRIC_NOTES else metric
+
+
+def _mass_summaries(node: Any, path: str = "") -> Iterable[tuple[str, float]]:
+    """``(where, mean)`` of every answer-mass summary (a mapping with mean, floor and n_below_floor)."""
+    if isinstance(node, Mapping):
+        if {"mean", "floor", "n_below_floor"} <= set(node) and isinstance(node.get("mean"), (int, float)):
+            yield path or "all", float(node["mean"])
+            return
+        for k, v in node.items():
+            if str(k) in ("answering_only", "coverage", "skipped"):
+                continue
+            yield from _mass_summaries(v, f"{path}.{k}" if path else str(k))
+    elif isinstance(node, list):
+        for i, v in enumerate(node):
+            yield from _mass_summaries(v, f"{path}[{i}]")
+
+
+def report_warnings(summary: Mapping[str, Any], rows: Sequence[Mapping[str, Any]] = ()) -> list[str]:
+    """Lines a report shows at its top, before any number."""
+    out = []
+    masses = [(w, m) for w, m in _mass_summaries(summary) if math.isfinite(m)]
+    if masses:
+        where, low = min(masses, key=lambda x: x[1])
+        if low < LOW_MASS:
+            out.append(f"low answer mass: the model puts on average only {low:.2f} of its probability on the "
+                       f"scored answers ({where}); the scores describe a model that mostly does not answer the "
+                       "question as asked (see the mass sections, the answering-only numbers, or try another "
+                       "prompt format).")
+    ns = [r["n"] for r in rows if r.get("headline") and isinstance(r.get("n"), (int, float)) and math.isfinite(r["n"])]
+    if ns and min(ns) < SMALL_N:
+        out.append(f"small sample: a headline metric rests on {int(min(ns))} item(s); intervals are wide or "
+                   "undefined ('CI n/a'), so read the numbers as a smoke test, not a result.")
+    built = summary.get("template_built") or []
+    if built:
+        out.append(f"template-built categories: {', '.join(built)} were expanded from BBQ's templates, not read "
+                   "from the released JSONL.")
+    cov = summary.get("coverage")
+    if cov and cov.get("n_left_out"):
+        left = [f"{name} {', '.join(map(str, s['left_out'][:8]))}{', ...' if len(s['left_out']) > 8 else ''}"
+                for name, s in cov.get("strata", {}).items() if s.get("left_out")]
+        out.append(f"limited run: {cov['n_items']} of {cov['n_available']} items (--limit {cov.get('limit')})"
+                   + (f"; left out: {'; '.join(left)}" if left else "; every stratum covered") + ".")
+    return out
+
+
+def headline_section(headline: "pd.DataFrame") -> Any:
+    """The headline table as the first report section (:class:`probe.reports.compare.tables.Section`)."""
+    from probe.reports.compare.tables import Section, Table
+
+    items = [Table(
+        "headline", "", "Headline: the main metric per model and task",
+        "Each task's main metric over all items scored, with its 95% CI and n (the task's own estimator and "
+        "resampling unit); 'CI n/a' where too few units were scored for an interval. Every metric, subgroup "
+        "and estimator is in results.csv.", headline)]
+    return Section("headline", "Headline", "", items)

@@ -1,0 +1,222 @@
+"""The plan a task run prints before any work: what it will generate and score, and about how long it takes.
+
+The time is an estimate, never a promise: one short calibration on the loaded model (a forward pass over a
+block of tokens, and one over a single token per row, timed after a warm-up pass) gives the seconds per
+scored token and per generation step on this machine with its thread count; the plan multiplies them by
+the tokens still to score (each distinct prompt once, then every option's own tokens; prompts that share a
+beginning, such as a system prompt, are counted in full, so the prefix tree usually runs fewer) and
+by the generation steps still to take (every chain run to its ``max_new_tokens``, so chains that stop early
+make it faster). When the calibration cannot run (a model without a plain forward), a conservative rate
+from the parameter count stands in, and the plan says so.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass
+from typing import Any, Mapping, Sequence
+
+#: tokens per row of the timed block (long enough to be past the per-call overhead, short enough to be quick)
+CALIBRATION_TOKENS = 64
+#: the fallback rate: floating-point operations per second a busy CPU thread reaches at least
+FALLBACK_FLOPS = 2e9
+
+
+@dataclass(frozen=True)
+class Rates:
+    """Seconds per scored token (``token``) and per generation step of ``rows`` rows (``step``)."""
+
+    token: float
+    step: float
+    rows: int
+    how: str
+
+
+def calibrate(lm: Any, rows: int) -> Rates:
+    """Time the loaded model on this machine: a warm-up pass, a ``rows x CALIBRATION_TOKENS`` block and one
+    token per row. Reads no data, draws no random numbers, writes nothing."""
+    rows = max(1, min(int(rows), 16))
+    try:
+        import torch
+
+        model = lm.model
+        device = next(model.parameters()).device
+        tok = getattr(lm, "tokenizer", None)
+        fill = getattr(tok, "eos_token_id", None)
+        fill = int(fill) if isinstance(fill, int) else 0
+
+        def timed(shape: tuple[int, int]) -> float:
+            ids = torch.full(shape, fill, dtype=torch.long, device=device)
+            t0 = time.perf_counter()
+            with torch.inference_mode():
+                model(input_ids=ids, use_cache=False)
+            if device.type == "cuda":
+                torch.cuda.synchronize(device)
+            return time.perf_counter() - t0
+
+        timed((1, 8))  # warm-up: first-call allocations and kernel selection
+        block = timed((rows, CALIBRATION_TOKENS))
+        step = timed((rows, 1))
+        # a decoding step also attends over its cache: count it as two single-token passes
+        return Rates(block / (rows * CALIBRATION_TOKENS), 2 * step, rows,
+                     f"a calibration pass on this machine: {device.type}, {_threads()} thread(s)")
+    except Exception:  # noqa: BLE001 - any model the plain forward does not fit: the fallback rate
+        n = _n_parameters(lm)
+        per_token = 2 * n / FALLBACK_FLOPS if n else 0.01
+        return Rates(per_token, per_token * rows, rows, "a conservative rate from the parameter count")
+
+
+def _threads() -> int:
+    try:
+        import torch
+
+        return int(torch.get_num_threads())
+    except Exception:  # noqa: BLE001
+        return 1
+
+
+def _n_parameters(lm: Any) -> int:
+    try:
+        return sum(p.numel() for p in lm.model.parameters())
+    except Exception:  # noqa: BLE001
+        return 0
+
+
+def duration(seconds: float) -> str:
+    """``"~40 s"``, ``"~3 min"``, ``"~2.5 h"``.
+
+    >>> duration(4.2), duration(185), duration(9000)
+    ('~4 s', '~3 min', '~2.5 h')
+    """
+    if not math.isfinite(seconds):
+        return "unknown"
+    if seconds < 90:
+        return f"~{max(seconds, 1):.0f} s"
+    if seconds < 90 * 60:
+        return f"~{seconds / 60:.0f} min"
+    return f"~{seconds / 3600:.1f} h"
+
+
+def scoring_tokens(encode: Any, requests: Sequence[Any], done: set[str], extra: Mapping[str, int] = {}) -> int:
+    """Tokens the requests not yet ``done`` run: each distinct prompt once, then every option's own tokens
+    after it (what a request's sequences share is computed once; what different prompts share, such as
+    a system prompt, is counted for each, so the engine's prefix tree usually runs fewer). ``extra``:
+    more tokens per request id (a chain not generated yet)."""
+    total = 0
+    prompts: set[int] = set()
+    for r in requests:
+        if r.id in done:
+            continue
+        try:
+            enc = encode(r)
+        except Exception:  # noqa: BLE001 - a request the encoder refuses fails later, with its own message
+            continue
+        n = int(enc.n_prompt_tokens or 0)
+        seqs = enc.sequences
+        if seqs and n:
+            key = hash(tuple(seqs[0].ids[:n]))
+            if key not in prompts:
+                prompts.add(key)
+                total += n
+            total += sum(max(len(s.ids) - n, 0) for s in seqs)
+        else:
+            total += sum(len(s.ids) for s in seqs)
+        total += int(extra.get(r.id, 0))
+    return total
+
+
+def generation_seconds(rates: Rates, gen_left: Sequence[Any], encode_prompt: Any, rows: int) -> float:
+    """At most: every row-batch of the chains still to make runs to its longest ``max_new_tokens``."""
+    if not gen_left:
+        return 0.0
+    rows = max(1, int(rows))
+    seconds = 0.0
+    for i in range(0, len(gen_left), rows):
+        part = gen_left[i:i + rows]
+        steps = max(int(getattr(g, "max_new_tokens", 0) or 0) for g in part)
+        seconds += steps * rates.step * max(len(part) / rates.rows, 1.0)
+        seconds += sum(encode_prompt(g) for g in part) * rates.token
+    return seconds
+
+
+#: nodes per prompt of the parse calibration (a few frontier steps of the real enumeration)
+PARSE_CALIBRATION_NODES = 8
+
+
+def parse_node_seconds(lm: Any, parse_left: Sequence[Any], batch_size: int) -> float | None:
+    """Seconds per enumerated node, timed on the first prompts still to do (as many as one batch holds),
+    each enumerated to ``PARSE_CALIBRATION_NODES`` nodes: the enumeration's own passes, cache and
+    parser included. Deterministic (no sampling); the result is discarded. None when it cannot run."""
+    import dataclasses
+
+    from probe.scoring.parse_exact import run_parse_requests
+
+    part = [dataclasses.replace(r, max_nodes=PARSE_CALIBRATION_NODES)
+            for r in parse_left[:max(1, min(int(batch_size), 8))]]
+    try:
+        t0 = time.perf_counter()
+        dists = run_parse_requests(lm, part, batch_size=batch_size, top=1)
+        seconds = time.perf_counter() - t0
+    except Exception:  # noqa: BLE001 - the estimate then falls back to the step rate
+        return None
+    nodes = sum(max(int(getattr(d, "nodes", 0) or 0), 1) for d in dists)
+    return seconds / nodes if nodes else None
+
+
+def parse_seconds(rates: Rates, parse_left: Sequence[Any], encode_prompt: Any,
+                  per_node: float | None = None) -> float:
+    """At most: every prompt's enumeration runs to its node limit (``max_nodes``, else 256 for the
+    estimate) at ``per_node`` seconds a node (:func:`parse_node_seconds`; else one cached token per node,
+    the frontier batched ``rates.rows`` nodes to a pass)."""
+    seconds = 0.0
+    for r in parse_left:
+        nodes = int(getattr(r, "max_nodes", None) or 256)
+        if per_node is not None:
+            seconds += nodes * per_node
+        else:
+            seconds += nodes * rates.step / rates.rows + encode_prompt(r) * rates.token
+    return seconds
+
+
+def plan_lines(task: str, n_items: int, n_requests: int, n_left: int, tokens: int, rates: Rates | None,
+               gen_total: int = 0, gen_left: Sequence[Any] = (), gen_seconds: float = 0.0, note: str = "",
+               exact: bool = True, parse_total: int = 0, parse_left: Sequence[Any] = (),
+               parse_s: float = 0.0) -> list[str]:
+    """The lines printed before any work: generations (how many, how long at most, why, how to skip them),
+    the scoring (requests, tokens, estimated time), the exact enumeration of the paper's sampled answers
+    (how many prompts, how long at most, how to skip it), then the total and what the estimate rests on."""
+    lines = []
+    if gen_total:
+        most = max((int(getattr(g, "max_new_tokens", 0) or 0) for g in gen_left), default=0)
+        when = f"estimated at most {duration(gen_seconds)}" if gen_left and rates else "nothing left to generate"
+        lines.append(f"{task}: plan: {gen_total} generation(s) before scoring ({len(gen_left)} still to make"
+                     + (f", up to {most} new tokens each" if gen_left else "") + f"): {when}"
+                     + (f"; they are {note}" if note else "") + ".")
+    count = f"{n_requests}" if exact else f"about {n_requests}"
+    head = f"{task}: plan: {n_items} item(s) -> {count} request(s) to score"
+    if not exact and not n_requests:
+        lines.append(f"{task}: plan: {n_items} item(s); the requests to score are counted once the generations "
+                     "exist.")
+    elif n_left == 0:
+        lines.append(f"{head}: every one already scored (nothing to score).")
+    else:
+        est = f"; estimated {duration(tokens * rates.token)}" if rates else ""
+        lines.append(f"{head} ({n_left} still to score, {tokens:,} tokens{' with the chains' if gen_total else ''})"
+                     f"{est}" + ("" if gen_left or parse_left or not rates else f" ({_basis(rates)})") + ".")
+    if parse_total:
+        most = max((int(getattr(r, "max_nodes", None) or 0) for r in parse_left), default=0)
+        when = f"estimated at most {duration(parse_s)}" if parse_left and rates else "nothing left to enumerate"
+        lines.append(f"{task}: plan: then {parse_total} prompt(s) whose sampled, parsed answer is enumerated "
+                     f"exactly (the paper's own procedure; {len(parse_left)} still to do"
+                     + (f", up to {most} nodes each" if most else "") + f"): {when}; skip with "
+                     "--set parse_exact=false.")
+    if rates and (gen_left or parse_left):
+        total = tokens * rates.token + gen_seconds + parse_s
+        lines.append(f"{task}: plan: estimated {duration(total)} in all ({_basis(rates)}).")
+    return lines
+
+
+def _basis(rates: Rates) -> str:
+    return (f"from {rates.how}; an estimate, not a measurement: shared prompt prefixes and chains that stop early "
+            "make it shorter, a busier machine longer")
