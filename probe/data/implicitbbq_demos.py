@@ -160,7 +160,7 @@ def main(argv: Sequence[str] | None = None) -> None:
                     it = by_id[d["id"]]
                     print(f"{which}[{s['slot']}] {s['answer']:<10} {it.template_id:<24} {it.background!r} "
                           f"{it.context!r} {it.question!r} -> {it.options[it.label]!r}")
-    header = ("# ImplicitBBQ few-shot demonstrations (issue #14 part 2): item ids of the full build, five slots\n"
+    header = ("# ImplicitBBQ few-shot demonstrations: item ids of the full build, five slots\n"
               "# per dimension x context kind, each with an alternate from another template. Made by\n"
               f"#   python -m probe.data.implicitbbq_demos --output THIS --seed {args.seed}\n"
               "# and audited by hand; this file, not the generator, is the contract. Roles and balance:\n"

@@ -6,7 +6,7 @@ paper's sampling + parsing enumerated, the task's ``parse_requests`` with its
 parser and ``decided`` rule); beside it, the first-token estimator over the
 scored answer texts.
 
-Parser (seed 000; no code released): one-word answers. Rule (ours): after an
+Parser (the paper releases no code): one-word answers. Rule (ours): after an
 optional answer cue (``Answer:``, ``Final Answer:``, ``The answer is``), the
 first line, without quotes, ``*`` and a leading article, ignoring case, equals
 one of an option's answer texts (the scored surface forms; Unknown: its
