@@ -94,7 +94,7 @@ def headline_section(headline: "pd.DataFrame") -> Any:
     from probe.reports.compare.tables import Section, Table
 
     items = [Table(
-        "headline", "", "Headline: the main metric per model and task",
+        "headline", "", "The main metric per model and task",
         "Each task's main metric over all items scored, with its 95% CI and n (the task's own estimator and "
         "resampling unit); 'CI n/a' where too few units were scored for an interval. Every metric, subgroup "
         "and estimator is in results.csv.", headline)]

@@ -116,12 +116,9 @@ def build_report(runs: Sequence[Run], output: str | Path, n_boot: int = 2000, se
     context = ReportContext(groups, params_b)
     sections: list[Section] = []
     if headline is not None and len(headline):
-        items = [Table(
-            "headline", "", "Headline: the main metric per model and task",
-            "Each task's main metric over all items scored, with its 95% CI and n (the task's own estimator and "
-            "resampling unit); 'CI n/a' where too few units were scored for an interval. Every metric, subgroup "
-            "and estimator is in results.csv.", headline)]
-        sections.append(Section("headline", "Headline", "", items))
+        from probe.reports.headline import headline_section
+
+        sections.append(headline_section(headline))
     for task in tasks:
         trs = groups[task]
         if progress:
