@@ -93,19 +93,15 @@ class CaptureSpec:
                                  f"positions {sorted(names)})")
 
     @classmethod
-    def parse(cls, keys: str | Iterable[str], **kwargs: Any) -> "CaptureSpec":
-        """From ``HOOK@POSITION`` strings (``probe run --capture``), e.g. ``blocks.5.hook_resid_post@last``."""
-        items = [k.strip() for k in (keys.split() if isinstance(keys, str) else keys) if k.strip()]
-        if not items:
-            raise ValueError("no HOOK@POSITION given")
+    def parse(cls, keys: str | Iterable[str], n_layers: int | None = None, **kwargs: Any) -> "CaptureSpec":
+        """From ``HOOK@POSITION`` strings (``--capture``), e.g. ``blocks.5.hook_resid_post@last``; a layer
+        selection (``blocks.*.`` every layer, ``blocks.0,5,-1.``) and a comma list of positions expand
+        (:func:`expand_keys`; a selection needs ``n_layers``)."""
+        items = expand_keys(keys, n_layers)
         hooks, positions, select = [], [], []
         for k in items:
-            hook, sep, pos = k.partition("@")
-            if not sep or not hook or not pos:
-                raise ValueError(f"{k!r}: expected HOOK@POSITION, e.g. blocks.5.hook_resid_post@last")
+            hook, _, pos = k.partition("@")
             spec = parse_positions(pos)
-            if len(spec) != 1:
-                raise ValueError(f"{k!r}: one position per HOOK@POSITION")
             hooks.append(hook)
             positions.append(spec[0])
             select.append(f"{hook}@{spec[0].name}")
@@ -194,6 +190,52 @@ class CaptureSpec:
         finally:
             for h in handles:
                 h.remove()
+
+
+def expand_keys(keys: str | Iterable[str], n_layers: int | None = None) -> list[str]:
+    """The one syntax that chooses activations (``probe run --capture``, ``probe activations --capture``,
+    the ``probe analyze`` analyses): ``HOOK@POSITION[,POSITION...]``, where a hook ``blocks.L.hook_KIND`` may
+    select layers with ``L`` = ``*`` (every layer) or a comma list (negative counts from the end). Returns
+    one ``hook@position`` per layer and position, in that order.
+
+    >>> expand_keys(["blocks.*.hook_resid_post@last,mean:cue", "blocks.-1.hook_mlp_out@last"], n_layers=2)
+    ['blocks.0.hook_resid_post@last', 'blocks.0.hook_resid_post@mean:cue', 'blocks.1.hook_resid_post@last', 'blocks.1.hook_resid_post@mean:cue', 'blocks.1.hook_mlp_out@last']
+    """
+    import re
+
+    items = [k.strip() for k in (keys.split() if isinstance(keys, str) else keys) if k.strip()]
+    if not items:
+        raise ValueError("no HOOK@POSITION given")
+    out: list[str] = []
+    for k in items:
+        hook, sep, pos = k.partition("@")
+        if not sep or not hook or not pos:
+            raise ValueError(f"{k!r}: expected HOOK@POSITION, e.g. blocks.5.hook_resid_post@last")
+        names = [p.name for p in parse_positions(pos)]
+        m = re.fullmatch(r"blocks\.([^.]+)\.(.+)", hook)
+        hooks = [hook]
+        if m and not m.group(1).isdigit():
+            if n_layers is None:
+                raise ValueError(f"{k!r}: a layer selection needs the model (its number of layers)")
+            sel = m.group(1)
+            try:
+                idx = list(range(n_layers)) if sel == "*" else [int(x) for x in sel.split(",") if x.strip()]
+            except ValueError:
+                raise ValueError(f"{k!r}: layers are *, N or a comma list such as 0,5,-1") from None
+            for i in idx:
+                if not -n_layers <= i < n_layers:
+                    raise ValueError(f"{k!r}: layer {i} is out of range for a model with {n_layers} layers")
+            hooks = [f"blocks.{i % n_layers}.{m.group(2)}" for i in idx]
+        out += [f"{h}@{p}" for h in hooks for p in names]
+    return list(dict.fromkeys(out))
+
+
+def layer_count(model: torch.nn.Module) -> int:
+    """The number of decoder blocks (the bridge's when the model is TransformerLens-wrapped)."""
+    bridge = bridge_of(model)
+    if bridge is not None:
+        return int(bridge.cfg.n_layers)
+    return discover(model).n_layers
 
 
 def capture_record(result: Result, missing: Sequence[str] = ()) -> dict[str, Any]:

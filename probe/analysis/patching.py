@@ -34,18 +34,6 @@ from probe.activations.hooks import HOOK_KINDS
 from probe.activations.positions import parse_positions
 
 
-def n_layers(model: Any) -> int:
-    """The number of decoder blocks (of the bridge when the model is TransformerLens-wrapped)."""
-    from probe.models.tl_adapter import bridge_of
-
-    bridge = bridge_of(model)
-    if bridge is not None:
-        return int(bridge.cfg.n_layers)
-    from probe.activations.hooks import discover
-
-    return discover(model).n_layers
-
-
 def patch_logprobs(lm: Any, target: Any, source: Any, positions: Sequence[str] = ("last",),
                    hook: str = "resid_post", layers: Sequence[int] | None = None,
                    scorer: Any = None) -> np.ndarray:
@@ -53,7 +41,7 @@ def patch_logprobs(lm: Any, target: Any, source: Any, positions: Sequence[str] =
     :class:`~probe.scoring.requests.LabelRequest`) when ``blocks.{l}.hook_{hook}`` at a position is replaced
     by ``source``'s. ``lm``: anything with ``.model`` and ``.tokenizer``; ``scorer``: a
     :class:`~probe.scoring.Scorer` to reuse (default: a new one; capture never reads a score cache)."""
-    from probe.activations.scoring_capture import CaptureSpec
+    from probe.activations.scoring_capture import CaptureSpec, layer_count
     from probe.scoring import Scorer
 
     if hook not in HOOK_KINDS:
@@ -65,7 +53,7 @@ def patch_logprobs(lm: Any, target: Any, source: Any, positions: Sequence[str] =
     for r in (target, source):
         if getattr(r, "kind", None) != "label":
             raise ValueError(f"patching reads label scores; request {getattr(r, 'id', r)!r} is not a label request")
-    total = n_layers(lm.model)
+    total = layer_count(lm.model)
     layers = list(range(total)) if layers is None else [int(i) % total for i in layers]
     names = tuple(f"blocks.{i}.hook_{hook}" for i in layers)
     scorer = scorer or Scorer(lm, batch_size=1)

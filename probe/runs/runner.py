@@ -291,11 +291,12 @@ class Runner:
         output = Path(output)
         writer = None
         if cap is not None:
-            if self.procs.distributed or self.shard is not None:
-                raise ProbeError("activation capture runs in one process; drop --capture or run without "
-                                 "accelerate/torchrun and without --shard")
+            if self.procs.distributed:
+                raise ProbeError(f"activation capture runs in one process, but {self.procs.world_size} were "
+                                 "launched (accelerate launch / torchrun); run without a launcher, or split the "
+                                 "work into a job array with --shard I/N")
             writer = self._capture_writer(cap, Path(capture_dir) if capture_dir else output.parent / "activations",
-                                          capture_meta or {}, capture_extra or {})
+                                          capture_meta or {}, capture_extra or {}, requests)
         make = lambda part: map(to_record, self._timed(part, score))  # noqa: E731
         if writer is not None:
             make = lambda part: map(to_record, _stored(writer, cap, self._timed(part, score)))  # noqa: E731
@@ -303,9 +304,18 @@ class Runner:
             # several processes: rank 0 (or the run that folds the shards) logs at the end
             make = _logging(make, samples)
         self.active_sampling = specs  # what the input check records and compares for this output
+        from probe.runs.shard_set import ShardDone
+
         try:
-            dicts = self._to_file(requests, output, make, show, "scoring",
-                                  also_done=writer.done if writer is not None else None)
+            try:
+                dicts = self._to_file(requests, output, make, show, "scoring",
+                                      also_done=writer.done if writer is not None else None)
+            except ShardDone:
+                if hasattr(writer, "complete"):  # this shard's chunks are all stored
+                    writer.complete()
+                raise
+            if hasattr(writer, "complete"):
+                writer.complete()
             if samples is not None and self.procs.is_main:
                 samples.write(requests)  # requests recorded before (without --log-samples): nothing to score
         finally:
@@ -317,25 +327,37 @@ class Runner:
     def capture_spec(self, capture: Any = None) -> Any:
         """``capture`` (a CaptureSpec or ``HOOK@POSITION`` strings), else the run options' own; None when off.
         Hook names are checked against the model here, before any work."""
-        from probe.activations.scoring_capture import CaptureSpec
+        from probe.activations.scoring_capture import CaptureSpec, layer_count
 
         if capture is None and not self.options.capture:
             return None
         try:
+            n_layers = layer_count(self.lm.model)
+        except (AttributeError, KeyError, ValueError):  # a layout hooks cannot read: explicit hook names only
+            n_layers = None
+        try:
             spec = capture if isinstance(capture, CaptureSpec) else CaptureSpec.parse(
-                list(capture) if capture is not None else list(self.options.capture))
+                list(capture) if capture is not None else list(self.options.capture), n_layers=n_layers)
             spec.check(self.lm.model)
         except (KeyError, ValueError) as exc:
             raise ProbeError(f"--capture: {exc.args[0] if exc.args else exc}") from None
         return spec
 
-    def _capture_writer(self, spec: Any, directory: Path, meta: dict, extra: dict) -> Any:
+    def _capture_writer(self, spec: Any, directory: Path, meta: dict, extra: dict, requests: Sequence[Any]) -> Any:
+        """The store the captured activations go to: ``directory``, or under ``--shard I/N`` its shard store
+        ``<directory>.rankI-of-N`` (:mod:`probe.activations.shards`); a plain run first folds a complete
+        set of shard stores into ``directory`` in one-process order."""
+        from probe.activations.shards import ShardStoreWriter, fold_stores
         from probe.activations.store import ActivationWriter
 
         manifest = {"format": 1, "model_fingerprint": self.model_id, "hooks": list(spec.hooks),
                     "positions": [p.name for p in spec.positions], "keys": spec.keys,
                     "d_model": spec.check(self.lm.model), **meta,
                     "extra": {"model": self.lm.info() if hasattr(self.lm, "info") else {}, **extra}}
+        chunks = [[str(r.id) for r in part] for part in group_chunks(requests, self.options.chunk_size)]
+        if self.shard is not None:
+            return ShardStoreWriter(directory, manifest, self.shard.index, self.shard.count, chunks)
+        fold_stores(directory, manifest, chunks)
         return ActivationWriter(directory, manifest, shard_size=self.options.chunk_size)
 
     def sampling_specs(self, extra: Sequence[Any] = ()) -> tuple[Any, ...]:
