@@ -36,11 +36,13 @@ from probe.activations.positions import parse_positions
 
 def patch_logprobs(lm: Any, target: Any, source: Any, positions: Sequence[str] = ("last",),
                    hook: str = "resid_post", layers: Sequence[int] | None = None,
-                   scorer: Any = None) -> np.ndarray:
+                   scorer: Any = None, **spans: Any) -> np.ndarray:
     """``[n_layers, n_positions, n_labels]`` change in every label's ``log P`` on ``target`` (a
     :class:`~probe.scoring.requests.LabelRequest`) when ``blocks.{l}.hook_{hook}`` at a position is replaced
     by ``source``'s. ``lm``: anything with ``.model`` and ``.tokenizer``; ``scorer``: a
-    :class:`~probe.scoring.Scorer` to reuse (default: a new one; capture never reads a score cache)."""
+    :class:`~probe.scoring.Scorer` to reuse (default: a new one; capture never reads a score cache).
+    ``spans``: ``fields`` / ``search_from`` as :class:`probe.activations.CaptureSpec` takes them (default:
+    span text from each request's ``meta``)."""
     from probe.activations.scoring_capture import CaptureSpec, layer_count
     from probe.scoring import Scorer
 
@@ -57,19 +59,19 @@ def patch_logprobs(lm: Any, target: Any, source: Any, positions: Sequence[str] =
     layers = list(range(total)) if layers is None else [int(i) % total for i in layers]
     names = tuple(f"blocks.{i}.hook_{hook}" for i in layers)
     scorer = scorer or Scorer(lm, batch_size=1)
-    spec = CaptureSpec(names, specs)
+    spec = CaptureSpec(names, specs, **spans)
     for r in (target, source):
         missing = spec.target(scorer, scorer.encode(r)).missing
         if missing:
             raise ValueError(f"request {r.id!r} lacks the span(s) {missing}")
     (src,) = scorer.score([source], capture=spec)
-    (clean,) = scorer.score([target], capture=CaptureSpec(names[:1], specs))
+    (clean,) = scorer.score([target], capture=CaptureSpec(names[:1], specs, **spans))
     base = np.asarray(clean.logprobs, dtype=np.float64)
     out = np.zeros((len(names), len(specs), len(base)), np.float32)
     for j, pos in enumerate(specs):
         for row, name in enumerate(names):
             key = f"{name}@{pos.name}"
-            edit = CaptureSpec((name,), (pos,), edits={key: src.activations[key]})
+            edit = CaptureSpec((name,), (pos,), edits={key: src.activations[key]}, **spans)
             (patched,) = scorer.score([target], capture=edit)
             out[row, j] = np.asarray(patched.logprobs, dtype=np.float64) - base
     return out

@@ -74,7 +74,7 @@ def probes(run: "TaskRun | str | Path", target: str, layers: Sequence[int] | Non
     import pandas as pd
 
     from probe.analysis.probes import probe_sweep
-    from probe.analysis.representations.report import plot_probes
+    from probe.analysis.plots import plot_probes
     from probe.io import write_atomic
 
     run = as_run(run)
