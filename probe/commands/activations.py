@@ -146,22 +146,32 @@ def record(model: Any, input_path: Any, output: Path, capture: Any = ("blocks.*.
         except (KeyError, ValueError) as exc:
             raise ProbeError(f"--capture: {exc.args[0] if exc.args else exc}") from None
         _check_positions(runner, items, spec, input_path)
-        output.mkdir(parents=True, exist_ok=True)
         before = _stored(output)
+        folding = _shard_items(output)  # complete shard stores are folded in first (or refused, unfinished)
         try:
             runner.score(items.requests, output / RECORDS, task="activations", capture=spec, capture_dir=output,
                          capture_meta={"chat_template": chat_template, "strategy": strategy},
                          capture_extra={"backend": backend_name(lm.model), "input": str(input_path)})
         except ShardDone:
             from probe.activations.shards import shard_store
+            from probe.runs.shard import rank_chunks
 
             index, count = (int(x) for x in str(shard).split("/"))
             target = shard_store(output, index, count)
+            assigned = sum(len(c) for c in rank_chunks(items.requests, chunk_size, index, count))
             return {"output": str(target), "shard": f"{index}/{count}", "items_stored": _stored(target),
-                    "keys": len(spec.keys), "backend": backend_name(lm.model)}
+                    "items_assigned": assigned, "keys": len(spec.keys), "backend": backend_name(lm.model)}
         after = _stored(output)
-    return {"output": str(output), "items_run": after - before, "items_before": before, "keys": len(spec.keys),
-            "backend": backend_name(lm.model)}
+    folded = min(folding, after - before)
+    return {"output": str(output), "items_run": after - before - folded, "items_before": before,
+            "keys": len(spec.keys), "backend": backend_name(lm.model), **({"items_folded": folded} if folded else {})}
+
+
+def _shard_items(output: Path) -> int:
+    """Items held by the shard stores beside ``output`` (a plain run folds complete sets into it)."""
+    from probe.activations.shards import shard_stores
+
+    return sum(_stored(path) for members in shard_stores(output).values() for path, _ in members.values())
 
 
 def _check_positions(runner: Any, items: Any, spec: Any, source: Any) -> None:
