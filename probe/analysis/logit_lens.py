@@ -9,9 +9,8 @@ final logit soft-capping is not applied here). The residuals are read in the
 scoring passes (:meth:`probe.scoring.Scorer.score` with ``capture=``), the one
 forward path every run uses.
 
->>> # doctest: +SKIP
->>> lens = logit_lens(lm, requests)   # label requests; .logprobs: [n_requests, n_layers, n_labels]
->>> lens.probs[:, -1]          # softmax over the labels at the last layer
+>>> lens = logit_lens(lm, requests)   # label requests; .logprobs: [n_requests, n_layers, n_labels]  # doctest: +SKIP
+>>> lens.probs[:, -1]          # softmax over the labels at the last layer  # doctest: +SKIP
 """
 
 from __future__ import annotations

@@ -19,9 +19,8 @@ do not name a single token and are rejected.
 
 Patching a request with its own activations changes nothing (tested).
 
->>> # doctest: +SKIP
->>> eff = patch_effects(lm, target, source, label="A", positions=["last"])
->>> eff.shape    # (n_layers, n_positions)
+>>> eff = patch_effects(lm, target, source, label="A", positions=["last"])  # doctest: +SKIP
+>>> eff.shape    # (n_layers, n_positions)  # doctest: +SKIP
 """
 
 from __future__ import annotations

@@ -8,9 +8,8 @@ or from :func:`mean_difference`; :func:`steering_table` re-scores a benchmark
 for several strengths and reports the bias score and accuracy beside the
 unsteered run.
 
->>> # doctest: +SKIP
->>> with steer(model, layer=12, vector=direction, alpha=4.0):
-...     results = Scorer(lm).score(requests)
+>>> with steer(model, layer=12, vector=direction, alpha=4.0):  # doctest: +SKIP
+...     results = Scorer(lm).score(requests)  # doctest: +SKIP
 """
 
 from __future__ import annotations
