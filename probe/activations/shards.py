@@ -54,12 +54,13 @@ def write_marker(store: Path, marker: dict) -> None:
     write_json_atomic(Path(store) / MARKER, marker)
 
 
-def fold_stores(output: Path, head: dict, chunks: Sequence[Sequence[str]]) -> int:
+def fold_stores(output: Path, head: dict, chunks: Sequence[Sequence[str]], shard_size: int | None = None) -> int:
     """Fold every complete set of shard stores into the store ``output``; return the items added.
 
     ``head``: the manifest this run writes (shard stores with another manifest, but for ``extra``, are
     refused); ``chunks``: this run's ids, chunk by chunk, in order (a set made from another input or
-    chunking is refused)."""
+    chunking is refused); ``shard_size``: the rows per safetensors file of the one-process writer
+    (default the longest chunk), so a chunk longer than it (a group kept whole) is split as it splits it."""
     import numpy as np
 
     from probe.activations.store import ActivationWriter, load
@@ -84,7 +85,7 @@ def fold_stores(output: Path, head: dict, chunks: Sequence[Sequence[str]]) -> in
                                  "refusing to merge it")
         loaded = {i: load(store) for i, (store, _) in members.items()}
         rows = {i: {rid: k for k, rid in enumerate(acts.ids)} for i, acts in loaded.items()}
-        size = max([len(c) for c in chunks] + [1])
+        size = shard_size or max([len(c) for c in chunks] + [1])
         with ActivationWriter(output, head, shard_size=size) as writer:
             for k, chunk in enumerate(chunks):
                 acts, where = loaded[k % count], rows[k % count]
@@ -109,12 +110,13 @@ class ShardStoreWriter:
     """The store of shard ``index`` of ``count`` (``<output>.rank{index}-of-{count}``), marked unfinished
     until :meth:`complete`; otherwise an :class:`~probe.activations.store.ActivationWriter`."""
 
-    def __init__(self, output: Path, head: dict, index: int, count: int, chunks: Sequence[Sequence[str]]) -> None:
+    def __init__(self, output: Path, head: dict, index: int, count: int, chunks: Sequence[Sequence[str]],
+                 shard_size: int | None = None) -> None:
         from probe.activations.store import ActivationWriter
 
         self.path = shard_store(output, index, count)
         self.marker = (index, count, [list(c) for c in chunks])
-        self.writer = ActivationWriter(self.path, head, shard_size=max([len(c) for c in chunks] + [1]))
+        self.writer = ActivationWriter(self.path, head, shard_size=shard_size or max([len(c) for c in chunks] + [1]))
         write_marker(self.path, shard_marker(*self.marker, complete=False))
 
     @property

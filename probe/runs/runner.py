@@ -356,8 +356,9 @@ class Runner:
                     "extra": {"model": self.lm.info() if hasattr(self.lm, "info") else {}, **extra}}
         chunks = [[str(r.id) for r in part] for part in group_chunks(requests, self.options.chunk_size)]
         if self.shard is not None:
-            return ShardStoreWriter(directory, manifest, self.shard.index, self.shard.count, chunks)
-        fold_stores(directory, manifest, chunks)
+            return ShardStoreWriter(directory, manifest, self.shard.index, self.shard.count, chunks,
+                                    self.options.chunk_size)
+        fold_stores(directory, manifest, chunks, self.options.chunk_size)
         return ActivationWriter(directory, manifest, shard_size=self.options.chunk_size)
 
     def sampling_specs(self, extra: Sequence[Any] = ()) -> tuple[Any, ...]:

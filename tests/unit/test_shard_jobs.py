@@ -274,3 +274,21 @@ def test_a_shard_dealt_no_chunk_still_completes_the_set(tmp_path, model_dir):
         assert _score(model_dir, inp, out, "--shard", f"{i}/4") == 0
     assert _score(model_dir, inp, out) == 0
     assert out.read_bytes() == one.read_bytes()
+
+
+def test_run_capture_in_shards_equals_one_process(tmp_path, model_dir, capsys):
+    """`probe run demo --capture ... --shard I/N`: each job stores its chunks' activations beside its records;
+    the fold run gives the records and the activation store one process writes, byte for byte (a group
+    longer than a chunk is split into safetensors files as one process splits it)."""
+    argv = ["run", "demo", "--model", str(model_dir), "--capture", "blocks.*.hook_resid_post@last",
+            "--chunk-size", "4", "--threads", "1", "--no-progress"]
+    one, sharded = tmp_path / "one", tmp_path / "sharded"
+    assert main([*argv, "--output", str(one)]) == 0
+    for i in (0, 1):
+        assert main([*argv, "--output", str(sharded), "--shard", f"{i}/2"]) == 0
+        assert (sharded / f"activations.rank{i}-of-2" / "shard.json").is_file()
+    assert main([*argv, "--output", str(sharded)]) == 0
+    capsys.readouterr()
+    assert (sharded / "records.jsonl").read_bytes() == (one / "records.jsonl").read_bytes()
+    assert _store_bytes(sharded / "activations") == _store_bytes(one / "activations")
+    assert not any(p.name.startswith("activations.rank") for p in sharded.iterdir())
