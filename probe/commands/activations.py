@@ -129,8 +129,12 @@ def record(model: Any, input_path: Any, output: Path, capture: Any = ("blocks.*.
     from probe.runs.runner import RunOptions, Runner, load
     from probe.runs.shard_set import ShardDone
 
-    options = RunOptions(device=device, dtype=dtype, batch_size=batch_size or "auto", chunk_size=chunk_size,
-                         token_budget=token_budget, threads=threads, progress=progress, backend="tl" if backend == "tl" else "hf", shard=shard)
+    try:
+        options = RunOptions(device=device, dtype=dtype, batch_size=batch_size or "auto", chunk_size=chunk_size,
+                             token_budget=token_budget, threads=threads, progress=progress,
+                             backend="tl" if backend == "tl" else "hf", shard=shard)
+    except ValueError as exc:  # a bad --device, --threads, ...: one line, before the model loads
+        raise ProbeError(f"probe activations: {exc}") from None
     lm = load(model, options)
     if backend == "auto":  # tl where the architecture is supported, else hf (with_backend says why)
         lm = with_backend(lm, "auto", copy=False)

@@ -325,8 +325,9 @@ class Runner:
         return [Record.from_dict(d) for d in dicts]
 
     def capture_spec(self, capture: Any = None) -> Any:
-        """``capture`` (a CaptureSpec or ``HOOK@POSITION`` strings), else the run options' own; None when off.
-        Hook names are checked against the model here, before any work."""
+        """``capture`` (a CaptureSpec or ``HOOK@POSITION`` strings, layer selections such as ``blocks.*.``
+        expanded for this model), else the run options' own; None when off. Hook names are checked against
+        the model here, before any work."""
         from probe.activations.scoring_capture import CaptureSpec, layer_count
 
         if capture is None and not self.options.capture:
