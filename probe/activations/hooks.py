@@ -23,8 +23,8 @@ the attention module's output *before* that norm.)
 
 :func:`capture` records only selected positions of selected hooks, already on
 the CPU in float32, so memory stays bounded by ``batch x positions x d_model``.
-:func:`intervene` replaces a hook's output through a function; patching and
-steering are built on it.
+:func:`intervene` replaces a hook's output through a function; steering is built
+on it (patching writes through the scorer's capture: :mod:`probe.analysis.patching`).
 
 >>> with capture(model, ["blocks.0.hook_resid_post"], lambda h: {"last": h[:, -1]}) as cap:  # doctest: +SKIP
 ...     model(input_ids)

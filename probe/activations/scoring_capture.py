@@ -58,7 +58,10 @@ class CaptureSpec:
     ``label`` (default: ``meta['answer_label']``). ``search_from``: request id ->
     character offset where span search starts (e.g. where the user text begins in a
     chat-rendered prompt; default 0). ``select``: keep only these ``hook@position``
-    keys (:meth:`parse` sets it; default every hook x position).
+    keys (:meth:`parse` sets it; default every hook x position). ``edits``:
+    ``{'{hook}@{position}': float32 [d_model]}`` written into the forward pass at
+    that hook and each request's position (activation patching,
+    :mod:`probe.analysis.patching`); the recorded values are those before the edit.
     """
 
     hooks: tuple[str, ...]
@@ -67,6 +70,7 @@ class CaptureSpec:
     answer_labels: Mapping[str, str] = field(default_factory=dict, hash=False)
     search_from: Mapping[str, int] = field(default_factory=dict, hash=False)
     select: tuple[str, ...] = ()
+    edits: Mapping[str, Any] = field(default_factory=dict, hash=False)
 
     def __post_init__(self) -> None:
         hooks = self.hooks.split(",") if isinstance(self.hooks, str) else self.hooks
@@ -81,21 +85,23 @@ class CaptureSpec:
             pos = parse_positions(pos if isinstance(pos, str) else [p if isinstance(p, str) else p.name for p in pos])
         object.__setattr__(self, "positions", tuple(dict.fromkeys(pos)))
         object.__setattr__(self, "select", tuple(dict.fromkeys(self.select)))
+        names = {p.name for p in self.positions}
+        for key in self.edits:
+            hook, _, pos = key.partition("@")
+            if hook not in hooks or pos not in names:
+                raise ValueError(f"edit {key!r} names no captured HOOK@POSITION (hooks {list(hooks)}, "
+                                 f"positions {sorted(names)})")
 
     @classmethod
-    def parse(cls, keys: str | Iterable[str], **kwargs: Any) -> "CaptureSpec":
-        """From ``HOOK@POSITION`` strings (``probe run --capture``), e.g. ``blocks.5.hook_resid_post@last``."""
-        items = [k.strip() for k in (keys.split() if isinstance(keys, str) else keys) if k.strip()]
-        if not items:
-            raise ValueError("no HOOK@POSITION given")
+    def parse(cls, keys: str | Iterable[str], n_layers: int | None = None, **kwargs: Any) -> "CaptureSpec":
+        """From ``HOOK@POSITION`` strings (``--capture``), e.g. ``blocks.5.hook_resid_post@last``; a layer
+        selection (``blocks.*.`` every layer, ``blocks.0,5,-1.``) and a comma list of positions expand
+        (:func:`expand_keys`; a selection needs ``n_layers``)."""
+        items = expand_keys(keys, n_layers)
         hooks, positions, select = [], [], []
         for k in items:
-            hook, sep, pos = k.partition("@")
-            if not sep or not hook or not pos:
-                raise ValueError(f"{k!r}: expected HOOK@POSITION, e.g. blocks.5.hook_resid_post@last")
+            hook, _, pos = k.partition("@")
             spec = parse_positions(pos)
-            if len(spec) != 1:
-                raise ValueError(f"{k!r}: one position per HOOK@POSITION")
             hooks.append(hook)
             positions.append(spec[0])
             select.append(f"{hook}@{spec[0].name}")
@@ -131,19 +137,21 @@ class CaptureSpec:
                        answer_label=answer, search_from=int(self.search_from.get(r.id, 0)) if self.search_from else 0)
 
     @contextlib.contextmanager
-    def attach(self, model: torch.nn.Module, record: Callable[[str, torch.Tensor], None]) -> Iterator[None]:
-        """Forward hooks on ``model`` calling ``record(hook_name, output)``; removed on exit. On a
-        TransformerLens-bridged model (``--backend tl``) they go on the bridge's own ``HookPoint`` s."""
+    def attach(self, model: torch.nn.Module, record: Callable[[str, torch.Tensor], torch.Tensor | None]
+               ) -> Iterator[None]:
+        """Forward hooks on ``model`` calling ``record(hook_name, output)``; a tensor it returns replaces the
+        output (``edits``). Removed on exit. On a TransformerLens-bridged model (``--backend tl``) they go on
+        the bridge's own ``HookPoint`` s."""
         points = hook_points(model)
         handles = []
         if points is not None:
             d_model = self.check(model)
 
-            def tap(name: str, out: torch.Tensor) -> None:
+            def tap(name: str, out: torch.Tensor) -> torch.Tensor | None:
                 # positions index dim 1 and vectors are d_model wide; hook_z, hook_pattern, mlp.hook_pre... are not
                 if out.ndim != 3 or out.shape[-1] != d_model:
                     raise ValueError(f"capture reads [batch, pos, d_model] hooks; {name!r} gives {tuple(out.shape)}")
-                record(name, out)
+                return record(name, out)
 
             try:
                 for name in self.hooks:
@@ -154,20 +162,80 @@ class CaptureSpec:
                     h.remove()
             return
         layout = discover(model)
+
+        def post(name: str) -> Callable:
+            def hook(_m: Any, _i: Any, out: Any) -> Any:
+                if isinstance(out, (tuple, list)):
+                    new = record(name, out[0])
+                    return None if new is None else (new, *out[1:])
+                return record(name, out)
+            return hook
+
+        def pre(name: str) -> Callable:
+            def hook(_m: Any, args: tuple, kwargs: dict) -> Any:
+                new = record(name, args[0] if args else kwargs["hidden_states"])
+                if new is None:
+                    return None
+                return ((new, *args[1:]), kwargs) if args else (args, {**kwargs, "hidden_states": new})
+            return hook
+
         try:
             for name in self.hooks:
                 module, is_input = layout.module_for(name)
                 if is_input:
-                    handles.append(module.register_forward_pre_hook(
-                        lambda _m, args, kwargs, _n=name: record(_n, args[0] if args else kwargs["hidden_states"]),
-                        with_kwargs=True))
+                    handles.append(module.register_forward_pre_hook(pre(name), with_kwargs=True))
                 else:
-                    handles.append(module.register_forward_hook(
-                        lambda _m, _i, out, _n=name: record(_n, out[0] if isinstance(out, (tuple, list)) else out)))
+                    handles.append(module.register_forward_hook(post(name)))
             yield
         finally:
             for h in handles:
                 h.remove()
+
+
+def expand_keys(keys: str | Iterable[str], n_layers: int | None = None) -> list[str]:
+    """The one syntax that chooses activations (``probe run --capture``, ``probe activations --capture``,
+    the ``probe analyze`` analyses): ``HOOK@POSITION[,POSITION...]``, where a hook ``blocks.L.hook_KIND`` may
+    select layers with ``L`` = ``*`` (every layer) or a comma list (negative counts from the end). Returns
+    one ``hook@position`` per layer and position, in that order.
+
+    >>> expand_keys(["blocks.*.hook_resid_post@last,mean:cue", "blocks.-1.hook_mlp_out@last"], n_layers=2)
+    ['blocks.0.hook_resid_post@last', 'blocks.0.hook_resid_post@mean:cue', 'blocks.1.hook_resid_post@last', 'blocks.1.hook_resid_post@mean:cue', 'blocks.1.hook_mlp_out@last']
+    """
+    import re
+
+    items = [k.strip() for k in (keys.split() if isinstance(keys, str) else keys) if k.strip()]
+    if not items:
+        raise ValueError("no HOOK@POSITION given")
+    out: list[str] = []
+    for k in items:
+        hook, sep, pos = k.partition("@")
+        if not sep or not hook or not pos:
+            raise ValueError(f"{k!r}: expected HOOK@POSITION, e.g. blocks.5.hook_resid_post@last")
+        names = [p.name for p in parse_positions(pos)]
+        m = re.fullmatch(r"blocks\.([^.]+)\.(.+)", hook)
+        hooks = [hook]
+        if m and not m.group(1).isdigit():
+            if n_layers is None:
+                raise ValueError(f"{k!r}: a layer selection needs the model (its number of layers)")
+            sel = m.group(1)
+            try:
+                idx = list(range(n_layers)) if sel == "*" else [int(x) for x in sel.split(",") if x.strip()]
+            except ValueError:
+                raise ValueError(f"{k!r}: layers are *, N or a comma list such as 0,5,-1") from None
+            for i in idx:
+                if not -n_layers <= i < n_layers:
+                    raise ValueError(f"{k!r}: layer {i} is out of range for a model with {n_layers} layers")
+            hooks = [f"blocks.{i % n_layers}.{m.group(2)}" for i in idx]
+        out += [f"{h}@{p}" for h in hooks for p in names]
+    return list(dict.fromkeys(out))
+
+
+def layer_count(model: torch.nn.Module) -> int:
+    """The number of decoder blocks (the bridge's when the model is TransformerLens-wrapped)."""
+    bridge = bridge_of(model)
+    if bridge is not None:
+        return int(bridge.cfg.n_layers)
+    return discover(model).n_layers
 
 
 def capture_record(result: Result, missing: Sequence[str] = ()) -> dict[str, Any]:

@@ -1,13 +1,14 @@
-"""``probe activations --shard I/N``: one job of an array records its chunks into its own store.
+"""Capture under ``--shard I/N``: one job of an array records its chunks into its own store.
 
-A store is recorded in chunks of ``shard_size`` items (one safetensors shard
-each). Shard ``I`` of ``N`` records chunks ``k`` with ``k % N == I`` into the
-store ``<output>.rank{I}-of-{N}`` beside ``<output>`` (a full store: manifest,
-items, shards) plus ``shard.json`` (the shard, the chunk size, every id in
-order, ``complete`` once done). A later run without ``--shard`` folds a complete
-set into ``<output>`` chunk by chunk in one-process order, so the store is the
-one a single process writes (same items table, same safetensors files), and
-deletes the shard stores; an unfinished set is refused, naming it.
+A run's activations are stored one safetensors shard per chunk (the Runner's
+chunks, :func:`probe.runs.chunks.group_chunks`). Shard ``I`` of ``N`` records
+chunks ``k`` with ``k % N == I`` (as it scores them) into the store
+``<output>.rank{I}-of-{N}`` beside ``<output>`` (a full store: manifest, items,
+shards) plus ``shard.json`` (the shard, every chunk's ids in order, ``complete``
+once done). A later run without ``--shard`` folds a complete set into
+``<output>`` chunk by chunk in one-process order, so the store is the one a
+single process writes (same items table, same safetensors files), and deletes
+the shard stores; an unfinished set is refused, naming it.
 """
 
 from __future__ import annotations
@@ -53,11 +54,13 @@ def write_marker(store: Path, marker: dict) -> None:
     write_json_atomic(Path(store) / MARKER, marker)
 
 
-def fold_stores(output: Path, head: dict, shard_size: int, ids: Sequence[str]) -> int:
+def fold_stores(output: Path, head: dict, chunks: Sequence[Sequence[str]], shard_size: int | None = None) -> int:
     """Fold every complete set of shard stores into the store ``output``; return the items added.
 
     ``head``: the manifest this run writes (shard stores with another manifest, but for ``extra``, are
-    refused); ``ids``: this run's item ids in order (a set made from another input is refused)."""
+    refused); ``chunks``: this run's ids, chunk by chunk, in order (a set made from another input or
+    chunking is refused); ``shard_size``: the rows per safetensors file of the one-process writer
+    (default the longest chunk), so a chunk longer than it (a group kept whole) is split as it splits it."""
     import numpy as np
 
     from probe.activations.store import ActivationWriter, load
@@ -72,8 +75,8 @@ def fold_stores(output: Path, head: dict, shard_size: int, ids: Sequence[str]) -
     added = 0
     for count, members in sorted(sets.items()):
         for index, (store, marker) in sorted(members.items()):
-            if marker.get("ids") != list(ids) or marker.get("shard_size") != shard_size:
-                raise ProbeError(f"{store} was recorded from another input or with another --shard-size; "
+            if marker.get("chunks") != [list(c) for c in chunks]:
+                raise ProbeError(f"{store} was recorded from another input or with another chunk size; "
                                  "refusing to merge it")
             manifest = json.loads((store / "manifest.json").read_text(encoding="utf-8"))
             diff = sorted(k for k in set(manifest) | set(head) if k != "extra" and manifest.get(k) != head.get(k))
@@ -82,10 +85,11 @@ def fold_stores(output: Path, head: dict, shard_size: int, ids: Sequence[str]) -
                                  "refusing to merge it")
         loaded = {i: load(store) for i, (store, _) in members.items()}
         rows = {i: {rid: k for k, rid in enumerate(acts.ids)} for i, acts in loaded.items()}
-        with ActivationWriter(output, head, shard_size=shard_size) as writer:
-            for k, start in enumerate(range(0, len(ids), shard_size)):
+        size = shard_size or max([len(c) for c in chunks] + [1])
+        with ActivationWriter(output, head, shard_size=size) as writer:
+            for k, chunk in enumerate(chunks):
                 acts, where = loaded[k % count], rows[k % count]
-                part = [rid for rid in ids[start:start + shard_size] if rid not in writer.done and rid in where]
+                part = [rid for rid in chunk if rid not in writer.done and rid in where]
                 if not part:
                     continue
                 idx = np.array([where[rid] for rid in part])
@@ -98,5 +102,41 @@ def fold_stores(output: Path, head: dict, shard_size: int, ids: Sequence[str]) -
     return added
 
 
-def shard_marker(index: int, count: int, shard_size: int, ids: Sequence[str], complete: bool) -> dict[str, Any]:
-    return {"format": 1, "shard": [index, count], "shard_size": shard_size, "ids": list(ids), "complete": complete}
+def shard_marker(index: int, count: int, chunks: Sequence[Sequence[str]], complete: bool) -> dict[str, Any]:
+    return {"format": 2, "shard": [index, count], "chunks": [list(c) for c in chunks], "complete": complete}
+
+
+class ShardStoreWriter:
+    """The store of shard ``index`` of ``count`` (``<output>.rank{index}-of-{count}``), marked unfinished
+    until :meth:`complete`; otherwise an :class:`~probe.activations.store.ActivationWriter`."""
+
+    def __init__(self, output: Path, head: dict, index: int, count: int, chunks: Sequence[Sequence[str]],
+                 shard_size: int | None = None) -> None:
+        from probe.activations.store import ActivationWriter
+
+        self.path = shard_store(output, index, count)
+        self.marker = (index, count, [list(c) for c in chunks])
+        self.writer = ActivationWriter(self.path, head, shard_size=shard_size or max([len(c) for c in chunks] + [1]))
+        write_marker(self.path, shard_marker(*self.marker, complete=False))
+
+    @property
+    def done(self) -> set[str]:
+        return self.writer.done
+
+    @property
+    def keys(self) -> list[str]:
+        return self.writer.keys
+
+    def add(self, records: Sequence[dict], arrays: dict) -> None:
+        self.writer.add(records, arrays)
+
+    def flush(self) -> None:
+        self.writer.flush()
+
+    def complete(self) -> None:
+        """Every chunk of this shard is stored: the set may be folded once the others are too."""
+        self.writer.flush()
+        write_marker(self.path, shard_marker(*self.marker, complete=True))
+
+    def close(self) -> None:
+        self.writer.close()

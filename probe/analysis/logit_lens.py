@@ -5,9 +5,11 @@ model's own final norm and unembedding; the log-probability of each label
 (full-vocabulary softmax, label variants summed as the scorer does) shows at
 which depth the answer forms. At the last layer the lens *is* the model's
 output (tested), for models whose logits are ``lm_head(norm(h))`` (Gemma's
-final logit soft-capping is not applied here).
+final logit soft-capping is not applied here). The residuals are read in the
+scoring passes (:meth:`probe.scoring.Scorer.score` with ``capture=``), the one
+forward path every run uses.
 
->>> lens = logit_lens(lm.model, lm.tokenizer, items)   # [n_items, n_layers, n_labels]  # doctest: +SKIP
+>>> lens = logit_lens(lm, requests)   # label requests; .logprobs: [n_requests, n_layers, n_labels]  # doctest: +SKIP
 >>> lens.probs[:, -1]          # softmax over the labels at the last layer  # doctest: +SKIP
 """
 
@@ -19,11 +21,7 @@ from typing import Any, Sequence
 import numpy as np
 import torch
 
-from probe.activations.extract import HFBackend, collate, encode_item, pad_id
-from probe.activations.hooks import ModelLayout, hook_names
-from probe.activations.items import ActivationItem
-from probe.activations.positions import parse_positions
-from probe.scoring.tokens import Encoder
+from probe.activations.hooks import ModelLayout, discover, hook_names
 
 
 @torch.no_grad()
@@ -64,26 +62,25 @@ class LensResult:
         return np.exp(self.logprobs).sum(axis=-1)
 
 
-def logit_lens(model: torch.nn.Module, tokenizer: Any, items: Sequence[ActivationItem],
-               batch_size: int = 8) -> LensResult:
-    """The lens for every layer on items that share one label set."""
-    if not items:
-        raise ValueError("logit_lens needs at least one item")
-    labels = items[0].labels
-    if not labels or any(it.labels != labels for it in items):
-        raise ValueError("logit_lens needs items with the same non-empty labels")
-    backend = HFBackend(model)
-    layout = backend.layout
-    names = hook_names(layout, "all", ["resid_post"])
-    enc = Encoder(tokenizer)
-    encoded = [encode_item(enc, it, parse_positions("last")) for it in items]
-    pad = pad_id(tokenizer)
-    device = next(model.parameters()).device
-    out = np.empty((len(items), layout.n_layers, len(labels)), np.float32)
-    for s in range(0, len(encoded), batch_size):
-        chunk = encoded[s:s + batch_size]
-        _, acts = backend.run(collate(chunk, pad, "left", device), names, ["last"])
-        stack = torch.from_numpy(np.stack([acts[f"{n}@last"] for n in names], axis=1))  # [b, L, d]
-        out[s:s + len(chunk)] = lens_logprobs(layout, stack, chunk[0].label_variants).cpu().numpy()
-    return LensResult([it.id for it in items], labels, out)
+def logit_lens(lm: Any, requests: Sequence[Any], batch_size: int | str = 8) -> LensResult:
+    """The lens for every layer on label requests (:class:`~probe.scoring.requests.LabelRequest`) that share
+    one label set. ``lm``: anything with ``.model`` and ``.tokenizer``."""
+    from probe.activations.scoring_capture import CaptureSpec
+    from probe.scoring import Scorer
 
+    if not requests:
+        raise ValueError("logit_lens needs at least one request")
+    if any(getattr(r, "kind", None) != "label" for r in requests):
+        raise ValueError("logit_lens reads the labels at the next token: it needs label requests")
+    labels = tuple(requests[0].labels)
+    if not labels or any(tuple(r.labels) != labels for r in requests):
+        raise ValueError("logit_lens needs requests with the same non-empty labels")
+    layout = discover(lm.model)
+    names = hook_names(layout, "all", ["resid_post"])
+    scorer = Scorer(lm, batch_size=batch_size)
+    results = scorer.score(list(requests), capture=CaptureSpec(tuple(names), "last"))
+    out = np.empty((len(requests), layout.n_layers, len(labels)), np.float32)
+    for i, (r, res) in enumerate(zip(requests, results)):
+        stack = torch.from_numpy(np.stack([res.activations[f"{n}@last"] for n in names]))  # [L, d]
+        out[i] = lens_logprobs(layout, stack, scorer.encode(r).label_variants).cpu().numpy()
+    return LensResult([r.id for r in requests], labels, out)

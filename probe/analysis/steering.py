@@ -1,7 +1,7 @@
 """Steering: add a direction to one layer's residual stream and re-score.
 
 :func:`steer` is a context manager: every forward pass of the model inside it
-(any scorer, :func:`probe.activations.record.score_items`, generation) sees
+(any :class:`~probe.scoring.Scorer`, a Runner's re-score, generation) sees
 ``alpha * vector`` added to ``blocks.{layer}.hook_resid_post`` at every
 position. Directions come from a probe (:meth:`probe.analysis.probes.LinearProbe.direction`)
 or from :func:`mean_difference`; :func:`steering_table` re-scores a benchmark
@@ -9,7 +9,7 @@ for several strengths and reports the bias score and accuracy beside the
 unsteered run.
 
 >>> with steer(model, layer=12, vector=direction, alpha=4.0):  # doctest: +SKIP
-...     records = score_items(lm, items)
+...     results = Scorer(lm).score(requests)  # doctest: +SKIP
 """
 
 from __future__ import annotations

@@ -126,27 +126,41 @@ class Runner:
         return ScoreJob(self, plan).run(requests, output)
 
     def capture_spec(self, capture: Any = None) -> Any:
-        """``capture`` (a CaptureSpec or ``HOOK@POSITION`` strings), else the run options' own; None when off.
-        Hook names are checked against the model here, before any work."""
-        from probe.activations.scoring_capture import CaptureSpec
+        """``capture`` (a CaptureSpec or ``HOOK@POSITION`` strings, layer selections such as ``blocks.*.``
+        expanded for this model), else the run options' own; None when off. Hook names are checked against
+        the model here, before any work."""
+        from probe.activations.scoring_capture import CaptureSpec, layer_count
 
         if capture is None and not self.options.capture:
             return None
         try:
+            n_layers = layer_count(self.lm.model)
+        except (AttributeError, KeyError, ValueError):  # a layout hooks cannot read: explicit hook names only
+            n_layers = None
+        try:
             spec = capture if isinstance(capture, CaptureSpec) else CaptureSpec.parse(
-                list(capture) if capture is not None else list(self.options.capture))
+                list(capture) if capture is not None else list(self.options.capture), n_layers=n_layers)
             spec.check(self.lm.model)
         except (KeyError, ValueError) as exc:
             raise ProbeError(f"--capture: {exc.args[0] if exc.args else exc}") from None
         return spec
 
-    def _capture_writer(self, spec: Any, directory: Path, meta: dict, extra: dict) -> Any:
+    def _capture_writer(self, spec: Any, directory: Path, meta: dict, extra: dict, requests: Sequence[Any]) -> Any:
+        """The store the captured activations go to: ``directory``, or under ``--shard I/N`` its shard store
+        ``<directory>.rankI-of-N`` (:mod:`probe.activations.shards`); a plain run first folds a complete
+        set of shard stores into ``directory`` in one-process order."""
+        from probe.activations.shards import ShardStoreWriter, fold_stores
         from probe.activations.store import ActivationWriter
 
         manifest = {"format": 1, "model_fingerprint": self.model_id, "hooks": list(spec.hooks),
                     "positions": [p.name for p in spec.positions], "keys": spec.keys,
                     "d_model": spec.check(self.lm.model), **meta,
                     "extra": {"model": self.lm.info() if hasattr(self.lm, "info") else {}, **extra}}
+        chunks = [[str(r.id) for r in part] for part in group_chunks(requests, self.options.chunk_size)]
+        if self.shard is not None:
+            return ShardStoreWriter(directory, manifest, self.shard.index, self.shard.count, chunks,
+                                    self.options.chunk_size)
+        fold_stores(directory, manifest, chunks, self.options.chunk_size)
         return ActivationWriter(directory, manifest, shard_size=self.options.chunk_size)
 
     def sampling_specs(self, extra: Sequence[Any] = ()) -> tuple[Any, ...]:

@@ -109,19 +109,29 @@ class ScoreJob:
         """Append the records ``output`` lacks (the runner's resume, shards and launcher ranks)."""
         runner, plan = self.runner, self.plan
         if self.capture is not None:
-            if runner.procs.distributed or runner.shard is not None:
-                raise ProbeError("activation capture runs in one process; drop --capture or run without "
-                                 "accelerate/torchrun and without --shard")
+            if runner.procs.distributed:
+                raise ProbeError(f"activation capture runs in one process, but {runner.procs.world_size} were "
+                                 "launched (accelerate launch / torchrun); run without a launcher, or split the "
+                                 "work into a job array with --shard I/N")
             directory = Path(plan.capture_dir) if plan.capture_dir else output.parent / "activations"
             self.writer = runner._capture_writer(self.capture, directory, dict(plan.capture_meta),
-                                                 dict(plan.capture_extra))
+                                                 dict(plan.capture_extra), requests)
         # several processes: rank 0 (or the run that folds the shards) logs at the end
         self.log_chunks = plan.samples is not None and not runner.procs.distributed and runner.shard is None
         show = runner.options.progress if plan.progress is None else plan.progress
         runner.active_sampling = self.specs  # what the input check records and compares for this output
+        from probe.runs.shard_set import ShardDone
+
         try:
-            dicts = runner._to_file(requests, output, self.chunk_records, show, "scoring",
-                                    also_done=self.writer.done if self.writer is not None else None)
+            try:
+                dicts = runner._to_file(requests, output, self.chunk_records, show, "scoring",
+                                        also_done=self.writer.done if self.writer is not None else None)
+            except ShardDone:
+                if hasattr(self.writer, "complete"):  # this shard's chunks are all stored
+                    self.writer.complete()
+                raise
+            if hasattr(self.writer, "complete"):
+                self.writer.complete()
             if plan.samples is not None and runner.procs.is_main:
                 plan.samples.write(requests)  # requests recorded before (without --log-samples): nothing to score
         finally:

@@ -15,6 +15,11 @@ rows, the row's own leaf pass otherwise) and given to every request whose row
 has that prefix. Before running, each tree node is told which of its token
 indices some row below it needs (:meth:`Taps.plan`); each pass then gathers
 only those columns.
+
+A capturer may also *write*: its ``edits`` (``{'{hook}@{position}': vector}``)
+replace the hook's output at each request's position in the pass that computes
+it (activation patching), keyed on the same prefix, so a shared segment is
+patched once for every row that runs through it.
 """
 
 from __future__ import annotations
@@ -55,8 +60,9 @@ class Capturer(Protocol):
         """The row and token indices of one encoded request (``ValueError`` on bad input)."""
         ...
 
-    def attach(self, model: Any, record: Callable[[str, torch.Tensor], None]) -> ContextManager[Any]:
-        """Forward hooks calling ``record(hook_name, output)`` while the block runs."""
+    def attach(self, model: Any, record: Callable[[str, torch.Tensor], torch.Tensor | None]) -> ContextManager[Any]:
+        """Forward hooks calling ``record(hook_name, output)`` while the block runs; a tensor it returns
+        replaces that output (the capturer's ``edits``)."""
         ...
 
 
@@ -70,6 +76,13 @@ class Taps:
         self.need: dict[int, list[int]] = {}  # id(node) -> token indices read in its pass
         self.values: dict[tuple[str, tuple[int, ...]], np.ndarray] = {}
         self._plan: tuple[torch.Tensor, torch.Tensor, list[tuple[int, ...]]] | None = None
+        #: (hook, prefix) -> the vector written there (the capturer's ``edits``; patching)
+        self.writes: dict[tuple[str, tuple[int, ...]], np.ndarray] = {}
+        for key, vec in (getattr(capturer, "edits", None) or {}).items():
+            hook, _, pos = key.partition("@")
+            for t in targets:
+                for tok in t.positions.get(pos, ()):
+                    self.writes[(hook, t.row[: tok + 1])] = np.asarray(vec, dtype=np.float32)
 
     def extra_rows(self) -> list[Row]:
         """Capture-only rows: nothing is scored in them (``score_from`` past the end)."""
@@ -113,14 +126,22 @@ class Taps:
         finally:
             self._plan = None
 
-    def record(self, hook: str, h: torch.Tensor) -> None:
-        """Hook callback: keep the planned ``[batch, width, d_model]`` positions, float32 on the CPU."""
+    def record(self, hook: str, h: torch.Tensor) -> torch.Tensor | None:
+        """Hook callback: keep the planned ``[batch, width, d_model]`` positions, float32 on the CPU (the
+        values before any edit). Returns ``h`` with the capturer's edits written in, or None (unchanged)."""
         if self._plan is None:
-            return
+            return None
         rows, cols, keys = self._plan
         picked = h.detach()[rows.to(h.device), cols.to(h.device)].to("cpu", torch.float32).numpy()
         for k, v in zip(keys, picked):
             self.values[(hook, k)] = v
+        hits = [i for i, k in enumerate(keys) if (hook, k) in self.writes] if self.writes else []
+        if not hits:
+            return None
+        h = h.clone()
+        for i in hits:
+            h[int(rows[i]), int(cols[i])] = torch.from_numpy(self.writes[(hook, keys[i])]).to(h.device, h.dtype)
+        return h
 
     def vectors(self, i: int, d_model: int) -> dict[str, np.ndarray]:
         """``{'{hook}@{position}': float32 [d_model]}`` of request ``i`` (NaN where its span is missing)."""

@@ -1,4 +1,4 @@
-"""The representations analysis on SmolLM2 (Python API, a small sample, activations + logit lens)."""
+"""The representations study on SmolLM2 (a small ImplicitBBQ run with capture, then the logit lens)."""
 
 from __future__ import annotations
 
@@ -11,17 +11,20 @@ pytestmark = pytest.mark.integration
 
 
 def test_lens_last_layer_is_the_scored_output(smollm2, shared_data, tmp_path, one_torch_thread):
-    """The logit lens at the last layer reads the same label probabilities the activation pass scored."""
-    from probe.analysis.representations import RepresentationsConfig, run_representations
+    """The logit lens at the last layer, read from the run's captured residuals, gives the label
+    probabilities the run scored."""
+    from probe.studies.analyze import run_for
+    from probe.studies.representations import Settings, run_representations
 
-    cfg = RepresentationsConfig(dimensions=("age",), per_dimension=16, positions=("last",), probe_positions=("last",),
-                                lens_items=8, output_dir=str(tmp_path), steps=("items", "activations", "lens"))
-    out = run_representations(cfg, lm=smollm2)
+    run = run_for("implicitbbq", smollm2, {"answer_formats": ["labels"], "strategies": ["zero_shot"],
+                                           "dimensions": ["age"]}, limit=16, output=tmp_path / "run",
+                  capture=["blocks.*.hook_resid_post@last"])
+    with run:
+        out = run_representations(run, tmp_path / "study", Settings(steps=("lens",), lens_items=8))
+        recs = run.records.iloc[:8].to_dict("records")
     summary = json.loads((out / "summary.json").read_text())
-    assert summary["n_items"] == {"age": 16} and not (out / "provenance.json").exists()
-    items = [json.loads(line) for line in (out / "items.jsonl").read_text().splitlines()][:8]
-    recs = {r["id"]: r for r in map(json.loads, (out / "acts" / "items.jsonl").read_text().splitlines())}
+    assert summary["n_records"] == {"age": 16} and not (out / "provenance.json").exists()
     for key, field in (("p_target_by_layer", "target_index"), ("p_unknown_by_layer", "unknown_index")):
-        scored = np.mean([recs[it["id"]]["label_probs"][it[field]] for it in items])
+        scored = np.mean([sum(p for p, o in zip(r["probs"], r["owner"]) if o == r[field]) for r in recs])
         assert len(summary["lens"][key]) == 30
         assert abs(summary["lens"][key][-1] - scored) < 1e-4  # the summary rounds to 4 decimals

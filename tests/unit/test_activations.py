@@ -1,4 +1,5 @@
-"""Capture hooks, positions and recording items through the scorer on a tiny random Llama (no downloads)."""
+"""Capture hooks, positions and `probe activations` (items recorded through the Runner) on a tiny random Llama
+(no downloads)."""
 
 from __future__ import annotations
 
@@ -6,16 +7,18 @@ import numpy as np
 import pytest
 import torch
 
+import json
+
 from tests.unit._tiny_models import tiny_llama, tiny_tokenizer
-from probe.activations.extract import collate, encode_item
-from probe.activations.record import record_items, score_items
 from probe.activations.hooks import capture, discover, hook_names, intervene
-from probe.activations.items import ActivationItem
 from probe.activations.positions import PositionSpec, locate, padded_positions_fn, parse_positions, span_tokens
+from probe.activations.scoring_capture import CaptureSpec
 from probe.activations.store import load
+from probe.commands.activations import record
 from probe.errors import InputError
 from probe.models import LoadedModel
-from probe.scoring.tokens import Encoder
+from probe.prompts.capture_items import read_capture_items
+from probe.scoring import Scorer
 
 
 @pytest.fixture(scope="module")
@@ -29,9 +32,13 @@ def model(tok):
 
 
 def _items(n=5):
-    return [ActivationItem.from_dict({
-        "id": f"q{i}", "prompt": "Background: Person A has wrinkles" + "." * i + " Who is old? Answer:",
-        "labels": ["A", "B"], "cue": "has wrinkles", "answer_label": "B"}) for i in range(n)]
+    return [{"id": f"q{i}", "prompt": "Background: Person A has wrinkles" + "." * i + " Who is old? Answer:",
+             "labels": ["A", "B"], "cue": "has wrinkles", "answer_label": "B"} for i in range(n)]
+
+
+def _write(path, rows):
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path
 
 
 # --- positions ---------------------------------------------------------------------------------
@@ -134,13 +141,22 @@ def test_intervene_identity_changes_nothing_and_edit_changes(model, tok):
     assert torch.equal(model(ids).logits, base)
 
 
-# --- recording items through the scorer (probe activations) ---------------------------------------
+# --- recording items through the Runner (probe activations) ----------------------------------------
 
-def _run(model, tok, items, batch_size, token_budget=8192, positions="last,label,span:cue,mean:cue", tmp=None):
-    specs = parse_positions(positions)
-    names = hook_names(discover(model), "all", ["resid_post", "attn_out", "mlp_out"])
-    lm = LoadedModel(model=model, tokenizer=tok, name="tiny", source="tests")
-    record_items(lm, items, tmp, names, specs, batch_size=batch_size, token_budget=token_budget, shard_size=3)
+KINDS = ("resid_post", "attn_out", "mlp_out")
+
+
+def _lm(model, tok):
+    return LoadedModel(model=model, tokenizer=tok, name="tiny", source="tests")
+
+
+def _run(model, tok, items, batch_size, token_budget=8192, positions="last,label,span:cue,mean:cue", tmp=None,
+         **kw):
+    keys = [f"blocks.{i}.hook_{k}@{positions}" for i in range(3) for k in KINDS] if positions != "last" else \
+        ["blocks.*.hook_resid_post@last"]
+    inp = _write(tmp.with_suffix(".jsonl"), items)
+    record(_lm(model, tok), inp, tmp, keys, batch_size=batch_size, token_budget=token_budget, chunk_size=3,
+           device="cpu", progress=False, **kw)
     return load(tmp)
 
 
@@ -149,6 +165,7 @@ def test_batch_size_and_padding_invariance(model, tok, tmp_path):
     runs = [_run(model, tok, items, bs, budget, tmp=tmp_path / f"{bs}_{budget}")
             for bs, budget in ((1, 8192), (5, 8192), (2, 64), (5, 128))]
     ref = runs[0]
+    assert ref.manifest["hooks"] == hook_names(discover(model), "all", KINDS)  # layer-major, as always
     for other in runs[1:]:
         assert other.ids == ref.ids
         for k in ref.keys():
@@ -161,8 +178,8 @@ def test_label_logprobs_and_positions_match_direct_forward(model, tok, tmp_path)
     items = _items(3)
     acts = _run(model, tok, items, 2, tmp=tmp_path / "a")
     it = items[1]
-    row = acts.ids.index(it.id)
-    ids = tok(it.prompt).input_ids
+    row = acts.ids.index(it["id"])
+    ids = tok(it["prompt"]).input_ids
     a_id = tok(" A", add_special_tokens=False).input_ids[0]
     b_id = tok(" B", add_special_tokens=False).input_ids[0]
     with torch.no_grad():
@@ -173,19 +190,19 @@ def test_label_logprobs_and_positions_match_direct_forward(model, tok, tmp_path)
     h1 = out.hidden_states[1][0]  # blocks.0.hook_resid_post
     np.testing.assert_allclose(acts["blocks.0.hook_resid_post@last"][row], h1[len(ids) - 1].numpy(), atol=1e-5)
     np.testing.assert_allclose(acts["blocks.0.hook_resid_post@label"][row], h1[len(ids)].numpy(), atol=1e-5)
-    start = it.prompt.index("has wrinkles")
-    toks = [i for i, (s, e) in enumerate(tok(it.prompt, return_offsets_mapping=True)["offset_mapping"])
+    start = it["prompt"].index("has wrinkles")
+    toks = [i for i, (s, e) in enumerate(tok(it["prompt"], return_offsets_mapping=True)["offset_mapping"])
             if e > s and s < start + len("has wrinkles") and e > start]
     np.testing.assert_allclose(acts["blocks.0.hook_resid_post@span:cue"][row], h1[toks[-1]].numpy(), atol=1e-5)
     np.testing.assert_allclose(acts["blocks.0.hook_resid_post@mean:cue"][row], h1[toks].mean(0).numpy(), atol=1e-5)
     rec = acts.records[row]
     assert rec["pred_index"] == int(np.argmax(rec["label_probs"]))
     assert abs(sum(rec["label_probs"]) - 1) < 1e-6 and 0 < rec["label_mass"] <= 1
+    assert rec["meta"] == {"cue": "has wrinkles"}  # the item's other fields, as the store always kept them
 
 
 def test_missing_span_is_nan_and_counted(model, tok, tmp_path):
-    items = _items(2) + [ActivationItem.from_dict({"id": "nocue", "prompt": "Who is old? Answer:",
-                                                   "labels": ["A", "B"]})]
+    items = _items(2) + [{"id": "nocue", "prompt": "Who is old? Answer:", "labels": ["A", "B"]}]
     acts = _run(model, tok, items, 3, positions="last,mean:cue", tmp=tmp_path / "m")
     r = acts.ids.index("nocue")
     assert np.isnan(acts["blocks.0.hook_resid_post@mean:cue"][r]).all()
@@ -194,36 +211,68 @@ def test_missing_span_is_nan_and_counted(model, tok, tmp_path):
 
 
 def test_span_not_in_prompt_is_input_error(model, tok, tmp_path):
-    bad = [ActivationItem.from_dict({"id": "x", "prompt": "Who? Answer:", "labels": ["A", "B"], "cue": "zebra"})]
+    bad = [{"id": "x", "prompt": "Who? Answer:", "labels": ["A", "B"], "cue": "zebra"}]
     with pytest.raises(InputError, match="cue"):
         _run(model, tok, bad, 1, positions="span:cue", tmp=tmp_path / "e")
+    assert not (tmp_path / "e" / "manifest.json").exists()  # checked before any work
 
 
 def test_label_position_needs_answer_label(model, tok):
-    it = ActivationItem.from_dict({"id": "x", "prompt": "Who? Answer:", "labels": ["A", "B"]})
+    from probe.scoring.requests import LabelRequest
+
+    scorer = Scorer(_lm(model, tok))
+    req = LabelRequest("x", "Who? Answer:", ("A", "B"))
     with pytest.raises(ValueError, match="answer_label"):
-        encode_item(Encoder(tok), it, parse_positions("label"))
+        CaptureSpec(("blocks.0.hook_resid_post",), "label").target(scorer, scorer.encode(req))
 
 
-def test_score_items_matches_recorded_records(model, tok, tmp_path):
+def test_scorer_matches_recorded_records(model, tok, tmp_path):
     items = _items(4)
     acts = _run(model, tok, items, 2, positions="last", tmp=tmp_path / "s")
-    recs = score_items(LoadedModel(model=model, tokenizer=tok, name="tiny", source="tests"), items, batch_size=3)
-    assert [r["id"] for r in recs] == [it.id for it in items]
-    for r in recs:
-        np.testing.assert_allclose(r["label_logprobs"], acts.records[acts.ids.index(r["id"])]["label_logprobs"],
-                                   atol=2e-5)
+    reqs = read_capture_items(tmp_path / "s.jsonl", tok).requests
+    for r in Scorer(_lm(model, tok), batch_size=3).score(reqs):
+        np.testing.assert_allclose(r.logprobs, acts.records[acts.ids.index(r.id)]["label_logprobs"], atol=2e-5)
 
 
-def test_collate_position_ids(tok):
-    enc = Encoder(tok)
-    a, b = (encode_item(enc, ActivationItem.from_dict({"id": i, "prompt": p}), parse_positions("last"))
-            for i, p in (("a", "Hello there"), ("b", "Hi")))
-    left = collate([a, b], tok.pad_token_id, "left")
-    assert left.offsets == [0, len(a.ids) - len(b.ids)]
-    assert left.position_ids[1, -len(b.ids):].tolist() == list(range(len(b.ids)))
-    assert left.last_index.tolist() == [len(a.ids) - 1, len(a.ids) - 1]
-    right = collate([a, b], tok.pad_token_id, "right")
-    assert right.last_index.tolist() == [len(a.ids) - 1, len(b.ids) - 1]
-    with pytest.raises(ValueError):
-        collate([a], 0, "middle")
+def test_resume_and_shards_give_the_one_process_store(model, tok, tmp_path):
+    """The store is the Runner's: a re-run adds only what is missing, and --shard I/N jobs fold into the
+    store one process writes (same items table and arrays)."""
+    items = _items(7)
+    ref = _run(model, tok, items, 2, positions="last", tmp=tmp_path / "ref")
+    part = _run(model, tok, items[:4], 2, positions="last", tmp=tmp_path / "resumed")
+    assert len(part.ids) == 4
+    again = _run(model, tok, items, 2, positions="last", tmp=tmp_path / "resumed")
+    assert again.ids == ref.ids and (tmp_path / "resumed" / "records.jsonl").is_file()
+    inp = _write(tmp_path / "sharded.jsonl", items)
+    for i in (0, 1):
+        stats = record(_lm(model, tok), inp, tmp_path / "sharded", ["blocks.*.hook_resid_post@last"],
+                       batch_size=2, chunk_size=3, device="cpu", progress=False, shard=f"{i}/2")
+        assert stats["shard"] == f"{i}/2" and stats["items_stored"] == (4 if i == 0 else 3)  # chunks 0, 2 | 1
+    assert (tmp_path / "sharded.rank0-of-2" / "shard.json").is_file()
+    assert not (tmp_path / "sharded" / "manifest.json").exists()
+    folded = _run(model, tok, items, 2, positions="last", tmp=tmp_path / "sharded")
+    assert folded.ids == ref.ids and not (tmp_path / "sharded.rank1-of-2").exists()
+    for k in ref.keys():
+        np.testing.assert_allclose(folded[k], ref[k], atol=1e-6, err_msg=k)
+    strip = lambda recs: [{k: v for k, v in r.items() if k != "shard"} for r in recs]  # noqa: E731
+    assert strip(folded.records) == strip(ref.records)
+    assert {k: v for k, v in folded.manifest.items() if k != "extra"} == \
+        {k: v for k, v in ref.manifest.items() if k != "extra"}
+
+
+def test_capture_syntax_and_older_options_name_the_same_keys(model, tok, tmp_path):
+    import argparse
+
+    from probe.commands.activations import capture_keys
+
+    old = argparse.Namespace(capture=None, layers="0,-1", hooks="resid_post,mlp_out", positions="last,span:cue")
+    keys = capture_keys(old, 3)
+    assert CaptureSpec.parse(keys).keys == CaptureSpec.parse(
+        ["blocks.0.hook_resid_post@last,span:cue", "blocks.0.hook_mlp_out@last,span:cue",
+         "blocks.2.hook_resid_post@last,span:cue", "blocks.2.hook_mlp_out@last,span:cue"]).keys
+    assert CaptureSpec.parse(["blocks.*.hook_resid_post@last"], n_layers=3).hooks == tuple(
+        hook_names(discover(model), "all", ["resid_post"]))
+    with pytest.raises(ValueError, match="needs the model"):
+        CaptureSpec.parse(["blocks.*.hook_resid_post@last"])
+    with pytest.raises(ValueError, match="out of range"):
+        CaptureSpec.parse(["blocks.5.hook_resid_post@last", "blocks.0,7.hook_resid_post@last"], n_layers=3)

@@ -1,4 +1,4 @@
-"""Logit lens: the last layer reproduces the model's own label log-probs."""
+"""Logit lens (read in the scoring passes): the last layer reproduces the model's own label log-probs."""
 
 from __future__ import annotations
 
@@ -7,17 +7,18 @@ import pytest
 import torch
 
 from probe.activations.hooks import discover
-from probe.activations.items import ActivationItem
 from probe.analysis.logit_lens import lens_logprobs, logit_lens
+from probe.models import LoadedModel
+from probe.scoring.requests import LabelRequest
 from tests.unit._tiny_models import tiny_llama, tiny_tokenizer
 
 
 def test_last_layer_equals_model_output():
     tok = tiny_tokenizer()
     model = tiny_llama(tok, n_layers=3)
-    items = [ActivationItem.from_dict({"id": f"q{i}", "prompt": "Who" + "?" * (i + 1) + " Answer:",
-                                       "labels": ["A", "B", "C"]}) for i in range(3)]
-    res = logit_lens(model, tok, items, batch_size=2)
+    items = [LabelRequest(f"q{i}", "Who" + "?" * (i + 1) + " Answer:", ("A", "B", "C")) for i in range(3)]
+    lm = LoadedModel(model=model, tokenizer=tok, name="tiny", source="tests")
+    res = logit_lens(lm, items, batch_size=2)
     assert res.logprobs.shape == (3, 3, 3) and res.ids == ["q0", "q1", "q2"]
     label_ids = [tok(" " + x, add_special_tokens=False).input_ids[0] for x in "ABC"]
     for i, it in enumerate(items):
@@ -35,9 +36,9 @@ def test_last_layer_equals_model_output():
 def test_lens_needs_shared_labels():
     tok = tiny_tokenizer()
     model = tiny_llama(tok, n_layers=1)
-    a = ActivationItem.from_dict({"id": "a", "prompt": "Q?", "labels": ["A", "B"]})
-    b = ActivationItem.from_dict({"id": "b", "prompt": "Q?", "labels": ["A", "C"]})
+    lm = LoadedModel(model=model, tokenizer=tok, name="tiny", source="tests")
+    a, b = LabelRequest("a", "Q?", ("A", "B")), LabelRequest("b", "Q?", ("A", "C"))
     with pytest.raises(ValueError, match="same"):
-        logit_lens(model, tok, [a, b])
+        logit_lens(lm, [a, b])
     with pytest.raises(ValueError):
-        logit_lens(model, tok, [])
+        logit_lens(lm, [])

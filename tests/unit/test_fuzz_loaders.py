@@ -171,9 +171,7 @@ def test_huge_integer_is_an_input_error(tmp_path):
 
 def _readers() -> dict[str, tuple[str, Any]]:
     """reader name -> (the file name it reads, a function of the file's path). Each reads one user file."""
-    from probe.analysis.representations import config as rep_config
     from probe.commands.run import read_config
-    from probe.config import load_config
     from probe.data.bbq import load_bbq_jsonl
     from probe.data.bbq_templates import read_templates
     from probe.data.cmp_iso import load_csv
@@ -182,6 +180,7 @@ def _readers() -> dict[str, tuple[str, Any]]:
     from probe.data.hbb import load_concepts, load_descriptors, load_sg_variations
     from probe.data.stereoset import load_stereoset
     from probe.io import RecordWriter, iter_jsonl, read_records
+    from probe.prompts.capture_items import read_capture_items
     from probe.prompts.items import read_perplexity_items
     from probe.reports.compare.runs import load_run
     from probe.scoring.cache import ScoreCache
@@ -198,12 +197,9 @@ def _readers() -> dict[str, tuple[str, Any]]:
     def score_cache(p: Path) -> None:
         ScoreCache(p, "fp").close()
 
-    import dataclasses
+    from tests.unit._tiny_models import tiny_tokenizer
 
-    @dataclasses.dataclass(frozen=True)
-    class Cfg:
-        model: str = "smollm2"
-        n: int = 1
+    tok = tiny_tokenizer()
 
     return {
         "iter_jsonl": ("in.jsonl", lambda p: list(iter_jsonl(p, required=("id",)))),
@@ -219,8 +215,7 @@ def _readers() -> dict[str, tuple[str, Any]]:
         "hbb_descriptors": ("descriptors.json", load_descriptors),
         "hbb_sg_variations": ("sg.jsonl", load_sg_variations),
         "stereoset": ("dev.json", load_stereoset),
-        "yaml_config": ("c.yaml", lambda p: load_config(p, Cfg)),
-        "representations_config": ("rep.yaml", rep_config.load_config),
+        "capture_items": ("items.jsonl", lambda p: read_capture_items(p, tok)),
         "run_config": ("run.yaml", read_config),
         "run_summary": ("summary.json", run_dir),
         "score_cache": ("scores.sqlite", score_cache),

@@ -482,40 +482,32 @@ def test_bharatbbq_rows_rejected(tmp_path, row, field):
     _expect(lambda: load_bharatbbq_examples(tmp_path), tmp_path / "Caste_examples.csv", 2, field)
 
 
-# --- 4. analysis YAML configs (probe.analysis.*.load_config) -------------------------------------------------
+# --- 4. probe activations item files (probe.prompts.capture_items) and run configs ---------------------------
 
-def _config_loaders() -> dict[str, Callable[[Path], Any]]:
-    from probe.analysis import representations
+@pytest.mark.parametrize("lines, line, field, match", [
+    (['{"id": "a", "prompt": "Q", "labels": "AB"}'], 1, "labels", "list of non-empty strings"),
+    (['{"id": "a", "prompt": "Q", "answer_label": ""}'], 1, "answer_label", "non-empty"),
+    (['{"id": "a", "prompt": "Q"}', '{"id": "a", "prompt": "R"}'], 2, "id", "duplicate"),
+    (['{"id": "a"}'], 1, None, "needs a non-empty"),
+    (['{"id": "b1", "context": "c", "question": "q?", "options": ["A", "B", "Unknown"], "label": 9}'], 1, None,
+     None),
+], ids=["labels-not-a-list", "empty-answer-label", "duplicate-id", "no-prompt", "bad-bbq-item"])
+def test_capture_items_rejected(tmp_path, tokenizer, lines, line, field, match):
+    from probe.prompts.capture_items import read_capture_items
 
-    return {
-        "representations": lambda p: representations.load_config(p),
-    }
-
-
-# implicitbbq, hbb, crows_pairs: task configs (test_task_implicitbbq, test_task_hbb)
-CONFIGS = ["representations"]
-
-
-@pytest.mark.parametrize("name", CONFIGS)
-def test_config_unknown_key(tmp_path, name):
-    path = _csv(tmp_path / f"{name}.yaml", "model: smollm2\nbatch_sise: 8\n")
-    _expect(lambda: _config_loaders()[name](path), path, None, "batch_sise", "unknown")
+    path = _csv(tmp_path / "items.jsonl", "".join(x + "\n" for x in lines))
+    _expect(lambda: read_capture_items(path, tokenizer), path, line, field, match)
 
 
-@pytest.mark.parametrize("name", [pytest.param(n, marks=())
-                                  for n in CONFIGS])
-@pytest.mark.parametrize("text", ["model: [unclosed\n", "- a\n- b\n", "!!python/object/apply:os.system ['true']\n"],
-                         ids=["invalid-yaml", "not-a-mapping", "python-tag"])
-def test_config_malformed_yaml(tmp_path, name, text):
-    path = _csv(tmp_path / f"{name}.yaml", text)
-    _expect(lambda: _config_loaders()[name](path), path)
+@pytest.mark.parametrize("text", ["task: [unclosed\n", "- a\n- b\n", "!!python/object/apply:os.system ['true']\n",
+                                  "model: smollm2\n"],
+                         ids=["invalid-yaml", "not-a-mapping", "python-tag", "no-task"])
+def test_run_config_malformed_yaml(tmp_path, text):
+    from probe.commands.run import read_config
 
-
-@pytest.mark.parametrize("name", [pytest.param(n, marks=())
-                                  for n in CONFIGS])
-def test_config_missing_file(tmp_path, name):
-    path = tmp_path / f"{name}-missing.yaml"
-    _expect(lambda: _config_loaders()[name](path), path)
+    path = _csv(tmp_path / "run.yaml", text)
+    _expect(lambda: read_config(path), path, exc=ProbeError)
+    _expect(lambda: read_config(tmp_path / "missing.yaml"), tmp_path / "missing.yaml", exc=ProbeError)
 
 
 def test_probe_errors_are_user_facing():

@@ -105,9 +105,9 @@ def test_activations_under_a_launcher_refuses_before_loading(tmp_path, two_ranks
     items = tmp_path / "items.jsonl"
     items.write_text(json.dumps({"id": "a", "prompt": "Who?", "options": ["A", "B"]}) + "\n")
     two_ranks(0)
-    import probe.activations.record as record
+    import probe.commands.activations as command
 
-    monkeypatch.setattr(record, "record_activations", lambda **k: pytest.fail("must not record"))
+    monkeypatch.setattr(command, "record", lambda *a, **k: pytest.fail("must not record"))
     out = tmp_path / "acts"
     assert main(["activations", "--model", "nonexistent-model", "--input", str(items), "--output", str(out)]) == 1
     assert "runs in one process, but 2 were launched" in capsys.readouterr().err

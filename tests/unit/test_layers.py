@@ -1,8 +1,8 @@
 """The package's import structure: the import-linter contract and cheap imports.
 
 The contract (``[tool.importlinter]`` in pyproject.toml) fixes the layers
-(commands > api > runs > tasks > analysis > activations > prompts | reports >
-data | metrics | models | scoring > config | paths > io > errors) and keeps
+(commands > api > studies > runs > tasks > analysis > activations > prompts | reports >
+data | metrics | models | scoring > paths > io > errors) and keeps
 torch out of metrics, reports, data and prompts. Import-linter reads the
 source statically, so the second half checks at run time what a package
 ``__init__`` could still pull in.

@@ -223,7 +223,9 @@ def _act_items(path: Path) -> Path:
 
 
 def _store_bytes(d: Path) -> dict[str, bytes]:
-    return {str(p.relative_to(d)): p.read_bytes() for p in sorted(d.rglob("*")) if p.is_file()}
+    """The activation store's files (manifest, items table, safetensors shards), not the Runner's records."""
+    return {str(p.relative_to(d)): p.read_bytes() for p in sorted(d.rglob("*"))
+            if p.is_file() and (p.name in ("manifest.json", "items.jsonl") or p.parent.name == "shards")}
 
 
 def test_activations_in_shards_equal_one_process(tmp_path, acts_model, capsys):
@@ -239,14 +241,16 @@ def test_activations_in_shards_equal_one_process(tmp_path, acts_model, capsys):
     assert json.loads(capsys.readouterr().out)["items_assigned"] == 4  # chunks 0 and 2 of p0-1 | p2-3 | p4-5 | p6
     # the other shard has not run: the plain command refuses to fold, nothing is written
     assert main([*argv, "--output", str(sharded)]) == 1
-    assert "activation shard(s) 1/2 are not finished" in capsys.readouterr().err and not sharded.exists()
+    assert "activation shard(s) 1/2 are not finished" in capsys.readouterr().err
+    assert not (sharded / "manifest.json").exists()  # the store is not written
     assert main([*argv, "--output", str(sharded), "--shard", "1/2"]) == 0
     capsys.readouterr()
     assert main([*argv, "--output", str(sharded)]) == 0
     stats = json.loads(capsys.readouterr().out)
     assert stats["items_folded"] == 7 and stats["items_run"] == 0
-    # the items table and every safetensors file are the ones one process writes
-    assert _store_bytes(sharded) == _store_bytes(one)
+    # the items table and every safetensors file are the ones one process writes, and so are the records
+    assert _store_bytes(sharded) == _store_bytes(one) and len(_store_bytes(one)) == 6
+    assert (sharded / "records.jsonl").read_bytes() == (one / "records.jsonl").read_bytes()
     assert not shard_store(sharded, 0, 2).exists() and not shard_store(sharded, 1, 2).exists()
 
 
@@ -270,3 +274,21 @@ def test_a_shard_dealt_no_chunk_still_completes_the_set(tmp_path, model_dir):
         assert _score(model_dir, inp, out, "--shard", f"{i}/4") == 0
     assert _score(model_dir, inp, out) == 0
     assert out.read_bytes() == one.read_bytes()
+
+
+def test_run_capture_in_shards_equals_one_process(tmp_path, model_dir, capsys):
+    """`probe run demo --capture ... --shard I/N`: each job stores its chunks' activations beside its records;
+    the fold run gives the records and the activation store one process writes, byte for byte (a group
+    longer than a chunk is split into safetensors files as one process splits it)."""
+    argv = ["run", "demo", "--model", str(model_dir), "--capture", "blocks.*.hook_resid_post@last",
+            "--chunk-size", "4", "--threads", "1", "--no-progress"]
+    one, sharded = tmp_path / "one", tmp_path / "sharded"
+    assert main([*argv, "--output", str(one)]) == 0
+    for i in (0, 1):
+        assert main([*argv, "--output", str(sharded), "--shard", f"{i}/2"]) == 0
+        assert (sharded / f"activations.rank{i}-of-2" / "shard.json").is_file()
+    assert main([*argv, "--output", str(sharded)]) == 0
+    capsys.readouterr()
+    assert (sharded / "records.jsonl").read_bytes() == (one / "records.jsonl").read_bytes()
+    assert _store_bytes(sharded / "activations") == _store_bytes(one / "activations")
+    assert not any(p.name.startswith("activations.rank") for p in sharded.iterdir())

@@ -6,10 +6,10 @@ import numpy as np
 import pytest
 import torch
 
-from probe.activations.record import score_items
 from probe.models import LoadedModel
 from probe.activations.hooks import capture
-from probe.activations.items import ActivationItem
+from probe.scoring import Scorer
+from probe.scoring.requests import LabelRequest
 from probe.analysis.steering import mean_difference, steer, steering_table
 from tests.unit._tiny_models import tiny_llama, tiny_tokenizer
 
@@ -65,14 +65,13 @@ def test_mean_difference_hand_case():
 
 def test_steering_table_rescores_under_each_alpha(lm):
     model, tok = lm
-    items = [ActivationItem.from_dict({"id": f"q{i}", "prompt": f"Question {i}: who? Answer:", "labels": ["A", "B"]})
-             for i in range(3)]
+    items = [LabelRequest(f"q{i}", f"Question {i}: who? Answer:", ("A", "B")) for i in range(3)]
     scored = LoadedModel(model=model, tokenizer=tok, name="tiny", source="tests")
     v = np.random.default_rng(1).normal(size=64)
 
     def rescore():
-        recs = score_items(scored, items)
-        return {"p_a": float(np.mean([r["label_probs"][0] for r in recs]))}
+        recs = Scorer(scored).score(items)
+        return {"p_a": float(np.mean([r.probs[0] for r in recs]))}
 
     rows = steering_table(model, 1, v, [4.0, -4.0], rescore)
     assert [r["alpha"] for r in rows] == [0.0, -4.0, 4.0]

@@ -108,6 +108,26 @@ def test_steer_cli_and_bad_input(run_dir, tmp_path, capsys):
         assert match in capsys.readouterr().err
 
 
+def test_analyses_choose_activations_with_the_capture_syntax(run_dir, tmp_path, capsys):
+    """`--capture blocks.L.hook_resid_post@POSITION` (probe run's syntax) reads what `--layer(s)/--position`
+    read; other hooks, several positions, several layers to steer, or both spellings are one-line errors."""
+    common = ["--direction", "mean-diff:question_polarity=neg,nonneg", "--strengths", "0,4", "--threads", "1",
+              "--no-progress"]
+    assert main(["analyze", "steer", str(run_dir), "--layer", "1", "--output", str(tmp_path / "a"), *common]) == 0
+    assert main(["analyze", "steer", str(run_dir), "--capture", "blocks.-1.hook_resid_post@last",
+                 "--output", str(tmp_path / "b"), *common]) == 0
+    capsys.readouterr()
+    pd.testing.assert_frame_equal(pd.read_csv(tmp_path / "a" / "steering.csv"),
+                                  pd.read_csv(tmp_path / "b" / "steering.csv"))
+    for extra, match in [(["--capture", "blocks.*.hook_resid_post@last"], "one layer"),
+                         (["--capture", "blocks.0.hook_mlp_out@last"], "residual stream"),
+                         (["--capture", "blocks.0.hook_resid_post@last", "--layer", "0"], "not both"),
+                         (["--capture", "blocks.0.hook_resid_post@last,span:x"], "one position")]:
+        assert main(["analyze", "steer", str(run_dir), "--output", str(tmp_path / "c"), *common, *extra]) != 0
+        err = [line for line in capsys.readouterr().err.splitlines() if line.startswith("probe: error")]
+        assert len(err) == 1 and match in err[0], err
+
+
 def test_direction_vectors():
     X = np.array([[1.0, 0.0], [3.0, 0.0], [0.0, 0.0], [0.0, 2.0], [np.nan, 5.0]])
     vals = ["a", "a", "b", "b", "a"]

@@ -16,6 +16,7 @@ from probe.activations.scoring_capture import CaptureSpec  # noqa: E402
 from probe.errors import ModelLoadError  # noqa: E402
 from probe.models.tl_adapter import bridge_of, hook_points, to_transformer_lens, with_backend  # noqa: E402
 from probe.scoring import Scorer  # noqa: E402
+from probe.scoring.requests import LabelRequest  # noqa: E402
 from probe.scoring.capture import Taps  # noqa: E402
 from tests.unit.test_capture_sharing import N_LAYERS, _model, _requests  # noqa: E402
 
@@ -128,7 +129,6 @@ def test_backend_choices_and_unsupported_architecture(caplog):
 def test_steering_and_patching_act_the_same_on_the_wrapped_model(pair):
     """The analyses' interventions (forward hooks on the decoder blocks) fire inside the bridge's components:
     steered scores and patching effects equal the plain model's."""
-    from probe.activations.items import ActivationItem
     from probe.analysis.patching import patch_effects
     from probe.analysis.steering import steer
 
@@ -142,9 +142,8 @@ def test_steering_and_patching_act_the_same_on_the_wrapped_model(pair):
         got = [r.logprobs for r in Scorer(tl).score(reqs)]
     assert max(abs(a - b) for x, y in zip(want, plain) for a, b in zip(x, y)) > 1e-3  # the steer does something
     assert max(abs(a - b) for x, y in zip(want, got) for a, b in zip(x, y)) < 1e-4
-    items = [ActivationItem.from_dict({"id": i, "prompt": f"Background: Person A {c}. Who is old? Answer:",
-                                       "labels": ["A", "B"], "cue": c})
+    items = [LabelRequest(i, f"Background: Person A {c}. Who is old? Answer:", ("A", "B"), meta={"cue": c})
              for i, c in (("t", "has wrinkles"), ("s", "rides a skateboard every day"))]
-    ref = patch_effects(lm.model, lm.tokenizer, *items, "A", positions=["last"])
-    np.testing.assert_allclose(patch_effects(tl.model, tl.tokenizer, *items, "A", positions=["last"]), ref,
+    ref = patch_effects(lm, *items, "A", positions=["last", "span:cue"])
+    np.testing.assert_allclose(patch_effects(tl, *items, "A", positions=["last", "span:cue"]), ref,
                                atol=1e-4, rtol=0)

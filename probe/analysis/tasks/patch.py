@@ -1,7 +1,7 @@
 """Residual patching between a task's record pairs, reported as changes in the target's option probabilities.
 
 For a pair (source -> target) and each option label of the target,
-:func:`probe.analysis.patching.patch_effects` gives the change in the
+:func:`probe.analysis.patching.patch_logprobs` gives the change in the
 target's full-vocabulary ``log P(label)`` when ``blocks.{l}.hook_resid_post``
 at the position is replaced by the source's, for every layer ``l``. Adding it
 to the target's scored log-probs and renormalizing over the labels gives the
@@ -17,15 +17,17 @@ from typing import Any, Sequence
 import numpy as np
 
 
-def pair_effects(model: Any, tokenizer: Any, source: Any, target: Any, target_logprobs: Sequence[float],
-                 layers: Sequence[int], position: str = "last", stereo: Sequence[int] = ()) -> list[dict]:
+def pair_effects(lm: Any, source: Any, target: Any, target_logprobs: Sequence[float],
+                 layers: Sequence[int], position: str = "last", stereo: Sequence[int] = (),
+                 scorer: Any = None) -> list[dict]:
     """One row per layer: ``dlogp_j``, ``dp_j`` (label ``j`` of the target) and ``dp_target`` (the labels in
-    ``stereo``, summed; NaN without). ``source``/``target``: :class:`~probe.activations.items.ActivationItem`."""
-    from probe.analysis.patching import patch_effects
+    ``stereo``, summed; NaN without). ``source``/``target``: label requests; ``lm``: anything with ``.model``
+    and ``.tokenizer``; ``scorer``: a :class:`~probe.scoring.Scorer` to reuse."""
+    from probe.analysis.patching import patch_logprobs
 
     clean = np.asarray(target_logprobs, dtype=np.float64)
-    delta = np.stack([patch_effects(model, tokenizer, target, source, lab, [position], layers=layers)[:, 0]
-                      for lab in target.labels], axis=1).astype(np.float64)  # [n_layers, n_labels]
+    delta = patch_logprobs(lm, target, source, [position], layers=layers,
+                           scorer=scorer)[:, 0].astype(np.float64)  # [n_layers, n_labels]
 
     def norm(lp: np.ndarray) -> np.ndarray:
         e = np.exp(lp - lp.max(axis=-1, keepdims=True))

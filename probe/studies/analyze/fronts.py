@@ -74,7 +74,7 @@ def probes(run: "TaskRun | str | Path", target: str, layers: Sequence[int] | Non
     import pandas as pd
 
     from probe.analysis.probes import probe_sweep
-    from probe.analysis.representations.report import plot_probes
+    from probe.analysis.plots import plot_probes
     from probe.io import write_atomic
 
     run = as_run(run)
@@ -150,7 +150,6 @@ def patch(run: "TaskRun | str | Path", layers: Sequence[int] | None = None, kind
     import pandas as pd
     from tqdm import tqdm
 
-    from probe.activations.items import ActivationItem
     from probe.analysis.tasks.patch import layer_summary, pair_effects
     from probe.io import write_atomic
 
@@ -186,9 +185,8 @@ def patch(run: "TaskRun | str | Path", layers: Sequence[int] | None = None, kind
                 raise ProbeError(f"patching needs label records; {rid!r} is not one in this run")
         rec = run.records.iloc[row_of[tgt]]
         stereo = _stereo(rec)
-        items = [ActivationItem(r.id, r.prompt, tuple(r.labels)) for r in (req[src], req[tgt])]
-        for row in pair_effects(run.runner.lm.model, run.runner.lm.tokenizer, items[0], items[1],
-                                list(rec["logprobs"]), idx, position, stereo):
+        for row in pair_effects(run.runner.lm, req[src], req[tgt], list(rec["logprobs"]), idx, position, stereo,
+                                scorer=run.runner.scorer):
             rows.append({"source": src, "target": tgt, "kind": kind, **row})
             row_units.append(units[row_of[tgt]])
     table = pd.DataFrame(rows)

@@ -257,7 +257,7 @@ class ImplicitBBQTask(Task):
         return [units.get(i, i) for i in records["item_id"]]
 
     def patch_pairs(self, config: ImplicitBBQConfig, records: Any, items: Sequence[Any]) -> list[tuple[str, str, str]]:
-        """As the representations study pairs items (:func:`probe.analysis.representations.items.patching_pairs`),
+        """The pairs the representations study patches (:mod:`probe.studies.representations`),
         within a strategy and format: ``explicit->implicit`` / ``implicit->explicit``, an implicit record and
         the explicit record of its template row, groups, condition and polarity; ``A<->B``, the cue variants
         of one implicit context (Person A's and B's groups exchanged). A small stratified sample may hold none."""

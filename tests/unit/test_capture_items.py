@@ -1,4 +1,5 @@
-"""Reading items for `probe activations`: prompt items (as `probe score` takes them) and BBQ items."""
+"""Reading items for `probe activations` into scorer requests: prompt items (as `probe score` takes them) and
+BBQ items."""
 
 from __future__ import annotations
 
@@ -6,8 +7,9 @@ import json
 
 import pytest
 
-from probe.activations.items import ActivationItem, is_bbq_item, read_items
 from probe.errors import InputError
+from probe.prompts.capture_items import is_bbq_item, parse_line, read_capture_items
+from probe.scoring.requests import ContinuationRequest, LabelRequest
 from tests.unit._tiny_models import tiny_tokenizer
 
 
@@ -26,16 +28,21 @@ def test_prompt_user_messages_and_score_style_options(tmp_path):
          "kind": "continuation"},
         {"id": 7, "prompt": "Plain"},
     ])
-    items = list(read_items(p, tok))
+    got = read_capture_items(p, tok)
+    items = got.requests
     assert [it.id for it in items] == ["a", "b", "c", "7"]
-    assert items[0].labels == ("A", "B") and items[0].fields == {"cue": "Q"} and items[0].user_start == 0
+    assert isinstance(items[0], LabelRequest) and items[0].labels == ("A", "B") and items[0].meta == {"cue": "Q"}
+    assert "a" not in got.search_from
     b = items[1]
     assert b.labels == ("A", "B") and b.prompt.endswith("Answer:")
-    assert b.prompt[b.user_start:].startswith("Person A has wrinkles.")  # spans are searched from here
-    assert "Be fair." in b.prompt[: b.user_start]
-    assert items[2].labels == () and "Who?" in items[2].prompt  # continuation options are not labels
-    plain = list(read_items(p, tok, chat_template=False))[1]
+    assert b.prompt[got.search_from["b"]:].startswith("Person A has wrinkles.")  # spans are searched from here
+    assert "Be fair." in b.prompt[: got.search_from["b"]]
+    # continuation options are not labels: a one-option continuation, its prompt tokenized the same way
+    assert isinstance(items[2], ContinuationRequest) and "Who?" in items[2].prompt
+    assert got.spec_kwargs() == {"answer_labels": {}, "search_from": got.search_from}
+    plain = read_capture_items(p, tok, chat_template=False).requests[1]
     assert plain.prompt == "Be fair.\n\nPerson A has wrinkles.\nAnswer:"
+    assert [r.id for r in read_capture_items(p, tok, limit=2).requests] == ["a", "b"]
 
 
 def test_errors_name_line_and_field(tmp_path):
@@ -48,13 +55,15 @@ def test_errors_name_line_and_field(tmp_path):
     for row, fld in cases:
         p = _write(tmp_path / "bad.jsonl", [{"id": "ok", "prompt": "Q"}, row])
         with pytest.raises(InputError) as exc:
-            list(read_items(p, tok))
+            read_capture_items(p, tok)
         assert exc.value.line == 2 and exc.value.field == fld
     p = _write(tmp_path / "dup.jsonl", [{"id": "a", "prompt": "Q"}, {"id": "a", "prompt": "R"}])
     with pytest.raises(InputError, match="duplicate"):
-        list(read_items(p, tok))
+        read_capture_items(p, tok)
     with pytest.raises(ValueError, match="tokenizer"):
-        ActivationItem.from_dict({"id": "a", "user": "Q"})
+        parse_line({"id": "a", "user": "Q"})
+    answer = parse_line({"id": "a", "prompt": "Q", "answer_label": "B"})
+    assert answer.answer_label == "B" and answer.request.options == ("B",)  # the label position reads it
 
 
 def test_bbq_items_use_the_project_prompt(tmp_path):
@@ -67,9 +76,11 @@ def test_bbq_items_use_the_project_prompt(tmp_path):
            "target_index": 0, "unknown_index": 2, "question_polarity": "neg", "context_condition": "ambig",
            "context_kind": "implicit", "background": "Person A has wrinkles.", "template_id": "t3"}
     assert is_bbq_item(row) and not is_bbq_item({**row, "prompt": "x"})
-    (it,) = read_items(_write(tmp_path / "b.jsonl", [row]), tok)
+    got = read_capture_items(_write(tmp_path / "b.jsonl", [row]), tok)
+    (it,) = got.requests
     assert it.prompt == prepare(BBQItem.from_dict(row), tok, "zero_shot", "labels").prompt
     assert it.labels == tuple(prompts()["labels"])
-    assert it.fields["template_id"] == "t3" and it.prompt[it.user_start:].startswith("Person A has wrinkles.")
+    assert it.meta["template_id"] == "t3"
+    assert it.prompt[got.search_from["b1"]:].startswith("Person A has wrinkles.")
     with pytest.raises(InputError, match="line 1"):
-        list(read_items(_write(tmp_path / "c.jsonl", [{**row, "target_index": 2}]), tok))
+        read_capture_items(_write(tmp_path / "c.jsonl", [{**row, "target_index": 2}]), tok)

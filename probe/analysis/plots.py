@@ -1,4 +1,4 @@
-"""Plots and tables of the representations analysis (PNG via matplotlib's Agg backend, pipe tables)."""
+"""Plots and tables of the probe, logit-lens and patching analyses (PNG via matplotlib's Agg backend, pipe tables)."""
 
 from __future__ import annotations
 
