@@ -11,7 +11,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-__all__ = ["AUTHORS_ANSWER_MAPS", "BoxedAnswer", "cot_answer_prompt", "last_boxed", "paradigm", "parse_boxed"]
+__all__ = ["AUTHORS_ANSWER_MAPS", "BoxedAnswer", "authors_label", "cot_answer_prompt", "last_boxed", "paradigm",
+           "parse_boxed"]
 
 
 #: the authors' answer maps (``MAP_ISO`` / ``MAP_CMP`` in their ``result_analysis/misc.py``): the lower-cased
@@ -111,3 +112,14 @@ def cot_answer_prompt(rendered: str, generation: str, labels: tuple[str, ...]) -
     if found is not None and found.label is not None:
         return rendered + generation[: found.start], True
     return rendered + generation.rstrip() + "\nFinal answer: \\boxed{", False
+
+
+def authors_label(text: str, task_type: str, labels: tuple[str, ...]) -> str | None:
+    """The label the authors' extractor reads from a generation after their ``\\boxed{`` cue
+    (:func:`last_boxed`); None when it finds none or one not offered.
+
+    >>> authors_label("Yes} because", "iso", ("Yes", "No")), authors_label("Skip}", "iso", ("Yes", "No"))
+    ('Yes', None)
+    """
+    answer = last_boxed(text, tuple(sorted(set(AUTHORS_ANSWER_MAPS[task_type].values()))))
+    return answer.named if answer is not None and answer.named in labels else None

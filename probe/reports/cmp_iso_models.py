@@ -34,6 +34,8 @@ import pandas as pd
 
 from probe.errors import ProbeError
 
+#: the task whose summaries these tables read (a run of another task is refused, not switched on)
+SUMMARY_TASK = "cmp_iso"
 #: summary keys copied from the first run (they are the same for runs of one config)
 SHARED = ("max_pairs", "seed", "alpha", "n_iter", "n_boot", "paper_equivalent")
 
@@ -53,8 +55,8 @@ def combine_runs(run_dirs: Sequence[str | Path], params_b: Mapping[str, float] |
             s = json.loads(path.read_text(encoding="utf-8"))
         except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
             raise ProbeError(f"{path}: cannot read ({exc})") from None
-        if s.get("task") != "cmp_iso":
-            raise ProbeError(f"{path}: a summary of task {s.get('task')!r}, not cmp_iso")
+        if s.get("task") != SUMMARY_TASK:
+            raise ProbeError(f"{path}: a summary of task {s.get('task')!r}, not {SUMMARY_TASK}")
         summaries.append(s)
     return combine_summaries(summaries, params_b)
 

@@ -46,24 +46,12 @@ from typing import Any, Mapping, Sequence
 
 from probe.errors import ProbeError
 from probe.prompts.cmp_iso import CmpIsoSetting
+from probe.prompts.cmp_iso_answers import authors_label  # noqa: F401 - re-exported: the task's parser
 from probe.tasks.base import Aggregate, Task
 from probe.tasks.cmp_iso.chains import chain_id
 from probe.tasks.cmp_iso.config import CmpIsoConfig, SampledPair, SettingSpec
 
 __all__ = ["CmpIsoConfig", "CmpIsoTask", "SampledPair", "SettingSpec", "request_id"]
-
-
-def authors_label(text: str, task_type: str, labels: tuple[str, ...]) -> str | None:
-    """The label the authors' extractor reads from a generation after their ``\\boxed{`` cue
-    (:func:`probe.prompts.cmp_iso.last_boxed`); None when it finds none or one not offered.
-
-    >>> authors_label("Yes} because", "iso", ("Yes", "No")), authors_label("Skip}", "iso", ("Yes", "No"))
-    ('Yes', None)
-    """
-    from probe.prompts.cmp_iso import AUTHORS_ANSWER_MAPS, last_boxed
-
-    answer = last_boxed(text, tuple(sorted(set(AUTHORS_ANSWER_MAPS[task_type].values()))))
-    return answer.named if answer is not None and answer.named in labels else None
 
 
 def request_id(setting: CmpIsoSetting, benchmark: str, context_pair_id: Any, task_type: str, slot: str) -> str:

@@ -22,6 +22,7 @@ from typing import Any
 
 import numpy as np
 
+from probe.prompts.cmp_iso_answers import authors_label
 from probe.tasks.paper_check import (PaperCheck as _Base, PromptCase, Scored, counted_label, label_ids, parse_stats,
                                      sampling_entry)
 
@@ -80,8 +81,6 @@ class PaperCheck(_Base):
         return cases
 
     def parse(self, case: PromptCase, text: str) -> int | None:
-        from probe.tasks.cmp_iso import authors_label
-
         label = authors_label(text, case.meta["task_type"], case.options)
         return case.options.index(label) if label is not None else None
 
