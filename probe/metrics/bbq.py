@@ -62,6 +62,7 @@ __all__ = [
     "grouped_bbq_metrics",
     "item_matrix",
     "validate_record",
+    "weighted_bbq_metrics",
 ]
 
 #: Columns of :func:`item_matrix` (one row per record).
@@ -197,6 +198,36 @@ def bbq_metrics(records: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
         out[version] = _summary(item_matrix(records, version)) if records else _summary(np.zeros((0, 5)))
     out["n_amb"], out["n_dis"] = out["argmax"]["n_amb"], out["argmax"]["n_dis"]
     return out
+
+
+def weighted_bbq_metrics(records: Sequence[Mapping[str, Any]], weights: Sequence[float]) -> dict[str, float]:
+    """The expected Acc_amb, Acc_dis, S_amb, S_dis when record ``i`` enters the count with weight
+    ``weights[i]`` (the chance it is counted at all: e.g. the mass of answers a parser accepts, when a run
+    drops the rest); every count becomes a weighted sum (the number of ambiguous items the sum of their
+    weights). Weights of 1 give :func:`bbq_metrics`' expected values.
+
+    >>> recs = [{"context_condition": "ambig", "question_polarity": "neg", "label": 0, "target_index": 1,
+    ...          "unknown_index": 0, "probs": p} for p in ([1.0, 0.0, 0.0], [0.0, 1.0, 0.0])]
+    >>> round(weighted_bbq_metrics(recs, [1, 1])["acc_amb"], 3), round(weighted_bbq_metrics(recs, [1, 0.25])["acc_amb"], 3)
+    (0.5, 0.8)
+    """
+    w = np.asarray(list(weights), dtype=float)
+    if w.shape != (len(records),) or (w < 0).any() or not np.isfinite(w).all():
+        raise ValueError(f"weighted_bbq_metrics: {len(records)} records need as many finite weights >= 0")
+    m = item_matrix(records, "expected") if len(records) else np.zeros((0, len(COLUMNS)))
+    scaled = m.copy()
+    scaled[:, 1:] *= w[:, None]  # every indicator column; is_amb stays the row's flag
+    amb_rows, dis_rows = m[:, _AMB] == 1, m[:, _AMB] == 0
+    amb, dis = scaled[amb_rows], scaled[dis_rows]
+    n_amb = float(w[amb_rows].sum())
+    acc_amb, bias_amb = math.nan, math.nan
+    if n_amb > 1e-12:
+        acc_amb = float(amb[:, _UNK].sum()) / n_amb
+        non = float(amb[:, _NON].sum())
+        bias_amb = 0.0 if non <= 1e-12 else (1.0 - acc_amb) * (2.0 * float(amb[:, _CON].sum()) / non - 1.0)
+    acc_dis, bias_dis = _dis_stats(dis)
+    return {"acc_amb": acc_amb, "acc_dis": acc_dis, "bias_amb": bias_amb, "bias_dis": bias_dis,
+            "n_amb": n_amb, "n_dis": float(w[dis_rows].sum())}
 
 
 def bbq_metrics_ci(

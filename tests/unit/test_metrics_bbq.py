@@ -150,3 +150,32 @@ def test_cluster_bootstrap_resamples_whole_clusters_and_is_wider_for_correlated_
     data = np.arange(10, dtype=float)
     ci = cluster_bootstrap_ci(data, list(range(10)), {"mean": np.mean, "max": np.max}, n_boot=300, seed=0)
     assert 2.0 < ci["mean"][0] < 4.5 < ci["mean"][1] < 7.0 and ci["max"][1] == 9.0
+
+
+def test_weighted_metrics_by_hand_and_against_the_unweighted():
+    import math
+
+    from probe.metrics.bbq import bbq_metrics, weighted_bbq_metrics
+
+    def rec(cond, pol, label, probs):
+        return {"context_condition": cond, "question_polarity": pol, "label": label, "target_index": 1,
+                "unknown_index": 0, "probs": probs}
+
+    recs = [rec("ambig", "neg", 0, [0.5, 0.5, 0.0]), rec("ambig", "nonneg", 0, [0.0, 0.2, 0.8]),
+            rec("disambig", "neg", 1, [0.0, 0.9, 0.1]), rec("disambig", "nonneg", 2, [0.2, 0.4, 0.4])]
+    same = weighted_bbq_metrics(recs, [1, 1, 1, 1])
+    want = bbq_metrics(recs)["expected"]
+    for k in ("acc_amb", "acc_dis", "bias_amb", "bias_dis"):
+        assert math.isclose(same[k], want[k], abs_tol=1e-12), k
+    # by hand, weights (1, 0.5) on the ambiguous pair: Unknown (0.5 + 0) / 1.5; consistent = P(target) for neg,
+    # P(other) for nonneg: (0.5 + 0.5 * 0.8) / (0.5 + 0.5 * 1.0) non-Unknown
+    w = weighted_bbq_metrics(recs, [1, 0.5, 0, 1])
+    assert math.isclose(w["acc_amb"], 0.5 / 1.5)
+    assert math.isclose(w["bias_amb"], (1 - 0.5 / 1.5) * (2 * 0.9 / 1.0 - 1))
+    assert math.isclose(w["acc_dis"], 0.4 / 0.8) and w["n_dis"] == 1.0  # only the second disambiguated item
+    empty = weighted_bbq_metrics(recs, [0, 0, 0, 0])
+    assert math.isnan(empty["acc_amb"]) and math.isnan(empty["acc_dis"])
+    import pytest
+
+    with pytest.raises(ValueError, match="weights"):
+        weighted_bbq_metrics(recs, [1, 1])

@@ -120,14 +120,38 @@ class PaperCheck(_Base):
     def counted(self, case: PromptCase, text: str) -> bool:
         return counted_forms(text, case.meta["scored_texts"])
 
+    def exact_metrics(self, cases: list[PromptCase], k: int) -> dict[str, float]:
+        """The expectation of :meth:`metrics` over this check's K samples per prompt, from the enumerated
+        distributions: a prompt enters the sampled metrics only when at least one of its K generations is
+        parsed (chance ``1 - (1 - a)^K``, ``a`` the accepted mass) and then with its parsed answers'
+        distribution, so each prompt is weighted by that chance (a prompt the parser almost never accepts
+        counts as rarely as it does when sampled)."""
+        from probe.metrics.bbq import weighted_bbq_metrics
+
+        out: dict[str, float] = {}
+        for kind in ("explicit", "implicit"):
+            mine = [c for u, cs in self.units(cases).items() for c in cs
+                    if c.exact is not None and c.meta["context_kind"] == kind]
+            recs = [self._record(c, c.exact) for c in mine]
+            weights = [1.0 - (1.0 - min(1.0, max(0.0, float(c.exact_mass)))) ** int(k) for c in mine]
+            keys = ("acc_amb", "acc_dis", "bias_amb", "bias_dis")
+            m = weighted_bbq_metrics(recs, weights) if recs else {key: math.nan for key in keys}
+            for key, label in zip(keys, ("Acc_amb", "Acc_dis", "S_amb", "S_dis")):
+                out[f"{label} {kind}"] = m.get(key, math.nan)
+            out[f"n {kind}"] = len(recs)
+        return out
+
+    @staticmethod
+    def _record(case: PromptCase, probs: Any) -> dict:
+        return {k: case.meta[k] for k in ("context_condition", "question_polarity", "label", "target_index",
+                                          "unknown_index")} | {"probs": [float(x) for x in probs]}
+
     def metrics(self, rows: list[tuple[str, PromptCase, np.ndarray | None]]) -> dict[str, float]:
         from probe.metrics.bbq import bbq_metrics
 
         out: dict[str, float] = {}
         for kind in ("explicit", "implicit"):
-            recs = [{k: c.meta[k] for k in ("context_condition", "question_polarity", "label", "target_index",
-                                              "unknown_index")} | {"probs": [float(x) for x in d]}
-                    for _, c, d in rows if d is not None and c.meta["context_kind"] == kind]
+            recs = [self._record(c, d) for _, c, d in rows if d is not None and c.meta["context_kind"] == kind]
             keys = ("acc_amb", "acc_dis", "bias_amb", "bias_dis")
             m = bbq_metrics(recs)["expected"] if recs else {k: math.nan for k in keys}
             for k, label in zip(keys, ("Acc_amb", "Acc_dis", "S_amb", "S_dis")):
