@@ -37,7 +37,9 @@ from probe.reports.compare.tables import Figure, Section, Table, markdown, md_te
 __all__ = ["build_report", "paired_tables"]
 
 
-def _slug(text: str) -> str:
+def _table_id(text: str) -> str:
+    """A part of a paired table's id: lower case, letters and digits only (ids already published; a label
+    for a file name is :func:`probe.io.slug`)."""
     return re.sub(r"[^A-Za-z0-9]+", "_", text).strip("_").lower()
 
 
@@ -68,7 +70,7 @@ def paired_tables(task: str, runs: Sequence[Run], n_boot: int, seed: int,
                 disjoint.append(f"{a.label} vs {b.label} ({block})")
                 continue
             out.append(Table(
-                f"paired_{task}_{_slug(a.label)}_vs_{_slug(b.label)}_{_slug(block)}", task,
+                f"paired_{task}_{_table_id(a.label)}_vs_{_table_id(b.label)}_{_table_id(block)}", task,
                 f"{a.label} vs {b.label}: {block}", (
                     f"Task {task}, A = {a.label}, B = {b.label}; n = {n} units scored by both "
                     f"({df.attrs.get('dropped', 0)} left out: in one run only or non-finite). Estimator: Δ = A − B "

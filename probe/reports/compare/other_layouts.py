@@ -17,6 +17,7 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 import pandas as pd
 
+from probe.io import slug
 from probe.reports.compare.common import bars, boots, model_labels
 from probe.reports.compare.runs import Run
 from probe.reports.compare.tables import Figure, Table, flatten, fmt, fmt_ci, save_figure
@@ -388,14 +389,7 @@ def generic_section(runs: Sequence[Run], out: Path) -> list[Any]:
                 df = pd.read_csv(csv)
             except (OSError, ValueError, pd.errors.ParserError):
                 continue
-            items.append(Table(f"{r.task}_{_slug(r.label)}_{csv.stem}", r.task, f"{r.task}: {csv.stem} ({r.label})",
+            items.append(Table(f"{r.task}_{slug(r.label)}_{csv.stem}", r.task, f"{r.task}: {csv.stem} ({r.label})",
                                f"Task {r.task}, model {r.label}: the run's own table {csv.name}, as written (its "
                                "estimator, n and CI are those of the task; see the task's docs).", df))
     return items
-
-
-def _slug(text: str) -> str:
-    import re
-
-    return re.sub(r"[^A-Za-z0-9._-]+", "_", text).strip("_")
-
