@@ -16,6 +16,7 @@ from typing import Any, Callable, Mapping, Sequence
 import torch
 
 from probe.io import stable_hash
+from probe.scoring.parse_schema import check_prompt_request
 from probe.scoring.tokens import wants_special_tokens
 
 
@@ -197,12 +198,7 @@ class GenerationRequest:
     seed: int = 0
 
     def __post_init__(self) -> None:
-        if not isinstance(self.id, str) or not self.id:
-            raise ValueError("generation request has an empty or non-string 'id'")
-        if not isinstance(self.prompt, str) or not self.prompt:
-            raise ValueError(f"generation request {self.id!r}: field 'prompt' is empty")
-        if self.max_new_tokens < 1:
-            raise ValueError(f"generation request {self.id!r}: max_new_tokens must be positive")
+        check_prompt_request("generation", self.id, self.prompt, self.max_new_tokens)
         if self.temperature is not None and not (isinstance(self.temperature, (int, float))
                                                  and not isinstance(self.temperature, bool)
                                                  and math.isfinite(self.temperature) and self.temperature > 0):

@@ -13,7 +13,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Callable, ClassVar, Hashable, Sequence
 
-__all__ = ["ParseDistribution", "ParseRequest", "check_parse_settings"]
+__all__ = ["ParseDistribution", "ParseRequest", "check_parse_settings", "check_prompt_request"]
 
 
 @dataclass
@@ -93,12 +93,7 @@ class ParseRequest:
     DIGEST_EXCLUDE: ClassVar[tuple] = ("parser", "decided")
 
     def __post_init__(self) -> None:
-        if not isinstance(self.id, str) or not self.id:
-            raise ValueError("parse request has an empty or non-string 'id'")
-        if not isinstance(self.prompt, str) or not self.prompt:
-            raise ValueError(f"parse request {self.id!r}: field 'prompt' is empty")
-        if self.max_new_tokens < 1:
-            raise ValueError(f"parse request {self.id!r}: max_new_tokens must be >= 1")
+        check_prompt_request("parse", self.id, self.prompt, self.max_new_tokens)
         if not callable(self.parser):
             raise ValueError(f"parse request {self.id!r}: parser must be callable")
 
@@ -123,3 +118,19 @@ def check_parse_settings(max_new_tokens: Any, residual: Any, max_nodes: Any) -> 
         raise ValueError(f"parse_residual must be in [0, 1), got {residual!r}")
     if max_nodes is not None and (not isinstance(max_nodes, int) or isinstance(max_nodes, bool) or max_nodes < 1):
         raise ValueError(f"parse_max_nodes must be a positive integer or null, got {max_nodes!r}")
+
+
+def check_prompt_request(kind: str, request_id: Any, prompt: Any, max_new_tokens: Any) -> None:
+    """The checks every request that generates after a prompt shares (parse and generation requests): a
+    non-empty string id and prompt, at least one new token; a ValueError naming the request and field.
+
+    >>> check_prompt_request("generation", "q1", "Q:", 0)
+    Traceback (most recent call last):
+    ValueError: generation request 'q1': max_new_tokens must be >= 1
+    """
+    if not isinstance(request_id, str) or not request_id:
+        raise ValueError(f"{kind} request has an empty or non-string 'id'")
+    if not isinstance(prompt, str) or not prompt:
+        raise ValueError(f"{kind} request {request_id!r}: field 'prompt' is empty")
+    if not isinstance(max_new_tokens, int) or max_new_tokens < 1:
+        raise ValueError(f"{kind} request {request_id!r}: max_new_tokens must be >= 1")
