@@ -39,7 +39,10 @@ def test_evaluate_several_tasks_and_models_with_the_combined_report(tiny_lm, tmp
     for name in ("report.html", "report.md", "results.csv"):
         assert (tmp_path / name).is_file()
     assert (tmp_path / "demo" / "tiny-2" / "report.html").is_file()
-    assert "Headline" in (tmp_path / "report.md").read_text()
+    md = (tmp_path / "report.md").read_text()
+    assert "Headline" in md
+    # warnings are Markdown block quotes (their text escaped, the marker kept)
+    assert "\n> **Warning:** " in md and "small sample" in md and "&gt; **Warning" not in md
 
 
 def test_cli_takes_lm_eval_spellings_and_task_lists(model_dir, tmp_path, capsys):

@@ -152,7 +152,8 @@ def build_report(runs: Sequence[Run], output: str | Path, n_boot: int = 2000, se
     intro = (f"{len(runs)} run(s) of {len(tasks)} task(s) ({', '.join(tasks)}), models {', '.join(models)}. "
              "Every table and figure states its estimator, sample size and CI method.")
     html_intro = " ".join([*(f"Warning: {w}" for w in warnings), intro])
-    md_intro = "\n\n".join([*(f"> **Warning:** {w}" for w in warnings), intro])
+    # the warnings as Markdown block quotes: their text escaped, the quote marker kept
+    md_intro = "\n\n".join([*(f"> **Warning:** {md_text(w)}" for w in warnings), md_text(intro)])
     write_atomic(out / "report.html", render(title, html_intro, sections, runs_table))
     write_atomic(out / "report.md", _markdown(title, md_intro, sections, runs_table))
     manifest = {
@@ -168,8 +169,9 @@ def build_report(runs: Sequence[Run], output: str | Path, n_boot: int = 2000, se
 
 
 def _markdown(title: str, intro: str, sections: Sequence[Section], runs_table: Table) -> str:
+    """The report as Markdown; ``intro`` is Markdown already (its text escaped by the caller)."""
     e = md_text  # text from data never reaches the Markdown as raw HTML
-    md = [f"# {e(title)}", "", e(intro), "", "## Runs", "", markdown(runs_table.df), ""]
+    md = [f"# {e(title)}", "", intro, "", "## Runs", "", markdown(runs_table.df), ""]
     for s in sections:
         md += [f"## {e(s.title)}", "", e(s.intro), ""]
         for it in s.items:
