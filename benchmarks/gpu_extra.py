@@ -26,20 +26,8 @@ import torch
 
 
 def _values(results: list) -> list[float]:
-    """Every log-probability a result carries, flattened in a fixed order."""
-    out: list[float] = []
-    for r in results:
-        for name in ("logprobs", "label_logprobs", "option_logprobs"):
-            v = getattr(r, name, None)
-            if isinstance(v, dict):
-                out.extend(float(v[k]) for k in sorted(v))
-            elif isinstance(v, (list, tuple)):
-                out.extend(float(x) for x in v)
-        for name in ("logprob", "loglikelihood", "total_logprob"):
-            v = getattr(r, name, None)
-            if isinstance(v, (int, float)):
-                out.append(float(v))
-    return out
+    """Every log-probability a result carries (labels, options or tokens), flattened in a fixed order."""
+    return [float(x) for r in results for x in getattr(r, "logprobs", ()) or getattr(r, "token_logprobs", ())]
 
 
 def _compare(a: list, b: list) -> tuple[int, float]:
