@@ -33,6 +33,8 @@ def request_digest(request: Any) -> str:
         # greedy decoding ignores the sampling fields: keep the digest greedy requests had before them
         for key in ("temperature", "top_p", "seed"):
             fields.pop(key, None)
+    if fields.get("kind") == "parse" and fields.get("answer_residual") is None:
+        fields.pop("answer_residual", None)  # parse requests without the conditional target keep their digest
     if not fields.get("forms", True):
         del fields["forms"]  # label requests without surface forms keep the digest they had before the field
     text = json.dumps(fields, sort_keys=True, ensure_ascii=True, separators=(",", ":"), default=str)

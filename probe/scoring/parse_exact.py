@@ -61,6 +61,7 @@ def parse_exact(
     decided: Callable[[str], bool] | Sequence[Callable[[str], bool] | None] | None = None,
     residual: float = 0.01,
     max_nodes: int | None = None,
+    answer_residual: float | None = None,
     prune: float | None = None,
     batch_size: int = 32,
     prompt_batch: int = 16,
@@ -77,8 +78,15 @@ def parse_exact(
     branch early (never asked of a text ending in an unfinished multi-byte
     character, U+FFFD, whose continuations rewrite it). ``residual``: stop a prompt once the mass not enumerated is at
     most this. ``max_nodes``: most forward tokens per prompt (None: no limit).
+    ``answer_residual``: also go on until the residual is at most this fraction
+    of the prompt's parsed mass (``sum(probs)``), so the distribution of the
+    answer *given* that the parser returned one is certified to about this
+    precision; a paper that samples until an answer parses reads that
+    conditional distribution, and where few generations parse an absolute
+    ``residual`` says little about it. The work is bounded by a floor: no prompt
+    goes below ``residual * answer_residual`` (nor past ``max_nodes``).
     ``prune``: children below this path mass are not expanded and count as
-    residual (default ``residual / 1000``). ``batch_size``: nodes per forward pass;
+    residual (default: the smallest stopping residual / 1000). ``batch_size``: nodes per forward pass;
     ``prompt_batch``: prompts enumerated together (their caches held at once).
     ``top``: how many of the most probable generations to keep per prompt.
     """
@@ -92,10 +100,13 @@ def parse_exact(
         raise ValueError(f"parse_exact: max_new_tokens must be >= 1, got {max_new_tokens!r}")
     if not 0 <= residual < 1:
         raise ValueError(f"parse_exact: residual must be in [0, 1), got {residual!r}")
+    if answer_residual is not None and not 0 < answer_residual <= 1:
+        raise ValueError(f"parse_exact: answer_residual must be in (0, 1], got {answer_residual!r}")
     n = len(prompts)
     parsers = _per_prompt(parser, n, "parser")
     decideds = _per_prompt(decided, n, "decided") if decided is not None else [None] * n
-    prune = residual / 1000 if prune is None else float(prune)
+    floor = residual * answer_residual if answer_residual is not None else residual
+    prune = floor / 1000 if prune is None else float(prune)
     tok = lm.tokenizer
     encoded = [_encode(tok, p) for p in prompts]
     for i, ids in enumerate(encoded):
@@ -109,7 +120,7 @@ def parse_exact(
 
         bar = tqdm(total=n, desc="enumerating generations", unit="prompt", leave=False)
     with torch.inference_mode():
-        enum = _Enumerator(lm, spec, max_new_tokens, residual, max_nodes, prune, batch_size, top)
+        enum = _Enumerator(lm, spec, max_new_tokens, residual, max_nodes, prune, batch_size, top, answer_residual)
         for g in groups:
             out.extend(enum.run([encoded[i] for i in g], [parsers[i] for i in g], [decideds[i] for i in g]))
             if bar is not None:
@@ -184,6 +195,7 @@ class _State:
     nodes: list[_Node] = field(default_factory=list)
     probs: dict = field(default_factory=dict)
     rejected: float = 0.0
+    accepted: float = 0.0  # running sum of probs (for the answer_residual target)
     pruned: float = 0.0
     spent: int = 0
     texts: dict = field(default_factory=dict)  # text -> [mass, answer]
@@ -212,11 +224,12 @@ class _Enumerator:
     """Best-first enumeration of generation trees over a group of prompts, on the engine's forward pass."""
 
     def __init__(self, lm: Any, spec: Any, max_new: int, residual: float, max_nodes: int | None, prune: float,
-                 batch_size: int, top: int) -> None:
+                 batch_size: int, top: int, answer_residual: float | None = None) -> None:
         from probe.scoring.engine import Engine
 
         self.lm, self.spec, self.max_new = lm, spec, max_new
         self.target, self.max_nodes, self.prune = residual, max_nodes, prune
+        self.answer_residual = answer_residual
         self.batch_size, self.top = max(1, int(batch_size)), top
         tok = lm.tokenizer
         pad = tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id
@@ -240,8 +253,15 @@ class _Enumerator:
             self._expand(states, batch)
         return [self._result(s) for s in states]
 
+    def _target(self, s: _State) -> float:
+        """The residual this prompt stops at: ``residual``, or with ``answer_residual`` the smaller of that and
+        ``answer_residual`` x the parsed mass so far, never below ``residual x answer_residual``."""
+        if self.answer_residual is None:
+            return self.target
+        return max(self.target * self.answer_residual, min(self.target, self.answer_residual * s.accepted))
+
     def _active(self, s: _State) -> bool:
-        if not s.heap or s.residual() <= self.target:
+        if not s.heap or s.residual() <= self._target(s):
             return False
         return self.max_nodes is None or s.spent < self.max_nodes
 
@@ -250,7 +270,7 @@ class _Enumerator:
         active prompt in turn (every prompt advances in every pass). A prompt stops contributing once the
         picked mass covers what its residual exceeds the target by: more could not be needed this pass."""
         active = [i for i, s in enumerate(states) if self._active(s)]
-        need = {i: states[i].residual() - self.target for i in active}
+        need = {i: states[i].residual() - self._target(states[i]) for i in active}
         budget = {i: (self.max_nodes - states[i].spent if self.max_nodes is not None else 1 << 60) for i in active}
         picked: list[tuple[int, float, int, int]] = []
         while active and len(picked) < self.batch_size:
@@ -370,6 +390,7 @@ class _Enumerator:
             s.rejected += mass
         else:
             s.probs[answer] = s.probs.get(answer, 0.0) + mass
+            s.accepted += mass
         entry = s.texts.setdefault(text, [0.0, answer])
         entry[0] += mass
 
@@ -410,11 +431,12 @@ def run_parse_requests(lm: Any, requests: Sequence[ParseRequest], *, batch_size:
     groups: dict[tuple, list[int]] = {}
     for i, r in enumerate(requests):
         groups.setdefault(r.spec_key, []).append(i)
-    for (t, p, max_new, residual, max_nodes), idx in groups.items():
+    for (t, p, max_new, residual, max_nodes, answer_residual), idx in groups.items():
         res = parse_exact(lm, [requests[i].prompt for i in idx], SamplingSpec(t, p), max_new_tokens=max_new,
                           parser=[requests[i].parser for i in idx],
                           decided=[requests[i].decided for i in idx], residual=residual,
-                          max_nodes=max_nodes, batch_size=batch_size, top=top, progress=progress)
+                          max_nodes=max_nodes, answer_residual=answer_residual, batch_size=batch_size, top=top,
+                          progress=progress)
         for i, d in zip(idx, res):
             out[i] = d
     return out  # type: ignore[return-value]

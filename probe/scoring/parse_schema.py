@@ -87,6 +87,7 @@ class ParseRequest:
     meta: dict = field(default_factory=dict)
     residual: float = 0.01
     max_nodes: int | None = None
+    answer_residual: float | None = None
     kind: str = "parse"
 
     #: fields left out of the resume digest (callables have no stable text; ``parser_name`` stands for them)
@@ -100,12 +101,12 @@ class ParseRequest:
     @property
     def spec_key(self) -> tuple:
         """What requests must share to be enumerated together."""
-        return (self.temperature, self.top_p, self.max_new_tokens, self.residual, self.max_nodes)
+        return (self.temperature, self.top_p, self.max_new_tokens, self.residual, self.max_nodes, self.answer_residual)
 
 
-def check_parse_settings(max_new_tokens: Any, residual: Any, max_nodes: Any) -> None:
-    """Refuse a task config's ``parse_max_new_tokens`` / ``parse_residual`` / ``parse_max_nodes`` before any
-    work (a ValueError naming the key; the config loader adds the file).
+def check_parse_settings(max_new_tokens: Any, residual: Any, max_nodes: Any, answer_residual: Any = None) -> None:
+    """Refuse a task config's ``parse_max_new_tokens`` / ``parse_residual`` / ``parse_max_nodes`` /
+    ``parse_answer_residual`` before any work (a ValueError naming the key; the config loader adds the file).
 
     >>> check_parse_settings(8, 0.01, None)
     >>> check_parse_settings(8, 1.0, 64)
@@ -118,6 +119,9 @@ def check_parse_settings(max_new_tokens: Any, residual: Any, max_nodes: Any) -> 
         raise ValueError(f"parse_residual must be in [0, 1), got {residual!r}")
     if max_nodes is not None and (not isinstance(max_nodes, int) or isinstance(max_nodes, bool) or max_nodes < 1):
         raise ValueError(f"parse_max_nodes must be a positive integer or null, got {max_nodes!r}")
+    if answer_residual is not None and not (isinstance(answer_residual, (int, float))
+                                            and not isinstance(answer_residual, bool) and 0 < answer_residual <= 1):
+        raise ValueError(f"parse_answer_residual must be in (0, 1] or null, got {answer_residual!r}")
 
 
 def check_prompt_request(kind: str, request_id: Any, prompt: Any, max_new_tokens: Any) -> None:

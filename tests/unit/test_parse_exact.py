@@ -164,3 +164,42 @@ def test_distribution_helpers():
     assert d.normalized(["A", "B"]) == pytest.approx([2 / 3, 1 / 3])
     assert ParseDistribution({}, 0.9, 0.1, 1).normalized(["A"]) is None
     assert math.isclose(d.total(), 1.0)
+
+
+def rare_answer(text: str):
+    """Accepts only generations starting with the least common first characters: a prompt whose parsed mass
+    is small, where an absolute residual says little about the answer's conditional distribution."""
+    t = text.strip()
+    return t[:1] if t[:1] and t[:1] in "xyzqjkXYZQJK0123456789" else None
+
+
+def test_answer_residual_certifies_the_distribution_given_a_parse(lm):
+    spec = SamplingSpec(40.0, 0.05)
+    exact = parse_exact(lm, PROMPTS, spec, max_new_tokens=3, parser=rare_answer, residual=0.0, prune=0.0)
+    loose = parse_exact(lm, PROMPTS, spec, max_new_tokens=3, parser=rare_answer, residual=0.05, prune=0.0)
+    tight = parse_exact(lm, PROMPTS, spec, max_new_tokens=3, parser=rare_answer, residual=0.05, prune=0.0,
+                        answer_residual=0.5)
+    targets = []
+    for e, lo, ti in zip(exact, loose, tight):
+        accepted = sum(ti.probs.values())
+        # the target: at most half the parsed mass, never below the floor 0.05 x 0.5 = 0.025
+        targets.append(max(0.025, min(0.05, 0.5 * accepted)))
+        assert ti.residual <= targets[-1] + 1e-9
+        assert ti.nodes >= lo.nodes and abs(ti.total() - 1.0) < 1e-6
+        for a, p in e.probs.items():  # still a certified bound on every answer
+            low, high = ti.bounds(a)
+            assert low - 1e-9 <= p <= high + 1e-9
+    assert sum(t.nodes for t in tight) > sum(x.nodes for x in loose)  # the test's prompts needed the extra work
+    assert 0.025 < max(targets) < 0.05  # a prompt whose target is relative (neither the floor nor residual)
+    with pytest.raises(ValueError, match="answer_residual"):
+        parse_exact(lm, PROMPTS, spec, max_new_tokens=2, parser=first_char, answer_residual=0.0)
+
+
+def test_answer_residual_is_part_of_the_digest_only_when_set():
+    from probe.runs.resume import request_digest
+
+    a = ParseRequest("x", "p", 2, 1.0, 1.0, "rule/1", first_char)
+    b = ParseRequest("x", "p", 2, 1.0, 1.0, "rule/1", first_char, answer_residual=None)
+    c = ParseRequest("x", "p", 2, 1.0, 1.0, "rule/1", first_char, answer_residual=0.05)
+    assert request_digest(a) == request_digest(b) != request_digest(c)
+    assert a.spec_key != c.spec_key

@@ -179,6 +179,7 @@ class CmpIsoTask(Task):
                 parser_name=f"cmp_iso-last-boxed/1:{meta['task_type']}:{','.join(labels)}",
                 parser=functools.partial(authors_label, task_type=meta["task_type"], labels=tuple(labels)),
                 residual=float(config.parse_residual), max_nodes=config.parse_max_nodes,
+                answer_residual=config.parse_answer_residual,
                 meta={"kind": f"{meta['task_type']}/parse", "setting": meta["setting"]}))
         return out
 

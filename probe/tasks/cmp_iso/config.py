@@ -77,6 +77,7 @@ class CmpIsoConfig(TaskConfig):
     parse_k: int = 25
     parse_max_new_tokens: int = 8
     parse_residual: float = 0.01
+    parse_answer_residual: float | None = None  # see ImplicitBBQ's config: a residual relative to the parsed mass
     parse_max_nodes: int | None = 256
     alpha: float = 0.05
     # pairs of setting names (without "+vN") compared by randomization tests, e.g. ["direct", "direct+neutral"]
@@ -126,7 +127,8 @@ class CmpIsoConfig(TaskConfig):
             raise ValueError(f"cot_temperature / cot_top_p: {exc}") from None
         from probe.scoring.parse_schema import check_parse_settings
 
-        check_parse_settings(self.parse_max_new_tokens, self.parse_residual, self.parse_max_nodes)
+        check_parse_settings(self.parse_max_new_tokens, self.parse_residual, self.parse_max_nodes,
+                             self.parse_answer_residual)
         if not (isinstance(self.mass_floor, (int, float)) and 0 <= self.mass_floor <= 1):
             raise ValueError(f"mass_floor must be in [0, 1], got {self.mass_floor!r}")
         kw = self.claim_keywords

@@ -64,6 +64,7 @@ class HBBConfig(TaskConfig):
     parse_exact: bool = False
     parse_max_new_tokens: int = 8
     parse_residual: float = 0.01
+    parse_answer_residual: float | None = None  # see ImplicitBBQ's config: a residual relative to the parsed mass
     parse_max_nodes: int | None = 256
 
     def __post_init__(self) -> None:
@@ -79,7 +80,8 @@ class HBBConfig(TaskConfig):
             raise ValueError(f"sg_n must be >= 1, got {self.sg_n}")
         from probe.scoring.parse_schema import check_parse_settings
 
-        check_parse_settings(self.parse_max_new_tokens, self.parse_residual, self.parse_max_nodes)
+        check_parse_settings(self.parse_max_new_tokens, self.parse_residual, self.parse_max_nodes,
+                             self.parse_answer_residual)
         if self.parse_exact and self.paper_temperature is None:
             raise ValueError("parse_exact needs the paper's sampling (paper_temperature is null)")
         from probe.tasks.hbb.variations import SOURCES
@@ -231,6 +233,7 @@ class HBBTask(Task):
                 parser_name=f"{HBB_PARSER_VERSION}:" + ",".join(labels),
                 parser=functools.partial(parse_hbb_choice, labels=labels), decided=hbb_decided,
                 residual=float(config.parse_residual), max_nodes=config.parse_max_nodes,
+                answer_residual=config.parse_answer_residual,
                 meta={"kind": "mcq/parse", "question_id": r.meta.get("question_id")}))
         return out
 

@@ -160,6 +160,7 @@ class ImplicitBBQTask(Task):
                 parser_name=f"implicitbbq-{PARSER_VERSION}:" + json.dumps([options, unknown]),
                 parser=functools.partial(parse_oneword, options=options, unknown_index=unknown),
                 decided=oneword_decided, residual=float(config.parse_residual), max_nodes=config.parse_max_nodes,
+                answer_residual=config.parse_answer_residual,
                 meta={"kind": f"{strategy}/parse", "item_id": it.id}))
         return out
 

@@ -63,6 +63,9 @@ class ImplicitBBQConfig(TaskConfig):
     parse_exact: bool = True
     parse_max_new_tokens: int = 16
     parse_residual: float = 0.01
+    # the paper samples until an answer parses, so it reads the answer's distribution given a parse: enumerate
+    # until the residual is also <= 5 % of the parsed mass (floor parse_residual x 0.05), or the node budget
+    parse_answer_residual: float | None = 0.05
     parse_max_nodes: int | None = 512
 
     def __post_init__(self) -> None:
@@ -112,7 +115,8 @@ class ImplicitBBQConfig(TaskConfig):
             raise ValueError(f"n_shots must be an integer in 0..5 (the shipped sets hold five), got {self.n_shots!r}")
         from probe.scoring.parse_schema import check_parse_settings
 
-        check_parse_settings(self.parse_max_new_tokens, self.parse_residual, self.parse_max_nodes)
+        check_parse_settings(self.parse_max_new_tokens, self.parse_residual, self.parse_max_nodes,
+                             self.parse_answer_residual)
         for s, n in self.per_cell.items():
             if n is not None and (not isinstance(n, int) or isinstance(n, bool) or n < 1):
                 raise ValueError(f"per_cell[{s!r}] must be a positive integer or null (every item), got {n!r}")
