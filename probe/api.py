@@ -69,7 +69,7 @@ def evaluate(model: Any, task: "str | Sequence[str]", *, limit: int | None = Non
     -------
     Evaluation with ``.records`` (DataFrame, ``meta`` flattened), ``.summary``
     (dict), ``.tables`` (name -> DataFrame), ``.results`` (one row per subgroup, metric and estimator:
-    ``task, model, subgroup, metric, estimator, value, ci_low, ci_high, n``), ``.output`` and, with
+    ``task, model, subgroup, metric, estimator, value, ci_low, ci_high, n, n_clusters``), ``.output`` and, with
     ``capture``, ``.activations`` (``ids`` = the record ids, ``arrays[key]`` ``[n_records, d_model]``).
     """
     from probe.tasks import get

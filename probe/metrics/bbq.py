@@ -272,6 +272,20 @@ def bbq_metrics_ci(
     }
 
 
+def cluster_counts(records: Sequence[Mapping[str, Any]], clusters: Sequence[Any] | None = None) -> dict[str, int]:
+    """How many units the ambiguous and the disambiguated intervals resample (:func:`bbq_metrics_ci`):
+    distinct ``clusters`` among each condition's records, or its records when they are resampled one by one.
+
+    >>> recs = [{"context_condition": c} for c in ("ambig", "ambig", "disambig")]
+    >>> cluster_counts(recs, ["t1", "t1", "t1"]), cluster_counts(recs)
+    ({'n_clusters_amb': 1, 'n_clusters_dis': 1}, {'n_clusters_amb': 2, 'n_clusters_dis': 1})
+    """
+    ids = list(clusters) if clusters is not None else list(range(len(records)))
+    amb = {c for r, c in zip(records, ids) if r["context_condition"] == "ambig"}
+    dis = {c for r, c in zip(records, ids) if r["context_condition"] != "ambig"}
+    return {"n_clusters_amb": len(amb), "n_clusters_dis": len(dis)}
+
+
 def grouped_bbq_metrics(
     records: Iterable[Mapping[str, Any]],
     by: Sequence[str] = ("category",),
@@ -301,5 +315,6 @@ def grouped_bbq_metrics(
                 res[version]["ci"] = {k: list(v) for k, v in
                                       bbq_metrics_ci(recs, version, n_boot=n_boot, seed=seed,
                                                      clusters=clusters).items()}
+                res[version].update(cluster_counts(recs, clusters))
         out[key] = res
     return out

@@ -189,6 +189,7 @@ class ThresholdSummary:
     mean_s_ci: tuple[float, float]
     mean_s_all: float  # mean S over all valid instances (not in the paper)
     threshold: float
+    n_clusters: int = 0  # resampling units of the CIs: clusters of valid instances (or valid instances)
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -253,6 +254,7 @@ def summarize(
         mean_s_ci=tuple(mean_ci),
         mean_s_all=mean_all,
         threshold=float(threshold),
+        n_clusters=int(len(set(np.asarray(clusters)[valid].tolist()))) if clusters is not None else n_valid,
     )
 
 

@@ -23,7 +23,8 @@ from typing import Any, Sequence
 import numpy as np
 import pandas as pd
 
-from probe.metrics.bbq import METRIC_NAMES, _amb_stats, _dis_stats, bbq_metrics, bbq_metrics_ci, item_matrix
+from probe.metrics.bbq import (METRIC_NAMES, _amb_stats, _dis_stats, bbq_metrics, bbq_metrics_ci, cluster_counts,
+                               item_matrix)
 from probe.metrics.stats import bootstrap_ci
 
 __all__ = ["summarize", "table2", "tables_per_dimension", "figure3", "to_markdown", "write_reports"]
@@ -103,6 +104,7 @@ def summarize(records: Sequence[dict], n_boot: int = 1000, seed: int = 0,
 
                 pooled = bbq_metrics(rs)[version]
                 pooled["ci"] = ci(rs)
+                pooled.update(cluster_counts(rs, [r[cluster_key] for r in rs] if cluster_key else None))
                 by_dim = {}
                 dims: dict[str, list[dict]] = defaultdict(list)
                 for r in rs:

@@ -31,7 +31,8 @@ def headline_table(rows: Iterable[Mapping[str, Any]]) -> "pd.DataFrame":
 
     out = [{"Task": r["task"], "Model": r["model"], "Metric": _named(r["metric"]), "Subgroup": r["subgroup"],
             "Estimator": r["estimator"] or "–",
-            "Value [95% CI] (n)": ci_cell(r["value"], r["ci_low"], r["ci_high"], r["n"])}
+            "Value [95% CI] (n)": ci_cell(r["value"], r["ci_low"], r["ci_high"], r["n"],
+                                          clusters=r.get("n_clusters"))}
            for r in rows if r.get("headline")]
     return pd.DataFrame(out, columns=["Task", "Model", "Metric", "Subgroup", "Estimator", "Value [95% CI] (n)"])
 
@@ -75,7 +76,7 @@ def report_warnings(summary: Mapping[str, Any], rows: Sequence[Mapping[str, Any]
     ns = [r["n"] for r in rows if r.get("headline") and isinstance(r.get("n"), (int, float)) and math.isfinite(r["n"])]
     if ns and min(ns) < SMALL_N:
         out.append(f"small sample: a headline metric rests on {int(min(ns))} item(s); intervals are wide or "
-                   "undefined ('CI n/a'), so read the numbers as a smoke test, not a result.")
+                   "undefined ('n/a (k clusters)'), so read the numbers as a smoke test, not a result.")
     built = summary.get("template_built") or []
     if built:
         out.append(f"template-built categories: {', '.join(built)} were expanded from BBQ's templates, not read "
@@ -96,6 +97,6 @@ def headline_section(headline: "pd.DataFrame") -> Any:
     items = [Table(
         "headline", "", "The main metric per model and task",
         "Each task's main metric over all items scored, with its 95% CI and n (the task's own estimator and "
-        "resampling unit); 'CI n/a' where too few units were scored for an interval. Every metric, subgroup "
+        "resampling unit); 'n/a (k clusters)' where too few units were scored for an interval. Every metric, subgroup "
         "and estimator is in results.csv.", headline)]
     return Section("headline", "Headline", "", items)

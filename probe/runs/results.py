@@ -1,7 +1,7 @@
 """A run's numbers as one flat table, its headline, its warnings, and its own report.
 
 - :func:`results_frame`: every metric of a summary as rows ``task, model, subgroup, metric, estimator,
-  value, ci_low, ci_high, n`` (each task's :meth:`~probe.tasks.base.Task.results`), written as
+  value, ci_low, ci_high, n, n_clusters`` (each task's :meth:`~probe.tasks.base.Task.results`), written as
   ``results.csv`` and returned as ``Evaluation.results``;
 - :func:`headline_table`: the main metric per model x task with its CI and n (the first section of
   every report);
@@ -22,7 +22,7 @@ from probe.reports.headline import LOW_MASS, METRIC_NOTES, SMALL_N, headline_tab
 if TYPE_CHECKING:
     import pandas as pd
 
-COLUMNS = ["task", "model", "subgroup", "metric", "estimator", "value", "ci_low", "ci_high", "n"]
+COLUMNS = ["task", "model", "subgroup", "metric", "estimator", "value", "ci_low", "ci_high", "n", "n_clusters"]
 
 
 def result_rows(task: Any, config: Any, summary: Mapping[str, Any]) -> list[dict[str, Any]]:

@@ -51,7 +51,7 @@ class Evaluation:
     #: with ``log_samples``: one dict per request (record order), then the generations no request
     #: follows (probe.runs.samples; ``docs/samples.md``); None when off
     samples: list[dict[str, Any]] | None = None
-    #: every metric as one flat table: task, model, subgroup, metric, estimator, value, ci_low, ci_high, n
+    #: every metric as one flat table: task, model, subgroup, metric, estimator, value, ci_low, ci_high, n, n_clusters
     #: (``results.csv`` in the run directory; :mod:`probe.runs.results`)
     results: "pd.DataFrame | None" = None
 

@@ -181,8 +181,9 @@ class Task:
 
     # -- results: one flat row per (subgroup, metric, estimator) ------------------
     def results(self, config: Any, summary: Mapping[str, Any]) -> list[dict[str, Any]]:
-        """The summary as flat rows ``{subgroup, metric, estimator, value, ci_low, ci_high, n, headline}``
-        (``headline``: the task's main metric(s), shown first in every report). Default: the
+        """The summary as flat rows ``{subgroup, metric, estimator, value, ci_low, ci_high, n, headline,
+        n_clusters}`` (``headline``: the task's main metric(s), shown first in every report; ``n_clusters``: the
+        units the interval resampled, :func:`result_row`). Default: the
         :meth:`bias_metrics` over all items, the first one the headline; none when the task has none."""
         from probe.errors import ProbeError
 
@@ -190,7 +191,8 @@ class Task:
             metrics = self.bias_metrics(config, summary)
         except (ProbeError, KeyError, TypeError):
             return []
-        return [result_row("all", name, "", m.get("value"), m.get("ci_low"), m.get("ci_high"), m.get("n"), k == 0)
+        return [result_row("all", name, "", m.get("value"), m.get("ci_low"), m.get("ci_high"), m.get("n"), k == 0,
+                           m.get("clusters"))
                 for k, (name, m) in enumerate(metrics.items())]
 
     # -- config ---------------------------------------------------------------
@@ -244,13 +246,16 @@ def _value_problem(f: "dataclasses.Field", value: Any) -> str | None:
 
 
 def result_row(subgroup: str, metric: str, estimator: str, value: Any, ci_low: Any = None, ci_high: Any = None,
-               n: Any = None, headline: bool = False) -> dict[str, Any]:
-    """One row of :meth:`Task.results` (missing numbers as NaN)."""
+               n: Any = None, headline: bool = False, clusters: Any = None) -> dict[str, Any]:
+    """One row of :meth:`Task.results` (missing numbers as NaN). ``clusters``: how many units the CI
+    resampled (template instances, concept pairs, context pairs, or the items themselves), which a report
+    names when there are too few for an interval."""
     def num(v: Any) -> float:
         return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else float("nan")
 
     return {"subgroup": str(subgroup), "metric": metric, "estimator": estimator, "value": num(value),
-            "ci_low": num(ci_low), "ci_high": num(ci_high), "n": num(n), "headline": bool(headline)}
+            "ci_low": num(ci_low), "ci_high": num(ci_high), "n": num(n), "headline": bool(headline),
+            "n_clusters": num(clusters)}
 
 
 def write_tables(tables: Mapping[str, "pd.DataFrame"], output: Path) -> list[Path]:

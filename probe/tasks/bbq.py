@@ -276,7 +276,8 @@ class BBQTask(Task):
                     for name, v in bbq_headline(m[version]).items():
                         main = k == 0 and cat == "all" and version == "expected" and name != "acc_amb"
                         rows.append(result_row(cat, f"{name}" if len(summary["by_format"]) == 1 else f"{fmt}.{name}",
-                                               version, v["value"], v["ci_low"], v["ci_high"], v["n"], main))
+                                               version, v["value"], v["ci_low"], v["ci_high"], v["n"], main,
+                                               v.get("clusters")))
         return rows
 
     def data_files(self, config: BBQConfig) -> list[Path]:
@@ -368,5 +369,6 @@ def bbq_headline(v: Mapping[str, Any]) -> dict[str, dict[str, float]]:
     :func:`~probe.metrics.bbq.bbq_metrics` result, with its ``ci`` and ``n_amb``/``n_dis``."""
     ci = v.get("ci", {})
     return {k: {"value": v[k], "ci_low": ci.get(k, [math.nan] * 2)[0], "ci_high": ci.get(k, [math.nan] * 2)[1],
-                "n": v.get("n_amb" if "amb" in k else "n_dis", math.nan)}
+                "n": v.get("n_amb" if "amb" in k else "n_dis", math.nan),
+                "clusters": v.get("n_clusters_amb" if "amb" in k else "n_clusters_dis")}
             for k in ("bias_amb", "bias_dis", "acc_amb", "acc_dis", "acc_dis_all") if k in v}

@@ -389,7 +389,8 @@ class CrowsPairsTask(Task):
         for proto, s in summary.get("by_protocol", {}).items():
             for r in s.get("by_bias_type", []):
                 rows.append(result_row(r["bias_type"], "score", PROTOCOL_NAMES.get(proto, proto), r.get("score"),
-                                       r.get("ci_low"), r.get("ci_high"), r.get("n"), r["bias_type"] == "all"))
+                                       r.get("ci_low"), r.get("ci_high"), r.get("n"), r["bias_type"] == "all",
+                                       r.get("n")))  # the interval resamples the pairs themselves
         return rows
 
     def data_files(self, config: CrowsPairsConfig) -> list[Path]:

@@ -25,6 +25,9 @@ def test_every_task_writes_both_reports_with_a_headline(tiny_lm, tmp_path, task,
     assert "Headline" in (out / "report.html").read_text()
     assert list(e.results.columns) == COLUMNS and len(e.results) > 0
     assert set(e.results.task) == {task}
+    ci = e.results.dropna(subset=["ci_low", "ci_high"])
+    # a row with an interval says how many units it resampled (the task's own bootstrap unit)
+    assert (ci.n_clusters >= 1).all() and (ci.n_clusters <= ci.n).all(), ci[["metric", "n", "n_clusters"]]
 
 
 def test_in_memory_evaluation_has_results_too(tiny_lm):
@@ -33,7 +36,9 @@ def test_in_memory_evaluation_has_results_too(tiny_lm):
 
 
 def test_small_sample_cells_say_n_a_instead_of_nan_or_zero_width():
-    assert ci_cell(0.92, 0.92, 0.92, 1) == "0.920 [CI n/a: n = 1]"
+    assert ci_cell(0.92, 0.92, 0.92, 1) == "0.920 [n/a] (n = 1)"
+    assert ci_cell(0.92, 0.92, 0.92, 24, clusters=1) == "0.920 [n/a (1 cluster)] (n = 24)"
+    assert ci_cell(0.5, math.nan, math.nan, 2, clusters=2.0) == "0.500 [n/a (2 clusters)] (n = 2)"
     assert ci_cell(float("nan"), float("nan"), float("nan"), 2) == "n/a (n = 2)"
     assert ci_cell(0.5, 0.4, 0.6, 40) == "0.500 [0.400, 0.600] (n = 40)"
     assert ci_cell(0.0, 0.0, 0.0, 20) == "0.000 [0.000, 0.000] (n = 20)"  # a share of 0: a real interval
@@ -47,3 +52,15 @@ def test_low_answer_mass_is_warned_about():
     [w] = report_warnings(summary)
     assert "low answer mass" in w and "0.04" in w
     assert report_warnings({"mass": {"mean": 0.9, "floor": 0.1, "n_below_floor": 0, "n": 10}}) == []
+
+
+def test_a_one_cluster_headline_names_its_cluster_count(tiny_lm, tmp_path):
+    """Two BBQ items of one template instance: one cluster, so no interval, and the headline says why."""
+    from probe.runs.results import headline_table
+
+    e = probe.evaluate(tiny_lm, "bbq", limit=2, output=tmp_path / "b", progress=False, categories=["Age"])
+    rows = e.results.to_dict("records")
+    head = headline_table([{**r, "headline": True} for r in rows if r["estimator"] == "expected"
+                           and r["subgroup"] == "all"])
+    cells = " ".join(head["Value [95% CI] (n)"])
+    assert "n/a (1 cluster)" in cells and "nan" not in cells

@@ -236,10 +236,10 @@ def test_implicitbbq_pairs_and_hbb_pairs():
     assert hbb.analysis_units(None, recs, [inst]) == ["concept:7"] * 3
     summary = {"variants": {"hbb": {"overall": {"share": 0.5, "share_ci_low": 0.2, "share_ci_high": 0.8,
                                                 "mean_s": 30.0, "mean_s_ci_low": 25.0, "mean_s_ci_high": 35.0,
-                                                "mean_s_all": 12.0, "n": 10}}}}
+                                                "mean_s_all": 12.0, "n": 10, "n_clusters": 4}}}}
     metrics = hbb.bias_metrics(None, summary)
     assert list(metrics) == ["hbb.share", "hbb.mean_s", "hbb.mean_s_all"]
-    assert metrics["hbb.share"] == {"value": 0.5, "ci_low": 0.2, "ci_high": 0.8, "n": 10}
+    assert metrics["hbb.share"] == {"value": 0.5, "ci_low": 0.2, "ci_high": 0.8, "n": 10, "clusters": 4}
 
 
 def test_cli_with_task_instead_of_run_dir(model_dir, tmp_path, capsys):

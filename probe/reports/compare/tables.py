@@ -94,9 +94,14 @@ def fmt_ci(x: Any, ci: Sequence[Any] | None, digits: int = 2) -> str:
     return s + " [CI n/a]" if isinstance(x, (int, float)) and math.isfinite(x) else s
 
 
-def ci_cell(value: Any, low: Any, high: Any, n: Any, digits: int = 3) -> str:
+def ci_cell(value: Any, low: Any, high: Any, n: Any, digits: int = 3, clusters: Any = None) -> str:
     """A headline cell: ``0.123 [0.05, 0.20] (n = 48)``; an undefined or zero-width interval (one unit, or
-    too few) reads ``n/a`` with the count instead of ``[nan, nan]`` or ``[0.92, 0.92]``."""
+    too few) reads ``n/a`` with the number of resampling units (``clusters``: the task's bootstrap unit,
+    e.g. BBQ template instances or HBB concept pairs) instead of ``[nan, nan]`` or ``[0.92, 0.92]``.
+
+    >>> ci_cell(0.92, 0.92, 0.92, 24, clusters=1), ci_cell(0.5, float("nan"), float("nan"), 2)
+    ('0.920 [n/a (1 cluster)] (n = 24)', '0.500 [n/a] (n = 2)')
+    """
     def finite(v: Any) -> bool:
         return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
 
@@ -106,7 +111,10 @@ def ci_cell(value: Any, low: Any, high: Any, n: Any, digits: int = 3) -> str:
     s = f"{value:.{digits}f}"
     if finite(low) and finite(high) and (low != high or value in (0, 1, -1) or abs(value) in (0.0, 100.0)):
         return f"{s} [{low:.{digits}f}, {high:.{digits}f}] ({count})"
-    return f"{s} [CI n/a: {count}]"
+    if finite(clusters):
+        k = int(clusters)
+        return f"{s} [n/a ({k} cluster{'' if k == 1 else 's'})] ({count})"
+    return f"{s} [n/a] ({count})"
 
 
 def flatten(df: pd.DataFrame) -> pd.DataFrame:

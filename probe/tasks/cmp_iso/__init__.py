@@ -86,7 +86,7 @@ class CmpIsoTask(Task):
                 p = r.get(prompt) or {}
                 ci = p.get("ci") or [None, None]
                 rows.append(result_row(sub, f"pg_{prompt}", str(r.get("mode")), p.get("pg"), ci[0], ci[1],
-                                       p.get("n_pairs"), main))
+                                       p.get("n_pairs"), main, p.get("n_pairs")))  # the unit: a context pair
         return rows
 
     def items(self, config: CmpIsoConfig) -> list[SampledPair]:

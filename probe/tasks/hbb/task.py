@@ -367,7 +367,7 @@ class HBBTask(Task):
             o = entry["overall"]
             for m in ("share", "mean_s"):
                 out[f"{v}.{m}"] = {"value": o[m], "ci_low": o[f"{m}_ci_low"], "ci_high": o[f"{m}_ci_high"],
-                                   "n": o["n"]}
+                                   "n": o["n"], "clusters": o.get("n_clusters")}
             out[f"{v}.mean_s_all"] = {"value": o["mean_s_all"], "ci_low": float("nan"), "ci_high": float("nan"),
                                       "n": o["n"]}
         return out
@@ -385,7 +385,8 @@ class HBBTask(Task):
                 for m in ("share", "mean_s"):
                     rows.append(result_row(sub if v == "hbb" else f"{v} {sub}", m, _over(o.get("threshold"))
                                            if m == "share" else "", o.get(m), o.get(f"{m}_ci_low"),
-                                           o.get(f"{m}_ci_high"), o.get("n"), sub == "all" and m == "share"))
+                                           o.get(f"{m}_ci_high"), o.get("n"), sub == "all" and m == "share",
+                                           o.get("n_clusters")))
         return rows
 
     def data_files(self, config: HBBConfig) -> list[Path]:

@@ -317,7 +317,7 @@ class ImplicitBBQTask(Task):
         for name, m in self.bias_metrics(config, summary).items():
             key, kind, metric = name.split(".")
             rows.append(result_row(f"{key} {kind}", metric, "expected", m["value"], m["ci_low"], m["ci_high"],
-                                   m["n"], metric == "bias_amb" and kind in ("explicit", "implicit")))
+                                   m["n"], metric == "bias_amb" and kind in ("explicit", "implicit"), m.get("clusters")))
         return rows
 
     def data_files(self, config: ImplicitBBQConfig) -> list[Path]:
