@@ -232,3 +232,36 @@ def test_generation_kinds_by_hand():
     assert kinds[(True, True)] == (0.5, [("a) x", 2)])
     assert kinds[(True, False)] == (0.25, [("b) y", 1)])
     assert kinds[(False, False)] == (0.25, [("about", 1)])
+
+
+def test_predicted_range_by_hand():
+    """The exact side's K-sample range on fixed prompts: a certain answer gives a point; a prompt that never
+    parses drops out; the range of a share follows the binomial."""
+    from probe.studies.sampling_check.check import predicted_range
+
+    a = _ImplicitBBQ()
+    base = {"context_condition": "ambig", "label": 0, "target_index": 1, "unknown_index": 0,
+            "question_polarity": "neg", "context_kind": "implicit"}
+    sure = PromptCase("x", "x", "p", ("U", "T", "O"), [1.0, 0.0, 0.0], None, 1.0, base)
+    never = PromptCase("y", "y", "p", ("U", "T", "O"), [0.0, 1.0, 0.0], None, 0.0, base)
+    r = predicted_range(a, {"x": [sure], "y": [never]}, 20, np.random.default_rng(0), draws=200)
+    assert r["Acc_amb implicit"] == (1.0, 1.0)  # 'never' never parses, so only 'sure' counts
+    half = PromptCase("z", "z", "p", ("U", "T", "O"), [0.5, 0.5, 0.0], None, 1.0, base)
+    lo, hi = predicted_range(a, {"z": [half]}, 20, np.random.default_rng(0), draws=2000)["Acc_amb implicit"]
+    # 20 draws at p = 0.5: the central 95 % of Binomial(20, 0.5) / 20 is [0.3, 0.7] (quantiles of a discrete law)
+    assert lo == pytest.approx(0.3, abs=0.051) and hi == pytest.approx(0.7, abs=0.051)
+
+
+def test_report_shows_the_predicted_range():
+    from probe.studies.sampling_check import SamplingCheck, report_markdown
+
+    summary = {"k": 2, "n_prompts": 1, "n_units": 1, "accepted_share": 1.0, "counted_share": 1.0,
+               "exact_counted_share": 1.0, "accepted_not_counted": 0, "counted_not_accepted": 0, "n_delta": 1,
+               "mean_abs_delta": 0.1, "mean_noise_delta": 0.1, "n_no_accepted": 0, "n_exact_unsampleable": 0}
+    agg = {"Acc": {"exact": 0.5, "sampled": 0.9, "ci_low": 0.8, "ci_high": 1.0, "exact_inside": False,
+                   "exact_same_prompts": 0.5, "predicted_low": 0.1, "predicted_high": 0.6,
+                   "sampled_inside_predicted": False}}
+    check = SamplingCheck("t", "m", {"temperature": 0.1, "top_p": 1.0, "max_new_tokens": 4, "unit": "item",
+                                     "seed": 0, "n_boot": 10}, [], agg, summary)
+    md = report_markdown(check)
+    assert "K-sample range |" in md and "| [0.100, 0.600]: no |" in md

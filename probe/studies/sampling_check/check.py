@@ -17,7 +17,8 @@ import numpy as np
 from probe.errors import ProbeError
 from probe.tasks.paper_check import PaperCheck, PromptCase, Scored
 
-__all__ = ["SamplingCheck", "checked_tasks", "inside", "paper_check_of", "run_check", "sample_texts", "tv_distance"]
+__all__ = ["SamplingCheck", "checked_tasks", "inside", "paper_check_of", "predicted_range", "run_check", "sample_texts",
+           "tv_distance"]
 
 
 def paper_check_of(task: str) -> tuple[Any, PaperCheck]:
@@ -128,6 +129,39 @@ def _noise_delta(p: Sequence[float], n: int, rng: np.random.Generator, draws: in
     return float(0.5 * np.abs(x - np.asarray(p, float)).sum(axis=1).mean())
 
 
+def predicted_range(paper: PaperCheck, units: dict[str, list[PromptCase]], k: int, rng: np.random.Generator,
+                    draws: int = 1000, level: float = 0.95) -> dict[str, tuple[float, float]]:
+    """Where the sampled metrics would fall if the exact side were the truth: each draw samples, for every
+    prompt of the check (the same prompts, not resampled), how many of its K generations parse (binomial in
+    its parsed mass) and their answers (multinomial in its distribution given a parse), then the metrics;
+    the central ``level`` range of each metric over ``draws``. This is the noise a same-prompts comparison
+    has; the unit bootstrap also spreads over which items were drawn, and it can not see an answer the
+    sample missed (a rare answer of one prompt).
+
+    Needs a parse-exact check (``exact_mass`` = the parser's accepted mass, ``exact`` = the distribution
+    given a parse)."""
+    vals: dict[str, list[float]] = {}
+    flat = [(u, c) for u, cs in units.items() for c in cs]
+    for _ in range(draws):
+        rows = []
+        for u, c in flat:
+            d = None
+            if c.exact is not None and c.exact_mass > 0:
+                n = int(rng.binomial(k, min(1.0, float(c.exact_mass))))
+                if n:
+                    p = np.clip(np.asarray(c.exact, float), 0.0, None)
+                    d = rng.multinomial(n, p / p.sum()) / n
+            rows.append((u, c, d))
+        for m, v in paper.metrics(rows).items():
+            vals.setdefault(m, []).append(v)
+    out = {}
+    for m, v in vals.items():
+        arr = np.asarray([x for x in v if x == x], float)
+        a = (1.0 - level) / 2
+        out[m] = (float(np.quantile(arr, a)), float(np.quantile(arr, 1 - a))) if arr.size else (math.nan, math.nan)
+    return out
+
+
 def run_check(task: str, runner: Any, *, n_prompts: int = 100, k: int = 20, seed: int = 0,
               max_new_tokens: int | None = None, batch_size: int = 32, n_boot: int = 1000,
               progress: bool = False) -> SamplingCheck:
@@ -194,6 +228,8 @@ def run_check(task: str, runner: Any, *, n_prompts: int = 100, k: int = 20, seed
                 brows.append((f"{keys[u]}#{copy}", c, sampled_dist[c.id]))
         for m, v in paper.metrics(brows).items():
             boots[m].append(v)
+    # the exact side's prediction of the sampled value on these very prompts (parse-exact checks)
+    predicted = predicted_range(paper, units, k, rng, n_boot) if paper.parse_exact else {}
     agg = {}
     for m, v in sampled.items():
         if m.startswith("n"):
@@ -205,6 +241,9 @@ def run_check(task: str, runner: Any, *, n_prompts: int = 100, k: int = 20, seed
         agg[m] = {"exact": ex, "sampled": v, "ci_low": lo, "ci_high": hi,
                   "exact_inside": inside(ex, lo, hi, 1.0 / (k * len(cases))),
                   "exact_same_prompts": exact_same.get(m),
+                  **({"predicted_low": predicted[m][0], "predicted_high": predicted[m][1],
+                      "sampled_inside_predicted": inside(v, *predicted[m], 1.0 / (k * len(cases)))}
+                     if m in predicted else {}),
                   **({"baseline": baseline.get(m, math.nan),
                       "baseline_inside": inside(baseline.get(m, math.nan), lo, hi, 1.0 / (k * len(cases)))}
                      if has_base else {})}

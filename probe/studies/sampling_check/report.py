@@ -36,11 +36,17 @@ def report_markdown(check: SamplingCheck) -> str:
              "exact on the prompts with a parsed answer |",
              "|---|---|---|---|---|---|"]
     marks = {True: "yes", False: "no", None: "n/a"}
+    pred = any("predicted_low" in v for v in check.aggregate.values())
+    if pred:
+        lines[-2] += " sampled inside the exact side's K-sample range |"
+        lines[-1] += "---|"
     for m, v in check.aggregate.items():
         if "ci_low" not in v:
             continue
         lines.append(f"| {m} | {_f(v['exact'])} | {_f(v['sampled'])} | [{_f(v['ci_low'])}, {_f(v['ci_high'])}] "
-                     f"| {marks[v['exact_inside']]} | {_f(v.get('exact_same_prompts'))} |")
+                     f"| {marks[v['exact_inside']]} | {_f(v.get('exact_same_prompts'))} |"
+                     + (f" [{_f(v.get('predicted_low'))}, {_f(v.get('predicted_high'))}]: "
+                        f"{marks[v.get('sampled_inside_predicted')]} |" if pred else ""))
     if any("baseline" in v for v in check.aggregate.values()):
         lines += ["", "The estimator it replaced (first-token probabilities of the scored answer texts under the "
                       "paper's sampling, renormalised over the options) against the same interval:", "",
@@ -51,6 +57,12 @@ def report_markdown(check: SamplingCheck) -> str:
                              f"{marks[v['baseline_inside']]} |")
     lines += ["", "Sampled interval: 2.5-97.5 % of the bootstrap over units with replacement, each unit with its own K "
               "sampled answers; \"exact inside\" allows one generation's worth, 1 / (K x prompts)."]
+    if pred:
+        lines += ["", "The exact side's K-sample range: where the sampled value falls in 95 % of draws if the "
+                      "enumerated distributions are the truth, on these same prompts (per prompt, how many of the "
+                      "K generations parse and what they say, drawn from its parse distribution). It holds the "
+                      "prompts fixed, as both sides read the same prompts, and sees a rare answer a unit bootstrap "
+                      "of the sampled answers cannot."]
     counts = {m: v for m, v in check.aggregate.items() if "ci_low" not in v}
     if counts:
         lines += ["", "Counts (sampled / exact): " + ", ".join(f"{m} {v['sampled']} / {v['exact']}"
