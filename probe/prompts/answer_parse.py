@@ -48,7 +48,7 @@ UNCERTAINTY: tuple[str, ...] = (
     "nobody", "no one", "ambiguous", "impossible to tell", "impossible to say", "impossible to determine",
     "it depends", "depends", "n/a",
 )
-PARSER_VERSION = "oneword/1"
+PARSER_VERSION = "oneword/2"
 
 _CUE = re.compile(r"^\s*(?:\**\s*(?:the\s+)?(?:final\s+)?answer\s*(?:is\s*:?|:)\s*\**)?\s*", re.IGNORECASE)
 _ARTICLE = re.compile(r"^(?:the|an|a)\s+(?=\S)")
@@ -109,6 +109,8 @@ def parse_oneword(text: str, options: Sequence[str], unknown_index: int) -> int 
         return pick
     if any(_contains(body, p) for p in UNCERTAINTY):
         return unknown_index
+    if _starts(bare, "not") or _starts(body, "it is not") or _starts(body, "it's not"):
+        return None  # "The answer is not "Elderly man"": a negation names a group without choosing it
     words = [set(_ARTICLE.sub("", _norm(options[i])).split()) for i in groups]
     named = []
     for k, i in enumerate(groups):

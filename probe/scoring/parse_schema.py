@@ -70,7 +70,7 @@ class ParseRequest:
 
     ``parser`` / ``decided``: the callables :func:`parse_exact` applies; they are
     not part of the request's digest, ``parser_name`` is: name the rule and
-    everything it depends on (e.g. ``"implicitbbq-oneword/1:" + the answers``),
+    everything it depends on (e.g. ``"implicitbbq-oneword/2:" + the answers``),
     so a changed parser is a changed request on resume. ``meta``: fields the
     task's aggregate reads back; ``record_id``: the scored record this
     distribution belongs to (default: ``id``).

@@ -18,7 +18,8 @@ OPTS = ["Unknown", "The grandfather", "The grandson"]
     ("The answer is: the grandson was", 2), ("Unknown", 0), ("Cannot be determined.", 0), ("Can't tell", 0),
     ("Insufficient information", 0), ("It is unclear who.", 0), ("Neither", 0), ("none", 0),
     ("", None), ("   ", None), ("Hello there", None), ("The grandfather and the grandson", None),
-    ("Grandsons", None),
+    ("Grandsons", None), ('The answer is not "Grandson', None), ("Not the grandfather.", None),
+    ("It is not the grandson", None), ("Not sure.", 0), ("Not enough information", 0), ("The answer is not known.", 0),
 ])
 def test_oneword_parser_by_hand(text, want):
     assert parse_oneword(text, OPTS, 0) == want
@@ -56,7 +57,7 @@ def test_implicitbbq_parse_stage_resumes_and_feeds_the_summary(tiny_lm, tmp_path
     assert len(lines) == len(e.records) > 0
     first = json.loads(lines[0])
     total = sum(first["probs"].values()) + first["rejected"] + first["residual"]
-    assert abs(total - 1) < 1e-6 and first["parser"].startswith("implicitbbq-oneword/1:")
+    assert abs(total - 1) < 1e-6 and first["parser"].startswith("implicitbbq-oneword/2:")
     assert first["top"] and first["top"][0]["mass"] >= first["top"][-1]["mass"]
     pp = e.summary["paper_parsed"]
     assert pp["n"] == len(lines) and pp["max_residual"] <= 0.01 + 1e-12
