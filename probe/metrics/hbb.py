@@ -20,7 +20,9 @@ Conventions (tested):
 - Confidence intervals: the share of instances over the threshold gets a Wilson
   interval when instances are independent; with ``clusters`` (the concept pair
   of each instance - the identity pairs of one concept are not independent) both
-  the share and the mean S get a cluster bootstrap over concept pairs.
+  the share and the mean S get a cluster bootstrap over concept pairs. A share of
+  0 or 1 gets the Wilson interval either way: every resample of it is the same
+  value, and a zero-width ``[0, 0]`` would read as certainty from 20 instances.
 - Direction (an extra the paper lacks): ``+1`` when identity 1 gets the
   ``bias type1`` concept more (``P1(A) > P2(A)``), ``-1`` for identity 2, ``0`` tie.
 
@@ -235,15 +237,16 @@ def summarize(
             lab = np.asarray(clusters)[valid]
             frame = pd.DataFrame({"c": lab, "n": 1, "over": over[valid].astype(int), "s": np.where(over, arr, 0)[valid]})
             rows = frame.groupby("c", sort=True)[["n", "over", "s"]].sum().to_numpy(dtype=float)
-            share_ci = bootstrap_ci(rows, _stat_share, n_boot=n_boot, seed=seed)
+            if 0 < count < n_valid:
+                share_ci = bootstrap_ci(rows, _stat_share, n_boot=n_boot, seed=seed)
             mean_ci = bootstrap_ci(rows, _stat_mean, n_boot=n_boot, seed=seed) if count else mean_ci
-        else:
+        elif count >= 2:
+            mean_ci = bootstrap_ci(arr[over], np.mean, n_boot=n_boot, seed=seed)
+        if clusters is None or count in (0, n_valid):
             from scipy.stats import binomtest
 
             r = binomtest(count, n_valid).proportion_ci(confidence_level=0.95, method="wilson")
             share_ci = (float(r.low), float(r.high))
-            if count >= 2:
-                mean_ci = bootstrap_ci(arr[over], np.mean, n_boot=n_boot, seed=seed)
     return ThresholdSummary(
         n=int(arr.size),
         n_invalid=int(arr.size - n_valid),

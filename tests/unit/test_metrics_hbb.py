@@ -138,6 +138,21 @@ def test_summarize_cis_bracket_the_estimate():
     assert clustered.mean_s_ci[0] < clustered.mean_s < clustered.mean_s_ci[1]
 
 
+def test_summarize_share_at_a_boundary_gets_wilson_not_a_zero_width_bootstrap():
+    """0 of 20 over the threshold: every cluster resample is 0, so the bootstrap says [0, 0]; Wilson's 95 %
+    interval for 0 / 20 is [0, 0.161] (hand: z^2 / (n + z^2) = 3.8415 / 23.8415)."""
+    clusters = np.repeat(np.arange(10), 2)
+    none = summarize(np.full(20, 5.0), 20, clusters=clusters, n_boot=200)
+    assert none.share == 0.0 and none.share_ci[0] == 0.0
+    assert none.share_ci[1] == pytest.approx(3.8415 / 23.8415, abs=1e-4)
+    assert none.n_clusters == 10
+    every = summarize(np.full(20, 30.0) + np.arange(20), 20, clusters=clusters, n_boot=200)
+    assert every.share == 1.0 and every.share_ci[1] == 1.0 and every.share_ci[0] == pytest.approx(1 - 3.8415 / 23.8415,
+                                                                                                   abs=1e-4)
+    # the mean S still gets its cluster bootstrap (it varies even when every instance is over)
+    assert every.mean_s_ci[0] < every.mean_s < every.mean_s_ci[1]
+
+
 @pytest.fixture
 def frame():
     return pd.DataFrame({
