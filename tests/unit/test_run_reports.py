@@ -64,3 +64,12 @@ def test_a_one_cluster_headline_names_its_cluster_count(tiny_lm, tmp_path):
                            and r["subgroup"] == "all"])
     cells = " ".join(head["Value [95% CI] (n)"])
     assert "n/a (1 cluster)" in cells and "nan" not in cells
+
+
+def test_html_warnings_are_separate_escaped_boxes():
+    from probe.reports.compare.html import render
+
+    page = render("T", "intro text", [], warnings=["low answer mass <b>", "small sample"])
+    assert page.count('<p class="warning">') == 2
+    assert "low answer mass &lt;b&gt;" in page and "<b>" not in page.split("<header>")[1].split("</header>")[0]
+    assert page.index("small sample") < page.index("intro text")

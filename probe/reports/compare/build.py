@@ -151,10 +151,9 @@ def build_report(runs: Sequence[Run], output: str | Path, n_boot: int = 2000, se
     title = title or f"probe comparison report: {', '.join(models)}"
     intro = (f"{len(runs)} run(s) of {len(tasks)} task(s) ({', '.join(tasks)}), models {', '.join(models)}. "
              "Every table and figure states its estimator, sample size and CI method.")
-    html_intro = " ".join([*(f"Warning: {w}" for w in warnings), intro])
     # the warnings as Markdown block quotes: their text escaped, the quote marker kept
     md_intro = "\n\n".join([*(f"> **Warning:** {md_text(w)}" for w in warnings), md_text(intro)])
-    write_atomic(out / "report.html", render(title, html_intro, sections, runs_table))
+    write_atomic(out / "report.html", render(title, intro, sections, runs_table, warnings=warnings))
     write_atomic(out / "report.md", _markdown(title, md_intro, sections, runs_table))
     manifest = {
         "title": title,

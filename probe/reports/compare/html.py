@@ -35,6 +35,7 @@ h1 { font-size: 26px; margin: 0 0 6px; }
 h2 { font-size: 20px; margin: 36px 0 8px; padding-bottom: 4px; border-bottom: 2px solid var(--line); }
 h3 { font-size: 15px; margin: 22px 0 6px; }
 p.lead, .meta { color: var(--muted); }
+p.warning { background: #fff4e5; border-left: 4px solid #e69500; padding: 0.5em 0.8em; margin: 0.5em 0; }
 nav.toc { background: var(--head); border: 1px solid var(--line); border-radius: 6px; padding: 10px 18px;
           margin: 16px 0 8px; }
 nav.toc ol { margin: 4px 0; padding-left: 22px; }
@@ -96,8 +97,9 @@ def _figure(f: Figure) -> str:
             f"(files: figures/{html.escape(f.png.name)}, figures/{html.escape(f.svg.name)})</figcaption></figure>")
 
 
-def render(title: str, intro: str, sections: Sequence[Section], runs_table: Table | None = None) -> str:
-    """The whole page as one string."""
+def render(title: str, intro: str, sections: Sequence[Section], runs_table: Table | None = None,
+           warnings: Sequence[str] = ()) -> str:
+    """The whole page as one string; ``warnings``: one highlighted box each, above the intro."""
     toc = []
     body = []
     if runs_table is not None:
@@ -116,7 +118,9 @@ def render(title: str, intro: str, sections: Sequence[Section], runs_table: Tabl
         "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">"
         "<link rel=\"icon\" href=\"data:,\">"
         f"<title>{html.escape(title)}</title><style>{CSS}</style></head><body>"
-        f"<header><h1>{html.escape(title)}</h1><p class=\"lead\">{html.escape(intro)}</p></header>"
+        f"<header><h1>{html.escape(title)}</h1>"
+        + "".join(f'<p class="warning"><strong>Warning:</strong> {html.escape(w)}</p>' for w in warnings)
+        + f"<p class=\"lead\">{html.escape(intro)}</p></header>"
         f"<nav class=\"toc\"><b>Contents</b><ol>{''.join(toc)}</ol></nav>"
         f"<main>{''.join(body)}</main></body></html>\n"
     )
