@@ -26,6 +26,8 @@ def main() -> None:
     ap.add_argument("--max-new", type=int, default=10)
     ap.add_argument("--residual", type=float, default=0.01)
     ap.add_argument("--max-nodes", type=int, default=400)
+    ap.add_argument("--answer-residual", type=float, default=None,
+                    help="also enumerate to this fraction of the parsed mass (ImplicitBBQ uses 0.05)")
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--settings", default="0.1:1.0:20,0.7:0.9:20,0.7:0.9:25,0.8:0.9:20",
                     help="T:top_p:K triples")
@@ -40,7 +42,7 @@ def main() -> None:
     lm = load_model(args.model, device="cpu", dtype="float32")
     preqs = implicitbbq_parse_requests(lm.tokenizer, args.prompts)
     for row in cost_rows(lm, preqs, args.settings, max_new=args.max_new, residual=args.residual,
-                         max_nodes=args.max_nodes):
+                         max_nodes=args.max_nodes, answer_residual=args.answer_residual):
         print(json.dumps(row), flush=True)
 
 
@@ -56,7 +58,7 @@ def implicitbbq_parse_requests(tokenizer, n: int) -> list:
 
 
 def cost_rows(lm, preqs: list, settings: str, *, max_new: int, residual: float, max_nodes: int,
-              sync=lambda: None) -> list[dict]:
+              sync=lambda: None, answer_residual: float | None = None) -> list[dict]:
     """parse_exact against K seeded samples per prompt on ``preqs``, for each ``T:top_p:K`` of ``settings``:
     forward tokens, process CPU seconds and wall seconds (``sync`` waits for the device before a clock is read)."""
     from probe.prompts.answer_parse import oneword_decided
@@ -89,7 +91,8 @@ def cost_rows(lm, preqs: list, settings: str, *, max_new: int, residual: float, 
                 sync()
                 c0, w0 = time.process_time(), time.perf_counter()
                 dists = parse_exact(lm, prompts, spec, max_new_tokens=max_new, parser=parsers,
-                                    decided=oneword_decided, residual=residual, max_nodes=max_nodes)
+                                    decided=oneword_decided, residual=residual, max_nodes=max_nodes,
+                                    answer_residual=answer_residual)
                 sync()
                 done[spec] = (dists, time.process_time() - c0, time.perf_counter() - w0, counted["tokens"])
             dists, pe_cpu, pe_wall, pe_tokens = done[spec]
@@ -102,7 +105,7 @@ def cost_rows(lm, preqs: list, settings: str, *, max_new: int, residual: float, 
             # sampling's forward tokens: the prompt once, then every row of K at every step until all end
             s_tokens = prompt_tokens + sum(int(k) * max(1, min(max_new, 1 + max(
                 len(tok(x, add_special_tokens=False)["input_ids"]) for x in row))) for row in texts)
-            rows.append({"T": spec.temperature, "top_p": spec.top_p, "K": int(k), "prompts": len(prompts),
+            rows.append({"T": spec.temperature, "top_p": spec.top_p, "K": int(k), "prompts": len(prompts), "answer_residual": answer_residual,
                          "parse_exact_tokens": pe_tokens, "parse_exact_nodes": sum(d.nodes for d in dists),
                          "parse_exact_cpu_s": round(pe_cpu, 2), "parse_exact_wall_s": round(pe_wall, 3),
                          "max_residual": max(d.residual for d in dists),
