@@ -25,7 +25,14 @@ benchmark:
 5. in aggregate: the paper's headline metric from the sampled answers, its 95 %
    interval (bootstrap over units - instance, item or context pair - each with
    its own K sampled answers), and whether the exact paper-equivalent value
-   lies inside it.
+   lies inside it;
+6. for a parse-exact check, the other direction too: the range the sampled
+   value would fall in (95 % of draws) if the enumerated distributions were
+   the truth, drawing each prompt's K answers from them on the same prompts
+   (:func:`~probe.studies.sampling_check.check.predicted_range`). A bootstrap of
+   the sampled answers cannot produce an answer the sample missed, so for a
+   rare count (a few prompts that seldom parse) its interval is too narrow;
+   this range is not.
 
 Modules: :mod:`.check` (:func:`run_check`), :mod:`.report` (:func:`report_markdown`).
 The papers' parsers live with their tasks (each task's ``paper_check`` module).
