@@ -124,6 +124,8 @@ def _fmt(v: float, ci: Sequence[float] | None = None) -> str:
         return "n/a"
     s = f"{v:.2f}"
     if ci is not None and all(c is not None and not math.isnan(c) for c in ci):
+        if ci[0] == ci[1] and 0 < abs(v) < 1:
+            return s + " [CI n/a: zero width]"  # one resampling unit: every resample is the same value
         s += f" [{ci[0]:.2f}, {ci[1]:.2f}]"
     return s
 
