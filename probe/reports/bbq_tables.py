@@ -122,12 +122,11 @@ def summarize(records: Sequence[dict], n_boot: int = 1000, seed: int = 0,
 def _fmt(v: float, ci: Sequence[float] | None = None) -> str:
     if v is None or (isinstance(v, float) and math.isnan(v)):
         return "n/a"
-    s = f"{v:.2f}"
     if ci is not None and all(c is not None and not math.isnan(c) for c in ci):
-        if ci[0] == ci[1] and 0 < abs(v) < 1:
-            return s + " [CI n/a: zero width]"  # one resampling unit: every resample is the same value
-        s += f" [{ci[0]:.2f}, {ci[1]:.2f}]"
-    return s
+        from probe.reports.compare.tables import fmt_ci  # the report-wide rule (a zero-width interval: CI n/a)
+
+        return fmt_ci(v, ci)
+    return f"{v:.2f}"
 
 
 def table2(summary: dict[str, Any], version: str = "expected", model: str = "model") -> pd.DataFrame:

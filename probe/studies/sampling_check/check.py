@@ -154,12 +154,14 @@ def predicted_range(paper: PaperCheck, units: dict[str, list[PromptCase]], k: in
             rows.append((u, c, d))
         for m, v in paper.metrics(rows).items():
             vals.setdefault(m, []).append(v)
-    out = {}
-    for m, v in vals.items():
-        arr = np.asarray([x for x in v if x == x], float)
-        a = (1.0 - level) / 2
-        out[m] = (float(np.quantile(arr, a)), float(np.quantile(arr, 1 - a))) if arr.size else (math.nan, math.nan)
-    return out
+    return {m: _central(v, level) for m, v in vals.items()}
+
+
+def _central(values: Sequence[float], level: float = 0.95) -> tuple[float, float]:
+    """The central ``level`` range of the finite ``values`` (NaN, NaN when none is finite)."""
+    arr = np.asarray([x for x in values if x == x], float)
+    a = (1.0 - level) / 2
+    return (float(np.quantile(arr, a)), float(np.quantile(arr, 1 - a))) if arr.size else (math.nan, math.nan)
 
 
 def run_check(task: str, runner: Any, *, n_prompts: int = 100, k: int = 20, seed: int = 0,
@@ -235,8 +237,7 @@ def run_check(task: str, runner: Any, *, n_prompts: int = 100, k: int = 20, seed
         if m.startswith("n"):
             agg[m] = {"sampled": v, "exact": exact.get(m)}
             continue
-        arr = np.asarray([x for x in boots[m] if x == x], float)
-        lo, hi = (float(np.quantile(arr, 0.025)), float(np.quantile(arr, 0.975))) if arr.size else (math.nan, math.nan)
+        lo, hi = _central(boots[m])
         ex = exact.get(m, math.nan)
         agg[m] = {"exact": ex, "sampled": v, "ci_low": lo, "ci_high": hi,
                   "exact_inside": inside(ex, lo, hi, 1.0 / (k * len(cases))),
