@@ -434,6 +434,11 @@ def test_top_p_ties_at_the_boundary_by_hand():
     # five equal tokens (0.2 each), top-p 0.5: the mass before the 3rd is 0.4 < 0.5, before the 4th 0.6:
     # three are kept, the lower ids first
     assert _probs([0.0] * 5, SamplerChain(top_p=0.5)) == [0.333333, 0.333333, 0.333333, 0.0, 0.0]
+    # exactly on the boundary (0.25 each, all sums exact): the 3rd has 0.5 before it, not < 0.5: out, as in
+    # transformers (its ascending sums 0.25, 0.5 <= 1 - 0.5 are removed)
+    assert _probs([0.0] * 4, SamplerChain(top_p=0.5)) == [0.5, 0.5, 0.0, 0.0]
+    hf = TopPLogitsWarper(0.5)(None, torch.zeros(1, 4, dtype=torch.float64))
+    assert int((hf > -INF).sum()) == 2
     # a tie wholly inside the nucleus is kept whole
     assert _probs([math.log(6), 0.0, 0.0, -INF], SamplerChain(top_p=0.9)) == [0.75, 0.125, 0.125, 0.0]
     # the top token is always kept, however small top-p
@@ -558,3 +563,35 @@ def test_same_numbers_on_cuda():
     cuda = step_distribution(x.cuda(), chains, h.to("cuda"))
     assert torch.allclose(cuda.probs.cpu(), cpu.probs, atol=1e-12, rtol=0)
     assert torch.equal(cuda.kept.cpu(), cpu.kept)
+
+
+# -- the papers' presets --------------------------------------------------------------------------------------
+def test_the_papers_presets_as_their_authors_ran_them():
+    from probe.tasks.paper_samplers import PRESETS, preset
+
+    assert preset("implicitbbq").chain == SamplerChain(0.1)
+    assert preset("cmp_iso").chain == SamplerChain(0.7, top_p=0.9, order="vllm")
+    assert preset("cmp_iso").max_new_tokens == 2000
+    assert preset("hbb").chain == SamplerChain(0.8, top_k=50, repetition_penalty=1.2)
+    assert preset("hbb-api").chain == SamplerChain(0.8, frequency_penalty=0.6)
+    assert preset("hbb").max_new_tokens == preset("hbb-api").max_new_tokens == 2048
+    for p in PRESETS.values():
+        assert p.source and p.models and SamplerChain.from_dict(p.to_dict()["sampler"]) == p.chain
+    # the open-weight HBB sampler is one transformers' generate can run; the API one is not
+    assert preset("hbb").chain.generate_kwargs()["top_k"] == 50
+    with pytest.raises(ValueError, match="frequency"):
+        preset("hbb-api").chain.generate_kwargs()
+    with pytest.raises(ValueError, match="unknown sampler preset 'hbb2'"):
+        preset("hbb2")
+
+
+def test_hbb_repetition_penalty_reaches_the_first_token_through_the_prompt():
+    # the option letters are in the prompt: the first answer token is already penalised (logits > 0: / 1.2)
+    prompt, a, b = [5, 1, 6, 2, 7], 1, 2
+    x = torch.zeros(10, dtype=torch.float64)
+    x[a], x[b], x[3] = 6.0, 5.0, 5.5
+    hbb = step_distribution(x, SamplerChain(0.8, top_k=50, repetition_penalty=1.2), TokenHistory.from_ids([prompt]))
+    plain = step_distribution(x, SamplerChain(0.8)).probs[0]
+    assert plain.argmax() == a and hbb.probs[0].argmax() == 3
+    z = torch.tensor([6.0 / 1.2, 5.0 / 1.2, 5.5]) / 0.8
+    assert (hbb.probs[0, [a, b, 3]] / hbb.probs[0, 3]).tolist() == pytest.approx((z - z[2]).exp().tolist(), abs=1e-6)
