@@ -48,7 +48,8 @@ def cost(rows: int, vocab: int, history: int, repeat: int, scale: float) -> None
     h = TokenHistory.from_ids(torch.randint(0, vocab, (rows, history), generator=gen).tolist(),
                               torch.randint(0, vocab, (rows, 8), generator=gen).tolist())
     base = _time(lambda: sampling_distribution(x, SamplingSpec(0.7, 0.9)), repeat)
-    print(f"cost: {rows} rows x {vocab} vocabulary, logits N(0, {scale:g}^2); sampling_distribution(T 0.7, top-p 0.9) {base * 1e3:.1f} ms")
+    print(f"cost: {rows} rows x {vocab} vocabulary, logits N(0, {scale:g}^2); "
+          f"sampling_distribution(T 0.7, top-p 0.9) {base * 1e3:.1f} ms")
     for name, chain in (("T 0.7, top-p 0.9", SamplerChain(0.7, top_p=0.9)),
                         ("T 0.8, top-k 50, repetition 1.2", SamplerChain(0.8, top_k=50, repetition_penalty=1.2)),
                         ("every step", SamplerChain(0.7, top_k=50, top_p=0.9, min_p=0.05, repetition_penalty=1.2,

@@ -468,7 +468,7 @@ def test_kept_set_and_its_mass():
     far = torch.tensor([[0.0, -100.0]])
     low = step_distribution(far, SamplerChain(0.1))
     assert low.probs[0, 1] == 0 and low.logprobs[0, 1].item() == pytest.approx(-1000.0)
-    assert low.kept[0].tolist() == [True, True]
+    assert low.kept[0].tolist() == [True, True] and low.children(0) == ([0], [1.0])
     assert processed_logits(far, SamplerChain(0.1, top_k=1))[0, 1].item() == -INF
 
 
