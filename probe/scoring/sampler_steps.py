@@ -1,18 +1,16 @@
 """The steps of a :class:`~probe.scoring.sampler_chain.SamplerChain` on a batch of float64 scores.
 
 Each step takes scores ``z`` (``[n, vocab]``) and the chains' numbers as
-``[n, 1]`` columns (:class:`Params`); the rules and their sources are in
-:mod:`probe.scoring.sampler_chain`.
+``[n, 1]`` columns (:class:`Params`); ``chains`` are ``SamplerChain`` objects and
+``history`` a ``TokenHistory`` (not imported: the chain module imports this one).
+The rules and their sources are in :mod:`probe.scoring.sampler_chain`.
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import fields
-from typing import TYPE_CHECKING, Any, Sequence
-
-if TYPE_CHECKING:
-    from probe.scoring.sampler_chain import SamplerChain, TokenHistory
+from typing import Any, Sequence
 
 #: tokens ranked by a top-k before falling back to a full sort of the vocabulary (top-p's edge)
 TOP = 256
@@ -21,7 +19,7 @@ TOP = 256
 class Params:
     """The chains' numbers as ``[n, 1]`` float64 columns on the logits' device."""
 
-    def __init__(self, chains: Sequence[SamplerChain] | None, device: Any, cols: dict | None = None) -> None:
+    def __init__(self, chains: Sequence[Any] | None, device: Any, cols: dict | None = None) -> None:
         import torch
 
         if cols is not None:
@@ -37,7 +35,7 @@ class Params:
         return Params(None, None, {k: v[idx] for k, v in self.__dict__.items()})
 
 
-def penalised(z: Any, par: Params, chains: Sequence[SamplerChain], history: TokenHistory | None) -> Any:
+def penalised(z: Any, par: Params, chains: Sequence[Any], history: Any) -> Any:
     """Step 1: repetition penalty (prompt + generated ids), then frequency and presence (generated only)."""
     import torch
 
