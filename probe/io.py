@@ -234,15 +234,29 @@ def write_json_atomic(path: str | Path, obj: Any) -> None:
     write_atomic(path, json.dumps(_clean(obj), ensure_ascii=False, indent=2, sort_keys=True, allow_nan=False) + "\n")
 
 
-def iter_jsonl(path: str | Path, required: tuple[str, ...] = ()) -> Iterator[tuple[int, dict]]:
-    """Yield ``(line_number, object)`` from a JSONL file with errors naming file, line and field."""
+#: the longest JSONL line read by default (bytes, newline excluded): a longer one is refused before it is parsed,
+#: so a hostile file costs bounded memory; commands that read a user's file raise it with ``--max-line-bytes``
+MAX_LINE_BYTES = 8 * 1024 * 1024
+
+
+def iter_jsonl(path: str | Path, required: tuple[str, ...] = (),
+               max_line_bytes: int | None = None) -> Iterator[tuple[int, dict]]:
+    """Yield ``(line_number, object)`` from a JSONL file with errors naming file, line and field.
+
+    A line over ``max_line_bytes`` (default :data:`MAX_LINE_BYTES`) is an error naming the line and the limit;
+    no more than the limit is read into memory.
+    """
     path = Path(path)
+    limit = MAX_LINE_BYTES if max_line_bytes is None else int(max_line_bytes)
     if not path.exists():
         raise InputError(path, None, None, "file does not exist")
     if not path.is_file():
         raise InputError(path, None, None, "not a file (a directory?)")
     with open(path, "rb") as f:
-        for n, raw in enumerate(f, start=1):
+        for n, raw in enumerate(iter(lambda: f.readline(limit + 1), b""), start=1):
+            if len(raw) > limit and not (len(raw) == limit + 1 and raw.endswith(b"\n")):
+                raise InputError(path, n, None, f"the line is longer than the limit of {limit:,} bytes (read no "
+                                 "further; raise the limit with --max-line-bytes)")
             try:
                 text = raw.decode("utf-8")
             except UnicodeDecodeError as exc:

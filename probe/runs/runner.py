@@ -106,7 +106,12 @@ class Runner:
                 raise ProbeError(f"{where}: duplicate request id {r.id!r}; ids key records and resume")
             seen.add(r.id)
             if r.kind not in ("generation", "parse"):
-                self.scorer.encode(r)
+                try:
+                    self.scorer.encode(r)
+                except ValueError as exc:  # a prompt past the context window: one line, before any work
+                    prefix = "" if where == "requests" else f"{where}: "
+                    raise ProbeError(f"{prefix}{exc}; nothing was scored (a model with a longer context "
+                                     "window, or shorter prompts, can score it)") from None
 
     def score(self, requests: Sequence[Any], output: str | Path | None = None, plan: ScorePlan | None = None,
               **settings: Any) -> list[Record]:

@@ -38,7 +38,7 @@ from probe.errors import ProbeError
 
 MANIFEST_FORMAT = 1
 MANIFEST_SUFFIX = ".shard.json"
-_SPEC = re.compile(r"\s*(\d+)\s*/\s*(\d+)\s*")
+_SPEC = re.compile(r"\s*([0-9]+)\s*/\s*([0-9]+)\s*")  # ASCII digits: \d also takes full-width and other scripts' digits
 
 
 class ShardDone(Exception):

@@ -20,6 +20,8 @@ requests are refused, naming both models.
 from __future__ import annotations
 
 import dataclasses
+import math
+import re
 import sys
 import time
 from dataclasses import dataclass, field
@@ -60,7 +62,7 @@ class Evaluation:
         return f"Evaluation(task={self.task!r}, model={self.model!r}, records={len(self.records)}{where})"
 
 
-def run_task(task: Task, config: Any, model: Any, output: str | Path | None = None, limit: int | None = None,
+def run_task(task: Task, config: Any, model: Any, output: str | Path | None = None, limit: int | float | None = None,
              options: RunOptions | None = None, runner: Runner | None = None) -> Evaluation:
     """Run ``task`` with ``config`` on ``model`` (a name, a path or a loaded model).
 
@@ -78,6 +80,8 @@ def run_task(task: Task, config: Any, model: Any, output: str | Path | None = No
     lock: Any = contextlib.nullcontext()
     if out is not None and (runner.procs if runner else detect()).is_main:
         check_run_dir(out)
+        if runner is None:
+            check_models_before_load(out, model)
         # a --shard job writes only its own shard files: it holds its shard's lock, the folding run the directory's
         name = LOCK_FILE if not options.shard else f"{LOCK_FILE}.shard-{str(options.shard).replace('/', '-of-')}"
         lock = OutputLock(out / name, str(out) if not options.shard else f"{out} (shard {options.shard})")
@@ -89,6 +93,15 @@ def run_task(task: Task, config: Any, model: Any, output: str | Path | None = No
 LOCK_FILE = ".probe.lock"
 #: files that mark a directory as (part of) a run: a re-run resumes there
 RUN_FILES = ("records.jsonl", "records.jsonl.input.json", "generations.jsonl")
+
+
+def check_models_before_load(out: Path, model: Any) -> None:
+    """Refuse, before ``model`` (a name or path) loads, a run directory whose records come from other weights
+    (:func:`probe.runs.resume.check_model_before_load`); the full fingerprint is checked after loading."""
+    from probe.runs.resume import check_model_before_load
+
+    for name in ("records.jsonl", "generations.jsonl"):
+        check_model_before_load(out / name, model, where=out)
 
 
 def check_run_dir(out: Path) -> None:
@@ -106,7 +119,7 @@ def check_run_dir(out: Path) -> None:
                          "report.md, summary.json and tables/. Choose a new output directory, or empty this one")
 
 
-def _run_task(task: Task, config: Any, model: Any, out: Path | None, limit: int | None, options: RunOptions,
+def _run_task(task: Task, config: Any, model: Any, out: Path | None, limit: int | float | None, options: RunOptions,
               runner: Runner | None) -> Evaluation:
     from probe.io import write_json_atomic
     from probe.runs.provenance import provenance
@@ -115,6 +128,7 @@ def _run_task(task: Task, config: Any, model: Any, out: Path | None, limit: int 
 
     t_start = time.perf_counter()
     pool = task.items(config)
+    asked, limit = limit, resolve_limit(task, config, limit, pool)
     items = task.select(config, pool, limit)
     if not items:
         raise ProbeError(f"task {task.name!r}: no items selected (check the data, the limit and the config)")
@@ -204,6 +218,7 @@ def _run_task(task: Task, config: Any, model: Any, out: Path | None, limit: int 
             task.report(config, Aggregate(summary, result.tables), out)
             write_json_atomic(out / "provenance.json", provenance(
                 lm, config={"task": task.name, "limit": limit, "task_config": _plain(config),
+                            **({"limit_fraction": asked} if isinstance(asked, float) else {}),
                             "run_options": _plain(options)},
                 data_files=task.data_files(config), world_size=runner.procs.world_size,
                 model_fingerprint=runner.model_id,  # what the records' ``model`` field holds
@@ -238,6 +253,42 @@ def _check_no_extra_records(path: Path, requests: Sequence[Any]) -> None:
                          "same --limit and config, or choose a new output directory")
 
 
+def check_limit(limit: Any) -> int | float | None:
+    """``limit`` as :func:`run_task` takes it, else a :class:`ProbeError`: None, an integer >= 1 (items), or a
+    fraction strictly between 0 and 1 of the task's items (lm-evaluation-harness's ``--limit 0.01``).
+
+    >>> check_limit(24), check_limit(0.01), check_limit("0.5"), check_limit(None)
+    (24, 0.01, 0.5, None)
+    """
+    if limit is None:
+        return None
+    value: Any = limit
+    if isinstance(limit, str):
+        text = limit.strip()
+        if re.fullmatch(r"[0-9]+", text):
+            value = int(text)
+        elif re.fullmatch(r"[0-9]*\.[0-9]+(?:[eE]-?[0-9]+)?|[0-9]+[eE]-[0-9]+", text):
+            value = float(text)
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        value = None
+    elif isinstance(value, float) and value.is_integer() and value >= 1:
+        value = int(value)
+    if isinstance(value, int) and value >= 1 or isinstance(value, float) and 0 < value < 1:
+        return value
+    raise ProbeError(f"limit must be a number of items (an integer >= 1) or a fraction of the task's items "
+                     f"between 0 and 1 (e.g. 0.01), got {limit!r}")
+
+
+def resolve_limit(task: Task, config: Any, limit: int | float | None, pool: Sequence[Any] | None = None) -> int | None:
+    """``limit`` as a number of items: a fraction is taken of the items an unlimited run selects, rounded up
+    (as lm-evaluation-harness does), at least 1; the sample is then stratified as any ``--limit N``."""
+    limit = check_limit(limit)
+    if not isinstance(limit, float):
+        return limit
+    pool = task.items(config) if pool is None else pool
+    return max(1, math.ceil(len(task.select(config, pool, None)) * limit))
+
+
 def check_smaller_limit(task: Task, config: Any, limit: int | None, out: Path, pool: Sequence[Any] | None = None,
                         items: Sequence[Any] | None = None) -> None:
     """Refuse, before the model loads, a ``--limit`` smaller than the finished run ``out`` holds (same task and
@@ -248,6 +299,8 @@ def check_smaller_limit(task: Task, config: Any, limit: int | None, out: Path, p
 
     if limit is None or not (out / "records.jsonl").is_file() or not (out / "provenance.json").is_file():
         return
+    pool = task.items(config) if pool is None and isinstance(limit, float) else pool
+    limit = resolve_limit(task, config, limit, pool)
     try:
         old = json.loads((out / "provenance.json").read_text(encoding="utf-8")).get("config") or {}
     except (OSError, ValueError, AttributeError):
