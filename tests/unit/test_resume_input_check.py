@@ -95,7 +95,8 @@ def test_a_different_model_is_refused(tmp_path, model_dir, other_model_dir, caps
     capsys.readouterr()
     assert _score(other_model_dir, inp, out) == 1
     err = capsys.readouterr().err
-    assert f"{out} was scored by a different model" in err and "weights:" in err
+    # refused before the other model loads, from its weight files (the full fingerprint is checked after loading)
+    assert f"{out} holds records of another model" in err and "weights files:" in err and "nothing was loaded" in err
     assert str(model_dir) in err and str(other_model_dir) in err  # both models are named
     assert out.read_bytes() == before
 
