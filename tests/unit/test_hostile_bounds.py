@@ -17,6 +17,7 @@ import pytest
 
 from probe.cli import main
 from probe.errors import ProbeError
+from tests.unit.test_hostile_inputs import _no_model_load, _one_line_error
 
 GOOD = {"id": "q1", "prompt": "Who has wrinkles?", "options": ["A", "B", "C"]}
 
@@ -36,15 +37,6 @@ def _score(model_dir: Path, inp: Path, out: Path, *extra: str, command: str = "s
                  *extra])
 
 
-def _one_line_error(capsys, *needles: str) -> str:
-    err = capsys.readouterr().err
-    lines = re.findall(r"probe: error:[^\n]*", err)
-    assert len(lines) == 1 and "Traceback" not in err, err
-    for n in needles:
-        assert n in lines[0], lines[0]
-    return lines[0]
-
-
 def _usage_error(capsys, argv: list[str], *needles: str) -> str:
     """argparse refuses ``argv`` (exit 2) with one ``error:`` line naming ``needles``."""
     with pytest.raises(SystemExit) as info:
@@ -61,12 +53,7 @@ def _usage_error(capsys, argv: list[str], *needles: str) -> str:
 @pytest.fixture
 def no_model_load(monkeypatch):
     """Any model load fails the test: the case must be refused before it."""
-    import probe.models.loader as loader
-
-    def boom(*a, **k):
-        raise AssertionError("the model was loaded before the input was validated")
-
-    monkeypatch.setattr(loader, "_from_pretrained", boom)
+    _no_model_load(monkeypatch)
 
 
 # --- per-line byte limit and character limit ------------------------------------------------------------------
@@ -258,18 +245,7 @@ def test_records_to_frame_of_a_run_without_output(tiny_lm):
 
 # --- another model's run directory: refused before this model loads ---------------------------------------------
 
-@pytest.fixture(scope="module")
-def other_model(tmp_path_factory) -> Path:
-    from tests.tiny import tiny_lm as make
-
-    lm = make(seed=1)
-    d = tmp_path_factory.mktemp("other-model")
-    lm.model.save_pretrained(d)
-    lm.tokenizer.save_pretrained(d)
-    return d
-
-
-def test_run_into_another_models_directory_is_refused_before_loading(tmp_path, model_dir, other_model, capsys,
+def test_run_into_another_models_directory_is_refused_before_loading(tmp_path, model_dir, other_model_dir, capsys,
                                                                      monkeypatch):
     out = tmp_path / "run"
     assert main(["run", "demo", "--model", str(model_dir), "--limit", "2", "--output", str(out)]) == 0
@@ -278,7 +254,7 @@ def test_run_into_another_models_directory_is_refused_before_loading(tmp_path, m
     import probe.models.loader as loader
 
     monkeypatch.setattr(loader, "_from_pretrained", lambda *a, **k: pytest.fail("loaded before the check"))
-    assert main(["run", "demo", "--model", str(other_model), "--limit", "2", "--output", str(out)]) == 1
+    assert main(["run", "demo", "--model", str(other_model_dir), "--limit", "2", "--output", str(out)]) == 1
     _one_line_error(capsys, str(out), "another model", "nothing was loaded")
     assert (out / "records.jsonl").read_bytes() == records
     # the same model resumes (the pre-check reads only its files; nothing to score)
@@ -286,7 +262,7 @@ def test_run_into_another_models_directory_is_refused_before_loading(tmp_path, m
     assert main(["run", "demo", "--model", str(model_dir), "--limit", "2", "--output", str(out)]) == 0
 
 
-def test_score_into_another_models_output_is_refused_before_loading(tmp_path, model_dir, other_model, capsys,
+def test_score_into_another_models_output_is_refused_before_loading(tmp_path, model_dir, other_model_dir, capsys,
                                                                     monkeypatch):
     inp = _jsonl(tmp_path / "items.jsonl", [GOOD])
     out = tmp_path / "o.jsonl"
@@ -295,7 +271,7 @@ def test_score_into_another_models_output_is_refused_before_loading(tmp_path, mo
     import probe.models.loader as loader
 
     monkeypatch.setattr(loader, "_from_pretrained", lambda *a, **k: pytest.fail("loaded before the check"))
-    assert _score(other_model, inp, out) == 1
+    assert _score(other_model_dir, inp, out) == 1
     _one_line_error(capsys, "another model", "nothing was loaded")
 
 

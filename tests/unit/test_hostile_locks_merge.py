@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from probe.cli import main
-from probe.errors import ProbeError
+from tests.unit.test_hostile_inputs import _one_line_error
 from tests.tiny import score_items, write_items
 
 GOOD = {"id": "q1", "prompt": "Who has wrinkles?", "options": ["A", "B", "C"]}
@@ -38,15 +38,6 @@ def _jsonl(path: Path, lines: list) -> Path:
 def _score(model_dir: Path, inp: Path, out: Path, *extra: str) -> int:
     return main(["score", "--model", str(model_dir), "--input", str(inp), "--output", str(out), "--device", "cpu",
                  "--batch-size", "2", "--flush-every", "4", *extra])
-
-
-def _one_line_error(capsys, *needles: str) -> str:
-    err = capsys.readouterr().err
-    lines = re.findall(r"probe: error:[^\n]*", err)
-    assert len(lines) == 1 and "Traceback" not in err, err
-    for n in needles:
-        assert n in lines[0], lines[0]
-    return lines[0]
 
 
 # --- locks ------------------------------------------------------------------------------------------------------

@@ -19,18 +19,6 @@ ITEMS = [
 ]
 
 
-@pytest.fixture(scope="module")
-def other_model_dir(tmp_path_factory) -> Path:
-    """The tiny model with other random weights (same architecture and tokenizer)."""
-    from tests.tiny import tiny_lm
-
-    lm = tiny_lm(seed=1)
-    d = tmp_path_factory.mktemp("tiny-model-seed1")
-    lm.model.save_pretrained(d)
-    lm.tokenizer.save_pretrained(d)
-    return d
-
-
 def _write(path: Path, items: list[dict]) -> Path:
     path.write_text("".join(json.dumps(x) + "\n" for x in items))
     return path
