@@ -390,3 +390,13 @@ def test_limit_fraction_on_the_command_line(tmp_path, model_dir, capsys):
     with pytest.raises(SystemExit):
         main(["run", "--help"])
     assert "0.01" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("argv", [
+    ["demo"], ["activations", "--input", "x.jsonl", "--output", "o"], ["analyze", "representations", "run"],
+    ["analyze", "lens", "run", "--output", "o"], ["data", "build", "hbb-variations", "--output", "o"],
+    ["score", "--input", "x", "--output", "y"], ["perplexity", "--input", "x", "--output", "y"],
+], ids=lambda a: "-".join(a[:2]))
+def test_threads_zero_is_a_usage_error_everywhere(capsys, argv):
+    """``--threads 0`` was a traceback (RunOptions' ValueError) in several commands."""
+    _usage_error(capsys, [*argv, "--threads", "0"], "--threads")
