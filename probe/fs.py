@@ -57,9 +57,10 @@ def check_parents(path: str | Path, what: str | Path | None = None) -> None:
 
 
 def _lock_key(path: Path) -> str:
-    """The key of a lock in this process: its resolved path (two spellings of one file are one lock)."""
+    """The key of a lock in this process: its folder resolved (two spellings of one folder are one lock) and its
+    own name as is (a link at the lock path is never followed, not even to find a lock this process holds)."""
     try:
-        return str(path.resolve())
+        return str(path.parent.resolve() / path.name)
     except (OSError, RuntimeError):  # a symbolic link loop: the lock itself refuses it with one line
         return os.path.abspath(path)
 
