@@ -28,7 +28,7 @@ def split_options(options: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str,
     return run, task
 
 
-def evaluate(model: Any, task: "str | Sequence[str]", *, limit: int | None = None,
+def evaluate(model: Any, task: "str | Sequence[str]", *, limit: int | float | None = None,
              output: str | Path | None = None, config: Any = None, **options: Any) -> "Evaluation | Evaluations":
     """Run the task called ``task`` on ``model`` and return an :class:`Evaluation`.
 
@@ -43,7 +43,8 @@ def evaluate(model: Any, task: "str | Sequence[str]", *, limit: int | None = Non
         a hub id (offline: one in the local cache), or an already loaded model
         (:func:`probe.models.load_model`).
     task : a name from ``probe.list_tasks()``.
-    limit : score ``limit`` items, a stratified sample over the task's strata with whole units
+    limit : score ``limit`` items (an integer), or that fraction of them (a float in (0, 1), rounded up, as
+        lm-evaluation-harness's ``limit``): a stratified sample over the task's strata with whole units
         (``summary["coverage"]`` says what it covered and left out).
     output : a run directory: records, summary, tables and provenance are
         written there, and a re-run resumes (another model is refused).
@@ -74,8 +75,9 @@ def evaluate(model: Any, task: "str | Sequence[str]", *, limit: int | None = Non
     """
     from probe.tasks import get
 
-    if limit is not None and (not isinstance(limit, int) or limit < 1):
-        raise ProbeError(f"limit must be a positive integer, got {limit!r}")
+    from probe.runs.task_run import check_limit
+
+    limit = check_limit(limit)  # an item count, or a fraction of the items as lm-eval's
     tasks = [t.strip() for t in task.split(",") if t.strip()] if isinstance(task, str) else [str(t) for t in task]
     models = list(model) if isinstance(model, (list, tuple)) else [model]
     if len(tasks) > 1 or len(models) > 1:

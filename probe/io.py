@@ -20,6 +20,8 @@ from pathlib import Path
 from typing import Any, Iterable, Iterator, Mapping
 
 from probe.errors import InputError, ProbeError
+# re-exported: every layer takes them from probe.io
+from probe.fs import OutputLock, check_parents, naming  # noqa: F401
 
 
 def dumps(obj: Any) -> str:
@@ -126,20 +128,48 @@ class RecordWriter:
               f"{', '.join(map(repr, ids[:3]))}{', ...' if len(ids) > 3 else ''})", file=sys.stderr)
 
     def write_many(self, records: Iterable[dict]) -> None:
-        lines = []
+        """Append the records whose id is not written yet, durably (flushed and synced) before returning.
+
+        A write that fails (a full disk) is undone: the file goes back to its previous length (and is removed
+        if this write created it), so a resume finds whole records only and an error leaves no empty file.
+        """
+        new: dict[str, dict] = {}
         for rec in records:
             rid = str(rec[self.key])
-            if rid in self.done:
-                continue
-            self.done.add(rid)
-            self.records.append(rec)
-            lines.append(dumps(rec) + "\n")
-        if lines:
-            if self._fh is None:
-                self._fh = open(self.path, "a", encoding="utf-8")
-            self._fh.write("".join(lines))
-            self._fh.flush()
-            os.fsync(self._fh.fileno())
+            if rid not in self.done and rid not in new:
+                new[rid] = rec
+        if not new:
+            return
+        text = "".join(dumps(rec) + "\n" for rec in new.values())
+        existed = self.path.exists()
+        size = self.path.stat().st_size if existed else 0
+        try:
+            with naming(self.path):
+                if self._fh is None:
+                    self._fh = open(self.path, "a", encoding="utf-8")
+                self._fh.write(text)
+                self._fh.flush()
+                os.fsync(self._fh.fileno())
+        except BaseException:
+            self._undo(existed, size)
+            raise
+        self.done.update(new)
+        self.records.extend(new.values())
+
+    def _undo(self, existed: bool, size: int) -> None:
+        if self._fh is not None:
+            try:
+                self._fh.close()
+            except OSError:
+                pass  # what it still buffered is cut below
+            self._fh = None
+        try:
+            if existed:
+                os.truncate(self.path, size)
+            else:
+                self.path.unlink(missing_ok=True)
+        except OSError:
+            pass  # a torn tail is dropped by the next resume
 
     def close(self) -> None:
         if not self._closed:
@@ -161,7 +191,7 @@ def write_atomic(path: str | Path, text: str) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
+        with naming(path), os.fdopen(fd, "w", encoding="utf-8") as f:
             f.write(text)
             f.flush()
             os.fsync(f.fileno())
@@ -183,15 +213,29 @@ def write_json_atomic(path: str | Path, obj: Any) -> None:
     write_atomic(path, json.dumps(_clean(obj), ensure_ascii=False, indent=2, sort_keys=True, allow_nan=False) + "\n")
 
 
-def iter_jsonl(path: str | Path, required: tuple[str, ...] = ()) -> Iterator[tuple[int, dict]]:
-    """Yield ``(line_number, object)`` from a JSONL file with errors naming file, line and field."""
+#: the longest JSONL line read by default (bytes, newline excluded): a longer one is refused before it is parsed,
+#: so a hostile file costs bounded memory; commands that read a user's file raise it with ``--max-line-bytes``
+MAX_LINE_BYTES = 8 * 1024 * 1024
+
+
+def iter_jsonl(path: str | Path, required: tuple[str, ...] = (),
+               max_line_bytes: int | None = None) -> Iterator[tuple[int, dict]]:
+    """Yield ``(line_number, object)`` from a JSONL file with errors naming file, line and field.
+
+    A line over ``max_line_bytes`` (default :data:`MAX_LINE_BYTES`) is an error naming the line and the limit;
+    no more than the limit is read into memory.
+    """
     path = Path(path)
+    limit = MAX_LINE_BYTES if max_line_bytes is None else int(max_line_bytes)
     if not path.exists():
         raise InputError(path, None, None, "file does not exist")
     if not path.is_file():
         raise InputError(path, None, None, "not a file (a directory?)")
     with open(path, "rb") as f:
-        for n, raw in enumerate(f, start=1):
+        for n, raw in enumerate(iter(lambda: f.readline(limit + 1), b""), start=1):
+            if len(raw) > limit and not (len(raw) == limit + 1 and raw.endswith(b"\n")):
+                raise InputError(path, n, None, f"the line is longer than the limit of {limit:,} bytes (read no "
+                                 "further; raise the limit with --max-line-bytes)")
             try:
                 text = raw.decode("utf-8")
             except UnicodeDecodeError as exc:
@@ -334,78 +378,3 @@ def inside(root: str | Path, path: str | Path) -> Path:
     if target != base and base not in target.parents:
         raise ProbeError(f"refusing to write {path}: it lies outside the output directory {root}")
     return Path(path)
-
-
-def check_parents(path: str | Path, what: str | Path | None = None) -> None:
-    """An :class:`InputError` when a folder above ``path`` is a plain file (``--output afile/out.jsonl``)."""
-    for parent in Path(path).parents:
-        if parent.exists():
-            if not parent.is_dir():
-                raise InputError(what or path, None, None, f"cannot write here: {parent} is a file, not a directory")
-            return
-
-
-class OutputLock:
-    """An exclusive OS lock on ``path`` (``fcntl.flock`` on the file itself), held while the context is open.
-
-    A second process that asks for the same lock is refused at once with a :class:`ProbeError` naming the
-    holder's pid (written into the file). Within one process the lock is re-entrant (the command, the
-    task run and the runner may each take it). The file is removed when the last holder lets go; a lock
-    file left by a killed process holds no lock and is simply taken over.
-    """
-
-    _held: dict[str, list] = {}  # resolved path -> [fd, depth] in this process
-
-    def __init__(self, path: str | Path, what: str | None = None) -> None:
-        self.path = Path(path)
-        self.what = what or str(self.path)
-
-    def __enter__(self) -> "OutputLock":
-        key = str(self.path.resolve())
-        held = self._held.get(key)
-        if held is not None:
-            held[1] += 1
-            return self
-        try:
-            import fcntl
-        except ImportError:  # pragma: no cover - no POSIX locks (Windows): run without one
-            self._held[key] = [None, 1]
-            return self
-        check_parents(self.path, self.what)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        while True:
-            fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except OSError:
-                os.lseek(fd, 0, os.SEEK_SET)
-                holder = os.read(fd, 64).decode("ascii", "replace").strip() or "unknown"
-                os.close(fd)
-                raise ProbeError(f"{self.what} is being written by another probe process (pid {holder}); wait for it "
-                                 "to finish, or choose another output") from None
-            try:  # the file we locked may have been removed by a holder letting go meanwhile: lock the new one
-                same = os.fstat(fd).st_ino == os.stat(self.path).st_ino
-            except FileNotFoundError:
-                same = False
-            if same:
-                break
-            os.close(fd)
-        os.ftruncate(fd, 0)
-        os.write(fd, f"{os.getpid()}\n".encode())
-        self._held[key] = [fd, 1]
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        key = str(self.path.resolve())
-        held = self._held[key]
-        held[1] -= 1
-        if held[1]:
-            return
-        del self._held[key]
-        if held[0] is not None:
-            try:
-                os.unlink(self.path)  # while still locked: a waiting process then locks a fresh file
-            except OSError:
-                pass
-            os.close(held[0])
-

@@ -37,6 +37,18 @@ def model_dir(tmp_path_factory) -> Path:
 
 
 @pytest.fixture(scope="session")
+def other_model_dir(tmp_path_factory) -> Path:
+    """The tiny model with other random weights (same architecture and tokenizer), as a model directory."""
+    from tests.tiny import tiny_lm as make
+
+    lm = make(seed=1)
+    d = tmp_path_factory.mktemp("tiny-model-seed1")
+    lm.model.save_pretrained(d)
+    lm.tokenizer.save_pretrained(d)
+    return d
+
+
+@pytest.fixture(scope="session")
 def smollm2():
     """The real embedded default model (converted once, then cached under PROBE_CACHE)."""
     try:

@@ -22,7 +22,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from probe.commands.common import positive_int_or_auto, shard_spec
+from probe.commands.common import bounded_int, positive_int_or_auto, shard_spec
 
 #: the records file inside the store directory (the Runner's; resume reads it)
 RECORDS = "records.jsonl"
@@ -58,7 +58,7 @@ def register(groups: dict[str, argparse._SubParsersAction]) -> None:
     p.add_argument("--device", default="auto", help="auto (default: the GPU when one is visible), cpu, cuda, cuda:N, mps")
     p.add_argument("--dtype", default="auto", choices=["float32", "bfloat16", "float16", "auto"],
                    help="default: auto = bfloat16 on a GPU that supports it, else float32")
-    p.add_argument("--threads", type=int, default=None, help="torch CPU threads")
+    p.add_argument("--threads", type=bounded_int(1, None), default=None, help="torch CPU threads")
     p.add_argument("--limit", type=int, default=None, help="only the first N items")
     p.add_argument("--no-progress", "--quiet", dest="quiet", action="store_true", help="no progress bar")
     p.add_argument("--shard", default=None, metavar="I/N", type=shard_spec,

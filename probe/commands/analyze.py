@@ -23,6 +23,8 @@ import sys
 from pathlib import Path
 from typing import Callable
 
+from probe.commands.common import bounded_int
+
 
 def register(groups: dict) -> None:
     analyze = groups[""].add_parser("analyze", help="analyses of a model's internals (representations, ...)",
@@ -57,7 +59,7 @@ def register(groups: dict) -> None:
     p.add_argument("--steer-items", type=int, default=96, help="records re-scored per steering strength (default 96)")
     p.add_argument("--steer-layer", default="best",
                    help="'best' (the most accurate consistency probe at last) or a layer number")
-    p.add_argument("--threads", type=int, default=None, help="torch CPU threads")
+    p.add_argument("--threads", type=bounded_int(1, None), default=None, help="torch CPU threads")
     p.set_defaults(func=run_representations_command)
     from probe.commands.analyze_tasks import register_task_analyses
 

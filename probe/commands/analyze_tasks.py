@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from probe.commands.common import bounded_int
 from probe.errors import ProbeError
 
 INPUT = ("RUN_DIR: a run directory of `probe run TASK --output RUN_DIR [--capture ...]` (its model, config and "
@@ -83,7 +84,7 @@ def _parser(sub: Any, name: str, help: str, description: str) -> argparse.Argume
     p.add_argument("--position", default=None,
                    help="older spelling: the POSITION of --capture (default: last prompt token)")
     p.add_argument("--output", type=Path, required=True, help="directory for the analysis outputs")
-    p.add_argument("--threads", type=int, default=None, help="torch CPU threads")
+    p.add_argument("--threads", type=bounded_int(1, None), default=None, help="torch CPU threads")
     p.add_argument("--no-progress", "--quiet", dest="progress", action="store_false", default=True,
                    help="no progress bar")
     return p

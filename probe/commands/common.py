@@ -44,6 +44,49 @@ def add_model_args(p: argparse.ArgumentParser, default_model: str | None = DEFAU
                    f"Default: ${SCORE_CACHE_ENV} if set, else no cache")
 
 
+def add_threads_arg(p: argparse.ArgumentParser) -> None:
+    """``--threads N``: torch CPU threads (what the busy-CPU note advises)."""
+    p.add_argument("--threads", type=_positive_int, default=None,
+                   help="torch CPU threads (default: torch's, one per core; fewer, with a note, when the CPU is busy)")
+
+
+def bounded_int(low: int, high: int | None):
+    """An argparse type: an integer in ``[low, high]`` (``high`` None: no upper bound), ASCII digits only.
+
+    >>> bounded_int(1, 10)("3"), bounded_int(0, None)("0")
+    (3, 0)
+    """
+    def parse(text: str) -> int:
+        import re
+
+        if not re.fullmatch(r"\s*[-+]?[0-9]+\s*", text):
+            raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}")
+        value = int(text)
+        if value < low or (high is not None and value > high):
+            bound = f"at least {low:,}" if high is None else f"from {low:,} to {high:,}"
+            raise argparse.ArgumentTypeError(f"expected an integer {bound}, got {text.strip()}")
+        return value
+
+    return parse
+
+
+def add_input_limit_args(p: argparse.ArgumentParser) -> None:
+    """``--max-line-bytes`` / ``--max-chars``: the bounds on an input file, checked before the model loads."""
+    from probe.io import MAX_LINE_BYTES
+    from probe.prompts.items import MAX_CHARS
+
+    g = p.add_argument_group("input limits (checked before the model loads; a hostile file costs bounded memory)")
+    g.add_argument("--max-line-bytes", type=_positive_int, default=MAX_LINE_BYTES, metavar="N",
+                   help=f"longest input line in bytes (default: {MAX_LINE_BYTES:,})")
+    g.add_argument("--max-chars", type=_positive_int, default=MAX_CHARS, metavar="N",
+                   help=f"most characters of text per item, counted before tokenizing (default: {MAX_CHARS:,})")
+
+
+def input_limits(args: argparse.Namespace) -> dict[str, int | None]:
+    """The ``max_chars`` / ``max_line_bytes`` keywords of the item readers, from :func:`add_input_limit_args`."""
+    return {"max_chars": getattr(args, "max_chars", None), "max_line_bytes": getattr(args, "max_line_bytes", None)}
+
+
 SHARD_HELP = ("score only shard I of N (0-based, e.g. $SLURM_ARRAY_TASK_ID/$SLURM_ARRAY_TASK_COUNT) in this process, "
               "with no process group, into OUTPUT.rankI-of-N.jsonl, then stop; once all N have finished, the same "
               "command without --shard (or `probe merge DIR`) folds them in, byte-identical to one process "
@@ -78,7 +121,8 @@ def run_options(args: argparse.Namespace) -> Any:
 
     cache = score_cache_path(args)
     try:
-        return RunOptions(device=args.device, dtype=args.dtype, load_in_8bit=args.load_in_8bit,
+        return RunOptions(threads=getattr(args, "threads", None),
+                          device=args.device, dtype=args.dtype, load_in_8bit=args.load_in_8bit,
                           load_in_4bit=args.load_in_4bit, device_map=args.device_map,
                           trust_remote_code=args.trust_remote_code, batch_size=args.batch_size,
                           token_budget=args.token_budget, chunk_size=args.flush_every,

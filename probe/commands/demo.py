@@ -6,7 +6,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from probe.commands.common import positive_int_or_auto
+from probe.commands.common import bounded_int, positive_int_or_auto
 from probe.models.builtins import DEFAULT_MODEL
 
 
@@ -20,7 +20,7 @@ def register(groups: dict) -> None:
     p.add_argument("--model", default=DEFAULT_MODEL,
                    help=f"built-in name, .gguf file, model directory or hub id (default: {DEFAULT_MODEL})")
     p.add_argument("--output", type=Path, default=Path("probe-demo"), help="run directory (default: probe-demo)")
-    p.add_argument("--threads", type=int, default=None,
+    p.add_argument("--threads", type=bounded_int(1, None), default=None,
                    help="torch CPU threads (default: torch's, fewer when the CPU is busy)")
     p.add_argument("--batch-size", type=positive_int_or_auto, default="auto",
                    help="most sequences per forward pass, or auto (default; probe score --help)")

@@ -25,7 +25,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from probe.commands.common import add_model_args, run_options
+from probe.commands.common import add_model_args, bounded_int, run_options
 
 
 def register(groups: dict[str, argparse._SubParsersAction]) -> None:
@@ -54,7 +54,7 @@ def register(groups: dict[str, argparse._SubParsersAction]) -> None:
     v.add_argument("--system", default="You are a useful assistant.",
                    help="system message (default: the authors', 'You are a useful assistant.'; '' for none)")
     v.add_argument("--no-chat-template", dest="chat_template", action="store_false", help="plain text prompts")
-    v.add_argument("--threads", type=int, default=None, help="torch CPU threads")
+    v.add_argument("--threads", type=bounded_int(1, None), default=None, help="torch CPU threads")
     add_model_args(v)
     v.set_defaults(func=build_hbb_variations)
 

@@ -45,10 +45,10 @@ def register(groups: dict) -> None:
     p.add_argument("--model_args", "--model-args", dest="model_args", default=None, metavar="KEY=VALUE,...",
                    help="lm-eval style: pretrained=NAME (the model), dtype=..., trust_remote_code=True, "
                    "device=..., batch_size=...")
-    p.add_argument("--limit", type=_positive, default=None,
-                   help="score N items, a stratified sample over the task's strata (categories, bias types, "
-                   "dimensions, benchmarks) with whole units kept together; the run prints and summary.json "
-                   "records what it covered and left out")
+    p.add_argument("--limit", type=_limit, default=None, metavar="N|FRACTION",
+                   help="score N items, or a fraction of them (0.01 = 1%%, rounded up, as lm-eval's --limit): a "
+                   "stratified sample over the task's strata (categories, bias types, dimensions, benchmarks) with "
+                   "whole units kept together; the run prints and summary.json records what it covered and left out")
     p.add_argument("--output", "--output_path", "--output-path", dest="output", type=Path, default=None,
                    help="run directory (default: the config's output, else runs/TASK_MODEL; with several tasks or "
                    "models, one directory each below it and the combined report); re-running resumes")
@@ -112,6 +112,16 @@ def _positive(text: str) -> int:
     if value < 1:
         raise argparse.ArgumentTypeError(f"expected a positive integer, got {value}")
     return value
+
+
+def _limit(text: str) -> int | float:
+    """argparse type of ``--limit``: an item count or a fraction in (0, 1) (:func:`probe.runs.task_run.check_limit`)."""
+    from probe.runs.task_run import check_limit
+
+    try:
+        return check_limit(text)
+    except ProbeError as exc:
+        raise argparse.ArgumentTypeError(str(exc).replace("limit must be", "expected")) from None
 
 
 def list_tasks(args: argparse.Namespace) -> int:

@@ -6,7 +6,8 @@ import argparse
 import sys
 from pathlib import Path
 
-from probe.commands.common import add_model_args, add_prompt_args, add_sampling_args, add_shard_arg, run_options
+from probe.commands.common import (add_input_limit_args, add_model_args, add_prompt_args, add_sampling_args,
+                                   add_shard_arg, add_threads_arg, input_limits, run_options)
 
 
 def register(groups: dict) -> None:
@@ -20,7 +21,9 @@ def register(groups: dict) -> None:
     )
     p.add_argument("--input", required=True, type=Path)
     p.add_argument("--output", required=True, type=Path)
+    add_input_limit_args(p)
     add_model_args(p)
+    add_threads_arg(p)
     add_prompt_args(p)
     add_sampling_args(p)
     add_shard_arg(p)
@@ -33,7 +36,9 @@ def register(groups: dict) -> None:
     )
     q.add_argument("--input", required=True, type=Path)
     q.add_argument("--output", required=True, type=Path)
+    add_input_limit_args(q)
     add_model_args(q)
+    add_threads_arg(q)
     add_shard_arg(q)
     q.set_defaults(func=run_perplexity)
 
@@ -44,12 +49,13 @@ def run_score(args: argparse.Namespace) -> int:
 
     # every line's JSON and fields are checked before the model loads (plain text: no tokenizer needed);
     # the rendering through the chat template and the token counts are checked once it is loaded
+    limits = input_limits(args)
     if not read_score_items(args.input, None, PromptStyle(chat_template=False, system=args.system,
-                                                          prefill=args.prefill)):
+                                                          prefill=args.prefill), **limits):
         raise InputError(args.input, None, None, "no items (the file is empty)")
     runner = _runner(args)
     style = PromptStyle(chat_template=args.chat_template, system=args.system, prefill=args.prefill)
-    items = read_score_items(args.input, runner.lm.tokenizer, style)
+    items = read_score_items(args.input, runner.lm.tokenizer, style, **limits)
     if not items:
         raise InputError(args.input, None, None, "no items (the file is empty)")
     requests = [req for _, req in items]
@@ -66,7 +72,7 @@ def run_perplexity(args: argparse.Namespace) -> int:
     from probe.prompts.items import read_perplexity_items
 
     lines: list[int] = []
-    requests = read_perplexity_items(args.input, lines)
+    requests = read_perplexity_items(args.input, lines, **input_limits(args))
     if not requests:
         raise InputError(args.input, None, None, "no texts (the file is empty)")
     runner = _runner(args)
@@ -79,9 +85,11 @@ def run_perplexity(args: argparse.Namespace) -> int:
 
 
 def _runner(args: argparse.Namespace):
+    from probe.runs.resume import check_model_before_load
     from probe.runs.runner import Runner, load
 
     options = run_options(args)
+    check_model_before_load(args.output, args.model)  # another model's output: refused before this one loads
     return Runner(load(args.model, options), options)
 
 

@@ -14,7 +14,12 @@ import dataclasses
 import sys
 from pathlib import Path
 
-from probe.commands.common import add_model_args, run_options
+from probe.commands.common import add_model_args, add_threads_arg, bounded_int, run_options
+
+#: the largest sample the check takes (prompts, and generations per prompt): K x N generations are run, and a
+#: larger number is more often a typo than a plan
+MAX_PROMPTS = 10_000
+MAX_K = 10_000
 
 
 def register(groups: dict) -> None:
@@ -27,35 +32,52 @@ def register(groups: dict) -> None:
     # run_check checks the name (each task declares its own check; importing every task to list them here
     # would slow down every `probe` command); the metavar shows the built-in ones
     p.add_argument("task", metavar="{hbb,implicitbbq,cmp_iso}", help="the paper's task")
-    p.add_argument("--n-prompts", type=int, default=100, help="prompts in the stratified sample (about; default 100)")
-    p.add_argument("--k", type=int, default=20, help="generations sampled per prompt (default 20)")
-    p.add_argument("--seed", type=int, default=0, help="seed of the sample, the generations and the bootstrap")
-    p.add_argument("--max-new-tokens", type=int, default=None,
+    p.add_argument("--n-prompts", type=bounded_int(1, MAX_PROMPTS), default=100,
+                   help=f"prompts in the stratified sample (about; default 100, at most {MAX_PROMPTS:,})")
+    p.add_argument("--k", type=bounded_int(1, MAX_K), default=20,
+                   help=f"generations sampled per prompt (default 20, at most {MAX_K:,})")
+    p.add_argument("--seed", type=bounded_int(0, 2**32 - 1), default=0,
+                   help="seed of the sample, the generations and the bootstrap (0 to 2**32 - 1; default 0)")
+    p.add_argument("--max-new-tokens", type=bounded_int(1, None), default=None,
                    help="generation budget (default: what the task's answer needs, as its check declares: hbb 8, "
                    "implicitbbq 10, cmp_iso 8)")
-    p.add_argument("--gen-batch-size", type=int, default=32, help="sequences per generation batch (default 32)")
-    p.add_argument("--n-boot", type=int, default=1000, help="bootstrap draws for the sampled 95%% interval")
-    p.add_argument("--threads", type=int, default=None, help="torch CPU threads")
+    p.add_argument("--gen-batch-size", type=bounded_int(1, None), default=32,
+                   help="sequences per generation batch (default 32)")
+    p.add_argument("--n-boot", type=bounded_int(1, None), default=1000,
+                   help="bootstrap draws for the sampled 95%% interval (default 1000)")
+    add_threads_arg(p)
     p.add_argument("--output", "-o", type=Path, required=True,
                    help="directory: check.json (everything, generations included), prompts.csv, report.md")
     add_model_args(p)
     p.set_defaults(func=run)
 
 
+def check_output_dir(out: Path) -> None:
+    """``--output`` can be a directory: absent or a directory, no file above it (checked before the model loads)."""
+    from probe.errors import ProbeError
+    from probe.io import check_parents
+
+    if out.exists() and not out.is_dir():
+        raise ProbeError(f"{out} exists and is not a directory; give a directory as --output")
+    check_parents(out / "check.json", out)
+
+
 def run(args: argparse.Namespace) -> int:
     import pandas as pd
 
-    from probe.io import write_atomic, write_json_atomic
+    from probe.io import check_parents, write_atomic, write_json_atomic
     from probe.runs.runner import Runner, load
     from probe.studies.sampling_check import paper_check_of, report_markdown, run_check
 
     paper_check_of(args.task)  # an unknown task fails before the model loads
-    options = dataclasses.replace(run_options(args), threads=args.threads, progress=False)
+    options = dataclasses.replace(run_options(args), progress=False)  # every option checked before the model loads
+    check_output_dir(args.output)
     runner = Runner(load(args.model, options), options)
     check = run_check(args.task, runner, n_prompts=args.n_prompts, k=args.k, seed=args.seed,
                       max_new_tokens=args.max_new_tokens, batch_size=args.gen_batch_size, n_boot=args.n_boot)
     check.model = str(args.model)
     out = args.output
+    check_parents(out / "check.json", out)
     out.mkdir(parents=True, exist_ok=True)
     write_json_atomic(out / "check.json", check.to_dict())
     cols = ["id", "unit", "accepted_share", "counted_share", "exact_counted_share", "accepted_not_counted",

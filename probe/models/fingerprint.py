@@ -19,8 +19,8 @@ import json
 from pathlib import Path
 from typing import Any
 
-__all__ = ["WEIGHT_SUFFIXES", "combine_parts", "fingerprint_parts", "model_fingerprint", "tokenizer_fingerprint",
-           "weights_identity"]
+__all__ = ["WEIGHT_SUFFIXES", "combine_parts", "fingerprint_parts", "model_fingerprint", "source_identity",
+           "tokenizer_fingerprint", "weights_identity"]
 
 WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".gguf", ".ckpt")
 
@@ -88,6 +88,44 @@ def weights_identity(lm: Any) -> str:
     if len(revision) == 40 and all(c in "0123456789abcdef" for c in revision) and not source.exists():
         return f"hub:{lm.source}@{revision}"  # a commit pins the files
     return "tensors:" + _tensor_sha(lm)
+
+
+def source_identity(name_or_path: str) -> str | None:
+    """The :func:`weights_identity` the model ``name_or_path`` will have once loaded, from its files alone (no
+    weights are read into memory): ``gguf:<sha256>`` for a built-in or a GGUF file, ``files:<sha256>`` for a
+    model directory, ``hub:<id>`` (no commit: that needs the hub) for a hub id; None when only loading can tell.
+
+    Lets a run refuse another model's output directory before spending a minute loading this one.
+    """
+    from probe.models.builtins import builtin_gguf_path
+    from probe.models.loader import check_model_source
+
+    kind = check_model_source(str(name_or_path), allow_pickle_weights=True)  # pickles are refused at load
+    if kind == "builtin":
+        return f"gguf:{_file_sha(builtin_gguf_path(str(name_or_path)))}"
+    path = Path(str(name_or_path)).expanduser()
+    if kind == "gguf":
+        return f"gguf:{_file_sha(path)}"
+    if kind == "dir":
+        files = sorted(p for p in path.iterdir() if p.suffix in WEIGHT_SUFFIXES and p.is_file())
+        return "files:" + _sha(_canonical({p.name: _file_sha(p) for p in files})) if files else None
+    return f"hub:{name_or_path}"
+
+
+def same_source(recorded: str | None, expected: str | None) -> bool:
+    """Whether a recorded :func:`weights_identity` can be the one :func:`source_identity` expects: False only
+    when the loaded model's fingerprint would surely differ; True when either cannot tell (in-memory tensors).
+
+    >>> same_source("gguf:ab", "gguf:ab"), same_source("gguf:ab", "gguf:cd"), same_source("hub:x@0123", "hub:x")
+    (True, False, True)
+    """
+    if not recorded or not expected or recorded.startswith("tensors:"):
+        return True
+    kind, _, value = recorded.partition(":")
+    want_kind, _, want = expected.partition(":")
+    if kind == "hub":
+        value = value.rsplit("@", 1)[0]  # the commit is known only once the hub has been asked
+    return (kind, value) == (want_kind, want)
 
 
 def tokenizer_fingerprint(tokenizer: Any) -> str:

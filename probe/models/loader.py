@@ -49,6 +49,8 @@ class LoadedModel:
     #: what the caller asked for (``auto`` included) before it was resolved to ``device`` / ``dtype``
     device_requested: str | None = None
     dtype_requested: str | None = None
+    #: the weights' own format when it is not plain float, e.g. ``GGUF Q4_1`` (de-quantized at load)
+    weights_format: str | None = None
 
     @property
     def max_length(self) -> int | None:
@@ -66,7 +68,10 @@ class LoadedModel:
             "revision": self.revision,
             "dtype": self.dtype,
             "device": self.device,
-            "quantization": self.quantization,
+            # what a reader of bias numbers must know: bitsandbytes at load, or the file's own quantization
+            "quantization": self.quantization or (f"{self.weights_format}, de-quantized to {self.dtype}"
+                                                  if self.weights_format else None),
+            "weights_format": self.weights_format,
             "device_requested": self.device_requested,
             "dtype_requested": self.dtype_requested,
             "architecture": type(self.model).__name__,
@@ -176,28 +181,18 @@ def load_model(
             "Use dtype float32/bfloat16 on CPU."
         )
 
-    file_sha = None
+    file_sha = weights_format = None
     source = name_or_path
-    if name_or_path in BUILTINS:
-        gguf = builtin_gguf_path(name_or_path)
+    kind = check_model_source(name_or_path, allow_pickle_weights)
+    if kind in ("builtin", "gguf"):
+        from probe.models.gguf_info import file_type
+
+        gguf = builtin_gguf_path(name_or_path) if kind == "builtin" else Path(name_or_path).expanduser()
         model_dir, file_sha = converted_gguf_dir(gguf)
-        source = str(gguf)
-    elif name_or_path.endswith(".gguf"):
-        gguf = Path(name_or_path).expanduser()
-        if not gguf.is_file():
-            raise ModelLoadError(f"GGUF file not found: {gguf}")
-        model_dir, file_sha = converted_gguf_dir(gguf)
-        source = str(gguf.resolve())
-    else:
-        model_dir = Path(name_or_path).expanduser()
-        if model_dir.exists() and not model_dir.is_dir():
-            raise ModelLoadError(f"{model_dir} is a file but not a .gguf file; give a model directory, a .gguf file or a hub id")
-        if not model_dir.exists():
-            if name_or_path.startswith((".", "/", "~")) or name_or_path.count("/") > 1:
-                raise ModelLoadError(f"model path does not exist: {model_dir}")
-            model_dir = name_or_path  # a hub id: resolved through the hub or its local cache
-        else:
-            _check_model_dir(model_dir, allow_pickle_weights)
+        source = str(gguf) if kind == "builtin" else str(gguf.resolve())
+        weights_format = " ".join(x for x in ("GGUF", file_type(gguf)) if x)
+    else:  # a local directory, or a hub id resolved through the hub or its local cache
+        model_dir = Path(name_or_path).expanduser() if kind == "dir" else name_or_path
 
     kwargs: dict[str, Any] = {"trust_remote_code": trust_remote_code, "revision": revision}
     if not allow_pickle_weights:
@@ -237,7 +232,35 @@ def load_model(
         quantization=quantization,
         device_requested=asked_device,
         dtype_requested=asked_dtype,
+        weights_format=weights_format,
     )
+
+
+def check_model_source(name_or_path: str, allow_pickle_weights: bool = False) -> str:
+    """What ``name_or_path`` names, checked without reading weights: ``builtin`` (its packages installed),
+    ``gguf`` (the file exists), ``dir`` (a model directory with a config.json and, unless pickles are allowed,
+    safetensors weights) or ``hub`` (an id the hub or its local cache resolves at load time). A
+    :class:`ModelLoadError` otherwise: a run over several models checks every one before the first loads.
+    """
+    from probe.models.builtins import check_installed
+
+    name_or_path = str(name_or_path)
+    if name_or_path in BUILTINS:
+        check_installed(name_or_path)
+        return "builtin"
+    path = Path(name_or_path).expanduser()
+    if name_or_path.endswith(".gguf"):
+        if not path.is_file():
+            raise ModelLoadError(f"GGUF file not found: {path}")
+        return "gguf"
+    if path.exists() and not path.is_dir():
+        raise ModelLoadError(f"{path} is a file but not a .gguf file; give a model directory, a .gguf file or a hub id")
+    if not path.exists():
+        if name_or_path.startswith((".", "/", "~")) or name_or_path.count("/") > 1:
+            raise ModelLoadError(f"model path does not exist: {path}")
+        return "hub"
+    _check_model_dir(path, allow_pickle_weights)
+    return "dir"
 
 
 PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".ckpt", ".pkl")
@@ -308,6 +331,11 @@ def converted_gguf_dir(gguf: Path) -> tuple[Path, str]:
                 return target, file_sha
         except ValueError:
             pass  # a damaged stamp: convert again
+    import sys
+
+    # a minute or two of silence otherwise (SmolLM2-135M ~35 s, Gemma-3-270M ~110 s on a CPU)
+    print(f"probe: converting {gguf.name} once (de-quantizing the GGUF weights; a minute or two); later loads "
+          f"read the cached copy in {target} in about a second", file=sys.stderr, flush=True)
     _convert_gguf(gguf, target, file_sha)
     return target, file_sha
 

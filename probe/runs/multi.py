@@ -61,7 +61,7 @@ def task_configs(task_names: Sequence[str], values: Mapping[str, Any], source: s
             for t in tasks}
 
 
-def run_many(tasks: Sequence[str], models: Sequence[Any], *, limit: int | None = None,
+def run_many(tasks: Sequence[str], models: Sequence[Any], *, limit: int | float | None = None,
              output: str | Path | None = None, options: RunOptions | None = None,
              configs: Mapping[str, Any] | None = None, report: bool = True,
              on_run: Any = None) -> Evaluations:
@@ -79,11 +79,12 @@ def run_many(tasks: Sequence[str], models: Sequence[Any], *, limit: int | None =
     base = Path(output) if output is not None else None
     from probe.runs.shard_set import ShardDone
 
-    from probe.models.builtins import BUILTINS, check_installed
+    from probe.models.loader import check_model_source
 
-    for model in models:  # a missing built-in fails now, not after the models before it have run
-        if isinstance(model, str) and model in BUILTINS:
-            check_installed(model)
+    for model in models:  # a missing built-in or path fails now, not after the models before it have run
+        if isinstance(model, (str, Path)):
+            check_model_source(str(model), options.allow_pickle_weights)
+
     def run_dir(task: Any, name: str) -> Path | None:
         if base is None:
             return None
@@ -93,12 +94,16 @@ def run_many(tasks: Sequence[str], models: Sequence[Any], *, limit: int | None =
     def model_name(model: Any) -> str:
         return str(getattr(model, "name", model)) if not isinstance(model, (str, Path)) else str(model)
 
-    if base is not None and limit is not None and not options.shard:  # a smaller --limit: refused before loading
-        from probe.runs.task_run import check_smaller_limit
+    if base is not None:  # every run directory checked before any model loads
+        from probe.runs.task_run import check_models_before_load, check_run_dir, check_smaller_limit
 
         for model in models:
             for task in task_objs:
-                check_smaller_limit(task, configs[task.name], limit, run_dir(task, model_name(model)))
+                out = run_dir(task, model_name(model))
+                check_run_dir(out)
+                check_models_before_load(out, model)
+                if limit is not None and not options.shard:  # a smaller --limit: refused before loading
+                    check_smaller_limit(task, configs[task.name], limit, out)
     runs: list[Evaluation] = []
     sharded = False
     for model in models:

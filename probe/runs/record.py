@@ -167,8 +167,12 @@ def records_to_frame(records: "str | Path | Iterable[Record | Mapping[str, Any]]
     """
     import pandas as pd
 
+    from probe.errors import ProbeError
     from probe.io import read_records
 
+    if records is None:  # Evaluation.output of a run without an output directory
+        raise ProbeError("records_to_frame(None): no records to read (a run without an output directory has no "
+                         "records file; its Evaluation.records is already this frame)")
     if isinstance(records, (str, Path)):
         path = Path(records)
         if path.is_dir():

@@ -103,6 +103,36 @@ def check_input(output: Path, done: set[str], requests: Sequence[Any], lm: Any, 
         write_json_atomic(sidecar, {**old, "requests": merged})
 
 
+def check_model_before_load(output: Path, model: Any, where: Path | None = None) -> None:
+    """Refuse, before ``model`` loads, to resume ``output`` when its sidecar names other weights.
+
+    ``model``: a name or path (anything else, a loaded model, is checked by :func:`check_input` only). The
+    weights' identity is computed from the model's files (:func:`probe.models.fingerprint.source_identity`:
+    a GGUF's or the weight files' sha256, a hub id), so a run into another model's directory stops in a
+    second, not after the model has loaded; the full fingerprint (tokenizer, dtype, ...) is still checked
+    after loading. ``where``: the directory to name (a run directory) instead of the output file.
+    """
+    from probe.models.fingerprint import same_source, source_identity
+
+    sidecar = input_sidecar(output)
+    if not isinstance(model, (str, Path)) or not sidecar.is_file() or not output.is_file():
+        return
+    try:
+        old = json.loads(sidecar.read_text(encoding="utf-8"))["model"]
+        recorded = old.get("parts", {}).get("weights")
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return  # unreadable: check_input names the problem once the model is loaded
+    expected = source_identity(str(model))
+    if same_source(recorded, expected):
+        return
+    place = where or output
+    raise ProbeError(
+        f"{place} holds records of another model: {old.get('name')} ({old.get('source')}, weights "
+        f"{_short(recorded)}), this run asks for {model} (weights {_short(expected)}), as recorded in {sidecar}. "
+        f"Resuming would mix their scores; nothing was loaded. Choose a new output, or delete {place} to start over"
+    )
+
+
 def _sampling(lm: Any, requests: Sequence[Any]) -> list[dict]:
     """The sampling specs of a Runner's run, as JSON, when they change its records (label or continuation
     requests); [] otherwise (generations and perplexities carry no sampling scores)."""

@@ -106,7 +106,12 @@ class Runner:
                 raise ProbeError(f"{where}: duplicate request id {r.id!r}; ids key records and resume")
             seen.add(r.id)
             if r.kind not in ("generation", "parse"):
-                self.scorer.encode(r)
+                try:
+                    self.scorer.encode(r)
+                except ValueError as exc:  # a prompt past the context window: one line, before any work
+                    prefix = "" if where == "requests" else f"{where}: "
+                    raise ProbeError(f"{prefix}{exc}; nothing was scored (a model with a longer context "
+                                     "window, or shorter prompts, can score it)") from None
 
     def score(self, requests: Sequence[Any], output: str | Path | None = None, plan: ScorePlan | None = None,
               **settings: Any) -> list[Record]:
@@ -291,31 +296,40 @@ class Runner:
                 progress: bool, verb: str, also_done: set[str] | None = None) -> int:
         """``also_done``: ids another store holds (captured activations); a request is done when in both."""
         from probe.io import RecordWriter
-        from probe.runs.resume import check_input
+        from probe.runs.resume import check_input, input_sidecar
 
         with RecordWriter(output) as writer:
             check_input(output, writer.done, requests, self)
-            is_done = (lambda i: i in writer.done) if also_done is None else (
-                lambda i: i in writer.done and i in also_done)
-            todo = [r for r in requests if not is_done(r.id)]
-            if not todo:
-                return 0
-            bar = None
-            if progress:
-                from tqdm.auto import tqdm
+            try:
+                return self._append_todo(requests, output, make, progress, verb, writer, also_done)
+            except BaseException:
+                if not writer.done:  # no record was written: an input check of no records is not left behind
+                    input_sidecar(output).unlink(missing_ok=True)
+                raise
 
-                bar = tqdm(total=len(todo), unit="req", desc=f"{verb} -> {output.name}", file=sys.stderr)
-            # Chunks come from the whole list (see probe.runs.chunks): a resumed run batches
-            # exactly as an uninterrupted one; a chunk cut short by a crash is redone whole.
-            for part in group_chunks(requests, self.options.chunk_size):
-                left = sum(not is_done(r.id) for r in part)
-                if not left:
-                    continue
-                writer.write_many(make(part))
-                if bar:
-                    bar.update(left)
+    def _append_todo(self, requests: Sequence[Any], output: Path, make: Callable[[list], Iterable[dict]],
+                     progress: bool, verb: str, writer: Any, also_done: set[str] | None) -> int:
+        is_done = (lambda i: i in writer.done) if also_done is None else (
+            lambda i: i in writer.done and i in also_done)
+        todo = [r for r in requests if not is_done(r.id)]
+        if not todo:
+            return 0
+        bar = None
+        if progress:
+            from tqdm.auto import tqdm
+
+            bar = tqdm(total=len(todo), unit="req", desc=f"{verb} -> {output.name}", file=sys.stderr)
+        # Chunks come from the whole list (see probe.runs.chunks): a resumed run batches
+        # exactly as an uninterrupted one; a chunk cut short by a crash is redone whole.
+        for part in group_chunks(requests, self.options.chunk_size):
+            left = sum(not is_done(r.id) for r in part)
+            if not left:
+                continue
+            writer.write_many(make(part))
             if bar:
-                bar.close()
+                bar.update(left)
+        if bar:
+            bar.close()
         return len(todo)
 
     def work(self) -> dict[str, Any]:

@@ -38,7 +38,7 @@ from probe.errors import ProbeError
 
 MANIFEST_FORMAT = 1
 MANIFEST_SUFFIX = ".shard.json"
-_SPEC = re.compile(r"\s*(\d+)\s*/\s*(\d+)\s*")
+_SPEC = re.compile(r"\s*([0-9]+)\s*/\s*([0-9]+)\s*")  # ASCII digits: \d also takes full-width and other scripts' digits
 
 
 class ShardDone(Exception):
@@ -150,10 +150,48 @@ def score_shard(runner: Any, requests: Sequence[Any], output: Path, shard: Shard
         if bar:
             bar.close()
     path.touch(exist_ok=True)  # a shard dealt no chunk (fewer chunks than shards) still leaves its (empty) file
-    write_json_atomic(man, {**manifest, "complete": True, "timing": _add_timing(earlier.get("timing", {}), runner.timing),
+    write_json_atomic(man, {**manifest, "complete": True, **_content(path),
+                            "timing": _add_timing(earlier.get("timing", {}), runner.timing),
                             "engine": _add_counts(earlier.get("engine", {}),
                                                   _diff(_engine_counts(runner), stats_before))})
     return scored
+
+
+def _content(path: Path) -> dict[str, Any]:
+    """What a finished shard holds: ``n_records`` and the ``sha256`` of its file, checked before it is folded."""
+    from probe.io import file_sha256
+    from probe.runs.shard import _read
+
+    return {"n_records": sum(1 for _ in _read(path)), "sha256": file_sha256(path)}
+
+
+def check_content(path: Path, man: dict, in_output: set[str]) -> None:
+    """A finished shard still holds what its manifest says, else a :class:`ProbeError` naming the shard (and the
+    missing ids): every id it was dealt is in it (or already in the output), its record count and its checksum.
+    A record lost from its file (a last line cut off, a middle line deleted) would otherwise be folded away
+    silently and scored again, out of one-process order, by the next run."""
+    from probe.io import file_sha256
+    from probe.runs.shard import _read
+
+    ids = [str(rec["id"]) for _, rec, _ in _read(path)]
+    have = set(ids)
+    label = f"{path} (shard {'/'.join(map(str, man.get('shard', [])))})"
+    missing = [i for i in man.get("assigned", []) if i not in have and i not in in_output]
+    fix = ("nothing was folded; run that shard again (the same command with its --shard I/N) to score what it "
+           "lost, or delete its files to score those items in the plain run")
+    if missing:
+        shown = ", ".join(map(repr, missing[:5])) + (", ..." if len(missing) > 5 else "")
+        raise ProbeError(f"{label} is missing {len(missing)} record(s) its manifest lists: {shown}; {fix}")
+    known = set(man.get("assigned", []))
+    foreign = [i for i in ids if i not in known]
+    if foreign:
+        raise ProbeError(f"{label} holds {len(foreign)} record(s) its manifest does not assign to it "
+                         f"({', '.join(map(repr, foreign[:5]))}); {fix}")
+    if "n_records" in man and man["n_records"] != len(ids):
+        raise ProbeError(f"{label} holds {len(ids)} record(s), its manifest {man['n_records']}; {fix}")
+    if "sha256" in man and man["sha256"] != file_sha256(path):
+        raise ProbeError(f"{label}: its records changed after it finished (the checksum in "
+                         f"{manifest_path(path).name} no longer matches); {fix}")
 
 
 def _brief(value: Any) -> str:
@@ -223,22 +261,39 @@ def fold(output: Path, runner: Any = None, requests: Sequence[Any] | None = None
 
     With ``runner`` and ``requests`` (a plain run), each shard's records are
     first checked against this run's model and input, as a resume is. Refuses
-    (naming the files) shards of two models, two inputs or two record orders.
+    (naming the files) shards of two models, two inputs or two record orders, and
+    a shard whose records no longer match its manifest (:func:`check_content`);
+    every check comes before anything is written or deleted.
     """
-    from probe.io import write_json_atomic
+    return _apply(_prepare(output, runner, requests))
+
+
+@dataclass
+class _Fold:
+    """A fold checked and ready to write (:func:`_prepare`), or nothing to do (``members`` empty)."""
+
+    result: FoldResult
+    members: list[tuple[Path, dict]]
+    sidecar: dict | None = None
+    order: list[str] | None = None
+    complete: dict[int, list[tuple[Path, dict]]] | None = None
+
+
+def _prepare(output: Path, runner: Any = None, requests: Sequence[Any] | None = None) -> _Fold:
+    """Every check of :func:`fold`, writing nothing."""
     from probe.runs.resume import check_input, input_sidecar
-    from probe.runs.shard import _read, merge_shards
+    from probe.runs.shard import _read
 
     complete, waiting = shard_sets(output)
     result = FoldResult(output, added=0, folded=[], waiting=waiting)
     if not complete:
-        return result
+        return _Fold(result, [])
     members = [m for count in sorted(complete) for m in complete[count]]
     first_path, first = members[0]
     sidecar = input_sidecar(output)
     old = _read_json(sidecar) if sidecar.is_file() else None
-    has_records = any(True for _ in _read(output)) if output.is_file() else False
-    if has_records and old is None:
+    in_output = {str(rec["id"]) for _, rec, _ in _read(output)} if output.is_file() else set()
+    if in_output and old is None:
         raise ProbeError(f"{output} holds records but {sidecar} is missing, so the shards cannot be checked "
                          "against them; move the output away to fold the shards into a new one")
     model = old["model"] if old is not None else None
@@ -250,6 +305,7 @@ def fold(output: Path, runner: Any = None, requests: Sequence[Any] | None = None
         if man.get("ids") != order:
             raise ProbeError(f"{manifest_path(path)} and {manifest_path(first_path)} list other request ids or "
                              "another order: these shards come from different inputs and cannot be merged")
+        check_content(path, man, in_output)
         side = _read_json(input_sidecar(path))
         if model is None:
             model, sampling, model_from = side.get("model"), side.get("sampling", []), input_sidecar(path)
@@ -271,15 +327,28 @@ def fold(output: Path, runner: Any = None, requests: Sequence[Any] | None = None
         for path, _ in members:  # this run's model and input, as a resume checks them
             ids = {str(rec["id"]) for _, rec, _ in _read(path)}
             check_input(path, ids, requests, runner, write=False)
+    side = {"format": 1, "model": model, "requests": digests, **({"sampling": sampling} if sampling else {})}
+    return _Fold(result, members, side, order, complete)
+
+
+def _apply(plan: _Fold) -> FoldResult:
+    """Write a fold :func:`_prepare` checked: the sidecar, the records in one-process order, the shard log."""
+    from probe.io import write_json_atomic
+    from probe.runs.resume import input_sidecar
+    from probe.runs.shard import merge_shards
+
+    result = plan.result
+    if not plan.members:
+        return result
+    output = result.output
     # the sidecar first: every record in <output> is then covered by it
-    write_json_atomic(sidecar, {"format": 1, "model": model, "requests": digests,
-                                **({"sampling": sampling} if sampling else {})})
-    result.added = merge_shards(output, (), shards=[p for p, _ in members], order=order)
-    result.shards = _log_shards(output, members)
-    for path, _ in members:
+    write_json_atomic(input_sidecar(output), plan.sidecar)
+    result.added = merge_shards(output, (), shards=[p for p, _ in plan.members], order=plan.order)
+    result.shards = _log_shards(output, plan.members)
+    for path, _ in plan.members:
         input_sidecar(path).unlink(missing_ok=True)
         manifest_path(path).unlink(missing_ok=True)
-    result.folded = [str(c) for c in sorted(complete)]
+    result.folded = [str(c) for c in sorted(plan.complete or {})]
     return result
 
 
@@ -318,10 +387,16 @@ def fold_tree(root: Path) -> list[FoldResult]:
     """:func:`fold` for every output under ``root`` (a file or a directory, searched recursively)."""
     root = Path(root)
     if not root.is_dir():  # one output (it need not exist yet: its shards may be all there is)
-        return [fold(root)] if independent_shards(root) else []
-    outputs: set[Path] = set()
-    for f in sorted(root.rglob("*" + MANIFEST_SUFFIX)):
-        m = re.fullmatch(r"(.+)\.rank\d+-of-\d+\.jsonl" + re.escape(MANIFEST_SUFFIX), f.name)
-        if m:
-            outputs.add(f.with_name(m.group(1)))
-    return [fold(out) for out in sorted(outputs)]
+        if not independent_shards(root):
+            if not root.exists():
+                raise ProbeError(f"{root}: no such file or directory")
+            return []
+        outputs = {root}
+    else:
+        outputs = set()
+        for f in sorted(root.rglob("*" + MANIFEST_SUFFIX)):
+            m = re.fullmatch(r"(.+)\.rank\d+-of-\d+\.jsonl" + re.escape(MANIFEST_SUFFIX), f.name)
+            if m:
+                outputs.add(f.with_name(m.group(1)))
+    plans = [_prepare(out) for out in sorted(outputs)]  # every output checked before any is folded
+    return [_apply(plan) for plan in plans]

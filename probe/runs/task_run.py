@@ -19,7 +19,6 @@ requests are refused, naming both models.
 
 from __future__ import annotations
 
-import dataclasses
 import sys
 import time
 from dataclasses import dataclass, field
@@ -27,6 +26,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 from probe.errors import ProbeError
+from probe.runs.limit import check_limit, check_smaller_limit, resolve_limit, select_coverage  # noqa: F401
+from probe.runs.limit import plain as _plain
 from probe.runs.runner import RunOptions, Runner, load
 from probe.tasks.base import Aggregate, Task
 
@@ -60,7 +61,7 @@ class Evaluation:
         return f"Evaluation(task={self.task!r}, model={self.model!r}, records={len(self.records)}{where})"
 
 
-def run_task(task: Task, config: Any, model: Any, output: str | Path | None = None, limit: int | None = None,
+def run_task(task: Task, config: Any, model: Any, output: str | Path | None = None, limit: int | float | None = None,
              options: RunOptions | None = None, runner: Runner | None = None) -> Evaluation:
     """Run ``task`` with ``config`` on ``model`` (a name, a path or a loaded model).
 
@@ -78,6 +79,8 @@ def run_task(task: Task, config: Any, model: Any, output: str | Path | None = No
     lock: Any = contextlib.nullcontext()
     if out is not None and (runner.procs if runner else detect()).is_main:
         check_run_dir(out)
+        if runner is None:
+            check_models_before_load(out, model)
         # a --shard job writes only its own shard files: it holds its shard's lock, the folding run the directory's
         name = LOCK_FILE if not options.shard else f"{LOCK_FILE}.shard-{str(options.shard).replace('/', '-of-')}"
         lock = OutputLock(out / name, str(out) if not options.shard else f"{out} (shard {options.shard})")
@@ -89,6 +92,15 @@ def run_task(task: Task, config: Any, model: Any, output: str | Path | None = No
 LOCK_FILE = ".probe.lock"
 #: files that mark a directory as (part of) a run: a re-run resumes there
 RUN_FILES = ("records.jsonl", "records.jsonl.input.json", "generations.jsonl")
+
+
+def check_models_before_load(out: Path, model: Any) -> None:
+    """Refuse, before ``model`` (a name or path) loads, a run directory whose records come from other weights
+    (:func:`probe.runs.resume.check_model_before_load`); the full fingerprint is checked after loading."""
+    from probe.runs.resume import check_model_before_load
+
+    for name in ("records.jsonl", "generations.jsonl"):
+        check_model_before_load(out / name, model, where=out)
 
 
 def check_run_dir(out: Path) -> None:
@@ -106,7 +118,7 @@ def check_run_dir(out: Path) -> None:
                          "report.md, summary.json and tables/. Choose a new output directory, or empty this one")
 
 
-def _run_task(task: Task, config: Any, model: Any, out: Path | None, limit: int | None, options: RunOptions,
+def _run_task(task: Task, config: Any, model: Any, out: Path | None, limit: int | float | None, options: RunOptions,
               runner: Runner | None) -> Evaluation:
     from probe.io import write_json_atomic
     from probe.runs.provenance import provenance
@@ -115,6 +127,7 @@ def _run_task(task: Task, config: Any, model: Any, out: Path | None, limit: int 
 
     t_start = time.perf_counter()
     pool = task.items(config)
+    asked, limit = limit, resolve_limit(task, config, limit, pool)
     items = task.select(config, pool, limit)
     if not items:
         raise ProbeError(f"task {task.name!r}: no items selected (check the data, the limit and the config)")
@@ -204,6 +217,7 @@ def _run_task(task: Task, config: Any, model: Any, out: Path | None, limit: int 
             task.report(config, Aggregate(summary, result.tables), out)
             write_json_atomic(out / "provenance.json", provenance(
                 lm, config={"task": task.name, "limit": limit, "task_config": _plain(config),
+                            **({"limit_fraction": asked} if isinstance(asked, float) else {}),
                             "run_options": _plain(options)},
                 data_files=task.data_files(config), world_size=runner.procs.world_size,
                 model_fingerprint=runner.model_id,  # what the records' ``model`` field holds
@@ -236,38 +250,6 @@ def _check_no_extra_records(path: Path, requests: Sequence[Any]) -> None:
                          f"{', '.join(map(repr, extra[:3]))}): an earlier run with a larger --limit or another "
                          "config wrote there, and this run's summary would cover a subset of them. Re-run with the "
                          "same --limit and config, or choose a new output directory")
-
-
-def check_smaller_limit(task: Task, config: Any, limit: int | None, out: Path, pool: Sequence[Any] | None = None,
-                        items: Sequence[Any] | None = None) -> None:
-    """Refuse, before the model loads, a ``--limit`` smaller than the finished run ``out`` holds (same task and
-    config): its records would hold items this run does not select, beside a summary of a subset. A run
-    directory's summary always covers every record in it (``docs/tasks.md``, "Resuming with another
-    --limit"). ``pool`` / ``items``: the task's items and this run's selection, when already at hand."""
-    import json
-
-    if limit is None or not (out / "records.jsonl").is_file() or not (out / "provenance.json").is_file():
-        return
-    try:
-        old = json.loads((out / "provenance.json").read_text(encoding="utf-8")).get("config") or {}
-    except (OSError, ValueError, AttributeError):
-        return  # an unreadable provenance: the record check after loading still refuses
-    if old.get("task") != task.name or old.get("task_config") != _plain(config) or old.get("limit") == limit:
-        return  # another config: the input check names what differs once the model is loaded
-    before = old.get("limit")
-    if isinstance(before, int) and before <= limit:
-        return  # a larger limit: the run goes on from the records already there
-    pool = task.items(config) if pool is None else pool
-    items = task.select(config, pool, limit) if items is None else items
-    earlier = task.select(config, pool, before if isinstance(before, int) or before is None else None)
-    if len(earlier) <= len(items):
-        return  # a larger limit: the run goes on from the records already there
-    wanted = f"--limit {before}" if before is not None else "no --limit"
-    raise ProbeError(f"{out} holds a finished run with {wanted} ({len(earlier)} items); --limit {limit} selects "
-                     f"{len(items)}, so the directory would hold records of items this run does not select "
-                     f"({len(earlier) - len(items)} item(s)) beside a summary of a subset. Nothing was scored and no "
-                     f"model was loaded. Re-run with {wanted} (its summary covers every record), or choose a new "
-                     "output directory")
 
 
 def _plan(task: Task, config: Any, items: Sequence[Any], gen_requests: Sequence[Any],
@@ -329,23 +311,6 @@ def _ids_in(path: Path) -> set[str]:
         return set()
 
 
-def select_coverage(task: Task, config: Any, pool: Sequence[Any], items: Sequence[Any],
-                    limit: int | None) -> dict[str, Any] | None:
-    """What a ``--limit`` selection covered and left out of the unlimited one (printed to stderr and
-    recorded in ``summary.json`` under ``coverage``); None without a limit."""
-    if limit is None:
-        return None
-    from probe.tasks.stratify import coverage_line
-
-    try:
-        cov = task.coverage(config, task.select(config, pool, None), items, limit)
-    except Exception as exc:  # a third-party task's strata must not stop the run
-        print(f"{task.name}: coverage not computed ({exc.__class__.__name__}: {exc})", file=sys.stderr)
-        return None
-    print(coverage_line(task.name, cov), file=sys.stderr)
-    return cov
-
-
 def _sample_log(runner: Runner, task: str, out: Path | None, gen_requests: Sequence[Any],
                 generations: Mapping[str, str] | None) -> Any:
     """The run's :class:`probe.runs.samples.SampleLog` (``OUT/samples.jsonl``; in memory without ``out``)."""
@@ -404,16 +369,6 @@ def _timing(path: Path, work: dict[str, Any], wall: float) -> dict[str, Any]:
     if "processes" in work:
         out["processes"] = work["processes"]
     return out
-
-
-def _plain(obj: Any) -> Any:
-    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
-        return {f.name: _plain(getattr(obj, f.name)) for f in dataclasses.fields(obj)}
-    if isinstance(obj, Mapping):
-        return {str(k): _plain(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return [_plain(v) for v in obj]
-    return obj if isinstance(obj, (str, int, float, bool, type(None))) else str(obj)
 
 
 def _batching(runner: Any) -> dict | None:

@@ -104,6 +104,7 @@ class ScoreCache:
         self._stamps: dict[int, tuple] = {}  # id(model) -> parameter versions when first seen
         if self.path.exists() and not self.path.is_file():
             raise ProbeError(f"score cache {self.path} exists and is not a file")
+        check_is_cache(self.path)  # a user's own file is never written into, nor called "only a cache"
         self.path.parent.mkdir(parents=True, exist_ok=True)
         with self._errors("open"):
             self._db = sqlite3.connect(self.path, timeout=_BUSY_MS / 1000, isolation_level=None)
@@ -320,6 +321,30 @@ class ScoreCache:
                 f"score cache {self.path}: cannot {what} it ({exc.__class__.__name__}: {exc}); "
                 "if it is damaged, delete it (it is only a cache) or choose another --score-cache"
             ) from exc
+
+
+def check_is_cache(path: Path) -> None:
+    """A :class:`ProbeError` when ``path`` holds a file that is not a probe score cache (another SQLite database,
+    notes, code): it is left untouched, and the error never suggests deleting it. An empty file, or a database
+    with no table yet (another process creating the cache), is fine."""
+    if not path.is_file() or path.stat().st_size == 0:
+        return
+    leave = ("it was left untouched; give --score-cache (or PROBE_SCORE_CACHE) a new file name or an existing "
+             "probe score cache")
+    with open(path, "rb") as f:
+        if f.read(16) != b"SQLite format 3\x00":
+            raise ProbeError(f"{path} is not a probe score cache (not an SQLite file); {leave}")
+    try:
+        db = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True)
+        try:
+            tables = {r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+        finally:
+            db.close()
+    except sqlite3.Error:
+        return  # unreadable as a database: opening it names the problem
+    if tables and ("meta" not in tables or tables - {"meta", "scores"}):
+        shown = ", ".join(sorted(tables)[:5])
+        raise ProbeError(f"{path} is an SQLite database but not a probe score cache (tables: {shown}); {leave}")
 
 
 def sequence_key(seq: Any) -> CacheKey:

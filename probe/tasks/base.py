@@ -227,7 +227,26 @@ def _value_problem(f: "dataclasses.Field", value: Any) -> str | None:
     Checked before any work, so a bad value (``--set n_boot=lots``) never costs a model load and a scoring run.
     Counts named ``n_*`` (``n_boot``, ``n_iter``, ...) must not be negative."""
     default = f.default
-    if default is dataclasses.MISSING or default is None or value is None:
+    if default is dataclasses.MISSING or default is None:
+        return None
+    if value is None:  # null only where the field says it may be None (``float | None``)
+        if "None" in str(f.type) or "Optional" in str(f.type):
+            return None
+        if not isinstance(default, (bool, int, float, str, tuple, list)):
+            return "must not be null"
+    if isinstance(default, (tuple, list)) and default:  # a list of numbers or of names (one name may stand alone)
+        def number(x: Any) -> bool:
+            return isinstance(x, (int, float)) and not isinstance(x, bool)
+
+        numbers, names = all(map(number, default)), all(isinstance(d, str) for d in default)
+        if names and isinstance(value, str) or not (numbers or names):
+            return None
+        if not isinstance(value, (tuple, list)):
+            return "must be a list"
+        if numbers and not all(map(number, value)):
+            return "must be a list of numbers"
+        if names and not all(isinstance(v, str) for v in value):
+            return "must be a list of strings"
         return None
     if isinstance(default, bool):
         return None if isinstance(value, bool) else "must be true or false"

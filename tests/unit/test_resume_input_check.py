@@ -19,18 +19,6 @@ ITEMS = [
 ]
 
 
-@pytest.fixture(scope="module")
-def other_model_dir(tmp_path_factory) -> Path:
-    """The tiny model with other random weights (same architecture and tokenizer)."""
-    from tests.tiny import tiny_lm
-
-    lm = tiny_lm(seed=1)
-    d = tmp_path_factory.mktemp("tiny-model-seed1")
-    lm.model.save_pretrained(d)
-    lm.tokenizer.save_pretrained(d)
-    return d
-
-
 def _write(path: Path, items: list[dict]) -> Path:
     path.write_text("".join(json.dumps(x) + "\n" for x in items))
     return path
@@ -95,7 +83,8 @@ def test_a_different_model_is_refused(tmp_path, model_dir, other_model_dir, caps
     capsys.readouterr()
     assert _score(other_model_dir, inp, out) == 1
     err = capsys.readouterr().err
-    assert f"{out} was scored by a different model" in err and "weights:" in err
+    # refused before the other model loads, from its weight files (the full fingerprint is checked after loading)
+    assert f"{out} holds records of another model" in err and "weights files:" in err and "nothing was loaded" in err
     assert str(model_dir) in err and str(other_model_dir) in err  # both models are named
     assert out.read_bytes() == before
 

@@ -216,8 +216,9 @@ def test_two_processes_write_at_once_and_nothing_is_lost(tmp_path):
 def test_a_file_that_is_not_a_cache_is_a_clear_error(tmp_path):
     path = tmp_path / "scores.sqlite"
     path.write_bytes(b"this is not a database at all\n" * 200)
-    with pytest.raises(ProbeError, match="scores.sqlite.*cannot open"):
+    with pytest.raises(ProbeError, match="scores.sqlite is not a probe score cache.*left untouched"):
         ScoreCache(path, FP)
+    assert path.read_bytes() == b"this is not a database at all\n" * 200
 
 
 def test_a_truncated_cache_file_is_a_clear_error(tmp_path):

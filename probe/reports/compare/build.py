@@ -85,13 +85,22 @@ def paired_tables(task: str, runs: Sequence[Run], n_boot: int, seed: int,
     return out, note
 
 
+def _weights(model: Mapping[str, Any]) -> str:
+    """The runs table's "Quantization / dtype" cell: ``GGUF Q4_1, de-quantized to float32`` (the dtype is in it),
+    ``4bit / bfloat16``, ``– / float32``."""
+    quant, dtype = model.get("quantization"), model.get("dtype") or "–"
+    if quant and str(dtype) in str(quant):
+        return str(quant)
+    return f"{quant or '–'} / {dtype}"
+
+
 def _runs_table(runs: Sequence[Run]) -> Table:
     rows = []
     for r in runs:
         m = r.provenance.get("model") or {}
         rows.append({"Label": r.label, "Task": r.task, "Model": r.model,
                      "Parameters (B)": f"{r.params_b:.3g}" if math.isfinite(r.params_b) else "–",
-                     "Quantization / dtype": f"{m.get('quantization') or '–'} / {m.get('dtype') or '–'}",
+                     "Quantization / dtype": _weights(m),
                      "Items": r.summary.get("n_items", "–"), "Limit": r.config.get("limit") or "–",
                      "Created": r.provenance.get("created", "–"), "Directory": str(r.path)})
     return Table("runs", "", "Runs in this report", "One row per run directory given; labels name what differs "

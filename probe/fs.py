@@ -1,0 +1,214 @@
+"""File-system safety below every layer: a lock that cannot be turned against its user, checks of the folders
+above an output, and OS errors that name their file.
+
+:class:`OutputLock` is the one writer per output (``<output>.lock``, ``DIR/.probe.lock``); :func:`check_parents`
+refuses an output under a plain file or a symbolic link loop before anything is written; :func:`naming` makes a
+full disk's error say which file it stopped. :mod:`probe.io` re-exports all three.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import os
+import stat
+from pathlib import Path
+from typing import Any, Iterator
+
+from probe.errors import InputError, ProbeError
+
+__all__ = ["OutputLock", "check_parents", "naming"]
+
+
+@contextlib.contextmanager
+def naming(path: str | Path) -> Iterator[None]:
+    """An OS error raised inside names ``path`` when it names no file: a full disk or a file-size limit met
+    while writing, flushing or syncing says which file it stopped.
+
+    >>> try:
+    ...     with naming("out.jsonl"):
+    ...         raise OSError(28, "No space left on device")
+    ... except OSError as exc:
+    ...     exc.filename
+    'out.jsonl'
+    """
+    try:
+        yield
+    except OSError as exc:
+        if exc.filename is None:
+            exc.filename = str(path)
+        raise
+
+
+def check_parents(path: str | Path, what: str | Path | None = None) -> None:
+    """An :class:`InputError` when a folder above ``path`` is a plain file (``--output afile/out.jsonl``) or a
+    symbolic link loop (which ``Path.exists`` reports as absent)."""
+    for parent in Path(path).parents:
+        try:
+            st = os.stat(parent)
+        except OSError as exc:
+            if exc.errno == errno.ELOOP:
+                raise InputError(what or path, None, None, f"cannot write here: {parent} is a symbolic link loop") \
+                    from None
+            continue  # absent: created later, or a folder above it says more
+        if not stat.S_ISDIR(st.st_mode):
+            raise InputError(what or path, None, None, f"cannot write here: {parent} is a file, not a directory")
+        return
+
+
+def _lock_key(path: Path) -> str:
+    """The key of a lock in this process: its folder resolved (two spellings of one folder are one lock) and its
+    own name as is (a link at the lock path is never followed, not even to find a lock this process holds)."""
+    try:
+        return str(path.parent.resolve() / path.name)
+    except (OSError, RuntimeError):  # a symbolic link loop: the lock itself refuses it with one line
+        return os.path.abspath(path)
+
+
+#: ``O_NOFOLLOW`` where the OS has it: opening a lock path that is a symbolic link fails instead of following it
+_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
+
+
+class OutputLock:
+    """An exclusive OS lock on ``path`` (``fcntl.flock`` on the file itself), held while the context is open.
+
+    A second process that asks for the same lock is refused at once with a :class:`ProbeError` naming the
+    holder's pid (written into the file). Within one process the lock is re-entrant (the command, the
+    task run and the runner may each take it). The file is removed when the last holder lets go.
+
+    The file is created with ``O_CREAT | O_EXCL | O_NOFOLLOW``: a symbolic link, a hard link or anything but
+    a plain file at the lock path (someone with write access to a shared output folder could otherwise make
+    the run truncate a file elsewhere) is refused with one line and left alone. A lock file left by a killed
+    process holds no lock: it is locked, removed and created afresh, never written through. Nothing is left
+    behind when taking the lock fails (a full disk while writing the pid).
+    """
+
+    _held: dict[str, list] = {}  # resolved path -> [fd, depth] in this process
+
+    def __init__(self, path: str | Path, what: str | None = None) -> None:
+        self.path = Path(path)
+        self.what = what or str(self.path)
+
+    def __enter__(self) -> "OutputLock":
+        key = _lock_key(self.path)
+        held = self._held.get(key)
+        if held is not None:
+            held[1] += 1
+            return self
+        try:
+            import fcntl
+        except ImportError:  # pragma: no cover - no POSIX locks (Windows): run without one
+            self._held[key] = [None, 1]
+            return self
+        check_parents(self.path, self.what)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        for _ in range(100):  # each round loses only to another process creating or removing the file meanwhile
+            try:
+                fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_EXCL | _NOFOLLOW, 0o644)
+            except FileExistsError:
+                self._take_over_stale(fcntl)
+                continue
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError:  # another process opened our new file as a stale one and locked it first: its file now
+                busy = self._busy(fd)
+                os.close(fd)
+                raise busy from None
+            try:
+                if not self._is_at_path(fd):  # removed meanwhile by a holder letting go: create it again
+                    os.close(fd)
+                    continue
+                with naming(self.path):
+                    os.write(fd, f"{os.getpid()}\n".encode())
+            except BaseException:
+                self._drop(fd)
+                raise
+            self._held[key] = [fd, 1]
+            return self
+        raise ProbeError(f"cannot take the lock {self.path}: it keeps changing (another process?); try again")
+
+    def _take_over_stale(self, fcntl: Any) -> None:
+        """The lock path exists: refuse it when it is held or not a plain file; a stale lock is removed."""
+        try:
+            st = os.lstat(self.path)
+        except FileNotFoundError:
+            return  # removed meanwhile: create it
+        self._check_plain(st)
+        try:
+            fd = os.open(self.path, os.O_RDWR | os.O_NONBLOCK | _NOFOLLOW)
+        except FileNotFoundError:
+            return
+        except OSError as exc:
+            if exc.errno == errno.ELOOP:  # made a link since the lstat
+                self._check_plain(os.lstat(self.path))
+            raise
+        try:
+            st = os.fstat(fd)
+            self._check_plain(st)
+            if not self._is_at_path(fd):
+                return  # replaced meanwhile: look again
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError:
+                raise self._busy(fd) from None
+            # no process holds it: left by one that was killed. Removed while locked, so a process that
+            # opened it meanwhile finds it gone and starts over; ours is then created afresh with O_EXCL
+            try:
+                os.unlink(self.path)
+            except OSError as exc:
+                raise ProbeError(f"{self.path} is a stale lock file (no process holds it) that cannot be removed "
+                                 f"({exc.strerror}); remove it, then run again") from None
+        finally:
+            os.close(fd)
+
+    def _check_plain(self, st: os.stat_result) -> None:
+        if stat.S_ISLNK(st.st_mode):
+            raise ProbeError(f"refusing the lock file {self.path}: it is a symbolic link (a run never writes "
+                             "through a link placed at its lock path); remove it if you did not make it, or choose "
+                             "another output")
+        if not stat.S_ISREG(st.st_mode) or st.st_nlink != 1:
+            what = "a hard link to another file" if stat.S_ISREG(st.st_mode) else "not a plain file"
+            raise ProbeError(f"refusing the lock file {self.path}: it is {what}; remove it if you did not make it, "
+                             "or choose another output")
+
+    def _is_at_path(self, fd: int) -> bool:
+        """The open file ``fd`` is the one at the lock path now (not removed or replaced meanwhile)."""
+        try:
+            here = os.lstat(self.path)
+        except FileNotFoundError:
+            return False
+        mine = os.fstat(fd)
+        return (here.st_dev, here.st_ino) == (mine.st_dev, mine.st_ino)
+
+    def _busy(self, fd: int) -> ProbeError:
+        os.lseek(fd, 0, os.SEEK_SET)
+        holder = os.read(fd, 64).decode("ascii", "replace").strip() or "unknown"
+        return ProbeError(f"{self.what} is being written by another probe process (pid {holder}); wait for it "
+                          "to finish, or choose another output")
+
+    def _drop(self, fd: int) -> None:
+        """Undo a lock file this process created and locked (writing the pid failed): remove it, then close."""
+        try:
+            if self._is_at_path(fd):
+                os.unlink(self.path)
+        except OSError:
+            pass
+        try:
+            os.close(fd)
+        except OSError:
+            pass
+
+    def __exit__(self, *exc: object) -> None:
+        key = _lock_key(self.path)
+        held = self._held[key]
+        held[1] -= 1
+        if held[1]:
+            return
+        del self._held[key]
+        if held[0] is not None:
+            try:
+                if self._is_at_path(held[0]):  # while still locked: a waiting process then locks a fresh file
+                    os.unlink(self.path)
+            except OSError:
+                pass
+            os.close(held[0])
