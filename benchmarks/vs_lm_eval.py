@@ -52,9 +52,9 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 import torch  # noqa: E402
 
 import limit_model  # noqa: E402
-from probe.data.bbq import load_bbq_jsonl  # noqa: E402
+from probe.tasks.bbq.data import load_bbq_jsonl  # noqa: E402
 from probe.io import stable_hash  # noqa: E402
-from probe.data.items import BBQItem  # noqa: E402
+from probe.tasks.bbq.items import BBQItem  # noqa: E402
 from probe.prompts.chat import render_prompt  # noqa: E402
 from probe.scoring import ContinuationRequest, LabelRequest, Scorer  # noqa: E402
 

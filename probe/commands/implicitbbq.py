@@ -111,8 +111,8 @@ def run_build_implicitbbq(args: argparse.Namespace) -> int:
 
 
 def run_build_bbq(args: argparse.Namespace) -> int:
-    from probe.data.bbq import load_bbq_jsonl
-    from probe.data.bbq_templates import expand_templates
+    from probe.tasks.bbq.data import load_bbq_jsonl
+    from probe.tasks.bbq.templates import expand_templates
     from probe.data.bharatbbq import expand_bharatbbq_templates, load_bharatbbq_examples
 
     if args.source == "jsonl":
@@ -133,8 +133,8 @@ class UntargetedRow(ValueError):
 
 
 def metric_record(rec: dict, where: str) -> dict:
-    """A BBQ prediction line -> the fields probe.metrics.bbq needs (target/unknown from answer_info)."""
-    from probe.data.bbq import find_target_index, group_key
+    """A BBQ prediction line -> the fields probe.tasks.bbq.metrics needs (target/unknown from answer_info)."""
+    from probe.tasks.bbq.data import find_target_index, group_key
 
     out = dict(rec)
     if "target_index" not in rec or "unknown_index" not in rec:
@@ -158,7 +158,7 @@ def run_metrics_bbq(args: argparse.Namespace) -> int:
     import json
 
     from probe.errors import InputError
-    from probe.metrics.bbq import grouped_bbq_metrics, validate_record
+    from probe.tasks.bbq.metrics import grouped_bbq_metrics, validate_record
     from probe.io import dumps, iter_jsonl
 
     records, skipped = [], []

@@ -1,4 +1,4 @@
-"""BharatBBQ (caste) -> :class:`~probe.data.items.BBQItem`.
+"""BharatBBQ (caste) -> :class:`~probe.tasks.bbq.items.BBQItem`.
 
 Two sources in ``<data>/bharatbbq/``:
 
@@ -18,9 +18,9 @@ from typing import Literal
 
 import pandas as pd
 
-from probe.data.bbq import UNKNOWN_OPTIONS, group_key
-from probe.data.bbq_templates import fill_to_items, fills_for_row, read_templates
-from probe.data.items import BBQItem
+from probe.tasks.bbq.data import UNKNOWN_OPTIONS, group_key
+from probe.tasks.bbq.templates import fill_to_items, fills_for_row, read_templates
+from probe.tasks.bbq.items import BBQItem
 from probe.errors import InputError
 
 __all__ = ["load_bharatbbq_examples", "expand_bharatbbq_templates", "bharatbbq_template_rows"]
@@ -79,7 +79,7 @@ def load_bharatbbq_examples(data_dir: str | Path | None = None) -> list[BBQItem]
 
 
 def bharatbbq_template_rows(data_dir: str | Path | None = None):
-    """The template rows of ``Caste_templates.csv`` (see :class:`probe.data.bbq_templates.TemplateRow`)."""
+    """The template rows of ``Caste_templates.csv`` (see :class:`probe.tasks.bbq.templates.TemplateRow`)."""
     path = _dir(data_dir) / "Caste_templates.csv"
     if not path.is_file():
         raise InputError(path, None, None, "file not found")

@@ -3,7 +3,7 @@
 Input: plain dicts with BBQ's fields (``context``, ``question``,
 ``ans0..ans2``, ``answer_info``, ``additional_metadata.stereotyped_groups``,
 ``question_polarity``, ``context_condition``; optional ``example_id``/``id``,
-``question_index``, ``background``) or :class:`probe.data.items.BBQItem` objects.
+``question_index``, ``background``) or :class:`probe.tasks.bbq.items.BBQItem` objects.
 
 Per item (one context + one question = one context pair), as the authors'
 ``bbq.py`` builds it:
@@ -58,7 +58,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
-from probe.data.bbq import find_target_index, group_key
+from probe.tasks.bbq.data import find_target_index, group_key
 from probe.data.cmp_iso import NEUTRAL_SLOT, CmpIsoPair, CmpIsoPrompt, PromptParts
 
 # Released (variant 0) wording of the non-task components; cross-checked against the
@@ -206,7 +206,7 @@ def _fields(item: Any, index: int) -> _Fields:
             )
         except (KeyError, TypeError, IndexError) as exc:
             raise ValueError(f"item {index}: missing or malformed BBQ field ({exc})") from None
-    # a BBQItem (probe.data.items), duck-typed so this module does not need it
+    # a BBQItem (probe.tasks.bbq.items), duck-typed so this module does not need it
     context = f"{item.background}\n{item.context}" if getattr(item, "background", "") else item.context
     qi = getattr(item, "question_index", None)
     return _Fields(str(item.id), context, item.question, tuple(item.options), item.target_index,

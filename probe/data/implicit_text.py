@@ -24,7 +24,7 @@ from typing import Any
 
 import yaml
 
-from probe.data.bbq import group_key
+from probe.tasks.bbq.data import group_key
 
 __all__ = ["BROKEN_PERSON_PATTERNS", "BoundTemplate", "CueTable", "PersonFix", "cue_sentence", "load_bound_templates",
            "load_cue_sentences", "load_cue_table", "load_exclusions", "load_person_fixes", "load_unknown_answers",

@@ -29,7 +29,7 @@ How an item is made (see ``docs/implicitbbq.md``):
    keeps every filling once).
 
 Every context yields ambiguous and disambiguated x negative and non-negative
-items; ``setting`` is one of :data:`probe.data.items.SETTINGS`.
+items; ``setting`` is one of :data:`probe.tasks.bbq.items.SETTINGS`.
 """
 
 from __future__ import annotations
@@ -41,16 +41,16 @@ from collections import Counter, defaultdict
 from pathlib import Path
 from typing import Iterable, Literal, Sequence
 
-from probe.data.bbq import find_target_index
+from probe.tasks.bbq.data import find_target_index
 from probe.io import stable_hash
-from probe.data.bbq_templates import (SlotFill, TemplateRow, answer_slot, fill_to_items, fills_for_row,
+from probe.tasks.bbq.templates import (SlotFill, TemplateRow, answer_slot, fill_to_items, fills_for_row,
                                       load_vocab, read_templates, slot_text)
 from probe.data.implicit_text import (BoundTemplate, CueTable, PersonFix, cue_sentence, load_bound_templates,
                                       load_cue_table, load_exclusions, load_person_fixes, load_unknown_answers,
                                       person_agreement, person_rewrite)
 # DIMENSIONS lives in implicitbbq_match (record_counts orders by it), so that module never imports this one.
 from probe.data.implicitbbq_match import DIMENSIONS, PAPER_RECORDS, match_explicit
-from probe.data.items import SETTINGS, BBQItem, setting_name
+from probe.tasks.bbq.items import SETTINGS, BBQItem, setting_name
 
 __all__ = ["DIMENSIONS", "EXPLICIT_SETS", "PAPER_COUNTS", "build_implicitbbq", "count_table", "format_count_table"]
 

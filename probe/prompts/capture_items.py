@@ -9,9 +9,9 @@ One JSON object per line, in either of two shapes:
   ``options`` with ``kind`` ``label``, as in ``probe score``); ``answer_label``
   (for the ``label`` position); any other fields are kept as the request's
   ``meta`` and may be named by ``span:FIELD`` / ``mean:FIELD``.
-* **BBQ items** (:class:`probe.data.items.BBQItem` lines, e.g. from
+* **BBQ items** (:class:`probe.tasks.bbq.items.BBQItem` lines, e.g. from
   ``probe data build implicitbbq``): rendered by
-  :func:`probe.prompts.bbq.prepare` with the labelled answer format (the
+  :func:`probe.tasks.bbq.prompts.prepare` with the labelled answer format (the
   options listed under labels, next-token label scoring) and the given
   strategy; the spans ``background`` (the cue sentences), ``context`` and
   ``question`` are available.
@@ -99,8 +99,8 @@ def _request(rid: str, prompt: str, labels: tuple[str, ...], answer: str | None,
 def parse_bbq_line(d: Mapping[str, Any], tokenizer: Any, chat_template: bool = True,
                    strategy: str = "zero_shot") -> CaptureItem:
     """A BBQItem line rendered by the project's BBQ prompt (labelled options), every field kept as meta."""
-    from probe.data.items import BBQItem
-    from probe.prompts.bbq import prepare
+    from probe.tasks.bbq.items import BBQItem
+    from probe.tasks.bbq.prompts import prepare
 
     item = BBQItem.from_dict(d)
     prep = prepare(item, tokenizer, strategy, "labels", chat_template=chat_template)

@@ -26,7 +26,7 @@ ENTRY_POINT_GROUP = "probe.tasks"
 #: name -> "module:attribute" of the tasks that ship with probe
 BUILTIN = {
     "demo": "probe.tasks.demo:DemoTask",
-    "bbq": "probe.tasks.bbq:BBQTask",
+    "bbq": "probe.tasks.bbq.task:BBQTask",
     "implicitbbq": "probe.tasks.implicitbbq:ImplicitBBQTask",
     "hbb": "probe.tasks.hbb:HBBTask",
     "crows_pairs": "probe.tasks.crows_pairs:CrowsPairsTask",

@@ -20,7 +20,7 @@ from typing import Any, Mapping, Sequence
 
 from probe.data.demo import demo_items, unknown_paraphrases
 from probe.io import no_markup, write_atomic
-from probe.metrics.bbq import bbq_metrics
+from probe.tasks.bbq.metrics import bbq_metrics
 from probe.prompts.chat import has_chat_template, render_prompt
 from probe.scoring.requests import ContinuationRequest
 from probe.tasks.base import Aggregate, Task, TaskConfig, write_tables
@@ -142,10 +142,10 @@ class DemoTask(Task):
 
     def report_layout(self) -> Any:
         """Explicit vs implicit per model and estimator; paired units: items, clustered by scenario."""
-        from probe.reports.compare.bbq_layouts import demo_section
+        from probe.tasks.bbq.layouts import demo_section
         from probe.reports.compare.layout import TaskLayout
         from probe.reports.compare.units import bbq_spec
-        from probe.tasks.paired_units import answer_units
+        from probe.tasks.bbq.paired_units import answer_units
 
         return TaskLayout("Demo set", 2, lambda runs, out, _ctx: demo_section(runs, out),
                           paired_spec=lambda _runs: bbq_spec("demo", "scenario"),
@@ -219,7 +219,7 @@ def kind_ci(answers: list[dict], scenario: Mapping[str, str], n_boot: int = HTML
             seed: int = 0) -> dict[str, dict[str, list[float]]]:
     """Per context kind: 95% CIs of the four metrics (expected counts), whole scenarios resampled (a
     scenario's condition x polarity variants together: the unit ``--limit`` draws); {} without scenarios."""
-    from probe.metrics.bbq import bbq_metrics_ci
+    from probe.tasks.bbq.metrics import bbq_metrics_ci
 
     if not scenario:
         return {}
@@ -263,7 +263,7 @@ def _records_frame(path: Path) -> Any:
 
 def dimension_ci(answers: list[dict], n_boot: int = HTML_N_BOOT, seed: int = 0) -> list[dict]:
     """Per dimension and context kind: the four metrics (expected counts) with 95% bootstrap CIs over items."""
-    from probe.metrics.bbq import bbq_metrics_ci
+    from probe.tasks.bbq.metrics import bbq_metrics_ci
 
     answers = [r for r in answers if _finite_record(r)]
     rows = []

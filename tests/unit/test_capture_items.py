@@ -67,8 +67,8 @@ def test_errors_name_line_and_field(tmp_path):
 
 
 def test_bbq_items_use_the_project_prompt(tmp_path):
-    from probe.prompts.bbq import prepare, prompts
-    from probe.data.items import BBQItem
+    from probe.tasks.bbq.prompts import prepare, prompts
+    from probe.tasks.bbq.items import BBQItem
 
     tok = tiny_tokenizer()
     row = {"id": "b1", "source": "implicitbbq", "category": "age", "context": "Person A and Person B met.",

@@ -145,7 +145,7 @@ def test_converter_on_real_bbq(shared_data):
     pairs, stats = convert_items(rows, benchmark="bbq-religion")
     assert stats.n_pairs == 20 and stats.skipped == {"condition_disambig": 20}
     try:  # the shared BBQItem class, when present
-        from probe.data.bbq import load_bbq_jsonl
+        from probe.tasks.bbq.data import load_bbq_jsonl
     except ImportError:  # pragma: no cover
         return
     items = load_bbq_jsonl(shared_data / "bbq" / "data" / "Religion.jsonl")[:40]

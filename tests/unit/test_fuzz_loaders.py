@@ -172,8 +172,8 @@ def test_huge_integer_is_an_input_error(tmp_path):
 def _readers() -> dict[str, tuple[str, Any]]:
     """reader name -> (the file name it reads, a function of the file's path). Each reads one user file."""
     from probe.commands.run import read_config
-    from probe.data.bbq import load_bbq_jsonl
-    from probe.data.bbq_templates import read_templates
+    from probe.tasks.bbq.data import load_bbq_jsonl
+    from probe.tasks.bbq.templates import read_templates
     from probe.data.cmp_iso import load_csv
     from probe.data.cmp_iso_sources import read_pair_csv
     from probe.data.crows_pairs import load_crows_pairs

@@ -421,14 +421,14 @@ def _bbq_record(**over: Any) -> dict:
 ], ids=["missing-field", "label-out-of-range", "label-not-int", "unknown-polarity", "no-unknown-answer",
         "unknown-target-group"])
 def test_bbq_jsonl_rejected(tmp_path, rec, line, field):
-    from probe.data.bbq import load_bbq_jsonl
+    from probe.tasks.bbq.data import load_bbq_jsonl
 
     path = _jsonl(tmp_path / "Age.jsonl", [_bbq_record(), rec] if line == 2 else [rec])
     _expect(lambda: load_bbq_jsonl(path), path, line, field)
 
 
 def test_bbq_jsonl_wrong_type_answer_info(tmp_path):
-    from probe.data.bbq import load_bbq_jsonl
+    from probe.tasks.bbq.data import load_bbq_jsonl
 
     path = _jsonl(tmp_path / "Age.jsonl", [_bbq_record(answer_info=["a", "b", "c"])])
     _expect(lambda: load_bbq_jsonl(path), path, 1, "answer_info")
@@ -439,21 +439,21 @@ TEMPLATE_HEADER = ("Q_id,Category,Known_stereotyped_groups,Ambiguous_Context,Dis
 
 
 def test_bbq_template_missing_column(tmp_path):
-    from probe.data.bbq_templates import read_templates
+    from probe.tasks.bbq.templates import read_templates
 
     path = _csv(tmp_path / "Age.csv", "Q_id,Category\n1,Age\n")
     _expect(lambda: read_templates(path), path, None, "Known_stereotyped_groups")
 
 
 def test_bbq_template_bad_stereotyped_groups(tmp_path):
-    from probe.data.bbq_templates import read_templates
+    from probe.tasks.bbq.templates import read_templates
 
     path = _csv(tmp_path / "Age.csv", TEMPLATE_HEADER + '1,Age,"[old",ctx {{NAME1}},d,q?,q2?,{{NAME1}},{{NAME2}}\n')
     _expect(lambda: read_templates(path), path, 2, "Known_stereotyped_groups")
 
 
 def test_bbq_template_unknown_slot(tmp_path):
-    from probe.data.bbq_templates import read_templates
+    from probe.tasks.bbq.templates import read_templates
 
     path = _csv(tmp_path / "Age.csv", TEMPLATE_HEADER
                 + "1,Age,\"['old']\",{{NAME1}} met {{NAME3}}.,d,Who forgot?,Who did not?,{{NAME1}},{{NAME2}}\n")

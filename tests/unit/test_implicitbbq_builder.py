@@ -6,7 +6,7 @@ import pytest
 
 from probe.data.implicit_text import load_cue_table, load_exclusions, load_unknown_answers, person_agreement, person_rewrite
 from probe.data.implicitbbq import DIMENSIONS, build_implicitbbq, count_table, format_count_table
-from probe.data.items import SETTINGS
+from probe.tasks.bbq.items import SETTINGS
 
 
 @pytest.fixture(scope="module")

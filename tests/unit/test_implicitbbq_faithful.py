@@ -12,7 +12,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from probe.data.bbq_templates import parse_name_lists, read_templates
+from probe.tasks.bbq.templates import parse_name_lists, read_templates
 from probe.data.implicit_text import (cue_sentence, load_bound_templates, load_cue_sentences, load_cue_table,
                                       load_exclusions)
 from probe.data.implicitbbq import DIMENSIONS, build_implicitbbq

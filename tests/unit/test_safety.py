@@ -226,8 +226,8 @@ def test_demo_summary_of_only_non_finite_records_is_nan_not_zero():
 
 
 def test_bbq_metrics_refuse_nan_probabilities_loudly():
-    """probe.metrics.bbq does not skip: a NaN record is an error naming the field (callers filter ``finite``)."""
-    from probe.metrics.bbq import bbq_metrics
+    """probe.tasks.bbq.metrics does not skip: a NaN record is an error naming the field (callers filter ``finite``)."""
+    from probe.tasks.bbq.metrics import bbq_metrics
 
     rec = _demo_record(1)
     with pytest.raises(ValueError, match="probs"):

@@ -7,7 +7,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from probe.data.items import BBQItem
+from probe.tasks.bbq.items import BBQItem
 from probe.errors import ProbeError
 from probe.tasks import get
 from probe.tasks.implicitbbq import ImplicitBBQConfig, request_id, results

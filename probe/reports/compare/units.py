@@ -43,7 +43,7 @@ def _div(a: np.ndarray, b: np.ndarray) -> np.ndarray:
 def _bias_amb(s: np.ndarray) -> np.ndarray:
     acc = _div(s[..., 1], s[..., 0])
     raw = 2.0 * _div(s[..., 2], s[..., 3]) - 1.0
-    # all answers Unknown: the scaled bias is 0 by definition (probe.metrics.bbq)
+    # all answers Unknown: the scaled bias is 0 by definition (probe.tasks.bbq.metrics)
     return np.where(s[..., 3] <= 1e-12, np.where(s[..., 0] > 0, 0.0, np.nan), (1.0 - acc) * raw)
 
 
@@ -57,8 +57,8 @@ BBQ_SPEC = Spec(
 
 def bbq_units(records: Sequence[Mapping[str, Any]]) -> pd.DataFrame:
     """Units of BBQ-family answer records (each with ``id``, ``block``, ``category``, ``cluster``, the BBQ
-    fields and ``probs``); see :func:`probe.metrics.bbq.item_matrix`."""
-    from probe.metrics.bbq import item_matrix
+    fields and ``probs``); see :func:`probe.tasks.bbq.metrics.item_matrix`."""
+    from probe.tasks.bbq.metrics import item_matrix
 
     recs = list(records)
     m = item_matrix(recs, "expected") if recs else np.zeros((0, 5))

@@ -3,12 +3,12 @@
 Flow: every item of the configured dimensions (:mod:`probe.data.implicitbbq`)
 -> each strategy's stratified sample (``per_cell`` items per dimension x
 setting; :mod:`.sample`) -> the strategy's prompt in each answer format
-(:mod:`probe.prompts.bbq`) -> for CoT, ``cot_chains`` reasoning chains sampled
+(:mod:`probe.tasks.bbq.prompts`) -> for CoT, ``cot_chains`` reasoning chains sampled
 first at the paper's temperature (the runner's generation stage; 0 = one greedy
 chain) and the final answer scored after each chain's ``Final Answer:``, the
 item's probabilities the mean over its chains (:mod:`.chains`) ->
 BBQ accuracy and bias per strategy|format, context kind and dimension, argmax
-and expected, with bootstrap CIs (:mod:`probe.reports.bbq_tables`).
+and expected, with bootstrap CIs (:mod:`probe.tasks.bbq.tables`).
 
     probe run configs/implicitbbq_quick.yaml
     probe run implicitbbq --model smollm2 --limit 12 --output runs/x
@@ -75,7 +75,7 @@ class ImplicitBBQTask(Task):
     def generation_requests(self, config: ImplicitBBQConfig, items: Sequence[Any], tokenizer: Any) -> list:
         """CoT: ``cot_chains`` sampled reasoning chains per (item, format), adjacent (they share the
         prompt), seeded by (``seed``, chain id); with ``cot_chains`` 0 one greedy chain."""
-        from probe.prompts.bbq import prepare
+        from probe.tasks.bbq.prompts import prepare
         from probe.scoring.generate import GenerationRequest
 
         out = []
@@ -97,7 +97,7 @@ class ImplicitBBQTask(Task):
 
     def requests(self, config: ImplicitBBQConfig, items: Sequence[Any], tokenizer: Any,
                  generations: Mapping[str, str] | None = None) -> list:
-        from probe.prompts.bbq import cot_final_prompt, prepare
+        from probe.tasks.bbq.prompts import cot_final_prompt, prepare
         from probe.scoring.requests import ContinuationRequest, LabelRequest
 
         sel = self._selection(config, items)
@@ -139,7 +139,7 @@ class ImplicitBBQTask(Task):
         import json
 
         from probe.prompts.answer_parse import PARSER_VERSION, oneword_decided, parse_oneword
-        from probe.prompts.bbq import prepare
+        from probe.tasks.bbq.prompts import prepare
         from probe.scoring.parse_exact import ParseRequest
 
         spec = results.paper_spec(config)
@@ -171,7 +171,7 @@ class ImplicitBBQTask(Task):
 
     def aggregate(self, config: ImplicitBBQConfig, records: Any, items: Sequence[Any]) -> Aggregate:
         from probe.data.implicitbbq import count_table
-        from probe.reports.bbq_tables import summarize
+        from probe.tasks.bbq.tables import summarize
 
         sel = self._selection(config, items)
         recs, skipped = results.metric_records(records, require_cue=config.cot_require_cue)
@@ -303,7 +303,7 @@ class ImplicitBBQTask(Task):
 
     def bias_metrics(self, config: ImplicitBBQConfig, summary: Mapping[str, Any]) -> dict[str, dict[str, float]]:
         """``{strategy}|{format}.{explicit|implicit}.{bias_amb|...}``: the pooled expected metrics."""
-        from probe.tasks.bbq import bbq_headline
+        from probe.tasks.bbq.task import bbq_headline
 
         return {f"{key}.{kind}.{m}": v for key, kinds in summary["by_strategy"].items() for kind, e in kinds.items()
                 if not kind.startswith("_") for m, v in bbq_headline(e["expected"]["pooled"]).items()}

@@ -6,7 +6,7 @@ exactly after each chain, and takes the item's CoT option probabilities as the
 mean over its valid chains: a Rao-Blackwellised estimate of the paper's CoT
 metric (the answer sampling is replaced by its exact distribution; only the
 reasoning is sampled). A chain that never reaches an answer cue
-(:func:`probe.prompts.bbq.find_cue`) is excluded by default and counted, as the
+(:func:`probe.tasks.bbq.prompts.find_cue`) is excluded by default and counted, as the
 paper drops unparsable generations.
 
 >>> recs = [{"item_id": "i", "strategy": "cot", "answer_format": "oneword", "chain": k, "has_cue": c,
@@ -96,7 +96,7 @@ def chain_summary(chains: Sequence[dict], require_cue: bool = True) -> dict[str,
     kind and version, each BBQ metric computed on chain index k alone (k = 0..K-1),
     and its standard deviation (ddof 1) across k.
     """
-    from probe.metrics.bbq import bbq_metrics
+    from probe.tasks.bbq.metrics import bbq_metrics
 
     out: dict[str, Any] = {}
     keys = sorted({f"{r['strategy']}|{r['answer_format']}" for r in chains})

@@ -126,7 +126,7 @@ class PaperCheck(_Base):
         parsed (chance ``1 - (1 - a)^K``, ``a`` the accepted mass) and then with its parsed answers'
         distribution, so each prompt is weighted by that chance (a prompt the parser almost never accepts
         counts as rarely as it does when sampled)."""
-        from probe.metrics.bbq import weighted_bbq_metrics
+        from probe.tasks.bbq.metrics import weighted_bbq_metrics
 
         out: dict[str, float] = {}
         for kind in ("explicit", "implicit"):
@@ -147,7 +147,7 @@ class PaperCheck(_Base):
                                           "unknown_index")} | {"probs": [float(x) for x in probs]}
 
     def metrics(self, rows: list[tuple[str, PromptCase, np.ndarray | None]]) -> dict[str, float]:
-        from probe.metrics.bbq import bbq_metrics
+        from probe.tasks.bbq.metrics import bbq_metrics
 
         out: dict[str, float] = {}
         for kind in ("explicit", "implicit"):

@@ -1,7 +1,7 @@
 """ImplicitBBQ records -> option probabilities, the summary, the paper's tables, the figure, the projection.
 
-The metrics and layouts are :mod:`probe.metrics.bbq` and
-:mod:`probe.reports.bbq_tables`; this module only turns the runner's records
+The metrics and layouts are :mod:`probe.tasks.bbq.metrics` and
+:mod:`probe.tasks.bbq.tables`; this module only turns the runner's records
 into the per-item answer distributions they take.
 """
 
@@ -23,10 +23,10 @@ def option_probs(answer_format: str, owner: Any, logprobs: Any, probs: Any, mass
     """The three option probabilities and the mass the scored answers carry, from one record.
 
     ``oneword``: each option's mass is the total over its answer texts (Unknown:
-    over its paraphrases), renormalised (:func:`probe.prompts.bbq.to_probs`);
+    over its paraphrases), renormalised (:func:`probe.tasks.bbq.prompts.to_probs`);
     ``labels``: the record's softmax over the labels and its label mass.
     """
-    from probe.prompts.bbq import PreparedPrompt, to_probs
+    from probe.tasks.bbq.prompts import PreparedPrompt, to_probs
 
     prepared = PreparedPrompt("", "", answer_format, (), tuple(int(o) for o in owner))
     result = SimpleNamespace(probs=list(probs), label_mass=mass, logprobs=list(logprobs))
@@ -189,7 +189,7 @@ def parsed_metric_records(records: Any) -> tuple[list[dict], dict[str, Any]]:
 
 def parsed_tables(summary: Mapping[str, Any], model: str, spec: Mapping[str, float]) -> dict[str, Any]:
     """The paper's Table 2 from its own procedure (sampling + parsing, enumerated exactly): the headline."""
-    from probe.reports.bbq_tables import table2
+    from probe.tasks.bbq.tables import table2
 
     name = f"table2_paper_parsed_T{spec['temperature']:g}" + (f"_topp{spec['top_p']:g}" if spec["top_p"] < 1 else "")
     return {name: table2(dict(summary), "expected", model)}
@@ -201,7 +201,7 @@ def option_mass_summary(recs: list[dict]) -> dict[str, Any]:
     ``target`` / ``other`` / ``unknown``: the mean over records of the total probability of
     that option's surface forms (one-word) or label (labels); ``person`` = target + other;
     ``unknown_share`` = unknown / (person + unknown). One-word forms are
-    :mod:`probe.prompts.bbq_answers`; this shows whether the explicit and implicit
+    :mod:`probe.tasks.bbq.answers`; this shows whether the explicit and implicit
     answers are scored on an equal footing.
 
     >>> r = {"strategy": "zero_shot", "answer_format": "oneword", "context_kind": "explicit",
@@ -254,14 +254,14 @@ def option_mass_table(summary: Mapping[str, Any]) -> Any:
 
 def _has_cue(reasoning: Any) -> bool | None:
     """Whether a CoT reasoning reached an answer cue (None: the record has no reasoning)."""
-    from probe.prompts.bbq import find_cue
+    from probe.tasks.bbq.prompts import find_cue
 
     return find_cue(reasoning) is not None if isinstance(reasoning, str) else None
 
 
 def tables(summary: Mapping[str, Any], model: str) -> dict[str, Any]:
     """The paper's Table 2 (per version) and Tables 5-7 (per strategy|format and version) layouts."""
-    from probe.reports.bbq_tables import VERSIONS, table2, tables_per_dimension
+    from probe.tasks.bbq.tables import VERSIONS, table2, tables_per_dimension
 
     out = {}
     for version in VERSIONS:
@@ -292,7 +292,7 @@ def chains_table(cot: Mapping[str, Any]) -> Any:
 
 def paper_tables(summary: Mapping[str, Any], model: str, spec: Mapping[str, float]) -> dict[str, Any]:
     """The paper's Table 2 under its own sampling (the headline), named by its settings."""
-    from probe.reports.bbq_tables import table2
+    from probe.tasks.bbq.tables import table2
 
     name = f"table2_paper_T{spec['temperature']:g}" + (f"_topp{spec['top_p']:g}" if spec["top_p"] < 1 else "")
     return {name: table2(dict(summary), "expected", model)}
@@ -300,7 +300,7 @@ def paper_tables(summary: Mapping[str, Any], model: str, spec: Mapping[str, floa
 
 def write_figures(summary: Mapping[str, Any], output: Path, model: str) -> list[Path]:
     """``figure3_<strategy>_<format>.png`` (the paper's Figure 3 layout) for each zero-shot format."""
-    from probe.reports.bbq_tables import figure3
+    from probe.tasks.bbq.tables import figure3
 
     paths = []
     for key in summary:

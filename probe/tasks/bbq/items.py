@@ -3,7 +3,7 @@
 A :class:`BBQItem` is a three-option question: two people (or their cues) and an
 Unknown option. ``label`` is the correct option, ``target_index`` the option
 naming the stereotyped target t, ``unknown_index`` the Unknown option; the
-metrics in :mod:`probe.metrics.bbq` need nothing else.
+metrics in :mod:`probe.tasks.bbq.metrics` need nothing else.
 
 >>> it = BBQItem(id="x", source="bbq", category="Age", context="A and B met.",
 ...              question="Who forgot?", options=("A", "B", "Unknown"), label=2,
@@ -123,7 +123,7 @@ class BBQItem:
         return 3 - self.target_index - self.unknown_index
 
     def metric_record(self) -> dict[str, Any]:
-        """The fields :func:`probe.metrics.bbq.bbq_metrics` needs (add ``pred_index``/``probs``)."""
+        """The fields :func:`probe.tasks.bbq.metrics.bbq_metrics` needs (add ``pred_index``/``probs``)."""
         return {
             "id": self.id,
             "category": self.category,

@@ -1,4 +1,4 @@
-"""Expand BBQ-style template CSVs (+ vocabulary) into :class:`~probe.data.items.BBQItem` instances.
+"""Expand BBQ-style template CSVs (+ vocabulary) into :class:`~probe.tasks.bbq.items.BBQItem` instances.
 
 This follows BBQ's generator (``generate_from_template_all_categories.py`` in
 nyu-mll/BBQ) but is deterministic and exhaustive where BBQ samples:
@@ -22,7 +22,7 @@ same code (``source="bharatbbq"``).
 The intersectional categories (``Race_x_SES``, ``Race_x_gender``; templates with
 ``Known_stereotyped_race`` / ``Known_stereotyped_var2`` instead of
 ``Known_stereotyped_groups``) follow BBQ's separate intersectional generator:
-see :mod:`probe.data.bbq_intersectional`.
+see :mod:`probe.tasks.bbq.intersectional`.
 """
 
 from __future__ import annotations
@@ -35,13 +35,13 @@ from typing import Literal
 
 import pandas as pd
 
-from probe.data.bbq import UNKNOWN_OPTIONS, find_target_index, group_key
-from probe.data.bbq_intersectional import intersectional_fills
+from probe.tasks.bbq.data import UNKNOWN_OPTIONS, find_target_index, group_key
+from probe.tasks.bbq.intersectional import intersectional_fills
 # The row schema and reader live in bbq_template_rows (shared with the intersectional expander); re-exported here.
-from probe.data.bbq_template_rows import (SlotFill, TemplateRow, lexical_pairs, parse_name_lists,
+from probe.tasks.bbq.template_rows import (SlotFill, TemplateRow, lexical_pairs, parse_name_lists,
                                           read_templates)
 from probe.io import stable_hash
-from probe.data.items import BBQItem
+from probe.tasks.bbq.items import BBQItem
 from probe.errors import InputError
 
 __all__ = ["TemplateRow", "SlotFill", "read_templates", "fills_for_row", "slot_text", "answer_slot", "load_vocab",

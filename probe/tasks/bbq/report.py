@@ -11,10 +11,10 @@ __all__ = ["category_table", "layout", "paired_records", "report_markdown"]
 
 def layout() -> Any:
     """The :class:`~probe.reports.compare.layout.TaskLayout` of ``bbq``."""
-    from probe.reports.compare.bbq_layouts import bbq_section
+    from probe.tasks.bbq.layouts import bbq_section
     from probe.reports.compare.layout import TaskLayout
     from probe.reports.compare.units import bbq_spec
-    from probe.tasks.paired_units import answer_units
+    from probe.tasks.bbq.paired_units import answer_units
 
     return TaskLayout("BBQ", 1, lambda runs, out, _ctx: bbq_section(runs, out),
                       paired_spec=lambda _runs: bbq_spec("bbq", "template instance"),

@@ -1,8 +1,8 @@
 """BBQ-style template CSVs -> rows: the schema (:class:`TemplateRow`, :class:`SlotFill`) and the reader.
 
 Shared by the expander of the nine single-variable categories
-(:mod:`probe.data.bbq_templates`) and the intersectional one
-(:mod:`probe.data.bbq_intersectional`), so that neither imports the other
+(:mod:`probe.tasks.bbq.templates`) and the intersectional one
+(:mod:`probe.tasks.bbq.intersectional`), so that neither imports the other
 for the schema.
 """
 

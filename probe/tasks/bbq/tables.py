@@ -2,7 +2,7 @@
 
 Input: per-item records as the ``implicitbbq`` task builds them from its run's
 records (:func:`probe.tasks.implicitbbq.results.metric_records`; fields of
-:meth:`probe.data.items.BBQItem.metric_record` plus ``strategy``,
+:meth:`probe.tasks.bbq.items.BBQItem.metric_record` plus ``strategy``,
 ``answer_format``, ``probs``/``pred_index``). Every number comes with its
 bootstrap 95% CI and its count.
 
@@ -23,7 +23,7 @@ from typing import Any, Sequence
 import numpy as np
 import pandas as pd
 
-from probe.metrics.bbq import (METRIC_NAMES, _amb_stats, _dis_stats, bbq_metrics, bbq_metrics_ci, cluster_counts,
+from probe.tasks.bbq.metrics import (METRIC_NAMES, _amb_stats, _dis_stats, bbq_metrics, bbq_metrics_ci, cluster_counts,
                                item_matrix)
 from probe.metrics.stats import bootstrap_ci
 

@@ -2,7 +2,7 @@
 
 Flow: BBQ's generated JSONL (``<bbq>/data/<Category>.jsonl``) or, for a
 category without it, its templates (``<bbq>/templates/<Category>.csv``,
-:mod:`probe.data.bbq_templates`) -> the ImplicitBBQ paper's zero-shot (or safety) prompt
+:mod:`probe.tasks.bbq.templates`) -> the ImplicitBBQ paper's zero-shot (or safety) prompt
 with BBQ's context as written -> the three options scored at once:
 ``labels`` (listed under 1/2/3, next-token label probabilities) and/or
 ``oneword`` (each answer's words by continuation log-likelihood, Unknown =
@@ -35,7 +35,7 @@ from typing import Any, Mapping, Sequence
 from probe.errors import InputError, ProbeError
 from probe.io import no_markup, write_atomic
 from probe.tasks.base import Aggregate, Task, TaskConfig, write_tables
-from probe.tasks.bbq_report import category_table, report_markdown
+from probe.tasks.bbq.report import category_table, report_markdown
 
 #: BBQ's 11 categories, in the upstream repository's order.
 CATEGORIES = (
@@ -134,8 +134,8 @@ class BBQTask(Task):
 
     def items(self, config: BBQConfig) -> BBQItems:
         """Every item of the configured categories, in a stratified order (see :meth:`select`)."""
-        from probe.data.bbq import load_bbq_jsonl
-        from probe.data.bbq_templates import expand_templates
+        from probe.tasks.bbq.data import load_bbq_jsonl
+        from probe.tasks.bbq.templates import expand_templates
 
         root = self._root(config)
         skipped: list = []
@@ -174,7 +174,7 @@ class BBQTask(Task):
 
     def requests(self, config: BBQConfig, items: Sequence[Any], tokenizer: Any,
                  generations: Mapping[str, str] | None = None) -> list:
-        from probe.prompts.bbq import prepare
+        from probe.tasks.bbq.prompts import prepare
         from probe.scoring.requests import ContinuationRequest, LabelRequest
 
         sources = getattr(items, "sources", {})
@@ -197,7 +197,7 @@ class BBQTask(Task):
         return out
 
     def aggregate(self, config: BBQConfig, records: Any, items: Sequence[Any]) -> Aggregate:
-        from probe.metrics.bbq import grouped_bbq_metrics
+        from probe.tasks.bbq.metrics import grouped_bbq_metrics
         from probe.metrics.mass import answering, mass_summary
         from probe.tasks.implicitbbq.results import metric_records
 
@@ -247,8 +247,8 @@ class BBQTask(Task):
 
     def report_layout(self) -> Any:
         """Per answer format: category x model tables and a figure; paired units: items, by template instance
-        (:func:`probe.tasks.bbq_report.layout`)."""
-        from probe.tasks.bbq_report import layout
+        (:func:`probe.tasks.bbq.report.layout`)."""
+        from probe.tasks.bbq.report import layout
 
         return layout()
 
@@ -366,7 +366,7 @@ def order_pairs(records: Any, units: Sequence[str], cell: Sequence[str] = ("answ
 
 def bbq_headline(v: Mapping[str, Any]) -> dict[str, dict[str, float]]:
     """``bias_amb``/``bias_dis``/``acc_amb``/``acc_dis``/``acc_dis_all`` of one version (``expected``/``argmax``) of a
-    :func:`~probe.metrics.bbq.bbq_metrics` result, with its ``ci`` and ``n_amb``/``n_dis``."""
+    :func:`~probe.tasks.bbq.metrics.bbq_metrics` result, with its ``ci`` and ``n_amb``/``n_dis``."""
     ci = v.get("ci", {})
     return {k: {"value": v[k], "ci_low": ci.get(k, [math.nan] * 2)[0], "ci_high": ci.get(k, [math.nan] * 2)[1],
                 "n": v.get("n_amb" if "amb" in k else "n_dis", math.nan),

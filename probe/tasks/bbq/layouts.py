@@ -3,9 +3,9 @@
 Inputs are the runs' ``summary.json`` (:class:`~probe.reports.compare.runs.Run`):
 
 - ``bbq``: ``by_format[fmt]["by_category"][category]`` = the metrics of
-  :func:`probe.metrics.bbq.grouped_bbq_metrics` (expected and argmax, CIs);
+  :func:`probe.tasks.bbq.metrics.grouped_bbq_metrics` (expected and argmax, CIs);
 - ``implicitbbq``: ``by_strategy["strategy|format"][context_kind]`` as
-  :func:`probe.reports.bbq_tables.summarize` builds it (macro over dimensions,
+  :func:`probe.tasks.bbq.tables.summarize` builds it (macro over dimensions,
   pooled, per dimension; CIs);
 - ``demo``: ``by_context_kind`` and ``by_dimension`` (no CIs).
 """
@@ -146,7 +146,7 @@ def table2_paper(summaries: Sequence[tuple[str, dict]], key: str, version: str) 
 def implicitbbq_section(runs: Sequence[Run], out: Path) -> list[Any]:
     """Table 2 (paper layout, per zero-shot format and estimator) with its CI companion, Tables 5-7 (per
     dimension, model columns, every strategy|format), and the explicit-vs-implicit bias figure."""
-    from probe.reports.bbq_tables import table2, tables_per_dimension
+    from probe.tasks.bbq.tables import table2, tables_per_dimension
 
     summaries = [(r.label, r.summary.get("by_strategy", {})) for r in runs]
     keys = list(dict.fromkeys(k for _, s in summaries for k in s))

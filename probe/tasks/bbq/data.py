@@ -1,4 +1,4 @@
-"""BBQ's generated JSONL -> :class:`~probe.data.items.BBQItem`, and helpers shared by the BBQ family.
+"""BBQ's generated JSONL -> :class:`~probe.tasks.bbq.items.BBQItem`, and helpers shared by the BBQ family.
 
 The loader keeps every field of the source line: ``answer_info``,
 ``additional_metadata`` (``stereotyped_groups``, ``subcategory``, ``version``,
@@ -11,7 +11,7 @@ answer's group (``answer_info``) against ``stereotyped_groups``
 also carry the template's ``Known_stereotyped_var2`` ("F", "lowSES"), read from
 ``templates/<Category>.csv`` beside ``data/`` as BBQ's analysis script does.
 
->>> from probe.data.bbq import load_bbq_jsonl  # doctest: +SKIP
+>>> from probe.tasks.bbq.data import load_bbq_jsonl  # doctest: +SKIP
 >>> items = load_bbq_jsonl("Age")               # doctest: +SKIP
 """
 
@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, Sequence
 
-from probe.data.items import BBQItem
+from probe.tasks.bbq.items import BBQItem
 from probe.errors import InputError
 from probe.io import iter_jsonl
 

@@ -9,7 +9,7 @@ Answer formats:
 
 * ``oneword`` (default; the paper's prompts as written, no options listed): each
   option's probability is the total over its surface forms
-  (:mod:`probe.prompts.bbq_answers`), each scored by its continuation
+  (:mod:`probe.tasks.bbq.answers`), each scored by its continuation
   log-likelihood after the prompt: ``Person A``/``Person B``; in explicit
   contexts the group answer capitalised, with and without "The"
   (``Grandfather``, ``The grandfather``, ``grandfather``); Unknown: its
@@ -21,7 +21,7 @@ Answer formats:
 * ``labels``: the options are listed under labels 1/2/3 and the next-token
   probability of each label is read (``mass`` = the labels' share).
 
->>> from probe.data.items import BBQItem
+>>> from probe.tasks.bbq.items import BBQItem
 >>> it = BBQItem(id="x", source="t", category="age", context="Person A met Person B.",
 ...              question="Who forgot?", options=("Person A", "Person B", "Unknown"), label=2,
 ...              target_index=0, unknown_index=2, question_polarity="neg",
@@ -54,8 +54,8 @@ from typing import Any, Sequence
 import yaml
 
 from probe.data.implicit_text import load_unknown_answers
-from probe.data.items import BBQItem
-from probe.prompts.bbq_answers import display_answer, option_forms
+from probe.tasks.bbq.items import BBQItem
+from probe.tasks.bbq.answers import display_answer, option_forms
 
 __all__ = ["STRATEGIES", "FORMATS", "PreparedPrompt", "prompts", "system_text", "user_text", "oneword_options",
            "token_distinct", "prepare", "cot_final_prompt", "find_cue", "CUE_PATTERN", "to_probs"]
@@ -67,7 +67,7 @@ FORMATS = ("oneword", "labels")
 @lru_cache(maxsize=1)
 def prompts() -> dict[str, Any]:
     """The prompt texts (``resources/implicitbbq_prompts.yaml``)."""
-    return yaml.safe_load(resources.files("probe.prompts").joinpath(
+    return yaml.safe_load(resources.files("probe.tasks.bbq").joinpath(
         "resources/implicitbbq_prompts.yaml").read_text(encoding="utf-8"))
 
 
@@ -92,7 +92,7 @@ def system_text(item: BBQItem, strategy: str) -> str:
 
 def oneword_options(item: BBQItem) -> tuple[tuple[str, ...], tuple[int, ...]]:
     """(answer texts to score, the option index each belongs to) for the one-word format: every option's
-    surface forms (:func:`probe.prompts.bbq_answers.option_forms`; Unknown: its paraphrases)."""
+    surface forms (:func:`probe.tasks.bbq.answers.option_forms`; Unknown: its paraphrases)."""
     _, paraphrases = load_unknown_answers()
     texts: list[str] = []
     owner: list[int] = []

@@ -41,7 +41,7 @@ from typing import Literal
 import pandas as pd
 
 from probe.io import stable_hash
-from probe.data.bbq_template_rows import SlotFill, TemplateRow, lexical_pairs
+from probe.tasks.bbq.template_rows import SlotFill, TemplateRow, lexical_pairs
 from probe.errors import InputError
 
 __all__ = ["OTHER_VAR2", "intersectional_fills"]

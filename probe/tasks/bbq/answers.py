@@ -109,7 +109,7 @@ def drop_contained(forms: Sequence[str]) -> tuple[str, ...]:
 
 
 def option_forms(item: Any, paraphrases: Sequence[str]) -> list[tuple[str, ...]]:
-    """Per option of a :class:`~probe.data.items.BBQItem`, its surface forms (Unknown: ``paraphrases``)."""
+    """Per option of a :class:`~probe.tasks.bbq.items.BBQItem`, its surface forms (Unknown: ``paraphrases``)."""
     proper = bool((getattr(item, "metadata", None) or {}).get("proper_names"))
     out = []
     for i in range(len(item.options)):
