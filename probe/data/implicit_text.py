@@ -27,7 +27,7 @@ import yaml
 from probe.tasks.bbq.data import group_key
 
 __all__ = ["BROKEN_PERSON_PATTERNS", "BoundTemplate", "CueTable", "PersonFix", "cue_sentence", "load_bound_templates",
-           "load_cue_sentences", "load_cue_table", "load_exclusions", "load_person_fixes", "load_unknown_answers",
+           "load_cue_sentences", "load_cue_table", "load_exclusions", "load_person_fixes",
            "person_agreement", "person_problems", "person_rewrite"]
 
 # Head nouns dropped after an adjective slot ("the {{NAME1}} man" -> "Person A").
@@ -300,10 +300,3 @@ def load_person_fixes() -> dict[tuple[str, str], tuple[PersonFix, ...]]:
         fix = PersonFix(e["dimension"], str(e["q_id"]), rows, tuple(fixes), e.get("broken", ""))
         out.setdefault((fix.dimension, fix.q_id), []).append(fix)
     return {k: tuple(v) for k, v in out.items()}
-
-
-@lru_cache(maxsize=1)
-def load_unknown_answers() -> tuple[str, tuple[str, ...]]:
-    """(canonical Unknown text, its paraphrases) from ``unknown_answers.yaml``."""
-    raw = _resource("unknown_answers.yaml")
-    return raw["canonical"], tuple(raw["paraphrases"])

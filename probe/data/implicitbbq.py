@@ -46,10 +46,11 @@ from probe.io import stable_hash
 from probe.tasks.bbq.templates import (SlotFill, TemplateRow, answer_slot, fill_to_items, fills_for_row,
                                       load_vocab, read_templates, slot_text)
 from probe.data.implicit_text import (BoundTemplate, CueTable, PersonFix, cue_sentence, load_bound_templates,
-                                      load_cue_table, load_exclusions, load_person_fixes, load_unknown_answers,
+                                      load_cue_table, load_exclusions, load_person_fixes,
                                       person_agreement, person_rewrite)
 # DIMENSIONS lives in implicitbbq_match (record_counts orders by it), so that module never imports this one.
 from probe.data.implicitbbq_match import DIMENSIONS, PAPER_RECORDS, match_explicit
+from probe.tasks.bbq.answers import load_unknown_answers
 from probe.tasks.bbq.items import SETTINGS, BBQItem, setting_name
 
 __all__ = ["DIMENSIONS", "EXPLICIT_SETS", "PAPER_COUNTS", "build_implicitbbq", "count_table", "format_count_table"]

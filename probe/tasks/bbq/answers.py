@@ -31,9 +31,12 @@ table in ``docs/implicitbbq.md``):
 from __future__ import annotations
 
 import re
+from functools import lru_cache
+from importlib import resources
 from typing import Any, Sequence
 
-__all__ = ["answer_forms", "option_forms", "display_answer", "drop_contained", "ABBREVIATIONS", "DETERMINERS"]
+__all__ = ["answer_forms", "option_forms", "display_answer", "drop_contained", "load_unknown_answers",
+           "ABBREVIATIONS", "DETERMINERS"]
 
 #: leading determiners stripped from an answer to get its head ("The grandfather" -> "grandfather")
 DETERMINERS = ("the", "a", "an", "my")
@@ -129,3 +132,13 @@ def display_answer(item: Any, index: int, canonical_unknown: str) -> str:
     proper = bool((getattr(item, "metadata", None) or {}).get("proper_names"))
     word = item.group_words[index] if index < len(item.group_words) else ""
     return answer_forms(item.options[index], word, proper_name=proper)[0]
+
+
+@lru_cache(maxsize=1)
+def load_unknown_answers() -> tuple[str, tuple[str, ...]]:
+    """(canonical Unknown text, its paraphrases) from ``resources/unknown_answers.yaml``."""
+    import yaml
+
+    raw = yaml.safe_load(resources.files("probe.tasks.bbq").joinpath("resources/unknown_answers.yaml")
+                         .read_text(encoding="utf-8"))
+    return raw["canonical"], tuple(raw["paraphrases"])

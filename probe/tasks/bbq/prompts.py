@@ -13,8 +13,8 @@ Answer formats:
   log-likelihood after the prompt: ``Person A``/``Person B``; in explicit
   contexts the group answer capitalised, with and without "The"
   (``Grandfather``, ``The grandfather``, ``grandfather``); Unknown: its
-  paraphrases (``resources/unknown_answers.yaml`` in :mod:`probe.data`). Forms
-  whose tokens equal another's are scored once, and a form whose tokens
+  paraphrases (``resources/unknown_answers.yaml``,
+  :func:`~probe.tasks.bbq.answers.load_unknown_answers`). Forms whose tokens equal another's are scored once, and a form whose tokens
   start with another form of the same option is dropped (its probability is
   inside the shorter one's). The three option probabilities are the option
   masses renormalised; ``mass`` is the total probability of all scored texts.
@@ -53,9 +53,8 @@ from typing import Any, Sequence
 
 import yaml
 
-from probe.data.implicit_text import load_unknown_answers
+from probe.tasks.bbq.answers import display_answer, load_unknown_answers, option_forms
 from probe.tasks.bbq.items import BBQItem
-from probe.tasks.bbq.answers import display_answer, option_forms
 
 __all__ = ["STRATEGIES", "FORMATS", "PreparedPrompt", "prompts", "system_text", "user_text", "oneword_options",
            "token_distinct", "prepare", "cot_final_prompt", "find_cue", "CUE_PATTERN", "to_probs"]
