@@ -14,8 +14,8 @@ Answer formats:
   contexts the group answer capitalised, with and without "The"
   (``Grandfather``, ``The grandfather``, ``grandfather``); Unknown: its
   paraphrases (``resources/unknown_answers.yaml``,
-  :func:`~probe.tasks.bbq.answers.load_unknown_answers`). Forms whose tokens equal another's are scored once, and a form whose tokens
-  start with another form of the same option is dropped (its probability is
+  :func:`~probe.tasks.bbq.answers.load_unknown_answers`). Forms whose tokens
+  equal another's are scored once, and a form whose tokens start with another form of the same option is dropped (its probability is
   inside the shorter one's). The three option probabilities are the option
   masses renormalised; ``mass`` is the total probability of all scored texts.
 * ``labels``: the options are listed under labels 1/2/3 and the next-token
