@@ -23,7 +23,7 @@ COMMAND_MODULES = (
     "probe.commands.score",
     "probe.commands.demo",
     "probe.commands.data",
-    "probe.commands.implicitbbq",
+    "probe.tasks.implicitbbq.cli",
     "probe.commands.hbb",
     "probe.commands.cmp_iso",
     "probe.commands.activations",

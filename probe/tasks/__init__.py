@@ -27,7 +27,7 @@ ENTRY_POINT_GROUP = "probe.tasks"
 BUILTIN = {
     "demo": "probe.tasks.demo:DemoTask",
     "bbq": "probe.tasks.bbq.task:BBQTask",
-    "implicitbbq": "probe.tasks.implicitbbq:ImplicitBBQTask",
+    "implicitbbq": "probe.tasks.implicitbbq.task:ImplicitBBQTask",
     "hbb": "probe.tasks.hbb:HBBTask",
     "crows_pairs": "probe.tasks.crows_pairs:CrowsPairsTask",
     "cmp_iso": "probe.tasks.cmp_iso:CmpIsoTask",

@@ -8,7 +8,7 @@ from collections import Counter
 
 import pytest
 
-from probe.data.implicitbbq_match import apportion, format_record_counts, match_explicit, record_counts, weights
+from probe.tasks.implicitbbq.match import apportion, format_record_counts, match_explicit, record_counts, weights
 from probe.tasks.bbq.items import BBQItem, setting_name
 
 

@@ -19,7 +19,7 @@ from typing import Any, Sequence
 import pandas as pd
 
 from probe.reports.compare.common import bars, boots, ci_unit, model_labels
-from probe.reports.compare.ibbq_figures import figure4
+from probe.tasks.implicitbbq.figures import figure4
 from probe.reports.compare.runs import Run
 from probe.reports.compare.tables import Figure, Table, fmt, fmt_ci, save_figure
 

@@ -2,7 +2,7 @@
 
 Strategies (ImplicitBBQ paper, appendix B; texts in ``resources/implicitbbq_prompts.yaml``):
 ``zero_shot``, ``safety``, ``few_shot`` (the shipped demonstrations of the item's
-dimension and context kind, never from its template, :mod:`probe.prompts.bbq_demos`;
+dimension and context kind, never from its template, :mod:`probe.tasks.implicitbbq.fewshot`;
 plus the safety instruction) and ``cot`` (reasoning chains, greedy or sampled, then the final answer is scored after each).
 
 Answer formats:

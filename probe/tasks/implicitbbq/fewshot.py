@@ -1,8 +1,8 @@
-"""The shipped ImplicitBBQ few-shot demonstration sets (``probe/data/resources/implicitbbq_demos.yaml``).
+"""The shipped ImplicitBBQ few-shot demonstration sets (``probe/tasks/implicitbbq/resources/implicitbbq_demos.yaml``).
 
 Five demonstrations per dimension x context kind (explicit, implicit), never
 a control, fixed and hand-audited (how they were drawn and their answer mix:
-:mod:`probe.data.implicitbbq_demos`, ``docs/implicitbbq.md``). A neutral or
+:mod:`probe.tasks.implicitbbq.fewshot_sets`, ``docs/implicitbbq.md``). A neutral or
 no-characteristics item gets none (the paper applies no mitigation to controls).
 
 For a test item, slot k shows its primary demonstration unless that shares the
@@ -29,13 +29,13 @@ _KINDS = ("explicit", "implicit")
 
 
 def _path() -> str:
-    return str(resources.files("probe.data").joinpath(DEMO_FILE))
+    return str(resources.files("probe.tasks.implicitbbq").joinpath(DEMO_FILE))
 
 
 @lru_cache(maxsize=1)
 def load_demo_sets() -> dict[str, Any]:
     """The shipped sets: ``{"seed", "balance", "sets": {dimension: {kind: [slot, ...]}}}``."""
-    text = resources.files("probe.data").joinpath(DEMO_FILE).read_text(encoding="utf-8")
+    text = resources.files("probe.tasks.implicitbbq").joinpath(DEMO_FILE).read_text(encoding="utf-8")
     data = yaml.safe_load(text)
     for dim, kinds in data["sets"].items():
         for kind, slots in kinds.items():
@@ -86,7 +86,7 @@ class DemoSets:
                         if d["id"] not in by_id:
                             raise InputError(_path(), None, f"sets.{dim}.{kind}[{k}].id",
                                              f"{d['id']!r} is not a built ImplicitBBQ item (the builder changed? "
-                                             "re-make the sets with python -m probe.data.implicitbbq_demos and "
+                                             "re-make the sets with python -m probe.tasks.implicitbbq.fewshot_sets and "
                                              "audit them)")
                         self._items[d["id"]] = by_id[d["id"]]
 

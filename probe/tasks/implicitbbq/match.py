@@ -30,7 +30,7 @@ Counting unit (:func:`record_counts`): a *record* is one context (one condition)
 question (one polarity), as in the paper's "question-context pairs" and BBQ. Every count
 is records per condition (ambiguous, or disambiguated: the two are equal).
 
->>> from probe.data.implicitbbq_match import apportion
+>>> from probe.tasks.implicitbbq.match import apportion
 >>> apportion(10, {"a": 1, "b": 2, "c": 2})
 {'a': 2, 'b': 4, 'c': 4}
 """
@@ -47,7 +47,7 @@ from probe.io import stable_hash
 __all__ = ["DIMENSIONS", "PAPER_RECORDS", "apportion", "format_record_counts", "match_explicit", "record_counts", "unit_of",
            "weights"]
 
-#: ImplicitBBQ's dimensions in the paper's order (re-exported by :mod:`probe.data.implicitbbq`).
+#: ImplicitBBQ's dimensions in the paper's order (re-exported by :mod:`probe.tasks.implicitbbq.data`).
 DIMENSIONS = ("age", "gender", "region", "religion", "ses", "caste")
 #: The paper's counts (sections 3-4), in records (context x question) per condition.
 #: "760 implicit contexts per condition" are also the "760 records" of its explicit remark;

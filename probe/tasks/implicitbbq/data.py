@@ -25,7 +25,7 @@ How an item is made (see ``docs/implicitbbq.md``):
 5. Controls per implicit context: neutral (inert cues, both assignments) and
    no-characteristics (no background, both assignments).
 6. The explicit set is then resampled so that each (dimension, template) weighs as
-   much as in the implicit set (:mod:`probe.data.implicitbbq_match`; ``explicit_set="full"``
+   much as in the implicit set (:mod:`probe.tasks.implicitbbq.match`; ``explicit_set="full"``
    keeps every filling once).
 
 Every context yields ambiguous and disambiguated x negative and non-negative
@@ -45,18 +45,18 @@ from probe.tasks.bbq.data import find_target_index
 from probe.io import stable_hash
 from probe.tasks.bbq.templates import (SlotFill, TemplateRow, answer_slot, fill_to_items, fills_for_row,
                                       load_vocab, read_templates, slot_text)
-from probe.data.implicit_text import (BoundTemplate, CueTable, PersonFix, cue_sentence, load_bound_templates,
+from probe.tasks.implicitbbq.implicit_text import (BoundTemplate, CueTable, PersonFix, cue_sentence, load_bound_templates,
                                       load_cue_table, load_exclusions, load_person_fixes,
                                       person_agreement, person_rewrite)
 # DIMENSIONS lives in implicitbbq_match (record_counts orders by it), so that module never imports this one.
-from probe.data.implicitbbq_match import DIMENSIONS, PAPER_RECORDS, match_explicit
+from probe.tasks.implicitbbq.match import DIMENSIONS, PAPER_RECORDS, match_explicit
 from probe.tasks.bbq.answers import load_unknown_answers
 from probe.tasks.bbq.items import SETTINGS, BBQItem, setting_name
 
 __all__ = ["DIMENSIONS", "EXPLICIT_SETS", "PAPER_COUNTS", "build_implicitbbq", "count_table", "format_count_table"]
 
 #: The paper's totals (sections 3-4), in records (context x question) per condition; see
-#: :data:`probe.data.implicitbbq_match.PAPER_RECORDS`.
+#: :data:`probe.tasks.implicitbbq.match.PAPER_RECORDS`.
 PAPER_COUNTS = {"contexts_per_condition": PAPER_RECORDS["implicit_base"],
                 "implicit_instances_per_condition": PAPER_RECORDS["implicit"],
                 "explicit_records": PAPER_RECORDS["explicit"]}
@@ -67,7 +67,7 @@ PERSONS = ("Person A", "Person B")
 def _template_rows(source: str, bbq_dir: Path | None, bharatbbq_dir: Path | None) -> tuple[list[TemplateRow], tuple]:
     kind, category = source.split(":")
     if kind == "bharatbbq":
-        from probe.data.bharatbbq import bharatbbq_template_rows
+        from probe.tasks.implicitbbq.bharatbbq import bharatbbq_template_rows
 
         return bharatbbq_template_rows(bharatbbq_dir), (None, None)
     if bbq_dir is None:
@@ -237,7 +237,7 @@ def build_implicitbbq(
     (implicit contexts equal to an earlier one) and ``bound_implicit_excluded``.
     ``explicit_set="matched"`` (default) resamples the explicit items to the implicit set's
     (dimension, template) weights, ``explicit_size`` records per condition (default: as many as
-    the implicit set), seeded by ``seed`` (:func:`probe.data.implicitbbq_match.match_explicit`);
+    the implicit set), seeded by ``seed`` (:func:`probe.tasks.implicitbbq.match.match_explicit`);
     ``"full"`` keeps every explicit filling once.
     ``exclusion_unit``: ``"cue"`` (default) drops only the cue combinations that use a cue excluded for
     the template (``resources/implicitbbq_exclusions.yaml``); ``"template"`` removes every template
@@ -342,5 +342,5 @@ def format_count_table(table: dict[str, dict[str, int]]) -> str:
         f"\nPaper (section 3): {PAPER_COUNTS['contexts_per_condition']} implicit contexts per condition; "
         f"~{PAPER_COUNTS['implicit_instances_per_condition']} implicit instances per condition "
         f"(amb or dis, both polarities); ~{PAPER_COUNTS['explicit_records']} explicit records. "
-        f"In one unit (records = context x question): probe.data.implicitbbq_match.format_record_counts.")
+        f"In one unit (records = context x question): probe.tasks.implicitbbq.match.format_record_counts.")
     return "\n".join(lines)

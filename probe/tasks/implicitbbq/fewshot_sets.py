@@ -4,7 +4,7 @@ The paper gives each prompt "five manually selected demonstration examples from
 the dataset representing the relevant demographic dimensions" (section 4.3) and
 publishes neither the examples nor their answer mix. probe ships fixed sets,
 one per dimension x context kind (explicit, implicit), in
-``probe/data/resources/implicitbbq_demos.yaml``: that file is the contract; this
+``probe/tasks/implicitbbq/resources/implicitbbq_demos.yaml``: that file is the contract; this
 module only made it (seeded, so it can be re-made and audited) and checks it.
 
 Each set has five slots with fixed answer roles, and every slot a primary
@@ -20,7 +20,7 @@ polarities half negative. Implicit sets answer both "Person A" and "Person B"
 (A, B, A or B, A, B, alternating by dimension; an alternate answers the same Person).
 Controls (neutral, no characteristics) are never used.
 
-    python -m probe.data.implicitbbq_demos --output probe/data/resources/implicitbbq_demos.yaml
+    python -m probe.tasks.implicitbbq.fewshot_sets --output probe/tasks/implicitbbq/resources/implicitbbq_demos.yaml
 """
 
 from __future__ import annotations
@@ -140,7 +140,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     """Write the demonstration sets as YAML (and print them rendered, for the audit)."""
     import yaml
 
-    from probe.data.implicitbbq import DIMENSIONS, build_implicitbbq
+    from probe.tasks.implicitbbq.data import DIMENSIONS, build_implicitbbq
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--output", required=True)
@@ -162,9 +162,9 @@ def main(argv: Sequence[str] | None = None) -> None:
                           f"{it.context!r} {it.question!r} -> {it.options[it.label]!r}")
     header = ("# ImplicitBBQ few-shot demonstrations: item ids of the full build, five slots\n"
               "# per dimension x context kind, each with an alternate from another template. Made by\n"
-              f"#   python -m probe.data.implicitbbq_demos --output THIS --seed {args.seed}\n"
+              f"#   python -m probe.tasks.implicitbbq.fewshot_sets --output THIS --seed {args.seed}\n"
               "# and audited by hand; this file, not the generator, is the contract. Roles and balance:\n"
-              "# probe/data/implicitbbq_demos.py and docs/implicitbbq.md.\n")
+              "# probe/tasks/implicitbbq/fewshot_sets.py and docs/implicitbbq.md.\n")
     body = {"seed": args.seed, "balance": set_balance(sets), "sets": sets}
     with open(args.output, "w", encoding="utf-8") as f:
         f.write(header + yaml.safe_dump(body, sort_keys=False, width=120))

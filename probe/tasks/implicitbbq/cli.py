@@ -73,8 +73,8 @@ def run_build_implicitbbq(args: argparse.Namespace) -> int:
     import json
     from pathlib import Path
 
-    from probe.data.implicitbbq import build_implicitbbq
-    from probe.data.implicitbbq_match import PAPER_RECORDS, format_record_counts, match_explicit, record_counts
+    from probe.tasks.implicitbbq.data import build_implicitbbq
+    from probe.tasks.implicitbbq.match import PAPER_RECORDS, format_record_counts, match_explicit, record_counts
     from probe.io import write_atomic
 
     if args.explicit_records is not None and args.explicit_records < 2:
@@ -113,7 +113,7 @@ def run_build_implicitbbq(args: argparse.Namespace) -> int:
 def run_build_bbq(args: argparse.Namespace) -> int:
     from probe.tasks.bbq.data import load_bbq_jsonl
     from probe.tasks.bbq.templates import expand_templates
-    from probe.data.bharatbbq import expand_bharatbbq_templates, load_bharatbbq_examples
+    from probe.tasks.implicitbbq.bharatbbq import expand_bharatbbq_templates, load_bharatbbq_examples
 
     if args.source == "jsonl":
         items = [it for c in args.categories for it in load_bbq_jsonl(c)]

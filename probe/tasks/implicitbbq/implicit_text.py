@@ -1,5 +1,5 @@
 """Cue table, cue sentences, per-cue exclusions, slot-bound templates and the "Person A"/"Person B"
-rewrite used by the ImplicitBBQ builder (package data in ``probe/data/resources/``).
+rewrite used by the ImplicitBBQ builder (package data in ``probe/tasks/implicitbbq/resources/``).
 
 The rewrite turns a BBQ template sentence into its implicit form by putting a
 neutral identifier in each ``{{NAMEk}}`` slot and removing the words that only
@@ -164,9 +164,9 @@ class CueTable:
 
 @lru_cache(maxsize=1)
 def load_cue_table() -> CueTable:
-    """Load ``probe/data/resources/implicit_cues.yaml`` (cached)."""
+    """Load ``probe/tasks/implicitbbq/resources/implicit_cues.yaml`` (cached)."""
     raw: dict[str, Any] = yaml.safe_load(
-        resources.files("probe.data").joinpath("resources/implicit_cues.yaml").read_text(encoding="utf-8"))
+        resources.files("probe.tasks.implicitbbq").joinpath("resources/implicit_cues.yaml").read_text(encoding="utf-8"))
     groups, mapping, sources = {}, {}, {}
     for dim, spec in raw["dimensions"].items():
         groups[dim] = {g: tuple(c) for g, c in spec["groups"].items()}
@@ -179,7 +179,7 @@ def load_cue_table() -> CueTable:
 
 
 def _resource(name: str) -> Any:
-    return yaml.safe_load(resources.files("probe.data").joinpath(f"resources/{name}").read_text(encoding="utf-8"))
+    return yaml.safe_load(resources.files("probe.tasks.implicitbbq").joinpath(f"resources/{name}").read_text(encoding="utf-8"))
 
 
 @lru_cache(maxsize=1)
