@@ -21,7 +21,7 @@ from probe.errors import ProbeError
 #: their functions so that ``probe --help`` is instant.
 COMMAND_MODULES = (
     "probe.commands.score",
-    "probe.commands.demo",
+    "probe.tasks.demo.cli",
     "probe.commands.data",
     "probe.tasks.implicitbbq.cli",
     "probe.commands.hbb",

@@ -25,7 +25,7 @@ ENTRY_POINT_GROUP = "probe.tasks"
 
 #: name -> "module:attribute" of the tasks that ship with probe
 BUILTIN = {
-    "demo": "probe.tasks.demo:DemoTask",
+    "demo": "probe.tasks.demo.task:DemoTask",
     "bbq": "probe.tasks.bbq.task:BBQTask",
     "implicitbbq": "probe.tasks.implicitbbq.task:ImplicitBBQTask",
     "hbb": "probe.tasks.hbb:HBBTask",

@@ -1,6 +1,6 @@
 """``demo``: the embedded demo set on the ImplicitBBQ zero-shot prompt (the main job, no download).
 
-Flow: demo items (:mod:`probe.data.demo`) -> the zero-shot prompt (one-word
+Flow: demo items (:mod:`probe.tasks.demo.data`) -> the zero-shot prompt (one-word
 answer, no options listed) -> continuation log-likelihood of each answer text,
 Unknown being the total over its paraphrases -> BBQ accuracy and bias per
 context kind and dimension -> ``report.md``.
@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-from probe.data.demo import demo_items, unknown_paraphrases
+from probe.tasks.demo.data import demo_items, unknown_paraphrases
 from probe.io import no_markup, write_atomic
 from probe.tasks.bbq.metrics import bbq_metrics
 from probe.prompts.chat import has_chat_template, render_prompt

@@ -24,7 +24,8 @@ POLARITIES = ("neg", "nonneg")
 
 
 def load_scenarios() -> dict:
-    text = resources.files("probe.data").joinpath("resources/demo_scenarios.yaml").read_text(encoding="utf-8")
+    text = (resources.files("probe.tasks.demo").joinpath("resources/demo_scenarios.yaml")
+            .read_text(encoding="utf-8"))
     return yaml.safe_load(text)
 
 
