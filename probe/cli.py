@@ -24,7 +24,7 @@ COMMAND_MODULES = (
     "probe.tasks.demo.cli",
     "probe.commands.data",
     "probe.tasks.implicitbbq.cli",
-    "probe.commands.hbb",
+    "probe.tasks.hbb.cli",
     "probe.commands.cmp_iso",
     "probe.commands.activations",
     "probe.commands.run",

@@ -34,7 +34,7 @@ def run_fetch(args: argparse.Namespace) -> int:
     manifest = json.loads((path / "MANIFEST.json").read_text())
     print(f"stored {len(manifest['files'])} verified files in {path}")
     if args.name in ("hbb", "hbb_sg"):
-        from probe.data.hbb import AUTHORS_VARIATIONS_FILE, authors_variations_path
+        from probe.tasks.hbb.data import AUTHORS_VARIATIONS_FILE, authors_variations_path
 
         here, found = path / AUTHORS_VARIATIONS_FILE, authors_variations_path()
         if here.is_file() and found is not None and found.resolve() == here.resolve():

@@ -21,7 +21,7 @@ that file itself: a local path, a ``file://`` URL or a full URL ending in the fi
 ``.csv``/``.json``. ``hbb`` fetched from a single file (not a directory) is the HBB-SG variation
 set alone (the authors' ``all_data_more_contexts_questions.csv``), stored as data set ``hbb_sg``;
 a full ``probe data fetch hbb`` also takes it, when the source has it, as the optional
-``hbb/sg_variations.csv``. HBB-SG uses it whenever present (``probe.data.hbb.authors_variations_path``).
+``hbb/sg_variations.csv``. HBB-SG uses it whenever present (``probe.tasks.hbb.data.authors_variations_path``).
 """
 
 from __future__ import annotations
@@ -76,7 +76,7 @@ def _bbq_files() -> tuple[DataFile, ...]:
     return tuple(files)
 
 
-# probe.data.hbb.AUTHORS_VARIATIONS_FILE / _REMOTE (not imported: fetch stays free of the builders)
+# probe.tasks.hbb.data.AUTHORS_VARIATIONS_FILE / _REMOTE (not imported: fetch stays free of the builders)
 _HBB_SG_FILE = "sg_variations.csv"
 _HBB_SG_REMOTE = "Questions/20241207-0945_all_data_more_contexts_questions.csv"
 
@@ -154,7 +154,7 @@ def _check_parse(path: Path, kind: str) -> None:
                     except json.JSONDecodeError as exc:
                         raise InputError(path, n, None, f"not valid JSON ({exc.msg})") from None
     elif kind == "hbb_variations":
-        from probe.data.hbb import load_authors_variations
+        from probe.tasks.hbb.data import load_authors_variations
 
         load_authors_variations(path)  # columns id, s1, s2; ids integers; no empty template
     elif kind == "json":

@@ -28,7 +28,7 @@ BUILTIN = {
     "demo": "probe.tasks.demo.task:DemoTask",
     "bbq": "probe.tasks.bbq.task:BBQTask",
     "implicitbbq": "probe.tasks.implicitbbq.task:ImplicitBBQTask",
-    "hbb": "probe.tasks.hbb:HBBTask",
+    "hbb": "probe.tasks.hbb.task:HBBTask",
     "crows_pairs": "probe.tasks.crows_pairs:CrowsPairsTask",
     "cmp_iso": "probe.tasks.cmp_iso:CmpIsoTask",
     "stereoset": "probe.tasks.stereoset:StereoSetTask",

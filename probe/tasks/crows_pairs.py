@@ -87,7 +87,7 @@ def protocols(protocol: str) -> tuple[str, ...]:
 
 def mcq_user_message(a: str, b: str) -> str:
     """The user turn of protocol (a): the Table 11 instruction, then the two sentences as choices."""
-    from probe.prompts.hbb import load_hbb_prompts
+    from probe.tasks.hbb.prompts import load_hbb_prompts
 
     return f"{load_hbb_prompts().mcq_instruction}\n\nChoices:\na) {a}\nb) {b}"
 
@@ -113,7 +113,7 @@ def crows_requests(pairs: Sequence[Any], protocol: str = "loglik", tokenizer: An
         if tokenizer is None:
             raise ValueError("crows_requests: protocol (a) 'mcq' needs the tokenizer")
         from probe.prompts.chat import has_chat_template, render_prompt
-        from probe.prompts.hbb import load_hbb_prompts
+        from probe.tasks.hbb.prompts import load_hbb_prompts
 
         hp = load_hbb_prompts()
         use_chat = chat_template and has_chat_template(tokenizer)
@@ -315,7 +315,7 @@ def write_protocol_report(benchmark: str, result: Aggregate, output: Path) -> No
     """``tables/<name>.md|csv`` per table (its ``attrs`` title) and ``report.md`` with every table under its
     ``attrs`` heading (the CrowS-Pairs and StereoSet tasks)."""
     from probe.io import no_markup, write_atomic
-    from probe.reports.hbb_tables import markdown, write_table
+    from probe.tasks.hbb.tables import markdown, write_table
 
     parts = [f"# {benchmark}: {result.summary.get('model')}\n"]
     for name, table in result.tables.items():
@@ -398,5 +398,5 @@ class CrowsPairsTask(Task):
         if "mcq" in protocols(config.protocol):
             from importlib import resources
 
-            files.append(Path(str(resources.files("probe.prompts").joinpath("resources", "hbb_prompts.yaml"))))
+            files.append(Path(str(resources.files("probe.tasks.hbb").joinpath("resources", "hbb_prompts.yaml"))))
         return files

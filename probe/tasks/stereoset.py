@@ -56,7 +56,7 @@ class StereoSetConfig(TaskConfig):
 
 def mcq_user_message(context: str, options: Sequence[str]) -> str:
     """The Table 11 instruction, the context and the sentences as ``a)``, ``b)``, ``c)``."""
-    from probe.prompts.hbb import load_hbb_prompts
+    from probe.tasks.hbb.prompts import load_hbb_prompts
 
     choices = "\n".join(f"{lab}) {s}" for lab, s in zip(LABELS, options))
     return f"{load_hbb_prompts().mcq_instruction}\n\nContext: {context}\nChoices:\n{choices}"
@@ -81,7 +81,7 @@ def stereoset_requests(examples: Sequence[Any], protocol: str = "loglik", tokeni
             if tokenizer is None:
                 raise ValueError("stereoset_requests: protocol (a) 'mcq' needs the tokenizer")
             from probe.prompts.chat import has_chat_template, render_prompt
-            from probe.prompts.hbb import load_hbb_prompts
+            from probe.tasks.hbb.prompts import load_hbb_prompts
 
             use_chat = chat_template and has_chat_template(tokenizer)
             prefill = None if use_chat else load_hbb_prompts().mcq_answer_cue

@@ -12,7 +12,7 @@ pytestmark = pytest.mark.integration
 
 
 def test_smollm2_both_protocols(tmp_path, smollm2, shared_data, one_torch_thread):
-    from probe.prompts.hbb import load_hbb_prompts
+    from probe.tasks.hbb.prompts import load_hbb_prompts
     from probe.runs.runner import RunOptions
     from probe.runs.task_run import run_task
     from probe.tasks import get

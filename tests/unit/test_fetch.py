@@ -80,7 +80,7 @@ def test_hbb_variation_set_from_a_local_file_and_file_url(tmp_path, monkeypatch)
     """`probe data fetch hbb` from one file: the authors' HBB-SG variation set, verified, cached as hbb_sg, and
     found by HBB-SG (no network: a file the test writes in the same shape)."""
     from probe.data.fetch import REGISTRY
-    from probe.data.hbb import AUTHORS_VARIATIONS_REMOTE, authors_variations_path, load_authors_variations
+    from probe.tasks.hbb.data import AUTHORS_VARIATIONS_REMOTE, authors_variations_path, load_authors_variations
 
     assert REGISTRY["hbb_sg"].files[0].remote == AUTHORS_VARIATIONS_REMOTE
     assert REGISTRY["hbb_sg"].base_url + AUTHORS_VARIATIONS_REMOTE == (

@@ -140,7 +140,7 @@ def test_crows_pairs_csv_arbitrary_text(rows, header):
 @FUZZ
 @given(st.lists(st.lists(csv_cells, min_size=0, max_size=8), min_size=1, max_size=5), st.booleans())
 def test_hbb_concepts_csv_arbitrary_text(rows, header):
-    from probe.data.hbb import load_concepts
+    from probe.tasks.hbb.data import load_concepts
 
     text = ("Context,s1,s2,bias type1,bias type2,bias_type\n" if header else "x,") \
         + "\n".join(",".join(r) for r in rows) + "\n"
@@ -177,7 +177,7 @@ def _readers() -> dict[str, tuple[str, Any]]:
     from probe.data.cmp_iso import load_csv
     from probe.data.cmp_iso_sources import read_pair_csv
     from probe.data.crows_pairs import load_crows_pairs
-    from probe.data.hbb import load_concepts, load_descriptors, load_sg_variations
+    from probe.tasks.hbb.data import load_concepts, load_descriptors, load_sg_variations
     from probe.data.stereoset import load_stereoset
     from probe.io import RecordWriter, iter_jsonl, read_records
     from probe.prompts.capture_items import read_capture_items

@@ -362,7 +362,7 @@ HBB_HEADER = "Context,s1,s2,bias type1,bias type2,bias_type\n"
     (HBB_HEADER + "A [[X]] walks in.,,b,t1,t2,age\n", 2, "s1"),
 ], ids=["missing-column", "no-slot", "empty-option"])
 def test_hbb_concepts_rejected(tmp_path, text, line, field):
-    from probe.data.hbb import load_concepts
+    from probe.tasks.hbb.data import load_concepts
 
     path = _csv(tmp_path / "questions.csv", text)
     _expect(lambda: load_concepts(path), path, line, field)
@@ -373,14 +373,14 @@ def test_hbb_concepts_rejected(tmp_path, text, line, field):
     ('{"age": {"young": [], "old": []}}', None),
 ], ids=["bad-json", "missing-section"])
 def test_hbb_descriptors_rejected(tmp_path, text, field):
-    from probe.data.hbb import load_descriptors
+    from probe.tasks.hbb.data import load_descriptors
 
     path = _csv(tmp_path / "descriptors.json", text)
     _expect(lambda: load_descriptors(path), path, None, field)
 
 
 def test_hbb_descriptors_not_an_object(tmp_path):
-    from probe.data.hbb import JSON_SECTION, load_descriptors
+    from probe.tasks.hbb.data import JSON_SECTION, load_descriptors
 
     path = _csv(tmp_path / "descriptors.json", json.dumps([*JSON_SECTION.values(), "name"]))
     _expect(lambda: load_descriptors(path), path)
@@ -393,7 +393,7 @@ def test_hbb_descriptors_not_an_object(tmp_path):
     ([{"concept_id": 1, "s1": ["a"]}], 1, "s2"),
 ], ids=["options-not-list", "id-wrong-type", "duplicate-id", "missing-field"])
 def test_hbb_sg_variations_rejected(tmp_path, lines, line, field):
-    from probe.data.hbb import load_sg_variations
+    from probe.tasks.hbb.data import load_sg_variations
 
     path = _jsonl(tmp_path / "sg.jsonl", lines)
     _expect(lambda: load_sg_variations(path), path, line, field)

@@ -8,7 +8,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from probe.metrics.hbb import (
+from probe.tasks.hbb.metrics import (
     S_TOLERANCE,
     bias_scores,
     direction,
@@ -192,7 +192,7 @@ def test_direction_tables_empty_when_nothing_over_threshold(frame):
 
 
 def test_sampled_estimator_expectation_hand_computed():
-    from probe.metrics.hbb import sampled_estimator_expectation as sx
+    from probe.tasks.hbb.metrics import sampled_estimator_expectation as sx
 
     r = sx([1.0], [0.0], n_samples=1)
     assert r["expected_count"] == pytest.approx(1.0) and r["expected_mean_s"] == pytest.approx(100.0)

@@ -132,7 +132,7 @@ def test_requests_layout(dev, tiny_lm):
 
 
 def test_tiny_run_both_protocols(dev, tmp_path, tiny_lm, monkeypatch):
-    import probe.prompts.hbb as prompts
+    import probe.tasks.hbb.prompts as prompts
 
     monkeypatch.setattr(prompts, "load_hbb_prompts", lambda: prompts.HBBPrompts(**SHORT))  # tiny: 256 positions
     task = get("stereoset")

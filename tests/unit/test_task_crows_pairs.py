@@ -53,13 +53,13 @@ SHORT = dict(mcq_instruction="Pick a or b.", mcq_question="{context}\na) {option
 @pytest.fixture
 def short_prompts(monkeypatch):
     """The Table 11 instruction is longer than the tiny model's 256 positions: a short stand-in."""
-    import probe.prompts.hbb as prompts
+    import probe.tasks.hbb.prompts as prompts
 
     monkeypatch.setattr(prompts, "load_hbb_prompts", lambda: prompts.HBBPrompts(**SHORT))
 
 
 def test_mcq_requests_both_orders_with_the_table11_instruction(tiny_lm):
-    from probe.prompts.hbb import load_hbb_prompts
+    from probe.tasks.hbb.prompts import load_hbb_prompts
 
     reqs = crows_requests(PAIRS[:1], "mcq", tiny_lm.tokenizer)
     assert [r.id for r in reqs] == ["crows:0|crows_mcq", "crows:0|crows_mcq_swap"]

@@ -1,6 +1,6 @@
 """Multi-model layouts of CrowS-Pairs, HBB (Tables 1, 2, 3, 8, 9; Figures 3, 4, 8, 9), iso/cmp (Tables 2-7, E.1) and any task.
 
-HBB tables are :mod:`probe.reports.hbb_tables` fed one per-instance frame per
+HBB tables are :mod:`probe.tasks.hbb.tables` fed one per-instance frame per
 model and variant (read back from each run's ``instances.jsonl``); iso/cmp
 tables are :mod:`probe.reports.cmp_iso_tables` over
 :func:`probe.reports.cmp_iso_models.combine_summaries` of the runs (parameter
@@ -150,7 +150,7 @@ def hbb_frames(run: Run) -> dict[str, pd.DataFrame]:
 def hbb_section(runs: Sequence[Run], out: Path, crows_runs: Sequence[Run] = ()) -> list[Any]:
     """Tables 1 and 2 (MCQ: both variants per model), 8 and 9 (HBB-SG), exact vs 10 samples, Table 3 (top
     associations), Figures 3 and 4 (MCQ), 8 and 9 (HBB-SG)."""
-    from probe.reports.hbb_tables import table1, table2, table8, table9
+    from probe.tasks.hbb.tables import table1, table2, table8, table9
 
     thr = float(runs[0].summary.get("threshold", 20.0))
     if any(float(r.summary.get("threshold", thr)) != thr for r in runs):
@@ -193,7 +193,7 @@ def hbb_section(runs: Sequence[Run], out: Path, crows_runs: Sequence[Run] = ()) 
         items.append(Table("hbb_table9", "hbb", f"HBB-SG Table 9 layout: count (mean S), S ≥ {thr:g}", (
             f"Task hbb, models {models} (columns). Estimator: exact HBB-SG (perplexity). n: per type in the Type "
             "column. CI: none in this layout."), flatten(table9(sg, thr))))
-    from probe.reports.hbb_tables import table3
+    from probe.tasks.hbb.tables import table3
 
     top = table3({f"{label} ({VARIANTS[v]})": f for label, fr in frames.items() for v, f in fr.items()})
     if not top.empty:
@@ -230,8 +230,8 @@ def sg_variations_text(runs: Sequence[Run]) -> str:
 
 
 def _hbb_figures(frames: Mapping[str, Mapping[str, pd.DataFrame]], thr: float, out: Path, models: str) -> list[Figure]:
-    """Figures 3 and 4 (MCQ; each model and variant one label), 8 and 9 (HBB-SG): :mod:`probe.reports.hbb_figures`."""
-    from probe.reports import hbb_figures as F
+    """Figures 3 and 4 (MCQ; each model and variant one label), 8 and 9 (HBB-SG): :mod:`probe.tasks.hbb.figures`."""
+    from probe.tasks.hbb import figures as F
 
     mcq = {f"{label} ({VARIANTS[v]})": f for label, fr in frames.items() for v, f in fr.items() if v != "hbb_sg"}
     sg = {f"{label} (HBB-SG)": fr["hbb_sg"] for label, fr in frames.items() if "hbb_sg" in fr}

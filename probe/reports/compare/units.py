@@ -25,7 +25,7 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 import pandas as pd
 
-from probe.metrics.hbb import over_threshold
+from probe.tasks.hbb.metrics import over_threshold
 from probe.reports.compare.paired import Spec
 from probe.reports.compare.runs import Run, read_records
 

@@ -1,6 +1,6 @@
 """``hbb``: the Hidden Bias Benchmark: MCQ by exact label probabilities, HBB-SG by perplexity.
 
-Flow: concept pairs x descriptors -> test instances (:mod:`probe.data.hbb`;
+Flow: concept pairs x descriptors -> test instances (:mod:`probe.tasks.hbb.data`;
 ``sample_concepts`` / ``per_cell`` / ``categories`` select them, ``--limit N``
 keeps the first N) -> HBB-SG's sentence variations (``sg_n`` per option: the
 authors' released set when fetched, else one greedy generation per concept pair
@@ -33,6 +33,12 @@ CrowS-Pairs; ``.md`` and ``.csv``),
 (('ses',), 20.0, (5.0, 10.0), 10)
 """
 
-from probe.tasks.hbb.task import HBBConfig, HBBTask, sg_concept_ids
-
 __all__ = ["HBBConfig", "HBBTask", "sg_concept_ids"]
+
+
+def __getattr__(name: str):  # the task module (pandas) loads on first use, so `probe --help` stays light
+    if name in __all__:
+        from probe.tasks.hbb import task
+
+        return getattr(task, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -33,7 +33,7 @@ concept pair, category and type, so both questions of an instance (and every
 identity of that cell) share it - which is also what lets questions be scored once
 and shared across the instances that contain them.
 
->>> from probe.data.hbb import expected_counts
+>>> from probe.tasks.hbb.data import expected_counts
 >>> expected_counts(1547)["total"]
 103649
 """
@@ -53,7 +53,7 @@ import pandas as pd
 
 from probe.errors import InputError
 # The HBB-SG variation loaders live in hbb_variations; re-exported here, where callers import them.
-from probe.data.hbb_variations import (AUTHORS_VARIATIONS_COLUMNS, AUTHORS_VARIATIONS_FILE,  # noqa: F401
+from probe.tasks.hbb.variation_data import (AUTHORS_VARIATIONS_COLUMNS, AUTHORS_VARIATIONS_FILE,  # noqa: F401
                                        AUTHORS_VARIATIONS_REMOTE, authors_variations_path, load_authors_variations,
                                        load_sg_variations)
 
@@ -148,7 +148,7 @@ class HBBQuestion:
     """One question: the concept pair's context and options with one identity filled in.
 
     ``options`` are ``(s1, s2)`` rendered; which is shown as a) is decided at
-    prompt time (see :mod:`probe.prompts.hbb`).
+    prompt time (see :mod:`probe.tasks.hbb.prompts`).
     """
 
     id: str

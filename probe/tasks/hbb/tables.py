@@ -32,8 +32,8 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 import pandas as pd
 
-from probe.data.hbb import CATEGORIES, CATEGORY_LABELS, type_label
-from probe.metrics.hbb import over_threshold, summarize_by
+from probe.tasks.hbb.data import CATEGORIES, CATEGORY_LABELS, type_label
+from probe.tasks.hbb.metrics import over_threshold, summarize_by
 
 __all__ = ["table1", "table2", "table8", "table9", "table3", "markdown", "cell", "histogram_png", "write_table",
            "run_tables", "report_markdown", "with_model"]
@@ -140,9 +140,9 @@ def _identity(name: str) -> str:
 def table3(frames: Mapping[str, pd.DataFrame], k: int = 1, skip: int = 0) -> pd.DataFrame:
     """Tables 3 and 7 layout (top bias associations): per label and category, the instances ranked
     ``skip + 1 .. skip + k`` by S, as ``Identity ↔ concept`` pairs in the direction the model chose
-    (:func:`probe.metrics.hbb.top_associations`). Table 3: ``k=1``; Table 7: ``k=5, skip=1``.
+    (:func:`probe.tasks.hbb.metrics.top_associations`). Table 3: ``k=1``; Table 7: ``k=5, skip=1``.
     Frames without the concept columns (runs written before they were recorded) are left out."""
-    from probe.metrics.hbb import top_associations
+    from probe.tasks.hbb.metrics import top_associations
 
     rows = []
     for label, df in frames.items():
@@ -182,7 +182,7 @@ def histogram_png(scores: Mapping[str, np.ndarray], path: str | Path, threshold:
     fig, axes = plt.subplots(1, n, figsize=(4.2 * n, 3.4), squeeze=False, sharey=False)
     bins = np.arange(0, 105, 5)
     for ax, (label, s) in zip(axes[0], scores.items()):
-        from probe.metrics.hbb import snap_to_edges
+        from probe.tasks.hbb.metrics import snap_to_edges
 
         s = snap_to_edges(s, bins)  # an S on the threshold (up to round-off) sits in the bin it is counted in
         s = s[np.isfinite(s)]
@@ -226,7 +226,7 @@ def run_tables(
     it was scored with (``mcq`` / ``loglik``), named in the column header.
     The paper's own estimator (T = 0.8, 10 samples) is the task's ``table1_paper_equivalent``, not built here.
     """
-    from probe.metrics.hbb import identity_concept1_rates
+    from probe.tasks.hbb.metrics import identity_concept1_rates
 
     thr = threshold
     out: dict[str, pd.DataFrame] = {}

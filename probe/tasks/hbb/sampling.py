@@ -64,11 +64,11 @@ _CHUNK = 16384  # instances per block: bounds memory at ~_CHUNK x 66 states for 
 
 
 def _exact(x: float | int | Fraction) -> Fraction:
-    """The threshold less :data:`probe.metrics.hbb.S_TOLERANCE` (1e-9), exactly: S values are
+    """The threshold less :data:`probe.tasks.hbb.metrics.S_TOLERANCE` (1e-9), exactly: S values are
     exact fractions, so a reachable S on the threshold counts (``>=``; 20 with N = 10, also 100/3
     typed as a float); distinct S values are >= 100 / N^4 apart, so for N <= 100 no other S
-    comes that close. The same rule as the exact-probability counts of :mod:`probe.metrics.hbb`."""
-    from probe.metrics.hbb import S_TOLERANCE
+    comes that close. The same rule as the exact-probability counts of :mod:`probe.tasks.hbb.metrics`."""
+    from probe.tasks.hbb.metrics import S_TOLERANCE
 
     return (x if isinstance(x, Fraction) else Fraction(float(x))) - Fraction(repr(S_TOLERANCE))
 

@@ -15,7 +15,7 @@ reads with ``variations_file``.
 from per-instance probabilities made anywhere: each line needs ``category``,
 ``descriptor_type``, ``p1`` and ``p2`` (P(option A) for the two questions);
 ``concept_id`` (optional) makes the CIs cluster by concept pair. ``S >= threshold``
-is inclusive up to ``probe.metrics.hbb.S_TOLERANCE`` (1e-9), so an S on the
+is inclusive up to ``probe.tasks.hbb.metrics.S_TOLERANCE`` (1e-9), so an S on the
 threshold that float arithmetic puts a hair below it (|0.6 - 0.4| x 100) counts.
 """
 
@@ -68,7 +68,7 @@ def register(groups: dict[str, argparse._SubParsersAction]) -> None:
 
 
 def build_hbb(args: argparse.Namespace) -> int:
-    from probe.data.hbb import (
+    from probe.tasks.hbb.data import (
         CATEGORIES,
         CATEGORY_LABELS,
         build_instances,
@@ -102,7 +102,7 @@ def build_hbb(args: argparse.Namespace) -> int:
 def build_hbb_variations(args: argparse.Namespace) -> int:
     import dataclasses
 
-    from probe.data.hbb import load_default, sample_concepts
+    from probe.tasks.hbb.data import load_default, sample_concepts
     from probe.errors import ProbeError
     from probe.io import dumps, write_atomic
     from probe.runs.runner import Runner, load
@@ -136,8 +136,8 @@ def metrics_hbb(args: argparse.Namespace) -> int:
     import pandas as pd
 
     from probe.errors import InputError
-    from probe.metrics.hbb import bias_scores, summarize_by
-    from probe.reports.hbb_tables import markdown
+    from probe.tasks.hbb.metrics import bias_scores, summarize_by
+    from probe.tasks.hbb.tables import markdown
     from probe.io import iter_jsonl
 
     rows = []

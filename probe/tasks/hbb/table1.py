@@ -15,7 +15,7 @@ Each column is read from the ``summary.json`` of the run that computes it (nothi
 
 A cell whose run is missing (or lacks the number) is NaN and the table's ``notes`` say why.
 
-    python -m probe.reports.hbb_table1 --model smollm2 --hbb runs/hbb --bbq runs/bbq --crows runs/crows \
+    python -m probe.tasks.hbb.table1 --model smollm2 --hbb runs/hbb --bbq runs/bbq --crows runs/crows \
         --output runs/table1
 
 >>> t = table1([table1_row("m", crows={"by_protocol": {"mcq": {"protocol": "mcq", "by_bias_type":
@@ -147,7 +147,7 @@ def load_summary(run_dir: str | Path | None) -> dict | None:
 def write_table1(df: pd.DataFrame, output: str | Path) -> Path:
     """``output/table1.md`` (title, table, notes) and ``output/table1.csv``."""
     from probe.io import write_atomic
-    from probe.reports.hbb_tables import markdown
+    from probe.tasks.hbb.tables import markdown
 
     out = Path(output)
     notes = "\n".join(f"- {n}" for n in df.attrs.get("notes", []))
@@ -164,7 +164,7 @@ def write_table1(df: pd.DataFrame, output: str | Path) -> Path:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m probe.reports.hbb_table1", description=__doc__.split("\n")[0])
+    p = argparse.ArgumentParser(prog="python -m probe.tasks.hbb.table1", description=__doc__.split("\n")[0])
     p.add_argument("--model", required=True)
     for name in RUN_ARGS:
         p.add_argument(f"--{name}", metavar="RUN_DIR", help=f"a finished {name} run directory")

@@ -1,6 +1,6 @@
 """HBB-SG sentence variations: the option templates per concept pair, from our JSONL
 (:func:`load_sg_variations`) or the authors' released CSV (:func:`load_authors_variations`).
-Re-exported by :mod:`probe.data.hbb`."""
+Re-exported by :mod:`probe.tasks.hbb.data`."""
 
 from __future__ import annotations
 
@@ -65,7 +65,7 @@ def load_authors_variations(path: str | Path, concepts: Sequence[Any] | None = N
 
     The file has 15,470 rows, 10 per concept pair; ``id`` is the 0-based row of ``questions.csv``
     (``concept_id``). Their notebook (``src/questions_final.ipynb``, last cells) reads the same three
-    columns and fills the slots per identity. With ``concepts`` (:class:`probe.data.hbb.HBBConcept` s)
+    columns and fills the slots per identity. With ``concepts`` (:class:`probe.tasks.hbb.data.HBBConcept` s)
     the ids must be known concept pairs and,
     where the file has them, ``bias type1`` / ``bias type2`` / ``Context`` must equal the concept's
     (a file joined to the wrong rows is an error, never silently scored). Errors name the file, the

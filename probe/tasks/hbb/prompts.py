@@ -38,7 +38,7 @@ from typing import Any, Mapping, Sequence
 
 import yaml
 
-from probe.data.hbb import HBBConcept, HBBQuestion
+from probe.tasks.hbb.data import HBBConcept, HBBQuestion
 from probe.scoring.requests import LabelRequest, PerplexityRequest
 
 __all__ = ["HBBPrompts", "load_hbb_prompts", "mcq_user_message", "mcq_requests", "sg_user_message", "sg_prefix",
@@ -63,7 +63,7 @@ class HBBPrompts:
 @lru_cache(maxsize=1)
 def load_hbb_prompts() -> HBBPrompts:
     """Load the packaged prompt texts (cached)."""
-    res = resources.files("probe.prompts").joinpath("resources")
+    res = resources.files("probe.tasks.hbb").joinpath("resources")
     raw = yaml.safe_load(res.joinpath("hbb_prompts.yaml").read_text(encoding="utf-8"))
     return HBBPrompts(
         mcq_instruction=raw["mcq_instruction"],

@@ -10,7 +10,7 @@ The threshold is compared with a tolerance, :data:`S_TOLERANCE` (``S >= threshol
 see :func:`over_threshold`): S is computed in floating point, and an S that is the
 threshold exactly on paper can land just below it (``|0.4 - 0.6| x 100`` is
 19.999999999999996). Every count here, in the task, in ``probe metrics hbb`` and in
-:mod:`probe.metrics.hbb_sampling` (exact fractions, same tolerance) uses it.
+:mod:`probe.tasks.hbb.sampling` (exact fractions, same tolerance) uses it.
 
 Conventions (tested):
 
@@ -369,7 +369,7 @@ def sampled_estimator_expectation(
     """A diagnostic, *not* the paper's estimator: ``n_samples`` answers drawn from the two-label
     probabilities ``p1_a``, ``p2_a`` as given (T = 1 when they are the exact scores), every answer a
     label (no drop rule). No run or report publishes it; the paper's estimator (T = 0.8, non-label
-    answers dropped, label mass kept) is :func:`probe.metrics.hbb_sampling.sampled_count`.
+    answers dropped, label mass kept) is :func:`probe.tasks.hbb.sampling.sampled_count`.
 
     Per instance ``k_i ~ Binomial(n_samples, p_i)`` and ``S = |k1 - k2| / n x 100``; summed
     exactly over the (n+1)^2 outcomes. Returns the expected count and share of instances with

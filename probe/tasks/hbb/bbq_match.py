@@ -20,7 +20,7 @@ instances from an ``hbb`` run's ``instances.jsonl`` (a) = s1 order); Figure 5 is
 over the matched instances. The paper's 477 "bias concepts" (section 4.2.2) counts something the
 released data does not identify; ours is the rule above.
 
-    python -m probe.reports.hbb_bbq_match --hbb runs/hbb --bbq runs/bbq --output runs/hbb_bbq_match
+    python -m probe.tasks.hbb.bbq_match --hbb runs/hbb --bbq runs/bbq --output runs/hbb_bbq_match
 
 >>> q = pd.DataFrame({"bias type1": ["slow", "x", "bad at math"], "bias type2": ["fast", "y", "good at math"],
 ...     "explanation": ["The underlying bias.", "Sentence 1 says y.", "The context suggests z."],
@@ -78,7 +78,7 @@ def matched_instances(instances: pd.DataFrame, concepts: pd.DataFrame, score: st
 def match_table(matched: pd.DataFrame, bbq_summary: Mapping[str, Any] | None, threshold: float = 20.0,
                 n_concepts: Mapping[str, int] | None = None) -> pd.DataFrame:
     """Per matched category and ``all``: BBQ-ambig bias score beside HBB count / mean S at S >= threshold."""
-    from probe.metrics.hbb import over_threshold
+    from probe.tasks.hbb.metrics import over_threshold
 
     cats = {}
     if bbq_summary is not None:
@@ -106,9 +106,9 @@ def match_table(matched: pd.DataFrame, bbq_summary: Mapping[str, Any] | None, th
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    from probe.reports.hbb_tables import histogram_png, markdown, write_table
+    from probe.tasks.hbb.tables import histogram_png, markdown, write_table
 
-    p = argparse.ArgumentParser(prog="python -m probe.reports.hbb_bbq_match", description=__doc__.split("\n")[0])
+    p = argparse.ArgumentParser(prog="python -m probe.tasks.hbb.bbq_match", description=__doc__.split("\n")[0])
     p.add_argument("--hbb", required=True, metavar="RUN_DIR", help="a finished hbb run (instances.jsonl)")
     p.add_argument("--bbq", metavar="RUN_DIR", help="a finished bbq run (summary.json)")
     p.add_argument("--questions", help="HBB questions.csv (default: the hbb data set)")

@@ -30,8 +30,8 @@ from typing import Any, Mapping
 import numpy as np
 import pandas as pd
 
-from probe.data.hbb import CATEGORIES, CATEGORY_LABELS
-from probe.metrics.hbb import over_threshold
+from probe.tasks.hbb.data import CATEGORIES, CATEGORY_LABELS
+from probe.tasks.hbb.metrics import over_threshold
 
 __all__ = ["category_counts", "score_histograms", "figure3", "figure4", "figure8", "figure9", "save_png_svg",
            "write_run_figures", "FIGURE_TITLES"]
@@ -78,8 +78,8 @@ def category_counts(frames: Mapping[str, pd.DataFrame], threshold: float = 20.0)
 
 def score_histograms(scores: Mapping[str, np.ndarray]) -> pd.DataFrame:
     """Instances per S bin (``[0, 5), ..., [95, 100]``; NaN left out), one column per label. An S a hair below
-    an edge (float round-off, :func:`probe.metrics.hbb.snap_to_edges`) falls in the bin the counts put it in."""
-    from probe.metrics.hbb import snap_to_edges
+    an edge (float round-off, :func:`probe.tasks.hbb.metrics.snap_to_edges`) falls in the bin the counts put it in."""
+    from probe.tasks.hbb.metrics import snap_to_edges
 
     out = pd.DataFrame({"bin_low": BINS[:-1], "bin_high": BINS[1:]})
     for label, s in scores.items():
