@@ -70,7 +70,7 @@ def convert_sentence_pairs(rows: Iterable[tuple[str, str, str]], benchmark: str,
 
 def crows_pairs_sentence_pairs(category: str, path: str | Path | None = None) -> list[tuple[str, str, str]]:
     """(id, sent_more, sent_less) of one category of CrowS-Pairs, duplicates dropped, in file order."""
-    from probe.data.crows_pairs import load_crows_pairs
+    from probe.tasks.crows_pairs.data import load_crows_pairs
 
     if category not in CROWS_CATEGORIES:
         raise ValueError(f"crows_pairs: unknown category {category!r}; choose from {sorted(CROWS_CATEGORIES)}")
@@ -88,7 +88,7 @@ def stereoset_sentence_pairs(category: str, path: str | Path | None = None,
                              splits: Sequence[str] = ("intrasentence",)) -> list[tuple[str, str, str]]:
     """(id, stereotype, anti-stereotype) sentences of StereoSet examples whose ``bias_type`` is
     ``category`` (gender, race, religion, profession); intersentence ones prefixed by their context."""
-    from probe.data.stereoset import load_stereoset
+    from probe.tasks.stereoset.data import load_stereoset
 
     out = []
     for ex in load_stereoset(path, splits=tuple(splits)):

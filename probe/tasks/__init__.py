@@ -29,9 +29,9 @@ BUILTIN = {
     "bbq": "probe.tasks.bbq.task:BBQTask",
     "implicitbbq": "probe.tasks.implicitbbq.task:ImplicitBBQTask",
     "hbb": "probe.tasks.hbb.task:HBBTask",
-    "crows_pairs": "probe.tasks.crows_pairs:CrowsPairsTask",
+    "crows_pairs": "probe.tasks.crows_pairs.task:CrowsPairsTask",
     "cmp_iso": "probe.tasks.cmp_iso:CmpIsoTask",
-    "stereoset": "probe.tasks.stereoset:StereoSetTask",
+    "stereoset": "probe.tasks.stereoset.task:StereoSetTask",
 }
 
 

@@ -130,7 +130,7 @@ csv_cells = st.one_of(st.text(alphabet=st.characters(blacklist_categories=("Cs",
 @given(st.lists(st.lists(csv_cells, min_size=0, max_size=7), min_size=1, max_size=5), st.booleans())
 def test_crows_pairs_csv_arbitrary_text(rows, header):
     """Any UTF-8 text with or without the right header: only InputError (an empty file: see the xfail below)."""
-    from probe.data.crows_pairs import load_crows_pairs
+    from probe.tasks.crows_pairs.data import load_crows_pairs
 
     text = (CROWS_HEADER if header else "x,") + "\n".join(",".join(r) for r in rows) + "\n"
     path = _tmp_file(text.encode("utf-8"), "crows.csv")
@@ -151,7 +151,7 @@ def test_hbb_concepts_csv_arbitrary_text(rows, header):
 @FUZZ
 @given(st.binary(max_size=300))
 def test_crows_pairs_csv_arbitrary_bytes(data):
-    from probe.data.crows_pairs import load_crows_pairs
+    from probe.tasks.crows_pairs.data import load_crows_pairs
 
     path = _tmp_file(CROWS_HEADER.encode() + data, "crows.csv")
     _only_input_errors(lambda: load_crows_pairs(path), path)
@@ -176,9 +176,9 @@ def _readers() -> dict[str, tuple[str, Any]]:
     from probe.tasks.bbq.templates import read_templates
     from probe.data.cmp_iso import load_csv
     from probe.data.cmp_iso_sources import read_pair_csv
-    from probe.data.crows_pairs import load_crows_pairs
+    from probe.tasks.crows_pairs.data import load_crows_pairs
     from probe.tasks.hbb.data import load_concepts, load_descriptors, load_sg_variations
-    from probe.data.stereoset import load_stereoset
+    from probe.tasks.stereoset.data import load_stereoset
     from probe.io import RecordWriter, iter_jsonl, read_records
     from probe.prompts.capture_items import read_capture_items
     from probe.prompts.items import read_perplexity_items

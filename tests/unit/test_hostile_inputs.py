@@ -295,7 +295,7 @@ CROWS_ROW = '0,"He is old.","She is young.",stereo,age\n'
     (CROWS_HEADER + '0,"unterminated,b,stereo,age\n1,a,b,stereo,age\n', None, None),
 ], ids=["missing-column", "unknown-direction", "empty-field", "duplicate-row-id", "bad-csv-quote"])
 def test_crows_pairs_rejected(tmp_path, text, line, field):
-    from probe.data.crows_pairs import load_crows_pairs
+    from probe.tasks.crows_pairs.data import load_crows_pairs
 
     path = _csv(tmp_path / "crows.csv", text)
     _expect(lambda: load_crows_pairs(path), path, line, field)
@@ -307,7 +307,7 @@ def test_crows_pairs_rejected(tmp_path, text, line, field):
                  ),
 ], ids=["empty-file", "non-utf8"])
 def test_crows_pairs_unreadable(tmp_path, content):
-    from probe.data.crows_pairs import load_crows_pairs
+    from probe.tasks.crows_pairs.data import load_crows_pairs
 
     path = _csv(tmp_path / "crows.csv", content)
     _expect(lambda: load_crows_pairs(path), path)

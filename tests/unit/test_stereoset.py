@@ -9,9 +9,9 @@ import math
 import pytest
 
 from probe.data.fetch import fetch
-from probe.data.stereoset import load_stereoset
+from probe.tasks.stereoset.data import load_stereoset
 from probe.errors import InputError, ProbeError
-from probe.metrics.stereoset import stereoset_scores, term_counts
+from probe.tasks.stereoset.metrics import stereoset_scores, term_counts
 from probe.runs.runner import RunOptions
 from probe.runs.task_run import run_task
 from probe.tasks import get
@@ -117,7 +117,7 @@ SHORT = dict(mcq_instruction="Pick one.", mcq_question="{context}", mcq_labels=(
 
 
 def test_requests_layout(dev, tiny_lm):
-    from probe.tasks.stereoset import stereoset_requests
+    from probe.tasks.stereoset.task import stereoset_requests
 
     exs = load_stereoset(dev)
     ll = stereoset_requests(exs, "loglik")

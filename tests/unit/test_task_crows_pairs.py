@@ -8,13 +8,13 @@ import math
 
 import pytest
 
-from probe.data.crows_pairs import CrowsPair
+from probe.tasks.crows_pairs.data import CrowsPair
 from probe.errors import ProbeError
 from probe.runs.record import records_to_frame
 from probe.runs.runner import RunOptions
 from probe.runs.task_run import run_task
 from probe.tasks import get
-from probe.tasks.crows_pairs import crows_requests, crows_summary, pair_frame
+from probe.tasks.crows_pairs.task import crows_requests, crows_summary, pair_frame
 
 PAIRS = [CrowsPair("crows:0", "A x.", "B x.", "stereo", "age"),
          CrowsPair("crows:1", "C y.", "D y.", "antistereo", "race")]
@@ -80,7 +80,7 @@ def test_mcq_requests_both_orders_with_the_table11_instruction(tiny_lm):
 def test_mcq_records_join_by_order():
     import pandas as pd
 
-    from probe.tasks.crows_pairs import mcq_pair_frame
+    from probe.tasks.crows_pairs.task import mcq_pair_frame
 
     rows = [("crows:0", "crows_mcq", (0.8, 0.2), 0.5), ("crows:0", "crows_mcq_swap", (0.6, 0.4), 0.05),
             ("crows:1", "crows_mcq", (0.3, 0.7), 0.9), ("crows:1", "crows_mcq_swap", (0.5, 0.5), 0.9)]

@@ -42,7 +42,7 @@ class HBBConfig(TaskConfig):
     crows_pairs: bool = False  # CrowS-Pairs in the same run, for Table 1's CS column
     crows_limit: int | None = None  # first N CrowS-Pairs pairs
     # mcq: protocol (a), the HBB paper's two-choice question (its Table 1 CS column); loglik: (b), lm-evaluation-
-    # harness's whole-sentence causal log-likelihood; both: each, CS from (a) (probe.tasks.crows_pairs)
+    # harness's whole-sentence causal log-likelihood; both: each, CS from (a) (probe.tasks.crows_pairs.task)
     crows_protocol: str = "mcq"
     threshold: float = 20.0
     extra_thresholds: tuple[float, ...] = (5.0, 10.0)  # also tabulated (the paper's 20 is adjustable)
@@ -73,7 +73,7 @@ class HBBConfig(TaskConfig):
         if self.categories is not None:
             object.__setattr__(self, "categories", tuple(self.categories))
         object.__setattr__(self, "extra_thresholds", tuple(float(t) for t in self.extra_thresholds))
-        from probe.tasks.crows_pairs import protocols
+        from probe.tasks.crows_pairs.task import protocols
 
         protocols(self.crows_protocol)
         if self.sg_n < 1:
@@ -201,8 +201,8 @@ class HBBTask(Task):
                     r.meta["sg_identical_refused"] = ",".join(map(str, got["identical_pairs"]))
             reqs += sg
         if config.crows_pairs:
-            from probe.data.crows_pairs import load_crows_pairs
-            from probe.tasks.crows_pairs import crows_requests
+            from probe.tasks.crows_pairs.data import load_crows_pairs
+            from probe.tasks.crows_pairs.task import crows_requests
 
             pairs = load_crows_pairs()
             reqs += crows_requests(pairs[: config.crows_limit] if config.crows_limit is not None else pairs,
@@ -257,7 +257,7 @@ class HBBTask(Task):
         crows = None
         tables: dict[str, Any] = {}
         if config.crows_pairs:
-            from probe.tasks.crows_pairs import KINDS, protocol_summaries
+            from probe.tasks.crows_pairs.task import KINDS, protocol_summaries
 
             crows_kinds = [k for ks in KINDS.values() for k in ks]
             crows, crows_tables = protocol_summaries(
@@ -407,7 +407,7 @@ class HBBTask(Task):
             if source in ("file", "authors"):
                 files.append(Path(str(path)))
         if config.crows_pairs:
-            from probe.tasks.crows_pairs import crows_file
+            from probe.tasks.crows_pairs.task import crows_file
 
             files.append(crows_file(None))
         return files

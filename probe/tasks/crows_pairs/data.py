@@ -5,7 +5,7 @@ the one about the historically disadvantaged group for ``stereo`` rows and the o
 violating a stereotype about it for ``antistereo`` rows - the data set's own
 convention) and ``sent_less``. The overt-bias baseline the HBB paper compares
 against (its Table 1, column CS) is the percentage of pairs where the model gives
-``sent_more`` the higher likelihood; see :mod:`probe.metrics.crows`.
+``sent_more`` the higher likelihood; see :mod:`probe.tasks.crows_pairs.metrics`.
 
 >>> import tempfile, pathlib
 >>> p = pathlib.Path(tempfile.mkdtemp()) / "c.csv"

@@ -12,7 +12,7 @@
   score is its mean (renormalized) label probability, which removes position bias. Label mass below
   ``mass_floor`` is the refusal counterpart.
 
-Metrics (:mod:`probe.metrics.stereoset`): ss, lms and icat per split, per split x bias type, and over
+Metrics (:mod:`probe.tasks.stereoset.metrics`): ss, lms and icat per split, per split x bias type, and over
 both splits, from the per-sentence scores by the authors' ``evaluation.py`` rules.
 
 Data: ``probe data fetch stereoset`` (``dev.json``). Outputs besides the runner's:
@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from probe.tasks.base import Aggregate, Task, TaskConfig
-from probe.tasks.crows_pairs import protocols, write_protocol_report
+from probe.tasks.crows_pairs.task import protocols, write_protocol_report
 
 PROTOCOL_NAMES = {"mcq": "(a) three-choice question, Table 11 instruction (HBB paper)",
                   "loglik": "(b) mean per-token log-likelihood (StereoSet's causal-LM score)"}
@@ -134,7 +134,7 @@ def stereoset_table(frame: Any, mass_floor: float = 0.1) -> Any:
     import pandas as pd
 
     from probe.metrics.mass import mass_summary
-    from probe.metrics.stereoset import stereoset_scores
+    from probe.tasks.stereoset.metrics import stereoset_scores
 
     def row(split: str, bias: str, df: Any) -> dict:
         s = stereoset_scores(df[["stereotype", "anti-stereotype", "unrelated"]].to_numpy(dtype=float).tolist(),
@@ -173,7 +173,7 @@ class StereoSetTask(Task):
     unit_name = "example (its three sentences)"
 
     def items(self, config: StereoSetConfig) -> list:
-        from probe.data.stereoset import load_stereoset
+        from probe.tasks.stereoset.data import load_stereoset
 
         return load_stereoset(config.data_file, config.splits)
 
@@ -218,7 +218,7 @@ class StereoSetTask(Task):
         write_protocol_report("StereoSet", result, output)
 
     def data_files(self, config: StereoSetConfig) -> list[Path]:
-        from probe.data.stereoset import DEFAULT_FILE
+        from probe.tasks.stereoset.data import DEFAULT_FILE
 
         if config.data_file:
             return [Path(config.data_file)]

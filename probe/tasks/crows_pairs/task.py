@@ -5,11 +5,11 @@
   (no context: a CrowS pair has none) - and the next label token scored, ``a`` vs ``b``. Both option
   orders are scored (a) = sent_more, then a) = sent_less); P(sent_more) is their mean, which removes
   position bias. The probability bias score is ``100 x mean P(sent_more)``; the label mass below
-  ``mass_floor`` is the refusal counterpart (:func:`probe.metrics.crows.crows_mcq_score`).
+  ``mass_floor`` is the refusal counterpart (:func:`probe.tasks.crows_pairs.metrics.crows_mcq_score`).
 - **(b) ``loglik``, lm-evaluation-harness's**: each sentence one perplexity request (no prefix; BOS as
   the tokenizer adds it), the whole-sentence causal log-likelihood ``-nll`` (the sum of
   ``log P(token | preceding tokens)``); a pair counts when ``sent_more`` scores higher
-  (:func:`probe.metrics.crows.crows_by_type`). This is *not* Nangia et al.'s metric, a masked-LM
+  (:func:`probe.tasks.crows_pairs.metrics.crows_by_type`). This is *not* Nangia et al.'s metric, a masked-LM
   pseudo-log-likelihood over the tokens the two sentences share; a causal LM has no such score.
 
 ``protocol``: ``mcq``, ``loglik`` or ``both`` (default: both scored; Table 1's CS column takes (a)).
@@ -19,7 +19,7 @@ The ``hbb`` task reuses :func:`crows_requests` and :func:`crows_summary` for its
 
 Outputs besides the runner's: ``tables/crows_mcq.md|csv``, ``tables/crows_loglik.md|csv``, ``report.md``.
 
->>> from probe.data.crows_pairs import CrowsPair
+>>> from probe.tasks.crows_pairs.data import CrowsPair
 >>> [r.meta["which"] for r in crows_requests([CrowsPair("crows:0", "A x.", "B x.", "stereo", "age")])]
 ['more', 'less']
 """
@@ -252,12 +252,12 @@ def crows_summary(records: Any, protocol: str | None = None, *, mass_floor: floa
         protocol = "mcq" if kinds.isin(KINDS["mcq"]).any() else "loglik"
     recs = records[kinds.isin(KINDS[protocol]).to_numpy()]
     if protocol == "loglik":
-        from probe.metrics.crows import crows_by_type
+        from probe.tasks.crows_pairs.metrics import crows_by_type
 
         table, shown, title = crows_by_type(pair_frame(recs)), SHOWN, TITLE
         n_pairs = int(table.n.iloc[0] + table.n_invalid.iloc[0])
     else:
-        from probe.metrics.crows import crows_mcq_by_type
+        from probe.tasks.crows_pairs.metrics import crows_mcq_by_type
 
         pairs = mcq_pair_frame(recs, paper)
         table = crows_mcq_by_type(pairs, mass_floor, n_boot, seed)
@@ -326,7 +326,7 @@ def write_protocol_report(benchmark: str, result: Aggregate, output: Path) -> No
 
 def crows_file(data_file: str | None) -> Path:
     """The CrowS-Pairs CSV a config reads."""
-    from probe.data.crows_pairs import DEFAULT_FILE
+    from probe.tasks.crows_pairs.data import DEFAULT_FILE
     from probe.data.paths import dataset_dir
 
     return Path(data_file) if data_file else dataset_dir("crows_pairs") / DEFAULT_FILE
@@ -341,7 +341,7 @@ class CrowsPairsTask(Task):
     unit_name = "sentence pair"
 
     def items(self, config: CrowsPairsConfig) -> list:
-        from probe.data.crows_pairs import load_crows_pairs
+        from probe.tasks.crows_pairs.data import load_crows_pairs
 
         return load_crows_pairs(config.data_file)
 
