@@ -25,7 +25,7 @@ COMMAND_MODULES = (
     "probe.commands.data",
     "probe.tasks.implicitbbq.cli",
     "probe.tasks.hbb.cli",
-    "probe.commands.cmp_iso",
+    "probe.tasks.cmp_iso.cli",
     "probe.commands.activations",
     "probe.commands.run",
     "probe.commands.analyze",

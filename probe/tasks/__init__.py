@@ -30,7 +30,7 @@ BUILTIN = {
     "implicitbbq": "probe.tasks.implicitbbq.task:ImplicitBBQTask",
     "hbb": "probe.tasks.hbb.task:HBBTask",
     "crows_pairs": "probe.tasks.crows_pairs.task:CrowsPairsTask",
-    "cmp_iso": "probe.tasks.cmp_iso:CmpIsoTask",
+    "cmp_iso": "probe.tasks.cmp_iso.task:CmpIsoTask",
     "stereoset": "probe.tasks.stereoset.task:StereoSetTask",
 }
 

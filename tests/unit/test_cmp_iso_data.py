@@ -6,10 +6,10 @@ import json
 
 import pytest
 
-from probe.data.cmp_iso import BENCHMARK_FILES, NEUTRAL_SLOT, load_benchmark, load_csv, sample_pairs
-from probe.data.cmp_iso_convert import convert_items, iso_question
+from probe.tasks.cmp_iso.data import BENCHMARK_FILES, NEUTRAL_SLOT, load_benchmark, load_csv, sample_pairs
+from probe.tasks.cmp_iso.convert import convert_items, iso_question
 from probe.errors import InputError
-from probe.prompts.cmp_iso import CmpIsoSetting, build_prompt
+from probe.tasks.cmp_iso.prompts import CmpIsoSetting, build_prompt
 
 HEADER = "You are a helpful assistant. "
 FOOT = "Please reason step by step and then provide your final answer inside a \\boxed{}. "

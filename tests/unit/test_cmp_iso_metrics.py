@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 
-from probe.metrics.cmp_iso import (
+from probe.tasks.cmp_iso.metrics import (
     CmpIsoObservation,
     affirmation_rate,
     analyze,

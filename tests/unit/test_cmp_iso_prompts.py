@@ -13,8 +13,8 @@ from itertools import product
 
 import pytest
 
-from probe.data.cmp_iso import BENCHMARK_FILES, NEUTRAL_SLOT, CmpIsoPrompt, PromptParts, load_benchmark
-from probe.prompts.cmp_iso import (
+from probe.tasks.cmp_iso.data import BENCHMARK_FILES, NEUTRAL_SLOT, CmpIsoPrompt, PromptParts, load_benchmark
+from probe.tasks.cmp_iso.prompts import (
     N_VARIANTS,
     CmpIsoSetting,
     authors_prompt,

@@ -174,8 +174,8 @@ def _readers() -> dict[str, tuple[str, Any]]:
     from probe.commands.run import read_config
     from probe.tasks.bbq.data import load_bbq_jsonl
     from probe.tasks.bbq.templates import read_templates
-    from probe.data.cmp_iso import load_csv
-    from probe.data.cmp_iso_sources import read_pair_csv
+    from probe.tasks.cmp_iso.data import load_csv
+    from probe.tasks.cmp_iso.sources import read_pair_csv
     from probe.tasks.crows_pairs.data import load_crows_pairs
     from probe.tasks.hbb.data import load_concepts, load_descriptors, load_sg_variations
     from probe.tasks.stereoset.data import load_stereoset

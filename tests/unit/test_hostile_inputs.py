@@ -333,21 +333,21 @@ def _cmp_row(iid: int, cp: Any, tt: str, focused: str, t1: str, t2: str, prompts
 ], ids=["missing-column", "pair-id-not-int", "unknown-task-type", "bad-bool", "duplicate-row", "missing-rows",
         "prompts-not-json"])
 def test_cmp_iso_csv_rejected(tmp_path, text, line, field):
-    from probe.data.cmp_iso import load_csv
+    from probe.tasks.cmp_iso.data import load_csv
 
     path = _csv(tmp_path / "bench.csv", text)
     _expect(lambda: load_csv(path), path, line, field)
 
 
 def test_cmp_iso_csv_non_utf8(tmp_path):
-    from probe.data.cmp_iso import load_csv
+    from probe.tasks.cmp_iso.data import load_csv
 
     path = _csv(tmp_path / "bench.csv", CMP_HEADER.encode() + b"0,1,iso,True,caf\xe9,,x\n")
     _expect(lambda: load_csv(path), path)
 
 
 def test_cmp_iso_csv_missing_file(tmp_path):
-    from probe.data.cmp_iso import load_csv
+    from probe.tasks.cmp_iso.data import load_csv
 
     path = tmp_path / "nope.csv"
     _expect(lambda: load_csv(path), path)

@@ -46,7 +46,7 @@ def test_import_probe_is_cheap():
     "probe.tasks",
     # the request-building layers: static imports are checked by the contract, but a
     # package __init__ (e.g. probe.scoring's) could still load torch at run time
-    "probe.tasks.bbq.prompts", "probe.tasks.hbb.prompts", "probe.prompts.cmp_iso", "probe.prompts.items",
+    "probe.tasks.bbq.prompts", "probe.tasks.hbb.prompts", "probe.tasks.cmp_iso.prompts", "probe.prompts.items",
     "probe.scoring.requests", "probe.scoring.tokens",
 ])
 def test_module_does_not_load_torch(module):

@@ -2,8 +2,8 @@
 
 HBB tables are :mod:`probe.tasks.hbb.tables` fed one per-instance frame per
 model and variant (read back from each run's ``instances.jsonl``); iso/cmp
-tables are :mod:`probe.reports.cmp_iso_tables` over
-:func:`probe.reports.cmp_iso_models.combine_summaries` of the runs (parameter
+tables are :mod:`probe.tasks.cmp_iso.tables` over
+:func:`probe.tasks.cmp_iso.model_tables.combine_summaries` of the runs (parameter
 counts from the provenance). A task without a layout here gets each run's own
 ``tables/*.csv``.
 """
@@ -259,8 +259,8 @@ def _hbb_figures(frames: Mapping[str, Mapping[str, pd.DataFrame]], thr: float, o
 # -- iso / cmp -----------------------------------------------------------------------------------------------
 def cmp_iso_section(runs: Sequence[Run], out: Path, params_b: Mapping[str, float] | None = None) -> list[Any]:
     """Seed 003 Tables 2-7 (rows = models) for both estimators, the cross-model correlations, the PG plot."""
-    from probe.reports.cmp_iso_models import combine_summaries
-    from probe.reports.cmp_iso_tables import build_tables, plot_pg
+    from probe.tasks.cmp_iso.model_tables import combine_summaries
+    from probe.tasks.cmp_iso.tables import build_tables, plot_pg
 
     sizes = {r.label: r.params_b for r in runs if math.isfinite(r.params_b)}
     sizes.update(params_b or {})
@@ -310,7 +310,7 @@ def _cmp_iso_across_models(runs: Sequence[Run], sizes: Mapping[str, float], summ
                            models: str) -> list[Any]:
     """The iso/cmp paper's Table 8 (PG vs size, dense families), Table E.2 (all models, total and active parameters),
     Table E.1 (neutral share vs |PG| ranks) over every category's runs, and the pooled cmp-vs-iso test."""
-    from probe.reports.cmp_iso_models import combine_summaries, size_tables
+    from probe.tasks.cmp_iso.model_tables import combine_summaries, size_tables
 
     rows, alpha = [], float(summary.get("alpha") or 0.05)
     for cat, rs in _by_category(runs).items():

@@ -70,9 +70,9 @@ def hbb_paper_table(runs: Sequence[Run]) -> Table | None:
 
 def cmp_iso_paper_tables(runs: Sequence[Run], params_b: Mapping[str, float] | None = None) -> list[tuple[str, Table]]:
     """(name of the exact table it mirrors, the paper-equivalent table) for every iso/cmp table the runs support."""
-    from probe.metrics.cmp_iso import PAPER_MODE
-    from probe.reports.cmp_iso_models import combine_summaries
-    from probe.reports.cmp_iso_tables import build_tables, mode_title, table_modes
+    from probe.tasks.cmp_iso.metrics import PAPER_MODE
+    from probe.tasks.cmp_iso.model_tables import combine_summaries
+    from probe.tasks.cmp_iso.tables import build_tables, mode_title, table_modes
 
     if not any(x.get("mode") == PAPER_MODE for r in runs for x in r.summary.get("results", [])):
         return []

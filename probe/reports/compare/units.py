@@ -135,7 +135,7 @@ CMP_ISO_SPEC = Spec("cmp_iso", ("n", "gap"), {"PG": lambda s: _div(s[..., 1], s[
 
 
 def cmp_iso_units(run: Run) -> pd.DataFrame:
-    from probe.metrics.cmp_iso import observation_from_dict, summarize
+    from probe.tasks.cmp_iso.metrics import observation_from_dict, summarize
 
     groups: dict[tuple, list[dict]] = {}
     for r in read_records(run.path):

@@ -13,7 +13,7 @@ probabilities the counts are expected counts, so the preference is
 when both orders prefer the same target, 0 when they differ, and 1/2 when an
 order ties (``q == 0.5``: no preferred target). This is the paper's quantity
 ("how often the target preference ... aligns"), not the chance that two
-independent draws pick the same target (:func:`probe.metrics.cmp_iso.target_consistency`),
+independent draws pick the same target (:func:`probe.tasks.cmp_iso.metrics.target_consistency`),
 which expected counts pull toward 50.
 
 >>> preference_aligned({"A": 0.7, "B": 0.3}, {"A": 0.4, "B": 0.6})   # t preferred in both orders

@@ -32,23 +32,23 @@ established by inspecting every file:
   of the neutral option ("C: Prefer not to answer."). Without the neutral
   option the released code formats it with "" (leaving ``"B: ... "`` with the
   same trailing space as the A line), which is what
-  :mod:`probe.prompts.cmp_iso` does.
+  :mod:`probe.tasks.cmp_iso.prompts` does.
 
 Rows holding several prompts (the authors' prompt-variation runs write all 54
 variations of a prompt into its ``prompts`` list, in their order: variant k
 uses template 1 for even k, template 2 for odd k) load too: variant 0 gives
 the four components, and every other variant must carry the same task (the
-authors never rephrase it), so :mod:`probe.prompts.cmp_iso` rebuilds all 54
+authors never rephrase it), so :mod:`probe.tasks.cmp_iso.prompts` rebuilds all 54
 from variant 0; the raw texts are kept in ``CmpIsoPrompt.variants``.
 
 Other categories (race, religion) built by the converters
-(:mod:`probe.data.cmp_iso_convert`, :mod:`probe.data.cmp_iso_sources`,
+(:mod:`probe.tasks.cmp_iso.convert`, :mod:`probe.tasks.cmp_iso.sources`,
 ``probe data build cmp_iso``) are written with the authors' file naming
 (``<benchmark>_<category>_cot_gen.csv``, :func:`benchmark_file`) and read by
 :func:`load_benchmark` with ``category=``.
 
 This module only parses and validates; building the final prompt strings
-(direct footer, neutral option, variations) is :mod:`probe.prompts.cmp_iso`.
+(direct footer, neutral option, variations) is :mod:`probe.tasks.cmp_iso.prompts`.
 
 >>> pairs = load_benchmark("bbq")                        # doctest: +SKIP
 >>> pairs[0].iso_t.parts.task.splitlines()[-1]           # doctest: +SKIP

@@ -3,7 +3,7 @@
 The authors (``result_analysis/misc.py``) lower-case ``"\\boxed{" + generation + "}"``
 and take the last ``boxed{...}`` naming a label of the paradigm (:func:`last_boxed`,
 :func:`parse_boxed`); a CoT answer label is scored where that answer's text begins
-(:func:`cot_answer_prompt`). Re-exported by :mod:`probe.prompts.cmp_iso`.
+(:func:`cot_answer_prompt`). Re-exported by :mod:`probe.tasks.cmp_iso.prompts`.
 """
 
 from __future__ import annotations

@@ -74,9 +74,9 @@ def register(groups: dict[str, argparse._SubParsersAction]) -> None:
 def run_build(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    from probe.data.cmp_iso import benchmark_file
-    from probe.data.cmp_iso_convert import write_csv
-    from probe.data.cmp_iso_sources import build_benchmark
+    from probe.tasks.cmp_iso.data import benchmark_file
+    from probe.tasks.cmp_iso.convert import write_csv
+    from probe.tasks.cmp_iso.sources import build_benchmark
 
     if args.source and len(args.benchmark) > 1:
         raise SystemExit("--from applies to one --benchmark at a time")
@@ -97,7 +97,7 @@ def run_build(args: argparse.Namespace) -> int:
 
 def run(args: argparse.Namespace) -> int:
     from probe.errors import InputError
-    from probe.metrics.cmp_iso import analyze, neutral_offered, observation_from_dict
+    from probe.tasks.cmp_iso.metrics import analyze, neutral_offered, observation_from_dict
     from probe.io import dumps, iter_jsonl
 
     where = []

@@ -8,14 +8,14 @@ correlation of PG with parameter count (``params_b``, billions; models without
 a count are left out) over the dense models of families with >= 2 sizes
 (Table 8) and over all models, total and active parameters (Table E.2), and
 Kendall's tau and the top-5 intersection between the neutral-option share and
--|PG| (Table E.1); the numbers are :mod:`probe.metrics.cmp_iso_models`. The
+-|PG| (Table E.1); the numbers are :mod:`probe.tasks.cmp_iso.model_metrics`. The
 size correlations use PG in the paper's orientation
-(:data:`probe.data.cmp_iso.PAPER_ORIENTATION`: StereoSet, RedditBias,
+(:data:`probe.tasks.cmp_iso.data.PAPER_ORIENTATION`: StereoSet, RedditBias,
 CrowS-Pairs and DE-Gen as -PG), so their signs compare with Table 8 / E.2; the
 tables mark those columns "(−PG)".
 :func:`size_tables` lays them out as the paper's tables (rows setting x
 category, columns benchmarks). The result feeds
-:func:`probe.reports.cmp_iso_tables.write_report`.
+:func:`probe.tasks.cmp_iso.tables.write_report`.
 
 >>> s = combine_summaries([{"model": "m", "benchmarks": ["bbq"], "settings": ["direct"], "alpha": 0.05,
 ...                         "results": [], "comparisons": [], "variants": []}])
@@ -68,9 +68,9 @@ def combine_summaries(summaries: Sequence[Mapping[str, Any]], params_b: Mapping[
 
     ``params_b`` / ``active_b``: total / active parameter counts (billions) by
     model (active defaults to total: dense); ``families``: family by model
-    (default: the name without its size, :func:`probe.metrics.cmp_iso_models.family_of`).
+    (default: the name without its size, :func:`probe.tasks.cmp_iso.model_metrics.family_of`).
     """
-    from probe.metrics.cmp_iso_models import model_sizes
+    from probe.tasks.cmp_iso.model_metrics import model_sizes
 
     models = [str(s.get("model") or "model") for s in summaries]
     dup = sorted({m for m in models if models.count(m) > 1})
@@ -105,13 +105,13 @@ def correlations(results: Sequence[Mapping], models: Sequence[str], benchmarks: 
                  sizes: Mapping[str, Any], alpha: float = 0.05) -> list[dict]:
     """Per setting x benchmark x paradigm (expected counts) over the models that have pairs there:
     ``table8`` (Pearson PG vs total parameters, dense models of families with >= 2 sizes; PG in the paper's
-    orientation, ``orientation`` = the sign applied, :func:`probe.data.cmp_iso.paper_sign`),
+    orientation, ``orientation`` = the sign applied, :func:`probe.tasks.cmp_iso.data.paper_sign`),
     ``e2_total`` / ``e2_active`` (all models with a count), ``e1`` (Kendall tau and top-5 intersection of
     neutral share vs -|PG|); ``pearson_pg_params`` / ``kendall_neutral_vs_abs_pg`` are the (r, p) /
-    (tau, p) of ``e2_total`` / ``e1``. ``sizes``: :class:`~probe.metrics.cmp_iso_models.ModelSize` by
+    (tau, p) of ``e2_total`` / ``e1``. ``sizes``: :class:`~probe.tasks.cmp_iso.model_metrics.ModelSize` by
     model, or plain total counts."""
-    from probe.data.cmp_iso import paper_sign
-    from probe.metrics.cmp_iso_models import ModelSize, model_sizes, neutral_rank_agreement, size_correlation
+    from probe.tasks.cmp_iso.data import paper_sign
+    from probe.tasks.cmp_iso.model_metrics import ModelSize, model_sizes, neutral_rank_agreement, size_correlation
 
     if sizes and not isinstance(next(iter(sizes.values())), ModelSize):
         sizes = model_sizes({k: float(v) for k, v in sizes.items()})
@@ -159,10 +159,10 @@ def size_tables(correlation_rows: Sequence[Mapping[str, Any]], benchmarks: Seque
     Cells: ``r ∗ [CI] (n=models)`` (Pearson, Fisher-z 95% CI, ∗: p < alpha) /
     ``tau ∗`` and ``top-5 k/5``; – where fewer than 3 models (Pearson) or no
     neutral option (E.1). In the Pearson tables a benchmark whose PG enters
-    re-oriented (:func:`probe.data.cmp_iso.paper_sign` -1) is headed
+    re-oriented (:func:`probe.tasks.cmp_iso.data.paper_sign` -1) is headed
     ``<benchmark> (−PG)``.
     """
-    from probe.data.cmp_iso import paper_sign
+    from probe.tasks.cmp_iso.data import paper_sign
 
     def head(b: str) -> str:
         return b if paper_sign(b) > 0 else f"{b} (−PG)"

@@ -37,8 +37,8 @@ import re
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
-from probe.data.cmp_iso import CmpIsoPair
-from probe.data.cmp_iso_convert import BODIES, ConvertStats, make_pair, slot_ok, task_text
+from probe.tasks.cmp_iso.data import CmpIsoPair
+from probe.tasks.cmp_iso.convert import BODIES, ConvertStats, make_pair, slot_ok, task_text
 from probe.errors import InputError
 
 #: CrowS-Pairs ``bias_type`` of each category (the authors' ``map_category_file``).
@@ -214,7 +214,7 @@ def build_benchmark(benchmark: str, category: str, source: str | Path | None = N
     and winobias (a directory of its ``.test`` files)). BBQ uses the authors'
     filters (at most 4 items per ``question_index``; gender: no trans/cis answers).
     """
-    from probe.data.cmp_iso_convert import convert_items
+    from probe.tasks.cmp_iso.convert import convert_items
     from probe.data.paths import dataset_dir
 
     if benchmark not in BUILDABLE:

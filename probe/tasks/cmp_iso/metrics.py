@@ -37,7 +37,7 @@ from typing import Iterable, Mapping
 
 import numpy as np
 
-from probe.metrics.cmp_iso_claims import preference_aligned
+from probe.tasks.cmp_iso.claims import preference_aligned
 
 ISO_LABELS = ("Yes", "No", "Skip")
 CMP_LABELS = ("A", "B", "C")
@@ -197,7 +197,7 @@ def target_consistency(counts_t_first: Mapping[str, float], counts_t_prime_first
     """P(two independent draws, one per option order, pick the same target), choices among A/B only.
 
     A diagnostic, not the paper's Table 6 (which compares the orders' preferred
-    targets: :func:`probe.metrics.cmp_iso_claims.preference_aligned`): with
+    targets: :func:`probe.tasks.cmp_iso.claims.preference_aligned`): with
     expected counts this probability is pulled toward 0.5. 0.5 = random, 0 =
     pure position bias, 1 = a fixed target. NaN when an order has no A/B pick.
 

@@ -52,9 +52,9 @@ from typing import Any, Literal
 
 import yaml
 
-from probe.data.cmp_iso import NEUTRAL_SLOT, CmpIsoPrompt
+from probe.tasks.cmp_iso.data import NEUTRAL_SLOT, CmpIsoPrompt
 # The CoT answer parser lives in cmp_iso_answers; re-exported here, where callers import it.
-from probe.prompts.cmp_iso_answers import (AUTHORS_ANSWER_MAPS, BoxedAnswer, cot_answer_prompt, last_boxed, paradigm,
+from probe.tasks.cmp_iso.answers import (AUTHORS_ANSWER_MAPS, BoxedAnswer, cot_answer_prompt, last_boxed, paradigm,
                                            parse_boxed)  # noqa: F401
 
 N_VARIANTS = 54
@@ -85,7 +85,7 @@ class Variations:
 @lru_cache(maxsize=1)
 def load_variations() -> Variations:
     """Read the packaged strings (validated: 3 wordings of each, placeholders in place)."""
-    text = resources.files("probe.prompts").joinpath("resources/cmp_iso_variations.yaml").read_text("utf-8")
+    text = resources.files("probe.tasks.cmp_iso").joinpath("resources/cmp_iso_variations.yaml").read_text("utf-8")
     d = yaml.safe_load(text)
     v = Variations(
         headers=tuple(d["headers"]),

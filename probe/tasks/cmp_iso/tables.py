@@ -1,7 +1,7 @@
 """Tables in the layouts of iso/cmp paper's Tables 2-7 (Markdown and CSV) and the iso-vs-cmp PG plot.
 
 Input: a combined summary of one or more ``cmp_iso`` runs
-(:func:`probe.reports.cmp_iso_models.combine_summaries` / ``combine_runs``; its
+(:func:`probe.tasks.cmp_iso.model_tables.combine_summaries` / ``combine_runs``; its
 ``results`` rows: model x setting x benchmark x mode with ``iso``/``cmp`` PG,
 CI, neutral share, consistency and the cmp-vs-iso test; ``comparisons``:
 randomization tests between settings; ``variants``: per-variant spread).
@@ -32,7 +32,7 @@ top-p = 0.9 by default; the settings are named in the title and caption).
 
 Every table of PG values carries a caption (``df.attrs["caption"]``, written
 under the Markdown table) saying what a positive PG means on each of its
-benchmarks (:data:`probe.data.cmp_iso.PG_POSITIVE`).
+benchmarks (:data:`probe.tasks.cmp_iso.data.PG_POSITIVE`).
 """
 
 from __future__ import annotations
@@ -42,9 +42,9 @@ from pathlib import Path
 
 import pandas as pd
 
-from probe.data.cmp_iso import BENCHMARK_TITLES, PG_POSITIVE
+from probe.tasks.cmp_iso.data import BENCHMARK_TITLES, PG_POSITIVE
 from probe.io import write_atomic
-from probe.metrics.cmp_iso import PAPER_MODE
+from probe.tasks.cmp_iso.metrics import PAPER_MODE
 
 STAR = "∗"
 

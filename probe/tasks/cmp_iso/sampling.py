@@ -2,7 +2,7 @@
 
 The authors sample K generations per prompt (K = 25 in the released code's
 sampled runs), parse each, drop the invalid ones and compute the preference of
-:mod:`probe.metrics.cmp_iso` from the counts. Plugging probabilities into that
+:mod:`probe.tasks.cmp_iso.metrics` from the counts. Plugging probabilities into that
 ratio is not the same number: with P(Yes) 0.02 against 0.01 the plug-in gap is
 0.333, while 25 samples mostly see no Yes at all (the 0.5 fallback) and the
 expected gap is about 0.18. These functions give the expectation over the K
