@@ -121,7 +121,7 @@ def test_correlations_and_tables():
 
 
 def test_report_tables_group_runs_by_category(tmp_path):
-    from probe.reports.compare.other_layouts import _cmp_iso_across_models
+    from probe.tasks.cmp_iso.sections import _cmp_iso_across_models
     from probe.reports.compare.runs import Run
 
     def run(model, cat, pg, active=None):

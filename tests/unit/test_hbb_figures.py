@@ -121,7 +121,7 @@ def test_table3_layout():
 
 def test_probe_report_hbb_section_has_figures_and_top_associations(tmp_path):
     """Two runs' instances.jsonl -> `probe report`'s HBB section: Figures 3, 4, 8, 9 with both models, Table 3."""
-    from probe.reports.compare.other_layouts import hbb_section
+    from probe.tasks.hbb.sections import hbb_section
     from probe.reports.compare.runs import Run
 
     runs = []

@@ -162,7 +162,7 @@ def test_probe_report_table8_caption_names_the_variations_used():
     """The Table 8 caption of `probe report` says which HBB-SG variations each run scored (from its summary)."""
     from types import SimpleNamespace
 
-    from probe.reports.compare.other_layouts import sg_variations_text
+    from probe.tasks.hbb.sections import sg_variations_text
 
     runs = [SimpleNamespace(label="m1", summary={"hbb_sg": {
                 "variations": "authors", "variations_file": "/x/sg_variations.csv", "n_requested": 10,

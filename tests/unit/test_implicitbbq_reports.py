@@ -49,7 +49,7 @@ def test_tables_and_plot(tmp_path):
 
 def test_report_captions_name_the_cluster_unit(tmp_path):
     """Issue #23: every ImplicitBBQ caption with a CI says it is clustered and by which unit."""
-    from probe.tasks.bbq.layouts import implicitbbq_section
+    from probe.tasks.implicitbbq.sections import implicitbbq_section
     from probe.reports.compare.runs import Run
     from probe.tasks.implicitbbq.results import CI_UNIT
 

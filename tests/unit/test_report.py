@@ -12,12 +12,12 @@ import pytest
 
 from probe.errors import ProbeError
 from probe.tasks.bbq.metrics import bbq_metrics
-from probe.tasks.bbq.layouts import table2_paper
+from probe.tasks.implicitbbq.sections import table2_paper
 from probe.reports.compare.html import render
 from probe.reports.compare.paired import compare, holm, mcnemar, paired_bootstrap
 from probe.reports.compare.runs import Run, label_runs, load_run
 from probe.reports.compare.tables import Section, Table, plain, save_figure
-from probe.reports.compare.units import BBQ_SPEC, bbq_units
+from probe.tasks.bbq.paired_units import BBQ_SPEC, bbq_units
 
 
 def test_holm_steps_down_and_keeps_nan():

@@ -93,7 +93,7 @@ class TinyBBQTask(Task):
     # -- what the benchmark hands the report and the sampling check ---------------------------------------
     def report_layout(self) -> Any:
         from probe.reports.compare.layout import TaskLayout
-        from probe.reports.compare.units import bbq_spec
+        from probe.tasks.bbq.paired_units import bbq_spec
         from probe.tasks.bbq.paired_units import answer_units
 
         def paired_records(frame: Any) -> list[dict]:

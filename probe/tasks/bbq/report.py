@@ -13,8 +13,7 @@ def layout() -> Any:
     """The :class:`~probe.reports.compare.layout.TaskLayout` of ``bbq``."""
     from probe.tasks.bbq.layouts import bbq_section
     from probe.reports.compare.layout import TaskLayout
-    from probe.reports.compare.units import bbq_spec
-    from probe.tasks.bbq.paired_units import answer_units
+    from probe.tasks.bbq.paired_units import answer_units, bbq_spec
 
     return TaskLayout("BBQ", 1, lambda runs, out, _ctx: bbq_section(runs, out),
                       paired_spec=lambda _runs: bbq_spec("bbq", "template instance"),

@@ -373,13 +373,10 @@ class CrowsPairsTask(Task):
         write_protocol_report("CrowS-Pairs", result, output)
 
     def report_layout(self) -> Any:
-        """Both protocols' score per bias type and model; paired units: pairs."""
-        from probe.reports.compare.layout import TaskLayout
-        from probe.reports.compare.other_layouts import crows_section
-        from probe.reports.compare.units import CROWS_SPEC, crows_units
+        """Both protocols' score per bias type and model; paired units: pairs (:mod:`.layout`)."""
+        from probe.tasks.crows_pairs.layout import layout
 
-        return TaskLayout("CrowS-Pairs", 4, lambda runs, out, _ctx: crows_section(runs, out),
-                          paired_spec=lambda _runs: CROWS_SPEC, units=crows_units)
+        return layout()
 
     def results(self, config: CrowsPairsConfig, summary: Mapping[str, Any]) -> list[dict[str, Any]]:
         """Per protocol and bias type (and ``all``): the score (50 = no bias); headline: ``all`` per protocol."""

@@ -142,10 +142,9 @@ class DemoTask(Task):
 
     def report_layout(self) -> Any:
         """Explicit vs implicit per model and estimator; paired units: items, clustered by scenario."""
-        from probe.tasks.bbq.layouts import demo_section
         from probe.reports.compare.layout import TaskLayout
-        from probe.reports.compare.units import bbq_spec
-        from probe.tasks.bbq.paired_units import answer_units
+        from probe.tasks.bbq.paired_units import answer_units, bbq_spec
+        from probe.tasks.demo.layout import demo_section
 
         return TaskLayout("Demo set", 2, lambda runs, out, _ctx: demo_section(runs, out),
                           paired_spec=lambda _runs: bbq_spec("demo", "scenario"),
