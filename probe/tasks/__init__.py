@@ -1,9 +1,20 @@
 """The task registry: every benchmark probe runs, by name.
 
-Built-in tasks live in this package (one module each); third-party tasks are
-found through the entry-point group ``probe.tasks`` (an entry point names a
-:class:`~probe.tasks.base.Task` subclass, or a module with a ``TASK``
-attribute). ``probe tasks`` lists them.
+Each built-in task is one folder of this package (``probe/tasks/<name>/``:
+its task module and everything the benchmark owns: data, prompts, parser,
+metrics, tables, figures, paper check, command-line extras, package data),
+shaped like a plugin; adding one is its folder and its line in
+:data:`BUILTIN`. Third-party tasks are found through the entry-point group
+``probe.tasks`` (an entry point names a :class:`~probe.tasks.base.Task`
+subclass, or a module with a ``TASK`` attribute). ``probe tasks`` lists them.
+The generic modules beside the folders (:mod:`.base`, :mod:`.stratify`,
+:mod:`.paper_check`, :mod:`.chains`) are what any task builds on.
+
+Two optional modules beside a task's module extend the generic commands
+without naming the task there: ``cli`` adds its own commands (``probe data
+build NAME``, ``probe metrics NAME``, ...; :func:`command_modules`) and
+``datasets`` declares the public data sets ``probe data fetch`` can get for it
+(:func:`data_sets`).
 
 >>> sorted(BUILTIN)[:3]
 ['bbq', 'cmp_iso', 'crows_pairs']
@@ -19,7 +30,8 @@ from typing import Any
 from probe.errors import ProbeError
 from probe.tasks.base import Aggregate, Task, TaskConfig, write_tables
 
-__all__ = ["Aggregate", "BUILTIN", "ENTRY_POINT_GROUP", "Task", "TaskConfig", "available", "get", "write_tables"]
+__all__ = ["Aggregate", "BUILTIN", "ENTRY_POINT_GROUP", "Task", "TaskConfig", "available", "command_modules",
+           "data_set", "data_sets", "get", "write_tables"]
 
 ENTRY_POINT_GROUP = "probe.tasks"
 
@@ -77,3 +89,58 @@ def get(name: str) -> Task:
     if task.name != name:
         raise ProbeError(f"task {tasks[name]} calls itself {task.name!r} but is registered as {name!r}")
     return task
+
+
+def _beside(name: str) -> list[str]:
+    """The modules called ``name`` beside each registered task's module (``probe.tasks.hbb.task:HBBTask`` ->
+    ``probe.tasks.hbb.<name>``), where there is one; in registry order.
+
+    Found without importing any task module (only the task's package, which should stay light), so that
+    ``probe --help`` stays instant.
+    """
+    from importlib.util import find_spec
+
+    out = []
+    for target in available().values():
+        module = target.partition(":")[0]
+        try:
+            spec = find_spec(module)
+        except (ImportError, ValueError):
+            continue
+        package = module if spec is not None and spec.submodule_search_locations else module.rpartition(".")[0]
+        if not package:
+            continue
+        try:
+            found = find_spec(f"{package}.{name}") is not None
+        except (ImportError, ValueError):
+            found = False
+        if found and f"{package}.{name}" not in out:
+            out.append(f"{package}.{name}")
+    return out
+
+
+def command_modules() -> list[str]:
+    """The modules adding each registered task's own commands: its ``cli`` module (``register(groups)``, as
+    :mod:`probe.cli` describes), where it has one."""
+    return _beside("cli")
+
+
+def data_sets() -> dict[str, Any]:
+    """Every data set ``probe data fetch`` knows, by name: the ``DATASETS``
+    (:class:`probe.data.fetch.DatasetSpec`) of each registered task's ``datasets`` module, in registry order
+    (a name declared twice keeps its first)."""
+    out: dict[str, Any] = {}
+    for module in _beside("datasets"):
+        for spec in getattr(importlib.import_module(module), "DATASETS", ()):
+            out.setdefault(spec.name, spec)
+    return out
+
+
+def data_set(name: str) -> Any:
+    """The data set called ``name`` (:func:`data_sets`); an unknown name is an error listing the known ones."""
+    sets = data_sets()
+    if name not in sets:
+        from probe.errors import did_you_mean
+
+        raise ProbeError(f"unknown data set {name!r}{did_you_mean(name, sets)}; known: {', '.join(sorted(sets))}")
+    return sets[name]

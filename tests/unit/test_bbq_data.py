@@ -7,7 +7,7 @@ import pytest
 
 from probe.tasks.bbq.data import find_target_index, group_key, load_bbq_jsonl
 from probe.tasks.bbq.templates import expand_templates, parse_name_lists
-from probe.tasks.implicitbbq.bharatbbq import expand_bharatbbq_templates, load_bharatbbq_examples
+from probe.tasks.bbq.bharatbbq import expand_bharatbbq_templates, load_bharatbbq_examples
 from probe.tasks.bbq.items import SETTINGS, BBQItem, setting_name
 from probe.errors import InputError
 

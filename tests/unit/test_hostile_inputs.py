@@ -462,7 +462,7 @@ def test_bbq_template_unknown_slot(tmp_path):
 
 @pytest.mark.parametrize("name", ["nonexistent"])
 def test_bharatbbq_missing_file(tmp_path, name):
-    from probe.tasks.implicitbbq.bharatbbq import load_bharatbbq_examples
+    from probe.tasks.bbq.bharatbbq import load_bharatbbq_examples
 
     _expect(lambda: load_bharatbbq_examples(tmp_path / name), Path("Caste_examples.csv"), None, None, "not found")
 
@@ -476,7 +476,7 @@ BHARAT_HEADER = "Qid,Context_type,Context,Question,Question_polarity,Option1,Opt
     ("1,amb,ctx,q?,neg,A,B,C,3,1,7\n", "Option1..3"),
 ], ids=["label-not-int", "unknown-context-type", "no-unknown-option"])
 def test_bharatbbq_rows_rejected(tmp_path, row, field):
-    from probe.tasks.implicitbbq.bharatbbq import load_bharatbbq_examples
+    from probe.tasks.bbq.bharatbbq import load_bharatbbq_examples
 
     _csv(tmp_path / "Caste_examples.csv", BHARAT_HEADER + row)
     _expect(lambda: load_bharatbbq_examples(tmp_path), tmp_path / "Caste_examples.csv", 2, field)

@@ -53,7 +53,7 @@ def _group_words(shared: Path) -> dict[str, set[str]]:
     tdir = shared / "bbq" / "templates"
     vocab = pd.read_csv(tdir / "vocabulary.csv", dtype=str).fillna("")
     words: dict[str, set[str]] = defaultdict(set)
-    from probe.tasks.implicitbbq.bharatbbq import bharatbbq_template_rows
+    from probe.tasks.bbq.bharatbbq import bharatbbq_template_rows
 
     for dim, src in table.sources.items():
         kind, cat = src.split(":")

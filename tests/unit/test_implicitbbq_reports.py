@@ -2,7 +2,7 @@
 
 import pytest
 
-from probe.tasks.bbq.tables import figure3, summarize, table2, tables_per_dimension, to_markdown, write_reports
+from probe.tasks.implicitbbq.tables import figure3, summarize, table2, tables_per_dimension, to_markdown, write_reports
 
 
 def _records():

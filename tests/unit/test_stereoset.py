@@ -9,6 +9,7 @@ import math
 import pytest
 
 from probe.data.fetch import fetch
+from probe.tasks import data_set
 from probe.tasks.stereoset.data import load_stereoset
 from probe.errors import InputError, ProbeError
 from probe.tasks.stereoset.metrics import stereoset_scores, term_counts
@@ -70,13 +71,13 @@ def test_loader_reads_both_splits_and_names_bad_fields(dev, tmp_path):
 
 
 def test_fetch_from_a_local_copy_and_file_url(dev, tmp_path):
-    dest = fetch("stereoset", source=str(dev.parent.parent), dest=tmp_path / "a")  # the parent of stereoset/
+    dest = fetch(data_set("stereoset"), source=str(dev.parent.parent), dest=tmp_path / "a")  # the parent of stereoset/
     assert json.loads((dest / "dev.json").read_text()) == FIXTURE
-    dest = fetch("stereoset", source=f"file://{dev.parent}", dest=tmp_path / "b")
+    dest = fetch(data_set("stereoset"), source=f"file://{dev.parent}", dest=tmp_path / "b")
     assert "dev.json" in json.loads((dest / "MANIFEST.json").read_text())["files"]
     (tmp_path / "empty").mkdir()
     with pytest.raises(ProbeError, match="no file of data set 'stereoset'"):
-        fetch("stereoset", source=str(tmp_path / "empty"), dest=tmp_path / "c")
+        fetch(data_set("stereoset"), source=str(tmp_path / "empty"), dest=tmp_path / "c")
 
 
 def test_counts_follow_evaluation_py_ties_are_anti():

@@ -516,7 +516,7 @@ def test_parse_exact_mcq_beside_the_first_token_estimator(tmp_path, tiny_lm, dat
 
 
 def test_hbb_choice_parser_reads_the_whole_output_for_refusals():
-    from probe.prompts.answer_parse import hbb_decided, parse_hbb_choice
+    from probe.tasks.hbb.parse import hbb_decided, parse_hbb_choice
 
     assert parse_hbb_choice("a) The man. Sorry, I can't be sure") is None  # a later refusal undoes the letter
     assert parse_hbb_choice("B. the woman", ("a", "b")) == 1 and parse_hbb_choice("c) x") is None

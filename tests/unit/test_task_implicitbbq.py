@@ -326,7 +326,7 @@ def test_sampled_option_probs_hand_cases():
     """One-word: log-sum-exp per option, renormalised in log space; labels: the entry's probs; none sampleable: None."""
     import math
 
-    from probe.tasks.implicitbbq.results import sampled_option_probs
+    from probe.tasks.bbq.records import sampled_option_probs
 
     # T = 0.1 makes every text's probability underflow in linear space; the ratio must survive
     entry = {"logprobs": [-2000.0, -2000.0 - math.log(3), -2001.0, None]}

@@ -17,9 +17,9 @@ from __future__ import annotations
 
 import json
 from dataclasses import asdict, dataclass, field, fields
-from typing import Any, Mapping
+from typing import Any, Iterable, Mapping
 
-__all__ = ["BBQItem", "SETTINGS", "CONTEXT_KINDS", "setting_name"]
+__all__ = ["BBQItem", "SETTINGS", "CONTEXT_KINDS", "setting_name", "write_items"]
 
 #: ImplicitBBQ context kinds (seed section 4): explicit (BBQ as written), implicit (cues),
 #: neutral control (inert cues) and no-characteristics control (no background).
@@ -157,3 +157,15 @@ class BBQItem:
     @classmethod
     def from_json(cls, line: str) -> "BBQItem":
         return cls.from_dict(json.loads(line))
+
+
+def write_items(items: Iterable[BBQItem], output: str) -> None:
+    """Write items as JSON lines (:meth:`BBQItem.to_dict` plus ``dimension`` = the category), atomically."""
+    from probe.io import write_atomic
+
+    lines = []
+    for it in items:
+        d = it.to_dict()
+        d["dimension"] = it.category
+        lines.append(json.dumps(d, ensure_ascii=False) + "\n")
+    write_atomic(output, "".join(lines))

@@ -22,9 +22,9 @@ def layout() -> Any:
 
 def paired_records(frame: Any) -> list[dict]:
     """Answer records of a BBQ run for paired tests: block = answer format; cluster = template instance."""
-    from probe.tasks.implicitbbq.results import metric_records
+    from probe.tasks.bbq.records import answer_records
 
-    recs, _ = metric_records(frame)
+    recs, _ = answer_records(frame)
     answers = frame.set_index("id")["answers"].to_dict() if "answers" in frame else {}
     for r in recs:
         opts = "|".join(sorted(str(a) for a in answers.get(r["id"], [])))

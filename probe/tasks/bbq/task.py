@@ -199,9 +199,9 @@ class BBQTask(Task):
     def aggregate(self, config: BBQConfig, records: Any, items: Sequence[Any]) -> Aggregate:
         from probe.tasks.bbq.metrics import grouped_bbq_metrics
         from probe.metrics.mass import answering, mass_summary
-        from probe.tasks.implicitbbq.results import metric_records
+        from probe.tasks.bbq.records import answer_records
 
-        recs, n_nonfinite = metric_records(records)
+        recs, n_nonfinite = answer_records(records)
         cluster = {it.id: unit_key(it) for it in items}
         for r in recs:
             r["cluster"] = cluster.get(r["item_id"], r["item_id"])

@@ -16,7 +16,7 @@ counted; a prompt none of whose chains has one is kept with no valid answer
 (iso/cmp paper, appendix B: iso affirmation 0, cmp order 0.5).
 
 Records: one per (setting, benchmark, pair, prompt, chain), id
-``<request id>|chain{k}`` (:func:`probe.tasks.implicitbbq.chains.chain_id`),
+``<request id>|chain{k}`` (:func:`probe.tasks.chains.chain_id`),
 ``meta.chain`` = k; greedy CoT (``cot_chains: 0``) has one record per prompt
 without ``chain``.
 
@@ -37,7 +37,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
-from probe.tasks.implicitbbq.chains import chain_id, chain_index
+from probe.tasks.chains import chain_id, chain_index
 
 __all__ = ["chain_id", "chain_index", "valid", "prompt_key", "chain_counts", "mean_counts", "chain_stats"]
 

@@ -9,6 +9,9 @@ from pathlib import Path
 from probe.commands.common import positive_int_or_auto
 from probe.models.builtins import DEFAULT_MODEL
 
+#: shown first in ``probe --help``
+FIRST_STEPS = (("probe demo", "the embedded demo set on the embedded model (no data needed)"),)
+
 
 def register(groups: dict) -> None:
     p = groups[""].add_parser(

@@ -25,12 +25,12 @@ __all__ = ["PaperCheck", "parse_hbb"]
 
 def parse_hbb(text: str, labels: Sequence[str] = ("a", "b")) -> int | None:
     """Index of the HBB label ``text`` answers with (``choice)<answer>``), or None: the one rule of
-    :func:`probe.prompts.answer_parse.parse_hbb_choice`, which the task's exact parse also uses.
+    :func:`probe.tasks.hbb.parse.parse_hbb_choice`, which the task's exact parse also uses.
 
     >>> [parse_hbb(t) for t in ("a) The man.", "(b)", "Answer: B) x", "b", "about", "I'm sorry, I can't")]
     [0, 1, 1, 1, None, None]
     """
-    from probe.prompts.answer_parse import parse_hbb_choice
+    from probe.tasks.hbb.parse import parse_hbb_choice
 
     return parse_hbb_choice(text, labels)
 

@@ -239,7 +239,7 @@ def paper_parsed(config: Any, records: pd.DataFrame, df: pd.DataFrame,
              "expected_count_first_token": ft_all.get("expected_count")}
     settings = {**spec, "samples": n, "threshold": thr, "max_new_tokens": int(config.parse_max_new_tokens),
                 "parser": "choice)<answer> at the start, after an optional answer cue; an output holding 'sorry' "
-                          "and \"can't\" is a non-answer (the authors' cleaning); probe.prompts.answer_parse",
+                          "and \"can't\" is a non-answer (the authors' cleaning); probe.tasks.hbb.parse",
                 "invalid": "drop (refusals, unparsable and not-enumerated mass)"}
     ft_by_category = (first_token or {}).get("by_category") or {}
     rows = []

@@ -212,14 +212,14 @@ class HBBTask(Task):
 
     def parse_requests(self, config: HBBConfig, items: Sequence[Any], tokenizer: Any) -> list:
         """With ``parse_exact``: each distinct MCQ question (a)=s1 order) generated under the paper's sampling
-        (T = 0.8, top-p 1) from the MCQ prompt and read by :func:`probe.prompts.answer_parse.parse_hbb_choice`;
+        (T = 0.8, top-p 1) from the MCQ prompt and read by :func:`probe.tasks.hbb.parse.parse_hbb_choice`;
         the distribution goes to the question's MCQ record."""
         if not (config.parse_exact and config.hbb) or config.paper_temperature is None:
             return []
         import functools
 
         from probe.tasks.hbb.data import unique_questions
-        from probe.prompts.answer_parse import HBB_PARSER_VERSION, hbb_decided, parse_hbb_choice
+        from probe.tasks.hbb.parse import HBB_PARSER_VERSION, hbb_decided, parse_hbb_choice
         from probe.tasks.hbb.prompts import mcq_requests
         from probe.scoring.parse_exact import ParseRequest
 

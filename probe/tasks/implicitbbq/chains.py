@@ -23,17 +23,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-
-def chain_id(request_id: str, k: int) -> str:
-    """The id of chain ``k`` of one (item, strategy, format): ``ITEM|cot|FORMAT|chain{k}``."""
-    return f"{request_id}|chain{k}"
-
-
-def chain_index(value: Any) -> int | None:
-    """A record's chain index (None: not a sampled chain; records frames hold NaN there)."""
-    if value is None or (isinstance(value, float) and math.isnan(value)):
-        return None
-    return int(value)
+from probe.tasks.chains import chain_index
 
 
 def valid(rec: Any, require_cue: bool = True) -> bool:

@@ -67,7 +67,7 @@ PERSONS = ("Person A", "Person B")
 def _template_rows(source: str, bbq_dir: Path | None, bharatbbq_dir: Path | None) -> tuple[list[TemplateRow], tuple]:
     kind, category = source.split(":")
     if kind == "bharatbbq":
-        from probe.tasks.implicitbbq.bharatbbq import bharatbbq_template_rows
+        from probe.tasks.bbq.bharatbbq import bharatbbq_template_rows
 
         return bharatbbq_template_rows(bharatbbq_dir), (None, None)
     if bbq_dir is None:

@@ -2,7 +2,7 @@
 and 4 with several models.
 
 Input: the runs' ``summary.json``, ``by_strategy["strategy|format"][context_kind]``
-as :func:`probe.tasks.bbq.tables.summarize` builds it (macro over dimensions,
+as :func:`probe.tasks.implicitbbq.tables.summarize` builds it (macro over dimensions,
 pooled, per dimension; CIs).
 """
 
@@ -72,7 +72,7 @@ def table2_paper(summaries: Sequence[tuple[str, dict]], key: str, version: str) 
 def implicitbbq_section(runs: Sequence[Run], out: Path) -> list[Any]:
     """Table 2 (paper layout, per zero-shot format and estimator) with its CI companion, Tables 5-7 (per
     dimension, model columns, every strategy|format), and the explicit-vs-implicit bias figure."""
-    from probe.tasks.bbq.tables import table2, tables_per_dimension
+    from probe.tasks.implicitbbq.tables import table2, tables_per_dimension
 
     summaries = [(r.label, r.summary.get("by_strategy", {})) for r in runs]
     keys = list(dict.fromkeys(k for _, s in summaries for k in s))

@@ -8,7 +8,7 @@ first at the paper's temperature (the runner's generation stage; 0 = one greedy
 chain) and the final answer scored after each chain's ``Final Answer:``, the
 item's probabilities the mean over its chains (:mod:`.chains`) ->
 BBQ accuracy and bias per strategy|format, context kind and dimension, argmax
-and expected, with bootstrap CIs (:mod:`probe.tasks.bbq.tables`).
+and expected, with bootstrap CIs (:mod:`probe.tasks.implicitbbq.tables`).
 
     probe run configs/implicitbbq_quick.yaml
     probe run implicitbbq --model smollm2 --limit 12 --output runs/x
@@ -39,7 +39,8 @@ from probe.errors import ProbeError
 from probe.io import write_json_atomic
 from probe.tasks.base import Aggregate, Task, write_tables
 from probe.tasks.implicitbbq import results
-from probe.tasks.implicitbbq.chains import chain_id, chain_summary
+from probe.tasks.chains import chain_id
+from probe.tasks.implicitbbq.chains import chain_summary
 from probe.tasks.implicitbbq.config import CONTEXT_KINDS, FORMATS, STRATEGIES, ImplicitBBQConfig
 from probe.tasks.implicitbbq.sample import Selection, select, stratified_sample, unit_key
 
@@ -133,12 +134,12 @@ class ImplicitBBQTask(Task):
 
     def parse_requests(self, config: ImplicitBBQConfig, items: Sequence[Any], tokenizer: Any) -> list:
         """The paper's sampling + parsing, enumerated exactly: each zero-shot / safety / few-shot one-word
-        prompt, sampled at the paper's temperature and read by :func:`probe.prompts.answer_parse.parse_oneword`
+        prompt, sampled at the paper's temperature and read by :func:`probe.tasks.implicitbbq.parse.parse_oneword`
         (uncertainty answers normalised to Unknown). Same ids as the scored records."""
         import functools
         import json
 
-        from probe.prompts.answer_parse import PARSER_VERSION, oneword_decided, parse_oneword
+        from probe.tasks.implicitbbq.parse import PARSER_VERSION, oneword_decided, parse_oneword
         from probe.tasks.bbq.prompts import prepare
         from probe.scoring.parse_exact import ParseRequest
 
@@ -171,7 +172,7 @@ class ImplicitBBQTask(Task):
 
     def aggregate(self, config: ImplicitBBQConfig, records: Any, items: Sequence[Any]) -> Aggregate:
         from probe.tasks.implicitbbq.data import count_table
-        from probe.tasks.bbq.tables import summarize
+        from probe.tasks.implicitbbq.tables import summarize
 
         sel = self._selection(config, items)
         recs, skipped = results.metric_records(records, require_cue=config.cot_require_cue)
@@ -195,7 +196,7 @@ class ImplicitBBQTask(Task):
             results.add_clusters(parsed_recs, sel.pool)
             parsed = {"settings": {**spec, "max_new_tokens": config.parse_max_new_tokens,
                                    "parser": "one-word answer, uncertainty normalised to Unknown "
-                                             "(probe.prompts.answer_parse)",
+                                             "(probe.tasks.implicitbbq.parse)",
                                    "estimator": "the paper's sampling + parsing, enumerated exactly: expected "
                                                 "counts over the parsed answers (unparsed generations excluded)"},
                       **parse_stats,
