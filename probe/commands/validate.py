@@ -25,14 +25,16 @@ def register(groups: dict) -> None:
                        "the paper's rule, compare with the exact paper-equivalent estimate",
                        description=__doc__.split("\n\n")[1])
     # run_check checks the name (each task declares its own check; importing every task to list them here
-    # would slow down every `probe` command); the metavar shows the built-in ones
-    p.add_argument("task", metavar="{hbb,implicitbbq,cmp_iso}", help="the paper's task")
+    # would slow down every `probe` command); the metavar shows the tasks with a paper_check module
+    from probe.tasks import modules_beside
+
+    p.add_argument("task", metavar="{" + ",".join(modules_beside("paper_check")) + "}", help="the paper's task")
     p.add_argument("--n-prompts", type=int, default=100, help="prompts in the stratified sample (about; default 100)")
     p.add_argument("--k", type=int, default=20, help="generations sampled per prompt (default 20)")
     p.add_argument("--seed", type=int, default=0, help="seed of the sample, the generations and the bootstrap")
     p.add_argument("--max-new-tokens", type=int, default=None,
-                   help="generation budget (default: what the task's answer needs, as its check declares: hbb 8, "
-                   "implicitbbq 10, cmp_iso 8)")
+                   help="generation budget (default: what the task's answer needs, as its check declares; the "
+                   "report states it)")
     p.add_argument("--gen-batch-size", type=int, default=32, help="sequences per generation batch (default 32)")
     p.add_argument("--n-boot", type=int, default=1000, help="bootstrap draws for the sampled 95%% interval")
     p.add_argument("--threads", type=int, default=None, help="torch CPU threads")

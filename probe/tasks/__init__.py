@@ -31,7 +31,7 @@ from probe.errors import ProbeError
 from probe.tasks.base import Aggregate, Task, TaskConfig, write_tables
 
 __all__ = ["Aggregate", "BUILTIN", "ENTRY_POINT_GROUP", "Task", "TaskConfig", "available", "command_modules",
-           "data_set", "data_sets", "get", "write_tables"]
+           "data_set", "data_sets", "get", "modules_beside", "write_tables"]
 
 ENTRY_POINT_GROUP = "probe.tasks"
 
@@ -91,17 +91,17 @@ def get(name: str) -> Task:
     return task
 
 
-def _beside(name: str) -> list[str]:
-    """The modules called ``name`` beside each registered task's module (``probe.tasks.hbb.task:HBBTask`` ->
-    ``probe.tasks.hbb.<name>``), where there is one; in registry order.
+def modules_beside(name: str) -> dict[str, str]:
+    """Task name -> the module called ``name`` beside its task module (``probe.tasks.hbb.task:HBBTask`` ->
+    ``probe.tasks.hbb.<name>``), for each registered task that has one; in registry order.
 
     Found without importing any task module (only the task's package, which should stay light), so that
     ``probe --help`` stays instant.
     """
     from importlib.util import find_spec
 
-    out = []
-    for target in available().values():
+    out: dict[str, str] = {}
+    for task, target in available().items():
         module = target.partition(":")[0]
         try:
             spec = find_spec(module)
@@ -114,15 +114,15 @@ def _beside(name: str) -> list[str]:
             found = find_spec(f"{package}.{name}") is not None
         except (ImportError, ValueError):
             found = False
-        if found and f"{package}.{name}" not in out:
-            out.append(f"{package}.{name}")
+        if found:
+            out[task] = f"{package}.{name}"
     return out
 
 
 def command_modules() -> list[str]:
     """The modules adding each registered task's own commands: its ``cli`` module (``register(groups)``, as
     :mod:`probe.cli` describes), where it has one."""
-    return _beside("cli")
+    return list(dict.fromkeys(modules_beside("cli").values()))
 
 
 def data_sets() -> dict[str, Any]:
@@ -130,7 +130,7 @@ def data_sets() -> dict[str, Any]:
     (:class:`probe.data.fetch.DatasetSpec`) of each registered task's ``datasets`` module, in registry order
     (a name declared twice keeps its first)."""
     out: dict[str, Any] = {}
-    for module in _beside("datasets"):
+    for module in dict.fromkeys(modules_beside("datasets").values()):
         for spec in getattr(importlib.import_module(module), "DATASETS", ()):
             out.setdefault(spec.name, spec)
     return out

@@ -160,6 +160,19 @@ class Task:
         headline metric), or None when the task has no such check (the default)."""
         return None
 
+    def capture_item(self, line: Mapping[str, Any], tokenizer: Any, *, chat_template: bool = True,
+                     strategy: str = "zero_shot") -> Any:
+        """A line of a ``probe activations --input`` file in this task's own item format, rendered by its prompt
+        (a :class:`probe.prompts.capture_items.CaptureItem`), or None when the line is not this task's (the
+        default); ``ValueError`` on a bad line of its format."""
+        return None
+
+    def representation_labels(self) -> Any:
+        """What ``probe analyze representations`` probes in this task's runs (a
+        :class:`~probe.tasks.representation.RepresentationLabels`: the group, framing and stereotyped answer of
+        each item and record), or None when the study does not apply (the default)."""
+        return None
+
     def data_files(self, config: Any) -> list[Path]:
         """Input files whose sha256 goes into ``provenance.json``."""
         return []

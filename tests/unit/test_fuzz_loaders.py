@@ -180,6 +180,7 @@ def _readers() -> dict[str, tuple[str, Any]]:
     from probe.tasks.hbb.data import load_concepts, load_descriptors, load_sg_variations
     from probe.tasks.stereoset.data import load_stereoset
     from probe.io import RecordWriter, iter_jsonl, read_records
+    from probe.commands.activations import task_item_reader
     from probe.prompts.capture_items import read_capture_items
     from probe.prompts.items import read_perplexity_items
     from probe.reports.compare.runs import load_run
@@ -215,7 +216,7 @@ def _readers() -> dict[str, tuple[str, Any]]:
         "hbb_descriptors": ("descriptors.json", load_descriptors),
         "hbb_sg_variations": ("sg.jsonl", load_sg_variations),
         "stereoset": ("dev.json", load_stereoset),
-        "capture_items": ("items.jsonl", lambda p: read_capture_items(p, tok)),
+        "capture_items": ("items.jsonl", lambda p: read_capture_items(p, tok, task_items=task_item_reader(tok))),
         "run_config": ("run.yaml", read_config),
         "run_summary": ("summary.json", run_dir),
         "score_cache": ("scores.sqlite", score_cache),

@@ -493,10 +493,12 @@ def test_bharatbbq_rows_rejected(tmp_path, row, field):
      None),
 ], ids=["labels-not-a-list", "empty-answer-label", "duplicate-id", "no-prompt", "bad-bbq-item"])
 def test_capture_items_rejected(tmp_path, tokenizer, lines, line, field, match):
+    from probe.commands.activations import task_item_reader
     from probe.prompts.capture_items import read_capture_items
 
     path = _csv(tmp_path / "items.jsonl", "".join(x + "\n" for x in lines))
-    _expect(lambda: read_capture_items(path, tokenizer), path, line, field, match)
+    _expect(lambda: read_capture_items(path, tokenizer, task_items=task_item_reader(tokenizer)), path, line, field,
+            match)
 
 
 @pytest.mark.parametrize("text", ["task: [unclosed\n", "- a\n- b\n", "!!python/object/apply:os.system ['true']\n",

@@ -16,7 +16,8 @@ import numpy as np
 import pytest
 
 from probe.cli import main
-from probe.studies.representations import Settings, consistency, first_group, lexical_key
+from probe.studies.representations import Settings
+from probe.tasks.implicitbbq.representations import consistency, first_group, lexical_key
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -245,6 +245,14 @@ class BBQTask(Task):
         write_tables(result.tables, output)
         write_atomic(output / "report.md", no_markup(report_markdown(result.summary, result.tables)))
 
+    def capture_item(self, line: Mapping[str, Any], tokenizer: Any, *, chat_template: bool = True,
+                     strategy: str = "zero_shot") -> Any:
+        """A BBQ-family item line (BBQ, ImplicitBBQ, BharatBBQ items) rendered by the BBQ prompt with labelled
+        options (:mod:`probe.tasks.bbq.capture`)."""
+        from probe.tasks.bbq.capture import capture_line
+
+        return capture_line(line, tokenizer, chat_template, strategy)
+
     def report_layout(self) -> Any:
         """Per answer format: category x model tables and a figure; paired units: items, by template instance
         (:func:`probe.tasks.bbq.report.layout`)."""

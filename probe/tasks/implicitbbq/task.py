@@ -302,6 +302,12 @@ class ImplicitBBQTask(Task):
 
         return PaperCheck()
 
+    def representation_labels(self) -> Any:
+        """The representations study's labels of ImplicitBBQ items (:mod:`probe.tasks.implicitbbq.representations`)."""
+        from probe.tasks.implicitbbq.representations import LABELS
+
+        return LABELS
+
     def bias_metrics(self, config: ImplicitBBQConfig, summary: Mapping[str, Any]) -> dict[str, dict[str, float]]:
         """``{strategy}|{format}.{explicit|implicit}.{bias_amb|...}``: the pooled expected metrics."""
         from probe.tasks.bbq.task import bbq_headline

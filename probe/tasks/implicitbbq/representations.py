@@ -1,4 +1,5 @@
-"""The probe labels of the representations study, from an ImplicitBBQ item and its record.
+"""The probe labels of the representations study (``probe analyze representations``), from an ImplicitBBQ item and its
+record: :data:`LABELS`, returned by :meth:`ImplicitBBQTask.representation_labels`.
 
 >>> from types import SimpleNamespace as NS
 >>> implicit = NS(context_kind="implicit", metadata={"group1": "old", "group2": "young", "person1": "Person B",
@@ -10,6 +11,8 @@
 from __future__ import annotations
 
 from typing import Any, Mapping
+
+from probe.tasks.representation import RepresentationLabels
 
 
 def first_group(item: Any) -> str:
@@ -55,3 +58,11 @@ def stereotyped_labels(record: Mapping[str, Any]) -> list[int]:
     """The label indices whose option is the stereotyped answer (``owner[j] == target_index``)."""
     owner = record.get("owner") or list(range(len(record.get("options") or ())))
     return [j for j, o in enumerate(owner) if o == record.get("target_index")]
+
+
+#: what the representations study reads from an ImplicitBBQ run: the group and framing of each item, explicit ->
+#: implicit transfer, stereotype-consistency of the chosen answer
+LABELS = RepresentationLabels(
+    group=first_group, lexical_key=lexical_key, consistency=consistency, stereotyped_labels=stereotyped_labels,
+    framing="context_kind", transfer=("explicit", "implicit"),
+    how_to_run="probe run implicitbbq --set answer_formats=[labels] --capture 'blocks.*.hook_resid_post@last'")
