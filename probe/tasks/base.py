@@ -77,6 +77,8 @@ class Task:
     strata_names: ClassVar[tuple[str, ...]] = ()
     #: what one unit of ``units`` is (the items kept together), for the coverage record
     unit_name: ClassVar[str] = "item"
+    #: metric name -> what a reader must see beside it in a headline (e.g. its denominator)
+    metric_notes: ClassVar[Mapping[str, str]] = {}
 
     # -- stages ---------------------------------------------------------------
     def items(self, config: Any) -> Sequence[Any]:
@@ -159,6 +161,11 @@ class Task:
         :class:`~probe.tasks.paper_check.PaperCheck`: decoding settings, answer parser, counted event,
         headline metric), or None when the task has no such check (the default)."""
         return None
+
+    def report_warnings(self, summary: Mapping[str, Any]) -> list[str]:
+        """What a reader of this task's report must see before the numbers, beside the warnings every report
+        gives (low answer mass, small samples, a limited run's coverage); none by default."""
+        return []
 
     def capture_item(self, line: Mapping[str, Any], tokenizer: Any, *, chat_template: bool = True,
                      strategy: str = "zero_shot") -> Any:

@@ -57,6 +57,7 @@ from probe.metrics.stats import bootstrap_ci
 
 __all__ = [
     "COLUMNS",
+    "METRIC_NOTES",
     "bbq_metrics",
     "bbq_metrics_ci",
     "grouped_bbq_metrics",
@@ -69,6 +70,9 @@ __all__ = [
 COLUMNS = ("is_amb", "unknown", "correct", "consistent", "non_unknown")
 _AMB, _UNK, _COR, _CON, _NON = range(5)
 METRIC_NAMES = ("acc_amb", "acc_dis", "bias_amb", "bias_dis")
+#: the two disambiguated accuracies' denominators, shown beside them in a headline (``Task.metric_notes``)
+METRIC_NOTES = {"acc_dis": "correct / disambiguated items answered with a person (ImplicitBBQ)",
+                "acc_dis_all": "correct / all disambiguated items (BBQ paper, lm-eval)"}
 
 
 def validate_record(rec: Mapping[str, Any], where: str = "record") -> None:

@@ -35,6 +35,7 @@ from typing import Any, Mapping, Sequence
 from probe.errors import InputError, ProbeError
 from probe.io import no_markup, write_atomic
 from probe.tasks.base import Aggregate, Task, TaskConfig, write_tables
+from probe.tasks.bbq.metrics import METRIC_NOTES
 from probe.tasks.bbq.report import category_table, report_markdown
 
 #: BBQ's 11 categories, in the upstream repository's order.
@@ -131,6 +132,7 @@ class BBQTask(Task):
     Config = BBQConfig
     strata_names = ("category",)
     unit_name = "template instance (its condition x polarity variants, both name orders)"
+    metric_notes = METRIC_NOTES
 
     def items(self, config: BBQConfig) -> BBQItems:
         """Every item of the configured categories, in a stratified order (see :meth:`select`)."""
@@ -244,6 +246,12 @@ class BBQTask(Task):
     def report(self, config: BBQConfig, result: Aggregate, output: Path) -> None:
         write_tables(result.tables, output)
         write_atomic(output / "report.md", no_markup(report_markdown(result.summary, result.tables)))
+
+    def report_warnings(self, summary: Mapping[str, Any]) -> list[str]:
+        """Categories expanded from BBQ's templates (no released JSONL found) are not the released item set."""
+        built = summary.get("template_built") or []
+        return [f"template-built categories: {', '.join(built)} were expanded from BBQ's templates, not read "
+                "from the released JSONL."] if built else []
 
     def capture_item(self, line: Mapping[str, Any], tokenizer: Any, *, chat_template: bool = True,
                      strategy: str = "zero_shot") -> Any:

@@ -20,7 +20,7 @@ from typing import Any, Mapping, Sequence
 
 from probe.tasks.demo.data import demo_items, unknown_paraphrases
 from probe.io import no_markup, write_atomic
-from probe.tasks.bbq.metrics import bbq_metrics
+from probe.tasks.bbq.metrics import METRIC_NOTES, bbq_metrics
 from probe.prompts.chat import has_chat_template, render_prompt
 from probe.scoring.requests import ContinuationRequest
 from probe.tasks.base import Aggregate, Task, TaskConfig, write_tables
@@ -112,6 +112,7 @@ class DemoTask(Task):
     Config = DemoConfig
     strata_names = ("dimension", "context_kind")
     unit_name = "scenario x context kind (its condition x polarity variants)"
+    metric_notes = METRIC_NOTES
 
     def items(self, config: DemoConfig) -> list[dict]:
         return demo_items()

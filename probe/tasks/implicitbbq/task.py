@@ -38,6 +38,7 @@ from typing import Any, Mapping, Sequence
 from probe.errors import ProbeError
 from probe.io import write_json_atomic
 from probe.tasks.base import Aggregate, Task, write_tables
+from probe.tasks.bbq.metrics import METRIC_NOTES
 from probe.tasks.implicitbbq import results
 from probe.tasks.chains import chain_id
 from probe.tasks.implicitbbq.chains import chain_summary
@@ -58,6 +59,7 @@ class ImplicitBBQTask(Task):
     Config = ImplicitBBQConfig
     strata_names = ("dimension", "context_kind")
     unit_name = "context unit (its condition x polarity variants)"
+    metric_notes = METRIC_NOTES
 
     def items(self, config: ImplicitBBQConfig) -> list:
         from probe.tasks.implicitbbq.data import build_implicitbbq
