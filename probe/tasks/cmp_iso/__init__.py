@@ -9,8 +9,9 @@ readers), the authors' prompt builder and boxed-answer parser
 CoT chains (:mod:`.chains`), the metrics (:mod:`.metrics`, :mod:`.claims`,
 :mod:`.model_metrics`, :mod:`.sampling`, :mod:`.parsed`), tables and the
 report (:mod:`.summary`, :mod:`.tables`, :mod:`.model_tables`,
-:mod:`.extra_tables`, :mod:`.layout`), the paper check (:mod:`.paper_check`)
-and the command-line extras (:mod:`.cli`).
+:mod:`.extra_tables`, :mod:`.sections`, :mod:`.layout`), the paper check
+(:mod:`.paper_check`), the command-line extras (:mod:`.cli`) and the data set
+``probe data fetch`` gets (:mod:`.datasets`).
 
 This package loads nothing heavy: the task module loads on first use of its names.
 """

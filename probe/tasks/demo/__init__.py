@@ -2,8 +2,9 @@
 
 The task is :mod:`.task` (:class:`DemoTask`), its items :mod:`.data` (the
 scenarios in ``resources/demo_scenarios.yaml``, written for probe), its
-command :mod:`.cli` (``probe demo``). BBQ's metrics and report sections are
-imported from :mod:`probe.tasks.bbq`.
+command :mod:`.cli` (``probe demo``), its ``probe report`` section
+:mod:`.layout`. BBQ's metrics and paired units are imported from
+:mod:`probe.tasks.bbq`.
 
 This package loads nothing heavy: the task module loads on first use of its names.
 """

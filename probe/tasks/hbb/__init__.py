@@ -27,6 +27,15 @@ CrowS-Pairs; ``.md`` and ``.csv``),
 ``timing_projection.json`` (seconds per request kind, projected to the full
 103,649 instances). See ``docs/hbb.md``.
 
+The folder: the task (:mod:`.task`, :mod:`.join`, :mod:`.summary`,
+:mod:`.variations`), the data (:mod:`.data`, :mod:`.variation_data`,
+:mod:`.datasets`), prompts and parser (:mod:`.prompts`, :mod:`.parse`), metrics
+(:mod:`.metrics`, :mod:`.sampling`: the 10-sample estimator), tables and figures
+(:mod:`.tables`, :mod:`.table1`, :mod:`.figures`, :mod:`.bbq_match`), the
+``probe report`` section (:mod:`.sections`, :mod:`.layout`), the paper check
+(:mod:`.paper_check`) and ``probe data build hbb`` / ``probe metrics hbb``
+(:mod:`.cli`). CrowS-Pairs' protocols come from :mod:`probe.tasks.crows_pairs`.
+
 >>> from probe.tasks import get
 >>> cfg = get("hbb").make_config({"per_cell": 2, "categories": ["ses"]})
 >>> cfg.categories, cfg.threshold, cfg.extra_thresholds, cfg.sg_n

@@ -2,14 +2,17 @@
 
 The task is :mod:`.task` (:class:`ImplicitBBQTask`; its config in
 :mod:`.config`). Beside it, what ImplicitBBQ owns: the builder
-(:mod:`.data`: BBQ's templates with Person A/B and the cue table,
-:mod:`.implicit_text`; the caste dimension from BharatBBQ, :mod:`.bharatbbq`;
-the matched explicit set, :mod:`.match`), the shipped few-shot sets
-(:mod:`.fewshot_sets` writes and checks them, :mod:`.fewshot` resolves them per
-item), sampling and results (:mod:`.sample`, :mod:`.results`, :mod:`.chains`),
-the report (:mod:`.layout`, :mod:`.figures`), the paper check
-(:mod:`.paper_check`) and the command-line extras (:mod:`.cli`). BBQ's items,
-prompts and metrics are imported from :mod:`probe.tasks.bbq`.
+(:mod:`.data`: BBQ's templates (and BharatBBQ's, for caste) with Person A/B
+and the cue table, :mod:`.implicit_text`; the matched explicit set,
+:mod:`.match`), the shipped few-shot sets (:mod:`.fewshot_sets` writes and
+checks them, :mod:`.fewshot` resolves them per item), sampling and results
+(:mod:`.sample`, :mod:`.results`, :mod:`.chains`), the one-word answer parser
+(:mod:`.parse`), the paper's tables and report (:mod:`.tables`,
+:mod:`.sections`, :mod:`.layout`, :mod:`.figures`), the paper check
+(:mod:`.paper_check`), the representations study's labels
+(:mod:`.representations`) and ``probe data build implicitbbq`` (:mod:`.cli`).
+BBQ's items, templates, prompts and metrics are imported from
+:mod:`probe.tasks.bbq`.
 
 This package loads nothing heavy: the task module loads on first use of its names.
 """

@@ -2,7 +2,7 @@
 
 The task is :mod:`.task` (:class:`StereoSetTask`; the protocols come from
 :mod:`probe.tasks.crows_pairs`), the reader :mod:`.data` (``dev.json``,
-fetched, not shipped), the scores :mod:`.metrics`.
+fetched, not shipped; its data set in :mod:`.datasets`), the scores :mod:`.metrics`.
 
 This package loads nothing heavy: the task module loads on first use of its names.
 """
