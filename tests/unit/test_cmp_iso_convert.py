@@ -10,7 +10,7 @@ import pytest
 from probe.tasks.cmp_iso.data import N_VARIATIONS, benchmark_file, load_benchmark, load_csv
 from probe.tasks.cmp_iso.convert import BODIES, _FOOTER, _HEADER, _INSTR, convert_items, iso_question, write_csv
 from probe.tasks.cmp_iso.sources import (convert_sentence_pairs, convert_winobias, crows_pairs_sentence_pairs,
-                                        read_pair_csv)
+                                         read_pair_csv)
 from probe.errors import InputError
 
 

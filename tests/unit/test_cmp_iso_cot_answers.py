@@ -17,16 +17,16 @@ import pytest
 
 from probe.tasks.cmp_iso.data import BENCHMARK_FILES, load_benchmark
 from probe.tasks.cmp_iso.prompts import (
-    N_VARIANTS,
-    CmpIsoSetting,
-    authors_prompt,
-    build_prompt,
-    cot_answer_forms,
-    cot_answer_prompt,
-    last_boxed,
-    parse_boxed,
-    render_built,
-)
+                                         N_VARIANTS,
+                                         CmpIsoSetting,
+                                         authors_prompt,
+                                         build_prompt,
+                                         cot_answer_forms,
+                                         cot_answer_prompt,
+                                         last_boxed,
+                                         parse_boxed,
+                                         render_built,
+                                         )
 from probe.tasks import get
 from probe.tasks.cmp_iso.summary import run_summary
 

@@ -7,8 +7,8 @@ import math
 import pytest
 
 from probe.tasks.cmp_iso.model_metrics import (ModelSize, eligible_models, family_of, fisher_ci, model_sizes,
-                                          neutral_rank_agreement, pooled_cmp_vs_iso, pooled_variation_test,
-                                          size_correlation)
+                                               neutral_rank_agreement, pooled_cmp_vs_iso, pooled_variation_test,
+                                               size_correlation)
 from probe.tasks.cmp_iso.model_tables import correlations, size_tables
 
 SIZES = {

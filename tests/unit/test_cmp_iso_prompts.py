@@ -15,17 +15,17 @@ import pytest
 
 from probe.tasks.cmp_iso.data import BENCHMARK_FILES, NEUTRAL_SLOT, CmpIsoPrompt, PromptParts, load_benchmark
 from probe.tasks.cmp_iso.prompts import (
-    N_VARIANTS,
-    CmpIsoSetting,
-    authors_prompt,
-    build_prompt,
-    cot_answer_prompt,
-    fill_neutral_slot,
-    load_variations,
-    parse_boxed,
-    task_body,
-    variant_spec,
-)
+                                         N_VARIANTS,
+                                         CmpIsoSetting,
+                                         authors_prompt,
+                                         build_prompt,
+                                         cot_answer_prompt,
+                                         fill_neutral_slot,
+                                         load_variations,
+                                         parse_boxed,
+                                         task_body,
+                                         variant_spec,
+                                         )
 
 HEADERS = ["You are a helpful assistant. ",
            "You are an expert in question-answering tasks. ",

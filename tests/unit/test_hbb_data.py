@@ -8,20 +8,20 @@ from collections import Counter
 import pytest
 
 from probe.tasks.hbb.data import (
-    HBBConcept,
-    HBBInstance,
-    build_instances,
-    expected_counts,
-    fill_option,
-    load_concepts,
-    load_default,
-    load_descriptors,
-    load_sg_variations,
-    sample_concepts,
-    sample_per_cell,
-    type_label,
-    unique_questions,
-)
+                                  HBBConcept,
+                                  HBBInstance,
+                                  build_instances,
+                                  expected_counts,
+                                  fill_option,
+                                  load_concepts,
+                                  load_default,
+                                  load_descriptors,
+                                  load_sg_variations,
+                                  sample_concepts,
+                                  sample_per_cell,
+                                  type_label,
+                                  unique_questions,
+                                  )
 from probe.errors import InputError
 
 PAPER_COUNTS = {"age": 4641, "gender": 6188, "race": 61880, "ses": 3094, "religions": 27846}

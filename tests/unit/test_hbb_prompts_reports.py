@@ -9,15 +9,15 @@ import pytest
 
 from probe.tasks.hbb.data import HBBConcept, HBBQuestion
 from probe.tasks.hbb.prompts import (
-    load_hbb_prompts,
-    mcq_requests,
-    mcq_user_message,
-    parse_variations,
-    request_id,
-    sg_prefix,
-    sg_requests,
-    sg_variation_prompt,
-)
+                                     load_hbb_prompts,
+                                     mcq_requests,
+                                     mcq_user_message,
+                                     parse_variations,
+                                     request_id,
+                                     sg_prefix,
+                                     sg_requests,
+                                     sg_variation_prompt,
+                                     )
 from probe.tasks.hbb.tables import cell, histogram_png, markdown, table1, table2, table8, table9, write_table
 
 Q = HBBQuestion("7:gender:1:female", 7, "gender", 1, "female", "Mother", "Mother sat down.",

@@ -11,16 +11,16 @@ import numpy as np
 import pytest
 
 from probe.tasks.hbb.sampling import (
-    count_quantiles,
-    count_variance_shared,
-    instance_stats,
-    noise_floor_probs,
-    phat_pmf,
-    poisson_binomial_pmf,
-    prob_s_at_least,
-    s_distribution,
-    sampled_count,
-)
+                                      count_quantiles,
+                                      count_variance_shared,
+                                      instance_stats,
+                                      noise_floor_probs,
+                                      phat_pmf,
+                                      poisson_binomial_pmf,
+                                      prob_s_at_least,
+                                      s_distribution,
+                                      sampled_count,
+                                      )
 
 
 def test_n2_binomial_s_distribution_by_hand():

@@ -14,7 +14,7 @@ import pytest
 
 from probe.tasks.bbq.templates import parse_name_lists, read_templates
 from probe.tasks.implicitbbq.implicit_text import (cue_sentence, load_bound_templates, load_cue_sentences, load_cue_table,
-                                      load_exclusions)
+                                                   load_exclusions)
 from probe.tasks.implicitbbq.data import DIMENSIONS, build_implicitbbq
 from probe.tasks.implicitbbq.match import format_record_counts, match_explicit, record_counts, weights
 

@@ -9,20 +9,20 @@ import pandas as pd
 import pytest
 
 from probe.tasks.hbb.metrics import (
-    S_TOLERANCE,
-    bias_scores,
-    direction,
-    direction_by_pair,
-    identity_concept1_rates,
-    normalize_pair,
-    over_threshold,
-    sampled_estimator_expectation,
-    sg_prob_a,
-    sg_prob_a_of_means,
-    summarize,
-    summarize_by,
-    swap_average,
-)
+                                     S_TOLERANCE,
+                                     bias_scores,
+                                     direction,
+                                     direction_by_pair,
+                                     identity_concept1_rates,
+                                     normalize_pair,
+                                     over_threshold,
+                                     sampled_estimator_expectation,
+                                     sg_prob_a,
+                                     sg_prob_a_of_means,
+                                     summarize,
+                                     summarize_by,
+                                     swap_average,
+                                     )
 
 
 def test_bias_scores_hand_computed():

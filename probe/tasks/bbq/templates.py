@@ -39,7 +39,7 @@ from probe.tasks.bbq.data import UNKNOWN_OPTIONS, find_target_index, group_key
 from probe.tasks.bbq.intersectional import intersectional_fills
 # The row schema and reader live in bbq_template_rows (shared with the intersectional expander); re-exported here.
 from probe.tasks.bbq.template_rows import (SlotFill, TemplateRow, lexical_pairs, parse_name_lists,
-                                          read_templates)
+                                           read_templates)
 from probe.io import stable_hash
 from probe.tasks.bbq.items import BBQItem
 from probe.errors import InputError

@@ -69,13 +69,13 @@ def register(groups: dict[str, argparse._SubParsersAction]) -> None:
 
 def build_hbb(args: argparse.Namespace) -> int:
     from probe.tasks.hbb.data import (
-        CATEGORIES,
-        CATEGORY_LABELS,
-        build_instances,
-        expected_counts,
-        load_default,
-        sample_concepts,
-    )
+                                      CATEGORIES,
+                                      CATEGORY_LABELS,
+                                      build_instances,
+                                      expected_counts,
+                                      load_default,
+                                      sample_concepts,
+                                      )
     from probe.io import dumps, write_atomic
 
     concepts, descriptors = load_default(args.data_dir)

@@ -54,8 +54,8 @@ import pandas as pd
 from probe.errors import InputError
 # The HBB-SG variation loaders live in hbb_variations; re-exported here, where callers import them.
 from probe.tasks.hbb.variation_data import (AUTHORS_VARIATIONS_COLUMNS, AUTHORS_VARIATIONS_FILE,  # noqa: F401
-                                       AUTHORS_VARIATIONS_REMOTE, authors_variations_path, load_authors_variations,
-                                       load_sg_variations)
+                                            AUTHORS_VARIATIONS_REMOTE, authors_variations_path, load_authors_variations,
+                                            load_sg_variations)
 
 __all__ = [
     "CATEGORIES",

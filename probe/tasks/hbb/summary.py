@@ -23,10 +23,10 @@ def hbb_summary(config: Any, instances: Sequence[Any], records: pd.DataFrame, in
     """
     from probe.tasks.hbb.data import unique_questions
     from probe.tasks.hbb.metrics import (
-        direction_by_pair,
-        identity_concept1_rates,
-        summarize_by,
-    )
+                                         direction_by_pair,
+                                         identity_concept1_rates,
+                                         summarize_by,
+                                         )
     from probe.tasks.hbb.tables import run_tables
 
     thr, n_boot = config.threshold, config.n_boot

@@ -8,14 +8,14 @@ from typing import Any, Mapping, Sequence
 
 from probe.tasks.base import Aggregate, Task, TaskConfig
 from probe.tasks.hbb.join import (
-    HBB_KINDS,
-    LABELS,
-    instance_frame,
-    mcq_diagnostics,
-    question_probs,
-    request_kinds,
-    variant_frames,
-)
+                                  HBB_KINDS,
+                                  LABELS,
+                                  instance_frame,
+                                  mcq_diagnostics,
+                                  question_probs,
+                                  request_kinds,
+                                  variant_frames,
+                                  )
 
 
 @dataclass(frozen=True)

@@ -44,10 +44,10 @@ from typing import Iterable, Literal, Sequence
 from probe.tasks.bbq.data import find_target_index
 from probe.io import stable_hash
 from probe.tasks.bbq.templates import (SlotFill, TemplateRow, answer_slot, fill_to_items, fills_for_row,
-                                      load_vocab, read_templates, slot_text)
+                                       load_vocab, read_templates, slot_text)
 from probe.tasks.implicitbbq.implicit_text import (BoundTemplate, CueTable, PersonFix, cue_sentence, load_bound_templates,
-                                      load_cue_table, load_exclusions, load_person_fixes,
-                                      person_agreement, person_rewrite)
+                                                   load_cue_table, load_exclusions, load_person_fixes,
+                                                   person_agreement, person_rewrite)
 # DIMENSIONS lives in implicitbbq_match (record_counts orders by it), so that module never imports this one.
 from probe.tasks.implicitbbq.match import DIMENSIONS, PAPER_RECORDS, match_explicit
 from probe.tasks.bbq.answers import load_unknown_answers

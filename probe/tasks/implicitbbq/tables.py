@@ -24,7 +24,7 @@ import numpy as np
 import pandas as pd
 
 from probe.tasks.bbq.metrics import (METRIC_NAMES, _amb_stats, _dis_stats, bbq_metrics, bbq_metrics_ci, cluster_counts,
-                               item_matrix)
+                                     item_matrix)
 from probe.metrics.stats import bootstrap_ci
 
 __all__ = ["summarize", "table2", "tables_per_dimension", "figure3", "to_markdown", "write_reports"]
