@@ -8,7 +8,8 @@ shaped like a plugin; adding one is its folder and its line in
 ``probe.tasks`` (an entry point names a :class:`~probe.tasks.base.Task`
 subclass, or a module with a ``TASK`` attribute). ``probe tasks`` lists them.
 The generic modules beside the folders (:mod:`.base`, :mod:`.stratify`,
-:mod:`.paper_check`, :mod:`.chains`) are what any task builds on.
+:mod:`.paper_check`, :mod:`.chains`, :mod:`.representation`) are what any task
+builds on.
 
 Two optional modules beside a task's module extend the generic commands
 without naming the task there: ``cli`` adds its own commands (``probe data
@@ -105,14 +106,14 @@ def modules_beside(name: str) -> dict[str, str]:
         module = target.partition(":")[0]
         try:
             spec = find_spec(module)
-        except (ImportError, ValueError):
+        except Exception:  # a plugin whose package fails to import must not break `probe --help`
             continue
         package = module if spec is not None and spec.submodule_search_locations else module.rpartition(".")[0]
         if not package:
             continue
         try:
             found = find_spec(f"{package}.{name}") is not None
-        except (ImportError, ValueError):
+        except Exception:
             found = False
         if found:
             out[task] = f"{package}.{name}"
