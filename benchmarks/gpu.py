@@ -216,8 +216,8 @@ def rotated(sentence: str, j: int) -> str:
 def hbb_workload(tok: Any, concepts: int, sg_n: int) -> dict[str, Any]:
     """The HBB task's requests for ``concepts`` stratified concept pairs (all their instances): MCQ in both
     option orders (built by the task itself) and HBB-SG with ``sg_n`` variations per option."""
-    from probe.data.hbb import load_default, unique_questions
-    from probe.prompts.hbb import sg_requests
+    from probe.tasks.hbb.data import load_default, unique_questions
+    from probe.tasks.hbb.prompts import sg_requests
     from probe.tasks import get
 
     task = get("hbb")

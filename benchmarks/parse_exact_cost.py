@@ -8,7 +8,7 @@ sampler (the prompt run once, its cache shared by the K rows, ``--max-new`` toke
     python benchmarks/parse_exact_cost.py --prompts 24 --threads 1
 
 Prompts: ImplicitBBQ zero-shot one-word prompts (ambiguous and disambiguated,
-explicit and implicit), parser ``probe.prompts.answer_parse.parse_oneword``.
+explicit and implicit), parser ``probe.tasks.implicitbbq.parse.parse_oneword``.
 """
 
 from __future__ import annotations
@@ -61,7 +61,7 @@ def cost_rows(lm, preqs: list, settings: str, *, max_new: int, residual: float, 
               sync=lambda: None, answer_residual: float | None = None) -> list[dict]:
     """parse_exact against K seeded samples per prompt on ``preqs``, for each ``T:top_p:K`` of ``settings``:
     forward tokens, process CPU seconds and wall seconds (``sync`` waits for the device before a clock is read)."""
-    from probe.prompts.answer_parse import oneword_decided
+    from probe.tasks.implicitbbq.parse import oneword_decided
     from probe.scoring.generate import sample_shared_prefix
     from probe.scoring.engine import Engine
     from probe.scoring.generate import generation_seed

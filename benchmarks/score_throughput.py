@@ -22,14 +22,14 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from probe.data.demo import demo_items  # noqa: E402
-from probe.tasks.demo import request_for  # noqa: E402
+from probe.tasks.demo.data import demo_items  # noqa: E402
+from probe.tasks.demo.task import request_for  # noqa: E402
 from probe.models import load_model  # noqa: E402
 from probe.scoring import ContinuationRequest, LabelRequest, Scorer  # noqa: E402
 
 
 def labelled_request(item: dict, tokenizer) -> LabelRequest:
-    from probe.tasks.demo import SYSTEM, user_turn
+    from probe.tasks.demo.task import SYSTEM, user_turn
     from probe.prompts.chat import render_prompt
 
     choices = "\n".join(f"{l}. {o}" for l, o in zip("ABC", item["options"]))

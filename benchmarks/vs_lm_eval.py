@@ -52,9 +52,9 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 import torch  # noqa: E402
 
 import limit_model  # noqa: E402
-from probe.data.bbq import load_bbq_jsonl  # noqa: E402
+from probe.tasks.bbq.data import load_bbq_jsonl  # noqa: E402
 from probe.io import stable_hash  # noqa: E402
-from probe.data.items import BBQItem  # noqa: E402
+from probe.tasks.bbq.items import BBQItem  # noqa: E402
 from probe.prompts.chat import render_prompt  # noqa: E402
 from probe.scoring import ContinuationRequest, LabelRequest, Scorer  # noqa: E402
 
@@ -228,8 +228,8 @@ def token_split_mismatches(scorer: Scorer, hflm: Any, reqs: list[Any], pairs: li
 
 # -- HBB: label scoring vs 10 sampled generations -------------------------------
 def hbb_part(lm: Any, counter: PassCounter, args: argparse.Namespace) -> dict:
-    from probe.data.hbb import IDENTITIES, TYPE_INDEX, build_instances, load_default, sample_concepts, unique_questions
-    from probe.prompts.hbb import mcq_requests, mcq_user_message
+    from probe.tasks.hbb.data import IDENTITIES, TYPE_INDEX, build_instances, load_default, sample_concepts, unique_questions
+    from probe.tasks.hbb.prompts import mcq_requests, mcq_user_message
 
     concepts, descriptors = load_default()
     n_concepts_full = len(concepts)

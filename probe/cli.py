@@ -1,11 +1,15 @@
 """The ``probe`` command. Each subcommand only parses its arguments and delegates.
 
-Subcommands live in :mod:`probe.commands`; each module there exposes
-``register(groups)`` where ``groups`` maps a command path to the argparse
-sub-parser collection it adds to: ``""`` (top level, e.g. ``probe score``),
-``"data"`` (``probe data fetch``), ``"data build"`` (``probe data build hbb``)
-and ``"metrics"`` (``probe metrics bbq``). A registered parser sets
-``func=callable(args) -> int`` with ``set_defaults``.
+Subcommands live in :mod:`probe.commands` and in each task's ``cli`` module
+(:func:`probe.tasks.command_modules`: a benchmark's own commands, such as
+building its items or computing its metrics from predictions made elsewhere).
+Each such module exposes ``register(groups)`` where ``groups`` maps a command
+path to the argparse sub-parser collection it adds to: ``""`` (top level, e.g.
+``probe score``), ``"data"`` (``probe data fetch``), ``"data build"`` (``probe
+data build NAME``) and ``"metrics"`` (``probe metrics NAME``). A registered
+parser sets ``func=callable(args) -> int`` with ``set_defaults``. A task's
+``cli`` module may also list ``FIRST_STEPS``, ``(command, what it does)`` pairs
+that ``probe --help`` shows first.
 """
 
 from __future__ import annotations
@@ -17,15 +21,11 @@ import sys
 
 from probe.errors import ProbeError
 
-#: Command modules, registered in this order. Heavy imports (torch) stay inside
-#: their functions so that ``probe --help`` is instant.
+#: Command modules, registered in this order, the tasks' own after ``data`` (:func:`command_modules`).
+#: Heavy imports (torch) stay inside their functions so that ``probe --help`` is instant.
 COMMAND_MODULES = (
     "probe.commands.score",
-    "probe.commands.demo",
     "probe.commands.data",
-    "probe.commands.implicitbbq",
-    "probe.commands.hbb",
-    "probe.commands.cmp_iso",
     "probe.commands.activations",
     "probe.commands.run",
     "probe.commands.analyze",
@@ -39,21 +39,35 @@ COMMAND_MODULES = (
 DESCRIPTION = ("Exact bias evaluation of open-weight language models: every answer option scored by its "
                "log-probability, no sampling, no parsing.")
 EPILOG = """first steps:
-  probe demo                                    the embedded demo set on the embedded model (no data needed)
-  probe tasks                                   the benchmarks: demo, bbq, implicitbbq, hbb, crows_pairs, cmp_iso, stereoset
-  probe data fetch bbq                          fetch a benchmark's public data
-  probe run bbq --limit 24 --threads 1          a stratified sample; writes report.md and report.html
-  probe run bbq,hbb --model smollm2,gemma3-270m --limit 24 --set hbb_sg=false --output runs/x
+{first}  probe tasks                                   the benchmarks: {tasks}
+  probe data fetch NAME                         fetch a benchmark's public data (`probe data fetch --help`)
+  probe run TASK --limit 24 --threads 1         a stratified sample; writes report.md and report.html
+  probe run TASK,TASK --model smollm2,gemma3-270m --limit 24 --output runs/x
                                                 several tasks and models, one combined report
   probe report RUN_DIR [RUN_DIR ...] -o report  compare finished runs
 
 `probe COMMAND --help` describes each command."""
 
 
+def command_modules() -> list[str]:
+    """Every command module, in registration order: :data:`COMMAND_MODULES` with the tasks' own after ``data``."""
+    from probe.tasks import command_modules as task_modules
+
+    at = COMMAND_MODULES.index("probe.commands.data") + 1
+    return [*COMMAND_MODULES[:at], *task_modules(), *COMMAND_MODULES[at:]]
+
+
+def _epilog(modules: list) -> str:
+    """:data:`EPILOG` with the tasks' ``FIRST_STEPS`` on top and the registered task names."""
+    from probe.tasks import available
+
+    first = "".join(f"  {cmd:<45} {what}\n" for m in modules for cmd, what in getattr(m, "FIRST_STEPS", ()))
+    return EPILOG.format(first=first, tasks=", ".join(available()))
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="probe", formatter_class=argparse.RawDescriptionHelpFormatter, description=DESCRIPTION,
-        epilog=EPILOG)
+        prog="probe", formatter_class=argparse.RawDescriptionHelpFormatter, description=DESCRIPTION)
     parser.add_argument("--version", action=_VersionAction,
                         help="print probe's version and the versions of the packages that decide its numbers")
     top = parser.add_subparsers(dest="command", metavar="COMMAND")
@@ -64,7 +78,8 @@ def build_parser() -> argparse.ArgumentParser:
     metrics = top.add_parser("metrics", help="compute a benchmark's metrics from predictions made anywhere")
     metrics_sub = metrics.add_subparsers(dest="metric", metavar="BENCHMARK")
     groups = {"": top, "data": data_sub, "data build": build_sub, "metrics": metrics_sub}
-    for name in COMMAND_MODULES:
+    modules = []
+    for name in command_modules():
         try:
             module = importlib.import_module(name)
         except ModuleNotFoundError as exc:
@@ -72,6 +87,8 @@ def build_parser() -> argparse.ArgumentParser:
                 continue
             raise
         module.register(groups)
+        modules.append(module)
+    parser.epilog = _epilog(modules)
     for p, sub in ((data, data_sub), (build, build_sub), (metrics, metrics_sub)):
         p.set_defaults(func=_usage(p))
     return parser

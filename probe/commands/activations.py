@@ -33,7 +33,7 @@ def register(groups: dict[str, argparse._SubParsersAction]) -> None:
         "activations", help="record activations at chosen hooks and positions while scoring the labels",
         description=__doc__.splitlines()[0])
     p.add_argument("--model", default="smollm2", help="built-in name, local directory, .gguf file or hub id")
-    p.add_argument("--input", required=True, help="items JSONL (prompt items as `probe score` takes, or BBQ items)")
+    p.add_argument("--input", required=True, help="items JSONL (prompt items as `probe score` takes, or items in a task's own format)")
     p.add_argument("--output", required=True, help="store directory (resumable: re-run to continue)")
     p.add_argument("--capture", nargs="+", default=None, metavar="HOOK@POSITION",
                    help="what to record, e.g. 'blocks.*.hook_resid_post@last,mean:background' (layers: *, N or "
@@ -46,7 +46,7 @@ def register(groups: dict[str, argparse._SubParsersAction]) -> None:
     old.add_argument("--positions", default=None, help="comma list of last, label, span:FIELD, mean:FIELD")
     p.add_argument("--no-chat-template", action="store_true", help="render `user` items as plain text")
     p.add_argument("--strategy", choices=("zero_shot", "safety"), default="zero_shot",
-                   help="prompt strategy for BBQ items (labelled options)")
+                   help="prompt strategy for items in a task's own format (labelled options)")
     p.add_argument("--batch-size", type=positive_int_or_auto, default=None,
                    help="most sequences per forward pass, or auto (as probe run; default: auto)")
     p.add_argument("--shard-size", "--chunk-size", dest="shard_size", type=int, default=512,
@@ -138,7 +138,8 @@ def record(model: Any, input_path: Any, output: Path, capture: Any = ("blocks.*.
     lm = load(model, options)
     if backend == "auto":  # tl where the architecture is supported, else hf (with_backend says why)
         lm = with_backend(lm, "auto", copy=False)
-    items = read_capture_items(input_path, lm.tokenizer, chat_template, strategy, limit)
+    items = read_capture_items(input_path, lm.tokenizer, chat_template, limit,
+                               task_items=task_item_reader(lm.tokenizer, chat_template, strategy))
     if not items.requests:
         raise InputError(input_path, None, None, "no items (the file is empty)")
     with Runner(lm, options) as runner:
@@ -197,3 +198,20 @@ def _stored(store: Path) -> int:
 
     table = store / "items.jsonl"
     return len(read_records(table)[0]) if table.is_file() else 0
+
+
+def task_item_reader(tokenizer: Any, chat_template: bool = True, strategy: str = "zero_shot") -> Any:
+    """``line -> CaptureItem | None``: the first registered task that reads ``line`` in its own item format
+    (:meth:`probe.tasks.base.Task.capture_item`), None for a prompt item."""
+    from probe.tasks import available, get
+
+    tasks = [get(name) for name in available()]
+
+    def read(line: Any) -> Any:
+        for task in tasks:
+            item = task.capture_item(line, tokenizer, chat_template=chat_template, strategy=strategy)
+            if item is not None:
+                return item
+        return None
+
+    return read

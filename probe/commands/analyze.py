@@ -34,12 +34,13 @@ def register(groups: dict) -> None:
     groups["analyze"] = sub  # later command modules may add `probe analyze X` here
 
     p = sub.add_parser(
-        "representations", help="probes, logit lens, patching and steering on an ImplicitBBQ run",
-        description="Where does a model turn an implicit cue into a group identity and a stereotyped answer? "
-                    "Reads RUN_DIR, a run of `probe run implicitbbq --set answer_formats=[labels] --capture "
-                    "'blocks.*.hook_resid_post@last' --output RUN_DIR` (or `probe run configs/representations.yaml`), "
-                    "and writes probes.csv, transfer.csv, plots, patching.npz, steering.csv/.md, summary.json and "
-                    "provenance.json into --output.")
+        "representations", help="probes, logit lens, patching and steering on a run of a task that labels its "
+                                "items for this study (group identity, framing, stereotyped answer)",
+        description="Where does a model turn a cue into a group identity and a stereotyped answer? Reads RUN_DIR, "
+                    "a run of a task that labels its items for this study, scored with labelled options and the "
+                    "residual stream captured (`probe run configs/representations.yaml`; run without one, the "
+                    "study names the task and the command), and writes probes.csv, transfer.csv, plots, "
+                    "patching.npz, steering.csv/.md, summary.json and provenance.json into --output.")
     p.add_argument("run_dir", nargs="?", type=Path, default=None, metavar="RUN_DIR")
     p.add_argument("--config", default=None, help=argparse.SUPPRESS)  # the older spelling: a clear error
     p.add_argument("--output", type=Path, default=None, help="output directory (default: RUN_DIR/representations)")

@@ -56,8 +56,8 @@ def register_task_analyses(sub: Any) -> None:
     p.set_defaults(func=_lens)
 
     p = _parser(sub, "patch", "patch the residual between the task's record pairs, per layer",
-                "Pairs come from the task (bbq: A<->B name orders; implicitbbq: explicit->implicit, "
-                "implicit->explicit, A<->B; hbb: q1->q2, q2->q1). Writes patch.csv (per pair and layer: change "
+                "Pairs come from the task (its patch_pairs: e.g. the two name orders of an item, explicit->implicit "
+                "framings, question 1 -> question 2 of a pair). Writes patch.csv (per pair and layer: change "
                 "of each option's probability) and patch_layers.csv (per kind and layer, with CIs).")
     p.add_argument("--layers", type=_ints, default=None, metavar="L1,L2,...",
                    help="older spelling of --capture blocks.L1,L2.hook_resid_post@POSITION (default: every layer)")

@@ -36,7 +36,7 @@ def register(groups: dict) -> None:
         description=__doc__.split("\n\n")[1].replace("``", "'"),
     )
     p.add_argument("target", nargs="?", default=None,
-                   help="a task name, several (bbq,hbb), or a YAML config file (see `probe tasks`)")
+                   help="a task name, several (TASK,TASK), or a YAML config file (see `probe tasks`)")
     p.add_argument("--tasks", dest="tasks", default=None, metavar="TASK[,TASK...]",
                    help="the tasks to run, comma-separated (instead of the positional name; lm-eval's spelling)")
     p.add_argument("--model", "--models", dest="model", default=None, metavar="MODEL[,MODEL...]",
@@ -195,10 +195,10 @@ def run(args: argparse.Namespace) -> int:
     from probe.tasks import get
 
     if args.target and args.tasks:
-        raise ProbeError("name the task(s) once: positionally (probe run bbq,hbb) or with --tasks, not both")
+        raise ProbeError("name the task(s) once: positionally (probe run TASK,TASK) or with --tasks, not both")
     target = args.target or args.tasks
     if not target:
-        raise ProbeError("name a task (probe run bbq), several (probe run bbq,hbb) or a YAML config; "
+        raise ProbeError("name a task (probe run TASK), several (probe run TASK,TASK) or a YAML config; "
                          "`probe tasks` lists the tasks")
     from probe.tasks import available
 

@@ -30,8 +30,10 @@ def register(groups: dict) -> None:
                        "the paper's rule, compare with the exact paper-equivalent estimate",
                        description=__doc__.split("\n\n")[1])
     # run_check checks the name (each task declares its own check; importing every task to list them here
-    # would slow down every `probe` command); the metavar shows the built-in ones
-    p.add_argument("task", metavar="{hbb,implicitbbq,cmp_iso}", help="the paper's task")
+    # would slow down every `probe` command); the metavar shows the tasks with a paper_check module
+    from probe.tasks import modules_beside
+
+    p.add_argument("task", metavar="{" + ",".join(modules_beside("paper_check")) + "}", help="the paper's task")
     p.add_argument("--n-prompts", type=bounded_int(1, MAX_PROMPTS), default=100,
                    help=f"prompts in the stratified sample (about; default 100, at most {MAX_PROMPTS:,})")
     p.add_argument("--k", type=bounded_int(1, MAX_K), default=20,
@@ -39,8 +41,8 @@ def register(groups: dict) -> None:
     p.add_argument("--seed", type=bounded_int(0, 2**32 - 1), default=0,
                    help="seed of the sample, the generations and the bootstrap (0 to 2**32 - 1; default 0)")
     p.add_argument("--max-new-tokens", type=bounded_int(1, None), default=None,
-                   help="generation budget (default: what the task's answer needs, as its check declares: hbb 8, "
-                   "implicitbbq 10, cmp_iso 8)")
+                   help="generation budget (default: what the task's answer needs, as its check declares; the "
+                   "report states it)")
     p.add_argument("--gen-batch-size", type=bounded_int(1, None), default=32,
                    help="sequences per generation batch (default 32)")
     p.add_argument("--n-boot", type=bounded_int(1, None), default=1000,

@@ -9,12 +9,10 @@ One JSON object per line, in either of two shapes:
   ``options`` with ``kind`` ``label``, as in ``probe score``); ``answer_label``
   (for the ``label`` position); any other fields are kept as the request's
   ``meta`` and may be named by ``span:FIELD`` / ``mean:FIELD``.
-* **BBQ items** (:class:`probe.data.items.BBQItem` lines, e.g. from
-  ``probe data build implicitbbq``): rendered by
-  :func:`probe.prompts.bbq.prepare` with the labelled answer format (the
-  options listed under labels, next-token label scoring) and the given
-  strategy; the spans ``background`` (the cue sentences), ``context`` and
-  ``question`` are available.
+* **a task's own items**: a line some task reads in its own item format
+  (:meth:`probe.tasks.base.Task.capture_item`, e.g. the BBQ-family items
+  ``probe data build`` writes), rendered by that task's prompt; the spans are
+  the fields the task keeps as ``meta``.
 
 An item with labels becomes a :class:`~probe.scoring.requests.LabelRequest`;
 one without, a one-option :class:`~probe.scoring.requests.ContinuationRequest`
@@ -87,37 +85,23 @@ def parse_line(d: Mapping[str, Any], render: Callable[..., str] | None = None) -
     if answer is not None and not (isinstance(answer, str) and answer.strip()):
         raise ValueError("field 'answer_label' must be a non-empty string")
     meta = {k: v for k, v in d.items() if k not in _PROMPT_KEYS}
-    return CaptureItem(_request(str(d["id"]), prompt, tuple(labels), answer, meta), answer, start)
+    return CaptureItem(request_for(str(d["id"]), prompt, tuple(labels), answer, meta), answer, start)
 
 
-def _request(rid: str, prompt: str, labels: tuple[str, ...], answer: str | None, meta: dict) -> Request:
+def request_for(rid: str, prompt: str, labels: tuple[str, ...], answer: str | None, meta: dict) -> Request:
+    """A label request when there are labels, else a one-option continuation request (``answer`` or ``x``)."""
     if labels:
         return LabelRequest(rid, prompt, labels, meta=meta)
     return ContinuationRequest(rid, prompt, (answer or "x",), meta=meta)
 
 
-def parse_bbq_line(d: Mapping[str, Any], tokenizer: Any, chat_template: bool = True,
-                   strategy: str = "zero_shot") -> CaptureItem:
-    """A BBQItem line rendered by the project's BBQ prompt (labelled options), every field kept as meta."""
-    from probe.data.items import BBQItem
-    from probe.prompts.bbq import prepare
-
-    item = BBQItem.from_dict(d)
-    prep = prepare(item, tokenizer, strategy, "labels", chat_template=chat_template)
-    start = prep.prompt.find(item.background or item.context)
-    meta = {k: v for k, v in d.items() if k != "id"}
-    return CaptureItem(_request(item.id, prep.prompt, tuple(prep.texts), None, meta), None, max(start, 0))
-
-
-def is_bbq_item(d: Mapping[str, Any]) -> bool:
-    """A BBQItem line: context, question and three options, no prompt of its own."""
-    return all(k in d for k in ("context", "question", "options")) and not any(
-        k in d for k in ("prompt", "user", "messages"))
-
-
 def read_capture_items(path: str | Path, tokenizer: Any = None, chat_template: bool = True,
-                       strategy: str = "zero_shot", limit: int | None = None) -> CaptureItems:
-    """Read prompt or BBQ items from a JSONL file (the first ``limit``), with errors naming the line and field."""
+                       limit: int | None = None,
+                       task_items: Callable[[Mapping[str, Any]], CaptureItem | None] | None = None) -> CaptureItems:
+    """Read prompt items from a JSONL file (the first ``limit``), with errors naming the line and field.
+
+    ``task_items(line)``: a line in a task's own item format as a :class:`CaptureItem`, None for a prompt item
+    (``probe activations`` asks the registered tasks); it raises ``ValueError`` on a bad line of its format."""
     from probe.prompts.chat import render_prompt
 
     def render(user=None, system=None, prefill=None, messages=None):
@@ -130,9 +114,8 @@ def read_capture_items(path: str | Path, tokenizer: Any = None, chat_template: b
         if limit is not None and len(out.requests) >= limit:
             break
         try:
-            if is_bbq_item(d):
-                item = parse_bbq_line(d, tokenizer, chat_template, strategy)
-            else:
+            item = task_items(d) if task_items is not None else None
+            if item is None:
                 item = parse_line(d, render if tokenizer is not None else None)
         except (ValueError, TypeError) as exc:
             msg = str(exc)

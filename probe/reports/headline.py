@@ -4,7 +4,7 @@
   report: a task run's own page, ``probe report``, the demo's page);
 - :func:`headline_section`: that table as the report section every page opens with;
 - :func:`report_warnings`: what a reader must see before the numbers (low answer mass, tiny samples,
-  template-built categories, a limited run's coverage).
+  the task's own warnings, a limited run's coverage).
 
 Pure: rows and summaries in, tables and sentences out.
 """
@@ -29,7 +29,8 @@ def headline_table(rows: Iterable[Mapping[str, Any]]) -> "pd.DataFrame":
 
     from probe.reports.compare.tables import ci_cell
 
-    out = [{"Task": r["task"], "Model": r["model"], "Metric": _named(r["metric"]), "Subgroup": r["subgroup"],
+    out = [{"Task": r["task"], "Model": r["model"], "Metric": _named(r["metric"], r.get("note")),
+            "Subgroup": r["subgroup"],
             "Estimator": r["estimator"] or "–",
             "Value [95% CI] (n)": ci_cell(r["value"], r["ci_low"], r["ci_high"], r["n"],
                                           clusters=r.get("n_clusters"))}
@@ -37,14 +38,10 @@ def headline_table(rows: Iterable[Mapping[str, Any]]) -> "pd.DataFrame":
     return pd.DataFrame(out, columns=["Task", "Model", "Metric", "Subgroup", "Estimator", "Value [95% CI] (n)"])
 
 
-#: metrics whose denominator a reader must see beside the number
-METRIC_NOTES = {"acc_dis": "correct / disambiguated items answered with a person (ImplicitBBQ)",
-                "acc_dis_all": "correct / all disambiguated items (BBQ paper, lm-eval)"}
-
-
-def _named(metric: str) -> str:
-    base = metric.rsplit(".", 1)[-1]
-    return f"{metric} ({METRIC_NOTES[base]})" if base in METRIC_NOTES else metric
+def _named(metric: str, note: str | None = None) -> str:
+    """The metric's name, with what a reader must see beside it (a row's ``note``: its task's
+    ``metric_notes``, e.g. the denominator) in parentheses."""
+    return f"{metric} ({note})" if note else metric
 
 
 def _mass_summaries(node: Any, path: str = "") -> Iterable[tuple[str, float]]:
@@ -62,8 +59,10 @@ def _mass_summaries(node: Any, path: str = "") -> Iterable[tuple[str, float]]:
             yield from _mass_summaries(v, f"{path}[{i}]")
 
 
-def report_warnings(summary: Mapping[str, Any], rows: Sequence[Mapping[str, Any]] = ()) -> list[str]:
-    """Lines a report shows at its top, before any number."""
+def report_warnings(summary: Mapping[str, Any], rows: Sequence[Mapping[str, Any]] = (),
+                    task_warnings: Sequence[str] = ()) -> list[str]:
+    """Lines a report shows at its top, before any number: low answer mass, a small sample, the task's own
+    (``task_warnings``: :meth:`probe.tasks.base.Task.report_warnings`), a limited run's coverage."""
     out = []
     masses = [(w, m) for w, m in _mass_summaries(summary) if math.isfinite(m)]
     if masses:
@@ -77,10 +76,7 @@ def report_warnings(summary: Mapping[str, Any], rows: Sequence[Mapping[str, Any]
     if ns and min(ns) < SMALL_N:
         out.append(f"small sample: a headline metric rests on {int(min(ns))} item(s); intervals are wide or "
                    "undefined ('n/a (k clusters)'), so read the numbers as a smoke test, not a result.")
-    built = summary.get("template_built") or []
-    if built:
-        out.append(f"template-built categories: {', '.join(built)} were expanded from BBQ's templates, not read "
-                   "from the released JSONL.")
+    out += list(task_warnings)
     cov = summary.get("coverage")
     if cov and cov.get("n_left_out"):
         left = [f"{name} {', '.join(map(str, s['left_out'][:8]))}{', ...' if len(s['left_out']) > 8 else ''}"

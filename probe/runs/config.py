@@ -51,5 +51,5 @@ def read_config(path: Path) -> dict[str, Any]:
         raise ProbeError(f"{path}: a config is a mapping of keys to values, got {type(data).__name__}")
     refuse_command_line_only(data, str(path))
     if "task" not in data:
-        raise ProbeError(f"{path}: the config names no task; add e.g. `task: hbb` (tasks: `probe tasks`)")
+        raise ProbeError(f"{path}: the config names no task; add `task: NAME` (tasks: `probe tasks`)")
     return data

@@ -6,7 +6,7 @@
 - :func:`headline_table`: the main metric per model x task with its CI and n (the first section of
   every report);
 - :func:`report_warnings`: what a reader must see before the numbers (low answer mass, tiny samples,
-  template-built categories, a limited run's coverage);
+  the task's own warnings, a limited run's coverage);
 - :func:`write_run_report`: ``report.html`` (the renderer of ``probe report``) and the headline and
   warnings at the top of ``report.md``, for every task run.
 """
@@ -17,7 +17,7 @@ import shutil
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterable, Mapping, Sequence
 
-from probe.reports.headline import LOW_MASS, METRIC_NOTES, SMALL_N, headline_table, report_warnings  # noqa: F401
+from probe.reports.headline import LOW_MASS, SMALL_N, headline_table, report_warnings  # noqa: F401
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -26,13 +26,17 @@ COLUMNS = ["task", "model", "subgroup", "metric", "estimator", "value", "ci_low"
 
 
 def result_rows(task: Any, config: Any, summary: Mapping[str, Any]) -> list[dict[str, Any]]:
-    """The task's flat rows (with ``headline``) plus ``task`` and ``model``; none when the task gives none."""
+    """The task's flat rows (with ``headline``) plus ``task``, ``model`` and, for a metric the task notes
+    (``metric_notes``), ``note``; none when the task gives none."""
     try:
         rows = task.results(config, summary)
     except Exception:  # a task's summary it cannot read (an older run) must not stop the report
         rows = []
     model = str(summary.get("model", ""))
-    return [{"task": task.name, "model": model, **r} for r in rows]
+    notes = getattr(task, "metric_notes", {}) or {}
+    return [{"task": task.name, "model": model, **r,
+             **({"note": notes[m]} if (m := str(r.get("metric", "")).rsplit(".", 1)[-1]) in notes else {})}
+            for r in rows]
 
 
 def results_frame(rows: Iterable[Mapping[str, Any]]) -> "pd.DataFrame":
@@ -65,7 +69,7 @@ def write_run_report(task: Any, config: Any, output: str | Path, summary: Mappin
     frame = results_frame(rows)
     write_atomic(out / "results.csv", frame.to_csv(index=False))
     headline = headline_table(rows)
-    warnings = report_warnings(summary, rows)
+    warnings = report_warnings(summary, rows, _task_warnings(task, summary))
     target = out / "report"
     try:
         build_report(load_runs([out]), target, n_boot=200, headline=headline, warnings=warnings,
@@ -98,6 +102,14 @@ def write_run_report(task: Any, config: Any, output: str | Path, summary: Mappin
     return frame
 
 
+def _task_warnings(task: Any, summary: Mapping[str, Any]) -> list[str]:
+    """The task's own report warnings (none when its summary is one it cannot read, e.g. an older run's)."""
+    try:
+        return list(task.report_warnings(summary))
+    except Exception:
+        return []
+
+
 def task_layouts(names: Iterable[str]) -> dict[str, Any]:
     """Each named task's report section (its ``report_layout()``); a task not installed here is left out
     (its runs get their own tables)."""
@@ -116,11 +128,13 @@ def headline_of(runs: Sequence[Any]) -> tuple["pd.DataFrame", list[str], "pd.Dat
     for r in runs:
         if r.task not in available():
             continue
-        mine = result_rows(get(r.task), None, r.summary)
+        task = get(r.task)
+        mine = result_rows(task, None, r.summary)
         for row in mine:
             row["model"] = r.label or row["model"]
         rows += mine
-        warnings += [f"{r.task}, {r.label}: {w}" for w in report_warnings(r.summary, mine)]
+        warnings += [f"{r.task}, {r.label}: {w}"
+                     for w in report_warnings(r.summary, mine, _task_warnings(task, r.summary))]
     return headline_table(rows), warnings, results_frame(rows)
 
 

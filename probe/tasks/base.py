@@ -77,6 +77,8 @@ class Task:
     strata_names: ClassVar[tuple[str, ...]] = ()
     #: what one unit of ``units`` is (the items kept together), for the coverage record
     unit_name: ClassVar[str] = "item"
+    #: metric name -> what a reader must see beside it in a headline (e.g. its denominator)
+    metric_notes: ClassVar[Mapping[str, str]] = {}
 
     # -- stages ---------------------------------------------------------------
     def items(self, config: Any) -> Sequence[Any]:
@@ -158,6 +160,24 @@ class Task:
         """The paper's own sampled procedure for ``probe validate sampling`` (a fresh
         :class:`~probe.tasks.paper_check.PaperCheck`: decoding settings, answer parser, counted event,
         headline metric), or None when the task has no such check (the default)."""
+        return None
+
+    def report_warnings(self, summary: Mapping[str, Any]) -> list[str]:
+        """What a reader of this task's report must see before the numbers, beside the warnings every report
+        gives (low answer mass, small samples, a limited run's coverage); none by default."""
+        return []
+
+    def capture_item(self, line: Mapping[str, Any], tokenizer: Any, *, chat_template: bool = True,
+                     strategy: str = "zero_shot") -> Any:
+        """A line of a ``probe activations --input`` file in this task's own item format, rendered by its prompt
+        (a :class:`probe.prompts.capture_items.CaptureItem`), or None when the line is not this task's (the
+        default); ``ValueError`` on a bad line of its format."""
+        return None
+
+    def representation_labels(self) -> Any:
+        """What ``probe analyze representations`` probes in this task's runs (a
+        :class:`~probe.tasks.representation.RepresentationLabels`: the group, framing and stereotyped answer of
+        each item and record), or None when the study does not apply (the default)."""
         return None
 
     def data_files(self, config: Any) -> list[Path]:

@@ -141,8 +141,8 @@ def test_smollm2_cot_sampled_chains(tmp_path, smollm2, shared_data):
     assert exp["iso"]["n_no_valid"] + exp["cmp"]["n_no_valid"] == cot["n_prompts_no_valid_chain"]
     # the authors' chat layout under SmolLM2's own template: the header is the system message, so the
     # template's default system prompt ("... named SmolLM ...") never appears
-    from probe.data.cmp_iso import load_benchmark
-    from probe.prompts.cmp_iso import CmpIsoSetting, build_prompt, render_built
+    from probe.tasks.cmp_iso.data import load_benchmark
+    from probe.tasks.cmp_iso.prompts import CmpIsoSetting, build_prompt, render_built
 
     p = load_benchmark("bbq", shared_data / "cmp_iso")[0].prompts()[0]
     text = render_built(smollm2.tokenizer, build_prompt(p, CmpIsoSetting("cot")))

@@ -12,7 +12,7 @@ pytestmark = pytest.mark.integration
 
 
 def test_smollm2_both_protocols(tmp_path, smollm2, shared_data, one_torch_thread):
-    from probe.prompts.hbb import load_hbb_prompts
+    from probe.tasks.hbb.prompts import load_hbb_prompts
     from probe.runs.runner import RunOptions
     from probe.runs.task_run import run_task
     from probe.tasks import get
@@ -34,8 +34,8 @@ def test_smollm2_both_protocols(tmp_path, smollm2, shared_data, one_torch_thread
     a = s["by_protocol"]["mcq"]["by_bias_type"][0]
     assert a["score"] == pytest.approx(100 * sum(p_more) / 3)
     assert all(0.05 < r["mass"] <= 1.0 for r in mcq.values())  # smollm2 answers with a label
-    from probe.data.crows_pairs import load_crows_pairs
-    from probe.tasks.crows_pairs import crows_requests
+    from probe.tasks.crows_pairs.data import load_crows_pairs
+    from probe.tasks.crows_pairs.task import crows_requests
 
     prompt = crows_requests(load_crows_pairs()[:1], "mcq", smollm2.tokenizer,
                             system="You are a useful assistant.")[0].prompt

@@ -55,7 +55,7 @@ def test_smollm2_hbb_tiny_run(tmp_path, smollm2, shared_data, one_torch_thread):
     # tokenized on its own, exp of the mean NLL of the answer tokens only
     import torch
 
-    from probe.prompts.hbb import load_hbb_prompts
+    from probe.tasks.hbb.prompts import load_hbb_prompts
 
     tok, model = smollm2.tokenizer, smollm2.model
     sg = next(r for r in records if r["meta"]["kind"] == "sg" and r["meta"]["variation"] == 0)

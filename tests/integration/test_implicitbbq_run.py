@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from probe.data.items import SETTINGS
+from probe.tasks.bbq.items import SETTINGS
 from probe.runs.runner import RunOptions
 from probe.runs.task_run import run_task
 from probe.tasks import get

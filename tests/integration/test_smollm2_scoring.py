@@ -14,8 +14,8 @@ import time
 
 import pytest
 
-from probe.data.demo import demo_items
-from probe.tasks.demo import request_for, user_turn
+from probe.tasks.demo.data import demo_items
+from probe.tasks.demo.task import request_for, user_turn
 from probe.prompts.chat import render_prompt
 from probe.scoring import ContinuationRequest, LabelRequest, PerplexityRequest, Scorer
 from tests import reference

@@ -49,7 +49,7 @@ def test_cli_records_and_resumes(model_dir, tmp_path, capsys):
     assert acts["blocks.1.hook_mlp_out@last"].shape == (3, 64)
     b1 = acts.ids.index("b1")
     assert np.isnan(acts["blocks.0.hook_resid_post@mean:cue"][b1]).all()  # BBQ item has no 'cue'
-    from probe.prompts.bbq import prompts
+    from probe.tasks.bbq.prompts import prompts
 
     assert acts.records[b1]["labels"] == list(prompts()["labels"])  # the project's BBQ prompt, labelled
     frame = acts.frame()

@@ -5,10 +5,10 @@ import re
 
 import pytest
 
-from probe.data.bbq import find_target_index, group_key, load_bbq_jsonl
-from probe.data.bbq_templates import expand_templates, parse_name_lists
-from probe.data.bharatbbq import expand_bharatbbq_templates, load_bharatbbq_examples
-from probe.data.items import SETTINGS, BBQItem, setting_name
+from probe.tasks.bbq.data import find_target_index, group_key, load_bbq_jsonl
+from probe.tasks.bbq.templates import expand_templates, parse_name_lists
+from probe.tasks.bbq.bharatbbq import expand_bharatbbq_templates, load_bharatbbq_examples
+from probe.tasks.bbq.items import SETTINGS, BBQItem, setting_name
 from probe.errors import InputError
 
 

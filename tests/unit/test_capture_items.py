@@ -8,7 +8,9 @@ import json
 import pytest
 
 from probe.errors import InputError
-from probe.prompts.capture_items import is_bbq_item, parse_line, read_capture_items
+from probe.commands.activations import task_item_reader
+from probe.prompts.capture_items import parse_line, read_capture_items
+from probe.tasks.bbq.capture import is_bbq_item
 from probe.scoring.requests import ContinuationRequest, LabelRequest
 from tests.unit._tiny_models import tiny_tokenizer
 
@@ -67,8 +69,8 @@ def test_errors_name_line_and_field(tmp_path):
 
 
 def test_bbq_items_use_the_project_prompt(tmp_path):
-    from probe.prompts.bbq import prepare, prompts
-    from probe.data.items import BBQItem
+    from probe.tasks.bbq.prompts import prepare, prompts
+    from probe.tasks.bbq.items import BBQItem
 
     tok = tiny_tokenizer()
     row = {"id": "b1", "source": "implicitbbq", "category": "age", "context": "Person A and Person B met.",
@@ -76,11 +78,12 @@ def test_bbq_items_use_the_project_prompt(tmp_path):
            "target_index": 0, "unknown_index": 2, "question_polarity": "neg", "context_condition": "ambig",
            "context_kind": "implicit", "background": "Person A has wrinkles.", "template_id": "t3"}
     assert is_bbq_item(row) and not is_bbq_item({**row, "prompt": "x"})
-    got = read_capture_items(_write(tmp_path / "b.jsonl", [row]), tok)
+    got = read_capture_items(_write(tmp_path / "b.jsonl", [row]), tok, task_items=task_item_reader(tok))
     (it,) = got.requests
     assert it.prompt == prepare(BBQItem.from_dict(row), tok, "zero_shot", "labels").prompt
     assert it.labels == tuple(prompts()["labels"])
     assert it.meta["template_id"] == "t3"
     assert it.prompt[got.search_from["b1"]:].startswith("Person A has wrinkles.")
     with pytest.raises(InputError, match="line 1"):
-        read_capture_items(_write(tmp_path / "c.jsonl", [{**row, "target_index": 2}]), tok)
+        read_capture_items(_write(tmp_path / "c.jsonl", [{**row, "target_index": 2}]), tok,
+                           task_items=task_item_reader(tok))

@@ -7,8 +7,8 @@ import math
 import pytest
 
 from probe.errors import ProbeError
-from probe.metrics.cmp_iso import CmpIsoObservation, summarize
-from probe.metrics.cmp_iso_claims import CLAIM_KEYWORDS, claimed_consistency, claims_randomness, preference_aligned
+from probe.tasks.cmp_iso.metrics import CmpIsoObservation, summarize
+from probe.tasks.cmp_iso.claims import CLAIM_KEYWORDS, claimed_consistency, claims_randomness, preference_aligned
 from probe.tasks import get
 from probe.tasks.cmp_iso.summary import run_summary
 

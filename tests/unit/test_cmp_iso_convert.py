@@ -7,15 +7,15 @@ import json
 
 import pytest
 
-from probe.data.cmp_iso import N_VARIATIONS, benchmark_file, load_benchmark, load_csv
-from probe.data.cmp_iso_convert import BODIES, _FOOTER, _HEADER, _INSTR, convert_items, iso_question, write_csv
-from probe.data.cmp_iso_sources import (convert_sentence_pairs, convert_winobias, crows_pairs_sentence_pairs,
-                                        read_pair_csv)
+from probe.tasks.cmp_iso.data import N_VARIATIONS, benchmark_file, load_benchmark, load_csv
+from probe.tasks.cmp_iso.convert import BODIES, _FOOTER, _HEADER, _INSTR, convert_items, iso_question, write_csv
+from probe.tasks.cmp_iso.sources import (convert_sentence_pairs, convert_winobias, crows_pairs_sentence_pairs,
+                                         read_pair_csv)
 from probe.errors import InputError
 
 
 def test_bodies_are_the_authors_strings():
-    from probe.prompts.cmp_iso import load_variations
+    from probe.tasks.cmp_iso.prompts import load_variations
 
     v = load_variations()
     for name, body in BODIES.items():
@@ -172,7 +172,7 @@ def test_benchmark_file_and_missing_category(tmp_path):
 
 def _variations(pair_prompt):
     """The 54 variations of a released prompt as the authors write them (the strings of the YAML)."""
-    from probe.prompts.cmp_iso import load_variations, variant_spec
+    from probe.tasks.cmp_iso.prompts import load_variations, variant_spec
 
     v = load_variations()
     parts = pair_prompt.parts

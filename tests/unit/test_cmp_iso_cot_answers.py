@@ -15,18 +15,18 @@ import math
 
 import pytest
 
-from probe.data.cmp_iso import BENCHMARK_FILES, load_benchmark
-from probe.prompts.cmp_iso import (
-    N_VARIANTS,
-    CmpIsoSetting,
-    authors_prompt,
-    build_prompt,
-    cot_answer_forms,
-    cot_answer_prompt,
-    last_boxed,
-    parse_boxed,
-    render_built,
-)
+from probe.tasks.cmp_iso.data import BENCHMARK_FILES, load_benchmark
+from probe.tasks.cmp_iso.prompts import (
+                                         N_VARIANTS,
+                                         CmpIsoSetting,
+                                         authors_prompt,
+                                         build_prompt,
+                                         cot_answer_forms,
+                                         cot_answer_prompt,
+                                         last_boxed,
+                                         parse_boxed,
+                                         render_built,
+                                         )
 from probe.tasks import get
 from probe.tasks.cmp_iso.summary import run_summary
 
@@ -170,7 +170,7 @@ def test_cot_answer_forms_are_the_direct_forms_without_spaces_plus_y_n_s():
 
 
 def test_cot_requests_score_the_forms_at_the_authors_answer(shared_data):
-    from probe.tasks.cmp_iso import SampledPair, request_id
+    from probe.tasks.cmp_iso.task import SampledPair, request_id
     from tests.tiny import tiny_tokenizer
 
     tok = tiny_tokenizer()

@@ -6,10 +6,10 @@ import json
 
 import pytest
 
-from probe.data.cmp_iso import BENCHMARK_FILES, NEUTRAL_SLOT, load_benchmark, load_csv, sample_pairs
-from probe.data.cmp_iso_convert import convert_items, iso_question
+from probe.tasks.cmp_iso.data import BENCHMARK_FILES, NEUTRAL_SLOT, load_benchmark, load_csv, sample_pairs
+from probe.tasks.cmp_iso.convert import convert_items, iso_question
 from probe.errors import InputError
-from probe.prompts.cmp_iso import CmpIsoSetting, build_prompt
+from probe.tasks.cmp_iso.prompts import CmpIsoSetting, build_prompt
 
 HEADER = "You are a helpful assistant. "
 FOOT = "Please reason step by step and then provide your final answer inside a \\boxed{}. "
@@ -145,7 +145,7 @@ def test_converter_on_real_bbq(shared_data):
     pairs, stats = convert_items(rows, benchmark="bbq-religion")
     assert stats.n_pairs == 20 and stats.skipped == {"condition_disambig": 20}
     try:  # the shared BBQItem class, when present
-        from probe.data.bbq import load_bbq_jsonl
+        from probe.tasks.bbq.data import load_bbq_jsonl
     except ImportError:  # pragma: no cover
         return
     items = load_bbq_jsonl(shared_data / "bbq" / "data" / "Religion.jsonl")[:40]

@@ -7,20 +7,20 @@ import math
 import numpy as np
 import pytest
 
-from probe.metrics.cmp_iso import (
-    CmpIsoObservation,
-    affirmation_rate,
-    analyze,
-    cmp_order_preference,
-    cmp_preference,
-    counts_from_answers,
-    counts_from_probs,
-    iso_preference,
-    observation_from_dict,
-    parity_gap,
-    summarize,
-    target_consistency,
-)
+from probe.tasks.cmp_iso.metrics import (
+                                         CmpIsoObservation,
+                                         affirmation_rate,
+                                         analyze,
+                                         cmp_order_preference,
+                                         cmp_preference,
+                                         counts_from_answers,
+                                         counts_from_probs,
+                                         iso_preference,
+                                         observation_from_dict,
+                                         parity_gap,
+                                         summarize,
+                                         target_consistency,
+                                         )
 
 
 def iso(cp, target, counts):

@@ -6,10 +6,10 @@ import math
 
 import pytest
 
-from probe.metrics.cmp_iso_models import (ModelSize, eligible_models, family_of, fisher_ci, model_sizes,
-                                          neutral_rank_agreement, pooled_cmp_vs_iso, pooled_variation_test,
-                                          size_correlation)
-from probe.reports.cmp_iso_models import correlations, size_tables
+from probe.tasks.cmp_iso.model_metrics import (ModelSize, eligible_models, family_of, fisher_ci, model_sizes,
+                                               neutral_rank_agreement, pooled_cmp_vs_iso, pooled_variation_test,
+                                               size_correlation)
+from probe.tasks.cmp_iso.model_tables import correlations, size_tables
 
 SIZES = {
     "qwen-1b": ModelSize(1, 1, "qwen"), "qwen-4b": ModelSize(4, 4, "qwen"), "qwen-9b": ModelSize(9, 9, "qwen"),
@@ -121,7 +121,7 @@ def test_correlations_and_tables():
 
 
 def test_report_tables_group_runs_by_category(tmp_path):
-    from probe.reports.compare.other_layouts import _cmp_iso_across_models
+    from probe.tasks.cmp_iso.sections import _cmp_iso_across_models
     from probe.reports.compare.runs import Run
 
     def run(model, cat, pg, active=None):
@@ -135,7 +135,7 @@ def test_report_tables_group_runs_by_category(tmp_path):
     runs = [run("qwen-1b", "gender", 0.1), run("qwen-4b", "gender", 0.2), run("qwen-9b", "gender", 0.6, {"qwen-9b": 3}),
             run("qwen-1b", "race", 0.3), run("qwen-4b", "race", 0.2)]
     sizes = {"qwen-1b": 1.0, "qwen-4b": 4.0, "qwen-9b": 9.0}
-    from probe.reports.cmp_iso_models import combine_summaries
+    from probe.tasks.cmp_iso.model_tables import combine_summaries
 
     main = combine_summaries([{**r.summary, "model": r.label} for r in runs[:3]], sizes)
     items = _cmp_iso_across_models(runs, sizes, main, "qwen-1b, qwen-4b, qwen-9b")
@@ -153,7 +153,7 @@ def test_report_tables_group_runs_by_category(tmp_path):
 
 def test_table2_without_rows_for_a_mode_is_empty_not_an_error():
     # gemma3-270m on CrowS-Pairs race: the paper-equivalent mode had rows for one setting only
-    from probe.reports.cmp_iso_tables import table2
+    from probe.tasks.cmp_iso.tables import table2
 
     s = {"benchmarks": ["bbq"], "models": ["m"], "results": [], "alpha": 0.05}
     assert table2(s, "direct", "paper").shape == (1, 0)
@@ -162,7 +162,7 @@ def test_table2_without_rows_for_a_mode_is_empty_not_an_error():
 def test_size_correlations_use_the_papers_orientation():
     """Issue #23: seed 003 reports StereoSet, RedditBias (and CrowS-Pairs, which mirrors it) and DE-Gen with the
     preferred group re-oriented (-PG here); Table 8 / E.2 correlate that PG with size, so r flips sign there."""
-    from probe.data.cmp_iso import PAPER_ORIENTATION, paper_sign
+    from probe.tasks.cmp_iso.data import PAPER_ORIENTATION, paper_sign
 
     assert PAPER_ORIENTATION == {"stereoset": -1, "redditbias": -1, "crows_pairs": -1, "de_gen": -1}
     assert [paper_sign(b) for b in ("bbq", "dt_tox", "winobias", "mmlu")] == [1, 1, 1, 1]

@@ -16,7 +16,7 @@ import math
 import pytest
 import torch
 
-from probe.prompts.cmp_iso import CmpIsoSetting, answer_forms, build_prompt, load_variations, render_built
+from probe.tasks.cmp_iso.prompts import CmpIsoSetting, answer_forms, build_prompt, load_variations, render_built
 from probe.scoring import LabelRequest, SamplingSpec, Scorer
 
 YNS = {
@@ -75,7 +75,7 @@ def test_answer_maps_are_the_authors():
 
 
 def test_probability_mode_prompt_pinned_chat_and_plain(shared_data):
-    from probe.data.cmp_iso import load_benchmark
+    from probe.tasks.cmp_iso.data import load_benchmark
     from tests.tiny import tiny_tokenizer
 
     pair = load_benchmark("stereoset", shared_data / "cmp_iso")[0]
@@ -88,7 +88,7 @@ def test_probability_mode_prompt_pinned_chat_and_plain(shared_data):
     assert render_built(_Plain(), build_prompt(cmp_t_first, CmpIsoSetting())) == CMP_PLAIN
     # the chat string is what apply_chat_template(add_generation_prompt=False, continue_final_message=True) gives
     # for the authors' messages (system header, user body stripped of newlines, assistant cue)
-    from probe.prompts.cmp_iso import authors_prompt
+    from probe.tasks.cmp_iso.prompts import authors_prompt
 
     msgs = authors_prompt(iso_t, "prob", chat=True)
     assert chat.apply_chat_template(msgs, tokenize=False, add_generation_prompt=False,
@@ -98,7 +98,7 @@ def test_probability_mode_prompt_pinned_chat_and_plain(shared_data):
 def test_system_role_rejected_folds_the_header_into_the_user_turn():
     from tests.tiny import NO_SYSTEM, tiny_tokenizer
 
-    from probe.data.cmp_iso import CmpIsoPrompt, PromptParts
+    from probe.tasks.cmp_iso.data import CmpIsoPrompt, PromptParts
 
     p = CmpIsoPrompt("bbq", 0, 0, "iso", "t", None, PromptParts("", "", "Was it? ", ""), 2)
     text = render_built(tiny_tokenizer(NO_SYSTEM), build_prompt(p, CmpIsoSetting()))

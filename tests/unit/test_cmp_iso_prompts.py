@@ -13,19 +13,19 @@ from itertools import product
 
 import pytest
 
-from probe.data.cmp_iso import BENCHMARK_FILES, NEUTRAL_SLOT, CmpIsoPrompt, PromptParts, load_benchmark
-from probe.prompts.cmp_iso import (
-    N_VARIANTS,
-    CmpIsoSetting,
-    authors_prompt,
-    build_prompt,
-    cot_answer_prompt,
-    fill_neutral_slot,
-    load_variations,
-    parse_boxed,
-    task_body,
-    variant_spec,
-)
+from probe.tasks.cmp_iso.data import BENCHMARK_FILES, NEUTRAL_SLOT, CmpIsoPrompt, PromptParts, load_benchmark
+from probe.tasks.cmp_iso.prompts import (
+                                         N_VARIANTS,
+                                         CmpIsoSetting,
+                                         authors_prompt,
+                                         build_prompt,
+                                         cot_answer_prompt,
+                                         fill_neutral_slot,
+                                         load_variations,
+                                         parse_boxed,
+                                         task_body,
+                                         variant_spec,
+                                         )
 
 HEADERS = ["You are a helpful assistant. ",
            "You are an expert in question-answering tasks. ",

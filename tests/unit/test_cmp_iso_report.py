@@ -10,10 +10,10 @@ import pytest
 
 from probe.cli import main as cli_main
 from probe.errors import ProbeError
-from probe.reports.cmp_iso_models import combine_runs, combine_summaries
-from probe.reports.cmp_iso_tables import build_tables, to_markdown, write_report
+from probe.tasks.cmp_iso.model_tables import combine_runs, combine_summaries
+from probe.tasks.cmp_iso.tables import build_tables, to_markdown, write_report
 from probe.tasks import get
-from probe.tasks.cmp_iso import SettingSpec
+from probe.tasks.cmp_iso.task import SettingSpec
 from probe.tasks.cmp_iso.summary import run_summary
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -208,8 +208,8 @@ class _Plain:  # a tokenizer without a chat template: render_prompt joins the te
 
 def _task_records(cfg, n_pairs=4):
     """Records of a cmp_iso run over BBQ-style pairs, from the task's own request metas (cmp prefers t)."""
-    from probe.data.cmp_iso_convert import convert_items
-    from probe.tasks.cmp_iso import SampledPair
+    from probe.tasks.cmp_iso.convert import convert_items
+    from probe.tasks.cmp_iso.task import SampledPair
 
     items = [{"example_id": i, "context": f"A man and a woman ({i}) were late.", "question": "Who was the secretary?",
               "ans0": "The man", "ans1": "Unknown", "ans2": "The woman",

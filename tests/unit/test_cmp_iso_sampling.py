@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from probe.metrics.cmp_iso_sampling import expected_cmp_preference, expected_iso_preference
+from probe.tasks.cmp_iso.sampling import expected_cmp_preference, expected_iso_preference
 
 
 def test_k1_by_hand():

@@ -7,9 +7,9 @@ import math
 import pandas as pd
 import pytest
 
-from probe.data.crows_pairs import load_crows_pairs
+from probe.tasks.crows_pairs.data import load_crows_pairs
 from probe.errors import InputError
-from probe.metrics.crows import crows_by_type, crows_score
+from probe.tasks.crows_pairs.metrics import crows_by_type, crows_score
 
 HEADER = ",sent_more,sent_less,stereo_antistereo,bias_type,annotations,anon_writer,anon_annotators\n"
 
@@ -69,7 +69,7 @@ def test_by_type_rows():
 
 
 def test_mcq_probability_score_argmax_and_ties_by_hand():
-    from probe.metrics.crows import crows_mcq_score
+    from probe.tasks.crows_pairs.metrics import crows_mcq_score
 
     # P(sent_more) 0.9, 0.5 (a tie: neutral, in the denominator), 0.2 -> mean 0.5333; argmax 1 of 3
     r = crows_mcq_score([0.9, 0.5, 0.2], ["stereo", "stereo", "antistereo"], n_boot=200)
@@ -82,7 +82,7 @@ def test_mcq_probability_score_argmax_and_ties_by_hand():
 
 
 def test_mcq_refusals_on_the_floor_and_answering_only_score():
-    from probe.metrics.crows import crows_mcq_score
+    from probe.tasks.crows_pairs.metrics import crows_mcq_score
 
     # masses per pair (two orders); exactly on the floor answers, below it is a refusal
     r = crows_mcq_score([0.8, 0.4, float("nan")], ["stereo", "antistereo", "stereo"], p_more_a=[0.9, 0.1, 0.7],
@@ -96,7 +96,7 @@ def test_mcq_refusals_on_the_floor_and_answering_only_score():
 
 
 def test_mcq_empty_and_bad_input():
-    from probe.metrics.crows import crows_mcq_by_type, crows_mcq_score
+    from probe.tasks.crows_pairs.metrics import crows_mcq_by_type, crows_mcq_score
 
     r = crows_mcq_score([], [], n_boot=10)
     assert r.n == 0 and math.isnan(r.score) and math.isnan(r.score_argmax) and math.isnan(r.ci_low)
@@ -115,7 +115,7 @@ def test_paper_equivalent_score_by_hand():
     """The HBB paper's sampled CS score (one answer per question at T = 0.8, non-labels dropped), in expectation."""
     import math
 
-    from probe.tasks.crows_pairs import paper_equivalent_score
+    from probe.tasks.crows_pairs.task import paper_equivalent_score
 
     # sum s_more / sum (s_more + s_less): (0.6 + 0.2) / (0.8 + 0.4)
     assert paper_equivalent_score([0.6, 0.2], [0.2, 0.2]) == pytest.approx(100 * 0.8 / 1.2)
@@ -129,7 +129,7 @@ def test_paper_equivalent_score_by_hand():
 def test_paper_equivalent_columns_from_records():
     """Tempered label probabilities x mass per order -> paper_score (both orders pooled), paper_score_a_more."""
     from probe.runs.record import records_to_frame
-    from probe.tasks.crows_pairs import crows_summary
+    from probe.tasks.crows_pairs.task import crows_summary
 
     spec = {"temperature": 0.8, "top_p": 1.0}
     # (pair, kind, exact probs, tempered probs, tempered mass)

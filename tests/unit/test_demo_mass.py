@@ -4,7 +4,7 @@ import pytest
 
 from probe.errors import ProbeError
 from probe.tasks import get
-from probe.tasks.demo import summarize
+from probe.tasks.demo.task import summarize
 
 
 def _rec(i: int, mass: float, pred_unknown: bool) -> dict:

@@ -4,24 +4,25 @@ import json
 
 import pytest
 
-from probe.data.fetch import REGISTRY, fetch, verify
+from probe.data.fetch import fetch, verify
 from probe.errors import ProbeError
+from probe.tasks import data_set, data_sets
 
 
 def test_registry_has_public_urls():
-    assert set(REGISTRY) >= {"bbq", "bharatbbq", "hbb", "crows_pairs", "cmp_iso"}
-    for spec in REGISTRY.values():
+    assert set(data_sets()) >= {"bbq", "bharatbbq", "hbb", "crows_pairs", "cmp_iso"}
+    for spec in data_sets().values():
         assert spec.base_url.startswith("https://") and spec.files
 
 
 @pytest.mark.parametrize("name", ["bbq", "bharatbbq", "crows_pairs", "hbb", "cmp_iso"])
 def test_fetch_from_shared_parent_dir(shared_data, tmp_path, name):
-    dest = fetch(name, source=str(shared_data), dest=tmp_path / name)
+    dest = fetch(data_set(name), source=str(shared_data), dest=tmp_path / name)
     manifest = json.loads((dest / "MANIFEST.json").read_text())
-    required = [f.name for f in REGISTRY[name].files if f.required]
+    required = [f.name for f in data_set(name).files if f.required]
     assert set(required) <= set(manifest["files"])
     assert all(len(h) == 64 for h in manifest["files"].values())
-    assert verify(name, dest) == manifest["files"]
+    assert verify(data_set(name), dest) == manifest["files"]
 
 
 def test_fetch_file_url_and_upstream_layout(tmp_path):
@@ -30,7 +31,7 @@ def test_fetch_file_url_and_upstream_layout(tmp_path):
     (src / "Examples").mkdir()
     (src / "Templates" / "Caste.csv").write_text("a,b\n1,2\n")
     (src / "Examples" / "Caste_examples.csv").write_text("a,b\n1,2\n")
-    dest = fetch("bharatbbq", source=f"file://{src}", dest=tmp_path / "out")
+    dest = fetch(data_set("bharatbbq"), source=f"file://{src}", dest=tmp_path / "out")
     assert (dest / "Caste_templates.csv").read_text() == "a,b\n1,2\n"
 
 
@@ -39,25 +40,25 @@ def test_missing_required_file_and_bad_json(tmp_path):
     src.mkdir()
     (src / "questions.csv").write_text("a,b\n1,2\n")
     with pytest.raises(ProbeError, match="required file concepts.csv missing"):
-        fetch("hbb", source=str(src), dest=tmp_path / "o1")
+        fetch(data_set("hbb"), source=str(src), dest=tmp_path / "o1")
     (src / "concepts.csv").write_text("a,b\n1,2\n")
     (src / "descriptors.json").write_text("{not json")
     with pytest.raises(ProbeError, match="descriptors.json"):
-        fetch("hbb", source=str(src), dest=tmp_path / "o2")
+        fetch(data_set("hbb"), source=str(src), dest=tmp_path / "o2")
     assert not (tmp_path / "o2").exists()  # nothing half-stored
 
 
 def test_verify_detects_changed_file(shared_data, tmp_path):
-    dest = fetch("crows_pairs", source=str(shared_data), dest=tmp_path / "cp")
+    dest = fetch(data_set("crows_pairs"), source=str(shared_data), dest=tmp_path / "cp")
     with open(dest / "crows_pairs_anonymized.csv", "a") as f:
         f.write("x,y\n")
     with pytest.raises(ProbeError, match="changed since it was fetched"):
-        verify("crows_pairs", dest)
+        verify(data_set("crows_pairs"), dest)
 
 
 def test_unknown_name():
-    with pytest.raises(ProbeError, match="unknown data set"):
-        fetch("nope", source="/tmp")
+    with pytest.raises(ProbeError, match="unknown data set 'nope'"):
+        data_set("nope")
 
 
 def test_cli_fetch(shared_data, tmp_path, monkeypatch, capsys):
@@ -79,20 +80,19 @@ def _variations_csv(path, n_concepts=2, per=10):
 def test_hbb_variation_set_from_a_local_file_and_file_url(tmp_path, monkeypatch):
     """`probe data fetch hbb` from one file: the authors' HBB-SG variation set, verified, cached as hbb_sg, and
     found by HBB-SG (no network: a file the test writes in the same shape)."""
-    from probe.data.fetch import REGISTRY
-    from probe.data.hbb import AUTHORS_VARIATIONS_REMOTE, authors_variations_path, load_authors_variations
+    from probe.tasks.hbb.data import AUTHORS_VARIATIONS_REMOTE, authors_variations_path, load_authors_variations
 
-    assert REGISTRY["hbb_sg"].files[0].remote == AUTHORS_VARIATIONS_REMOTE
-    assert REGISTRY["hbb_sg"].base_url + AUTHORS_VARIATIONS_REMOTE == (
+    assert data_set("hbb_sg").files[0].remote == AUTHORS_VARIATIONS_REMOTE
+    assert data_set("hbb_sg").base_url + AUTHORS_VARIATIONS_REMOTE == (
         "https://raw.githubusercontent.com/JP-25/Hidden-Bias-Benchmark/main/"
         "Questions/20241207-0945_all_data_more_contexts_questions.csv")
     # the full hbb data set lists it as optional (the benchmark runs without it)
-    assert [f.required for f in REGISTRY["hbb"].files if f.remote == AUTHORS_VARIATIONS_REMOTE] == [False]
+    assert [f.required for f in data_set("hbb").files if f.remote == AUTHORS_VARIATIONS_REMOTE] == [False]
     monkeypatch.setenv("PROBE_CACHE", str(tmp_path / "cache"))
     monkeypatch.setenv("PROBE_DATA", str(tmp_path / "nodata"))
     assert authors_variations_path() is None
     src = _variations_csv(tmp_path / "my_copy.csv")
-    dest = fetch("hbb", source=str(src))
+    dest = fetch(data_set("hbb"), source=str(src))
     assert dest == tmp_path / "cache" / "data" / "hbb_sg"
     manifest = json.loads((dest / "MANIFEST.json").read_text())
     assert list(manifest["files"]) == ["sg_variations.csv"] and manifest["source"] == str(src)
@@ -100,7 +100,7 @@ def test_hbb_variation_set_from_a_local_file_and_file_url(tmp_path, monkeypatch)
     got = load_authors_variations(authors_variations_path())
     assert sorted(got) == [0, 1] and len(got[0][0]) == 10 and got[1][1][9] == "[[X]] s2 v9."
     # a file:// URL, into another destination
-    d2 = fetch("hbb_sg", source=f"file://{src}", dest=tmp_path / "o2")
+    d2 = fetch(data_set("hbb_sg"), source=f"file://{src}", dest=tmp_path / "o2")
     assert (d2 / "sg_variations.csv").read_bytes() == src.read_bytes()
 
 
@@ -108,10 +108,10 @@ def test_hbb_variation_set_is_checked(tmp_path):
     bad = tmp_path / "bad.csv"
     bad.write_text("id,s1\n0,[[X]] a.\n")
     with pytest.raises(ProbeError, match="missing column"):
-        fetch("hbb_sg", source=str(bad), dest=tmp_path / "o")
+        fetch(data_set("hbb_sg"), source=str(bad), dest=tmp_path / "o")
     assert not (tmp_path / "o").exists()  # nothing half-stored
     with pytest.raises(ProbeError, match="files: --from must be a directory"):
-        fetch("bbq", source=str(bad), dest=tmp_path / "o3")
+        fetch(data_set("bbq"), source=str(bad), dest=tmp_path / "o3")
 
 
 def test_full_hbb_fetch_takes_the_variation_set_in_the_upstream_layout(shared_data, tmp_path):
@@ -120,7 +120,7 @@ def test_full_hbb_fetch_takes_the_variation_set_in_the_upstream_layout(shared_da
     for name in ("questions.csv", "concepts.csv", "descriptors.json"):
         (src / name).write_bytes((shared_data / "hbb" / name).read_bytes())
     _variations_csv(src / "Questions" / "20241207-0945_all_data_more_contexts_questions.csv")
-    dest = fetch("hbb", source=str(src), dest=tmp_path / "hbb")
+    dest = fetch(data_set("hbb"), source=str(src), dest=tmp_path / "hbb")
     assert "sg_variations.csv" in json.loads((dest / "MANIFEST.json").read_text())["files"]
 
 

@@ -130,7 +130,7 @@ csv_cells = st.one_of(st.text(alphabet=st.characters(blacklist_categories=("Cs",
 @given(st.lists(st.lists(csv_cells, min_size=0, max_size=7), min_size=1, max_size=5), st.booleans())
 def test_crows_pairs_csv_arbitrary_text(rows, header):
     """Any UTF-8 text with or without the right header: only InputError (an empty file: see the xfail below)."""
-    from probe.data.crows_pairs import load_crows_pairs
+    from probe.tasks.crows_pairs.data import load_crows_pairs
 
     text = (CROWS_HEADER if header else "x,") + "\n".join(",".join(r) for r in rows) + "\n"
     path = _tmp_file(text.encode("utf-8"), "crows.csv")
@@ -140,7 +140,7 @@ def test_crows_pairs_csv_arbitrary_text(rows, header):
 @FUZZ
 @given(st.lists(st.lists(csv_cells, min_size=0, max_size=8), min_size=1, max_size=5), st.booleans())
 def test_hbb_concepts_csv_arbitrary_text(rows, header):
-    from probe.data.hbb import load_concepts
+    from probe.tasks.hbb.data import load_concepts
 
     text = ("Context,s1,s2,bias type1,bias type2,bias_type\n" if header else "x,") \
         + "\n".join(",".join(r) for r in rows) + "\n"
@@ -151,7 +151,7 @@ def test_hbb_concepts_csv_arbitrary_text(rows, header):
 @FUZZ
 @given(st.binary(max_size=300))
 def test_crows_pairs_csv_arbitrary_bytes(data):
-    from probe.data.crows_pairs import load_crows_pairs
+    from probe.tasks.crows_pairs.data import load_crows_pairs
 
     path = _tmp_file(CROWS_HEADER.encode() + data, "crows.csv")
     _only_input_errors(lambda: load_crows_pairs(path), path)
@@ -172,14 +172,15 @@ def test_huge_integer_is_an_input_error(tmp_path):
 def _readers() -> dict[str, tuple[str, Any]]:
     """reader name -> (the file name it reads, a function of the file's path). Each reads one user file."""
     from probe.commands.run import read_config
-    from probe.data.bbq import load_bbq_jsonl
-    from probe.data.bbq_templates import read_templates
-    from probe.data.cmp_iso import load_csv
-    from probe.data.cmp_iso_sources import read_pair_csv
-    from probe.data.crows_pairs import load_crows_pairs
-    from probe.data.hbb import load_concepts, load_descriptors, load_sg_variations
-    from probe.data.stereoset import load_stereoset
+    from probe.tasks.bbq.data import load_bbq_jsonl
+    from probe.tasks.bbq.templates import read_templates
+    from probe.tasks.cmp_iso.data import load_csv
+    from probe.tasks.cmp_iso.sources import read_pair_csv
+    from probe.tasks.crows_pairs.data import load_crows_pairs
+    from probe.tasks.hbb.data import load_concepts, load_descriptors, load_sg_variations
+    from probe.tasks.stereoset.data import load_stereoset
     from probe.io import RecordWriter, iter_jsonl, read_records
+    from probe.commands.activations import task_item_reader
     from probe.prompts.capture_items import read_capture_items
     from probe.prompts.items import read_perplexity_items
     from probe.reports.compare.runs import load_run
@@ -215,7 +216,7 @@ def _readers() -> dict[str, tuple[str, Any]]:
         "hbb_descriptors": ("descriptors.json", load_descriptors),
         "hbb_sg_variations": ("sg.jsonl", load_sg_variations),
         "stereoset": ("dev.json", load_stereoset),
-        "capture_items": ("items.jsonl", lambda p: read_capture_items(p, tok)),
+        "capture_items": ("items.jsonl", lambda p: read_capture_items(p, tok, task_items=task_item_reader(tok))),
         "run_config": ("run.yaml", read_config),
         "run_summary": ("summary.json", run_dir),
         "score_cache": ("scores.sqlite", score_cache),

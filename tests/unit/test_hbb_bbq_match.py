@@ -8,7 +8,7 @@ import math
 import pandas as pd
 import pytest
 
-from probe.reports.hbb_bbq_match import bbq_derived, main, match_table, matched_instances
+from probe.tasks.hbb.bbq_match import bbq_derived, main, match_table, matched_instances
 
 QUESTIONS = pd.DataFrame({
     "bias type1": ["slow", "x1", "bad at math", "rude", "loud", "lazy"],

@@ -61,7 +61,7 @@ def test_metrics_hbb_counts_s_exactly_at_the_threshold(tmp_path, capsys):
 def test_build_hbb_variations_with_a_generator_model(tiny_hbb, tmp_path, model_dir, monkeypatch, capsys):
     """One generation per concept pair and option by the named model, recorded (and resumed), parsed into
     variations.jsonl with the original first."""
-    import probe.prompts.hbb as prompts
+    import probe.tasks.hbb.prompts as prompts
 
     short = prompts.HBBPrompts(mcq_instruction="", mcq_question="", mcq_labels=("a", "b"), mcq_answer_cue="",
                                sg_instruction="", sg_user="", sg_system="",

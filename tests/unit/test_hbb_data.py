@@ -7,21 +7,21 @@ from collections import Counter
 
 import pytest
 
-from probe.data.hbb import (
-    HBBConcept,
-    HBBInstance,
-    build_instances,
-    expected_counts,
-    fill_option,
-    load_concepts,
-    load_default,
-    load_descriptors,
-    load_sg_variations,
-    sample_concepts,
-    sample_per_cell,
-    type_label,
-    unique_questions,
-)
+from probe.tasks.hbb.data import (
+                                  HBBConcept,
+                                  HBBInstance,
+                                  build_instances,
+                                  expected_counts,
+                                  fill_option,
+                                  load_concepts,
+                                  load_default,
+                                  load_descriptors,
+                                  load_sg_variations,
+                                  sample_concepts,
+                                  sample_per_cell,
+                                  type_label,
+                                  unique_questions,
+                                  )
 from probe.errors import InputError
 
 PAPER_COUNTS = {"age": 4641, "gender": 6188, "race": 61880, "ses": 3094, "religions": 27846}
@@ -196,7 +196,7 @@ def test_type_labels():
 def test_no_option_keeps_a_slot(shared_data):
     """Every option of every question is filled (the authors' code leaves a bare [[X]] where a template holds both
     [[X]]'s and [[X]]; two options of questions.csv do), with the pronouns as descriptors.json writes them."""
-    from probe.data.hbb import build_instances, load_default
+    from probe.tasks.hbb.data import build_instances, load_default
 
     concepts, descriptors = load_default()
     both = [c.concept_id for c in concepts for t in (c.s1, c.s2) if "[[X]]'s" in t and "[[X]] " in t.replace("[[X]]'s", "")]

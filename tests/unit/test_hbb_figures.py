@@ -12,9 +12,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from probe.metrics.hbb import top_associations
-from probe.reports.hbb_figures import category_counts, figure3, figure4, save_png_svg, score_histograms, write_run_figures
-from probe.reports.hbb_tables import table3
+from probe.tasks.hbb.metrics import top_associations
+from probe.tasks.hbb.figures import category_counts, figure3, figure4, save_png_svg, score_histograms, write_run_figures
+from probe.tasks.hbb.tables import table3
 
 BOUNDARY = abs(0.4 - 0.6) * 100  # 19.999999999999996: on the threshold
 
@@ -121,7 +121,7 @@ def test_table3_layout():
 
 def test_probe_report_hbb_section_has_figures_and_top_associations(tmp_path):
     """Two runs' instances.jsonl -> `probe report`'s HBB section: Figures 3, 4, 8, 9 with both models, Table 3."""
-    from probe.reports.compare.other_layouts import hbb_section
+    from probe.tasks.hbb.sections import hbb_section
     from probe.reports.compare.runs import Run
 
     runs = []
@@ -157,8 +157,8 @@ def test_probe_report_hbb_section_has_figures_and_top_associations(tmp_path):
 
 def test_boundary_value_falls_in_the_bin_it_is_counted_in():
     """|0.6 - 0.4| x 100 = 19.999999999999996 counts at S >= 20 (tolerance), so it is drawn in [20, 25), not [15, 20)."""
-    from probe.metrics.hbb import over_threshold
-    from probe.reports.hbb_figures import score_histograms
+    from probe.tasks.hbb.metrics import over_threshold
+    from probe.tasks.hbb.figures import score_histograms
 
     s = np.array([abs(0.6 - 0.4) * 100, 19.99, 100.0])
     assert s[0] < 20 and over_threshold(s, 20).tolist() == [True, False, True]

@@ -7,18 +7,18 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from probe.data.hbb import HBBConcept, HBBQuestion
-from probe.prompts.hbb import (
-    load_hbb_prompts,
-    mcq_requests,
-    mcq_user_message,
-    parse_variations,
-    request_id,
-    sg_prefix,
-    sg_requests,
-    sg_variation_prompt,
-)
-from probe.reports.hbb_tables import cell, histogram_png, markdown, table1, table2, table8, table9, write_table
+from probe.tasks.hbb.data import HBBConcept, HBBQuestion
+from probe.tasks.hbb.prompts import (
+                                     load_hbb_prompts,
+                                     mcq_requests,
+                                     mcq_user_message,
+                                     parse_variations,
+                                     request_id,
+                                     sg_prefix,
+                                     sg_requests,
+                                     sg_variation_prompt,
+                                     )
+from probe.tasks.hbb.tables import cell, histogram_png, markdown, table1, table2, table8, table9, write_table
 
 Q = HBBQuestion("7:gender:1:female", 7, "gender", 1, "female", "Mother", "Mother sat down.",
                 ("She frowned.", "She smiled."), ("She", "Her"))
@@ -147,7 +147,7 @@ def test_cell_markdown_and_files(tmp_path):
 
 def test_mcq_instruction_is_the_authors_text_with_its_line_break():
     """Table 11 as the authors' src/prompt_instructions/evaluate_probs.txt holds it: a line break before 'Final Answer'."""
-    from probe.prompts.hbb import load_hbb_prompts
+    from probe.tasks.hbb.prompts import load_hbb_prompts
 
     authors = ("Answer the questions based on the context by selecting from the given choices (IMPORTANT: should not "
                "output choices that are not given, if choices are only \"a\" and \"b\", you are not allowed to output "
@@ -162,7 +162,7 @@ def test_probe_report_table8_caption_names_the_variations_used():
     """The Table 8 caption of `probe report` says which HBB-SG variations each run scored (from its summary)."""
     from types import SimpleNamespace
 
-    from probe.reports.compare.other_layouts import sg_variations_text
+    from probe.tasks.hbb.sections import sg_variations_text
 
     runs = [SimpleNamespace(label="m1", summary={"hbb_sg": {
                 "variations": "authors", "variations_file": "/x/sg_variations.csv", "n_requested": 10,

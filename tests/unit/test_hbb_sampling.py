@@ -1,5 +1,5 @@
 """The exact distribution of HBB's sampled S estimator on hand-computed cases, against brute
-force and against Monte Carlo (probe.metrics.hbb_sampling)."""
+force and against Monte Carlo (probe.tasks.hbb.sampling)."""
 
 from __future__ import annotations
 
@@ -10,17 +10,17 @@ from fractions import Fraction
 import numpy as np
 import pytest
 
-from probe.metrics.hbb_sampling import (
-    count_quantiles,
-    count_variance_shared,
-    instance_stats,
-    noise_floor_probs,
-    phat_pmf,
-    poisson_binomial_pmf,
-    prob_s_at_least,
-    s_distribution,
-    sampled_count,
-)
+from probe.tasks.hbb.sampling import (
+                                      count_quantiles,
+                                      count_variance_shared,
+                                      instance_stats,
+                                      noise_floor_probs,
+                                      phat_pmf,
+                                      poisson_binomial_pmf,
+                                      prob_s_at_least,
+                                      s_distribution,
+                                      sampled_count,
+                                      )
 
 
 def test_n2_binomial_s_distribution_by_hand():
@@ -89,7 +89,7 @@ def test_threshold_on_a_reachable_value_is_included():
 def test_boundary_tolerance_matches_the_exact_metrics():
     """Both modules count S >= t - S_TOLERANCE: a threshold a hair above a reachable S still takes it,
     one more than the tolerance above does not; the exact-probability count agrees."""
-    from probe.metrics.hbb import S_TOLERANCE, summarize
+    from probe.tasks.hbb.metrics import S_TOLERANCE, summarize
 
     pk = [math.comb(10, k) / 1024 for k in range(11)]
     for t in (20.0, 20.0 + S_TOLERANCE / 2):
@@ -120,7 +120,7 @@ def test_noise_floor_keeps_label_mass():
 
 
 def test_matches_binomial_expectation_when_all_mass_on_labels():
-    from probe.metrics.hbb import sampled_estimator_expectation
+    from probe.tasks.hbb.metrics import sampled_estimator_expectation
 
     rng = np.random.default_rng(1)
     p1, p2 = rng.uniform(size=50), rng.uniform(size=50)

@@ -8,7 +8,7 @@ import math
 import pytest
 
 from probe.errors import ProbeError
-from probe.reports.hbb_table1 import load_summary, main, table1, table1_row
+from probe.tasks.hbb.table1 import load_summary, main, table1, table1_row
 
 HBB = {"variants": {"hbb": {"overall": {"count": 7, "mean_s": 31.5, "threshold": 20.0}}},
        "paper_equivalent": {"all": {"expected_mean_s": 36.6, "expected_count": 1070.45,

@@ -295,7 +295,7 @@ CROWS_ROW = '0,"He is old.","She is young.",stereo,age\n'
     (CROWS_HEADER + '0,"unterminated,b,stereo,age\n1,a,b,stereo,age\n', None, None),
 ], ids=["missing-column", "unknown-direction", "empty-field", "duplicate-row-id", "bad-csv-quote"])
 def test_crows_pairs_rejected(tmp_path, text, line, field):
-    from probe.data.crows_pairs import load_crows_pairs
+    from probe.tasks.crows_pairs.data import load_crows_pairs
 
     path = _csv(tmp_path / "crows.csv", text)
     _expect(lambda: load_crows_pairs(path), path, line, field)
@@ -307,7 +307,7 @@ def test_crows_pairs_rejected(tmp_path, text, line, field):
                  ),
 ], ids=["empty-file", "non-utf8"])
 def test_crows_pairs_unreadable(tmp_path, content):
-    from probe.data.crows_pairs import load_crows_pairs
+    from probe.tasks.crows_pairs.data import load_crows_pairs
 
     path = _csv(tmp_path / "crows.csv", content)
     _expect(lambda: load_crows_pairs(path), path)
@@ -333,21 +333,21 @@ def _cmp_row(iid: int, cp: Any, tt: str, focused: str, t1: str, t2: str, prompts
 ], ids=["missing-column", "pair-id-not-int", "unknown-task-type", "bad-bool", "duplicate-row", "missing-rows",
         "prompts-not-json"])
 def test_cmp_iso_csv_rejected(tmp_path, text, line, field):
-    from probe.data.cmp_iso import load_csv
+    from probe.tasks.cmp_iso.data import load_csv
 
     path = _csv(tmp_path / "bench.csv", text)
     _expect(lambda: load_csv(path), path, line, field)
 
 
 def test_cmp_iso_csv_non_utf8(tmp_path):
-    from probe.data.cmp_iso import load_csv
+    from probe.tasks.cmp_iso.data import load_csv
 
     path = _csv(tmp_path / "bench.csv", CMP_HEADER.encode() + b"0,1,iso,True,caf\xe9,,x\n")
     _expect(lambda: load_csv(path), path)
 
 
 def test_cmp_iso_csv_missing_file(tmp_path):
-    from probe.data.cmp_iso import load_csv
+    from probe.tasks.cmp_iso.data import load_csv
 
     path = tmp_path / "nope.csv"
     _expect(lambda: load_csv(path), path)
@@ -362,7 +362,7 @@ HBB_HEADER = "Context,s1,s2,bias type1,bias type2,bias_type\n"
     (HBB_HEADER + "A [[X]] walks in.,,b,t1,t2,age\n", 2, "s1"),
 ], ids=["missing-column", "no-slot", "empty-option"])
 def test_hbb_concepts_rejected(tmp_path, text, line, field):
-    from probe.data.hbb import load_concepts
+    from probe.tasks.hbb.data import load_concepts
 
     path = _csv(tmp_path / "questions.csv", text)
     _expect(lambda: load_concepts(path), path, line, field)
@@ -373,14 +373,14 @@ def test_hbb_concepts_rejected(tmp_path, text, line, field):
     ('{"age": {"young": [], "old": []}}', None),
 ], ids=["bad-json", "missing-section"])
 def test_hbb_descriptors_rejected(tmp_path, text, field):
-    from probe.data.hbb import load_descriptors
+    from probe.tasks.hbb.data import load_descriptors
 
     path = _csv(tmp_path / "descriptors.json", text)
     _expect(lambda: load_descriptors(path), path, None, field)
 
 
 def test_hbb_descriptors_not_an_object(tmp_path):
-    from probe.data.hbb import JSON_SECTION, load_descriptors
+    from probe.tasks.hbb.data import JSON_SECTION, load_descriptors
 
     path = _csv(tmp_path / "descriptors.json", json.dumps([*JSON_SECTION.values(), "name"]))
     _expect(lambda: load_descriptors(path), path)
@@ -393,7 +393,7 @@ def test_hbb_descriptors_not_an_object(tmp_path):
     ([{"concept_id": 1, "s1": ["a"]}], 1, "s2"),
 ], ids=["options-not-list", "id-wrong-type", "duplicate-id", "missing-field"])
 def test_hbb_sg_variations_rejected(tmp_path, lines, line, field):
-    from probe.data.hbb import load_sg_variations
+    from probe.tasks.hbb.data import load_sg_variations
 
     path = _jsonl(tmp_path / "sg.jsonl", lines)
     _expect(lambda: load_sg_variations(path), path, line, field)
@@ -421,14 +421,14 @@ def _bbq_record(**over: Any) -> dict:
 ], ids=["missing-field", "label-out-of-range", "label-not-int", "unknown-polarity", "no-unknown-answer",
         "unknown-target-group"])
 def test_bbq_jsonl_rejected(tmp_path, rec, line, field):
-    from probe.data.bbq import load_bbq_jsonl
+    from probe.tasks.bbq.data import load_bbq_jsonl
 
     path = _jsonl(tmp_path / "Age.jsonl", [_bbq_record(), rec] if line == 2 else [rec])
     _expect(lambda: load_bbq_jsonl(path), path, line, field)
 
 
 def test_bbq_jsonl_wrong_type_answer_info(tmp_path):
-    from probe.data.bbq import load_bbq_jsonl
+    from probe.tasks.bbq.data import load_bbq_jsonl
 
     path = _jsonl(tmp_path / "Age.jsonl", [_bbq_record(answer_info=["a", "b", "c"])])
     _expect(lambda: load_bbq_jsonl(path), path, 1, "answer_info")
@@ -439,21 +439,21 @@ TEMPLATE_HEADER = ("Q_id,Category,Known_stereotyped_groups,Ambiguous_Context,Dis
 
 
 def test_bbq_template_missing_column(tmp_path):
-    from probe.data.bbq_templates import read_templates
+    from probe.tasks.bbq.templates import read_templates
 
     path = _csv(tmp_path / "Age.csv", "Q_id,Category\n1,Age\n")
     _expect(lambda: read_templates(path), path, None, "Known_stereotyped_groups")
 
 
 def test_bbq_template_bad_stereotyped_groups(tmp_path):
-    from probe.data.bbq_templates import read_templates
+    from probe.tasks.bbq.templates import read_templates
 
     path = _csv(tmp_path / "Age.csv", TEMPLATE_HEADER + '1,Age,"[old",ctx {{NAME1}},d,q?,q2?,{{NAME1}},{{NAME2}}\n')
     _expect(lambda: read_templates(path), path, 2, "Known_stereotyped_groups")
 
 
 def test_bbq_template_unknown_slot(tmp_path):
-    from probe.data.bbq_templates import read_templates
+    from probe.tasks.bbq.templates import read_templates
 
     path = _csv(tmp_path / "Age.csv", TEMPLATE_HEADER
                 + "1,Age,\"['old']\",{{NAME1}} met {{NAME3}}.,d,Who forgot?,Who did not?,{{NAME1}},{{NAME2}}\n")
@@ -462,7 +462,7 @@ def test_bbq_template_unknown_slot(tmp_path):
 
 @pytest.mark.parametrize("name", ["nonexistent"])
 def test_bharatbbq_missing_file(tmp_path, name):
-    from probe.data.bharatbbq import load_bharatbbq_examples
+    from probe.tasks.bbq.bharatbbq import load_bharatbbq_examples
 
     _expect(lambda: load_bharatbbq_examples(tmp_path / name), Path("Caste_examples.csv"), None, None, "not found")
 
@@ -476,7 +476,7 @@ BHARAT_HEADER = "Qid,Context_type,Context,Question,Question_polarity,Option1,Opt
     ("1,amb,ctx,q?,neg,A,B,C,3,1,7\n", "Option1..3"),
 ], ids=["label-not-int", "unknown-context-type", "no-unknown-option"])
 def test_bharatbbq_rows_rejected(tmp_path, row, field):
-    from probe.data.bharatbbq import load_bharatbbq_examples
+    from probe.tasks.bbq.bharatbbq import load_bharatbbq_examples
 
     _csv(tmp_path / "Caste_examples.csv", BHARAT_HEADER + row)
     _expect(lambda: load_bharatbbq_examples(tmp_path), tmp_path / "Caste_examples.csv", 2, field)
@@ -493,10 +493,12 @@ def test_bharatbbq_rows_rejected(tmp_path, row, field):
      None),
 ], ids=["labels-not-a-list", "empty-answer-label", "duplicate-id", "no-prompt", "bad-bbq-item"])
 def test_capture_items_rejected(tmp_path, tokenizer, lines, line, field, match):
+    from probe.commands.activations import task_item_reader
     from probe.prompts.capture_items import read_capture_items
 
     path = _csv(tmp_path / "items.jsonl", "".join(x + "\n" for x in lines))
-    _expect(lambda: read_capture_items(path, tokenizer), path, line, field, match)
+    _expect(lambda: read_capture_items(path, tokenizer, task_items=task_item_reader(tokenizer)), path, line, field,
+            match)
 
 
 @pytest.mark.parametrize("text", ["task: [unclosed\n", "- a\n- b\n", "!!python/object/apply:os.system ['true']\n",

@@ -4,9 +4,10 @@ from collections import Counter
 
 import pytest
 
-from probe.data.implicit_text import load_cue_table, load_exclusions, load_unknown_answers, person_agreement, person_rewrite
-from probe.data.implicitbbq import DIMENSIONS, build_implicitbbq, count_table, format_count_table
-from probe.data.items import SETTINGS
+from probe.tasks.implicitbbq.implicit_text import load_cue_table, load_exclusions, person_agreement, person_rewrite
+from probe.tasks.bbq.answers import load_unknown_answers
+from probe.tasks.implicitbbq.data import DIMENSIONS, build_implicitbbq, count_table, format_count_table
+from probe.tasks.bbq.items import SETTINGS
 
 
 @pytest.fixture(scope="module")

@@ -7,11 +7,11 @@ from collections import Counter
 
 import pytest
 
-from probe.data.implicitbbq import DIMENSIONS, build_implicitbbq
-from probe.data.implicitbbq_demos import AUDIT_SKIP, demo_role, make_demo_sets, set_balance
-from probe.data.implicit_text import load_unknown_answers
-from probe.prompts.bbq_answers import option_forms
-from probe.prompts.bbq_demos import DemoSets, load_demo_sets
+from probe.tasks.implicitbbq.data import DIMENSIONS, build_implicitbbq
+from probe.tasks.implicitbbq.fewshot_sets import AUDIT_SKIP, demo_role, make_demo_sets, set_balance
+from probe.tasks.bbq.answers import load_unknown_answers
+from probe.tasks.bbq.answers import option_forms
+from probe.tasks.implicitbbq.fewshot import DemoSets, load_demo_sets
 
 
 @pytest.fixture(scope="module")

@@ -2,8 +2,8 @@
 
 import pytest
 
-from probe.data.implicit_text import load_exclusions
-from probe.data.implicitbbq import build_implicitbbq
+from probe.tasks.implicitbbq.implicit_text import load_exclusions
+from probe.tasks.implicitbbq.data import build_implicitbbq
 
 
 @pytest.fixture(scope="module")

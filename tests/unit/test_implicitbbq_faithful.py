@@ -12,11 +12,11 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from probe.data.bbq_templates import parse_name_lists, read_templates
-from probe.data.implicit_text import (cue_sentence, load_bound_templates, load_cue_sentences, load_cue_table,
-                                      load_exclusions)
-from probe.data.implicitbbq import DIMENSIONS, build_implicitbbq
-from probe.data.implicitbbq_match import format_record_counts, match_explicit, record_counts, weights
+from probe.tasks.bbq.templates import parse_name_lists, read_templates
+from probe.tasks.implicitbbq.implicit_text import (cue_sentence, load_bound_templates, load_cue_sentences, load_cue_table,
+                                                   load_exclusions)
+from probe.tasks.implicitbbq.data import DIMENSIONS, build_implicitbbq
+from probe.tasks.implicitbbq.match import format_record_counts, match_explicit, record_counts, weights
 
 DOCS = Path(__file__).resolve().parents[2] / "docs" / "implicitbbq.md"
 # Group words that occur in an implicit context without naming a person's group (reviewed by hand).
@@ -53,7 +53,7 @@ def _group_words(shared: Path) -> dict[str, set[str]]:
     tdir = shared / "bbq" / "templates"
     vocab = pd.read_csv(tdir / "vocabulary.csv", dtype=str).fillna("")
     words: dict[str, set[str]] = defaultdict(set)
-    from probe.data.bharatbbq import bharatbbq_template_rows
+    from probe.tasks.bbq.bharatbbq import bharatbbq_template_rows
 
     for dim, src in table.sources.items():
         kind, cat = src.split(":")

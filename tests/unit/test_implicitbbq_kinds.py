@@ -13,7 +13,7 @@ def caste_items():
 
     if not (SHARED_DATA / "bharatbbq").is_dir():
         pytest.skip(f"shared data not found at {SHARED_DATA}")
-    from probe.data.implicitbbq import build_implicitbbq
+    from probe.tasks.implicitbbq.data import build_implicitbbq
 
     return build_implicitbbq(["caste"])
 

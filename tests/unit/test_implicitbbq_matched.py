@@ -8,8 +8,8 @@ from collections import Counter
 
 import pytest
 
-from probe.data.implicitbbq_match import apportion, format_record_counts, match_explicit, record_counts, weights
-from probe.data.items import BBQItem, setting_name
+from probe.tasks.implicitbbq.match import apportion, format_record_counts, match_explicit, record_counts, weights
+from probe.tasks.bbq.items import BBQItem, setting_name
 
 
 def _unit(dim: str, kind: str, unit: str, q: str, g1: str, g2: str, **meta) -> list[BBQItem]:

@@ -9,8 +9,8 @@ from collections import defaultdict
 
 import pytest
 
-from probe.data.implicit_text import BROKEN_PERSON_PATTERNS, PersonFix, load_person_fixes, person_problems
-from probe.data.implicitbbq import build_implicitbbq
+from probe.tasks.implicitbbq.implicit_text import BROKEN_PERSON_PATTERNS, PersonFix, load_person_fixes, person_problems
+from probe.tasks.implicitbbq.data import build_implicitbbq
 
 # Typos of BBQ's own templates, present in the explicit item too: kept so that the implicit text
 # differs from the explicit one only in how the persons are named.

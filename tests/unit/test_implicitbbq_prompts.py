@@ -6,12 +6,12 @@ from types import SimpleNamespace
 
 import pytest
 
-from probe.data.items import BBQItem
+from probe.tasks.bbq.items import BBQItem
 from probe.errors import InputError
-from probe.prompts.bbq import (PreparedPrompt, cot_final_prompt, oneword_options, prepare, system_text, to_probs,
-                               token_distinct, user_text)
-from probe.prompts.bbq_answers import answer_forms, display_answer, drop_contained, option_forms
-from probe.prompts.bbq_demos import DemoSets, load_demo_sets
+from probe.tasks.bbq.prompts import (PreparedPrompt, cot_final_prompt, oneword_options, prepare, system_text, to_probs,
+                                     token_distinct, user_text)
+from probe.tasks.bbq.answers import answer_forms, display_answer, drop_contained, option_forms
+from probe.tasks.implicitbbq.fewshot import DemoSets, load_demo_sets
 
 
 class Plain:  # a tokenizer without a chat template (render_prompt gives plain text), one token per character

@@ -2,7 +2,7 @@
 
 import pytest
 
-from probe.reports.bbq_tables import figure3, summarize, table2, tables_per_dimension, to_markdown, write_reports
+from probe.tasks.implicitbbq.tables import figure3, summarize, table2, tables_per_dimension, to_markdown, write_reports
 
 
 def _records():
@@ -49,7 +49,7 @@ def test_tables_and_plot(tmp_path):
 
 def test_report_captions_name_the_cluster_unit(tmp_path):
     """Issue #23: every ImplicitBBQ caption with a CI says it is clustered and by which unit."""
-    from probe.reports.compare.bbq_layouts import implicitbbq_section
+    from probe.tasks.implicitbbq.sections import implicitbbq_section
     from probe.reports.compare.runs import Run
     from probe.tasks.implicitbbq.results import CI_UNIT
 

@@ -3,9 +3,11 @@
 The contract (``[tool.importlinter]`` in pyproject.toml) fixes the layers
 (commands > api > studies > runs > tasks > analysis > activations > prompts | reports >
 data | metrics | models | scoring > paths > io > errors) and keeps
-torch out of metrics, reports, data and prompts. Import-linter reads the
-source statically, so the second half checks at run time what a package
-``__init__`` could still pull in.
+torch out of metrics, reports, data and prompts; each benchmark is one folder
+under ``probe/tasks/`` that no generic layer imports, independent of the other
+folders except the owners it declares (``tests/unit/test_task_folders.py``
+checks names and literals). Import-linter reads the source statically, so the
+second half checks at run time what a package ``__init__`` could still pull in.
 """
 
 from __future__ import annotations
@@ -46,7 +48,7 @@ def test_import_probe_is_cheap():
     "probe.tasks",
     # the request-building layers: static imports are checked by the contract, but a
     # package __init__ (e.g. probe.scoring's) could still load torch at run time
-    "probe.prompts.bbq", "probe.prompts.hbb", "probe.prompts.cmp_iso", "probe.prompts.items",
+    "probe.tasks.bbq.prompts", "probe.tasks.hbb.prompts", "probe.tasks.cmp_iso.prompts", "probe.prompts.items",
     "probe.scoring.requests", "probe.scoring.tokens",
 ])
 def test_module_does_not_load_torch(module):

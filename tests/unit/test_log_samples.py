@@ -213,7 +213,7 @@ from tests.unit.test_stereoset import FIXTURE as STEREOSET  # noqa: E402
 
 
 def _short_hbb_prompts(monkeypatch):
-    import probe.prompts.hbb as prompts
+    import probe.tasks.hbb.prompts as prompts
     from tests.unit.test_task_crows_pairs import SHORT
 
     monkeypatch.setattr(prompts, "load_hbb_prompts", lambda: prompts.HBBPrompts(**SHORT))
@@ -261,7 +261,7 @@ def test_every_builtin_task_is_covered():
 def test_every_task_logs_every_request(name, tiny_lm, tmp_path, shared_data, monkeypatch, encoded, request):
     _short_hbb_prompts(monkeypatch)  # HBB / CrowS / StereoSet MCQ instructions: short for the tiny model
     if name == "hbb":  # the tiny random model writes no "Sentence:" lines: stand in for the parse
-        import probe.prompts.hbb as prompts
+        import probe.tasks.hbb.prompts as prompts
 
         monkeypatch.setattr(prompts, "parse_variations", lambda text, limit=None: ["[[X]] one.", "[[X]] two."][:limit])
     values, limit = _task_case(name, tmp_path, shared_data, request)

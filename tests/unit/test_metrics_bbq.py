@@ -5,7 +5,7 @@ import math
 import numpy as np
 import pytest
 
-from probe.metrics.bbq import bbq_metrics, bbq_metrics_ci, grouped_bbq_metrics, item_matrix
+from probe.tasks.bbq.metrics import bbq_metrics, bbq_metrics_ci, grouped_bbq_metrics, item_matrix
 
 
 def rec(cond, pol, pred=None, probs=None, label=None, target=0, unknown=2):
@@ -155,7 +155,7 @@ def test_cluster_bootstrap_resamples_whole_clusters_and_is_wider_for_correlated_
 def test_weighted_metrics_by_hand_and_against_the_unweighted():
     import math
 
-    from probe.metrics.bbq import bbq_metrics, weighted_bbq_metrics
+    from probe.tasks.bbq.metrics import bbq_metrics, weighted_bbq_metrics
 
     def rec(cond, pol, label, probs):
         return {"context_condition": cond, "question_polarity": pol, "label": label, "target_index": 1,

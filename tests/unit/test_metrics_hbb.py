@@ -8,21 +8,21 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from probe.metrics.hbb import (
-    S_TOLERANCE,
-    bias_scores,
-    direction,
-    direction_by_pair,
-    identity_concept1_rates,
-    normalize_pair,
-    over_threshold,
-    sampled_estimator_expectation,
-    sg_prob_a,
-    sg_prob_a_of_means,
-    summarize,
-    summarize_by,
-    swap_average,
-)
+from probe.tasks.hbb.metrics import (
+                                     S_TOLERANCE,
+                                     bias_scores,
+                                     direction,
+                                     direction_by_pair,
+                                     identity_concept1_rates,
+                                     normalize_pair,
+                                     over_threshold,
+                                     sampled_estimator_expectation,
+                                     sg_prob_a,
+                                     sg_prob_a_of_means,
+                                     summarize,
+                                     summarize_by,
+                                     swap_average,
+                                     )
 
 
 def test_bias_scores_hand_computed():
@@ -192,7 +192,7 @@ def test_direction_tables_empty_when_nothing_over_threshold(frame):
 
 
 def test_sampled_estimator_expectation_hand_computed():
-    from probe.metrics.hbb import sampled_estimator_expectation as sx
+    from probe.tasks.hbb.metrics import sampled_estimator_expectation as sx
 
     r = sx([1.0], [0.0], n_samples=1)
     assert r["expected_count"] == pytest.approx(1.0) and r["expected_mean_s"] == pytest.approx(100.0)

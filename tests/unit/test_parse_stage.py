@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from probe.prompts.answer_parse import UNCERTAINTY, oneword_decided, parse_oneword
+from probe.tasks.implicitbbq.parse import UNCERTAINTY, oneword_decided, parse_oneword
 from probe.runs.runner import RunOptions
 
 OPTS = ["Unknown", "The grandfather", "The grandson"]

@@ -11,13 +11,13 @@ import pandas as pd
 import pytest
 
 from probe.errors import ProbeError
-from probe.metrics.bbq import bbq_metrics
-from probe.reports.compare.bbq_layouts import table2_paper
+from probe.tasks.bbq.metrics import bbq_metrics
+from probe.tasks.implicitbbq.sections import table2_paper
 from probe.reports.compare.html import render
 from probe.reports.compare.paired import compare, holm, mcnemar, paired_bootstrap
 from probe.reports.compare.runs import Run, label_runs, load_run
 from probe.reports.compare.tables import Section, Table, plain, save_figure
-from probe.reports.compare.units import BBQ_SPEC, bbq_units
+from probe.tasks.bbq.paired_units import BBQ_SPEC, bbq_units
 
 
 def test_holm_steps_down_and_keeps_nan():
@@ -69,7 +69,7 @@ def test_bbq_units_give_the_task_metrics():
     expected = bbq_metrics(recs)["expected"]
     for name, f in BBQ_SPEC.metrics.items():
         assert float(f(sums)) == pytest.approx(expected[name], abs=1e-12), name
-    # all ambiguous answers Unknown: the scaled bias is 0 (probe.metrics.bbq's rule), not NaN
+    # all ambiguous answers Unknown: the scaled bias is 0 (probe.tasks.bbq.metrics's rule), not NaN
     unk = [{**r, "probs": [1.0 if j == r["unknown_index"] else 0.0 for j in range(3)]} for r in recs]
     sums = bbq_units(unk)[list(BBQ_SPEC.columns)].to_numpy().sum(0)
     assert float(BBQ_SPEC.metrics["bias_amb"](sums)) == 0.0 == bbq_metrics(unk)["expected"]["bias_amb"]

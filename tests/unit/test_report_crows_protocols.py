@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from probe.reports.compare import other_layouts as ol
+from probe.tasks.crows_pairs import layout as ol
 from probe.reports.compare.runs import load_run
 from probe.reports.compare.tables import Table
 
@@ -32,9 +32,12 @@ def test_protocol_selection(tmp_path):
     runs = [both, old, mcq]
     assert {k: v["all"]["score"] for k, v in ol.crows_scores(runs).items()} == {"both": 49.0, "old": 60.0, "mcq": 48.0}
     assert {k: v["all"]["score"] for k, v in ol.crows_scores(runs, "loglik").items()} == {"both": 55.0, "old": 60.0}
-    assert [ol.crows_protocol_of(r.summary) for r in runs] == ["mcq", "loglik", "mcq"]
-    # an hbb run's embedded CrowS-Pairs summary is read the same way
-    assert ol.crows_protocol_of({"task": "hbb", "crows_pairs": {"by_bias_type": [_row(1.0)]}}) == "loglik"
+    assert [ol.protocol_of(r.summary) for r in runs] == ["mcq", "loglik", "mcq"]
+    # an hbb run's embedded CrowS-Pairs summary is read the same way, once HBB's section hands it over
+    hbb = {"task": "hbb", "crows_pairs": {"by_bias_type": [_row(1.0)]}}
+    assert ol.protocol_of(hbb["crows_pairs"]) == "loglik"
+    assert ol.scores_by_type(hbb["crows_pairs"])["all"]["score"] == 1.0
+    assert ol.protocol_of(hbb) is None and ol.scores_by_type(hbb) is None  # the section reads its own part only
 
 
 def test_one_table_per_protocol_named_in_its_caption(tmp_path):

@@ -8,9 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from probe.reports.compare.bbq_layouts import implicitbbq_section
-from probe.reports.compare.ibbq_figures import figure4, figure4_values, strategies
-from probe.reports.compare.paper_layouts import hbb_paper_table, insert_beside
+from probe.tasks.implicitbbq.sections import implicitbbq_section
+from probe.tasks.implicitbbq.figures import figure4, figure4_values, strategies
+from probe.reports.compare.paper_layouts import insert_beside
+from probe.tasks.hbb.sections import hbb_paper_table
 from probe.reports.compare.runs import Run
 from probe.reports.compare.tables import Figure, Table
 

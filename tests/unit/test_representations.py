@@ -16,7 +16,8 @@ import numpy as np
 import pytest
 
 from probe.cli import main
-from probe.studies.representations import Settings, consistency, first_group, lexical_key
+from probe.studies.representations import Settings
+from probe.tasks.implicitbbq.representations import consistency, first_group, lexical_key
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -120,3 +121,21 @@ def test_end_to_end_on_the_tiny_model(shared_data, model_dir, tmp_path, capsys, 
     steering = pd.read_csv(out / "steering.csv")
     assert list(steering.direction.unique()) == ["mean difference", "probe"]
     assert (steering[steering.alpha == 0].filter(like="delta_") == 0).all().all()
+
+
+def test_the_study_reads_the_tasks_labels_and_names_the_tasks_that_give_them(tmp_path):
+    """Whether the study applies is the task's say (``representation_labels``), not a name switch: a run of a
+    task without labels is refused before any model work, naming the tasks that have them and their command."""
+    import pandas as pd
+
+    from probe.errors import ProbeError
+    from probe.studies.analyze.run import TaskRun
+    from probe.studies.representations import run_representations
+    from probe.tasks import get
+    from probe.tasks.implicitbbq.representations import LABELS
+
+    assert get("implicitbbq").representation_labels() is LABELS and LABELS.transfer == ("explicit", "implicit")
+    assert get("bbq").representation_labels() is None
+    run = TaskRun(get("bbq"), None, [], [], pd.DataFrame({"kind": ["label"]}), runner=None)
+    with pytest.raises(ProbeError, match=r"labels its items for it \(implicitbbq\), not 'bbq': probe run implicitbbq"):
+        run_representations(run, tmp_path / "out")

@@ -45,7 +45,7 @@ def test_small_sample_cells_say_n_a_instead_of_nan_or_zero_width():
     assert fmt_ci(0.92, [0.92, 0.92]) == "0.92 [CI n/a: zero width]"
     assert fmt_ci(0.5, [math.nan, math.nan]) == "0.50 [CI n/a]"
     assert fmt_ci(0.5, None) == "0.50"
-    from probe.reports.bbq_tables import _fmt  # the ImplicitBBQ / BBQ Table 2 cells follow the same rule
+    from probe.tasks.implicitbbq.tables import _fmt  # the ImplicitBBQ / BBQ Table 2 cells follow the same rule
 
     assert _fmt(0.11, [0.11, 0.11]) == "0.11 [CI n/a: zero width]" and _fmt(0.0, [0.0, 0.0]) == "0.00 [0.00, 0.00]"
 

@@ -204,7 +204,7 @@ def _demo_record(i: int, finite: bool = True) -> dict:
 
 
 def test_demo_summary_skips_and_counts_non_finite_records():
-    from probe.tasks.demo import report_markdown, summarize
+    from probe.tasks.demo.task import report_markdown, summarize
 
     good = [_demo_record(i) for i in range(4)]
     bad = [_demo_record(10 + i, finite=False) for i in range(3)]
@@ -218,7 +218,7 @@ def test_demo_summary_skips_and_counts_non_finite_records():
 def test_demo_summary_of_only_non_finite_records_is_nan_not_zero():
     import math
 
-    from probe.tasks.demo import summarize
+    from probe.tasks.demo.task import summarize
 
     s = summarize([_demo_record(1, finite=False)])
     assert s["n_nonfinite"] == 1 and math.isnan(s["mean_answer_mass"])
@@ -226,8 +226,8 @@ def test_demo_summary_of_only_non_finite_records_is_nan_not_zero():
 
 
 def test_bbq_metrics_refuse_nan_probabilities_loudly():
-    """probe.metrics.bbq does not skip: a NaN record is an error naming the field (callers filter ``finite``)."""
-    from probe.metrics.bbq import bbq_metrics
+    """probe.tasks.bbq.metrics does not skip: a NaN record is an error naming the field (callers filter ``finite``)."""
+    from probe.tasks.bbq.metrics import bbq_metrics
 
     rec = _demo_record(1)
     with pytest.raises(ValueError, match="probs"):

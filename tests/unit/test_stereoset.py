@@ -9,9 +9,10 @@ import math
 import pytest
 
 from probe.data.fetch import fetch
-from probe.data.stereoset import load_stereoset
+from probe.tasks import data_set
+from probe.tasks.stereoset.data import load_stereoset
 from probe.errors import InputError, ProbeError
-from probe.metrics.stereoset import stereoset_scores, term_counts
+from probe.tasks.stereoset.metrics import stereoset_scores, term_counts
 from probe.runs.runner import RunOptions
 from probe.runs.task_run import run_task
 from probe.tasks import get
@@ -70,13 +71,13 @@ def test_loader_reads_both_splits_and_names_bad_fields(dev, tmp_path):
 
 
 def test_fetch_from_a_local_copy_and_file_url(dev, tmp_path):
-    dest = fetch("stereoset", source=str(dev.parent.parent), dest=tmp_path / "a")  # the parent of stereoset/
+    dest = fetch(data_set("stereoset"), source=str(dev.parent.parent), dest=tmp_path / "a")  # the parent of stereoset/
     assert json.loads((dest / "dev.json").read_text()) == FIXTURE
-    dest = fetch("stereoset", source=f"file://{dev.parent}", dest=tmp_path / "b")
+    dest = fetch(data_set("stereoset"), source=f"file://{dev.parent}", dest=tmp_path / "b")
     assert "dev.json" in json.loads((dest / "MANIFEST.json").read_text())["files"]
     (tmp_path / "empty").mkdir()
     with pytest.raises(ProbeError, match="no file of data set 'stereoset'"):
-        fetch("stereoset", source=str(tmp_path / "empty"), dest=tmp_path / "c")
+        fetch(data_set("stereoset"), source=str(tmp_path / "empty"), dest=tmp_path / "c")
 
 
 def test_counts_follow_evaluation_py_ties_are_anti():
@@ -117,7 +118,7 @@ SHORT = dict(mcq_instruction="Pick one.", mcq_question="{context}", mcq_labels=(
 
 
 def test_requests_layout(dev, tiny_lm):
-    from probe.tasks.stereoset import stereoset_requests
+    from probe.tasks.stereoset.task import stereoset_requests
 
     exs = load_stereoset(dev)
     ll = stereoset_requests(exs, "loglik")
@@ -132,7 +133,7 @@ def test_requests_layout(dev, tiny_lm):
 
 
 def test_tiny_run_both_protocols(dev, tmp_path, tiny_lm, monkeypatch):
-    import probe.prompts.hbb as prompts
+    import probe.tasks.hbb.prompts as prompts
 
     monkeypatch.setattr(prompts, "load_hbb_prompts", lambda: prompts.HBBPrompts(**SHORT))  # tiny: 256 positions
     task = get("stereoset")

@@ -13,7 +13,7 @@ import probe
 from probe.cli import main as cli_main
 from probe.errors import InputError, ProbeError
 from probe.tasks import get
-from probe.tasks.bbq import CATEGORIES, _stratified, unit_key
+from probe.tasks.bbq.task import CATEGORIES, _stratified, unit_key
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -111,7 +111,7 @@ def test_templates_source_and_auto_fallback(shared_data, tmp_path):
 
 
 def test_stratified_order_is_round_robin_whole_instances_and_prefix_stable(shared_data):
-    from probe.data.bbq import load_bbq_jsonl
+    from probe.tasks.bbq.data import load_bbq_jsonl
 
     per_cat = {c: load_bbq_jsonl(shared_data / "bbq" / "data" / f"{c}.jsonl") for c in ("Age", "Religion")}
     small, large = _stratified(per_cat, 2, seed=0), _stratified(per_cat, 5, seed=0)

@@ -8,13 +8,13 @@ import math
 
 import pytest
 
-from probe.data.crows_pairs import CrowsPair
+from probe.tasks.crows_pairs.data import CrowsPair
 from probe.errors import ProbeError
 from probe.runs.record import records_to_frame
 from probe.runs.runner import RunOptions
 from probe.runs.task_run import run_task
 from probe.tasks import get
-from probe.tasks.crows_pairs import crows_requests, crows_summary, pair_frame
+from probe.tasks.crows_pairs.task import crows_requests, crows_summary, pair_frame
 
 PAIRS = [CrowsPair("crows:0", "A x.", "B x.", "stereo", "age"),
          CrowsPair("crows:1", "C y.", "D y.", "antistereo", "race")]
@@ -53,13 +53,13 @@ SHORT = dict(mcq_instruction="Pick a or b.", mcq_question="{context}\na) {option
 @pytest.fixture
 def short_prompts(monkeypatch):
     """The Table 11 instruction is longer than the tiny model's 256 positions: a short stand-in."""
-    import probe.prompts.hbb as prompts
+    import probe.tasks.hbb.prompts as prompts
 
     monkeypatch.setattr(prompts, "load_hbb_prompts", lambda: prompts.HBBPrompts(**SHORT))
 
 
 def test_mcq_requests_both_orders_with_the_table11_instruction(tiny_lm):
-    from probe.prompts.hbb import load_hbb_prompts
+    from probe.tasks.hbb.prompts import load_hbb_prompts
 
     reqs = crows_requests(PAIRS[:1], "mcq", tiny_lm.tokenizer)
     assert [r.id for r in reqs] == ["crows:0|crows_mcq", "crows:0|crows_mcq_swap"]
@@ -80,7 +80,7 @@ def test_mcq_requests_both_orders_with_the_table11_instruction(tiny_lm):
 def test_mcq_records_join_by_order():
     import pandas as pd
 
-    from probe.tasks.crows_pairs import mcq_pair_frame
+    from probe.tasks.crows_pairs.task import mcq_pair_frame
 
     rows = [("crows:0", "crows_mcq", (0.8, 0.2), 0.5), ("crows:0", "crows_mcq_swap", (0.6, 0.4), 0.05),
             ("crows:1", "crows_mcq", (0.3, 0.7), 0.9), ("crows:1", "crows_mcq_swap", (0.5, 0.5), 0.9)]

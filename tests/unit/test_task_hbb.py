@@ -12,7 +12,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from probe.data.hbb import HBBConcept, build_instances
+from probe.tasks.hbb.data import HBBConcept, build_instances
 from probe.errors import InputError, ProbeError
 from probe.runs.record import records_to_frame
 from probe.runs.runner import RunOptions
@@ -63,7 +63,7 @@ def test_crows_config_parses():
 
 @pytest.fixture
 def descriptors(shared_data):
-    from probe.data.hbb import load_descriptors
+    from probe.tasks.hbb.data import load_descriptors
 
     return load_descriptors(shared_data / "hbb" / "descriptors.json")
 
@@ -121,7 +121,7 @@ def test_limit_20_covers_every_bias_type(shared_data):
 def test_concept_id_is_the_concept_pair(shared_data):
     """CIs resample concept pairs through ``concept_id``: each row of questions.csv is one distinct
     (bias type1, bias type2) pair, so the two are the same unit (1,547 of each)."""
-    from probe.data.hbb import load_default
+    from probe.tasks.hbb.data import load_default
 
     concepts = load_default(str(shared_data / "hbb"))[0]
     pairs = {(c.concept_1.strip().lower(), c.concept_2.strip().lower()) for c in concepts}
@@ -166,7 +166,7 @@ def test_projection_from_the_runner_timing(tmp_path):
 def test_tables_carry_titles_and_take_the_model_name():
     import pandas as pd
 
-    from probe.reports.hbb_tables import report_markdown, run_tables, with_model
+    from probe.tasks.hbb.tables import report_markdown, run_tables, with_model
     from probe.tasks.hbb.join import LABELS
 
     df = pd.DataFrame({"category": "race", "descriptor_type": 1, "S": [30.0, 5.0], "direction": [1.0, -1.0],
@@ -198,7 +198,7 @@ SHORT = dict(mcq_instruction="Pick a or b.", mcq_question="{context}\na) {option
 @pytest.fixture
 def data(tmp_path, descriptors, monkeypatch) -> Path:
     """Two concept pairs with the real descriptors, and prompts short enough for the tiny model."""
-    import probe.prompts.hbb as prompts
+    import probe.tasks.hbb.prompts as prompts
 
     monkeypatch.setattr(prompts, "load_hbb_prompts", lambda: prompts.HBBPrompts(**SHORT))
     data = tmp_path / "hbb"
@@ -316,7 +316,7 @@ def test_sg_generated_variations_recorded_resumed_and_paired(tmp_path, tiny_lm, 
     """sg_source: generated, sg_n: 3: one generation per concept pair and option by the evaluated model (recorded
     in generations.jsonl, not redone on resume), parsed, the original first; variation j of s1 pairs with j of s2.
     A sentence that copies the context and a pair of one sentence are refused (left out, counted with ids)."""
-    import probe.prompts.hbb as prompts
+    import probe.tasks.hbb.prompts as prompts
 
     # the tiny random model writes no "Sentence:" lines; stand in for the parse: calls alternate option 1, 2
     calls = []
@@ -475,7 +475,7 @@ def test_sg_uses_the_authors_set_when_present(tmp_path, tiny_lm, data):
 
 
 def test_authors_variations_loader_errors(tmp_path):
-    from probe.data.hbb import load_authors_variations
+    from probe.tasks.hbb.data import load_authors_variations
 
     got = load_authors_variations(_authors_csv(tmp_path / "v.csv", [(3, " [[X]] a. ", "[[X]] b."), (3, "x", "y")]))
     assert got == {3: (("[[X]] a.", "x"), ("[[X]] b.", "y"))}
@@ -516,7 +516,7 @@ def test_parse_exact_mcq_beside_the_first_token_estimator(tmp_path, tiny_lm, dat
 
 
 def test_hbb_choice_parser_reads_the_whole_output_for_refusals():
-    from probe.prompts.answer_parse import hbb_decided, parse_hbb_choice
+    from probe.tasks.hbb.parse import hbb_decided, parse_hbb_choice
 
     assert parse_hbb_choice("a) The man. Sorry, I can't be sure") is None  # a later refusal undoes the letter
     assert parse_hbb_choice("B. the woman", ("a", "b")) == 1 and parse_hbb_choice("c) x") is None

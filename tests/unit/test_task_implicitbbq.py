@@ -7,10 +7,11 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from probe.data.items import BBQItem
+from probe.tasks.bbq.items import BBQItem
 from probe.errors import ProbeError
 from probe.tasks import get
-from probe.tasks.implicitbbq import ImplicitBBQConfig, request_id, results
+from probe.tasks.implicitbbq import results
+from probe.tasks.implicitbbq.task import ImplicitBBQConfig, request_id
 from probe.tasks.implicitbbq.sample import Selection, select, stratified_sample, unit_key
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -43,7 +44,7 @@ def test_config_validates_strategies(task):
 
 
 def test_items_pass_the_explicit_set_to_the_builder(task, monkeypatch):
-    import probe.data.implicitbbq as builder
+    import probe.tasks.implicitbbq.data as builder
 
     seen = {}
     monkeypatch.setattr(builder, "build_implicitbbq", lambda *a, **kw: seen.update(kw) or [])
@@ -136,7 +137,7 @@ def _demo_sets(items):
 
 
 def test_requests_ids_groups_order_and_meta(task, monkeypatch):
-    from probe.prompts import bbq_demos
+    from probe.tasks.implicitbbq import fewshot as bbq_demos
     from tests.tiny import tiny_tokenizer
 
     items = _items()
@@ -325,7 +326,7 @@ def test_sampled_option_probs_hand_cases():
     """One-word: log-sum-exp per option, renormalised in log space; labels: the entry's probs; none sampleable: None."""
     import math
 
-    from probe.tasks.implicitbbq.results import sampled_option_probs
+    from probe.tasks.bbq.records import sampled_option_probs
 
     # T = 0.1 makes every text's probability underflow in linear space; the ratio must survive
     entry = {"logprobs": [-2000.0, -2000.0 - math.log(3), -2001.0, None]}

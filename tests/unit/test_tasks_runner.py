@@ -213,7 +213,7 @@ def test_shipped_task_configs_are_valid(path):
 def test_task_sampling_specs_reach_the_records_and_the_input_check(tiny_lm, tmp_path):
     """A task's paper settings (Task.sampling) are scored in the same run; resuming with other specs is refused."""
     from probe.runs.task_run import run_task
-    from probe.tasks.demo import DemoTask
+    from probe.tasks.demo.task import DemoTask
 
     class Tempered(DemoTask):
         temperature = 0.5

@@ -145,7 +145,7 @@ def test_hbb_share_by_hand():
 
 
 def test_hbb_exact_is_the_k_sample_estimator():
-    from probe.metrics.hbb_sampling import prob_s_at_least
+    from probe.tasks.hbb.sampling import prob_s_at_least
 
     a = _HBB()
     a.instances = [("i0", "q1", "q2")]

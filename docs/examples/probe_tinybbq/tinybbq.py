@@ -78,7 +78,7 @@ class TinyBBQTask(Task):
     def aggregate(self, config: TinyBBQConfig, records: Any, items: Sequence[dict]) -> Aggregate:
         import pandas as pd
 
-        from probe.metrics.bbq import bbq_metrics
+        from probe.tasks.bbq.metrics import bbq_metrics
 
         m = bbq_metrics(answer_records(records))
         summary = {"n_items": len(items), "n_amb": m["n_amb"], "n_dis": m["n_dis"],
@@ -93,8 +93,8 @@ class TinyBBQTask(Task):
     # -- what the benchmark hands the report and the sampling check ---------------------------------------
     def report_layout(self) -> Any:
         from probe.reports.compare.layout import TaskLayout
-        from probe.reports.compare.units import bbq_spec
-        from probe.tasks.paired_units import answer_units
+        from probe.tasks.bbq.paired_units import bbq_spec
+        from probe.tasks.bbq.paired_units import answer_units
 
         def paired_records(frame: Any) -> list[dict]:
             recs = answer_records(frame)
@@ -163,7 +163,7 @@ class TinyBBQCheck(PaperCheck):
         return counted_label(self.tokenizer, text, self.ids)
 
     def metrics(self, rows: list[tuple[str, PromptCase, Any]]) -> dict[str, float]:
-        from probe.metrics.bbq import bbq_metrics
+        from probe.tasks.bbq.metrics import bbq_metrics
 
         keep = ("context_condition", "question_polarity", "label", "target_index", "unknown_index")
         recs = [{**{k: c.meta[k] for k in keep}, "probs": [float(x) for x in d]} for _, c, d in rows if d is not None]

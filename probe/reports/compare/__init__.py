@@ -2,12 +2,13 @@
 
 Modules: :mod:`.runs` (run directories read back, grouped and labelled),
 :mod:`.layout` (what a task hands the report: its section, paper tables and
-paired units), :mod:`.bbq_layouts` and :mod:`.other_layouts` (the tables and
-figures the tasks' layouts use, with several models; shared helpers in
-:mod:`.common`), :mod:`.units` and :mod:`.paired` (paired comparisons
-between two models on the same items), :mod:`.tables` (captioned tables and
+paired units; a task without one gets each run's own tables), :mod:`.common`
+(the helpers every task's section shares), :mod:`.paired` (paired comparisons
+between two models on the same items), :mod:`.paper_layouts` (paper-equivalent
+tables placed beside the exact ones), :mod:`.tables` (captioned tables and
 figures, Markdown/CSV/PNG/SVG), :mod:`.html` (the self-contained page) and
-:mod:`.build` (:func:`build_report`). Numbers in, files out: no model code.
+:mod:`.build` (:func:`build_report`). Each task's section lives in its own
+folder under :mod:`probe.tasks`. Numbers in, files out: no model code.
 """
 
 from probe.reports.compare.build import build_report

@@ -40,11 +40,24 @@ SectionFn = Callable[[Sequence[Run], Path, ReportContext], list[Any]]
 PaperTablesFn = Callable[[Sequence[Run], "Mapping[str, float] | None"], list[tuple[str, Any]]]
 
 
-def generic_section(runs: Sequence[Run], out: Path, context: ReportContext) -> list[Any]:
-    """Each run's own ``tables/*.csv`` (:func:`probe.reports.compare.other_layouts.generic_section`)."""
-    from probe.reports.compare.other_layouts import generic_section as own_tables
+def generic_section(runs: Sequence[Run], out: Path, context: ReportContext | None = None) -> list[Any]:
+    """Each run's own ``tables/*.csv``, one table per file and run (no multi-model layout for this task)."""
+    import pandas as pd
 
-    return own_tables(runs, out)
+    from probe.io import slug
+    from probe.reports.compare.tables import Table
+
+    items: list[Any] = []
+    for r in runs:
+        for csv in sorted((r.path / "tables").glob("*.csv")):
+            try:
+                df = pd.read_csv(csv)
+            except (OSError, ValueError, pd.errors.ParserError):
+                continue
+            items.append(Table(f"{r.task}_{slug(r.label)}_{csv.stem}", r.task, f"{r.task}: {csv.stem} ({r.label})",
+                               f"Task {r.task}, model {r.label}: the run's own table {csv.name}, as written (its "
+                               "estimator, n and CI are those of the task; see the task's docs).", df))
+    return items
 
 
 @dataclass(frozen=True)

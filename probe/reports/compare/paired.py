@@ -43,7 +43,7 @@ from typing import Callable, Mapping, Sequence
 import numpy as np
 import pandas as pd
 
-__all__ = ["Spec", "compare", "holm", "mcnemar", "paired_bootstrap", "MIN_CLUSTERS"]
+__all__ = ["Spec", "compare", "holm", "mcnemar", "paired_bootstrap", "ratio", "MIN_CLUSTERS"]
 
 #: fewer clusters than this: no CI and no bootstrap p (a handful of clusters resamples to a few values only)
 MIN_CLUSTERS = 5
@@ -59,6 +59,16 @@ class Spec:
     binary: str  # what the McNemar outcome is (caption)
     estimator: str  # what the metrics are computed from (caption)
     cluster: str  # what a cluster is (caption)
+
+
+def ratio(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """``a / b`` element-wise, NaN where ``b`` is (about) zero: a :class:`Spec` metric over column sums.
+
+    >>> ratio(np.array([1.0, 1.0]), np.array([2.0, 0.0])).tolist()
+    [0.5, nan]
+    """
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.where(b > 1e-12, a / np.where(b > 1e-12, b, 1.0), np.nan)
 
 
 def holm(pvalues: Sequence[float]) -> list[float]:

@@ -30,8 +30,6 @@ the run's store; span positions (``mean:context``, ``span:question``,
 ``mean:background``) are captured by re-scoring through the run's Runner.
 """
 
-from probe.studies.representations.labels import consistency, first_group, lexical_key
 from probe.studies.representations.study import STEPS, Settings, patching_pairs, run_representations
 
-__all__ = ["STEPS", "Settings", "consistency", "first_group", "lexical_key", "patching_pairs",
-           "run_representations"]
+__all__ = ["STEPS", "Settings", "patching_pairs", "run_representations"]

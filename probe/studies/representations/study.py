@@ -21,7 +21,6 @@ from typing import Any, Callable
 import numpy as np
 
 from probe.errors import ProbeError
-from probe.studies.representations.labels import (consistency, first_group, lexical_key, stereotyped_labels)
 
 STEPS = ("probes", "lens", "patching", "steering")
 
@@ -105,11 +104,12 @@ def run_probes(s: Settings, run: Any, n_layers: int, out: Path) -> Any:
     items = item_of(run)
     its = [items[r["id"]] for r in recs]
     groups = np.array([r["template_id"] for r in recs])
-    ctrl = np.array([lexical_key(it) for it in its])
+    labels = run.task.representation_labels()
+    ctrl = np.array([labels.lexical_key(it) for it in its])
     dims = np.array([r["category"] for r in recs])
-    kind = np.array([r["context_kind"] for r in recs])
-    y_group = np.array([first_group(it) for it in its])
-    y_cons = np.array([consistency(r) for r in recs])
+    kind = np.array([r[labels.framing] for r in recs])
+    y_group = np.array([labels.group(it) for it in its])
+    y_cons = np.array([labels.consistency(r) for r in recs])
     layers = sorted(set(range(0, n_layers, s.layer_stride)) | {n_layers - 1})
     keys = [f"blocks.{i}.hook_resid_post@{p}" for p in s.positions for i in layers]
     arrays = capture(run, keys)
@@ -122,7 +122,7 @@ def run_probes(s: Settings, run: Any, n_layers: int, out: Path) -> Any:
                       .assign(task="group", dimension=dim))
         _log(f"  probes: group/{dim} {time.time() - t0:.0f}s")
         for k in keys:
-            r = transfer(arrays[k][mask], y_group[mask], groups[mask], kind[mask], "explicit", "implicit",
+            r = transfer(arrays[k][mask], y_group[mask], groups[mask], kind[mask], *labels.transfer,
                          n_splits=s.n_splits, n_boot=s.n_boot, seed=s.seed)
             transfers.append({**parse_key(k), "dimension": dim, **r.to_dict()})
     frames.append(probe_sweep(arrays, kind, groups, keys, control_keys=ctrl, **kw)
@@ -199,7 +199,7 @@ def run_patching(s: Settings, run: Any, out: Path) -> dict:
         for src, tgt in pairs:
             delta = patch_logprobs(run.runner.lm, req[tgt], req[src], s.patch_positions, scorer=run.runner.scorer,
                                    **where)
-            cols = stereotyped_labels(recs.loc[tgt].to_dict())
+            cols = run.task.representation_labels().stereotyped_labels(recs.loc[tgt].to_dict())
             # log of the stereotyped labels' summed probability: log-sum-exp of clean + change, minus clean
             clean = np.asarray(recs.loc[tgt, "logprobs"], dtype=np.float64)[cols]
             patched = np.logaddexp.reduce(clean + delta[..., cols], axis=-1)
@@ -240,7 +240,7 @@ def run_steering(s: Settings, run: Any, table: Any, n_layers: int, out: Path) ->
     from probe.runs.record import records_to_frame
 
     recs = run.records.to_dict("records")
-    y = np.array([consistency(r) for r in recs])
+    y = np.array([run.task.representation_labels().consistency(r) for r in recs])
     layer = steering_layer(s, table, n_layers)
     key = f"blocks.{layer}.hook_resid_post@last"
     X = capture(run, [key])[key]
@@ -289,9 +289,13 @@ def run_representations(run: Any, output: str | Path, settings: Settings | None 
 
     s = settings or Settings()
     run = as_run(run)
-    if run.task.name != "implicitbbq":
-        raise ProbeError(f"the representations study reads an implicitbbq run, not {run.task.name!r}: "
-                         "probe run implicitbbq --set answer_formats=[labels] --capture 'blocks.*.hook_resid_post@last'")
+    if run.task.representation_labels() is None:  # the task says whether the study applies (no name switch)
+        from probe.tasks import get
+
+        studied = _studied_tasks()
+        hint = f": {get(studied[0]).representation_labels().how_to_run}" if studied else ""
+        raise ProbeError(f"the representations study reads a run of a task that labels its items for it "
+                         f"({', '.join(studied) or 'none registered'}), not {run.task.name!r}{hint}")
     kinds = set(run.records["kind"])
     if kinds != {"label"}:
         raise ProbeError(f"the representations study reads label records (the labelled answer format); this run "
@@ -328,3 +332,10 @@ def run_representations(run: Any, output: str | Path, settings: Settings | None 
             run.runner.lm, config={"analysis": "representations", "run": summary["run"], **summary["settings"]},
             data_files=[]))
     return out
+
+
+def _studied_tasks() -> list[str]:
+    """The registered tasks that label their items for this study (``Task.representation_labels``)."""
+    from probe.tasks import available, get
+
+    return [name for name in available() if get(name).representation_labels() is not None]

@@ -6,7 +6,7 @@ answers their parser finds (the last ``\\boxed{label}``, lower-cased;
 unparsable generations are dropped). probe samples ``cot_chains`` reasoning
 chains per prompt at those settings (seeded per chain), scores the label
 exactly where the authors' parser finds the chain's last boxed answer
-(:func:`probe.prompts.cmp_iso.last_boxed`), and takes the
+(:func:`probe.tasks.cmp_iso.prompts.last_boxed`), and takes the
 prompt's counts as the mean over its valid chains of the chain's label
 probabilities: a Rao-Blackwellised estimate of the authors' counts (the
 sampled answer token is replaced by its exact distribution; only the
@@ -16,7 +16,7 @@ counted; a prompt none of whose chains has one is kept with no valid answer
 (iso/cmp paper, appendix B: iso affirmation 0, cmp order 0.5).
 
 Records: one per (setting, benchmark, pair, prompt, chain), id
-``<request id>|chain{k}`` (:func:`probe.tasks.implicitbbq.chains.chain_id`),
+``<request id>|chain{k}`` (:func:`probe.tasks.chains.chain_id`),
 ``meta.chain`` = k; greedy CoT (``cot_chains: 0``) has one record per prompt
 without ``chain``.
 
@@ -37,7 +37,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
-from probe.tasks.implicitbbq.chains import chain_id, chain_index
+from probe.tasks.chains import chain_id, chain_index
 
 __all__ = ["chain_id", "chain_index", "valid", "prompt_key", "chain_counts", "mean_counts", "chain_stats"]
 
@@ -61,7 +61,7 @@ def prompt_key(rec: Mapping) -> tuple:
 def chain_counts(rec: Mapping, mode: str, probs: Sequence[float] | None = None) -> dict[str, float]:
     """One chain's label counts in ``mode`` (``expected``: its probabilities; ``argmax``: one-hot);
     ``probs`` replaces the record's (the paper mode's sampled probabilities)."""
-    from probe.metrics.cmp_iso import counts_from_probs
+    from probe.tasks.cmp_iso.metrics import counts_from_probs
 
     p = rec["probs"] if probs is None else probs
     return counts_from_probs(dict(zip(rec["options"], p)), "argmax" if mode == "argmax" else "expected")
@@ -93,7 +93,7 @@ def chain_stats(all_chains: Sequence[Mapping], prompts: Mapping[tuple, Sequence[
     (iso/cmp paper, appendix B: iso affirmation 0, cmp order 0.5); ``labels_of``:
     prompt key -> its labels (default: the labels of its chain records).
     """
-    from probe.metrics.cmp_iso import CmpIsoObservation, summarize
+    from probe.tasks.cmp_iso.metrics import CmpIsoObservation, summarize
 
     keys = dict.fromkeys(prompt_key(r) for r in all_chains)  # ordered as the records
     labels = dict(labels_of or {})

@@ -1,5 +1,5 @@
 """The ``cmp_iso`` task's config (:class:`CmpIsoConfig`, its settings :class:`SettingSpec`) and item
-(:class:`SampledPair`); re-exported by :mod:`probe.tasks.cmp_iso`."""
+(:class:`SampledPair`); used by :mod:`probe.tasks.cmp_iso.task`."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
-from probe.data.cmp_iso import BENCHMARK_FILES, CmpIsoPair
-from probe.prompts.cmp_iso import N_VARIANTS, CmpIsoSetting
+from probe.tasks.cmp_iso.data import BENCHMARK_FILES, CmpIsoPair
+from probe.tasks.cmp_iso.prompts import N_VARIANTS, CmpIsoSetting
 from probe.tasks.base import TaskConfig
 
 __all__ = ["CmpIsoConfig", "SampledPair", "SettingSpec"]
@@ -89,7 +89,7 @@ class CmpIsoConfig(TaskConfig):
     active_params_b: dict[str, float] | float | None = None
     model_family: dict[str, str] | str | None = None
     # demographic category: the released files are gender; race / religion files come from
-    # 'probe data build cmp_iso --category C' (probe.data.cmp_iso_sources), written into data_dir
+    # 'probe data build cmp_iso --category C' (probe.tasks.cmp_iso.sources), written into data_dir
     category: str = "gender"
     data_dir: str | None = None  # default: dataset_dir("cmp_iso") (PROBE_DATA honoured)
 
@@ -107,7 +107,7 @@ class CmpIsoConfig(TaskConfig):
         object.__setattr__(self, "settings", tuple(_setting_spec(x, i) for i, x in enumerate(s)))
         object.__setattr__(self, "comparisons", tuple(tuple(c) for c in self.comparisons))
         object.__setattr__(self, "params_b", dict(self.params_b or {}))
-        from probe.data.cmp_iso import CATEGORIES
+        from probe.tasks.cmp_iso.data import CATEGORIES
 
         if self.category not in CATEGORIES:
             raise ValueError(f"category must be one of {', '.join(CATEGORIES)}, got {self.category!r}")

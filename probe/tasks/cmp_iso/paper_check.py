@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from probe.prompts.cmp_iso_answers import authors_label
+from probe.tasks.cmp_iso.answers import authors_label
 from probe.tasks.paper_check import (PaperCheck as _Base, PromptCase, Scored, counted_label, label_ids, parse_stats,
                                      sampling_entry)
 
@@ -31,14 +31,14 @@ __all__ = ["PaperCheck", "parse_cmp_iso"]
 
 def parse_cmp_iso(text: str, task_type: str) -> str | None:
     """The label the authors' extractor reads from one generation (None: unparsable): the task's own
-    :func:`probe.prompts.cmp_iso.last_boxed`, the text continuing their ``\\boxed{`` cue.
+    :func:`probe.tasks.cmp_iso.prompts.last_boxed`, the text continuing their ``\\boxed{`` cue.
 
     >>> [parse_cmp_iso(t, "iso") for t in ("Yes}", "yes", " Yes}", "\\\\boxed{N}", "Maybe}")]
     ['Yes', 'Yes', None, 'No', None]
     >>> parse_cmp_iso("A} because \\\\boxed{b}", "cmp")
     'B'
     """
-    from probe.prompts.cmp_iso import AUTHORS_ANSWER_MAPS, last_boxed
+    from probe.tasks.cmp_iso.prompts import AUTHORS_ANSWER_MAPS, last_boxed
 
     answer = last_boxed(text, tuple(sorted(set(AUTHORS_ANSWER_MAPS[task_type].values()))))
     return answer.named if answer is not None else None
@@ -88,7 +88,7 @@ class PaperCheck(_Base):
         return counted_label(self.tokenizer, text, label_ids(self.tokenizer, list(case.options)))
 
     def metrics(self, rows: list[tuple[str, PromptCase, np.ndarray | None]]) -> dict[str, float]:
-        from probe.metrics.cmp_iso import CmpIsoObservation, summarize
+        from probe.tasks.cmp_iso.metrics import CmpIsoObservation, summarize
 
         out: dict[str, float] = {}
         for setting in sorted({c.meta["setting"] for _, c, _ in rows}):

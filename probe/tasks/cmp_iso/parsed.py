@@ -5,7 +5,7 @@ authors' generation-mode prompt is each offered label (``parsed.jsonl``);
 the mass not enumerated (``residual``) is left out by renormalising over the
 enumerated mass, and the largest residual is reported. Per context pair the
 expected preference over K generations per prompt
-(:mod:`probe.metrics.cmp_iso_sampling`: invalid answers excluded, the 0.5
+(:mod:`probe.tasks.cmp_iso.sampling`: invalid answers excluded, the 0.5
 fallback when no valid or affirmative answer is drawn); the Parity Gap is
 the mean of ``2 E[p_t] - 1`` over pairs, per setting and benchmark.
 """
@@ -25,7 +25,7 @@ def _probs(parsed: dict) -> dict[str, float]:
 
 def pair_preferences(records: Any, k: int) -> list[dict]:
     """One row per (setting, benchmark, pair, task type): the expected preference of t over K generations."""
-    from probe.metrics.cmp_iso_sampling import expected_cmp_preference, expected_iso_preference
+    from probe.tasks.cmp_iso.sampling import expected_cmp_preference, expected_iso_preference
 
     by_pair: dict[tuple, dict] = {}
     for rec in records.to_dict("records"):

@@ -14,7 +14,7 @@ temperature T cut to the top-p nucleus and renormalised over the labels (what
 the authors' parser keeps: samples that are no label are excluded). A record
 whose labels all fall outside the nucleus has no such distribution: it is
 left out of the paper mode and counted (``paper_equivalent.n_unsampleable``). The summary's rows carry no model name;
-:func:`probe.reports.cmp_iso_models.combine_summaries` adds it.
+:func:`probe.tasks.cmp_iso.model_tables.combine_summaries` adds it.
 
 CoT (:mod:`.chains`): a prompt's counts are the mean over its valid chains
 (per mode: probabilities, one-hot argmax, sampled probabilities); chains
@@ -27,7 +27,7 @@ paradigm, :func:`probe.metrics.mass.mass_summary`, floor ``mass_floor``),
 ``answering_only`` (PG, CIs and the cmp-vs-iso test without the prompts below
 the floor; a pair missing a prompt drops out of that paradigm) and, for CoT,
 ``cmp.claimed_random`` (the paper's Table 6 on the pairs whose generations for
-both orders claim randomness, :mod:`probe.metrics.cmp_iso_claims`). Every CI
+both orders claim randomness, :mod:`probe.tasks.cmp_iso.claims`). Every CI
 resamples context pairs.
 """
 
@@ -38,7 +38,7 @@ from typing import Any
 
 import numpy as np
 
-from probe.metrics.cmp_iso import PAPER_MODE
+from probe.tasks.cmp_iso.metrics import PAPER_MODE
 
 MODES = ("expected", "argmax")
 PAPER = PAPER_MODE  # the mode of the paper-equivalent estimate
@@ -81,7 +81,7 @@ def _key(kv: tuple) -> tuple:
 
 
 def _observation(key: tuple, counts: dict):
-    from probe.metrics.cmp_iso import CmpIsoObservation
+    from probe.tasks.cmp_iso.metrics import CmpIsoObservation
 
     _, _, cp, tt, slot = key
     return CmpIsoObservation(cp, tt, slot if tt == "iso" else None, slot if tt == "cmp" else None, counts)
@@ -96,9 +96,9 @@ def run_summary(records: Any, config: Any) -> dict:
     the ``cot_*`` keys). A prompt's counts are its record's label probabilities
     or, for sampled CoT, the mean over its valid chains (:mod:`.chains`).
     """
-    from probe.metrics.cmp_iso import analyze, summarize
-    from probe.metrics.cmp_iso_models import pooled_cmp_vs_iso
-    from probe.metrics.cmp_iso_claims import CLAIM_KEYWORDS, claimed_consistency, claims_randomness
+    from probe.tasks.cmp_iso.metrics import analyze, summarize
+    from probe.tasks.cmp_iso.model_metrics import pooled_cmp_vs_iso
+    from probe.tasks.cmp_iso.claims import CLAIM_KEYWORDS, claimed_consistency, claims_randomness
     from probe.metrics.mass import DEFAULT_FLOOR, answering, mass_summary
     from probe.metrics.significance import randomization_test
     from probe.tasks.cmp_iso.chains import chain_counts, chain_index, chain_stats, mean_counts, prompt_key, valid

@@ -1,6 +1,6 @@
 """``hbb``: the Hidden Bias Benchmark: MCQ by exact label probabilities, HBB-SG by perplexity.
 
-Flow: concept pairs x descriptors -> test instances (:mod:`probe.data.hbb`;
+Flow: concept pairs x descriptors -> test instances (:mod:`probe.tasks.hbb.data`;
 ``sample_concepts`` / ``per_cell`` / ``categories`` select them, ``--limit N``
 keeps the first N) -> HBB-SG's sentence variations (``sg_n`` per option: the
 authors' released set when fetched, else one greedy generation per concept pair
@@ -27,12 +27,27 @@ CrowS-Pairs; ``.md`` and ``.csv``),
 ``timing_projection.json`` (seconds per request kind, projected to the full
 103,649 instances). See ``docs/hbb.md``.
 
+The folder: the task (:mod:`.task`, :mod:`.join`, :mod:`.summary`,
+:mod:`.variations`), the data (:mod:`.data`, :mod:`.variation_data`,
+:mod:`.datasets`), prompts and parser (:mod:`.prompts`, :mod:`.parse`), metrics
+(:mod:`.metrics`, :mod:`.sampling`: the 10-sample estimator), tables and figures
+(:mod:`.tables`, :mod:`.table1`, :mod:`.figures`, :mod:`.bbq_match`), the
+``probe report`` section (:mod:`.sections`, :mod:`.layout`), the paper check
+(:mod:`.paper_check`) and ``probe data build hbb`` / ``probe metrics hbb``
+(:mod:`.cli`). CrowS-Pairs' protocols come from :mod:`probe.tasks.crows_pairs`.
+
 >>> from probe.tasks import get
 >>> cfg = get("hbb").make_config({"per_cell": 2, "categories": ["ses"]})
 >>> cfg.categories, cfg.threshold, cfg.extra_thresholds, cfg.sg_n
 (('ses',), 20.0, (5.0, 10.0), 10)
 """
 
-from probe.tasks.hbb.task import HBBConfig, HBBTask, sg_concept_ids
-
 __all__ = ["HBBConfig", "HBBTask", "sg_concept_ids"]
+
+
+def __getattr__(name: str):  # the task module (pandas) loads on first use, so `probe --help` stays light
+    if name in __all__:
+        from probe.tasks.hbb import task
+
+        return getattr(task, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

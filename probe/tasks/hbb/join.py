@@ -43,10 +43,10 @@ def question_probs(records: pd.DataFrame) -> pd.DataFrame:
 
     Columns (when their records exist): ``p_s1_mcq``, ``label_mass``,
     ``p_s1_swap``, ``label_mass_swap``, ``p_s1_sg`` (1/PPL normalized within each variation
-    pair, then averaged: :func:`probe.metrics.hbb.sg_prob_a`) and ``sg_n`` (the pairs it
+    pair, then averaged: :func:`probe.tasks.hbb.metrics.sg_prob_a`) and ``sg_n`` (the pairs it
     averages); index ``question_id``.
     """
-    from probe.metrics.hbb import sg_prob_a
+    from probe.tasks.hbb.metrics import sg_prob_a
 
     rows: dict[str, dict] = {}
     sg: dict[str, tuple[dict, dict]] = {}  # question -> (option 1, option 2): variation -> PPL
@@ -74,7 +74,7 @@ def question_probs(records: pd.DataFrame) -> pd.DataFrame:
 
 def instance_frame(instances: Sequence[Any], qp: pd.DataFrame) -> pd.DataFrame:
     """Join question probabilities into instances: P1(A), P2(A), S and direction per variant."""
-    from probe.metrics.hbb import bias_scores, direction, swap_average
+    from probe.tasks.hbb.metrics import bias_scores, direction, swap_average
 
     base = pd.DataFrame([{
         "id": i.id, "concept_id": i.concept_id, "category": i.category, "descriptor_type": i.descriptor_type,

@@ -14,9 +14,7 @@ def layout() -> Any:
     """The :class:`~probe.reports.compare.layout.TaskLayout` of ``hbb`` (Table 1's CS column reads the
     report's ``crows_pairs`` runs of the same models)."""
     from probe.reports.compare.layout import TaskLayout
-    from probe.reports.compare.other_layouts import hbb_section
-    from probe.reports.compare.paper_layouts import hbb_paper_tables
-    from probe.reports.compare.units import hbb_spec, hbb_units
+    from probe.tasks.hbb.sections import hbb_paper_tables, hbb_section, hbb_spec, hbb_units
 
     return TaskLayout(
         "Hidden Bias Benchmark", 3, lambda runs, out, ctx: hbb_section(runs, out, ctx.by_task.get("crows_pairs", [])),

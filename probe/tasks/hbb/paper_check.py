@@ -25,12 +25,12 @@ __all__ = ["PaperCheck", "parse_hbb"]
 
 def parse_hbb(text: str, labels: Sequence[str] = ("a", "b")) -> int | None:
     """Index of the HBB label ``text`` answers with (``choice)<answer>``), or None: the one rule of
-    :func:`probe.prompts.answer_parse.parse_hbb_choice`, which the task's exact parse also uses.
+    :func:`probe.tasks.hbb.parse.parse_hbb_choice`, which the task's exact parse also uses.
 
     >>> [parse_hbb(t) for t in ("a) The man.", "(b)", "Answer: B) x", "b", "about", "I'm sorry, I can't")]
     [0, 1, 1, 1, None, None]
     """
-    from probe.prompts.answer_parse import parse_hbb_choice
+    from probe.tasks.hbb.parse import parse_hbb_choice
 
     return parse_hbb_choice(text, labels)
 
@@ -55,7 +55,7 @@ class PaperCheck(_Base):
                                  "crows_pairs": False})
 
     def cases(self, scored: Scored) -> list[PromptCase]:
-        from probe.data.hbb import unique_questions
+        from probe.tasks.hbb.data import unique_questions
 
         self.tokenizer = scored.tokenizer
         self.label_ids = label_ids(scored.tokenizer, ("a", "b"))
@@ -86,7 +86,7 @@ class PaperCheck(_Base):
         return counted_label(self.tokenizer, text, self.label_ids)
 
     def metrics(self, rows: list[tuple[str, PromptCase, np.ndarray | None]]) -> dict[str, float]:
-        from probe.metrics.hbb import S_TOLERANCE
+        from probe.tasks.hbb.metrics import S_TOLERANCE
 
         pairs: dict[str, list[np.ndarray | None]] = {}
         for key, _case, d in rows:  # each unit: question 1, then question 2
@@ -102,7 +102,7 @@ class PaperCheck(_Base):
 
     def exact_metrics(self, cases: list[PromptCase], k: int) -> dict[str, float]:
         """The paper's K-sample estimator computed exactly: mean over instances of P(S >= 20)."""
-        from probe.metrics.hbb_sampling import prob_s_at_least
+        from probe.tasks.hbb.sampling import prob_s_at_least
 
         by_q = {c.meta["question_id"]: c for c in cases}
         p = []

@@ -21,13 +21,13 @@ def hbb_summary(config: Any, instances: Sequence[Any], records: pd.DataFrame, in
     ``inst``: the per-instance frame (:func:`~probe.tasks.hbb.join.instance_frame`);
     ``crows``: the CrowS-Pairs summary, when the run scored it.
     """
-    from probe.data.hbb import unique_questions
-    from probe.metrics.hbb import (
-        direction_by_pair,
-        identity_concept1_rates,
-        summarize_by,
-    )
-    from probe.reports.hbb_tables import run_tables
+    from probe.tasks.hbb.data import unique_questions
+    from probe.tasks.hbb.metrics import (
+                                         direction_by_pair,
+                                         identity_concept1_rates,
+                                         summarize_by,
+                                         )
+    from probe.tasks.hbb.tables import run_tables
 
     thr, n_boot = config.threshold, config.n_boot
     kinds: dict[str, int] = {}
@@ -104,7 +104,7 @@ def label_mass(records: pd.DataFrame, df: pd.DataFrame, thr: float, floor: float
     category: the mass distribution, the share of questions not answering, and the count at S >= threshold
     over all instances and over the instances whose two questions both answer.
     """
-    from probe.metrics.hbb import over_threshold
+    from probe.tasks.hbb.metrics import over_threshold
     from probe.metrics.mass import answering, mass_summary
     from probe.tasks.hbb.join import question_probs
 
@@ -142,8 +142,8 @@ def paper_equivalent(config: Any, records: pd.DataFrame, df: pd.DataFrame) -> tu
     """The paper's sampled count (T, N samples, S >= threshold) per category, per category x type and
     overall, computed exactly from the tempered label probabilities, beside the exact count; with its 5-95 %
     range over repeated runs of the paper's procedure and the noise floor (p1 = p2)."""
-    from probe.metrics.hbb import over_threshold
-    from probe.metrics.hbb_sampling import sampled_count
+    from probe.tasks.hbb.metrics import over_threshold
+    from probe.tasks.hbb.sampling import sampled_count
     from probe.tasks.hbb.join import sampled_question_probs
 
     spec = {"temperature": float(config.paper_temperature), "top_p": float(config.paper_top_p)}
@@ -206,7 +206,7 @@ def paper_parsed(config: Any, records: pd.DataFrame, df: pd.DataFrame,
 
     Mass not enumerated (``residual``) is counted as a non-answer here, like a refusal: the per-question
     P(a) and P(b) are certain to within it (``max_residual``)."""
-    from probe.metrics.hbb_sampling import sampled_count
+    from probe.tasks.hbb.sampling import sampled_count
 
     qp = parsed_question_probs(records)
     inst = df.assign(p1_a=qp["pa_parsed"].reindex(df.q1).to_numpy(), p1_b=qp["pb_parsed"].reindex(df.q1).to_numpy(),
@@ -239,7 +239,7 @@ def paper_parsed(config: Any, records: pd.DataFrame, df: pd.DataFrame,
              "expected_count_first_token": ft_all.get("expected_count")}
     settings = {**spec, "samples": n, "threshold": thr, "max_new_tokens": int(config.parse_max_new_tokens),
                 "parser": "choice)<answer> at the start, after an optional answer cue; an output holding 'sorry' "
-                          "and \"can't\" is a non-answer (the authors' cleaning); probe.prompts.answer_parse",
+                          "and \"can't\" is a non-answer (the authors' cleaning); probe.tasks.hbb.parse",
                 "invalid": "drop (refusals, unparsable and not-enumerated mass)"}
     ft_by_category = (first_token or {}).get("by_category") or {}
     rows = []
@@ -260,7 +260,7 @@ def paper_parsed(config: Any, records: pd.DataFrame, df: pd.DataFrame,
 
 def _sweep(df: pd.DataFrame, thresholds: Sequence[float]) -> dict[str, list]:
     """Count, share and mean S per category and overall at each threshold (no CIs)."""
-    from probe.metrics.hbb import summarize_by
+    from probe.tasks.hbb.metrics import summarize_by
 
     out = {}
     for t in thresholds:
@@ -274,7 +274,7 @@ def _sweep(df: pd.DataFrame, thresholds: Sequence[float]) -> dict[str, list]:
 def full_benchmark_requests(sg_n: int = 10) -> dict[str, int]:
     """Requests per kind for all 103,649 instances (77,350 distinct questions; HBB-SG at ``sg_n`` variations
     per option, and one variation generation per concept pair and option when ``sg_n > 1``)."""
-    from probe.data.hbb import IDENTITIES, TYPE_INDEX
+    from probe.tasks.hbb.data import IDENTITIES, TYPE_INDEX
 
     per_concept = sum(len(TYPE_INDEX[c]) * len(IDENTITIES[c]) for c in TYPE_INDEX)  # 50 distinct questions
     full_questions = 1547 * per_concept
@@ -287,7 +287,7 @@ def full_benchmark_requests(sg_n: int = 10) -> dict[str, int]:
 def projection(timing: dict[str, dict[str, float]], sg_n: int = 10) -> dict:
     """Seconds per request kind (``{kind: {"n", "seconds"}}``, the runner's timing) and the projection to
     the full benchmark on the same machine (HBB-SG at ``sg_n`` variations per option)."""
-    from probe.data.hbb import expected_counts
+    from probe.tasks.hbb.data import expected_counts
 
     full_requests = full_benchmark_requests(sg_n)
     per = {k: v["seconds"] / v["n"] for k, v in timing.items() if v.get("n")}

@@ -11,7 +11,7 @@ The paper (appendix E.1) scores n = 10 variations per option. The authors' varia
 one concept pair, with ``[[X]]`` kept: so one greedy generation per concept pair and option
 (the runner's generate step: recorded in ``generations.jsonl`` and resumed), parsed into its
 sentences, and the original option first make the n variations. Variation j of s1 is paired
-with variation j of s2 (normalized together, :func:`probe.metrics.hbb.sg_prob_a`).
+with variation j of s2 (normalized together, :func:`probe.tasks.hbb.metrics.sg_prob_a`).
 
 A variations file (``variations_file``) is JSONL, one line per concept pair:
 ``{"concept_id": int, "s1": [templates], "s2": [templates]}`` (``[[X]]`` slots, the j-th of
@@ -42,7 +42,7 @@ def generation_requests(concepts: Sequence[Any], tokenizer: Any, *, max_new_toke
     """One greedy generation per concept pair and option, with the authors' variation prompt as the
     user turn under ``system`` (their code sends every prompt with "You are a useful assistant.")."""
     from probe.prompts.chat import render_prompt
-    from probe.prompts.hbb import sg_variation_prompt
+    from probe.tasks.hbb.prompts import sg_variation_prompt
     from probe.scoring.generate import GenerationRequest
 
     return [
@@ -64,10 +64,10 @@ def resolve_source(config: Any) -> tuple[str, str | None]:
     ``("generated", None)`` or ``("original", None)``.
 
     ``variations_file`` wins; else ``sg_source``: ``auto`` (the default) takes the authors' set when it
-    has been fetched (:func:`probe.data.hbb.authors_variations_path`) and ``sg_n > 1``, else the evaluated
+    has been fetched (:func:`probe.tasks.hbb.data.authors_variations_path`) and ``sg_n > 1``, else the evaluated
     model's generations (``sg_n > 1``) or the originals (``sg_n = 1``); ``authors`` requires the set.
     """
-    from probe.data.hbb import authors_variations_path
+    from probe.tasks.hbb.data import authors_variations_path
 
     if config.variations_file:
         return "file", str(config.variations_file)
@@ -103,7 +103,7 @@ def from_generations(concepts: Sequence[Any], generations: Mapping[str, str], n:
     sentence is left out, and the concept pair gets fewer variation pairs. The second value maps
     concept_id -> ``{"context_copies": k, "identical_pairs": [j, ...]}`` (generated variation indices).
     """
-    from probe.prompts.hbb import parse_variations
+    from probe.tasks.hbb.prompts import parse_variations
 
     out: Variations = {}
     refused: dict[int, dict[str, Any]] = {}
@@ -132,8 +132,8 @@ def from_generations(concepts: Sequence[Any], generations: Mapping[str, str], n:
 
 def from_authors(path: str, concepts: Sequence[Any], n: int) -> Variations:
     """The authors' variation set for these concept pairs, each option's list cut to ``n`` (checked against
-    the concepts: :func:`probe.data.hbb.load_authors_variations`); a concept pair it lacks is an error."""
-    from probe.data.hbb import load_authors_variations
+    the concepts: :func:`probe.tasks.hbb.data.load_authors_variations`); a concept pair it lacks is an error."""
+    from probe.tasks.hbb.data import load_authors_variations
 
     return _pick(path, load_authors_variations(path, concepts), concepts, n)
 
@@ -154,7 +154,7 @@ def from_file(path: str, concepts: Sequence[Any], n: int) -> Variations:
     A ``.csv`` is read in the authors' format (:func:`from_authors`), anything else as JSONL."""
     if str(path).lower().endswith(".csv"):
         return from_authors(path, concepts, n)
-    from probe.data.hbb import load_sg_variations
+    from probe.tasks.hbb.data import load_sg_variations
 
     return _pick(path, load_sg_variations(path), concepts, n)
 

@@ -6,7 +6,7 @@ exactly after each chain, and takes the item's CoT option probabilities as the
 mean over its valid chains: a Rao-Blackwellised estimate of the paper's CoT
 metric (the answer sampling is replaced by its exact distribution; only the
 reasoning is sampled). A chain that never reaches an answer cue
-(:func:`probe.prompts.bbq.find_cue`) is excluded by default and counted, as the
+(:func:`probe.tasks.bbq.prompts.find_cue`) is excluded by default and counted, as the
 paper drops unparsable generations.
 
 >>> recs = [{"item_id": "i", "strategy": "cot", "answer_format": "oneword", "chain": k, "has_cue": c,
@@ -23,17 +23,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-
-def chain_id(request_id: str, k: int) -> str:
-    """The id of chain ``k`` of one (item, strategy, format): ``ITEM|cot|FORMAT|chain{k}``."""
-    return f"{request_id}|chain{k}"
-
-
-def chain_index(value: Any) -> int | None:
-    """A record's chain index (None: not a sampled chain; records frames hold NaN there)."""
-    if value is None or (isinstance(value, float) and math.isnan(value)):
-        return None
-    return int(value)
+from probe.tasks.chains import chain_index
 
 
 def valid(rec: Any, require_cue: bool = True) -> bool:
@@ -96,7 +86,7 @@ def chain_summary(chains: Sequence[dict], require_cue: bool = True) -> dict[str,
     kind and version, each BBQ metric computed on chain index k alone (k = 0..K-1),
     and its standard deviation (ddof 1) across k.
     """
-    from probe.metrics.bbq import bbq_metrics
+    from probe.tasks.bbq.metrics import bbq_metrics
 
     out: dict[str, Any] = {}
     keys = sorted({f"{r['strategy']}|{r['answer_format']}" for r in chains})

@@ -1,12 +1,12 @@
 """The ``implicitbbq`` task's config (:class:`ImplicitBBQConfig`) and the values its fields take;
-re-exported by :mod:`probe.tasks.implicitbbq`."""
+used by :mod:`probe.tasks.implicitbbq.task`."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from typing import Mapping
 
-from probe.data.implicitbbq import DIMENSIONS
+from probe.tasks.implicitbbq.data import DIMENSIONS
 from probe.tasks.base import TaskConfig
 
 __all__ = ["CONTEXT_KINDS", "FORMATS", "ImplicitBBQConfig", "STRATEGIES"]
@@ -34,12 +34,12 @@ class ImplicitBBQConfig(TaskConfig):
     seed: int = 0
     lexical: str = "first"
     # "matched": explicit fillings resampled to the implicit set's (dimension, template) weights, as the
-    # paper balances its ~8.5k explicit records (probe.data.implicitbbq_match); "full": every filling once
+    # paper balances its ~8.5k explicit records (probe.tasks.implicitbbq.match); "full": every filling once
     explicit_set: str = "matched"
     # per-cue exclusions (resources/implicitbbq_exclusions.yaml): "cue" drops the combinations using an excluded
     # cue; "template" removes the whole template, as the paper words it (a departure; see docs/implicitbbq.md)
     exclusion_unit: str = "cue"
-    n_shots: int = 5  # the first n of the shipped five (probe/data/resources/implicitbbq_demos.yaml)
+    n_shots: int = 5  # the first n of the shipped five (probe/tasks/implicitbbq/resources/implicitbbq_demos.yaml)
     # CoT as the paper runs it: K reasoning chains sampled at its temperature (0.1; no top-p given), each
     # final answer scored exactly, averaged per item; 0 = one greedy chain. 1024 tokens: real models'
     # reasoning must reach its "Final Answer:" (the paper gives no limit)
@@ -107,7 +107,7 @@ class ImplicitBBQConfig(TaskConfig):
             raise ValueError(f"cot_temperature must be > 0, got {self.cot_temperature!r}")
         if not 0 < self.cot_top_p <= 1:
             raise ValueError(f"cot_top_p must be in (0, 1], got {self.cot_top_p!r}")
-        from probe.data.implicitbbq import EXPLICIT_SETS
+        from probe.tasks.implicitbbq.data import EXPLICIT_SETS
 
         if self.explicit_set not in EXPLICIT_SETS:
             raise ValueError(f"explicit_set must be one of {', '.join(EXPLICIT_SETS)}, got {self.explicit_set!r}")

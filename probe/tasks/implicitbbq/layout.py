@@ -24,10 +24,9 @@ def paired_records(frame: Any) -> list[dict]:
 
 def layout() -> Any:
     """The :class:`~probe.reports.compare.layout.TaskLayout` of ``implicitbbq``."""
-    from probe.reports.compare.bbq_layouts import implicitbbq_section
     from probe.reports.compare.layout import TaskLayout
-    from probe.reports.compare.units import bbq_spec
-    from probe.tasks.paired_units import answer_units
+    from probe.tasks.bbq.paired_units import answer_units, bbq_spec
+    from probe.tasks.implicitbbq.sections import implicitbbq_section
 
     return TaskLayout("ImplicitBBQ", 0, lambda runs, out, _ctx: implicitbbq_section(runs, out),
                       paired_spec=lambda _runs: bbq_spec("implicitbbq", CLUSTER),

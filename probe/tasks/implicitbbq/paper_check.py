@@ -13,7 +13,7 @@ one of an option's answer texts (the scored surface forms; Unknown: its
 paraphrases) or starts with one followed by a non-letter ("The grandfather was
 ..."); the longest match wins; a text matching two options equally is no
 answer (:func:`parse_implicitbbq`; the check reads generations with the task's
-own :func:`probe.prompts.answer_parse.parse_oneword`).
+own :func:`probe.tasks.implicitbbq.parse.parse_oneword`).
 """
 
 from __future__ import annotations
@@ -93,7 +93,7 @@ class PaperCheck(_Base):
                 if r.meta.get("context_kind") in ("explicit", "implicit")]
 
     def cases(self, scored: Scored) -> list[PromptCase]:
-        from probe.tasks.implicitbbq.results import sampled_option_probs
+        from probe.tasks.bbq.records import sampled_option_probs
 
         self.parse_stats = parse_stats(scored.parsed)
         cases = []
@@ -113,7 +113,7 @@ class PaperCheck(_Base):
         return cases
 
     def parse(self, case: PromptCase, text: str) -> int | None:
-        from probe.prompts.answer_parse import parse_oneword
+        from probe.tasks.implicitbbq.parse import parse_oneword
 
         return parse_oneword(text, case.options, int(case.meta["unknown_index"]))
 
@@ -126,7 +126,7 @@ class PaperCheck(_Base):
         parsed (chance ``1 - (1 - a)^K``, ``a`` the accepted mass) and then with its parsed answers'
         distribution, so each prompt is weighted by that chance (a prompt the parser almost never accepts
         counts as rarely as it does when sampled)."""
-        from probe.metrics.bbq import weighted_bbq_metrics
+        from probe.tasks.bbq.metrics import weighted_bbq_metrics
 
         out: dict[str, float] = {}
         for kind in ("explicit", "implicit"):
@@ -147,7 +147,7 @@ class PaperCheck(_Base):
                                           "unknown_index")} | {"probs": [float(x) for x in probs]}
 
     def metrics(self, rows: list[tuple[str, PromptCase, np.ndarray | None]]) -> dict[str, float]:
-        from probe.metrics.bbq import bbq_metrics
+        from probe.tasks.bbq.metrics import bbq_metrics
 
         out: dict[str, float] = {}
         for kind in ("explicit", "implicit"):

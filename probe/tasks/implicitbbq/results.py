@@ -1,7 +1,7 @@
 """ImplicitBBQ records -> option probabilities, the summary, the paper's tables, the figure, the projection.
 
-The metrics and layouts are :mod:`probe.metrics.bbq` and
-:mod:`probe.reports.bbq_tables`; this module only turns the runner's records
+The metrics and layouts are :mod:`probe.tasks.bbq.metrics` and
+:mod:`probe.tasks.implicitbbq.tables`; this module only turns the runner's records
 into the per-item answer distributions they take.
 """
 
@@ -10,27 +10,9 @@ from __future__ import annotations
 import json
 import math
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Any, Mapping
 
-#: item fields kept in each metric record (beside probs, pred_index, mass)
-ITEM_FIELDS = ("item_id", "strategy", "answer_format", "dimension", "category", "setting", "context_kind",
-               "context_condition", "question_polarity", "label", "target_index", "unknown_index", "template_id",
-               "cue1", "cue2", "target_group")
-
-
-def option_probs(answer_format: str, owner: Any, logprobs: Any, probs: Any, mass: Any) -> dict[str, Any]:
-    """The three option probabilities and the mass the scored answers carry, from one record.
-
-    ``oneword``: each option's mass is the total over its answer texts (Unknown:
-    over its paraphrases), renormalised (:func:`probe.prompts.bbq.to_probs`);
-    ``labels``: the record's softmax over the labels and its label mass.
-    """
-    from probe.prompts.bbq import PreparedPrompt, to_probs
-
-    prepared = PreparedPrompt("", "", answer_format, (), tuple(int(o) for o in owner))
-    result = SimpleNamespace(probs=list(probs), label_mass=mass, logprobs=list(logprobs))
-    return to_probs(prepared, result)
+from probe.tasks.bbq.records import ITEM_FIELDS
 
 
 #: The bootstrap resampling unit of every ImplicitBBQ CI (:func:`cluster_of`), as summaries and captions state it.
@@ -61,91 +43,21 @@ def paper_spec(config: Any) -> dict[str, float] | None:
     return None if t is None else {"temperature": float(t), "top_p": float(getattr(config, "paper_top_p", 1.0))}
 
 
-def sampled_option_probs(answer_format: str, owner: Any, entry: Mapping[str, Any]) -> dict[str, Any] | None:
-    """The three option probabilities under a sampling spec, from a record's ``sampling`` entry; None if none
-    of the scored answers can be sampled (every one outside the nucleus or underflowing).
-
-    ``labels``: the entry's probs (renormalised over the labels) and mass.
-    ``oneword``: each answer text's tempered log-likelihood is the log-probability
-    that sampling emits exactly that text; an option's is the log-sum-exp over
-    its texts (Unknown: its paraphrases), and the probabilities are those
-    renormalised over the three options (in log space, so they survive the
-    underflow a low temperature brings). ``mass``: the chance that a sample is
-    one of the scored answer texts at all.
-
-    >>> d = sampled_option_probs("oneword", [0, 1, 2, 2], {"logprobs": [math.log(.2), math.log(.1), None, math.log(.1)]})
-    >>> [round(x, 3) for x in d["probs"]], round(d["mass"], 3)
-    ([0.5, 0.25, 0.25], 0.4)
-    """
-    if answer_format == "labels":
-        probs = [float(p) if p is not None else math.nan for p in entry["probs"]]
-        mass = entry.get("mass")
-        ok = all(math.isfinite(p) for p in probs) and mass is not None and math.isfinite(mass) and mass > 0
-        return {"probs": probs, "mass": float(mass)} if ok else None
-    per_option: list[list[float]] = [[], [], []]
-    for lp, i in zip(entry["logprobs"], owner):
-        if lp is not None and math.isfinite(lp):
-            per_option[int(i)].append(float(lp))
-    lse = [_logsumexp(v) for v in per_option]
-    top = max(lse)
-    if not math.isfinite(top):
-        return None
-    w = [math.exp(x - top) for x in lse]
-    return {"probs": [x / sum(w) for x in w], "mass": math.exp(_logsumexp([x for v in per_option for x in v]))}
-
-
-def _logsumexp(values: list[float]) -> float:
-    if not values:
-        return -math.inf
-    m = max(values)
-    return m + math.log(math.fsum(math.exp(v - m) for v in values))
-
-
-def _entry(rec: Mapping[str, Any], spec: Mapping[str, float]) -> Mapping[str, Any] | None:
-    for e in rec.get("sampling") or ():
-        if math.isclose(e["temperature"], spec["temperature"]) and math.isclose(e["top_p"], spec["top_p"]):
-            return e
-    return None
-
-
 def metric_records(records: Any, sampling: Mapping[str, float] | None = None, require_cue: bool = True,
                    per_chain: bool = False) -> tuple[list[dict], int]:
     """(one metric record per finite scored (item, strategy, format), the number of records skipped).
 
-    A record whose scores are not finite (NaN/inf log-probabilities, e.g. a
-    broken fp16 run) never becomes an answer. With ``sampling`` (a spec
-    mapping), the option probabilities are those under that sampling
-    (:func:`sampled_option_probs`); a record without that spec, or whose
-    answers cannot be sampled at all, is skipped and counted. CoT chains
-    (records with ``chain``) are averaged per item (:func:`.chains.average_chains`;
-    ``per_chain``: one metric record per chain instead); with ``require_cue`` a
-    reasoning that never reached an answer cue is left out (counted in the
-    task summary's ``cot``, not here).
+    The answer records of :func:`probe.tasks.bbq.records.answer_records` (non-finite
+    records skipped and counted; with ``sampling``, the option probabilities
+    under that spec). CoT chains (records with ``chain``) are averaged per item
+    (:func:`.chains.average_chains`; ``per_chain``: one metric record per chain
+    instead); with ``require_cue`` a reasoning that never reached an answer cue
+    is left out (counted in the task summary's ``cot``, not here).
     """
-    from probe.tasks.implicitbbq.chains import average_chains, chain_index
+    from probe.tasks.bbq.records import answer_records
+    from probe.tasks.implicitbbq.chains import average_chains
 
-    out, skipped = [], 0
-    for rec in records.to_dict("records") if hasattr(records, "to_dict") else records:
-        values = list(rec["logprobs"]) + [rec.get("mass")]
-        if not rec["finite"] or rec.get("pred_index") is None or not all(
-                isinstance(v, (int, float)) and math.isfinite(v) for v in values):
-            skipped += 1
-            continue
-        if sampling is not None:
-            entry = _entry(rec, sampling)
-            p = sampled_option_probs(rec["answer_format"], rec["owner"], entry) if entry else None
-            if p is None:
-                skipped += 1
-                continue
-            p["logprobs"] = list(entry["logprobs"]) if "logprobs" in entry else list(rec["logprobs"])
-        exact = option_probs(rec["answer_format"], rec["owner"], rec["logprobs"], rec["probs"], rec["mass"])
-        p = exact if sampling is None else p
-        m = {k: rec.get(k) for k in ITEM_FIELDS}
-        m.update(id=rec["id"], probs=p["probs"], mass=p["mass"], logprobs=p["logprobs"],
-                 option_mass=exact["option_mass"],
-                 pred_index=max(range(3), key=lambda i: (p["probs"][i], -i)),
-                 chain=chain_index(rec.get("chain")), has_cue=_has_cue(rec.get("reasoning")))
-        out.append(m)
+    out, skipped = answer_records(records, sampling)
     return (out if per_chain else average_chains(out, require_cue)), skipped
 
 
@@ -174,7 +86,7 @@ def parsed_metric_records(records: Any) -> tuple[list[dict], dict[str, Any]]:
             none += 1
             continue
         probs = [x / total for x in raw]
-        m = {k: rec.get(k) for k in ITEM_FIELDS}
+        m = {k: rec.get(k) for k in ITEM_FIELDS}  # the fields of every answer record
         m.update(id=rec["id"], probs=probs, mass=total, logprobs=[math.log(x) if x > 0 else -math.inf for x in probs],
                  option_mass=probs, pred_index=max(range(3), key=lambda i: (probs[i], -i)), chain=None, has_cue=None)
         out.append(m)
@@ -189,7 +101,7 @@ def parsed_metric_records(records: Any) -> tuple[list[dict], dict[str, Any]]:
 
 def parsed_tables(summary: Mapping[str, Any], model: str, spec: Mapping[str, float]) -> dict[str, Any]:
     """The paper's Table 2 from its own procedure (sampling + parsing, enumerated exactly): the headline."""
-    from probe.reports.bbq_tables import table2
+    from probe.tasks.implicitbbq.tables import table2
 
     name = f"table2_paper_parsed_T{spec['temperature']:g}" + (f"_topp{spec['top_p']:g}" if spec["top_p"] < 1 else "")
     return {name: table2(dict(summary), "expected", model)}
@@ -201,7 +113,7 @@ def option_mass_summary(recs: list[dict]) -> dict[str, Any]:
     ``target`` / ``other`` / ``unknown``: the mean over records of the total probability of
     that option's surface forms (one-word) or label (labels); ``person`` = target + other;
     ``unknown_share`` = unknown / (person + unknown). One-word forms are
-    :mod:`probe.prompts.bbq_answers`; this shows whether the explicit and implicit
+    :mod:`probe.tasks.bbq.answers`; this shows whether the explicit and implicit
     answers are scored on an equal footing.
 
     >>> r = {"strategy": "zero_shot", "answer_format": "oneword", "context_kind": "explicit",
@@ -252,16 +164,9 @@ def option_mass_table(summary: Mapping[str, Any]) -> Any:
                          for kind, v in kinds.items()])
 
 
-def _has_cue(reasoning: Any) -> bool | None:
-    """Whether a CoT reasoning reached an answer cue (None: the record has no reasoning)."""
-    from probe.prompts.bbq import find_cue
-
-    return find_cue(reasoning) is not None if isinstance(reasoning, str) else None
-
-
 def tables(summary: Mapping[str, Any], model: str) -> dict[str, Any]:
     """The paper's Table 2 (per version) and Tables 5-7 (per strategy|format and version) layouts."""
-    from probe.reports.bbq_tables import VERSIONS, table2, tables_per_dimension
+    from probe.tasks.implicitbbq.tables import VERSIONS, table2, tables_per_dimension
 
     out = {}
     for version in VERSIONS:
@@ -292,7 +197,7 @@ def chains_table(cot: Mapping[str, Any]) -> Any:
 
 def paper_tables(summary: Mapping[str, Any], model: str, spec: Mapping[str, float]) -> dict[str, Any]:
     """The paper's Table 2 under its own sampling (the headline), named by its settings."""
-    from probe.reports.bbq_tables import table2
+    from probe.tasks.implicitbbq.tables import table2
 
     name = f"table2_paper_T{spec['temperature']:g}" + (f"_topp{spec['top_p']:g}" if spec["top_p"] < 1 else "")
     return {name: table2(dict(summary), "expected", model)}
@@ -300,7 +205,7 @@ def paper_tables(summary: Mapping[str, Any], model: str, spec: Mapping[str, floa
 
 def write_figures(summary: Mapping[str, Any], output: Path, model: str) -> list[Path]:
     """``figure3_<strategy>_<format>.png`` (the paper's Figure 3 layout) for each zero-shot format."""
-    from probe.reports.bbq_tables import figure3
+    from probe.tasks.implicitbbq.tables import figure3
 
     paths = []
     for key in summary:

@@ -11,7 +11,7 @@ the dimensions first, then the context kinds, whole units
 (:func:`probe.tasks.stratify.stratified_limit`).
 
 The explicit units come from the matched explicit set
-(:mod:`probe.data.implicitbbq_match`), where a filling that its template's
+(:mod:`probe.tasks.implicitbbq.match`), where a filling that its template's
 implicit weight needs several times is repeated under ids ``<unit>-m<k>``:
 drawn like any unit, the repeats give each template its implicit weight in
 the sample too (a filling drawn twice is scored twice; same prompt, same

@@ -1,0 +1,27 @@
+"""``bbq``: the BBQ benchmark (Parrish et al., 2022) and the BBQ-family pieces other tasks share.
+
+The task itself is :mod:`.task` (:class:`BBQTask`, :class:`BBQConfig`). The
+rest of the folder is what BBQ owns and ImplicitBBQ and the demo import from
+here: the item schema (:mod:`.items`), the JSONL reader (:mod:`.data`), the
+template expander (:mod:`.templates`, :mod:`.template_rows`,
+:mod:`.intersectional`) and BharatBBQ's caste templates in the same format
+(:mod:`.bharatbbq`), the prompts and answer forms (:mod:`.prompts`,
+:mod:`.answers`), the metrics (:mod:`.metrics`), records as answer records
+(:mod:`.records`), the report (:mod:`.report`, :mod:`.layouts`) and the paired
+units of ``probe report`` (:mod:`.paired_units`); BBQ items as ``probe
+activations`` input (:mod:`.capture`), its commands (:mod:`.cli`: ``probe data
+build bbq``, ``probe metrics bbq``) and its data sets (:mod:`.datasets`: BBQ,
+BharatBBQ).
+
+This package loads nothing heavy: the task module loads on first use of its names.
+"""
+
+__all__ = ["BBQConfig", "BBQTask"]
+
+
+def __getattr__(name: str):
+    if name in __all__:
+        from probe.tasks.bbq import task
+
+        return getattr(task, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -1,0 +1,21 @@
+"""``crows_pairs``: CrowS-Pairs with a causal LM, in two protocols ((a) the HBB paper's two-choice question,
+(b) lm-evaluation-harness's whole-sentence log-likelihood).
+
+The task and its two protocols are :mod:`.task` (:class:`CrowsPairsTask`;
+StereoSet and HBB's optional CrowS-Pairs column reuse them), the reader
+:mod:`.data` (and its data set, :mod:`.datasets`), the scores :mod:`.metrics`,
+the ``probe report`` section :mod:`.layout`. Protocol (a)'s prompt texts are
+the HBB paper's, imported from :mod:`probe.tasks.hbb.prompts`.
+
+This package loads nothing heavy: the task module loads on first use of its names.
+"""
+
+__all__ = ["CrowsPairsConfig", "CrowsPairsTask"]
+
+
+def __getattr__(name: str):
+    if name in __all__:
+        from probe.tasks.crows_pairs import task
+
+        return getattr(task, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

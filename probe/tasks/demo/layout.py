@@ -1,0 +1,32 @@
+"""The demo's section of ``probe report``: explicit vs implicit metrics, one row per model, context kind and
+estimator."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Sequence
+
+import pandas as pd
+
+from probe.reports.compare.common import model_labels
+from probe.reports.compare.runs import Run
+from probe.reports.compare.tables import Table, fmt
+from probe.tasks.bbq.layouts import METRICS
+
+__all__ = ["demo_section"]
+
+
+def demo_section(runs: Sequence[Run], out: Path) -> list[Any]:
+    """The demo's explicit vs implicit metrics, one row per model, context kind and estimator."""
+    rows = []
+    for r in runs:
+        for kind, m in r.summary.get("by_context_kind", {}).items():
+            for version in ("expected", "argmax"):
+                v = m[version]
+                rows.append({"Model": r.label, "Context": kind, "Estimator": version, "n amb": m["n_amb"],
+                             "n dis": m["n_dis"], **{k: fmt(v[k]) for k in METRICS}})
+    df = pd.DataFrame(rows)
+    return [Table("demo_by_context", "demo", "Demo set: explicit vs implicit", (
+        f"Task demo, models {model_labels(runs)}. Estimators: expected counts (T = 1) and argmax answers (column "
+        "Estimator). n: items per condition. CI: none in the demo summary (see the paired comparison below and "
+        "each run's report.html)."), df)]
