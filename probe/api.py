@@ -65,6 +65,8 @@ def evaluate(model: Any, task: "str | Sequence[str]", *, limit: int | float | No
         ``output`` a store in ``OUTPUT/activations`` (``probe.activations.load(output)``).
         ``log_samples=True`` logs what the model saw per request (``docs/samples.md``):
         ``Evaluation.samples``, and with ``output`` ``OUTPUT/samples.jsonl``.
+        ``shard="I/N"`` (with ``output``) scores one job-array share (``docs/parallel.md``): the
+        Evaluation's ``pending`` then says what was written and what to run next.
 
     Returns
     -------

@@ -121,13 +121,8 @@ def main(argv: list[str] | None = None) -> int:
     if not getattr(args, "func", None):
         parser.print_help(sys.stderr)
         return 2
-    from probe.runs.shard_set import ShardDone
-
     try:
         return int(args.func(args) or 0)
-    except ShardDone as done:  # --shard I/N: this process's share is written; not an error
-        print(f"probe: {done}", file=sys.stderr)
-        return 0
     except (ProbeError, OSError, UnicodeError) as exc:
         # under `accelerate launch` every rank meets the same bad input: say it once
         if os.environ.get("RANK", "0") == "0":

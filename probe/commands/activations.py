@@ -127,7 +127,7 @@ def record(model: Any, input_path: Any, output: Path, capture: Any = ("blocks.*.
     from probe.models.tl_adapter import backend_name, with_backend
     from probe.prompts.capture_items import read_capture_items
     from probe.runs.runner import RunOptions, Runner, load
-    from probe.runs.shard_set import ShardDone
+    from probe.runs.sharding import ShardPending
 
     try:
         options = RunOptions(device=device, dtype=dtype, batch_size=batch_size or "auto", chunk_size=chunk_size,
@@ -153,11 +153,10 @@ def record(model: Any, input_path: Any, output: Path, capture: Any = ("blocks.*.
         _check_positions(runner, items, spec, input_path)
         before = _stored(output)
         folding = _shard_items(output)  # complete shard stores are folded in first (or refused, unfinished)
-        try:
-            runner.score(items.requests, output / RECORDS, task="activations", capture=spec, capture_dir=output,
-                         capture_meta={"chat_template": chat_template, "strategy": strategy},
-                         capture_extra={"backend": backend_name(lm.model), "input": str(input_path)})
-        except ShardDone:
+        done = runner.score(items.requests, output / RECORDS, task="activations", capture=spec, capture_dir=output,
+                            capture_meta={"chat_template": chat_template, "strategy": strategy},
+                            capture_extra={"backend": backend_name(lm.model), "input": str(input_path)})
+        if isinstance(done, ShardPending):
             from probe.activations.shards import shard_store
             from probe.runs.shard import rank_chunks
 

@@ -107,12 +107,14 @@ def _score_file(args: argparse.Namespace, runner, requests, command: str, noun: 
     with runner, lock:  # one writer per output, from the first record to the provenance
         prov = _drop_provenance(args.output) if runner.procs.is_main else None
         before = _count(args.output)
-        runner.score(requests, args.output, task=command)
-        if runner.shard is not None:  # every shard set is complete: a plain run folds them
-            from probe.runs.shard_set import ShardDone
+        from probe.runs.sharding import ShardPending
 
-            raise ShardDone(f"every shard of {args.output} has finished; run the same command without --shard "
-                            "(or `probe merge`) to fold them in")
+        done = runner.score(requests, args.output, task=command)
+        if runner.shard is not None:  # this shard's share is written; a plain run folds the complete set
+            print(f"probe: {done}" if isinstance(done, ShardPending) else
+                  f"probe: every shard of {args.output} has finished; run the same command without --shard "
+                  "(or `probe merge`) to fold them in", file=sys.stderr)
+            return 0
         if not runner.procs.is_main:  # rank 0 merged the shards; it alone writes provenance and reports
             return 0
         write_json_atomic(prov, provenance(

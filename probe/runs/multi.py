@@ -68,7 +68,6 @@ def run_many(tasks: Sequence[str], models: Sequence[Any], *, limit: int | float 
     """Every task on every model. ``output``: one directory per run (``OUTPUT`` for one run,
     ``OUTPUT/<model>`` for one task on several models, ``OUTPUT/<task>/<model>`` otherwise) and the
     combined report in ``OUTPUT`` (``OUTPUT/report`` when a single run has its own files there)."""
-    from probe.runs.results import combined_report, results_frame
     from probe.tasks import get
 
     if not tasks or not models:
@@ -76,47 +75,18 @@ def run_many(tasks: Sequence[str], models: Sequence[Any], *, limit: int | float 
     configs = dict(configs or task_configs(tasks, {}))
     task_objs = [get(t) for t in tasks]
     options = options or RunOptions(progress=False)
-    base = Path(output) if output is not None else None
-    from probe.runs.shard_set import ShardDone
-
-    from probe.models.loader import check_model_source
-
-    for model in models:  # a missing built-in or path fails now, not after the models before it have run
-        if isinstance(model, (str, Path)):
-            check_model_source(str(model), options.allow_pickle_weights)
-
-    def run_dir(task: Any, name: str) -> Path | None:
-        if base is None:
-            return None
-        return base if len(tasks) == 1 and len(models) == 1 else (
-            base / slug(name) if len(tasks) == 1 else base / task.name / slug(name))
-
-    def model_name(model: Any) -> str:
-        return str(getattr(model, "name", model)) if not isinstance(model, (str, Path)) else str(model)
-
-    if base is not None:  # every run directory checked before any model loads
-        from probe.runs.task_run import check_models_before_load, check_run_dir, check_smaller_limit
-
-        for model in models:
-            for task in task_objs:
-                out = run_dir(task, model_name(model))
-                check_run_dir(out)
-                check_models_before_load(out, model)
-                if limit is not None and not options.shard:  # a smaller --limit: refused before loading
-                    check_smaller_limit(task, configs[task.name], limit, out)
+    dirs = _RunDirs(Path(output) if output is not None else None, len(tasks), len(models))
+    _check_before_load(task_objs, models, dirs, configs, limit, options)
     runs: list[Evaluation] = []
     sharded = False
     for model in models:
-        name = model_name(model)
         runner = Runner(load(model, options), options)
         try:
             for task in task_objs:
-                out = run_dir(task, name)
-                try:
-                    e = run_task(task, configs[task.name], model, output=out, limit=limit, options=options,
-                                 runner=runner)
-                except ShardDone as done:  # --shard: this run's share is written; the next run's follows
-                    print(f"probe: {done}", file=sys.stderr)
+                e = run_task(task, configs[task.name], model, output=dirs.of(task, _model_name(model)), limit=limit,
+                             options=options, runner=runner)
+                if e.pending:  # --shard: this run's share is written; the next run's follows
+                    print(f"probe: {e.pending}", file=sys.stderr)
                     sharded = True
                     continue
                 runs.append(e)
@@ -124,12 +94,62 @@ def run_many(tasks: Sequence[str], models: Sequence[Any], *, limit: int | float 
                     on_run(e)
         finally:
             runner.close()
+    return _combined(runs, dirs.base if report and not sharded else None)
+
+
+@dataclasses.dataclass(frozen=True)
+class _RunDirs:
+    """Where each run of :func:`run_many` writes: ``base`` for one run, ``base/<model>`` for one task on several
+    models, ``base/<task>/<model>`` otherwise (None: in memory)."""
+
+    base: Path | None
+    n_tasks: int
+    n_models: int
+
+    def of(self, task: Any, model_name: str) -> Path | None:
+        if self.base is None:
+            return None
+        if self.n_tasks == 1 and self.n_models == 1:
+            return self.base
+        return self.base / slug(model_name) if self.n_tasks == 1 else self.base / task.name / slug(model_name)
+
+
+def _model_name(model: Any) -> str:
+    return str(getattr(model, "name", model)) if not isinstance(model, (str, Path)) else str(model)
+
+
+def _check_before_load(tasks: Sequence[Any], models: Sequence[Any], dirs: _RunDirs, configs: Mapping[str, Any],
+                       limit: int | float | None, options: RunOptions) -> None:
+    """Every model source and run directory checked before any model loads: a missing built-in or path, another
+    model's run, or a smaller ``--limit`` than a finished run's fails now, not after the models before it ran."""
+    from probe.models.loader import check_model_source
+
+    for model in models:
+        if isinstance(model, (str, Path)):
+            check_model_source(str(model), options.allow_pickle_weights)
+    if dirs.base is None:
+        return
+    from probe.runs.task_run import check_models_before_load, check_run_dir, check_smaller_limit
+
+    for model in models:
+        for task in tasks:
+            out = dirs.of(task, _model_name(model))
+            check_run_dir(out)
+            check_models_before_load(out, model)
+            if limit is not None and not options.shard:  # a smaller --limit: refused before loading
+                check_smaller_limit(task, configs[task.name], limit, out)
+
+
+def _combined(runs: list[Evaluation], base: Path | None) -> Evaluations:
+    """The runs, their results as one frame and, with ``base`` and several runs, the combined report there."""
     import pandas as pd
+
+    from probe.runs.results import combined_report, results_frame
 
     frames = [e.results for e in runs if e.results is not None and len(e.results)]
     results = pd.concat(frames, ignore_index=True) if frames else results_frame([])
     where = None
-    if report and base is not None and len(runs) > 1 and not sharded:
+    if base is not None and len(runs) > 1:
         where = base
         print(f"report: combining {len(runs)} run(s) into {where}/report.html", file=sys.stderr)
         combined_report([e.output for e in runs if e.output is not None], where, n_boot=1000,

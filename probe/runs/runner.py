@@ -34,8 +34,9 @@ from probe.runs.chunks import group_chunks
 from probe.runs.options import RUN_KEYS, RunOptions, default_threads, load, options_from
 from probe.runs.record import Record
 from probe.runs.score_plan import ScoreJob, ScorePlan
+from probe.runs.sharding import ShardPending, write
 
-__all__ = ["RUN_KEYS", "RunOptions", "Runner", "ScorePlan", "default_threads", "load", "options_from"]
+__all__ = ["RUN_KEYS", "RunOptions", "Runner", "ScorePlan", "ShardPending", "default_threads", "load", "options_from"]
 
 
 class Runner:
@@ -114,8 +115,9 @@ class Runner:
                                      "window, or shorter prompts, can score it)") from None
 
     def score(self, requests: Sequence[Any], output: str | Path | None = None, plan: ScorePlan | None = None,
-              **settings: Any) -> list[Record]:
-        """Score ``requests`` (resuming ``output`` if it holds records); return their records in request order.
+              **settings: Any) -> list[Record] | ShardPending:
+        """Score ``requests`` (resuming ``output`` if it holds records); return their records in request order
+        (under ``--shard I/N``, a :class:`~probe.runs.sharding.ShardPending` until every shard has finished).
 
         ``output`` None scores in memory (no file, no resume; captured activations
         are kept in :attr:`activations`). Records already in ``output`` that are
@@ -179,10 +181,11 @@ class Runner:
         return tuple(specs)
 
     def generate(self, requests: Sequence[Any], output: str | Path | None = None, task: str = "generate",
-                 progress: bool | None = None, share_prefix: bool = False) -> dict[str, str]:
+                 progress: bool | None = None, share_prefix: bool = False) -> dict[str, str] | ShardPending:
         """Generations for :class:`~probe.scoring.generate.GenerationRequest` s (greedy, or sampled from each
         request's own seeded stream), recorded and resumed like scores (``generations.jsonl``); returns
-        ``{id: text}``. A sampled generation's record also carries its temperature, top_p and seed.
+        ``{id: text}`` (a :class:`~probe.runs.sharding.ShardPending` while a ``--shard`` set is unfinished).
+        A sampled generation's record also carries its temperature, top_p and seed.
         ``share_prefix``: many samples of one prompt share its forward pass (same texts; give them one ``group``)."""
         from probe.scoring.generate import run_generation
         from probe.scoring.memory import generation_batch_size
@@ -199,10 +202,11 @@ class Runner:
 
         if output is None:
             return {d["id"]: d["text"] for part in group_chunks(requests, self.options.chunk_size) for d in gen(part)}
-        return {d["id"]: d["text"] for d in self._to_file(requests, Path(output), gen, show, "generating")}
+        done = write(self, requests, Path(output), gen, show, "generating")
+        return done if isinstance(done, ShardPending) else {d["id"]: d["text"] for d in done}
 
     def parse(self, requests: Sequence[Any], output: str | Path | None = None, task: str = "parse",
-              progress: bool | None = None, top: int = 10) -> dict[str, dict]:
+              progress: bool | None = None, top: int = 10) -> dict[str, dict] | ShardPending:
         """The parsed answer's distribution under sampling for :class:`~probe.scoring.parse_exact.ParseRequest` s
         (:func:`~probe.scoring.parse_exact.parse_exact`), recorded and resumed like scores (``parsed.jsonl``);
         returns ``{id: record}``, each record with ``probs``, ``rejected``, ``residual``, ``nodes`` and the
@@ -222,7 +226,8 @@ class Runner:
         if output is None:
             return {d["id"]: d for part in group_chunks(requests, self.options.chunk_size)
                     for d in enumerate_part(part)}
-        return {d["id"]: d for d in self._to_file(requests, Path(output), enumerate_part, show, "enumerating")}
+        done = write(self, requests, Path(output), enumerate_part, show, "enumerating")
+        return done if isinstance(done, ShardPending) else {d["id"]: d for d in done}
 
     def _timed(self, part: list, fn: Callable[[list], list]) -> list:
         t0 = time.perf_counter()
@@ -234,103 +239,6 @@ class Runner:
             t["n"] += 1
             t["seconds"] += share
         return out
-
-    def _to_file(self, requests: Sequence[Any], output: Path, make: Callable[[list], Iterable[dict]],
-                 progress: bool, verb: str, also_done: set[str] | None = None) -> list[dict]:
-        """Append the records of the requests not yet in ``output``; return every request's record, in order."""
-        from probe.io import read_records
-        from probe.runs.resume import check_input
-        from probe.runs.shard import (launcher_shard_files, merge_shards, process_group, recorded_ids, score_sharded,
-                                      shared_records)
-        from probe.runs.shard_set import ShardDone, fold_for_run, independent_shards, score_shard, shard_sets
-
-        records = None
-        if self.shard is not None:
-            # Records of this output already folded in, or held by a complete set of shards, are read
-            # without writing anything (other shard processes may be reading too): a multi-stage task
-            # (generations, then scores) goes on to its next stage once the first stage's set is complete.
-            by_id = {str(r["id"]): r for r in read_records(output)[0]} if output.is_file() else {}
-            for members in shard_sets(output)[0].values():
-                for path, _ in members:
-                    check_input(path, {str(r["id"]) for r in read_records(path)[0]}, requests, self, write=False)
-                    for rec in read_records(path)[0]:
-                        by_id.setdefault(str(rec["id"]), rec)
-            if any(str(r.id) not in by_id for r in requests):
-                n = score_shard(self, requests, output, self.shard, make, self.options.chunk_size, progress)
-                raise ShardDone(f"shard {self.shard} of {output}: {n} new record(s) in "
-                                f"{output.name}.rank{self.shard.index}-of-{self.shard.count}.jsonl. When all "
-                                f"{self.shard.count} shards have finished, run the same command without --shard "
-                                f"(or `probe merge {output.parent}`) to fold them in")
-            return [by_id[str(r.id)] for r in requests]
-        elif self.procs.distributed:
-            if independent_shards(output):
-                raise ProbeError(f"{output} has shard files of --shard processes; fold them first (`probe merge "
-                                 f"{output.parent}`, or one run without a launcher), then launch")
-            with process_group(self.procs):
-                score_sharded(self, requests, output, self.procs, make=make, chunk=self.options.chunk_size,
-                              progress=progress)
-                self.procs.barrier()  # rank 0 has merged the shards: every rank may read the output
-                # rank 0's records on every rank (sent over the group to a node that does not share its disk)
-                records = shared_records(output, self.procs)
-                # every rank's timing and engine counts so far (cumulative: the last output's gather has them all)
-                ranks = self.procs.all_gather({"rank": self.procs.rank, "timing": self.timing,
-                                               "engine": self.scorer.engine.counts()})
-                self.other_work = [w for w in self.other_work if "rank" not in w]
-                self.other_work += [w for w in ranks if w is not None and w["rank"] != self.procs.rank]
-        else:
-            if independent_shards(output):
-                fold_for_run(output, self, requests)
-            if launcher_shard_files(output):
-                # shards left by an interrupted multi-process run are folded in first (their work
-                # is kept), after checking that they came from this model and input
-                check_input(output, recorded_ids(output), requests, self, write=False)
-                merge_shards(output, requests)
-            self._append(requests, output, make, progress, verb, also_done)
-        by_id = {str(r["id"]): r for r in (records if records is not None else read_records(output)[0])}
-        missing = [r.id for r in requests if r.id not in by_id]
-        if missing:  # pragma: no cover - would be a runner bug
-            raise ProbeError(f"{output}: {len(missing)} request(s) have no record after the run, e.g. {missing[:3]}")
-        return [by_id[r.id] for r in requests]
-
-    def _append(self, requests: Sequence[Any], output: Path, make: Callable[[list], Iterable[dict]],
-                progress: bool, verb: str, also_done: set[str] | None = None) -> int:
-        """``also_done``: ids another store holds (captured activations); a request is done when in both."""
-        from probe.io import RecordWriter
-        from probe.runs.resume import check_input, input_sidecar
-
-        with RecordWriter(output) as writer:
-            check_input(output, writer.done, requests, self)
-            try:
-                return self._append_todo(requests, output, make, progress, verb, writer, also_done)
-            except BaseException:
-                if not writer.done:  # no record was written: an input check of no records is not left behind
-                    input_sidecar(output).unlink(missing_ok=True)
-                raise
-
-    def _append_todo(self, requests: Sequence[Any], output: Path, make: Callable[[list], Iterable[dict]],
-                     progress: bool, verb: str, writer: Any, also_done: set[str] | None) -> int:
-        is_done = (lambda i: i in writer.done) if also_done is None else (
-            lambda i: i in writer.done and i in also_done)
-        todo = [r for r in requests if not is_done(r.id)]
-        if not todo:
-            return 0
-        bar = None
-        if progress:
-            from tqdm.auto import tqdm
-
-            bar = tqdm(total=len(todo), unit="req", desc=f"{verb} -> {output.name}", file=sys.stderr)
-        # Chunks come from the whole list (see probe.runs.chunks): a resumed run batches
-        # exactly as an uninterrupted one; a chunk cut short by a crash is redone whole.
-        for part in group_chunks(requests, self.options.chunk_size):
-            left = sum(not is_done(r.id) for r in part)
-            if not left:
-                continue
-            writer.write_many(make(part))
-            if bar:
-                bar.update(left)
-        if bar:
-            bar.close()
-        return len(todo)
 
     def work(self) -> dict[str, Any]:
         """This run's work over every process: timing per request kind, engine counts (forward passes,

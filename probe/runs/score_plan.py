@@ -19,7 +19,9 @@ from typing import Any, Mapping, Sequence
 
 from probe.errors import ProbeError
 from probe.runs.chunks import group_chunks
+from probe.runs import sharding
 from probe.runs.record import Record
+from probe.runs.sharding import ShardPending
 
 __all__ = ["ScoreJob", "ScorePlan"]
 
@@ -63,7 +65,7 @@ class ScoreJob:
         self.writer: Any = None  # the activation store of a run to a file
         self.log_chunks = False  # log each chunk's samples as it is recorded
 
-    def run(self, requests: Sequence[Any], output: str | Path | None) -> list[Record]:
+    def run(self, requests: Sequence[Any], output: str | Path | None) -> list[Record] | ShardPending:
         """Check every request, then score into ``output`` (resuming it) or in memory (``None``)."""
         self.runner.check_requests(requests)
         return self.in_memory(requests) if output is None else self.to_file(requests, Path(output))
@@ -105,8 +107,9 @@ class ScoreJob:
         self.runner.activations = sink.result(requests) if sink is not None else None
         return out
 
-    def to_file(self, requests: Sequence[Any], output: Path) -> list[Record]:
-        """Append the records ``output`` lacks (the runner's resume, shards and launcher ranks)."""
+    def to_file(self, requests: Sequence[Any], output: Path) -> list[Record] | ShardPending:
+        """Append the records ``output`` lacks (:func:`probe.runs.sharding.write`: resume, shards, launcher
+        ranks); a ``ShardPending`` while a ``--shard`` set is unfinished."""
         runner, plan = self.runner, self.plan
         if self.capture is not None:
             if runner.procs.distributed:
@@ -120,18 +123,13 @@ class ScoreJob:
         self.log_chunks = plan.samples is not None and not runner.procs.distributed and runner.shard is None
         show = runner.options.progress if plan.progress is None else plan.progress
         runner.active_sampling = self.specs  # what the input check records and compares for this output
-        from probe.runs.shard_set import ShardDone
-
         try:
-            try:
-                dicts = runner._to_file(requests, output, self.chunk_records, show, "scoring",
-                                        also_done=self.writer.done if self.writer is not None else None)
-            except ShardDone:
-                if hasattr(self.writer, "complete"):  # this shard's chunks are all stored
-                    self.writer.complete()
-                raise
-            if hasattr(self.writer, "complete"):
+            dicts = sharding.write(runner, requests, output, self.chunk_records, show, "scoring",
+                          also_done=self.writer.done if self.writer is not None else None)
+            if hasattr(self.writer, "complete"):  # this shard's chunks are all stored
                 self.writer.complete()
+            if isinstance(dicts, ShardPending):
+                return dicts
             if plan.samples is not None and runner.procs.is_main:
                 plan.samples.write(requests)  # requests recorded before (without --log-samples): nothing to score
         finally:

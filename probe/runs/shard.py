@@ -319,7 +319,6 @@ def score_sharded(runner: Any, requests: Sequence[Any], output: Path, procs: Pro
     """
     from probe.runs.chunks import group_chunks
     from probe.io import RecordWriter
-    from probe.runs.resume import check_input
 
     if chunk < 1:
         raise ValueError("chunk must be positive")
@@ -331,28 +330,7 @@ def score_sharded(runner: Any, requests: Sequence[Any], output: Path, procs: Pro
         print(f"probe: warning: {len(requests)} item(s) make {n_chunks} chunk(s) of --flush-every {chunk} for "
               f"{procs.world_size} processes; {procs.world_size - n_chunks} will idle. Lower --flush-every to "
               "spread the work (numbers then match a one-process run with the same --flush-every).", file=sys.stderr)
-    # Rank 0's view of what is recorded is the skip set of every rank (sent over the process group:
-    # another node may not see rank 0's files). Records from another model or another request under
-    # the same id are refused, as in one process; rank 0 alone checks and writes ``<output>.input.json``;
-    # every rank must have loaded the same model.
-    done: set[str] = set()
-    refused = None
-    if procs.is_main:
-        try:
-            done = recorded_ids(output)
-            check_input(output, done, requests, runner, write=True)
-        except ProbeError as exc:  # every rank stops with it (none may wait at a collective for rank 0)
-            refused = exc
-    sent = procs.broadcast((sorted(done), None if refused is None else str(refused)))
-    if refused is not None:
-        raise refused
-    if sent[1] is not None:
-        raise ProbeError(sent[1])
-    done = set(sent[0])
-    prints = procs.all_gather(getattr(runner, "fingerprint", None))
-    if len(set(prints)) > 1:
-        raise ProbeError(f"the {procs.world_size} processes loaded different models or model settings "
-                         f"(fingerprints {', '.join(str(f)[:12] for f in prints)}); every rank must load the same")
+    done = _agreed_done(runner, requests, output, procs)
     procs.barrier()
     path = shard_path(output, procs.rank, procs.world_size)
     todo = [part for part in mine if any(str(r.id) not in done for r in part)]
@@ -376,6 +354,35 @@ def score_sharded(runner: Any, requests: Sequence[Any], output: Path, procs: Pro
         if procs.rank in sent and not procs.is_main:
             shard_path(output, procs.rank, procs.world_size).unlink(missing_ok=True)
     return added
+
+
+def _agreed_done(runner: Any, requests: Sequence[Any], output: Path, procs: Processes) -> set[str]:
+    """The ids already recorded, as rank 0 sees them, on every rank; a refusal on rank 0 stops every rank."""
+    from probe.runs.resume import check_input
+
+    # Rank 0's view of what is recorded is the skip set of every rank (sent over the process group:
+    # another node may not see rank 0's files). Records from another model or another request under
+    # the same id are refused, as in one process; rank 0 alone checks and writes ``<output>.input.json``;
+    # every rank must have loaded the same model.
+    done: set[str] = set()
+    refused = None
+    if procs.is_main:
+        try:
+            done = recorded_ids(output)
+            check_input(output, done, requests, runner, write=True)
+        except ProbeError as exc:  # every rank stops with it (none may wait at a collective for rank 0)
+            refused = exc
+    sent = procs.broadcast((sorted(done), None if refused is None else str(refused)))
+    if refused is not None:
+        raise refused
+    if sent[1] is not None:
+        raise ProbeError(sent[1])
+    done = set(sent[0])
+    prints = procs.all_gather(getattr(runner, "fingerprint", None))
+    if len(set(prints)) > 1:
+        raise ProbeError(f"the {procs.world_size} processes loaded different models or model settings "
+                         f"(fingerprints {', '.join(str(f)[:12] for f in prints)}); every rank must load the same")
+    return done
 
 
 def _digest(path: Path) -> tuple[int, str] | None:

@@ -13,7 +13,7 @@ round-robin), into the files
   the chunk size, the model fingerprint, every id in one-process record order,
   whether the shard finished (``complete``), and its timing and engine counts.
 
-and then stops (:class:`ShardDone`, exit status 0). No shard waits for another
+and then stops (:class:`probe.runs.sharding.ShardPending`, exit status 0). No shard waits for another
 and none needs to see the others' files while it runs.
 
 Folding (:func:`fold`: a later run of the same command without ``--shard``, or
@@ -39,10 +39,6 @@ from probe.errors import ProbeError
 MANIFEST_FORMAT = 1
 MANIFEST_SUFFIX = ".shard.json"
 _SPEC = re.compile(r"\s*([0-9]+)\s*/\s*([0-9]+)\s*")  # ASCII digits: \d also takes full-width and other scripts' digits
-
-
-class ShardDone(Exception):
-    """This process scored its shard; the run goes on when the shards are folded. Not an error (exit 0)."""
 
 
 @dataclass(frozen=True)
@@ -95,6 +91,21 @@ def _read_json(path: Path) -> dict:
 
 
 # --------------------------------------------------------------------------- scoring one shard
+
+
+def held_records(output: Path, requests: Sequence[Any], runner: Any) -> dict[str, dict]:
+    """The records of ``output`` and of its complete shard sets, by id, read without writing anything (other
+    shard processes may be reading too); each set's records checked against this run's model and input."""
+    from probe.io import read_records
+    from probe.runs.resume import check_input
+
+    by_id = {str(r["id"]): r for r in read_records(output)[0]} if output.is_file() else {}
+    for members in shard_sets(output)[0].values():
+        for path, _ in members:
+            check_input(path, {str(r["id"]) for r in read_records(path)[0]}, requests, runner, write=False)
+            for rec in read_records(path)[0]:
+                by_id.setdefault(str(rec["id"]), rec)
+    return by_id
 
 
 def score_shard(runner: Any, requests: Sequence[Any], output: Path, shard: Shard,

@@ -219,7 +219,7 @@ def test_batch_size_and_input_order_do_not_change_results(tmp_path, model_dir):
 
 def test_provenance_marks_only_complete_outputs(tmp_path, model_dir, reference, monkeypatch):
     """An interrupted re-run (here with more items) leaves no provenance file claiming the output is complete."""
-    from probe.runs.runner import Runner
+    from probe.runs import sharding
 
     inp, ref_out, want = reference
     out = tmp_path / "out.jsonl"
@@ -231,7 +231,7 @@ def test_provenance_marks_only_complete_outputs(tmp_path, model_dir, reference, 
     def crash(*a, **k):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(Runner, "_append", crash)
+    monkeypatch.setattr(sharding, "append", crash)
     assert main(_args(model_dir, inp, out)) == 130
     assert not prov.exists()
     monkeypatch.undo()

@@ -1,0 +1,45 @@
+"""Each function of the run and scoring layers reads in one screen: none is over 60 lines.
+
+A function's length runs from its ``def`` line to its last line (docstring and comments included), read
+with :mod:`ast`, so the check needs no import of the package.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+PROBE = Path(__file__).resolve().parents[2] / "probe"
+LIMIT = 60
+
+
+def long_functions(package: str, limit: int = LIMIT) -> list[str]:
+    """``path:line name (N lines)`` (path under probe/) for every function or method of ``probe/<package>`` over ``limit`` lines."""
+    found = []
+    for path in sorted((PROBE / package).rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                n = node.end_lineno - node.lineno + 1
+                if n > limit:
+                    found.append(f"{path.relative_to(PROBE)}:{node.lineno} {node.name} ({n} lines)")
+    return found
+
+
+def test_the_check_sees_a_long_function(tmp_path, monkeypatch):
+    body = "\n".join(f"        x{i} = {i}" for i in range(LIMIT))
+    (tmp_path / "pkg").mkdir()
+    (tmp_path / "pkg" / "m.py").write_text(f"def short():\n    return 1\n\n\nclass C:\n    def long(self):\n{body}\n")
+    monkeypatch.setattr(f"{__name__}.PROBE", tmp_path)
+    assert long_functions("pkg") == [f"pkg/m.py:6 long ({LIMIT + 1} lines)"]
+
+
+def test_no_function_in_runs_is_over_60_lines():
+    assert long_functions("runs") == []
+
+
+@pytest.mark.xfail(reason="probe/scoring/ is being rewritten; its long functions are split with the rewrite",
+                   strict=False)
+def test_no_function_in_scoring_is_over_60_lines():
+    assert long_functions("scoring") == []
