@@ -34,7 +34,7 @@ def add_model_args(p: argparse.ArgumentParser, default_model: str | None = DEFAU
                    help="most padded tokens per forward pass, or auto (default): what the device's free memory holds "
                    "for this model's shape, on the CPU at most 8192; a pass that runs out of memory is split and "
                    "retried with half as many (docs/scoring.md)")
-    g.add_argument("--chunk-size", "--flush-every", dest="flush_every", type=_positive_int, default=256, metavar="N",
+    g.add_argument("--chunk-size", "--flush-every", dest="flush_every", type=positive_int, default=256, metavar="N",
                    help="make records durable every N items; a crash loses at most one such chunk (default: 256)")
     g.add_argument("--score-cache", type=Path, default=None, metavar="PATH",
                    help="SQLite file of scores keyed on model, tokenizer, dtype, device type and exact token ids; "
@@ -46,7 +46,7 @@ def add_model_args(p: argparse.ArgumentParser, default_model: str | None = DEFAU
 
 def add_threads_arg(p: argparse.ArgumentParser) -> None:
     """``--threads N``: torch CPU threads (what the busy-CPU note advises)."""
-    p.add_argument("--threads", type=_positive_int, default=None,
+    p.add_argument("--threads", type=positive_int, default=None,
                    help="torch CPU threads (default: torch's, one per core; fewer, with a note, when the CPU is busy)")
 
 
@@ -76,9 +76,9 @@ def add_input_limit_args(p: argparse.ArgumentParser) -> None:
     from probe.prompts.items import MAX_CHARS
 
     g = p.add_argument_group("input limits (checked before the model loads; a hostile file costs bounded memory)")
-    g.add_argument("--max-line-bytes", type=_positive_int, default=MAX_LINE_BYTES, metavar="N",
+    g.add_argument("--max-line-bytes", type=positive_int, default=MAX_LINE_BYTES, metavar="N",
                    help=f"longest input line in bytes (default: {MAX_LINE_BYTES:,})")
-    g.add_argument("--max-chars", type=_positive_int, default=MAX_CHARS, metavar="N",
+    g.add_argument("--max-chars", type=positive_int, default=MAX_CHARS, metavar="N",
                    help=f"most characters of text per item, counted before tokenizing (default: {MAX_CHARS:,})")
 
 
@@ -177,12 +177,13 @@ def positive_int_or_auto(text: str) -> int | str:
     if text.strip().lower() == "auto":
         return "auto"
     try:
-        return _positive_int(text)
+        return positive_int(text)
     except argparse.ArgumentTypeError:
         raise argparse.ArgumentTypeError(f"expected a positive integer or auto, got {text!r}") from None
 
 
-def _positive_int(text: str) -> int:
+def positive_int(text: str) -> int:
+    """argparse type of a count option (``--threads``, ``--chunk-size``, ...): an integer >= 1."""
     try:
         value = int(text)
     except ValueError:

@@ -19,7 +19,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from probe.commands.common import SHARD_HELP, positive_int_or_auto, shard_spec
+from probe.commands.common import SHARD_HELP, positive_int, positive_int_or_auto, shard_spec
 from probe.errors import ProbeError
 # The config file's rules live below the CLI (experiments read configs too); re-exported for callers of this module.
 from probe.runs.config import COMMAND_LINE_ONLY, RUN_LEVEL_KEYS, read_config, refuse_command_line_only
@@ -77,10 +77,10 @@ def register(groups: dict) -> None:
     g.add_argument("--token-budget", type=positive_int_or_auto, default=None,
                    help="most padded tokens per pass, or auto (default: from free memory and the model's shape; "
                         "CPU at most 8192)")
-    g.add_argument("--chunk-size", "--flush-every", dest="chunk_size", type=_positive, default=None,
+    g.add_argument("--chunk-size", "--flush-every", dest="chunk_size", type=positive_int, default=None,
                    help="requests per durable chunk (default 1024; see docs/tasks.md)")
     g.add_argument("--score-cache", default=None, metavar="PATH", help="SQLite score cache shared between runs")
-    g.add_argument("--threads", type=_positive, default=None,
+    g.add_argument("--threads", type=positive_int, default=None,
                    help="torch CPU threads (default: torch's, one per core; fewer, with a note, when the CPU is busy)")
     g.add_argument("--no-progress", "--quiet", dest="progress", action="store_false", default=None,
                    help="no progress bars")
@@ -102,16 +102,6 @@ def register(groups: dict) -> None:
                         "TransformerLens 4.x TransformerBridge, so --capture hooks are its own hook points "
                         "(e.g. blocks.3.hook_resid_post, blocks.3.ln1.hook_normalized); eager attention")
     p.set_defaults(func=run)
-
-
-def _positive(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {value}")
-    return value
 
 
 def _limit(text: str) -> int | float:

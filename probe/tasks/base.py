@@ -48,7 +48,8 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar, Mapping, Sequence
+from types import ModuleType
+from typing import TYPE_CHECKING, Any, Callable, ClassVar, Mapping, Sequence
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -150,8 +151,12 @@ class Task:
     # -- what the task hands the report and the sampling check ---------------------------------------
     def report_layout(self) -> Any:
         """This task's section of a comparison report (:class:`~probe.reports.compare.layout.TaskLayout`):
-        title, place, tables and figures with several models, paper tables, paired-test units. Default:
+        title, place, tables and figures with several models, paper tables, paired-test units. Default: the
+        ``layout()`` of the module ``layout`` beside the task's module (:meth:`beside`) when it has one, else
         titled by the task's name, each run's own tables, no paired comparison."""
+        own = self.beside("layout")
+        if own is not None and hasattr(own, "layout"):
+            return own.layout()
         from probe.reports.compare.layout import generic_layout
 
         return generic_layout(self.name)
@@ -159,8 +164,30 @@ class Task:
     def paper_check(self) -> Any:
         """The paper's own sampled procedure for ``probe validate sampling`` (a fresh
         :class:`~probe.tasks.paper_check.PaperCheck`: decoding settings, answer parser, counted event,
-        headline metric), or None when the task has no such check (the default)."""
-        return None
+        headline metric), or None when the task has no such check. Default: a ``PaperCheck()`` of the module
+        ``paper_check`` beside the task's module (:meth:`beside`) when it has one, else None."""
+        own = self.beside("paper_check")
+        return own.PaperCheck() if own is not None and hasattr(own, "PaperCheck") else None
+
+    def beside(self, module: str) -> ModuleType | None:
+        """The module called ``module`` in this task's own folder (``probe.tasks.hbb.layout`` beside
+        ``probe.tasks.hbb.task``), imported; None when the task's module has no package or no such module.
+
+        The folder's conventional modules give the hooks their defaults (``layout``: :meth:`report_layout`;
+        ``paper_check``: :meth:`paper_check`), as ``cli`` and ``datasets`` give the registry its commands and
+        data sets, so a task folder need not re-type them."""
+        import importlib
+        from importlib.util import find_spec
+
+        package = type(self).__module__.rpartition(".")[0]
+        if not package:
+            return None
+        name = f"{package}.{module}"
+        try:
+            found = find_spec(name) is not None
+        except (ImportError, ValueError):  # the package itself is not importable as one
+            return None
+        return importlib.import_module(name) if found else None
 
     def report_warnings(self, summary: Mapping[str, Any]) -> list[str]:
         """What a reader of this task's report must see before the numbers, beside the warnings every report
@@ -282,6 +309,24 @@ def _value_problem(f: "dataclasses.Field", value: Any) -> str | None:
     if isinstance(default, str) and not isinstance(value, str):
         return "must be a string"
     return None
+
+
+def lazy_task_module(package: str, names: Sequence[str], module: str = "task") -> Callable[[str], Any]:
+    """A task folder's ``__getattr__`` (PEP 562): ``names`` load from ``<package>.<module>`` on first use, so
+    importing the folder (``probe --help`` looks for its ``cli`` and ``datasets`` modules) stays light.
+
+    >>> get = lazy_task_module("probe.tasks.demo", ["DemoTask"])
+    >>> get("DemoTask").name
+    'demo'
+    """
+    def __getattr__(name: str) -> Any:
+        if name in names:
+            import importlib
+
+            return getattr(importlib.import_module(f"{package}.{module}"), name)
+        raise AttributeError(f"module {package!r} has no attribute {name!r}")
+
+    return __getattr__
 
 
 def result_row(subgroup: str, metric: str, estimator: str, value: Any, ci_low: Any = None, ci_high: Any = None,

@@ -16,12 +16,8 @@ BharatBBQ).
 This package loads nothing heavy: the task module loads on first use of its names.
 """
 
+from probe.tasks.base import lazy_task_module
+
 __all__ = ["BBQConfig", "BBQTask"]
 
-
-def __getattr__(name: str):
-    if name in __all__:
-        from probe.tasks.bbq import task
-
-        return getattr(task, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+__getattr__ = lazy_task_module(__name__, __all__)  # the task module loads on first use of its names

@@ -211,18 +211,6 @@ class CmpIsoTask(Task):
             extra["pg_paper_parsed"] = parsed_table(summary["paper_parsed"], model)
         return Aggregate(summary, {**extra, **tables, **_extra_tables(summary)})
 
-    def report_layout(self) -> Any:
-        """iso/cmp's section of a comparison report (:mod:`probe.tasks.cmp_iso.layout`)."""
-        from probe.tasks.cmp_iso.layout import layout
-
-        return layout()
-
-    def paper_check(self) -> Any:
-        """The paper's sampled procedure for ``probe validate sampling`` (:mod:`probe.tasks.cmp_iso.paper_check`)."""
-        from probe.tasks.cmp_iso.paper_check import PaperCheck
-
-        return PaperCheck()
-
     def report(self, config: CmpIsoConfig, result: Aggregate, output: Path) -> None:
         """``tables/<name>[_argmax].md|csv`` (iso/cmp paper, Tables 2-7 layouts), ``tables/answering`` and
         ``tables/cot_chains`` (:mod:`.extra_tables`), ``tables/pg_paper_parsed`` (the authors' K-sample

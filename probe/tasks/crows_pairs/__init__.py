@@ -10,12 +10,8 @@ the HBB paper's, imported from :mod:`probe.tasks.hbb.prompts`.
 This package loads nothing heavy: the task module loads on first use of its names.
 """
 
+from probe.tasks.base import lazy_task_module
+
 __all__ = ["CrowsPairsConfig", "CrowsPairsTask"]
 
-
-def __getattr__(name: str):
-    if name in __all__:
-        from probe.tasks.crows_pairs import task
-
-        return getattr(task, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+__getattr__ = lazy_task_module(__name__, __all__)  # the task module loads on first use of its names

@@ -372,12 +372,6 @@ class CrowsPairsTask(Task):
     def report(self, config: CrowsPairsConfig, result: Aggregate, output: Path) -> None:
         write_protocol_report("CrowS-Pairs", result, output)
 
-    def report_layout(self) -> Any:
-        """Both protocols' score per bias type and model; paired units: pairs (:mod:`.layout`)."""
-        from probe.tasks.crows_pairs.layout import layout
-
-        return layout()
-
     def results(self, config: CrowsPairsConfig, summary: Mapping[str, Any]) -> list[dict[str, Any]]:
         """Per protocol and bias type (and ``all``): the score (50 = no bias); headline: ``all`` per protocol."""
         from probe.tasks.base import result_row

@@ -9,12 +9,8 @@ command :mod:`.cli` (``probe demo``), its ``probe report`` section
 This package loads nothing heavy: the task module loads on first use of its names.
 """
 
+from probe.tasks.base import lazy_task_module
+
 __all__ = ["DemoConfig", "DemoTask"]
 
-
-def __getattr__(name: str):
-    if name in __all__:
-        from probe.tasks.demo import task
-
-        return getattr(task, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+__getattr__ = lazy_task_module(__name__, __all__)  # the task module loads on first use of its names

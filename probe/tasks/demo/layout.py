@@ -30,3 +30,25 @@ def demo_section(runs: Sequence[Run], out: Path) -> list[Any]:
         f"Task demo, models {model_labels(runs)}. Estimators: expected counts (T = 1) and argmax answers (column "
         "Estimator). n: items per condition. CI: none in the demo summary (see the paired comparison below and "
         "each run's report.html)."), df)]
+
+
+def layout() -> Any:
+    """The demo's section of a comparison report: explicit vs implicit per model and estimator; paired units:
+    items, clustered by scenario."""
+    from probe.reports.compare.layout import TaskLayout
+    from probe.tasks.bbq.paired_units import answer_units, bbq_spec
+
+    return TaskLayout("Demo set", 2, lambda runs, out, _ctx: demo_section(runs, out),
+                      paired_spec=lambda _runs: bbq_spec("demo", "scenario"),
+                      units=lambda run: answer_units(run, paired_records))
+
+
+def paired_records(frame: Any) -> list[dict]:
+    """Answer records of a demo run for paired tests: one block; category = dimension x kind; cluster = scenario."""
+    from probe.tasks.demo.task import answer_records
+
+    extra = frame.set_index("id")["scenario"].to_dict()
+    recs = [r for r in answer_records(frame) if r["finite"]]
+    for r in recs:
+        r.update(block="demo", category=f"{r['dimension']} {r['context_kind']}", cluster=str(extra[r["id"]]))
+    return recs

@@ -141,29 +141,10 @@ class DemoTask(Task):
         contexts."""
         return _demo_results(summary)
 
-    def report_layout(self) -> Any:
-        """Explicit vs implicit per model and estimator; paired units: items, clustered by scenario."""
-        from probe.reports.compare.layout import TaskLayout
-        from probe.tasks.bbq.paired_units import answer_units, bbq_spec
-        from probe.tasks.demo.layout import demo_section
-
-        return TaskLayout("Demo set", 2, lambda runs, out, _ctx: demo_section(runs, out),
-                          paired_spec=lambda _runs: bbq_spec("demo", "scenario"),
-                          units=lambda run: answer_units(run, _paired_records))
-
     def report(self, config: DemoConfig, result: Aggregate, output: Path) -> None:
         write_tables(result.tables, output)
         write_atomic(output / "report.md", no_markup(report_markdown(result.summary)))
         write_html_report(result.summary, output)
-
-
-def _paired_records(frame: Any) -> list[dict]:
-    """Answer records of a demo run for paired tests: one block; category = dimension x kind; cluster = scenario."""
-    extra = frame.set_index("id")["scenario"].to_dict()
-    recs = [r for r in answer_records(frame) if r["finite"]]
-    for r in recs:
-        r.update(block="demo", category=f"{r['dimension']} {r['context_kind']}", cluster=str(extra[r["id"]]))
-    return recs
 
 
 def answer_records(records: Any) -> list[dict]:

@@ -42,12 +42,8 @@ The folder: the task (:mod:`.task`, :mod:`.join`, :mod:`.summary`,
 (('ses',), 20.0, (5.0, 10.0), 10)
 """
 
+from probe.tasks.base import lazy_task_module
+
 __all__ = ["HBBConfig", "HBBTask", "sg_concept_ids"]
 
-
-def __getattr__(name: str):  # the task module (pandas) loads on first use, so `probe --help` stays light
-    if name in __all__:
-        from probe.tasks.hbb import task
-
-        return getattr(task, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+__getattr__ = lazy_task_module(__name__, __all__)  # the task module loads on first use of its names

@@ -347,18 +347,6 @@ class HBBTask(Task):
                     out += [(a, b, "q1->q2"), (b, a, "q2->q1")]
         return out
 
-    def report_layout(self) -> Any:
-        """HBB's section of a comparison report (:mod:`probe.tasks.hbb.layout`)."""
-        from probe.tasks.hbb.layout import layout
-
-        return layout()
-
-    def paper_check(self) -> Any:
-        """The paper's sampled procedure for ``probe validate sampling`` (:mod:`probe.tasks.hbb.paper_check`)."""
-        from probe.tasks.hbb.paper_check import PaperCheck
-
-        return PaperCheck()
-
     def bias_metrics(self, config: HBBConfig, summary: Mapping[str, Any]) -> dict[str, dict[str, float]]:
         """``{variant}.share`` (instances with S over the threshold), ``{variant}.mean_s`` (their mean S) and
         ``{variant}.mean_s_all`` (mean S of every instance: continuous, for dose-responses; no CI), overall."""

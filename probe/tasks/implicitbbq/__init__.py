@@ -17,13 +17,9 @@ BBQ's items, templates, prompts and metrics are imported from
 This package loads nothing heavy: the task module loads on first use of its names.
 """
 
+from probe.tasks.base import lazy_task_module
+
 __all__ = ["ImplicitBBQConfig", "ImplicitBBQTask", "STRATEGIES", "FORMATS", "CONTEXT_KINDS", "request_id",
            "stratified_sample", "unit_key"]
 
-
-def __getattr__(name: str):
-    if name in __all__:
-        from probe.tasks.implicitbbq import task
-
-        return getattr(task, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+__getattr__ = lazy_task_module(__name__, __all__)  # the task module loads on first use of its names

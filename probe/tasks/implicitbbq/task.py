@@ -292,18 +292,6 @@ class ImplicitBBQTask(Task):
             out += [(a, b, "A<->B") for a in ids for b in ids if a != b]
         return out
 
-    def report_layout(self) -> Any:
-        """ImplicitBBQ's section of a comparison report (:mod:`probe.tasks.implicitbbq.layout`)."""
-        from probe.tasks.implicitbbq.layout import layout
-
-        return layout()
-
-    def paper_check(self) -> Any:
-        """The paper's sampled procedure for ``probe validate sampling`` (:mod:`probe.tasks.implicitbbq.paper_check`)."""
-        from probe.tasks.implicitbbq.paper_check import PaperCheck
-
-        return PaperCheck()
-
     def representation_labels(self) -> Any:
         """The representations study's labels of ImplicitBBQ items (:mod:`probe.tasks.implicitbbq.representations`)."""
         from probe.tasks.implicitbbq.representations import LABELS
