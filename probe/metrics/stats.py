@@ -1,4 +1,14 @@
-"""Shared statistics: bootstrap confidence intervals over items.
+"""Shared statistics: bootstrap confidence intervals over items, and the one bootstrap module.
+
+Every bootstrap in probe draws through the pieces here, so a resample means the
+same thing everywhere: :func:`resample_clusters` (cluster ids drawn one by one,
+with replacement: the ``"ids"`` draw), :func:`resample_rows` (the rows of such
+a draw), :func:`cluster_weights` (each cluster's multiplicity from one
+multinomial draw: the ``"counts"`` draw), :func:`percentile_ci` (the interval of
+a bootstrap distribution, NaN-aware) and :func:`bootstrap_p` (a two-sided
+bootstrap p-value of a difference). :func:`cluster_bootstrap_ci` and
+:func:`stratified_cluster_bootstrap` are built from them; the paired model
+comparisons, ImplicitBBQ's macro averages and the sampling check use them too.
 
 Every benchmark reports its metrics with a 95% bootstrap CI. Resampling is
 always over the first axis (rows = items), so a statistic that needs several
@@ -24,7 +34,8 @@ from typing import Callable, Hashable, Literal, Mapping, Sequence
 import numpy as np
 from scipy import stats
 
-__all__ = ["bootstrap_ci", "cluster_bootstrap_ci"]
+__all__ = ["bootstrap_ci", "bootstrap_p", "cluster_bootstrap_ci", "cluster_members", "cluster_weights", "percentile_ci",
+           "resample_clusters", "resample_rows", "stratified_cluster_bootstrap"]
 
 
 def bootstrap_ci(
@@ -139,39 +150,122 @@ def cluster_bootstrap_ci(
         raise ValueError(f"cluster_bootstrap_ci: n_boot must be >= 1, got {n_boot}")
     if draw not in ("ids", "counts"):
         raise ValueError(f"cluster_bootstrap_ci: draw must be 'ids' or 'counts', got {draw!r}")
-    if draw == "counts":
-        _, inverse = np.unique(np.asarray(clusters), return_inverse=True)
-        members = [np.flatnonzero(inverse == j) for j in range(int(inverse.max()) + 1)] if len(inverse) else []
-    else:
-        rows: dict[Hashable, list[int]] = {}
-        for i, c in enumerate(clusters):
-            rows.setdefault(c, []).append(i)
-        members = [np.asarray(v) for v in rows.values()]
+    members = cluster_members(clusters, "sorted" if draw == "counts" else "first")
     nan2 = (math.nan, math.nan)
     g = len(members)
     if g < 2:
         return {name: nan2 for name in statistics}
     rng = np.random.default_rng(seed)
     # "counts": one multinomial draw per resample gives every cluster's multiplicity.
-    weights = rng.multinomial(g, np.full(g, 1.0 / g), size=n_boot) if draw == "counts" else None
+    weights = cluster_weights(rng, g, n_boot) if draw == "counts" else None
     boots = {name: np.empty(n_boot) for name in statistics}
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # empty denominators in a resample give NaN, dropped below
         for b in range(n_boot):
             if weights is None:
-                idx = np.concatenate([members[j] for j in rng.integers(0, g, g)])
+                idx = resample_rows(rng, members)
             else:
                 idx = np.concatenate([np.tile(members[j], k) for j, k in enumerate(weights[b]) if k])
             sample = arr[idx]
             for name, fn in statistics.items():
                 boots[name][b] = float(fn(sample))
-    alpha = (1.0 - level) / 2.0
-    out = {}
-    for name, values in boots.items():
-        finite = values[np.isfinite(values)]
-        if finite.size < max(1, n_boot // 2):
-            out[name] = nan2
-        else:
-            lo, hi = np.quantile(finite, [alpha, 1.0 - alpha])
-            out[name] = (float(lo), float(hi))
+    return {name: percentile_ci(values, level, min_finite=max(1, n_boot // 2)) for name, values in boots.items()}
+
+
+def cluster_members(clusters: Sequence[Hashable], order: Literal["first", "sorted"] = "first") -> list[np.ndarray]:
+    """The row indices of each cluster: clusters in order of first appearance (``"first"``) or of their sorted
+    ids (``"sorted"``).
+
+    >>> [m.tolist() for m in cluster_members(["b", "a", "b"])], [m.tolist() for m in cluster_members(["b", "a", "b"], "sorted")]
+    ([[0, 2], [1]], [[1], [0, 2]])
+    """
+    if order == "sorted":
+        _, inverse = np.unique(np.asarray(clusters), return_inverse=True)
+        return [np.flatnonzero(inverse == j) for j in range(int(inverse.max()) + 1)] if len(inverse) else []
+    rows: dict[Hashable, list[int]] = {}
+    for i, c in enumerate(clusters):
+        rows.setdefault(c, []).append(i)
+    return [np.asarray(v) for v in rows.values()]
+
+
+def resample_clusters(rng: np.random.Generator, n_clusters: int) -> np.ndarray:
+    """One resample's cluster indices: ``n_clusters`` drawn one by one, with replacement (the ``"ids"`` draw).
+
+    >>> resample_clusters(np.random.default_rng(0), 4).tolist()
+    [3, 2, 2, 1]
+    """
+    return rng.integers(0, n_clusters, n_clusters)
+
+
+def resample_rows(rng: np.random.Generator, members: Sequence[np.ndarray]) -> np.ndarray:
+    """The rows of one resample of the clusters ``members`` (:func:`cluster_members`): every row of each drawn
+    cluster, a cluster drawn twice giving its rows twice (:func:`resample_clusters`)."""
+    return np.concatenate([members[j] for j in resample_clusters(rng, len(members))])
+
+
+def cluster_weights(rng: np.random.Generator, n_clusters: int, n_boot: int) -> np.ndarray:
+    """Each cluster's multiplicity in each of ``n_boot`` resamples (``n_boot x n_clusters``, rows sum to
+    ``n_clusters``), one multinomial draw per resample (the ``"counts"`` draw): a statistic that is a
+    function of per-cluster sums takes ``weights @ sums``.
+
+    >>> cluster_weights(np.random.default_rng(0), 3, 2).sum(axis=1).tolist()
+    [3, 3]
+    """
+    if not n_clusters:
+        return np.zeros((n_boot, 0), dtype=int)
+    return rng.multinomial(n_clusters, np.full(n_clusters, 1.0 / n_clusters), size=n_boot)
+
+
+def percentile_ci(values: Sequence[float] | np.ndarray, level: float = 0.95, *,
+                  tails: tuple[float, float] | None = None, min_finite: int = 1) -> tuple[float, float]:
+    """The percentile interval of a bootstrap distribution: the ``(1 - level) / 2`` and ``1 - (1 - level) / 2``
+    quantiles of its finite values (``tails``: these two quantiles, exactly); ``(nan, nan)`` when fewer than
+    ``min_finite`` values are finite (resamples with an empty denominator give NaN).
+
+    >>> percentile_ci([0.0, 1.0, 2.0, float("nan"), 4.0], tails=(0.25, 0.75))
+    (0.75, 2.5)
+    >>> percentile_ci([float("nan")] * 3)
+    (nan, nan)
+    """
+    arr = np.asarray(values, dtype=float)
+    finite = arr[np.isfinite(arr)]
+    if finite.size < max(1, min_finite):
+        return (math.nan, math.nan)
+    if tails is None:
+        alpha = (1.0 - level) / 2.0
+        tails = (alpha, 1.0 - alpha)
+    lo, hi = np.quantile(finite, list(tails))
+    return (float(lo), float(hi))
+
+
+def bootstrap_p(deltas: Sequence[float] | np.ndarray) -> float:
+    """Two-sided bootstrap p-value that a difference is 0: ``min(1, 2 min(P*(d <= 0), P*(d >= 0)))`` over the
+    finite bootstrap differences ``deltas``, each share counted as ``(count + 1) / (n + 1)`` so a finite
+    number of resamples never shows p = 0.
+
+    >>> bootstrap_p([1.0, 2.0, 3.0])
+    0.5
+    """
+    d = np.asarray(deltas, dtype=float)
+    d = d[np.isfinite(d)]
+    return float(min(1.0, 2.0 * min((np.sum(d <= 0) + 1) / (d.size + 1), (np.sum(d >= 0) + 1) / (d.size + 1))))
+
+
+def stratified_cluster_bootstrap(members: Mapping[Hashable, Sequence[np.ndarray]],
+                                 statistic: Callable[[Mapping[Hashable, np.ndarray]], float], n_boot: int,
+                                 rng: np.random.Generator) -> np.ndarray:
+    """The bootstrap distribution of ``statistic`` when each stratum's clusters are resampled on their own.
+
+    ``members``: per stratum, its clusters' row indices (into that stratum's own data). Each resample draws
+    every stratum's clusters in turn (:func:`resample_rows`, strata in ``members`` order; a stratum without
+    clusters draws nothing and is left out) and calls ``statistic({stratum: row indices})``. ``rng`` is
+    the caller's, so several statistics may read one stream in turn.
+
+    >>> members = {"a": [np.array([0]), np.array([1])], "b": [np.array([0])]}
+    >>> stratified_cluster_bootstrap(members, lambda rows: float(len(rows)), 2, np.random.default_rng(0)).tolist()
+    [2.0, 2.0]
+    """
+    out = np.empty(n_boot)
+    for b in range(n_boot):
+        out[b] = statistic({s: resample_rows(rng, m) for s, m in members.items() if len(m)})
     return out

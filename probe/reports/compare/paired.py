@@ -102,24 +102,24 @@ def mcnemar(a: np.ndarray, b: np.ndarray) -> tuple[int, int, float]:
 
 def paired_bootstrap(ca: np.ndarray, cb: np.ndarray, metrics: Mapping[str, Callable], n_boot: int,
                      seed: int) -> dict[str, tuple[float, float, float, float]]:
-    """metric -> (observed A − B, CI low, CI high, p) from per-cluster column sums ``ca``, ``cb`` (k x p)."""
+    """metric -> (observed A − B, CI low, CI high, p) from per-cluster column sums ``ca``, ``cb`` (k x p): each
+    replicate weighs the clusters by one multinomial draw (:func:`probe.metrics.stats.cluster_weights`)."""
+    from probe.metrics.stats import bootstrap_p, cluster_weights, percentile_ci
+
     k = ca.shape[0]
-    rng = np.random.default_rng(seed)
-    w = rng.multinomial(k, np.full(k, 1.0 / k), size=n_boot).astype(float) if k else np.zeros((n_boot, 0))
+    w = cluster_weights(np.random.default_rng(seed), k, n_boot).astype(float)
     sa, sb = w @ ca, w @ cb
     out = {}
     with np.errstate(divide="ignore", invalid="ignore"):
         for name, f in metrics.items():
             obs = float(f(ca.sum(0)) - f(cb.sum(0))) if k else math.nan
             d = np.asarray(f(sa) - f(sb), dtype=float)
-            d = d[np.isfinite(d)]
-            if k < MIN_CLUSTERS or d.size < n_boot / 2 or not math.isfinite(obs):  # too little to resample
+            # too little to resample: fewer than MIN_CLUSTERS clusters, or fewer than half the replicates finite
+            lo, hi = percentile_ci(d, tails=(0.025, 0.975), min_finite=math.ceil(n_boot / 2))
+            if k < MIN_CLUSTERS or not math.isfinite(lo) or not math.isfinite(obs):
                 out[name] = (obs, math.nan, math.nan, math.nan)
                 continue
-            lo, hi = np.quantile(d, [0.025, 0.975])
-            # +1: a finite number of replicates never shows p = 0
-            p = min(1.0, 2.0 * min((np.sum(d <= 0) + 1) / (d.size + 1), (np.sum(d >= 0) + 1) / (d.size + 1)))
-            out[name] = (obs, float(lo), float(hi), p)
+            out[name] = (obs, lo, hi, bootstrap_p(d))
     return out
 
 

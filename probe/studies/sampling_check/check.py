@@ -15,6 +15,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from probe.errors import ProbeError
+from probe.metrics.stats import percentile_ci, resample_clusters
 from probe.tasks.paper_check import PaperCheck, PromptCase, Scored
 
 __all__ = ["SamplingCheck", "checked_tasks", "inside", "paper_check_of", "predicted_range", "run_check", "sample_texts",
@@ -154,14 +155,7 @@ def predicted_range(paper: PaperCheck, units: dict[str, list[PromptCase]], k: in
             rows.append((u, c, d))
         for m, v in paper.metrics(rows).items():
             vals.setdefault(m, []).append(v)
-    return {m: _central(v, level) for m, v in vals.items()}
-
-
-def _central(values: Sequence[float], level: float = 0.95) -> tuple[float, float]:
-    """The central ``level`` range of the finite ``values`` (NaN, NaN when none is finite)."""
-    arr = np.asarray([x for x in values if x == x], float)
-    a = (1.0 - level) / 2
-    return (float(np.quantile(arr, a)), float(np.quantile(arr, 1 - a))) if arr.size else (math.nan, math.nan)
+    return {m: percentile_ci(v, level) for m, v in vals.items()}
 
 
 def run_check(task: str, runner: Any, *, n_prompts: int = 100, k: int = 20, seed: int = 0,
@@ -223,7 +217,7 @@ def run_check(task: str, runner: Any, *, n_prompts: int = 100, k: int = 20, seed
     keys = list(units)
     boots: dict[str, list[float]] = {m: [] for m in sampled}
     for _ in range(n_boot):
-        pick = rng.integers(0, len(keys), len(keys))
+        pick = resample_clusters(rng, len(keys))
         brows = []
         for copy, u in enumerate(pick):
             for c in units[keys[u]]:
@@ -237,7 +231,7 @@ def run_check(task: str, runner: Any, *, n_prompts: int = 100, k: int = 20, seed
         if m.startswith("n"):
             agg[m] = {"sampled": v, "exact": exact.get(m)}
             continue
-        lo, hi = _central(boots[m])
+        lo, hi = percentile_ci(boots[m])
         ex = exact.get(m, math.nan)
         agg[m] = {"exact": ex, "sampled": v, "ci_low": lo, "ci_high": hi,
                   "exact_inside": inside(ex, lo, hi, 1.0 / (k * len(cases))),

@@ -25,7 +25,7 @@ import pandas as pd
 
 from probe.tasks.bbq.metrics import (METRIC_NAMES, _amb_stats, _dis_stats, bbq_metrics, bbq_metrics_ci, cluster_counts,
                                      item_matrix)
-from probe.metrics.stats import bootstrap_ci
+from probe.metrics.stats import bootstrap_ci, percentile_ci, stratified_cluster_bootstrap
 
 __all__ = ["summarize", "table2", "tables_per_dimension", "figure3", "to_markdown", "write_reports"]
 
@@ -57,22 +57,20 @@ def _macro(records: Sequence[dict], version: str, n_boot: int, seed: int,
             groups[r[cluster_key] if cluster_key else i].append(i)
         units[d] = [np.asarray(v) for v in groups.values()]
     out: dict[str, Any] = {"dimensions": sorted(mats)}
-    rng = np.random.default_rng(seed)
+    rng = np.random.default_rng(seed)  # one stream, read by each metric in turn
     for name in METRIC_NAMES:
         fn = _metric_fn(name)
-        vals = [fn(m) for m in mats.values()]
-        finite = [v for v in vals if not math.isnan(v)]
-        out[name] = float(np.mean(finite)) if finite else math.nan
-        boots = []
-        for _ in range(n_boot):  # stratified: resample each dimension's units separately
-            bv = [fn(m[np.concatenate([units[d][j] for j in rng.integers(0, len(units[d]), len(units[d]))])])
-                  for d, m in mats.items() if len(m)]
-            bv = [v for v in bv if not math.isnan(v)]
-            boots.append(np.mean(bv) if bv else math.nan)
-        b = np.asarray(boots, dtype=float)
-        b = b[np.isfinite(b)]
-        out[f"{name}_ci"] = [float(np.quantile(b, 0.025)), float(np.quantile(b, 0.975))] if b.size else [math.nan] * 2
+        out[name] = _finite_mean([fn(m) for m in mats.values()])
+        # stratified: each dimension's units resampled on their own; the statistic is the mean over dimensions
+        boots = stratified_cluster_bootstrap(
+            units, lambda rows: _finite_mean([fn(mats[d][idx]) for d, idx in rows.items()]), n_boot, rng)
+        out[f"{name}_ci"] = list(percentile_ci(boots, tails=(0.025, 0.975)))
     return out
+
+
+def _finite_mean(values: Sequence[float]) -> float:
+    finite = [v for v in values if not math.isnan(v)]
+    return float(np.mean(finite)) if finite else math.nan
 
 
 def summarize(records: Sequence[dict], n_boot: int = 1000, seed: int = 0,
