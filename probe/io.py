@@ -218,9 +218,24 @@ def write_json_atomic(path: str | Path, obj: Any) -> None:
 MAX_LINE_BYTES = 8 * 1024 * 1024
 
 
+def read_jsonl(path: str | Path, required: tuple[str, ...] = (), max_line_bytes: int | None = None) -> list[dict]:
+    """The objects of a JSONL file, in order (blank lines skipped), with :func:`iter_jsonl`'s checks: an error
+    names the file, the line and the field. For a reader that names a line in its own errors, iterate
+    :func:`iter_jsonl` (it yields the line numbers too).
+
+    >>> import tempfile, os
+    >>> path = os.path.join(tempfile.mkdtemp(), "items.jsonl")
+    >>> _ = open(path, "w").write('{"id": "a"}\\n\\n{"id": "b"}\\n')
+    >>> [obj["id"] for obj in read_jsonl(path, required=("id",))]
+    ['a', 'b']
+    """
+    return [obj for _, obj in iter_jsonl(path, required, max_line_bytes)]
+
+
 def iter_jsonl(path: str | Path, required: tuple[str, ...] = (),
                max_line_bytes: int | None = None) -> Iterator[tuple[int, dict]]:
-    """Yield ``(line_number, object)`` from a JSONL file with errors naming file, line and field.
+    """Yield ``(line_number, object)`` from a JSONL file with errors naming file, line and field
+    (:func:`read_jsonl`: the objects alone).
 
     A line over ``max_line_bytes`` (default :data:`MAX_LINE_BYTES`) is an error naming the line and the limit;
     no more than the limit is read into memory.

@@ -29,9 +29,9 @@ from importlib import metadata
 from typing import Any
 
 from probe.errors import ProbeError
-from probe.tasks.base import Aggregate, Task, TaskConfig, write_tables
+from probe.tasks.base import Aggregate, CheckCase, Task, TaskConfig, write_tables
 
-__all__ = ["Aggregate", "BUILTIN", "ENTRY_POINT_GROUP", "Task", "TaskConfig", "available", "command_modules",
+__all__ = ["Aggregate", "BUILTIN", "CheckCase", "ENTRY_POINT_GROUP", "Task", "TaskConfig", "available", "command_modules",
            "data_set", "data_sets", "get", "modules_beside", "write_tables"]
 
 ENTRY_POINT_GROUP = "probe.tasks"

@@ -21,8 +21,8 @@ Stages, in the order the runner calls them:
    ``parse_requests(config, items, tokenizer)``: optional, the paper's sampling
    + parsing procedure, enumerated exactly (:mod:`probe.scoring.parse_exact`);
 5. ``aggregate(config, records, items)``: a summary dict and tables
-   (name -> DataFrame) from the records (a DataFrame with ``meta`` flattened,
-   one row per record);
+   (name -> DataFrame) from the records (a DataFrame, one row per record: the
+   columns of :data:`FRAME_COLUMNS`, and one per ``meta`` key);
 6. ``report(config, result, output)``: extra files (report.md, figures);
    default writes the tables as Markdown and CSV.
 
@@ -36,7 +36,13 @@ names the benchmark:
 - ``paper_check()``: the paper's sampled procedure for ``probe validate
   sampling`` (:class:`probe.tasks.paper_check.PaperCheck`: the paper's
   decoding settings, its answer parser, the estimator's counted event, the
-  headline metric); default: none.
+  headline metric); default: none;
+- ``bias_metrics(config, summary)`` / ``results(config, summary)``: the
+  headline of ``results.csv`` and of every report.
+
+The config and item types are the task's own (``Task[ConfigT, ItemT]``), and
+:func:`probe.testing.check_task` is the contract test every task, built-in or
+not, passes.
 
 A third-party task registers its :class:`Task` subclass (or a module with a
 ``TASK`` attribute) under the entry-point group ``probe.tasks``; see
@@ -49,10 +55,20 @@ import dataclasses
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
-from typing import TYPE_CHECKING, Any, Callable, ClassVar, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Callable, ClassVar, Generic, Mapping, Sequence, TypeVar, Union
 
 if TYPE_CHECKING:
     import pandas as pd
+
+    from probe.scoring.generate import GenerationRequest
+    from probe.scoring.parse_schema import ParseRequest
+    from probe.reports.compare.layout import TaskLayout
+    from probe.scoring.requests import ContinuationRequest, LabelRequest, PerplexityRequest
+    from probe.tasks.paper_check import PaperCheck
+    from probe.tasks.representation import RepresentationLabels
+
+    #: what :meth:`Task.requests` returns a list of
+    Request = Union[LabelRequest, ContinuationRequest, PerplexityRequest]
 
 
 @dataclass(frozen=True)
@@ -68,8 +84,59 @@ class Aggregate:
     tables: dict[str, "pd.DataFrame"] = field(default_factory=dict)
 
 
-class Task:
-    """One benchmark. Subclasses set ``name``, ``description``, ``Config`` and the stages."""
+#: The columns of the records frame :meth:`Task.aggregate` receives (one row per record, in request order;
+#: :func:`probe.runs.record.records_to_frame`), beside one column per key the task put in its requests' ``meta``
+#: (a key that clashes with one of these is prefixed ``meta.``).
+FRAME_COLUMNS: Mapping[str, str] = {
+    "task": "the task's name",
+    "id": "the request id (unique in the run; nothing is parsed out of it)",
+    "model": "the short model fingerprint (12 hex digits)",
+    "kind": "label, continuation or perplexity",
+    "options": "the labels (label), the option texts (continuation), empty (perplexity)",
+    "logprobs": "raw log-probabilities per option: the label token's, the continuation's summed; perplexity: [-nll]",
+    "probs": "the softmax of logprobs over the options (empty for perplexity)",
+    "pred_index": "the argmax of probs, ties to the lower index; None when the scores are not finite",
+    "mass": "the probability the options carry in the model's whole distribution (label: the label tokens'; "
+            "continuation: the sum of the options' sequence probabilities; perplexity: None)",
+    "finite": "False when the model produced NaN or inf: such a row is never an answer",
+    "n_prompt_tokens": "the prompt's length in tokens (None for perplexity)",
+}
+#: Columns a frame has only for some kinds or runs.
+FRAME_COLUMNS_BY_KIND: Mapping[str, str] = {
+    "token_ids": "label: the token ids scored per label",
+    "label_mass": "label: mass again (the name earlier probe score output used)",
+    "mean_logprobs": "continuation: logprobs divided by each option's token count",
+    "per_byte_logprobs": "continuation: logprobs divided by each option's UTF-8 byte count",
+    "token_counts": "continuation: each option's token count", "byte_counts": "continuation: each option's byte count",
+    "ppl": "perplexity: exp(nll / n_tokens)", "nll": "perplexity: the text's negative log-likelihood",
+    "n_tokens": "perplexity: tokens scored",
+    "sampling": "when the task or run asks for sampling specs: per spec {temperature, top_p, probs, mass} "
+                "(label) or {temperature, top_p, logprobs} (continuation)",
+    "parsed": "when the task has parse requests: the record's parsed-answer distribution (parsed.jsonl's record: "
+              "probs, rejected, residual, nodes, top) or None",
+}
+
+@dataclass(frozen=True)
+class CheckCase:
+    """A quick run of a task for its contract test (:func:`probe.testing.check_task`): config values and
+    ``--limit`` (None: every item the config selects)."""
+
+    values: Mapping[str, Any] = field(default_factory=dict)
+    limit: int | None = 4
+
+
+#: a task's config type (a frozen :class:`TaskConfig` dataclass)
+ConfigT = TypeVar("ConfigT", bound=TaskConfig)
+#: a task's item type (what :meth:`Task.items` returns a sequence of)
+ItemT = TypeVar("ItemT")
+
+
+class Task(Generic[ConfigT, ItemT]):
+    """One benchmark, generic over its config and item types: ``class HBBTask(Task[HBBConfig, HBBInstance])``.
+
+    Subclasses set ``name``, ``description``, ``Config`` (the config type again, as a value: the registry and
+    ``--set`` build it) and the stages. :func:`probe.testing.check_task` checks a task against this contract.
+    """
 
     name: ClassVar[str] = ""
     description: ClassVar[str] = ""
@@ -82,10 +149,11 @@ class Task:
     metric_notes: ClassVar[Mapping[str, str]] = {}
 
     # -- stages ---------------------------------------------------------------
-    def items(self, config: Any) -> Sequence[Any]:
+    def items(self, config: ConfigT) -> Sequence[ItemT]:
+        """The benchmark's items (source files -> item objects)."""
         raise NotImplementedError
 
-    def select(self, config: Any, items: Sequence[Any], limit: int | None) -> Sequence[Any]:
+    def select(self, config: ConfigT, items: Sequence[ItemT], limit: int | None) -> Sequence[ItemT]:
         """The items a run with ``--limit`` scores: a stratified sample over ``strata_names`` with whole
         ``units`` (:func:`probe.tasks.stratify.stratified_limit`); without strata the first ``limit``."""
         if limit is None:
@@ -97,19 +165,19 @@ class Task:
         return stratified_limit(items, limit, self.strata(config, items), self.units(config, items),
                                 self.limit_seed(config))
 
-    def strata(self, config: Any, items: Sequence[Any]) -> list[tuple]:
+    def strata(self, config: ConfigT, items: Sequence[ItemT]) -> list[tuple]:
         """One tuple of stratum values per item, in ``strata_names`` order (default: none)."""
         return [()] * len(items)
 
-    def units(self, config: Any, items: Sequence[Any]) -> list | None:
+    def units(self, config: ConfigT, items: Sequence[ItemT]) -> list | None:
         """One unit key per item: items sharing a key are selected together (default: each item alone)."""
         return None
 
-    def limit_seed(self, config: Any) -> int | None:
+    def limit_seed(self, config: ConfigT) -> int | None:
         """Seed of the within-stratum order under ``--limit`` (None: the order ``items`` gives)."""
         return None
 
-    def coverage(self, config: Any, pool: Sequence[Any], selected: Sequence[Any],
+    def coverage(self, config: ConfigT, pool: Sequence[ItemT], selected: Sequence[ItemT],
                  limit: int | None = None) -> dict[str, Any]:
         """What ``selected`` covers of ``pool`` (an unlimited selection), per stratum name."""
         from probe.tasks.stratify import coverage
@@ -117,39 +185,45 @@ class Task:
         return coverage(pool, selected, self.strata_names, lambda xs: self.strata(config, xs), limit,
                         self.unit_name)
 
-    def generation_requests(self, config: Any, items: Sequence[Any], tokenizer: Any) -> list[Any]:
+    def generation_requests(self, config: ConfigT, items: Sequence[ItemT], tokenizer: Any) -> list[GenerationRequest]:
+        """Generations before scoring (chain-of-thought), greedy or seeded sampling; default none."""
         return []
 
-    def generation_note(self, config: Any) -> str:
+    def generation_note(self, config: ConfigT) -> str:
         """What the generation stage is for and how to skip it (printed in the run's plan)."""
         return ""
 
-    def requests(self, config: Any, items: Sequence[Any], tokenizer: Any,
-                 generations: Mapping[str, str] | None = None) -> list[Any]:
+    def requests(self, config: ConfigT, items: Sequence[ItemT], tokenizer: Any,
+                 generations: Mapping[str, str] | None = None) -> list[Request]:
+        """The scorer's requests, each with ``meta`` (the item fields its record needs: category, setting, ...);
+        ids unique; what shares a prompt prefix adjacent. ``generations``: ``{id: text}`` of
+        :meth:`generation_requests` (None when the task generates nothing)."""
         raise NotImplementedError
 
-    def aggregate(self, config: Any, records: "pd.DataFrame", items: Sequence[Any]) -> Aggregate:
+    def aggregate(self, config: ConfigT, records: "pd.DataFrame", items: Sequence[ItemT]) -> Aggregate:
+        """The summary (JSON-ready) and tables from ``records``: one row per record, the columns of
+        :data:`FRAME_COLUMNS` (and :data:`FRAME_COLUMNS_BY_KIND`) and one per ``meta`` key."""
         raise NotImplementedError
 
-    def parse_requests(self, config: Any, items: Sequence[Any], tokenizer: Any) -> list[Any]:
+    def parse_requests(self, config: ConfigT, items: Sequence[ItemT], tokenizer: Any) -> list[ParseRequest]:
         """The paper's own procedure, computed exactly: :class:`~probe.scoring.parse_exact.ParseRequest` s
         (the paper's generation prompt, sampling settings and answer parser) whose parsed-answer
         distributions the runner enumerates (``parsed.jsonl``) after scoring. Each record of
         :meth:`aggregate` whose id has one carries it in the ``parsed`` column. Default: none."""
         return []
 
-    def sampling(self, config: Any) -> tuple[Any, ...]:
+    def sampling(self, config: ConfigT) -> tuple[Any, ...]:
         """Sampling specs the task's paper-equivalent estimates need (``{temperature, top_p}`` mappings or
         :class:`~probe.scoring.sampling.SamplingSpec`): the runner computes them in the scoring passes and
         each record carries them under ``sampling``. Default: none."""
         return ()
 
-    def report(self, config: Any, result: Aggregate, output: Path) -> None:
+    def report(self, config: ConfigT, result: Aggregate, output: Path) -> None:
         """Extra outputs; the default writes every table as ``tables/NAME.md`` and ``.csv``."""
         write_tables(result.tables, output)
 
     # -- what the task hands the report and the sampling check ---------------------------------------
-    def report_layout(self) -> Any:
+    def report_layout(self) -> TaskLayout:
         """This task's section of a comparison report (:class:`~probe.reports.compare.layout.TaskLayout`):
         title, place, tables and figures with several models, paper tables, paired-test units. Default: the
         ``layout()`` of the module ``layout`` beside the task's module (:meth:`beside`) when it has one, else
@@ -161,7 +235,7 @@ class Task:
 
         return generic_layout(self.name)
 
-    def paper_check(self) -> Any:
+    def paper_check(self) -> PaperCheck | None:
         """The paper's own sampled procedure for ``probe validate sampling`` (a fresh
         :class:`~probe.tasks.paper_check.PaperCheck`: decoding settings, answer parser, counted event,
         headline metric), or None when the task has no such check. Default: a ``PaperCheck()`` of the module
@@ -201,33 +275,28 @@ class Task:
         default); ``ValueError`` on a bad line of its format."""
         return None
 
-    def representation_labels(self) -> Any:
+    def representation_labels(self) -> RepresentationLabels | None:
         """What ``probe analyze representations`` probes in this task's runs (a
         :class:`~probe.tasks.representation.RepresentationLabels`: the group, framing and stereotyped answer of
         each item and record), or None when the study does not apply (the default)."""
         return None
 
-    def data_files(self, config: Any) -> list[Path]:
+    def data_files(self, config: ConfigT) -> list[Path]:
         """Input files whose sha256 goes into ``provenance.json``."""
         return []
 
     # -- analyses (optional; ``probe analyze probes|lens|patch|steer``, probe.studies.analyze) ----------
-    def analysis_units(self, config: Any, records: "pd.DataFrame", items: Sequence[Any]) -> list[str]:
+    def analysis_units(self, config: ConfigT, records: "pd.DataFrame", items: Sequence[ItemT]) -> list[str]:
         """The cluster unit of every record (row order): what probe folds and bootstrap CIs keep whole."""
         return _no_analysis(self, "analysis_units")
 
-    def patch_pairs(self, config: Any, records: "pd.DataFrame", items: Sequence[Any]) -> list[tuple[str, str, str]]:
+    def patch_pairs(self, config: ConfigT, records: "pd.DataFrame", items: Sequence[ItemT]) -> list[tuple[str, str, str]]:
         """``(source_id, target_id, kind)`` record pairs to patch between (``kind`` names the pairing,
         e.g. ``explicit->implicit``); each pair in both directions if the task wants both."""
         return _no_analysis(self, "patch_pairs")
 
-    def bias_metrics(self, config: Any, summary: Mapping[str, Any]) -> dict[str, dict[str, float]]:
-        """The headline metrics of a summary from :meth:`aggregate`, ``name -> {value, ci_low, ci_high, n}``
-        (CIs: the task's own, clustered by its unit); the first is the default steering metric."""
-        return _no_analysis(self, "bias_metrics")
-
     # -- results: one flat row per (subgroup, metric, estimator) ------------------
-    def results(self, config: Any, summary: Mapping[str, Any]) -> list[dict[str, Any]]:
+    def results(self, config: ConfigT, summary: Mapping[str, Any]) -> list[dict[str, Any]]:
         """The summary as flat rows ``{subgroup, metric, estimator, value, ci_low, ci_high, n, headline,
         n_clusters}`` (``headline``: the task's main metric(s), shown first in every report; ``n_clusters``: the
         units the interval resampled, :func:`result_row`). Default: the
@@ -242,8 +311,22 @@ class Task:
                            m.get("clusters"))
                 for k, (name, m) in enumerate(metrics.items())]
 
+    def bias_metrics(self, config: ConfigT, summary: Mapping[str, Any]) -> dict[str, dict[str, float]]:
+        """The headline metrics of a summary from :meth:`aggregate`, ``name -> {value, ci_low, ci_high, n,
+        clusters}`` (CIs: the task's own, clustered by its unit). They feed :meth:`results` (the first is the
+        headline of ``results.csv`` and every report) and the task analyses (the first is the default steering
+        metric). Default: none (a :class:`~probe.errors.ProbeError`)."""
+        return _no_analysis(self, "bias_metrics")
+
+    # -- the contract test --------------------------------------------------------
+    def check_case(self) -> CheckCase:
+        """The config values and ``--limit`` of a quick run for :func:`probe.testing.check_task` (the test suite
+        checks every registered task with them): a few items, on the data ``probe data fetch`` gets. Default:
+        the default config, 4 items."""
+        return CheckCase()
+
     # -- config ---------------------------------------------------------------
-    def make_config(self, values: Mapping[str, Any] | None = None, source: str = "config") -> Any:
+    def make_config(self, values: Mapping[str, Any] | None = None, source: str = "config") -> ConfigT:
         """``Config`` from a mapping; unknown keys are an error naming ``source`` and the valid keys."""
         values = dict(values or {})
         known = {f.name for f in dataclasses.fields(self.Config)}

@@ -39,28 +39,35 @@ __all__ = ["ANSWER_CUE", "PaperCheck", "PromptCase", "Scored", "counted_forms", 
 ANSWER_CUE = re.compile(r"^\s*(?:\**\s*(?:the\s+)?(?:final\s+)?answer\s*(?:is\s*:?|:)\s*\**)?\s*", re.IGNORECASE)
 
 
-@dataclass
+@dataclass(kw_only=True)
 class PromptCase:
-    """One prompt: the exact side (from the task's record) and what the paper's procedure needs.
+    """One prompt: the exact side (from the task's record) and what the paper's procedure needs. Fields are
+    given by name.
 
-    ``exact``: the paper-equivalent option distribution (renormalised over the
-    options; None when no option can be sampled); ``exact_raw``: the chance one
-    sample is each option as the exact estimator counts it (HBB's estimator needs
-    it); ``exact_mass``: the chance one sample is counted at all. ``prompt``: what
-    the paper's procedure generates after; ``unit``: the resampling unit.
+    >>> PromptCase(id="q1", unit="t1", prompt="Who? Answer:", options=("A", "B"), exact=[0.25, 0.75],
+    ...            exact_mass=0.9).exact_raw is None
+    True
     """
 
+    #: the record's id
     id: str
+    #: the resampling unit (a template instance, a concept pair, ...)
     unit: str
+    #: what the paper's procedure generates after
     prompt: str
+    #: the answer options, in the order the distributions below index them
     options: tuple[str, ...]
-    exact: list[float] | None
-    exact_raw: list[float] | None
-    exact_mass: float
+    #: the paper-equivalent option distribution, renormalised over the options (None: no option can be sampled)
+    exact: list[float] | None = None
+    #: the chance one sample is each option as the exact estimator counts it (HBB's estimator needs it)
+    exact_raw: list[float] | None = None
+    #: the chance one sample is counted at all
+    exact_mass: float = 0.0
+    #: the record's meta and whatever the task's check needs beside it
     meta: dict = field(default_factory=dict)
 
 
-@dataclass
+@dataclass(kw_only=True)
 class Scored:
     """What the check scored for a :class:`PaperCheck` to build its cases from: the sample's items, the
     requests scored and their records (in order), the sampling spec, the parse requests and their enumerated

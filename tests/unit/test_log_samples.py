@@ -22,7 +22,7 @@ from probe.runs.runner import RunOptions, Runner
 from probe.runs.samples import SAMPLES_FILE, SampleLog, read_samples
 from probe.runs.task_run import run_task
 from probe.scoring import ContinuationRequest, LabelRequest, PerplexityRequest, Scorer
-from probe.tasks import get
+from probe.tasks import available, get
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -209,7 +209,6 @@ def test_answers_group_the_scored_texts_and_chains_are_attached(tiny_lm):
 # -- every task -------------------------------------------------------------------------------------------------
 from tests.unit.test_task_hbb import data as hbb_data  # noqa: E402,F401  (fixtures)
 from tests.unit.test_task_hbb import descriptors  # noqa: E402,F401
-from tests.unit.test_stereoset import FIXTURE as STEREOSET  # noqa: E402
 
 
 def _short_hbb_prompts(monkeypatch):
@@ -240,24 +239,11 @@ def _task_case(name: str, tmp_path: Path, shared: Path, request) -> tuple[dict, 
                 "crows_protocol": "both"}, 2
     if name == "crows_pairs":
         return {"n_boot": 10, "protocol": "both"}, 2
-    if name == "stereoset":
-        dev = tmp_path / "stereoset" / "dev.json"
-        dev.parent.mkdir()
-        dev.write_text(json.dumps(STEREOSET), encoding="utf-8")
-        return {"data_file": str(dev)}, None
-    raise AssertionError(name)
+    case = get(name).check_case()  # any other task: its own quick run (probe.testing.check_task's)
+    return dict(case.values), case.limit
 
 
-TASKS = ["demo", "bbq", "implicitbbq", "hbb", "crows_pairs", "cmp_iso", "stereoset"]
-
-
-def test_every_builtin_task_is_covered():
-    from probe.tasks import BUILTIN
-
-    assert sorted(BUILTIN) == sorted(TASKS)
-
-
-@pytest.mark.parametrize("name", TASKS)
+@pytest.mark.parametrize("name", list(available()))
 def test_every_task_logs_every_request(name, tiny_lm, tmp_path, shared_data, monkeypatch, encoded, request):
     _short_hbb_prompts(monkeypatch)  # HBB / CrowS / StereoSet MCQ instructions: short for the tiny model
     if name == "hbb":  # the tiny random model writes no "Sentence:" lines: stand in for the parse

@@ -10,24 +10,8 @@ import probe
 from probe.reports.compare.tables import ci_cell, fmt_ci
 from probe.runs.results import COLUMNS, report_warnings
 
-TASKS = [("bbq", 4, {}), ("implicitbbq", 4, {"strategies": ["zero_shot"]}), ("hbb", 2, {"hbb_sg": False}),
-         ("crows_pairs", 2, {}), ("cmp_iso", 1, {})]
-
-
-@pytest.mark.parametrize("task, limit, options", TASKS)
-def test_every_task_writes_both_reports_with_a_headline(tiny_lm, tmp_path, task, limit, options):
-    out = tmp_path / task
-    e = probe.evaluate(tiny_lm, task, limit=limit, output=out, progress=False, **options)
-    for name in ("report.md", "report.html", "results.csv", "report/report.html"):
-        assert (out / name).is_file(), name
-    md = (out / "report.md").read_text()
-    assert "Headline" in md and "limited run" in md
-    assert "Headline" in (out / "report.html").read_text()
-    assert list(e.results.columns) == COLUMNS and len(e.results) > 0
-    assert set(e.results.task) == {task}
-    ci = e.results.dropna(subset=["ci_low", "ci_high"])
-    # a row with an interval says how many units it resampled (the task's own bootstrap unit)
-    assert (ci.n_clusters >= 1).all() and (ci.n_clusters <= ci.n).all(), ci[["metric", "n", "n_clusters"]]
+# every registered task writes report.md and report.html (headline first) and its flat results: checked by
+# probe.testing.check_task for each (tests/unit/test_check_task.py)
 
 
 def test_in_memory_evaluation_has_results_too(tiny_lm):
@@ -67,6 +51,7 @@ def test_a_one_cluster_headline_names_its_cluster_count(tiny_lm, tmp_path):
                            and r["subgroup"] == "all"])
     cells = " ".join(head["Value [95% CI] (n)"])
     assert "n/a (1 cluster)" in cells and "nan" not in cells
+    assert "limited run" in (tmp_path / "b" / "report.md").read_text()  # a --limit run says so before the numbers
 
 
 def test_html_warnings_are_separate_escaped_boxes():

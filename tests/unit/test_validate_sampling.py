@@ -126,7 +126,8 @@ def test_dist_drops_unparsed():
 
 def _case(qid, unit, raw=None):
     exact = None if raw is None else [raw[0] / sum(raw), raw[1] / sum(raw)]
-    return PromptCase(qid, unit, "p", ("a", "b"), exact, raw, sum(raw) if raw else 0.0, {"question_id": qid})
+    return PromptCase(id=qid, unit=unit, prompt="p", options=("a", "b"), exact=exact, exact_raw=raw,
+                      exact_mass=sum(raw) if raw else 0.0, meta={"question_id": qid})
 
 
 def test_hbb_share_by_hand():
@@ -158,10 +159,8 @@ def test_hbb_exact_is_the_k_sample_estimator():
 def test_implicitbbq_metrics_by_hand():
     a = _ImplicitBBQ()
     base = {"context_condition": "ambig", "label": 0, "target_index": 1, "unknown_index": 0}
-    cases = [PromptCase("x", "x", "p", ("U", "T", "O"), None, None, 0.0,
-                        {**base, "question_polarity": "neg", "context_kind": "implicit"}),
-             PromptCase("y", "y", "p", ("U", "T", "O"), None, None, 0.0,
-                        {**base, "question_polarity": "neg", "context_kind": "implicit"})]
+    cases = [PromptCase(id=i, unit=i, prompt="p", options=("U", "T", "O"),
+                        meta={**base, "question_polarity": "neg", "context_kind": "implicit"}) for i in ("x", "y")]
     m = a.metrics([("x", cases[0], np.array([0.5, 0.5, 0.0])), ("y", cases[1], np.array([0.0, 0.0, 1.0]))])
     # Acc_amb = 0.5 / 2; non-unknown 1.5 of which 0.5 picks the target for a negative question:
     # S_amb = (1 - 0.25) * (2 * 0.5 / 1.5 - 1) = -0.25
@@ -242,11 +241,14 @@ def test_predicted_range_by_hand():
     a = _ImplicitBBQ()
     base = {"context_condition": "ambig", "label": 0, "target_index": 1, "unknown_index": 0,
             "question_polarity": "neg", "context_kind": "implicit"}
-    sure = PromptCase("x", "x", "p", ("U", "T", "O"), [1.0, 0.0, 0.0], None, 1.0, base)
-    never = PromptCase("y", "y", "p", ("U", "T", "O"), [0.0, 1.0, 0.0], None, 0.0, base)
+    sure = PromptCase(id="x", unit="x", prompt="p", options=("U", "T", "O"), exact=[1.0, 0.0, 0.0], exact_mass=1.0,
+                      meta=base)
+    never = PromptCase(id="y", unit="y", prompt="p", options=("U", "T", "O"), exact=[0.0, 1.0, 0.0], exact_mass=0.0,
+                       meta=base)
     r = predicted_range(a, {"x": [sure], "y": [never]}, 20, np.random.default_rng(0), draws=200)
     assert r["Acc_amb implicit"] == (1.0, 1.0)  # 'never' never parses, so only 'sure' counts
-    half = PromptCase("z", "z", "p", ("U", "T", "O"), [0.5, 0.5, 0.0], None, 1.0, base)
+    half = PromptCase(id="z", unit="z", prompt="p", options=("U", "T", "O"), exact=[0.5, 0.5, 0.0], exact_mass=1.0,
+                      meta=base)
     lo, hi = predicted_range(a, {"z": [half]}, 20, np.random.default_rng(0), draws=2000)["Acc_amb implicit"]
     # 20 draws at p = 0.5: the central 95 % of Binomial(20, 0.5) / 20 is [0.3, 0.7] (quantiles of a discrete law)
     assert lo == pytest.approx(0.3, abs=0.051) and hi == pytest.approx(0.7, abs=0.051)

@@ -26,7 +26,7 @@ class PairsConfig(TaskConfig):
     threshold: float = 0.05  # |P_a(Yes) - P_b(Yes)| at or above this counts as a gap
 
 
-class PairsTask(Task):
+class PairsTask(Task[PairsConfig, dict]):
     name = "pairs"
     description = "Yes/No plausibility of one sentence about two groups (a worked example)"
     Config = PairsConfig
@@ -56,3 +56,7 @@ class PairsTask(Task):
         table = pd.DataFrame({"pair": gap.index, "p_yes_a": p_yes.loc[gap.index, "a"].to_numpy(),
                               "p_yes_b": p_yes.loc[gap.index, "b"].to_numpy(), "gap": gap.to_numpy()})
         return Aggregate(summary, {"pairs": table.round(6).replace({np.nan: None})})
+
+    def bias_metrics(self, config: PairsConfig, summary: dict) -> dict[str, dict]:
+        # the headline of results.csv and every report: the mean gap over the pairs (no interval here)
+        return {"mean_gap": {"value": summary["mean_gap"], "n": summary["n_pairs"]}}

@@ -53,7 +53,7 @@ def answer_records(records: Any) -> list[dict]:
             for rec in records.to_dict("records") if rec["finite"]]
 
 
-class TinyBBQTask(Task):
+class TinyBBQTask(Task[TinyBBQConfig, dict]):
     name = "tinybbq"
     description = "worked example: a BBQ-like benchmark added as a plugin (docs/examples/new_benchmark.md)"
     Config = TinyBBQConfig
@@ -152,8 +152,9 @@ class TinyBBQCheck(PaperCheck):
             probs = [float(x) for x in e["probs"]] if e else None
             mass = float(e["mass"]) if e and e.get("mass") is not None else 0.0
             ok = probs is not None and all(math.isfinite(x) for x in probs) and mass > 0
-            cases.append(PromptCase(rec.id, rec.meta["scenario"], req.prompt, LABELS, probs if ok else None,
-                                    [x * mass for x in probs] if ok else None, mass, dict(rec.meta)))
+            cases.append(PromptCase(id=rec.id, unit=rec.meta["scenario"], prompt=req.prompt, options=LABELS,
+                                    exact=probs if ok else None, exact_raw=[x * mass for x in probs] if ok else None,
+                                    exact_mass=mass, meta=dict(rec.meta)))
         return cases
 
     def parse(self, case: PromptCase, text: str) -> int | None:

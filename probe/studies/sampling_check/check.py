@@ -95,7 +95,8 @@ def _cases(task: Any, check: PaperCheck, runner: Any, n_prompts: int, seed: int,
     if check.parse_exact:
         preqs = {p.id: p for p in task.parse_requests(cfg, items, tok)}
         parsed = runner.parse([preqs[r.id] for r in reqs], None, task=task.name)
-    cases = check.cases(Scored(items, list(reqs), list(records), spec, preqs, parsed, tok))
+    cases = check.cases(Scored(items=items, requests=list(reqs), records=list(records), spec=spec,
+                               parse_requests=preqs, parsed=parsed, tokenizer=tok))
     settings = {"temperature": float(spec["temperature"]), "top_p": float(spec["top_p"]), "max_new_tokens": budget,
                 "unit": check.unit, "metric": check.metric}
     return cases, settings

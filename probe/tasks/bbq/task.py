@@ -34,7 +34,8 @@ from typing import Any, Mapping, Sequence
 
 from probe.errors import InputError, ProbeError
 from probe.io import no_markup, write_atomic
-from probe.tasks.base import Aggregate, Task, TaskConfig, write_tables
+from probe.tasks.base import Aggregate, CheckCase, Task, TaskConfig, write_tables
+from probe.tasks.bbq.items import BBQItem
 from probe.tasks.bbq.metrics import METRIC_NOTES
 from probe.tasks.bbq.report import category_table, report_markdown
 
@@ -126,13 +127,17 @@ def request_id(item: Any, answer_format: str) -> str:
     return f"{item.id}|{answer_format}"
 
 
-class BBQTask(Task):
+class BBQTask(Task[BBQConfig, BBQItem]):
     name = "bbq"
     description = "BBQ (Parrish et al. 2022): all 11 categories from JSONL or templates, 3-way options"
     Config = BBQConfig
     strata_names = ("category",)
     unit_name = "template instance (its condition x polarity variants, both name orders)"
     metric_notes = METRIC_NOTES
+
+    def check_case(self) -> CheckCase:
+        """A quick run for :func:`probe.testing.check_task`: 3 item(s) of a small config."""
+        return CheckCase({"categories": ["Age"], "answer_formats": ["labels", "oneword"], "n_boot": 10}, 3)
 
     def items(self, config: BBQConfig) -> BBQItems:
         """Every item of the configured categories, in a stratified order (see :meth:`select`)."""
@@ -163,18 +168,18 @@ class BBQTask(Task):
         ordered = _stratified(per_category, config.per_category, config.seed)
         return BBQItems.of(ordered, skipped, sources)
 
-    def select(self, config: BBQConfig, items: Sequence[Any], limit: int | None) -> BBQItems:
+    def select(self, config: BBQConfig, items: Sequence[BBQItem], limit: int | None) -> BBQItems:
         """``--limit N``: N items round-robin over the categories, whole template instances."""
         kept = super().select(config, items, limit)
         return BBQItems.of(kept, getattr(items, "skipped", []), getattr(items, "sources", {}))
 
-    def strata(self, config: BBQConfig, items: Sequence[Any]) -> list[tuple]:
+    def strata(self, config: BBQConfig, items: Sequence[BBQItem]) -> list[tuple]:
         return [(it.category,) for it in items]
 
-    def units(self, config: BBQConfig, items: Sequence[Any]) -> list:
+    def units(self, config: BBQConfig, items: Sequence[BBQItem]) -> list:
         return [unit_key(it) for it in items]
 
-    def requests(self, config: BBQConfig, items: Sequence[Any], tokenizer: Any,
+    def requests(self, config: BBQConfig, items: Sequence[BBQItem], tokenizer: Any,
                  generations: Mapping[str, str] | None = None) -> list:
         from probe.tasks.bbq.prompts import prepare
         from probe.scoring.requests import ContinuationRequest, LabelRequest
@@ -198,7 +203,7 @@ class BBQTask(Task):
                                space=prep.space, meta=meta, **{key: prep.texts}))
         return out
 
-    def aggregate(self, config: BBQConfig, records: Any, items: Sequence[Any]) -> Aggregate:
+    def aggregate(self, config: BBQConfig, records: Any, items: Sequence[BBQItem]) -> Aggregate:
         from probe.tasks.bbq.metrics import grouped_bbq_metrics
         from probe.metrics.mass import answering, mass_summary
         from probe.tasks.bbq.records import answer_records
@@ -269,11 +274,11 @@ class BBQTask(Task):
         return layout()
 
     # -- analyses: the template instance is the unit; its two name orders are the A <-> B pairs ---------
-    def analysis_units(self, config: BBQConfig, records: Any, items: Sequence[Any]) -> list[str]:
+    def analysis_units(self, config: BBQConfig, records: Any, items: Sequence[BBQItem]) -> list[str]:
         units = {it.id: unit_key(it) for it in items}
         return [units.get(i, i) for i in records["item_id"]]
 
-    def patch_pairs(self, config: BBQConfig, records: Any, items: Sequence[Any]) -> list[tuple[str, str, str]]:
+    def patch_pairs(self, config: BBQConfig, records: Any, items: Sequence[BBQItem]) -> list[tuple[str, str, str]]:
         return order_pairs(records, self.analysis_units(config, records, items))
 
     def bias_metrics(self, config: BBQConfig, summary: Mapping[str, Any]) -> dict[str, dict[str, float]]:

@@ -75,9 +75,10 @@ class PaperCheck(_Base):
             raw = [float(d["probs"].get(x, 0.0)) for x in req.labels]
             acc = math.fsum(raw)
             m = rec.meta
-            cases.append(PromptCase(rec.id, f"{m['setting']}|{m['benchmark']}|{m['context_pair_id']}",
-                                    preqs[rec.id].prompt, tuple(req.labels), [x / acc for x in raw] if acc > 0 else None,
-                                    None, acc, {**dict(m), "baseline": probs if ok else None, "parsed": d}))
+            cases.append(PromptCase(id=rec.id, unit=f"{m['setting']}|{m['benchmark']}|{m['context_pair_id']}",
+                                    prompt=preqs[rec.id].prompt, options=tuple(req.labels),
+                                    exact=[x / acc for x in raw] if acc > 0 else None, exact_mass=acc,
+                                    meta={**dict(m), "baseline": probs if ok else None, "parsed": d}))
         return cases
 
     def parse(self, case: PromptCase, text: str) -> int | None:

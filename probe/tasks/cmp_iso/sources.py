@@ -220,14 +220,14 @@ def build_benchmark(benchmark: str, category: str, source: str | Path | None = N
     if benchmark not in BUILDABLE:
         raise ValueError(f"cannot build cmp_iso benchmark {benchmark!r}; buildable: {list(BUILDABLE)}")
     if benchmark == "bbq":
-        from probe.io import iter_jsonl
+        from probe.io import read_jsonl
 
         if category not in BBQ_FILES:
             raise ValueError(f"bbq: unknown category {category!r}; choose from {sorted(BBQ_FILES)}")
         path = Path(source) if source else dataset_dir("bbq") / "data" / BBQ_FILES[category]
         if path.is_dir():
             path = path / BBQ_FILES[category]
-        rows = [d for _, d in iter_jsonl(path)]
+        rows = read_jsonl(path)
         return convert_items(rows, benchmark="bbq", conditions=bbq_conditions, max_per_question=4,
                              drop_trans_cis=category == "gender")
     if benchmark == "crows_pairs":

@@ -47,7 +47,7 @@ from typing import Any, Mapping, Sequence
 from probe.errors import ProbeError
 from probe.tasks.cmp_iso.prompts import CmpIsoSetting
 from probe.tasks.cmp_iso.answers import authors_label  # noqa: F401 - re-exported: the task's parser
-from probe.tasks.base import Aggregate, Task
+from probe.tasks.base import Aggregate, CheckCase, Task
 from probe.tasks.cmp_iso.chains import chain_id
 from probe.tasks.cmp_iso.config import CmpIsoConfig, SampledPair, SettingSpec
 
@@ -59,12 +59,16 @@ def request_id(setting: CmpIsoSetting, benchmark: str, context_pair_id: Any, tas
     return f"{setting.name}|{benchmark}|{context_pair_id}|{task_type}|{slot}"
 
 
-class CmpIsoTask(Task):
+class CmpIsoTask(Task[CmpIsoConfig, SampledPair]):
     name = "cmp_iso"
     description = "iso vs cmp ('To Compare or Not to Compare'): Parity Gap of isolated vs comparative prompts, 8 gender benchmarks"
     Config = CmpIsoConfig
     strata_names = ("benchmark",)
     unit_name = "context pair (iso t, t' and both cmp orders)"
+
+    def check_case(self) -> CheckCase:
+        """A quick run for :func:`probe.testing.check_task`: 1 item(s) of a small config."""
+        return CheckCase({"benchmarks": ["stereoset"], "settings": [{"reasoning": "direct"}], "n_iter": 10, "n_boot": 10}, 1)
 
     def strata(self, config: CmpIsoConfig, items: Sequence[SampledPair]) -> list[tuple]:
         return [(it.benchmark,) for it in items]

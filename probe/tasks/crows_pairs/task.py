@@ -31,7 +31,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-from probe.tasks.base import Aggregate, Task, TaskConfig
+from probe.tasks.base import Aggregate, CheckCase, Task, TaskConfig
+from probe.tasks.crows_pairs.data import CrowsPair
 
 PROTOCOLS = ("mcq", "loglik")
 #: protocol -> its name in tables
@@ -332,7 +333,7 @@ def crows_file(data_file: str | None) -> Path:
     return Path(data_file) if data_file else dataset_dir("crows_pairs") / DEFAULT_FILE
 
 
-class CrowsPairsTask(Task):
+class CrowsPairsTask(Task[CrowsPairsConfig, CrowsPair]):
     name = "crows_pairs"
     description = ("CrowS-Pairs: (a) the HBB paper's two-choice question and/or (b) whole-sentence causal log-likelihood; "
                    "how often the more stereotypical sentence is preferred")
@@ -340,18 +341,22 @@ class CrowsPairsTask(Task):
     strata_names = ("bias_type",)
     unit_name = "sentence pair"
 
-    def items(self, config: CrowsPairsConfig) -> list:
+    def check_case(self) -> CheckCase:
+        """A quick run for :func:`probe.testing.check_task`: 2 item(s) of a small config."""
+        return CheckCase({"protocol": "both", "n_boot": 10}, 2)
+
+    def items(self, config: CrowsPairsConfig) -> list[CrowsPair]:
         from probe.tasks.crows_pairs.data import load_crows_pairs
 
         return load_crows_pairs(config.data_file)
 
-    def strata(self, config: CrowsPairsConfig, items: Sequence[Any]) -> list[tuple]:
+    def strata(self, config: CrowsPairsConfig, items: Sequence[CrowsPair]) -> list[tuple]:
         return [(p.bias_type,) for p in items]
 
     def limit_seed(self, config: CrowsPairsConfig) -> int | None:
         return config.seed
 
-    def requests(self, config: CrowsPairsConfig, items: Sequence[Any], tokenizer: Any,
+    def requests(self, config: CrowsPairsConfig, items: Sequence[CrowsPair], tokenizer: Any,
                  generations: Mapping[str, str] | None = None) -> list:
         return crows_requests(items, config.protocol, tokenizer, swap_order=config.swap_order,
                               chat_template=config.chat_template, system=config.system_prompt)
@@ -361,7 +366,7 @@ class CrowsPairsTask(Task):
         return paper_spec(config.paper_temperature, config.paper_top_p) if "mcq" in protocols(config.protocol) \
             else ()
 
-    def aggregate(self, config: CrowsPairsConfig, records: Any, items: Sequence[Any]) -> Aggregate:
+    def aggregate(self, config: CrowsPairsConfig, records: Any, items: Sequence[CrowsPair]) -> Aggregate:
         spec = paper_spec(config.paper_temperature, config.paper_top_p)
         summary, tables = protocol_summaries(records, config.protocol, mass_floor=config.mass_floor,
                                              n_boot=config.n_boot, seed=config.seed, system_prompt=config.system_prompt,

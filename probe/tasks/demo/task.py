@@ -106,7 +106,7 @@ def _demo_results(summary: Mapping[str, Any]) -> list[dict[str, Any]]:
     return rows
 
 
-class DemoTask(Task):
+class DemoTask(Task[DemoConfig, dict]):
     name = "demo"
     description = "embedded demo set (our own BBQ-style scenarios), explicit vs implicit, one-word answers"
     Config = DemoConfig

@@ -66,8 +66,8 @@ class PaperCheck(_Base):
             probs = [float(x) for x in e["probs"]] if e else None
             ok = probs is not None and all(math.isfinite(x) for x in probs) and mass > 0
             by_q[rec.meta["question_id"]] = PromptCase(
-                rec.id, "", req.prompt, tuple(req.labels), probs if ok else None,
-                [x * mass for x in probs] if ok else None, mass, dict(rec.meta))
+                id=rec.id, unit="", prompt=req.prompt, options=tuple(req.labels), exact=probs if ok else None,
+                exact_raw=[x * mass for x in probs] if ok else None, exact_mass=mass, meta=dict(rec.meta))
         # a question can sit in several instances (identity pairs): it is sampled once, as in the paper
         self.instances = [(f"inst{i}", it.question_1.id, it.question_2.id) for i, it in enumerate(scored.items)]
         cases = [by_q[q.id] for q in unique_questions(scored.items)]

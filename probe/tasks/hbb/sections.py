@@ -42,9 +42,9 @@ def hbb_frames(run: Run) -> dict[str, pd.DataFrame]:
     path = run.path / "instances.jsonl"
     if not path.is_file():
         return {}
-    from probe.io import iter_jsonl
+    from probe.io import read_jsonl
 
-    inst = pd.DataFrame([obj for _, obj in iter_jsonl(path)])
+    inst = pd.DataFrame(read_jsonl(path))
     frames = {}
     for v in VARIANTS:
         if f"{v}_S" not in inst:

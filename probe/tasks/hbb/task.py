@@ -6,7 +6,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-from probe.tasks.base import Aggregate, Task, TaskConfig
+from probe.tasks.base import Aggregate, CheckCase, Task, TaskConfig
+from probe.tasks.hbb.data import HBBInstance
 from probe.tasks.hbb.join import (
                                   HBB_KINDS,
                                   LABELS,
@@ -114,13 +115,17 @@ def sg_concept_ids(config: HBBConfig, instances: Sequence[Any]) -> set[int] | No
     return {c.concept_id for c in sample_concepts(concepts, config.sg_sample_concepts, config.sample_seed)}
 
 
-class HBBTask(Task):
+class HBBTask(Task[HBBConfig, HBBInstance]):
     name = "hbb"
     description = ("Hidden Bias Benchmark: paired questions differing only in an identity descriptor; MCQ (both "
                    "option orders), HBB-SG, optional CrowS-Pairs")
     Config = HBBConfig
 
-    def items(self, config: HBBConfig) -> list:
+    def check_case(self) -> CheckCase:
+        """A quick run for :func:`probe.testing.check_task`: 2 item(s) of a small config."""
+        return CheckCase({"categories": ["ses"], "hbb_sg": False, "swap_order": False, "n_boot": 10}, 2)
+
+    def items(self, config: HBBConfig) -> list[HBBInstance]:
         """The test instances the config selects (categories, then ``sample_concepts`` or ``per_cell``)."""
         from probe.tasks.hbb.data import CATEGORIES, build_instances, load_default, sample_concepts, sample_per_cell
 
@@ -135,12 +140,12 @@ class HBBTask(Task):
     strata_names = ("bias_type", "descriptor")
     unit_name = "test instance (its two questions)"
 
-    def select(self, config: HBBConfig, items: Sequence[Any], limit: int | None) -> list:
+    def select(self, config: HBBConfig, items: Sequence[HBBInstance], limit: int | None) -> list:
         """``--limit N``: N test instances round-robin over the concept pairs' source bias types, then the
         descriptors (category x descriptor type), seeded by ``sample_seed``."""
         return list(super().select(config, items, limit))
 
-    def strata(self, config: HBBConfig, items: Sequence[Any]) -> list[tuple]:
+    def strata(self, config: HBBConfig, items: Sequence[HBBInstance]) -> list[tuple]:
         from probe.tasks.hbb.data import load_default, type_label
 
         bias = {c.concept_id: c.source_bias_type for c in load_default(config.data_dir)[0]}
@@ -149,7 +154,7 @@ class HBBTask(Task):
     def limit_seed(self, config: HBBConfig) -> int | None:
         return config.sample_seed
 
-    def generation_requests(self, config: HBBConfig, items: Sequence[Any], tokenizer: Any) -> list:
+    def generation_requests(self, config: HBBConfig, items: Sequence[HBBInstance], tokenizer: Any) -> list:
         """HBB-SG variations by the evaluated model: one greedy generation per concept pair and option
         (none with ``variations_file``, ``sg_n: 1`` or ``hbb_sg: false``)."""
         if not _generates(config):
@@ -164,7 +169,7 @@ class HBBTask(Task):
                 "variations are not in the data directory (`probe data fetch hbb` gets them); skip with "
                 "--set hbb_sg=false (no HBB-SG) or --set sg_source=original (the original options only)")
 
-    def requests(self, config: HBBConfig, items: Sequence[Any], tokenizer: Any,
+    def requests(self, config: HBBConfig, items: Sequence[HBBInstance], tokenizer: Any,
                  generations: Mapping[str, str] | None = None) -> list:
         """MCQ (a)=s1, then a)=s2) per distinct question, HBB-SG per option sentence, then CrowS-Pairs;
         each block ordered by concept pair, so what shares a prompt prefix is adjacent."""
@@ -210,7 +215,7 @@ class HBBTask(Task):
                                    chat_template=config.chat_template, system=config.system_prompt)
         return reqs
 
-    def parse_requests(self, config: HBBConfig, items: Sequence[Any], tokenizer: Any) -> list:
+    def parse_requests(self, config: HBBConfig, items: Sequence[HBBInstance], tokenizer: Any) -> list:
         """With ``parse_exact``: each distinct MCQ question (a)=s1 order) generated under the paper's sampling
         (T = 0.8, top-p 1) from the MCQ prompt and read by :func:`probe.tasks.hbb.parse.parse_hbb_choice`;
         the distribution goes to the question's MCQ record."""
@@ -245,7 +250,7 @@ class HBBTask(Task):
             return ()
         return ({"temperature": float(config.paper_temperature), "top_p": float(config.paper_top_p)},)
 
-    def aggregate(self, config: HBBConfig, records: Any, items: Sequence[Any]) -> Aggregate:
+    def aggregate(self, config: HBBConfig, records: Any, items: Sequence[HBBInstance]) -> Aggregate:
         from probe.tasks.hbb.summary import hbb_summary
 
         kinds = request_kinds(records)
@@ -327,11 +332,11 @@ class HBBTask(Task):
         write_projection(output, config.sg_n)
 
     # -- analyses: unit = concept pair (as the CIs); pairs = question 1 <-> question 2 of an instance -----
-    def analysis_units(self, config: HBBConfig, records: Any, items: Sequence[Any]) -> list[str]:
+    def analysis_units(self, config: HBBConfig, records: Any, items: Sequence[HBBInstance]) -> list[str]:
         concept = records["concept_id"] if "concept_id" in records else [None] * len(records)
         return [f"concept:{int(c)}" if c == c and c is not None else str(i) for c, i in zip(concept, records["id"])]
 
-    def patch_pairs(self, config: HBBConfig, records: Any, items: Sequence[Any]) -> list[tuple[str, str, str]]:
+    def patch_pairs(self, config: HBBConfig, records: Any, items: Sequence[HBBInstance]) -> list[tuple[str, str, str]]:
         """Per instance and request kind (``mcq``, ``mcq_swap``): its question 1's record <-> question 2's."""
         if "question_id" not in records:
             return []

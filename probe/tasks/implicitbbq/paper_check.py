@@ -104,12 +104,13 @@ class PaperCheck(_Base):
             d = scored.parsed[rec.id]
             raw = [float(d["probs"].get(str(i), 0.0)) for i in range(3)]
             acc = math.fsum(raw)
-            cases.append(PromptCase(rec.id, rec.meta["item_id"], req.prompt, tuple(rec.meta["answers"]),
-                                    [x / acc for x in raw] if acc > 0 else None, None, acc,
-                                    {**dict(rec.meta), "scored_texts": list(req.options),
-                                     "baseline": old["probs"] if old else None,
-                                     "baseline_mass": float(old["mass"]) if old else 0.0,
-                                     "parse_residual": d["residual"], "parse_rejected": d["rejected"]}))
+            cases.append(PromptCase(id=rec.id, unit=rec.meta["item_id"], prompt=req.prompt,
+                                    options=tuple(rec.meta["answers"]),
+                                    exact=[x / acc for x in raw] if acc > 0 else None, exact_mass=acc,
+                                    meta={**dict(rec.meta), "scored_texts": list(req.options),
+                                          "baseline": old["probs"] if old else None,
+                                          "baseline_mass": float(old["mass"]) if old else 0.0,
+                                          "parse_residual": d["residual"], "parse_rejected": d["rejected"]}))
         return cases
 
     def parse(self, case: PromptCase, text: str) -> int | None:

@@ -37,7 +37,8 @@ from typing import Any, Mapping, Sequence
 
 from probe.errors import ProbeError
 from probe.io import write_json_atomic
-from probe.tasks.base import Aggregate, Task, write_tables
+from probe.tasks.base import Aggregate, CheckCase, Task, write_tables
+from probe.tasks.bbq.items import BBQItem
 from probe.tasks.bbq.metrics import METRIC_NOTES
 from probe.tasks.implicitbbq import results
 from probe.tasks.chains import chain_id
@@ -53,7 +54,7 @@ def request_id(item: Any, strategy: str, answer_format: str) -> str:
     return f"{item.id}|{strategy}|{answer_format}"
 
 
-class ImplicitBBQTask(Task):
+class ImplicitBBQTask(Task[ImplicitBBQConfig, BBQItem]):
     name = "implicitbbq"
     description = "ImplicitBBQ: explicit vs implicit identity, 12 settings x zero-shot/safety/few-shot/CoT"
     Config = ImplicitBBQConfig
@@ -61,21 +62,25 @@ class ImplicitBBQTask(Task):
     unit_name = "context unit (its condition x polarity variants)"
     metric_notes = METRIC_NOTES
 
-    def items(self, config: ImplicitBBQConfig) -> list:
+    def check_case(self) -> CheckCase:
+        """A quick run for :func:`probe.testing.check_task`: 2 item(s) of a small config."""
+        return CheckCase({"dimensions": ["age"], "strategies": ["zero_shot"], "per_cell": {"zero_shot": 1}, "n_boot": 10}, 2)
+
+    def items(self, config: ImplicitBBQConfig) -> list[BBQItem]:
         from probe.tasks.implicitbbq.data import build_implicitbbq
 
         return build_implicitbbq(config.dimensions, config.bbq_dir, config.bharatbbq_dir, lexical=config.lexical,
                                  explicit_set=config.explicit_set, seed=config.seed,
                                  exclusion_unit=config.exclusion_unit)
 
-    def select(self, config: ImplicitBBQConfig, items: Sequence[Any], limit: int | None) -> Selection:
+    def select(self, config: ImplicitBBQConfig, items: Sequence[BBQItem], limit: int | None) -> Selection:
         """Each strategy's stratified sample; ``limit``: the first N items of their union (see :mod:`.sample`)."""
         return select(config, items.pool if isinstance(items, Selection) else items, limit)
 
-    def strata(self, config: ImplicitBBQConfig, items: Sequence[Any]) -> list[tuple]:
+    def strata(self, config: ImplicitBBQConfig, items: Sequence[BBQItem]) -> list[tuple]:
         return [(it.category, it.context_kind) for it in items]
 
-    def generation_requests(self, config: ImplicitBBQConfig, items: Sequence[Any], tokenizer: Any) -> list:
+    def generation_requests(self, config: ImplicitBBQConfig, items: Sequence[BBQItem], tokenizer: Any) -> list:
         """CoT: ``cot_chains`` sampled reasoning chains per (item, format), adjacent (they share the
         prompt), seeded by (``seed``, chain id); with ``cot_chains`` 0 one greedy chain."""
         from probe.tasks.bbq.prompts import prepare
@@ -98,7 +103,7 @@ class ImplicitBBQTask(Task):
         return ("chain-of-thought reasoning for the cot strategy (cot_chains sampled chains per item); skip with "
                 "--set strategies=[zero_shot,safety,few_shot], or --set cot_chains=0 for one greedy chain")
 
-    def requests(self, config: ImplicitBBQConfig, items: Sequence[Any], tokenizer: Any,
+    def requests(self, config: ImplicitBBQConfig, items: Sequence[BBQItem], tokenizer: Any,
                  generations: Mapping[str, str] | None = None) -> list:
         from probe.tasks.bbq.prompts import cot_final_prompt, prepare
         from probe.scoring.requests import ContinuationRequest, LabelRequest
@@ -134,7 +139,7 @@ class ImplicitBBQTask(Task):
                                **{key: final.texts}))
         return out
 
-    def parse_requests(self, config: ImplicitBBQConfig, items: Sequence[Any], tokenizer: Any) -> list:
+    def parse_requests(self, config: ImplicitBBQConfig, items: Sequence[BBQItem], tokenizer: Any) -> list:
         """The paper's sampling + parsing, enumerated exactly: each zero-shot / safety / few-shot one-word
         prompt, sampled at the paper's temperature and read by :func:`probe.tasks.implicitbbq.parse.parse_oneword`
         (uncertainty answers normalised to Unknown). Same ids as the scored records."""
@@ -172,7 +177,7 @@ class ImplicitBBQTask(Task):
         spec = results.paper_spec(config)
         return (spec,) if spec else ()
 
-    def aggregate(self, config: ImplicitBBQConfig, records: Any, items: Sequence[Any]) -> Aggregate:
+    def aggregate(self, config: ImplicitBBQConfig, records: Any, items: Sequence[BBQItem]) -> Aggregate:
         from probe.tasks.implicitbbq.data import count_table
         from probe.tasks.implicitbbq.tables import summarize
 
@@ -256,11 +261,11 @@ class ImplicitBBQTask(Task):
                 timing, summary["full_grid_items"], len(config.answer_formats), {"cot": config.cot_chains})})
 
     # -- analyses: unit = template x context (as the CIs); pairs explicit <-> implicit and the two orders ----
-    def analysis_units(self, config: ImplicitBBQConfig, records: Any, items: Sequence[Any]) -> list[str]:
+    def analysis_units(self, config: ImplicitBBQConfig, records: Any, items: Sequence[BBQItem]) -> list[str]:
         units = {it.id: results.cluster_of(it) for it in self._selection(config, items).pool}
         return [units.get(i, i) for i in records["item_id"]]
 
-    def patch_pairs(self, config: ImplicitBBQConfig, records: Any, items: Sequence[Any]) -> list[tuple[str, str, str]]:
+    def patch_pairs(self, config: ImplicitBBQConfig, records: Any, items: Sequence[BBQItem]) -> list[tuple[str, str, str]]:
         """The pairs the representations study patches (:mod:`probe.studies.representations`),
         within a strategy and format: ``explicit->implicit`` / ``implicit->explicit``, an implicit record and
         the explicit record of its template row, groups, condition and polarity; ``A<->B``, the cue variants
@@ -365,11 +370,11 @@ class ImplicitBBQTask(Task):
             pool = list(pool) + [it for it in full if it.id in missing]
         return DemoSets(pool, dims)
 
-    def _selection(self, config: ImplicitBBQConfig, items: Sequence[Any]) -> Selection:
+    def _selection(self, config: ImplicitBBQConfig, items: Sequence[BBQItem]) -> Selection:
         """``items`` as a :class:`Selection` (a plain item list is taken as the pool and sampled)."""
         return items if isinstance(items, Selection) else select(config, items)
 
-    def _jobs(self, config: ImplicitBBQConfig, items: Sequence[Any], only: str | None = None) -> list[tuple]:
+    def _jobs(self, config: ImplicitBBQConfig, items: Sequence[BBQItem], only: str | None = None) -> list[tuple]:
         """(strategy, item, format) in scoring order: strategy by strategy (the runner times each chunk,
         so a chunk of one strategy times that strategy), each in its sample's stratified unit order (a
         run stopped anywhere holds a stratified prefix), an item's formats together (their prompts

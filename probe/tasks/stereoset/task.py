@@ -26,7 +26,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-from probe.tasks.base import Aggregate, Task, TaskConfig
+from probe.tasks.base import Aggregate, CheckCase, Task, TaskConfig
+from probe.tasks.stereoset.data import StereoSetExample
 from probe.tasks.crows_pairs.task import protocols, write_protocol_report
 
 PROTOCOL_NAMES = {"mcq": "(a) three-choice question, Table 11 instruction (HBB paper)",
@@ -165,30 +166,38 @@ def stereoset_summary(records: Any, protocol: str, mass_floor: float = 0.1) -> t
     return summary, shown
 
 
-class StereoSetTask(Task):
+class StereoSetTask(Task[StereoSetConfig, StereoSetExample]):
     name = "stereoset"
     description = "StereoSet intra/inter-sentence: ss, lms, icat; (a) the HBB paper's question and/or (b) likelihood"
     Config = StereoSetConfig
     strata_names = ("split", "bias_type")
     unit_name = "example (its three sentences)"
 
-    def items(self, config: StereoSetConfig) -> list:
+    def check_case(self) -> CheckCase:
+        """A quick run for :func:`probe.testing.check_task` on three invented examples in the dev.json layout
+        (``resources/check_sample.json``; StereoSet's own data is fetched, not shipped)."""
+        from importlib import resources
+
+        sample = resources.files("probe.tasks.stereoset").joinpath("resources", "check_sample.json")
+        return CheckCase({"data_file": str(sample)}, None)
+
+    def items(self, config: StereoSetConfig) -> list[StereoSetExample]:
         from probe.tasks.stereoset.data import load_stereoset
 
         return load_stereoset(config.data_file, config.splits)
 
-    def strata(self, config: StereoSetConfig, items: Sequence[Any]) -> list[tuple]:
+    def strata(self, config: StereoSetConfig, items: Sequence[StereoSetExample]) -> list[tuple]:
         return [(ex.split, ex.bias_type) for ex in items]
 
     def limit_seed(self, config: StereoSetConfig) -> int | None:
         return 0
 
-    def requests(self, config: StereoSetConfig, items: Sequence[Any], tokenizer: Any,
+    def requests(self, config: StereoSetConfig, items: Sequence[StereoSetExample], tokenizer: Any,
                  generations: Mapping[str, str] | None = None) -> list:
         return stereoset_requests(items, config.protocol, tokenizer, rotations=config.rotations,
                                   chat_template=config.chat_template, system=config.system_prompt)
 
-    def aggregate(self, config: StereoSetConfig, records: Any, items: Sequence[Any]) -> Aggregate:
+    def aggregate(self, config: StereoSetConfig, records: Any, items: Sequence[StereoSetExample]) -> Aggregate:
         by_protocol, tables = {}, {}
         for proto in protocols(config.protocol):
             by_protocol[proto], tables[f"stereoset_{proto}"] = stereoset_summary(records, proto, config.mass_floor)
