@@ -1,0 +1,120 @@
+"""Certified intervals (probe.metrics.certified): hand-computed cases and brute force over residual splits."""
+
+from __future__ import annotations
+
+import itertools
+import math
+
+import numpy as np
+import pytest
+
+from probe.metrics.certified import (conditional_vertices, contains, interval_mean, mass_bounds, point_conditional,
+                                     point_masses, ratio_range, share_range, uncertified)
+
+
+def _random_split(rng, k, r):
+    """A random split of r over k answers and the non-answer (the answers' part)."""
+    w = rng.dirichlet(np.ones(k + 1)) * r
+    return w[:k]
+
+
+def test_zero_residual_gives_a_point():
+    v = conditional_vertices([0.2, 0.3, 0.1], 0.0)
+    assert v.shape == (1, 3)
+    np.testing.assert_allclose(v[0], [1 / 3, 0.5, 1 / 6])
+    lo, hi = share_range([v[:, 0].tolist()])
+    assert lo == hi == pytest.approx(1 / 3)
+
+
+def test_residual_one_is_anything():
+    v = conditional_vertices([0.0, 0.0, 0.0], 1.0)
+    assert v.tolist() == [[1, 0, 0], [0, 1, 0], [0, 0, 1], [0, 0, 0]]
+    assert point_conditional([0.0, 0.0, 0.0]) is None
+    assert point_masses([0.0, 0.0], 1.0).tolist() == [0.0, 0.0]
+
+
+def test_never_parses_has_no_vertex():
+    assert conditional_vertices([0.0, 0.0], 0.0).shape == (0, 2)
+
+
+def test_empty_groups_are_nan():
+    assert all(math.isnan(x) for x in share_range([]))
+    assert all(math.isnan(x) for x in ratio_range([], [], 0.0, 0.0))
+    assert all(math.isnan(x) for x in interval_mean([]))
+
+
+def test_hand_computed_conditional():
+    # A = 0.5, r = 0.5: q_0 in [0.4 / 1.0, 0.9 / 1.0]
+    v = conditional_vertices([0.4, 0.1], 0.5)
+    assert share_range([v[:, 0].tolist()]) == pytest.approx((0.4, 0.9))
+    # the point rule: the enumerated conditional, and the residual in the enumerated mix
+    np.testing.assert_allclose(point_conditional([0.4, 0.1]), [0.8, 0.2])
+    np.testing.assert_allclose(point_masses([0.4, 0.1], 0.5), [0.8, 0.2])
+    assert mass_bounds([0.4, 0.1], 0.5) == [(0.4, 0.9), (0.1, 0.6)]
+
+
+def test_uncertified_flags_the_published_floor_case():
+    assert uncertified(3e-5, 4.9e-4, 0.05)  # residual / parsed = 16
+    assert not uncertified(0.9, 0.04, 0.05)
+    assert uncertified(0.0, 0.01, 0.05)
+    assert not uncertified(0.0, 0.01, None)
+
+
+def test_conditional_vertices_bound_every_split():
+    rng = np.random.default_rng(0)
+    for _ in range(200):
+        k = int(rng.integers(2, 4))
+        p = rng.dirichlet(np.ones(k + 2))[:k]  # some rejected, some residual
+        r = float(rng.uniform(0, 1 - p.sum()))
+        v = conditional_vertices(p, r)
+        x = _random_split(rng, k, r)
+        if p.sum() + x.sum() <= 0:
+            continue
+        q = (p + x) / (p.sum() + x.sum())
+        for j in range(k):
+            assert v[:, j].min() - 1e-12 <= q[j] <= v[:, j].max() + 1e-12
+
+
+def test_ratio_range_matches_brute_force():
+    rng = np.random.default_rng(1)
+    for _ in range(150):
+        n = int(rng.integers(1, 5))
+        num = [rng.uniform(-1, 1, size=int(rng.integers(1, 4))) for _ in range(n)]
+        den = [rng.uniform(0.1, 1, size=len(x)) for x in num]
+        num0, den0 = float(rng.uniform(-1, 1)), float(rng.uniform(0, 1))
+        values = [(num0 + sum(x[c] for x, c in zip(num, pick))) / (den0 + sum(d[c] for d, c in zip(den, pick)))
+                  for pick in itertools.product(*[range(len(x)) for x in num])]
+        lo, hi = ratio_range(num, den, num0, den0)
+        assert lo == pytest.approx(min(values), abs=1e-12)
+        assert hi == pytest.approx(max(values), abs=1e-12)
+
+
+def test_ratio_of_conditional_shares_bounds_every_split():
+    # an Acc_dis-like ratio: sum q_correct / sum (1 - q_unknown), over prompts' random splits
+    rng = np.random.default_rng(2)
+    for _ in range(60):
+        n = int(rng.integers(1, 5))
+        ps = [rng.dirichlet(np.ones(5))[:3] for _ in range(n)]
+        rs = [float(rng.uniform(0, 1 - p.sum())) for p in ps]
+        verts = [conditional_vertices(p, r) for p, r in zip(ps, rs)]
+        num = [v[:, 0] for v in verts]
+        den = [v[:, 0] + v[:, 1] for v in verts]
+        lo, hi = ratio_range(num, den)
+        if math.isnan(lo):
+            continue
+        for _ in range(30):
+            qs = []
+            for p, r in zip(ps, rs):
+                x = _random_split(rng, 3, r)
+                qs.append((p + x) / (p.sum() + x.sum()))
+            value = sum(q[0] for q in qs) / sum(q[0] + q[1] for q in qs)
+            assert contains((lo, hi), value)
+
+
+def test_denominator_reaching_zero_is_nan():
+    assert all(math.isnan(x) for x in ratio_range([np.array([0.0, 1.0])], [np.array([0.0, 1.0])]))
+
+
+def test_interval_mean_and_contains():
+    assert interval_mean([(0.0, 1.0), (0.5, 0.5), (math.nan, math.nan)]) == (0.25, 0.75)
+    assert contains((0.1, 0.2), 0.2) and not contains((0.1, 0.2), 0.3) and not contains((0, 1), math.nan)
