@@ -39,8 +39,13 @@ from typing import Any, Sequence
 
 import numpy as np
 
-__all__ = ["conditional_vertices", "point_conditional", "point_masses", "mass_bounds", "uncertified",
+__all__ = ["RESIDUAL_POLICY", "uncertified_warning", "interval_text", "conditional_vertices", "point_conditional", "point_masses", "mass_bounds", "uncertified",
            "ratio_range", "share_range", "interval_mean", "contains"]
+
+#: the one rule for the point estimate, as summaries state it (``docs/scoring.md``, "One residual policy")
+RESIDUAL_POLICY = ("point: the mass not enumerated is answered in its prompt's enumerated mix (P(a) = p_a / "
+                   "(1 - residual); given a parse p_a / sum p); certified interval: every other split of it over "
+                   "the answers and the non-answer")
 
 #: denominators at or below this are treated as zero (a metric undefined there)
 _TINY = 1e-12
@@ -81,6 +86,29 @@ def uncertified(parsed_mass: float, residual: float, target: float | None) -> bo
     if target is None or residual <= 0:
         return False
     return parsed_mass <= 0 or residual / parsed_mass > target
+
+
+def uncertified_warning(n_flagged: int, n: int, target: float | None) -> str | None:
+    """The report warning for prompts whose answer given a parse is not certified to ``target`` (None: none).
+
+    >>> uncertified_warning(2, 40, 0.05)
+    '2 of 40 prompts have a parsed answer not certified to 5% (residual / parsed mass above it): their given-a-parse shares may be far off; see the certified intervals'
+    """
+    if not n_flagged:
+        return None
+    return (f"{n_flagged} of {n} prompts have a parsed answer not certified to {target:.0%} (residual / parsed mass "
+            "above it): their given-a-parse shares may be far off; see the certified intervals")
+
+
+def interval_text(interval: Sequence[float] | None, digits: int = 2) -> str:
+    """``[lo, hi]`` for a table cell ("n/a" for a missing or NaN interval).
+
+    >>> interval_text((0.1234, 0.5)), interval_text(None)
+    ('[0.12, 0.50]', 'n/a')
+    """
+    if interval is None or any(math.isnan(float(x)) for x in interval):
+        return "n/a"
+    return f"[{float(interval[0]):.{digits}f}, {float(interval[1]):.{digits}f}]"
 
 
 def conditional_vertices(probs: Sequence[float], residual: float) -> np.ndarray:

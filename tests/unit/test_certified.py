@@ -118,3 +118,80 @@ def test_denominator_reaching_zero_is_nan():
 def test_interval_mean_and_contains():
     assert interval_mean([(0.0, 1.0), (0.5, 0.5), (math.nan, math.nan)]) == (0.25, 0.75)
     assert contains((0.1, 0.2), 0.2) and not contains((0.1, 0.2), 0.3) and not contains((0, 1), math.nan)
+
+
+def _bbq_records(rng, n):
+    recs = []
+    for i in range(n):
+        t, u = rng.permutation(3)[:2]
+        cond = "ambig" if rng.random() < 0.5 else "disambig"
+        label = int(u) if cond == "ambig" else int(rng.choice([x for x in range(3) if x != u]))
+        mass = rng.dirichlet(np.ones(5))
+        raw = mass[:3] * (0 if rng.random() < 0.15 else 1)  # some prompts with nothing parsed
+        recs.append(dict(context_condition=cond, question_polarity=str(rng.choice(["neg", "nonneg"])), label=label,
+                         target_index=int(t), unknown_index=int(u), dimension=str(rng.choice(["a", "b"])),
+                         raw=raw.tolist(), residual=float(rng.uniform(0, 0.4))))
+    return recs
+
+
+def test_bbq_intervals_contain_every_split():
+    """ImplicitBBQ's certified Acc / Bias contain the metrics of random residual splits (prompts that then
+    parse nothing drop out, as the point estimate drops them)."""
+    from probe.tasks.bbq.metrics import bbq_metrics
+    from probe.tasks.implicitbbq.certify import macro_intervals, pooled_intervals
+    from probe.tasks.implicitbbq.tables import _macro
+
+    rng = np.random.default_rng(3)
+    for _ in range(25):
+        recs = _bbq_records(rng, int(rng.integers(2, 9)))
+        pooled, macro = pooled_intervals(recs), macro_intervals(recs)
+        for _ in range(20):
+            split = []
+            for r in recs:
+                p = np.asarray(r["raw"])
+                x = _random_split(rng, 3, r["residual"]) * (rng.random() < 0.8)
+                if p.sum() + x.sum() <= 0:
+                    continue
+                split.append({**r, "probs": ((p + x) / (p.sum() + x.sum())).tolist(), "item_id": str(len(split))})
+            if not split:
+                continue
+            got = bbq_metrics(split)["expected"]
+            mac = _macro(split, "expected", 0, 0)
+            for m in ("acc_amb", "bias_amb", "acc_dis", "bias_dis", "acc_dis_all"):
+                if not math.isnan(got[m]):
+                    assert contains(pooled[m], got[m]), (m, pooled[m], got[m])
+            for m in ("acc_amb", "bias_amb", "acc_dis", "bias_dis"):
+                if not math.isnan(mac[m]):
+                    assert contains(macro[m], mac[m]), (m, macro[m], mac[m])
+
+
+def test_bbq_interval_is_a_point_without_residual():
+    from probe.tasks.implicitbbq.certify import pooled_intervals
+
+    rec = dict(context_condition="disambig", question_polarity="neg", label=0, target_index=0, unknown_index=2,
+               dimension="a", raw=[0.3, 0.1, 0.2], residual=0.0)
+    m = pooled_intervals([rec])
+    assert m["acc_dis"] == pytest.approx([0.75, 0.75])  # 0.3 / (0.3 + 0.1)
+    assert m["bias_dis"] == pytest.approx([0.5, 0.5])
+    assert all(math.isnan(x) for x in m["acc_amb"])  # no ambiguous prompt
+
+
+def test_parsed_table_prints_the_certified_interval_beside_the_ci():
+    from probe.tasks.implicitbbq.certify import certified_summary
+    from probe.tasks.implicitbbq.results import parsed_tables
+    from probe.tasks.implicitbbq.tables import KINDS, summarize
+
+    rng = np.random.default_rng(4)
+    recs = [{**r, "strategy": "zero_shot", "answer_format": "oneword", "context_kind": "explicit",
+             "item_id": str(i), "uncertified": i == 0} for i, r in enumerate(_bbq_records(rng, 12))]
+    point = []
+    for r in recs:
+        p = np.asarray(r["raw"])
+        if p.sum() > 0:
+            point.append({**r, "probs": (p / p.sum()).tolist(), "mass": float(p.sum())})
+    cert = certified_summary(recs, KINDS)
+    table = next(iter(parsed_tables(summarize(point, n_boot=10), "m", {"temperature": 0.1, "top_p": 1.0},
+                                    cert).values()))
+    cell = table.loc[0, "Acc Amb Exp"]
+    lo, hi = cert["zero_shot|oneword"]["explicit"]["macro"]["acc_amb"]
+    assert cell.endswith(f"cert. [{lo:.2f}, {hi:.2f}]") and table.loc[0, "not certified (prompts)"] == "1"

@@ -62,6 +62,20 @@ def test_implicitbbq_parse_stage_resumes_and_feeds_the_summary(tiny_lm, tmp_path
     pp = e.summary["paper_parsed"]
     assert pp["n"] == len(lines) and pp["max_residual"] <= 0.01 + 1e-12
     assert "table2_paper_parsed_T0.1" in e.tables
+    # every published parsed number carries its certified interval, which contains it (the tiny model rarely
+    # parses: an interval is still given, and the prompts not certified are counted and warned about)
+    from probe.metrics.certified import contains
+
+    cert = pp["certified"]["zero_shot|oneword"]["explicit"]
+    assert cert["n_uncertified"] == pp["n_uncertified"] > 0
+    assert any("not certified" in w for w in task.report_warnings(e.summary))
+    point = pp["by_strategy"].get("zero_shot|oneword", {}).get("explicit", {}).get("expected")
+    for metric in ("acc_amb", "bias_amb", "acc_dis", "bias_dis"):
+        assert cert["pooled"][metric][0] <= cert["pooled"][metric][1]
+        if point and point["pooled"][metric] == point["pooled"][metric]:
+            assert contains(cert["pooled"][metric], point["pooled"][metric])
+            assert contains(cert["macro"][metric], point["macro"][metric])
+    assert pp["settings"]["residual_policy"].startswith("point: ")
     before = (out / "parsed.jsonl").read_bytes()
     run_task(task, cfg, tiny_lm, output=out, options=RunOptions(progress=False))  # resume: nothing new
     assert (out / "parsed.jsonl").read_bytes() == before

@@ -61,50 +61,95 @@ def metric_records(records: Any, sampling: Mapping[str, float] | None = None, re
     return (out if per_chain else average_chains(out, require_cue)), skipped
 
 
-def parsed_metric_records(records: Any) -> tuple[list[dict], dict[str, Any]]:
-    """(one metric record per record with a parsed-answer distribution, its statistics).
+def parsed_metric_records(records: Any, target: float | None = None) -> tuple[list[dict], list[dict], dict[str, Any]]:
+    """(one metric record per record with a parsed answer, one certification record per record that may
+    parse, their statistics).
 
     ``probs``: the enumerated parsed-answer distribution over the item's three
-    options, renormalised over the parsed (accepted) mass, as a sampled run
-    that drops unparsable answers counts them. Statistics: ``n`` records,
-    ``n_no_parsed_answer`` (nothing enumerated was parsed: left out),
-    ``max_residual`` (the largest mass not enumerated: every option's
-    probability is certain to within it), ``mean_rejected`` (share of
-    generations the parser maps to no option) and ``mean_nodes``.
+    options, renormalised over the parsed (accepted) mass: the residual answered
+    in the prompt's enumerated mix (``docs/scoring.md``, "One residual policy").
+    Both kinds of record carry ``raw`` (the enumerated masses), ``residual`` and
+    ``uncertified`` (residual / parsed mass above ``target``,
+    :func:`probe.metrics.certified.uncertified`); the certification records
+    (:mod:`.certify`) also hold prompts with nothing parsed but some residual.
+    Statistics: ``n`` records, ``n_no_parsed_answer`` (nothing enumerated was
+    parsed: left out of the point), ``n_uncertified``, ``max_residual`` (the
+    largest mass not enumerated), ``mean_rejected`` (share of generations the
+    parser maps to no option) and ``mean_nodes``.
     """
-    out, residuals, rejected, nodes, none = [], [], [], [], 0
+    from probe.metrics.certified import uncertified
+
+    out, cert, residuals, rejected, nodes, none, flagged = [], [], [], [], [], 0, 0
     for rec in records.to_dict("records") if hasattr(records, "to_dict") else records:
         d = rec.get("parsed")
         if not isinstance(d, Mapping):
             continue
-        residuals.append(float(d["residual"]))
+        residual = float(d["residual"])
+        residuals.append(residual)
         rejected.append(float(d["rejected"]))
         nodes.append(int(d["nodes"]))
         raw = [float(d["probs"].get(str(i), 0.0)) for i in range(3)]
         total = math.fsum(raw)
+        flag = uncertified(total, residual, target)
+        flagged += flag
+        m = {k: rec.get(k) for k in ITEM_FIELDS}  # the fields of every answer record
+        m.update(id=rec["id"], raw=raw, residual=residual, uncertified=flag)
+        if total > 0 or residual > 0:
+            cert.append(dict(m))
         if total <= 0:
             none += 1
             continue
         probs = [x / total for x in raw]
-        m = {k: rec.get(k) for k in ITEM_FIELDS}  # the fields of every answer record
-        m.update(id=rec["id"], probs=probs, mass=total, logprobs=[math.log(x) if x > 0 else -math.inf for x in probs],
+        m.update(probs=probs, mass=total, logprobs=[math.log(x) if x > 0 else -math.inf for x in probs],
                  option_mass=probs, pred_index=max(range(3), key=lambda i: (probs[i], -i)), chain=None, has_cue=None)
         out.append(m)
     n = len(residuals)
-    stats = {"n": n, "n_no_parsed_answer": none,
+    stats = {"n": n, "n_no_parsed_answer": none, "n_uncertified": flagged, "answer_residual_target": target,
              "max_residual": max(residuals) if residuals else math.nan,
              "mean_residual": math.fsum(residuals) / n if n else math.nan,
              "mean_rejected": math.fsum(rejected) / n if n else math.nan,
              "mean_nodes": math.fsum(nodes) / n if n else math.nan}
-    return out, stats
+    return out, cert, stats
 
 
-def parsed_tables(summary: Mapping[str, Any], model: str, spec: Mapping[str, float]) -> dict[str, Any]:
-    """The paper's Table 2 from its own procedure (sampling + parsing, enumerated exactly): the headline."""
+def parsed_tables(summary: Mapping[str, Any], model: str, spec: Mapping[str, float],
+                  certified: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """The paper's Table 2 from its own procedure (sampling + parsing, enumerated exactly): the headline; with
+    ``certified`` (:func:`.certify.certified_summary`) each metric's certified interval beside its CI."""
     from probe.tasks.implicitbbq.tables import table2
 
     name = f"table2_paper_parsed_T{spec['temperature']:g}" + (f"_topp{spec['top_p']:g}" if spec["top_p"] < 1 else "")
-    return {name: table2(dict(summary), "expected", model)}
+    table = table2(dict(summary), "expected", model)
+    if certified:
+        table = _with_certified(table, certified)
+    return {name: table}
+
+
+#: table2's metric columns -> (context kind, metric)
+_T2_CELLS = {"Acc Amb Exp": ("explicit", "acc_amb"), "Acc Amb Imp": ("implicit", "acc_amb"),
+             "Acc Dis Exp": ("explicit", "acc_dis"), "Acc Dis Imp": ("implicit", "acc_dis"),
+             "Bias Amb Exp": ("explicit", "bias_amb"), "Bias Amb Imp": ("implicit", "bias_amb"),
+             "Bias Dis Exp": ("explicit", "bias_dis"), "Bias Dis Imp": ("implicit", "bias_dis"),
+             "Neutral Amb": ("neutral", "acc_amb"), "Neutral Dis": ("neutral", "acc_dis"),
+             "NoChar Amb": ("nochar", "acc_amb"), "NoChar Dis": ("nochar", "acc_dis")}
+
+
+def _with_certified(table: Any, certified: Mapping[str, Any]) -> Any:
+    """Each metric cell followed by its certified interval (macro over dimensions), ``cert. [lo, hi]``, and a
+    column counting the prompts not certified to the target."""
+    from probe.metrics.certified import interval_text
+    from probe.tasks.implicitbbq.tables import KINDS
+
+    table = table.assign(**{"not certified (prompts)": ""})
+    for i, row in table.iterrows():
+        key = str(row["Strategy/format"]).replace("/", "|")
+        kinds = certified.get(key, {})
+        for col, (kind, metric) in _T2_CELLS.items():
+            iv = kinds.get(kind, {}).get("macro", {}).get(metric)
+            if col in table.columns and iv is not None and not any(math.isnan(x) for x in iv):
+                table.at[i, col] = f"{table.at[i, col]} cert. {interval_text(iv)}"
+        table.at[i, "not certified (prompts)"] = str(sum(kinds.get(k, {}).get("n_uncertified", 0) for k in KINDS))
+    return table
 
 
 def option_mass_summary(recs: list[dict]) -> dict[str, Any]:

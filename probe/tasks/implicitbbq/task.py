@@ -199,16 +199,22 @@ class ImplicitBBQTask(Task[ImplicitBBQConfig, BBQItem]):
                      "n_nonfinite": paper_skipped}
         parsed: dict[str, Any] = {}
         if spec and "parsed" in records.columns and records["parsed"].notna().any():
-            parsed_recs, parse_stats = results.parsed_metric_records(records)
+            from probe.metrics.certified import RESIDUAL_POLICY
+            from probe.tasks.implicitbbq.certify import certified_summary
+            from probe.tasks.implicitbbq.tables import KINDS
+
+            parsed_recs, cert_recs, parse_stats = results.parsed_metric_records(records, config.parse_answer_residual)
             results.add_clusters(parsed_recs, sel.pool)
             parsed = {"settings": {**spec, "max_new_tokens": config.parse_max_new_tokens,
                                    "parser": "one-word answer, uncertainty normalised to Unknown "
                                              "(probe.tasks.implicitbbq.parse)",
                                    "estimator": "the paper's sampling + parsing, enumerated exactly: expected "
-                                                "counts over the parsed answers (unparsed generations excluded)"},
+                                                "counts over the parsed answers (unparsed generations excluded)",
+                                   "residual_policy": RESIDUAL_POLICY},
                       **parse_stats,
                       "by_strategy": summarize(parsed_recs, n_boot=config.n_boot, seed=config.seed,
-                                               cluster_key="cluster")}
+                                               cluster_key="cluster"),
+                      "certified": certified_summary(cert_recs, KINDS)}
         from probe.metrics.mass import answering, mass_summary
 
         keys = sorted({f"{r['strategy']}|{r['answer_format']}" for r in recs})
@@ -237,7 +243,7 @@ class ImplicitBBQTask(Task[ImplicitBBQConfig, BBQItem]):
         if paper:
             tables = {**results.paper_tables(paper["by_strategy"], model, spec), **tables}
         if parsed:
-            tables = {**results.parsed_tables(parsed["by_strategy"], model, spec), **tables}
+            tables = {**results.parsed_tables(parsed["by_strategy"], model, spec, parsed["certified"]), **tables}
         if summary["option_mass"]:
             tables["option_mass"] = results.option_mass_table(summary["option_mass"])
         if summary["cot"].get("by_strategy"):
@@ -320,7 +326,16 @@ class ImplicitBBQTask(Task[ImplicitBBQConfig, BBQItem]):
             key, kind, metric = name.split(".")
             rows.append(result_row(f"{key} {kind}", metric, "expected", m["value"], m["ci_low"], m["ci_high"],
                                    m["n"], metric == "bias_amb" and kind in ("explicit", "implicit"), m.get("clusters")))
-        return rows
+        return rows + _parsed_rows(summary.get("paper_parsed") or {})
+
+    def report_warnings(self, summary: Mapping[str, Any]) -> list[str]:
+        """Prompts whose parsed answer is not certified to the target (the paper's sampling + parsing)."""
+        from probe.metrics.certified import uncertified_warning
+
+        parsed = summary.get("paper_parsed") or {}
+        w = uncertified_warning(int(parsed.get("n_uncertified") or 0), int(parsed.get("n") or 0),
+                                parsed.get("answer_residual_target"))
+        return [w] if w else []
 
     def data_files(self, config: ImplicitBBQConfig) -> list[Path]:
         from probe.tasks.implicitbbq.implicit_text import load_cue_table
@@ -394,3 +409,25 @@ def _meta(item: Any, strategy: str, answer_format: str, owner: Sequence[int]) ->
         "answers": list(item.options), "cue1": item.metadata.get("cue1"), "cue2": item.metadata.get("cue2"),
         "target_group": item.metadata.get("target_group"),
     }
+
+
+def _parsed_rows(parsed: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """The paper's sampling + parsing (enumerated): per strategy|format and kind, the pooled expected metrics,
+    the estimator naming the certified interval beside the bootstrap CI; headline: the ambiguous bias of the
+    explicit and implicit contexts."""
+    from probe.metrics.certified import interval_text
+    from probe.tasks.base import result_row
+    from probe.tasks.bbq.task import bbq_headline
+
+    rows = []
+    for key, kinds in (parsed.get("by_strategy") or {}).items():
+        for kind, e in kinds.items():
+            if kind.startswith("_"):
+                continue
+            cert = (parsed.get("certified") or {}).get(key, {}).get(kind, {}).get("pooled", {})
+            for metric, m in bbq_headline(e["expected"]["pooled"]).items():
+                rows.append(result_row(f"{key} {kind}", metric,
+                                       f"sampled + parsed, certified {interval_text(cert.get(metric))}",
+                                       m["value"], m["ci_low"], m["ci_high"], m["n"],
+                                       metric == "bias_amb" and kind in ("explicit", "implicit"), m.get("clusters")))
+    return rows
