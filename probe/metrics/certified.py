@@ -39,13 +39,27 @@ from typing import Any, Sequence
 
 import numpy as np
 
-__all__ = ["RESIDUAL_POLICY", "uncertified_warning", "interval_text", "conditional_vertices", "point_conditional", "point_masses", "mass_bounds", "uncertified",
+__all__ = ["DEFAULT_ANSWER_TARGET", "answer_target", "RESIDUAL_POLICY", "uncertified_warning", "interval_text", "conditional_vertices", "point_conditional", "point_masses", "mass_bounds", "uncertified",
            "ratio_range", "share_range", "interval_mean", "contains"]
 
 #: the one rule for the point estimate, as summaries state it (``docs/scoring.md``, "One residual policy")
 RESIDUAL_POLICY = ("point: the mass not enumerated is answered in its prompt's enumerated mix (P(a) = p_a / "
                    "(1 - residual); given a parse p_a / sum p); certified interval: every other split of it over "
                    "the answers and the non-answer")
+
+#: the flag's target where a task sets no ``parse_answer_residual``: residual / parsed mass at most 5 %
+DEFAULT_ANSWER_TARGET = 0.05
+
+
+def answer_target(answer_residual: float | None) -> float:
+    """The target a prompt's answer given a parse is flagged against: the task's ``parse_answer_residual``, else
+    :data:`DEFAULT_ANSWER_TARGET`.
+
+    >>> answer_target(None), answer_target(0.1)
+    (0.05, 0.1)
+    """
+    return DEFAULT_ANSWER_TARGET if answer_residual is None else float(answer_residual)
+
 
 #: denominators at or below this are treated as zero (a metric undefined there)
 _TINY = 1e-12

@@ -195,3 +195,32 @@ def test_parsed_table_prints_the_certified_interval_beside_the_ci():
     cell = table.loc[0, "Acc Amb Exp"]
     lo, hi = cert["zero_shot|oneword"]["explicit"]["macro"]["acc_amb"]
     assert cell.endswith(f"cert. [{lo:.2f}, {hi:.2f}]") and table.loc[0, "not certified (prompts)"] == "1"
+
+
+@pytest.mark.parametrize("task_type", ["iso", "cmp"])
+def test_parity_gap_bounds_contain_every_split(task_type):
+    """iso/cmp: the pair's K-sample preference over random residual splits stays in its certified interval, and
+    the point (residual in the enumerated mix) too."""
+    from probe.tasks.cmp_iso.parsed import _pair_bounds, _preference, _probs
+
+    rng = np.random.default_rng(5)
+    slots = ("t", "t_prime") if task_type == "iso" else ("t_first", "t_prime_first")
+    labels = ("Yes", "No") if task_type == "iso" else ("A", "B")
+    for _ in range(30):
+        ds = {}
+        for s in slots:
+            m = rng.dirichlet(np.ones(4)) * rng.uniform(0.3, 1)
+            ds[s] = {"probs": {labels[0]: m[0], labels[1]: m[1]}, "residual": float(1 - m[:3].sum())}
+        lo, hi = _pair_bounds(task_type, ds, 5)
+        assert lo <= hi
+        assert lo - 1e-9 <= _preference(task_type, {s: _probs(d) for s, d in ds.items()}, 5) <= hi + 1e-9
+        for _ in range(10):
+            split = {}
+            for s, d in ds.items():
+                x = _random_split(rng, 2, d["residual"])
+                split[s] = {labels[0]: d["probs"][labels[0]] + x[0], labels[1]: d["probs"][labels[1]] + x[1]}
+            assert lo - 1e-9 <= _preference(task_type, split, 5) <= hi + 1e-9
+    # no residual: a point
+    ds = {s: {"probs": {labels[0]: 0.3, labels[1]: 0.5}, "residual": 0.0} for s in slots}
+    lo, hi = _pair_bounds(task_type, ds, 5)
+    assert lo == pytest.approx(hi)

@@ -100,7 +100,11 @@ def test_cmp_iso_parse_stage_gives_the_k_sample_gap(tiny_lm, one_torch_thread):
     cells = {(c["task_type"], c["benchmark"]) for c in pp["by_cell"]}
     assert cells == {("iso", "stereoset"), ("cmp", "stereoset")}
     assert all(-1 <= c["pg"] <= 1 for c in pp["by_cell"])
-    assert "pg_paper_parsed" in e.tables
+    assert all(c["pg_certified"][0] - 1e-9 <= c["pg"] <= c["pg_certified"][1] + 1e-9 for c in pp["by_cell"])
+    assert "pg_paper_parsed" in e.tables and "PG iso certified" in e.tables["pg_paper_parsed"].columns
+    rows = [r for r in task.results(cfg, e.summary) if r["estimator"].startswith("sampled + parsed")]
+    assert len(rows) == 2 and all("certified [" in r["estimator"] for r in rows)
+    assert pp["n_uncertified"] <= pp["n_prompts"]
 
 
 def test_log_samples_holds_the_top_enumerated_generations(tiny_lm, tmp_path, one_torch_thread):

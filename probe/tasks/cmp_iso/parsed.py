@@ -2,12 +2,20 @@
 
 Per prompt the enumeration gives the chance that one generation after the
 authors' generation-mode prompt is each offered label (``parsed.jsonl``);
-the mass not enumerated (``residual``) is left out by renormalising over the
-enumerated mass, and the largest residual is reported. Per context pair the
+the mass not enumerated (``residual``) is answered in the prompt's enumerated
+mix for the point (renormalising by ``1 - residual``, the one residual policy of
+``docs/scoring.md``), and the largest residual is reported. Per context pair the
 expected preference over K generations per prompt
 (:mod:`probe.tasks.cmp_iso.sampling`: invalid answers excluded, the 0.5
 fallback when no valid or affirmative answer is drawn); the Parity Gap is
 the mean of ``2 E[p_t] - 1`` over pairs, per setting and benchmark.
+
+Certified interval: the K-sample preference is monotone in where the residual
+goes (couple the K draws: a draw moved to t's answer can only raise ``p_t``,
+one moved to the other answer can only lower it), so over every split the
+pair's preference is extreme when each prompt's residual all goes to the
+answer favouring t, or all to the one against t (:func:`_pair_bounds`); the
+Parity Gap's interval is the mean of the pairs' intervals (pairs share no prompt).
 """
 
 from __future__ import annotations
@@ -17,6 +25,8 @@ from typing import Any
 
 import numpy as np
 
+from probe.metrics.certified import RESIDUAL_POLICY, answer_target, interval_mean, uncertified
+
 
 def _probs(parsed: dict) -> dict[str, float]:
     kept = 1.0 - float(parsed["residual"])
@@ -24,9 +34,8 @@ def _probs(parsed: dict) -> dict[str, float]:
 
 
 def pair_preferences(records: Any, k: int) -> list[dict]:
-    """One row per (setting, benchmark, pair, task type): the expected preference of t over K generations."""
-    from probe.tasks.cmp_iso.sampling import expected_cmp_preference, expected_iso_preference
-
+    """One row per (setting, benchmark, pair, task type): the expected preference of t over K generations,
+    the gap and its certified interval (``gap_certified``)."""
     by_pair: dict[tuple, dict] = {}
     for rec in records.to_dict("records"):
         d = rec.get("parsed")
@@ -34,23 +43,51 @@ def pair_preferences(records: Any, k: int) -> list[dict]:
             continue
         key = (rec["setting"], rec["benchmark"], str(rec["context_pair_id"]), rec["task_type"])
         slot = rec["target"] if rec["task_type"] == "iso" else rec["order"]
-        by_pair.setdefault(key, {})[slot] = _probs(d)
+        by_pair.setdefault(key, {})[slot] = d
     rows = []
     for (setting, bench, pair, task_type), slots in by_pair.items():
-        if task_type == "iso":
-            if set(slots) != {"t", "t_prime"}:
-                continue
-            share = [_yes_valid(slots["t"]), _yes_valid(slots["t_prime"])]
-            pref = expected_iso_preference(*share[0], *share[1], k)
-        else:
-            if set(slots) != {"t_first", "t_prime_first"}:
-                continue
-            # t's option is A when t comes first, B otherwise
-            pref = 0.5 * (expected_cmp_preference(*_pair(slots["t_first"], "A", "B"), k)
-                          + expected_cmp_preference(*_pair(slots["t_prime_first"], "B", "A"), k))
+        if set(slots) != ({"t", "t_prime"} if task_type == "iso" else {"t_first", "t_prime_first"}):
+            continue
+        pref = _preference(task_type, {s: _probs(d) for s, d in slots.items()}, k)
+        lo, hi = _pair_bounds(task_type, slots, k)
         rows.append({"setting": setting, "benchmark": bench, "context_pair_id": pair, "task_type": task_type,
-                     "preference": pref, "gap": 2 * pref - 1})
+                     "preference": pref, "gap": 2 * pref - 1, "gap_certified": [2 * lo - 1, 2 * hi - 1]})
     return rows
+
+
+def _preference(task_type: str, slots: dict[str, dict[str, float]], k: int) -> float:
+    """The pair's expected K-sample preference from its prompts' per-generation answer probabilities."""
+    from probe.tasks.cmp_iso.sampling import expected_cmp_preference, expected_iso_preference
+
+    if task_type == "iso":
+        return expected_iso_preference(*_yes_valid(slots["t"]), *_yes_valid(slots["t_prime"]), k)
+    # t's option is A when t comes first, B otherwise
+    return 0.5 * (expected_cmp_preference(*_pair(slots["t_first"], "A", "B"), k)
+                  + expected_cmp_preference(*_pair(slots["t_prime_first"], "B", "A"), k))
+
+
+def _pair_bounds(task_type: str, slots: dict[str, dict], k: int) -> tuple[float, float]:
+    """The pair's preference over every split of its prompts' residuals (enumerated masses, not renormalised):
+    highest with each residual on the answer favouring t (iso: Yes for t, another label for t'; cmp: t's
+    option), lowest with it on the answer against t. A label the parser never saw stands for "another
+    offered label" (``_other``)."""
+    raw = {s: ({a: float(v) for a, v in d["probs"].items()}, float(d["residual"])) for s, d in slots.items()}
+
+    def moved(slot: str, answer: str) -> dict[str, float]:
+        probs, r = raw[slot]
+        return {**probs, answer: probs.get(answer, 0.0) + r}
+
+    if task_type == "iso":
+        hi = {"t": moved("t", "Yes"), "t_prime": moved("t_prime", _OTHER)}
+        lo = {"t": moved("t", _OTHER), "t_prime": moved("t_prime", "Yes")}
+    else:
+        hi = {"t_first": moved("t_first", "A"), "t_prime_first": moved("t_prime_first", "B")}
+        lo = {"t_first": moved("t_first", "B"), "t_prime_first": moved("t_prime_first", "A")}
+    return _preference(task_type, lo, k), _preference(task_type, hi, k)
+
+
+#: a stand-in for "an offered label other than Yes" (the parser keeps offered labels only)
+_OTHER = "<another offered label>"
 
 
 def _yes_valid(p: dict[str, float]) -> tuple[float, float]:
@@ -68,20 +105,27 @@ def parsed_summary(records: Any, config: Any) -> dict[str, Any]:
     """Settings, the Parity Gap per (setting, benchmark, paradigm) and the enumeration's residual / rejected."""
     k = int(config.parse_k)
     rows = pair_preferences(records, k)
-    cells: dict[tuple, list[float]] = {}
+    cells: dict[tuple, list[dict]] = {}
     for r in rows:
-        cells.setdefault((r["setting"], r["benchmark"], r["task_type"]), []).append(r["gap"])
+        cells.setdefault((r["setting"], r["benchmark"], r["task_type"]), []).append(r)
     parsed = [d for d in records["parsed"] if isinstance(d, dict)]
+    target = answer_target(config.parse_answer_residual)
+    flagged = sum(uncertified(math.fsum(float(v) for v in d["probs"].values()), float(d["residual"]), target)
+                  for d in parsed)
     return {
         "settings": {"temperature": config.paper_temperature, "top_p": config.paper_top_p, "k": k,
                      "max_new_tokens": config.parse_max_new_tokens,
                      "prompt": "the authors' generation mode (\"... My answer would be: \\boxed{\")",
                      "parser": "the authors' extractor: the last boxed offered label",
                      "estimator": f"expected Parity Gap over {k} generations per prompt, invalid answers "
-                                  "excluded, the 0.5 fallback when none is valid (enumerated, not sampled)"},
-        "by_cell": [{"setting": s, "benchmark": b, "task_type": t, "pg": float(np.mean(g)), "n_pairs": len(g)}
+                                  "excluded, the 0.5 fallback when none is valid (enumerated, not sampled)",
+                     "residual_policy": RESIDUAL_POLICY},
+        "by_cell": [{"setting": s, "benchmark": b, "task_type": t, "pg": float(np.mean([r["gap"] for r in g])),
+                     "pg_certified": list(interval_mean([tuple(r["gap_certified"]) for r in g])), "n_pairs": len(g)}
                     for (s, b, t), g in sorted(cells.items())],
         "n_prompts": len(parsed),
+        "n_uncertified": flagged,
+        "answer_residual_target": target,
         "max_residual": max((float(d["residual"]) for d in parsed), default=math.nan),
         "mean_rejected": float(np.mean([float(d["rejected"]) for d in parsed])) if parsed else math.nan,
         "mean_nodes": float(np.mean([float(d["nodes"]) for d in parsed])) if parsed else math.nan,
@@ -92,10 +136,13 @@ def parsed_table(summary: dict, model: str) -> Any:
     """One row per setting x benchmark: the authors' K-sample Parity Gap, iso and cmp, from the enumeration."""
     import pandas as pd
 
+    from probe.metrics.certified import interval_text
+
     rows: dict[tuple, dict] = {}
     for c in summary["by_cell"]:
         row = rows.setdefault((c["setting"], c["benchmark"]), {"Model": model, "Setting": c["setting"],
                                                                 "Benchmark": c["benchmark"]})
         row[f"PG {c['task_type']}"] = round(c["pg"], 4)
+        row[f"PG {c['task_type']} certified"] = interval_text(c.get("pg_certified"), 4)
         row[f"pairs {c['task_type']}"] = c["n_pairs"]
     return pd.DataFrame(list(rows.values()))

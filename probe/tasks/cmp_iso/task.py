@@ -91,7 +91,16 @@ class CmpIsoTask(Task[CmpIsoConfig, SampledPair]):
                 ci = p.get("ci") or [None, None]
                 rows.append(result_row(sub, f"pg_{prompt}", str(r.get("mode")), p.get("pg"), ci[0], ci[1],
                                        p.get("n_pairs"), main, p.get("n_pairs")))  # the unit: a context pair
-        return rows
+        return rows + _parsed_rows(summary.get("paper_parsed") or {}, first)
+
+    def report_warnings(self, summary: Mapping[str, Any]) -> list[str]:
+        """Prompts whose parsed answer is not certified to the target (the authors' procedure, enumerated)."""
+        from probe.metrics.certified import uncertified_warning
+
+        parsed = summary.get("paper_parsed") or {}
+        w = uncertified_warning(int(parsed.get("n_uncertified") or 0), int(parsed.get("n_prompts") or 0),
+                                parsed.get("answer_residual_target"))
+        return [w] if w else []
 
     def items(self, config: CmpIsoConfig) -> list[SampledPair]:
         """Each benchmark's sample, shuffled (seeded), interleaved one pair per benchmark at a time.
@@ -307,3 +316,16 @@ def _extra_tables(summary: dict) -> dict:
     if summary.get("cot"):
         out["cot_chains"] = chains_table(summary)
     return out
+
+
+def _parsed_rows(parsed: Mapping[str, Any], first: Mapping[Any, Any]) -> list[dict[str, Any]]:
+    """The authors' K-sample Parity Gap from their own procedure (enumerated), the estimator naming its
+    certified interval; headline: each benchmark's first setting."""
+    from probe.metrics.certified import interval_text
+    from probe.tasks.base import result_row
+
+    k = (parsed.get("settings") or {}).get("k")
+    return [result_row(f"{c['benchmark']} {c['setting']}", f"pg_{c['task_type']}",
+                       f"sampled + parsed (K = {k}), certified {interval_text(c.get('pg_certified'), 3)}",
+                       c["pg"], None, None, c["n_pairs"], first.get(c["benchmark"]) == c["setting"], c["n_pairs"])
+            for c in parsed.get("by_cell") or []]

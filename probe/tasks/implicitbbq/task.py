@@ -199,11 +199,12 @@ class ImplicitBBQTask(Task[ImplicitBBQConfig, BBQItem]):
                      "n_nonfinite": paper_skipped}
         parsed: dict[str, Any] = {}
         if spec and "parsed" in records.columns and records["parsed"].notna().any():
-            from probe.metrics.certified import RESIDUAL_POLICY
+            from probe.metrics.certified import RESIDUAL_POLICY, answer_target
             from probe.tasks.implicitbbq.certify import certified_summary
             from probe.tasks.implicitbbq.tables import KINDS
 
-            parsed_recs, cert_recs, parse_stats = results.parsed_metric_records(records, config.parse_answer_residual)
+            parsed_recs, cert_recs, parse_stats = results.parsed_metric_records(
+                records, answer_target(config.parse_answer_residual))
             results.add_clusters(parsed_recs, sel.pool)
             parsed = {"settings": {**spec, "max_new_tokens": config.parse_max_new_tokens,
                                    "parser": "one-word answer, uncertainty normalised to Unknown "
