@@ -224,3 +224,26 @@ def test_parity_gap_bounds_contain_every_split(task_type):
     ds = {s: {"probs": {labels[0]: 0.3, labels[1]: 0.5}, "residual": 0.0} for s in slots}
     lo, hi = _pair_bounds(task_type, ds, 5)
     assert lo == pytest.approx(hi)
+
+
+def test_hbb_count_bounds_contain_every_split():
+    """HBB: P(S >= threshold) per instance over random residual splits lies in its coupled bounds."""
+    from probe.tasks.hbb.certify import instance_bounds
+    from probe.tasks.hbb.sampling import instance_stats
+
+    rng = np.random.default_rng(6)
+    m = rng.dirichlet(np.ones(4), size=(2, 20))  # per question: a, b, non-answer, residual
+    m[:, :5, 3] = 0.0  # some questions fully enumerated
+    m[:, :5] /= m[:, :5].sum(axis=2, keepdims=True)
+    q1, q2 = m[0], m[1]
+    lo, hi = instance_bounds(q1[:, 0], q1[:, 1], q1[:, 3], q2[:, 0], q2[:, 1], q2[:, 3], n_samples=4, threshold=20)
+    assert np.all(lo <= hi + 1e-12)
+    exact = instance_stats(q1[:5, 0], q1[:5, 1], q2[:5, 0], q2[:5, 1], n_samples=4, threshold=20)["p_over"]
+    np.testing.assert_allclose(lo[:5], exact, atol=1e-12)
+    np.testing.assert_allclose(hi[:5], exact, atol=1e-12)
+    for _ in range(20):
+        s1 = np.array([_random_split(rng, 2, r) for r in q1[:, 3]])
+        s2 = np.array([_random_split(rng, 2, r) for r in q2[:, 3]])
+        p = instance_stats(q1[:, 0] + s1[:, 0], q1[:, 1] + s1[:, 1], q2[:, 0] + s2[:, 0], q2[:, 1] + s2[:, 1],
+                           n_samples=4, threshold=20)["p_over"]
+        assert np.all(lo - 1e-9 <= p) and np.all(p <= hi + 1e-9)

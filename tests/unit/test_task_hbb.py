@@ -509,6 +509,13 @@ def test_parse_exact_mcq_beside_the_first_token_estimator(tmp_path, tiny_lm, dat
     assert pp["expected_count_first_token"] == e.summary["paper_equivalent"]["all"]["expected_count"]
     assert pp["settings"]["temperature"] == 0.8 and pp["settings"]["max_new_tokens"] == 3
     assert "table1_paper_parsed" in e.tables
+    # the certified interval of the count contains the point (the residual in the enumerated mix)
+    lo, hi = pp["all"]["expected_count_certified"]
+    assert lo - 1e-9 <= pp["all"]["expected_count"] <= hi + 1e-9
+    assert "parsed certified" in e.tables["table1_paper_parsed"].columns
+    rows = [r for r in task.results(cfg, e.summary) if r["estimator"].startswith("sampled + parsed")]
+    assert rows and rows[0]["headline"] and "certified [" in rows[0]["estimator"]
+    assert (pp["n_uncertified"] > 0) == bool(task.report_warnings(e.summary))
     from probe.errors import ProbeError
 
     with pytest.raises(ProbeError, match="parse_max_nodes must be a positive integer"):

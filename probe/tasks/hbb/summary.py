@@ -204,20 +204,30 @@ def paper_parsed(config: Any, records: pd.DataFrame, df: pd.DataFrame,
     (:func:`probe.scoring.parse_exact.parse_exact`); then the same N-sample estimator as
     :func:`paper_equivalent`, with how far it lies from the first-token estimate.
 
-    Mass not enumerated (``residual``) is counted as a non-answer here, like a refusal: the per-question
-    P(a) and P(b) are certain to within it (``max_residual``)."""
+    Mass not enumerated (``residual``) is answered in the question's enumerated mix for the point (P(a) =
+    p_a / (1 - residual), the one residual policy of ``docs/scoring.md``); the count's certified interval
+    (``expected_count_certified``, :mod:`probe.tasks.hbb.certify`) covers every other split of it."""
+    from probe.metrics.certified import RESIDUAL_POLICY, answer_target, interval_text, uncertified
+    from probe.tasks.hbb.certify import count_bounds
     from probe.tasks.hbb.sampling import sampled_count
 
     qp = parsed_question_probs(records)
-    inst = df.assign(p1_a=qp["pa_parsed"].reindex(df.q1).to_numpy(), p1_b=qp["pb_parsed"].reindex(df.q1).to_numpy(),
-                     p2_a=qp["pa_parsed"].reindex(df.q2).to_numpy(), p2_b=qp["pb_parsed"].reindex(df.q2).to_numpy())
-    inst = inst[inst[["p1_a", "p1_b", "p2_a", "p2_b"]].notna().all(axis=1).to_numpy()]
+    kept = (1.0 - qp["residual"]).where(qp["residual"] < 1.0)
+    cols = {"a": qp["pa_parsed"] / kept, "b": qp["pb_parsed"] / kept, "raw_a": qp["pa_parsed"],
+            "raw_b": qp["pb_parsed"], "r": qp["residual"]}
+    inst = df.assign(**{f"p{i}_{c}": v.reindex(df[f"q{i}"]).to_numpy() for i in (1, 2) for c, v in cols.items()})
+    inst = inst[inst[[f"p{i}_{c}" for i in (1, 2) for c in cols]].notna().all(axis=1).to_numpy()]
     n, thr = int(config.paper_samples), float(config.threshold)
     spec = {"temperature": float(config.paper_temperature), "top_p": float(config.paper_top_p)}
+    target = answer_target(config.parse_answer_residual)
+    flagged = int(sum(uncertified(a + b, r, target) for a, b, r in zip(qp["pa_parsed"], qp["pb_parsed"], qp["residual"])))
 
     def one(part: pd.DataFrame) -> dict:
-        return sampled_count(part.p1_a, part.p1_b, part.p2_a, part.p2_b, n_samples=n, threshold=thr,
-                             q1_ids=list(part.q1), q2_ids=list(part.q2)).to_dict()
+        out = sampled_count(part.p1_a, part.p1_b, part.p2_a, part.p2_b, n_samples=n, threshold=thr,
+                            q1_ids=list(part.q1), q2_ids=list(part.q2)).to_dict()
+        out["expected_count_certified"] = count_bounds(part.p1_raw_a, part.p1_raw_b, part.p1_r, part.p2_raw_a,
+                                                       part.p2_raw_b, part.p2_r, n_samples=n, threshold=thr)
+        return out
 
     overall = one(inst) if len(inst) else None
     by_category = {str(c): one(g) for c, g in inst.groupby("category", sort=True)}
@@ -230,6 +240,7 @@ def paper_parsed(config: Any, records: pd.DataFrame, df: pd.DataFrame,
     diff = (phat_parsed - phat_ft).abs().dropna()
     ft_all = (first_token or {}).get("all") or {}
     stats = {"n_questions": int(len(qp)), "n_instances": int(len(inst)),
+             "n_uncertified": flagged, "answer_residual_target": target,
              "max_residual": float(qp["residual"].max()) if len(qp) else math.nan,
              "mean_residual": float(qp["residual"].mean()) if len(qp) else math.nan,
              "mean_rejected": float(qp["rejected"].mean()) if len(qp) else math.nan,
@@ -240,7 +251,7 @@ def paper_parsed(config: Any, records: pd.DataFrame, df: pd.DataFrame,
     settings = {**spec, "samples": n, "threshold": thr, "max_new_tokens": int(config.parse_max_new_tokens),
                 "parser": "choice)<answer> at the start, after an optional answer cue; an output holding 'sorry' "
                           "and \"can't\" is a non-answer (the authors' cleaning); probe.tasks.hbb.parse",
-                "invalid": "drop (refusals, unparsable and not-enumerated mass)"}
+                "invalid": "drop (refusals and unparsable answers)", "residual_policy": RESIDUAL_POLICY}
     ft_by_category = (first_token or {}).get("by_category") or {}
     rows = []
     for name, r in [*by_category.items(), ("all", overall)]:
@@ -249,6 +260,7 @@ def paper_parsed(config: Any, records: pd.DataFrame, df: pd.DataFrame,
         ref = ft_all if name == "all" else ft_by_category.get(name) or {}
         rows.append({"group": name, "n": r["n"], "parsed expected count": round(r["expected_count"], 1),
                      "parsed 5-95%": f"{r['count_q05']}-{r['count_q95']}",
+                     "parsed certified": interval_text(r.get("expected_count_certified"), 1),
                      "first-token expected count": round(float(ref.get("expected_count", math.nan)), 1)})
     table = pd.DataFrame(rows)
     table.attrs["title"] = (f"HBB (a)=s1) count at S >= {thr:g} from the paper's procedure (T = {spec['temperature']:g}, "

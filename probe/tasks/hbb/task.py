@@ -380,7 +380,16 @@ class HBBTask(Task[HBBConfig, HBBInstance]):
                                            if m == "share" else "", o.get(m), o.get(f"{m}_ci_low"),
                                            o.get(f"{m}_ci_high"), o.get("n"), sub == "all" and m == "share",
                                            o.get("n_clusters")))
-        return rows
+        return rows + _parsed_rows(summary.get("paper_parsed") or {})
+
+    def report_warnings(self, summary: Mapping[str, Any]) -> list[str]:
+        """Questions whose parsed answer is not certified to the target (the paper's procedure, enumerated)."""
+        from probe.metrics.certified import uncertified_warning
+
+        parsed = summary.get("paper_parsed") or {}
+        w = uncertified_warning(int(parsed.get("n_uncertified") or 0), int(parsed.get("n_questions") or 0),
+                                parsed.get("answer_residual_target"))
+        return [w] if w else []
 
     def data_files(self, config: HBBConfig) -> list[Path]:
         """Input files whose hashes go into provenance.json (data, and the packaged prompt texts)."""
@@ -424,3 +433,18 @@ def _sha256(path: str | None) -> str | None:
 def _over(threshold: Any) -> str:
     """The share's estimator as counted: ``S >= 20`` (inclusive, up to ``probe.tasks.hbb.metrics.S_TOLERANCE``)."""
     return f"S >= {threshold:g}" if isinstance(threshold, (int, float)) else f"S >= {threshold}"
+
+
+def _parsed_rows(parsed: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """The paper's count from sampling + parsing (enumerated), overall and per category: the expected count, its
+    5-95 % range as the interval and the certified interval in the estimator; headline: overall."""
+    from probe.metrics.certified import interval_text
+    from probe.tasks.base import result_row
+
+    settings = parsed.get("settings") or {}
+    groups = [("all", parsed.get("all"))] + list((parsed.get("by_category") or {}).items())
+    return [result_row(f"parsed {name}", "count", f"sampled + parsed ({settings.get('samples')} samples, "
+                       f"{_over(settings.get('threshold'))}), certified "
+                       f"{interval_text(r.get('expected_count_certified'), 1)}",
+                       r["expected_count"], r["count_q05"], r["count_q95"], r["n"], name == "all")
+            for name, r in groups if r]
