@@ -15,7 +15,7 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import dataclass
-from typing import Any, Mapping, Sequence
+from typing import Any, Mapping, NamedTuple, Sequence
 
 #: tokens per row of the timed block (long enough to be past the per-call overhead, short enough to be quick)
 CALIBRATION_TOKENS = 64
@@ -140,42 +140,59 @@ def generation_seconds(rates: Rates, gen_left: Sequence[Any], encode_prompt: Any
     return seconds
 
 
-#: nodes per prompt of the parse calibration (a few frontier steps of the real enumeration)
-PARSE_CALIBRATION_NODES = 8
+#: nodes per prompt of the parse calibration: enough for a narrow tree (T = 0.1) to close, so its real size is seen
+PARSE_CALIBRATION_NODES = 64
+#: prompts the parse calibration enumerates (at most one batch)
+PARSE_CALIBRATION_PROMPTS = 4
 
 
-def parse_node_seconds(lm: Any, parse_left: Sequence[Any], batch_size: int) -> float | None:
-    """Seconds per enumerated node, timed on the first prompts still to do (as many as one batch holds),
-    each enumerated to ``PARSE_CALIBRATION_NODES`` nodes: the enumeration's own passes, cache and
-    parser included. Deterministic (no sampling); the result is discarded. None when it cannot run."""
+class ParseRate(NamedTuple):
+    """What the parse calibration saw: seconds per enumerated node, and the share of its prompts whose
+    enumeration closed within :data:`PARSE_CALIBRATION_NODES` nodes with their mean nodes (the others are
+    expected to run to their node budget)."""
+
+    per_node: float
+    closed_share: float
+    closed_nodes: float
+
+
+def parse_node_seconds(lm: Any, parse_left: Sequence[Any], batch_size: int) -> ParseRate | None:
+    """The parse calibration: the first prompts still to do (:data:`PARSE_CALIBRATION_PROMPTS`), each
+    enumerated to at most :data:`PARSE_CALIBRATION_NODES` nodes (the enumeration's own passes, cache and
+    parser), timed. Deterministic (no sampling); the result is discarded. None when it cannot run."""
     import dataclasses
 
     from probe.scoring.parse_exact import run_parse_requests
 
-    part = [dataclasses.replace(r, max_nodes=PARSE_CALIBRATION_NODES)
-            for r in parse_left[:max(1, min(int(batch_size), 8))]]
+    cap = PARSE_CALIBRATION_NODES
+    part = [dataclasses.replace(r, max_nodes=min(cap, int(r.max_nodes or cap)))
+            for r in parse_left[:max(1, min(int(batch_size), PARSE_CALIBRATION_PROMPTS))]]
     try:
         t0 = time.perf_counter()
         dists = run_parse_requests(lm, part, batch_size=batch_size, top=1)
         seconds = time.perf_counter() - t0
     except Exception:  # noqa: BLE001 - the estimate then falls back to the step rate
         return None
-    nodes = sum(max(int(getattr(d, "nodes", 0) or 0), 1) for d in dists)
-    return seconds / nodes if nodes else None
+    nodes = [max(int(getattr(d, "nodes", 0) or 0), 1) for d in dists]
+    closed = [n for n, r in zip(nodes, part) if n < r.max_nodes]
+    return ParseRate(seconds / sum(nodes), len(closed) / len(nodes),
+                     sum(closed) / len(closed) if closed else 0.0) if nodes else None
 
 
 def parse_seconds(rates: Rates, parse_left: Sequence[Any], encode_prompt: Any,
-                  per_node: float | None = None) -> float:
-    """At most: every prompt's enumeration runs to its node limit (``max_nodes``, else 256 for the
-    estimate) at ``per_node`` seconds a node (:func:`parse_node_seconds`; else one cached token per node,
-    the frontier batched ``rates.rows`` nodes to a pass)."""
+                  per_node: ParseRate | None = None) -> float:
+    """The parse stage's expected seconds: each prompt's nodes as the calibration saw them (a tree that
+    closed there closes at its size, the others run to their node limit, ``max_nodes`` or 256 for the
+    estimate) at the calibration's seconds a node (:func:`parse_node_seconds`); without a calibration, at
+    most: every prompt to its limit, one cached token per node, the frontier batched ``rates.rows`` to a pass."""
     seconds = 0.0
     for r in parse_left:
-        nodes = int(getattr(r, "max_nodes", None) or 256)
+        limit = int(getattr(r, "max_nodes", None) or 256)
         if per_node is not None:
-            seconds += nodes * per_node
+            nodes = per_node.closed_share * min(per_node.closed_nodes, limit) + (1 - per_node.closed_share) * limit
+            seconds += nodes * per_node.per_node
         else:
-            seconds += nodes * rates.step / rates.rows + encode_prompt(r) * rates.token
+            seconds += limit * rates.step / rates.rows + encode_prompt(r) * rates.token
     return seconds
 
 
@@ -206,7 +223,7 @@ def plan_lines(task: str, n_items: int, n_requests: int, n_left: int, tokens: in
                      f"{est}" + ("" if gen_left or parse_left or not rates else f" ({_basis(rates)})") + ".")
     if parse_total:
         most = max((int(getattr(r, "max_nodes", None) or 0) for r in parse_left), default=0)
-        when = f"estimated at most {duration(parse_s)}" if parse_left and rates else "nothing left to enumerate"
+        when = f"estimated {duration(parse_s)}" if parse_left and rates else "nothing left to enumerate"
         lines.append(f"{task}: plan: then {parse_total} prompt(s) whose sampled, parsed answer is enumerated "
                      f"exactly (the paper's own procedure; {len(parse_left)} still to do"
                      + (f", up to {most} nodes each" if most else "") + f"): {when}; skip with "

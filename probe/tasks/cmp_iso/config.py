@@ -78,7 +78,8 @@ class CmpIsoConfig(TaskConfig):
     parse_max_new_tokens: int = 8
     parse_residual: float = 0.01
     parse_answer_residual: float | None = None  # see ImplicitBBQ's config: a residual relative to the parsed mass
-    parse_max_nodes: int | None = 256
+    # no more forward tokens per prompt than the authors' K samples (parse_k x parse_max_new_tokens = 25 x 8)
+    parse_max_nodes: int | None = 200
     alpha: float = 0.05
     # pairs of setting names (without "+vN") compared by randomization tests, e.g. ["direct", "direct+neutral"]
     comparisons: tuple[tuple[str, str], ...] = ()

@@ -66,7 +66,10 @@ class ImplicitBBQConfig(TaskConfig):
     # the paper samples until an answer parses, so it reads the answer's distribution given a parse: enumerate
     # until the residual is also <= 5 % of the parsed mass (floor parse_residual x 0.05), or the node budget
     parse_answer_residual: float | None = 0.05
-    parse_max_nodes: int | None = 512
+    # no more forward tokens per prompt than 20 samples of parse_max_new_tokens (20 x 16: the K of the sampling
+    # check; the paper draws one answer per item, which estimates no distribution), so the enumeration never
+    # costs more than sampling would
+    parse_max_nodes: int | None = 320
 
     def __post_init__(self) -> None:
         for k in ("dimensions", "strategies", "answer_formats", "control_strategies", "context_kinds"):

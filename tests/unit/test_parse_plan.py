@@ -1,0 +1,37 @@
+"""The parse stage's plan estimate (probe.runs.plan): calibrated tree sizes, not every prompt at its node limit."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import pytest
+
+from probe.runs.plan import PARSE_CALIBRATION_NODES, ParseRate, Rates, parse_node_seconds, parse_seconds
+
+
+def _rates():
+    return Rates(token=0.001, step=0.01, rows=8, how="test")
+
+
+def test_closed_trees_count_at_their_size_open_ones_at_their_limit():
+    reqs = [SimpleNamespace(max_nodes=320, prompt="p")] * 10
+    # half the calibration prompts closed after 20 nodes on average, 0.01 s a node
+    got = parse_seconds(_rates(), reqs, lambda r: 5, ParseRate(0.01, 0.5, 20.0))
+    assert got == pytest.approx(10 * (0.5 * 20 + 0.5 * 320) * 0.01)
+    # every tree closed: a narrow tree's real size, not its budget (the T = 0.1 case)
+    assert parse_seconds(_rates(), reqs, lambda r: 5, ParseRate(0.01, 1.0, 30.0)) == pytest.approx(10 * 30 * 0.01)
+    # no node limit: 256 for the estimate; no calibration: at most, every prompt to its limit
+    assert parse_seconds(_rates(), [SimpleNamespace(max_nodes=None, prompt="p")], lambda r: 5,
+                         ParseRate(0.01, 0.0, 0.0)) == pytest.approx(2.56)
+    assert parse_seconds(_rates(), reqs[:1], lambda r: 5) == pytest.approx(320 * 0.01 / 8 + 5 * 0.001)
+
+
+def test_calibration_runs_the_real_enumeration(tiny_lm):
+    from probe.scoring.parse_exact import ParseRequest
+
+    reqs = [ParseRequest(id=f"q{i}", prompt=f"Question {i}: yes or no?", max_new_tokens=2, temperature=0.1,
+                         top_p=1.0, parser_name="first", parser=lambda t: t.strip()[:1] or None, max_nodes=500)
+            for i in range(3)]
+    rate = parse_node_seconds(tiny_lm, reqs, batch_size=8)
+    assert rate is not None and rate.per_node > 0 and 0 <= rate.closed_share <= 1
+    assert rate.closed_nodes <= PARSE_CALIBRATION_NODES
