@@ -67,6 +67,7 @@ def parse_exact(
     prompt_batch: int = 16,
     top: int = 10,
     progress: bool = False,
+    frontier: bool = False,
 ) -> list[ParseDistribution]:
     """The distribution of ``parser(generation)`` under sampling with ``spec``, for each prompt.
 
@@ -88,7 +89,8 @@ def parse_exact(
     ``prune``: children below this path mass are not expanded and count as
     residual (default: the smallest stopping residual / 1000). ``batch_size``: nodes per forward pass;
     ``prompt_batch``: prompts enumerated together (their caches held at once).
-    ``top``: how many of the most probable generations to keep per prompt.
+    ``top``: how many of the most probable generations to keep per prompt. ``frontier``: also give each
+    result the tail it left (``frontier``: :func:`frontier_of`), for the hybrid estimator.
     """
     import torch
 
@@ -121,6 +123,7 @@ def parse_exact(
         bar = tqdm(total=n, desc="enumerating generations", unit="prompt", leave=False)
     with torch.inference_mode():
         enum = _Enumerator(lm, spec, max_new_tokens, residual, max_nodes, prune, batch_size, top, answer_residual)
+        enum.export_frontier = bool(frontier)
         for g in groups:
             out.extend(enum.run([encoded[i] for i in g], [parsers[i] for i in g], [decideds[i] for i in g]))
             if bar is not None:
@@ -197,6 +200,7 @@ class _State:
     rejected: float = 0.0
     accepted: float = 0.0  # running sum of probs (for the answer_residual target)
     pruned: float = 0.0
+    pruned_at: dict = field(default_factory=dict)  # node -> (pruned mass, step probability bound): the tail's part
     spent: int = 0
     texts: dict = field(default_factory=dict)  # text -> [mass, answer]
     parsed: dict = field(default_factory=dict)  # text -> answer (parse once)
@@ -230,6 +234,7 @@ class _Enumerator:
         self.lm, self.spec, self.max_new = lm, spec, max_new
         self.target, self.max_nodes, self.prune = residual, max_nodes, prune
         self.answer_residual = answer_residual
+        self.export_frontier = False
         self.batch_size, self.top = max(1, int(batch_size)), top
         tok = lm.tokenizer
         pad = tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id
@@ -355,7 +360,10 @@ class _Enumerator:
         kept = dist[keep]
         order = torch.argsort(kept, descending=True, stable=True)
         keep, kept = keep[order].tolist(), kept[order].tolist()
-        s.pruned += max(0.0, float(dist.sum()) - math.fsum(kept)) if len(kept) < dist.shape[0] else 0.0
+        cut = max(0.0, float(dist.sum()) - math.fsum(kept)) if len(kept) < dist.shape[0] else 0.0
+        s.pruned += cut
+        if cut > 0:
+            s.pruned_at[node] = (cut, self.prune / mass)
         depth = len(path) + 1
         last = depth >= self.max_new
         ends = [(t, m) for t, m in zip(keep, kept) if m > 0 and t in self.eos]
@@ -401,8 +409,24 @@ class _Enumerator:
         # the invariant holds exactly, and never below 0
         residual = max(0.0, residual + (1.0 - total)) if abs(1.0 - total) < 1e-6 else residual
         top = sorted(((t, m, a) for t, (m, a) in s.texts.items()), key=lambda x: -x[1])[: self.top]
-        return ParseDistribution(dict(sorted(s.probs.items(), key=lambda kv: -kv[1])), s.rejected, residual,
-                                 s.spent, len(s.prompt), top)
+        out = ParseDistribution(dict(sorted(s.probs.items(), key=lambda kv: -kv[1])), s.rejected, residual,
+                                s.spent, len(s.prompt), top)
+        if self.export_frontier:
+            out.frontier = frontier_of(s)
+        return out
+
+
+def frontier_of(s: _State) -> list[tuple[float, tuple[tuple[int, ...], float | None]]]:
+    """The tail a prompt's enumeration left, as ``(mass, (path, below))`` entries that partition it: each open
+    branch (its path, ``below`` None) and each expanded node's pruned children (the node's path, ``below``
+    the step probability under which a child was pruned); for :mod:`probe.scoring.hybrid`."""
+    out = []
+    for neg, _, parent, token in s.heap:
+        path = (s.nodes[parent].path if parent >= 0 else ()) + (token,)
+        out.append((-neg, (path, None)))
+    for node, (mass, below) in s.pruned_at.items():
+        out.append((mass, (s.nodes[node].path if node >= 0 else (), below)))
+    return out
 
 
 def _chain(s: _State, node: int) -> list[int]:

@@ -34,6 +34,8 @@ class ParseDistribution:
     nodes: int
     prompt_tokens: int = 0
     top: list[tuple[str, float, Any]] = field(default_factory=list)
+    #: the tail the enumeration left, ``(mass, (path, below))`` (only when asked for; never serialised)
+    frontier: list = field(default_factory=list, repr=False, compare=False)
 
     def total(self) -> float:
         """``sum(probs) + rejected + residual`` (1 up to float rounding)."""
