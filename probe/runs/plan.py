@@ -157,7 +157,7 @@ class ParseRate(NamedTuple):
 
 
 def parse_node_seconds(lm: Any, parse_left: Sequence[Any], batch_size: int) -> ParseRate | None:
-    """The parse calibration: the first prompts still to do (:data:`PARSE_CALIBRATION_PROMPTS`), each
+    """The parse calibration: prompts still to do spread over the list (:data:`PARSE_CALIBRATION_PROMPTS`), each
     enumerated to at most :data:`PARSE_CALIBRATION_NODES` nodes (the enumeration's own passes, cache and
     parser), timed. Deterministic (no sampling); the result is discarded. None when it cannot run."""
     import dataclasses
@@ -165,8 +165,11 @@ def parse_node_seconds(lm: Any, parse_left: Sequence[Any], batch_size: int) -> P
     from probe.scoring.parse_exact import run_parse_requests
 
     cap = PARSE_CALIBRATION_NODES
-    part = [dataclasses.replace(r, max_nodes=min(cap, int(r.max_nodes or cap)))
-            for r in parse_left[:max(1, min(int(batch_size), PARSE_CALIBRATION_PROMPTS))]]
+    k = max(1, min(int(batch_size), PARSE_CALIBRATION_PROMPTS, len(parse_left)))
+    # spread over the list: a task lists its prompts by strategy, whose prompts and trees differ in size
+    picks = sorted({round(i * (len(parse_left) - 1) / max(1, k - 1)) for i in range(k)})
+    part = [dataclasses.replace(parse_left[i], max_nodes=min(cap, int(parse_left[i].max_nodes or cap)))
+            for i in picks]
     try:
         t0 = time.perf_counter()
         dists = run_parse_requests(lm, part, batch_size=batch_size, top=1)
