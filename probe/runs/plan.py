@@ -154,6 +154,8 @@ class ParseRate(NamedTuple):
     per_node: float
     closed_share: float
     closed_nodes: float
+    #: the calibration prompts' mean length in tokens (a node's cost grows with its prompt: its cache is copied)
+    prompt_tokens: float = 0.0
 
 
 def parse_node_seconds(lm: Any, parse_left: Sequence[Any], batch_size: int) -> ParseRate | None:
@@ -178,22 +180,25 @@ def parse_node_seconds(lm: Any, parse_left: Sequence[Any], batch_size: int) -> P
         return None
     nodes = [max(int(getattr(d, "nodes", 0) or 0), 1) for d in dists]
     closed = [n for n, r in zip(nodes, part) if n < r.max_nodes]
-    return ParseRate(seconds / sum(nodes), len(closed) / len(nodes),
-                     sum(closed) / len(closed) if closed else 0.0) if nodes else None
+    tokens = [int(getattr(d, "prompt_tokens", 0) or 0) for d in dists]
+    return ParseRate(seconds / sum(nodes), len(closed) / len(nodes), sum(closed) / len(closed) if closed else 0.0,
+                     sum(t * n for t, n in zip(tokens, nodes)) / sum(nodes)) if nodes else None
 
 
 def parse_seconds(rates: Rates, parse_left: Sequence[Any], encode_prompt: Any,
                   per_node: ParseRate | None = None) -> float:
     """The parse stage's expected seconds: each prompt's nodes as the calibration saw them (a tree that
     closed there closes at its size, the others run to their node limit, ``max_nodes`` or 256 for the
-    estimate) at the calibration's seconds a node (:func:`parse_node_seconds`); without a calibration, at
+    estimate) at the calibration's seconds a node (:func:`parse_node_seconds`) scaled by the prompt's length
+    over the calibration's (each node's pass copies its prompt's cache); without a calibration, at
     most: every prompt to its limit, one cached token per node, the frontier batched ``rates.rows`` to a pass."""
     seconds = 0.0
     for r in parse_left:
         limit = int(getattr(r, "max_nodes", None) or 256)
         if per_node is not None:
             nodes = per_node.closed_share * min(per_node.closed_nodes, limit) + (1 - per_node.closed_share) * limit
-            seconds += nodes * per_node.per_node
+            scale = encode_prompt(r) / per_node.prompt_tokens if per_node.prompt_tokens > 0 else 1.0
+            seconds += nodes * per_node.per_node * scale
         else:
             seconds += limit * rates.step / rates.rows + encode_prompt(r) * rates.token
     return seconds

@@ -24,6 +24,8 @@ def test_closed_trees_count_at_their_size_open_ones_at_their_limit():
     assert parse_seconds(_rates(), [SimpleNamespace(max_nodes=None, prompt="p")], lambda r: 5,
                          ParseRate(0.01, 0.0, 0.0)) == pytest.approx(2.56)
     assert parse_seconds(_rates(), reqs[:1], lambda r: 5) == pytest.approx(320 * 0.01 / 8 + 5 * 0.001)
+    # a prompt twice the calibration's length costs twice as much a node
+    assert parse_seconds(_rates(), reqs, lambda r: 200, ParseRate(0.01, 1.0, 30.0, 100.0)) == pytest.approx(6.0)
 
 
 def test_calibration_runs_the_real_enumeration(tiny_lm):
@@ -34,4 +36,4 @@ def test_calibration_runs_the_real_enumeration(tiny_lm):
             for i in range(3)]
     rate = parse_node_seconds(tiny_lm, reqs, batch_size=8)
     assert rate is not None and rate.per_node > 0 and 0 <= rate.closed_share <= 1
-    assert rate.closed_nodes <= PARSE_CALIBRATION_NODES
+    assert rate.closed_nodes <= PARSE_CALIBRATION_NODES and rate.prompt_tokens > 0
