@@ -14,6 +14,8 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING, Any, Iterable, Mapping, Sequence
 
+from probe.metrics.small_sample import MIN_UNITS
+
 if TYPE_CHECKING:
     import pandas as pd
 
@@ -75,7 +77,8 @@ def report_warnings(summary: Mapping[str, Any], rows: Sequence[Mapping[str, Any]
     ns = [r["n"] for r in rows if r.get("headline") and isinstance(r.get("n"), (int, float)) and math.isfinite(r["n"])]
     if ns and min(ns) < SMALL_N:
         out.append(f"small sample: a headline metric rests on {int(min(ns))} item(s); intervals are wide or "
-                   "undefined ('n/a (k clusters)'), so read the numbers as a smoke test, not a result.")
+                   f"undefined ('n/a (k units)': no resampled interval from fewer than {MIN_UNITS} units), so read "
+                   "the numbers as a smoke test, not a result.")
     out += list(task_warnings)
     cov = summary.get("coverage")
     if cov and cov.get("n_left_out"):
@@ -93,6 +96,7 @@ def headline_section(headline: "pd.DataFrame") -> Any:
     items = [Table(
         "headline", "", "The main metric per model and task",
         "Each task's main metric over all items scored, with its 95% CI and n (the task's own estimator and "
-        "resampling unit); 'n/a (k clusters)' where too few units were scored for an interval. Every metric, subgroup "
+        f"resampling unit); 'n/a (k units)' where fewer than {MIN_UNITS} units were scored (no resampled interval from "
+        "fewer). Every metric, subgroup "
         "and estimator is in results.csv.", headline)]
     return Section("headline", "Headline", "", items)

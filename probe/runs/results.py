@@ -13,7 +13,6 @@
 
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterable, Mapping, Sequence
 
@@ -58,9 +57,9 @@ def _md_block(headline: "pd.DataFrame", warnings: Sequence[str]) -> str:
 
 
 def write_run_report(task: Any, config: Any, output: str | Path, summary: Mapping[str, Any]) -> "pd.DataFrame":
-    """``results.csv``, ``report.html`` unless the task wrote its own (always ``report/report.html``, with its
-    tables and figures) and the headline and warnings at
-    the top of ``report.md`` (written from the report when the task wrote none). Returns the results frame."""
+    """``results.csv``, ``report.html`` unless the task wrote its own (``report/`` holds its tables and
+    figures) and the headline and warnings at the top of ``report.md`` (written from the report when the task
+    wrote none): one report per run folder. Returns the results frame."""
     from probe.io import write_atomic
     from probe.reports.compare import build_report, load_runs
 
@@ -86,20 +85,35 @@ def write_run_report(task: Any, config: Any, output: str | Path, summary: Mappin
             head, _, rest = text.partition("\n")
             write_atomic(md, f"{head}\n\n{_md_block(headline, warnings)}\n{rest.lstrip()}")
         return frame
-    if not (out / "report.html").is_file():  # a task's own page (the demo's) is kept; this one is in report/
-        shutil.copyfile(target / "report.html", out / "report.html")
+    _one_report(out, target, _md_block(headline, warnings), f"# {task.name}: {summary.get('model', '')}")
+    return frame
+
+
+def _one_report(out: Path, target: Path, block: str, heading: str) -> None:
+    """One ``report.md`` and one ``report.html`` in the run folder (``report/`` keeps the tables and figures):
+    the task's own page is kept (the demo's), else the built one moves up; a task's own Markdown gets the
+    headline and warnings on top, else the built Markdown moves up with its figure links rewritten."""
+    import os
+
+    from probe.io import write_atomic
+
+    html = out / "report.html"
+    own_html = html.is_file() and "<title>probe report: " not in html.read_text(encoding="utf-8", errors="replace")
+    if own_html:
+        (target / "report.html").unlink(missing_ok=True)
+    else:
+        os.replace(target / "report.html", html)
     md = out / "report.md"
-    block = _md_block(headline, warnings)
-    if md.is_file():
+    built = (target / "report.md").read_text(encoding="utf-8")
+    (target / "report.md").unlink()
+    if md.is_file() and not md.read_text(encoding="utf-8").startswith("# probe report: "):
         text = md.read_text(encoding="utf-8")
         head, sep, rest = text.partition("\n")
         if not head.startswith("# "):
-            head, sep, rest = f"# {task.name}: {summary.get('model', '')}", "\n", text
+            head, sep, rest = heading, "\n", text
         write_atomic(md, f"{head}\n\n{block}\n{rest.lstrip()}" if sep else f"{head}\n\n{block}")
     else:  # the report's own Markdown: warnings in its introduction, the headline its first section
-        text = (target / "report.md").read_text(encoding="utf-8").replace("](figures/", "](report/figures/")
-        write_atomic(md, text)
-    return frame
+        write_atomic(md, built.replace("](figures/", "](report/figures/"))
 
 
 def _task_warnings(task: Any, summary: Mapping[str, Any]) -> list[str]:
