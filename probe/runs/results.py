@@ -46,9 +46,9 @@ def results_frame(rows: Iterable[Mapping[str, Any]]) -> "pd.DataFrame":
 
 
 def _md_block(headline: "pd.DataFrame", warnings: Sequence[str]) -> str:
-    from probe.reports.compare.tables import markdown
+    from probe.reports.compare.tables import markdown, md_text
 
-    lines = [f"> **Warning:** {w}" + "\n" for w in warnings]
+    lines = [f"> **Warning:** {md_text(w)}" + "\n" for w in warnings]
     if len(headline):
         lines += ["## Headline", "", markdown(headline), "",
                   "*The main metric over all items scored, with its 95% CI and n; every metric, subgroup and "
@@ -64,11 +64,10 @@ def write_run_report(task: Any, config: Any, output: str | Path, summary: Mappin
     from probe.reports.compare import build_report, load_runs
 
     out = Path(output)
-    rows = result_rows(task, config, summary)
+    rows, warnings = run_headline(task, config, summary)
     frame = results_frame(rows)
     write_atomic(out / "results.csv", frame.to_csv(index=False))
     headline = headline_table(rows)
-    warnings = report_warnings(summary, rows, _task_warnings(task, summary))
     target = out / "report"
     try:
         build_report(load_runs([out]), target, n_boot=200, headline=headline, warnings=warnings,
@@ -133,23 +132,41 @@ def task_layouts(names: Iterable[str]) -> dict[str, Any]:
     return {n: get(n).report_layout() for n in dict.fromkeys(names) if n in known}
 
 
+def run_headline(task: Any, config: Any, summary: Mapping[str, Any],
+                 label: str | None = None) -> tuple[list[dict[str, Any]], list[str]]:
+    """One run's flat result rows (``label``: the model's name in them) and the warnings its report opens with."""
+    rows = result_rows(task, config, summary)
+    for row in rows:
+        row["model"] = label or row["model"]
+    return rows, report_warnings(summary, rows, _task_warnings(task, summary))
+
+
+def grouped_warnings(named: Sequence[tuple[str, str]]) -> list[str]:
+    """``(run, warning)`` pairs of many runs as each warning once, the runs it holds for named in front.
+
+    >>> grouped_warnings([("bbq, a", "low mass."), ("bbq, b", "low mass."), ("hbb, a", "small.")])
+    ['bbq, a; bbq, b: low mass.', 'hbb, a: small.']
+    """
+    runs: dict[str, list[str]] = {}
+    for run, warning in named:
+        runs.setdefault(warning, []).append(run)
+    return [f"{'; '.join(dict.fromkeys(names))}: {w}" for w, names in runs.items()]
+
+
 def headline_of(runs: Sequence[Any]) -> tuple["pd.DataFrame", list[str], "pd.DataFrame"]:
-    """The headline table, the warnings (each run's, labelled) and the flat results of many runs."""
+    """The headline table, the warnings (each once, with the runs it holds for) and the flat results of many
+    runs."""
     from probe.tasks import available, get
 
     rows: list[dict] = []
-    warnings: list[str] = []
+    named: list[tuple[str, str]] = []
     for r in runs:
         if r.task not in available():
             continue
-        task = get(r.task)
-        mine = result_rows(task, None, r.summary)
-        for row in mine:
-            row["model"] = r.label or row["model"]
+        mine, warnings = run_headline(get(r.task), None, r.summary, r.label)
         rows += mine
-        warnings += [f"{r.task}, {r.label}: {w}"
-                     for w in report_warnings(r.summary, mine, _task_warnings(task, r.summary))]
-    return headline_table(rows), warnings, results_frame(rows)
+        named += [(f"{r.task}, {r.label}", w) for w in warnings]
+    return headline_table(rows), grouped_warnings(named), results_frame(rows)
 
 
 def combined_report(run_dirs: Sequence[str | Path], output: str | Path, n_boot: int = 2000, seed: int = 0,
