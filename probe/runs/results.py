@@ -33,7 +33,8 @@ def result_rows(task: Any, config: Any, summary: Mapping[str, Any]) -> list[dict
         rows = []
     model = str(summary.get("model", ""))
     notes = getattr(task, "metric_notes", {}) or {}
-    return [{"task": task.name, "model": model, **r,
+    terms = dict(getattr(task, "terms", {}) or {})
+    return [{"task": task.name, "model": model, **r, "terms": terms,
              **({"note": notes[m]} if (m := str(r.get("metric", "")).rsplit(".", 1)[-1]) in notes else {})}
             for r in rows]
 
@@ -138,7 +139,7 @@ def run_headline(task: Any, config: Any, summary: Mapping[str, Any],
     rows = result_rows(task, config, summary)
     for row in rows:
         row["model"] = label or row["model"]
-    return rows, report_warnings(summary, rows, _task_warnings(task, summary))
+    return rows, report_warnings(summary, rows, _task_warnings(task, summary), getattr(task, "terms", None))
 
 
 def grouped_warnings(named: Sequence[tuple[str, str]]) -> list[str]:

@@ -46,3 +46,35 @@ def test_a_run_prints_headline_warnings_and_paths_not_the_report(tiny_lm, tmp_pa
     _print_combined([e, e], out, verbose=False)
     both = capsys.readouterr().out
     assert both.count("small sample") == 1  # the same warning once, its runs named
+
+
+def test_no_internal_key_in_a_warning_or_headline_label():
+    from probe.reports.headline import headline_table, phrase, report_warnings
+
+    low = {"mean": 0.2, "floor": 0.1, "n_below_floor": 3}
+    summary = {"label_mass": {"by_category": {"race": low}},
+               "results": [{"setting": "plain", "benchmark": "mmlu", "mass": {"iso": low}}]}
+    text = " ".join(report_warnings(summary, terms={"iso": "isolated questions (iso)"}))
+    assert "category race" in text and "label_mass" not in text and "by_category" not in text
+    summary = {"results": [{"setting": "plain", "benchmark": "mmlu", "mass": {"iso": low}}]}
+    text = " ".join(report_warnings(summary, terms={"iso": "isolated questions (iso)"}))
+    assert "plain, mmlu, isolated questions (iso)" in text and "results[" not in text
+    terms = {"hbb_swapavg": "both option orders averaged", "share": "share of instances over the threshold"}
+    assert phrase("hbb_swapavg all", terms) == "both option orders averaged, all items"
+    row = {"task": "hbb", "model": "m", "metric": "share", "subgroup": "hbb_swapavg all", "estimator": "",
+           "value": 0.5, "ci_low": 0.4, "ci_high": 0.6, "n": 40, "headline": True, "terms": terms}
+    head = headline_table([row]).iloc[0]
+    assert (head.Metric, head.Subgroup) == ("share of instances over the threshold",
+                                            "both option orders averaged, all items")
+
+
+def test_hbb_table1_says_why_a_cell_is_empty():
+    import numpy as np
+    import pandas as pd
+
+    from probe.tasks.hbb.tables import table1
+
+    df = pd.DataFrame({"S": np.zeros(4), "category": "ses", "concept_id": [1, 1, 2, 2]})
+    row = table1({"m": df}, n_boot=20).iloc[0]
+    assert row["HBB (S ↓)"] == "n/a (no instance at S ≥ 20)" and row["S 95% CI"] == "n/a (no value)"
+    assert row["share 95% CI"] != "[nan, nan]" and "nan" not in " ".join(map(str, row.values))
