@@ -241,7 +241,9 @@ def run(args: argparse.Namespace) -> int:
     def report(evaluation: Any) -> None:
         done.append(evaluation)
         if not many and evaluation.output is not None:
-            _print_run(evaluation, args.verbose)
+            from probe.runs.results import print_run
+
+            print_run(evaluation, args.verbose)
         also = ", samples.jsonl" if options.log_samples else ""
         print(f"wrote {evaluation.output}/records.jsonl{also}, summary.json, results.csv, report.md, report.html",
               file=sys.stderr)
@@ -252,22 +254,6 @@ def run(args: argparse.Namespace) -> int:
         _print_combined(done, result.report, args.verbose)
         print(f"wrote the combined report: {result.report}/report.html, report.md, results.csv", file=sys.stderr)
     return 0
-
-
-def _print_run(evaluation: Any, verbose: bool) -> None:
-    """One run on the terminal: its whole ``report.md`` (``--verbose``), else the headline, the warnings and
-    the report's paths."""
-    from probe.reports.terminal import terminal_text
-    from probe.runs.results import headline_table, run_headline
-    from probe.tasks import get
-
-    md = evaluation.output / "report.md"
-    if verbose and md.is_file():
-        print(md.read_text(encoding="utf-8"))
-        return
-    rows, warnings = run_headline(get(evaluation.task), evaluation.config, evaluation.summary)
-    reports = [str(evaluation.output / n) for n in ("report.html", "report.md") if (evaluation.output / n).is_file()]
-    print(terminal_text(headline_table(rows), warnings, reports) + "\n")
 
 
 def _print_combined(runs: list, where: Path, verbose: bool) -> None:

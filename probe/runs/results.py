@@ -142,6 +142,21 @@ def run_headline(task: Any, config: Any, summary: Mapping[str, Any],
     return rows, report_warnings(summary, rows, _task_warnings(task, summary), getattr(task, "terms", None))
 
 
+def print_run(evaluation: Any, verbose: bool) -> None:
+    """One run on the terminal: its whole ``report.md`` (``--verbose``), else the headline, the warnings and
+    the report's paths."""
+    from probe.reports.terminal import terminal_text
+    from probe.tasks import get
+
+    md = evaluation.output / "report.md"
+    if verbose and md.is_file():
+        print(md.read_text(encoding="utf-8"))
+        return
+    rows, warnings = run_headline(get(evaluation.task), evaluation.config, evaluation.summary)
+    reports = [str(evaluation.output / n) for n in ("report.html", "report.md") if (evaluation.output / n).is_file()]
+    print(terminal_text(headline_table(rows), warnings, reports) + "\n")
+
+
 def grouped_warnings(named: Sequence[tuple[str, str]]) -> list[str]:
     """``(run, warning)`` pairs of many runs as each warning once, the runs it holds for named in front.
 

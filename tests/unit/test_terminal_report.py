@@ -7,9 +7,9 @@ from __future__ import annotations
 import re
 
 import probe
-from probe.commands.run import _print_combined, _print_run
+from probe.commands.run import _print_combined
 from probe.reports.compare.tables import md_text
-from probe.runs.results import grouped_warnings
+from probe.runs.results import grouped_warnings, print_run
 
 ENTITY = re.compile(r"&(?:gt|lt|amp|quot|#\d+);")
 
@@ -30,12 +30,12 @@ def test_grouped_warnings_name_each_warning_once_with_its_runs():
 def test_a_run_prints_headline_warnings_and_paths_not_the_report(tiny_lm, tmp_path, capsys):
     out = tmp_path / "run"
     e = probe.evaluate(tiny_lm, "bbq", limit=4, output=out, progress=False)
-    _print_run(e, verbose=False)
+    print_run(e, verbose=False)
     short = capsys.readouterr().out
     assert "## Headline" in short and "## Warnings" in short and "small sample" in short
     assert f"Full report: {out / 'report.html'}, {out / 'report.md'}" in short
     assert len(short.splitlines()) < 20 and "## Runs" not in short
-    _print_run(e, verbose=True)
+    print_run(e, verbose=True)
     full = capsys.readouterr().out
     assert full.strip() == (out / "report.md").read_text(encoding="utf-8").strip()
     for text in [short, full, *(p.read_text(encoding="utf-8") for p in out.rglob("*.md"))]:
