@@ -41,12 +41,17 @@ def phrase(key: Any, terms: Mapping[str, str] | None = None) -> str:
     'category race'
     >>> phrase("hbb_swapavg all", {"hbb_swapavg": "both option orders averaged"})
     'both option orders averaged, all items'
+    >>> phrase("S >= 20")
+    'S >= 20'
     """
     import re
 
     terms = terms or {}
+    parts = [p for p in re.split(r"[.|\s]+", str(key)) if p]
+    if not any(p in terms or p in STRUCTURE for p in parts):
+        return str(key)  # nothing to translate: the label as written ("S >= 20", "(a) two-choice question")
     words = []
-    for part in (p for p in re.split(r"[.|\s]+", str(key)) if p):
+    for part in parts:
         w = terms.get(part, STRUCTURE.get(part, part))
         if w:
             words.append(w)
