@@ -1,10 +1,21 @@
 """pytest at the repository root: ``--doctest-modules`` (pyproject) collects the doctests of ``probe/``.
 
+Under pytest-xdist each worker runs torch on one thread (see below).
+
 A module that imports an optional extra at its top is left out when the extra is not installed, as the
 tests of that extra skip themselves (``pytest.importorskip``).
 """
 
 import importlib.util
+import os
+
+# Under pytest-xdist (`-n auto`) every worker is its own process: torch's default of one thread per core
+# would run cores x workers threads on the machine and slow every worker down. One thread each; set
+# before torch is first imported (the doctests import it), and inherited by the subprocesses tests start.
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
+        os.environ.setdefault(var, "1")
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 collect_ignore = []
 if importlib.util.find_spec("lm_eval") is None:  # probe[lm-eval]
