@@ -147,3 +147,27 @@ def implicitbbq_matched(tmp_path_factory) -> list:
         return build_implicitbbq()
 
     return built_once(tmp_path_factory, "implicitbbq-matched", build)
+
+
+# Under pytest-xdist (`-n auto`, README "Test") a file is the unit of work (../conftest.py) and the workers take
+# files in collection order. The few files that take minutes go first, so that no worker is left alone with
+# one of them at the end while the other idles. Order only: a name missing here costs time, never a test.
+SLOW_FIRST = (
+    "tests/unit/test_report_runs.py",
+)
+
+
+def pytest_collection_modifyitems(config, items):
+    if not os.environ.get("PYTEST_XDIST_WORKER"):
+        return  # one process: keep the plain order
+    rank = {name: i for i, name in enumerate(SLOW_FIRST)}
+    root = Path(str(config.rootpath))
+
+    def key(item):
+        try:
+            rel = Path(str(item.path)).resolve().relative_to(root).as_posix()
+        except ValueError:
+            rel = ""
+        return rank.get(rel, len(rank))
+
+    items.sort(key=key)  # stable: the order inside each file and among the rest is kept
