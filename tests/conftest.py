@@ -85,7 +85,30 @@ def other_model_dir(tmp_path_factory) -> Path:
 
 
 @pytest.fixture(scope="session")
-def smollm2():
+def smollm2_converted(tmp_path_factory) -> None:
+    """smollm2 converted from its GGUF file into ``$PROBE_CACHE``, by one worker, under a lock.
+
+    The first load converts (about a minute); two pytest-xdist workers converting at once would replace the
+    folder the other one reads. Every later load reads the cache.
+    """
+    from filelock import FileLock
+
+    try:
+        from probe.models.builtins import builtin_gguf_path
+        from probe.models.loader import converted_gguf_dir
+
+        gguf = builtin_gguf_path("smollm2")
+    except Exception:  # pragma: no cover - no wheel: the smollm2 fixture skips, saying why
+        return
+    root = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        root = root.parent
+    with FileLock(str(root / "smollm2-convert.lock")):
+        converted_gguf_dir(gguf)
+
+
+@pytest.fixture(scope="session")
+def smollm2(smollm2_converted):
     """The real embedded default model (converted once, then cached under PROBE_CACHE)."""
     try:
         from probe.models import load_model
