@@ -136,8 +136,7 @@ class Engine:
         lps, fins, sampled = [], [], []
         for a, b, pa, pb in chunks:
             logits = self.logits(picked[a:b])  # [chunk, vocab] float32
-            at = (pair_pos[pa:pb] - a).to(logits.device)
-            tok = pair_tok[pa:pb].to(logits.device)
+            at, tok = _on(pair_pos[pa:pb] - a, logits.device), _on(pair_tok[pa:pb], logits.device)
             fins.append(torch.isfinite(logits).all(dim=-1))
             lps.append(logits[at, tok] - torch.logsumexp(logits, dim=-1)[at])
             if sampling:
@@ -309,6 +308,11 @@ class Engine:
                     for s, per_spec in enumerate(sampled):
                         out.sampled_tokens[s].append(per_spec[k][0])
         return outputs
+
+
+def _on(t: torch.Tensor, device: torch.device) -> torch.Tensor:
+    """``t`` on ``device``, copied only when it is elsewhere (a head on another GPU under a device_map)."""
+    return t if t.device == device else t.to(device)
 
 
 def layer_kinds(config: Any) -> set[str]:

@@ -112,11 +112,31 @@ class Pass:
         return sum(f.size for row in self.trees for f in row)
 
 
+#: row lengths tried, as multiples of the longer of the target and the longest tree: the one that runs
+#: the fewest padded positions wins (longer rows hold more trees, so their ends are fuller)
+ROW_FACTORS = (1.0, 1.25, 1.5, 2.0)
+
+
 def pack(flats: list[Flat], target: int, budget: int, max_rows: int) -> list[Pass]:
-    """Trees into rows of about ``target`` tokens (a longer tree gets a row of its own length), best
-    fit, largest first; rows into passes of at most ``max_rows`` rows and ``budget`` padded tokens.
-    Depends only on the trees and their order in ``flats`` (which the prefix tree fixes)."""
-    cap = max([target] + [f.size for f in flats])
+    """Trees into rows of about ``target`` tokens (at least the longest tree), best fit, largest first;
+    rows into passes of at most ``max_rows`` rows and ``budget`` padded tokens. Of the row lengths
+    :data:`ROW_FACTORS` allows, the one with the least padding is used. Depends only on the trees and
+    their order in ``flats`` (which the prefix tree fixes)."""
+    base = max([target] + [f.size for f in flats])
+    best: list[Pass] | None = None
+    for factor in ROW_FACTORS:
+        cap = max(base, min(int(base * factor), budget))
+        passes = _pack_rows(flats, cap, budget, max_rows)
+        if best is None or _padded(passes) < _padded(best):
+            best = passes
+    return best or []
+
+
+def _padded(passes: list[Pass]) -> int:
+    return sum(len(p.trees) * p.width - p.tokens for p in passes)
+
+
+def _pack_rows(flats: list[Flat], cap: int, budget: int, max_rows: int) -> list[Pass]:
     rows: list[list[Flat]] = []
     fill: list[int] = []
     room: list[tuple[int, int]] = []  # (space left, row index), sorted: the best fit is a bisection away

@@ -42,6 +42,9 @@ if TYPE_CHECKING:
 
 RowKey = tuple[tuple[int, ...], int]
 _LEVEL = object()  # a packed pass's answer: run its one tree level by level
+#: a tree is split (its shared segment computed once per part) only past this many row targets: splitting
+#: recomputes prefixes, a long row costs attention work on masked columns; 4 keeps both small
+SPLIT_ROWS = 4
 GROW_AFTER = 8  # good passes after which caps lowered by an out-of-memory error double
 
 
@@ -201,7 +204,7 @@ class Scorer:
         longest = max((len(n.row.ids) for n in _leaves(tree)), default=0)
         packed = self.packed and self.engine.packable(longest) is None
         if packed:
-            tree = split_trees(tree, self._row_target())
+            tree = split_trees(tree, SPLIT_ROWS * self._row_target())
         if taps is not None:
             keys = {s.ids: (s.ids, s.score_from) for e in encoded for s in e.sequences}
             taps.plan(tree, lambda t: (t.row, len(t.row)) if t.extra else keys[t.row])
