@@ -310,6 +310,13 @@ class Engine:
         return outputs
 
 
+def pad_id_of(tokenizer: Any, default: int | None = 0) -> int | None:
+    """The one pad rule of the scorer, parse_exact and generation: the tokenizer's pad token, else its
+    end-of-sequence token, else ``default`` (padding is masked out, so any id is exact)."""
+    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+    return pad if pad is not None else default
+
+
 def _on(t: torch.Tensor, device: torch.device) -> torch.Tensor:
     """``t`` on ``device``, copied only when it is elsewhere (a head on another GPU under a device_map)."""
     return t if t.device == device else t.to(device)

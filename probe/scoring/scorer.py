@@ -21,7 +21,7 @@ import torch
 
 from probe.scoring.batching import MIN_SHARED, Node, build_tree, plan_passes
 from probe.scoring.capture import Capturer, Taps
-from probe.scoring.engine import HEAD_CHUNK, Engine, Row, RowOutput, cache_bytes
+from probe.scoring.engine import HEAD_CHUNK, Engine, Row, RowOutput, cache_bytes, pad_id_of
 from probe.scoring.packed import Pass, ReadPlan, arrays, flatten, pack, read_plan, row_tokens, split_trees, upload
 from probe.scoring.requests import (
     ContinuationRequest,
@@ -109,8 +109,7 @@ class Scorer:
         self._sampling: tuple[SamplingSpec, ...] = ()  # the specs of the call in progress
         self._taps: Taps | None = None  # the activation capture of the call in progress
         tok = lm.tokenizer
-        pad = tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id
-        self.engine = Engine(lm.model, pad_id=pad if pad is not None else 0)
+        self.engine = Engine(lm.model, pad_id=pad_id_of(tok))
         max_len = getattr(lm, "max_length", None)
         self.encoder = Encoder(tok, max_length=max_len)
         sliding = getattr(self.engine.config, "sliding_window", None)
