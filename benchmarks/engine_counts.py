@@ -271,8 +271,9 @@ def measure_model(name: str, args: argparse.Namespace) -> dict[str, Any]:
         packed = label == "new"
         bbq = run(lm, w["bbq"], packed)
         big = run(lm, w["bbq"], packed, budget=out["budget_8b"])
-        sg = run(lm, w["hbb_sg"], packed, budget=BUDGET, rows=16)
-        mcq = run(lm, w["hbb_mcq"], packed, budget=BUDGET, rows=16, sampling=w["sampling"])
+        light = name in args.bbq_only.split(",")
+        sg = bbq if light else run(lm, w["hbb_sg"], packed, budget=BUDGET, rows=16)
+        mcq = bbq if light else run(lm, w["hbb_mcq"], packed, budget=BUDGET, rows=16, sampling=w["sampling"])
         out[label] = {
             "bbq_passes": bbq["counts"]["forward_passes"], "bbq_tokens": bbq["counts"]["tokens_computed"],
             "bbq_padding_share": bbq["padding_share"],
@@ -281,7 +282,7 @@ def measure_model(name: str, args: argparse.Namespace) -> dict[str, Any]:
             "kv_bytes_per_token": max(bbq["kv_bytes_per_token"], sg["kv_bytes_per_token"]),
             "host_copies_per_call": {"bbq": bbq["host_copies"], "hbb_sg": sg["host_copies"], "hbb_mcq": mcq["host_copies"]},
             "seconds": {"bbq": bbq["seconds"], "hbb_sg": sg["seconds"], "hbb_mcq": mcq["seconds"]},
-            "host_ms_per_1k_tokens_stub": host_ms_per_1k(lm, w["bbq"], packed),
+            "host_ms_per_1k_tokens_stub": None if light else host_ms_per_1k(lm, w["bbq"], packed),
             "_runs": {"bbq": bbq, "hbb_sg": sg, "hbb_mcq": mcq},
         }
     out["new_vs_old"] = {k: compare(out["old"]["_runs"][k], out["new"]["_runs"][k]) for k in ("bbq", "hbb_sg", "hbb_mcq")}
@@ -297,6 +298,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     ap.add_argument("--concepts", type=int, default=2, help="HBB concept pairs (all their instances)")
     ap.add_argument("--sg-n", type=int, default=3, help="HBB-SG variations per option")
     ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--bbq-only", default="", help="models measured on BBQ only (HBB figures repeat BBQ's, no stub)")
     ap.add_argument("--json", default=None)
     args = ap.parse_args(argv)
     torch.set_num_threads(args.threads)
