@@ -84,6 +84,8 @@ class Engine:
     def packable(self, max_position: int) -> str | None:
         """Why a packed pass over positions up to ``max_position`` would not be exact for this model
         (None: it is). See docs/scoring.md, "The packed pass"."""
+        if type(self)._read is not Engine._read:  # a subclass reading more per position (lm-eval's greedy flags)
+            return "the engine's read is overridden"
         attn = str(getattr(self.config, "_attn_implementation", None) or "eager")
         if attn not in ("eager", "sdpa"):
             return f"attention implementation {attn!r} takes no 4-D mask"
