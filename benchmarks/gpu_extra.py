@@ -94,9 +94,11 @@ def parse_part(lm: Any, args: Any, device: str) -> dict[str, Any]:
             "max_nodes": args.parse_max_nodes, "rows": rows}
 
 
-def profile_part(lm: Any, reqs: list, device: str, label: str) -> dict[str, Any]:
+def profile_part(lm: Any, reqs: list, device: str, label: str, packed: bool = True) -> dict[str, Any]:
     """Where the time of scoring ``reqs`` goes: wall seconds against the summed device time of the kernels
-    (torch.profiler), and the operators that take the most device and host time."""
+    (torch.profiler; device-type events only: an operator's device time repeats its kernels', so summing
+    every event counted each kernel twice), and the operators that take the most device and host time.
+    ``packed=False``: the level-by-level path (the engine before packed passes)."""
     import time
 
     from torch.profiler import ProfilerActivity, profile
@@ -104,6 +106,7 @@ def profile_part(lm: Any, reqs: list, device: str, label: str) -> dict[str, Any]
     from probe.scoring import Scorer
 
     scorer = Scorer(lm, batch_size="auto", token_budget="auto")
+    scorer.packed = packed
     scorer.score(reqs[: min(8, len(reqs))])  # warm-up
     cuda = device.startswith("cuda")
     acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
@@ -120,10 +123,13 @@ def profile_part(lm: Any, reqs: list, device: str, label: str) -> dict[str, Any]
     def dev(e: Any) -> float:
         return float(getattr(e, "self_device_time_total", getattr(e, "self_cuda_time_total", 0.0)) or 0.0)
 
-    kernel_s = sum(dev(e) for e in events) / 1e6
-    top_dev = sorted(events, key=dev, reverse=True)[:8]
+    from torch.autograd import DeviceType
+
+    kernels = [e for e in events if getattr(e, "device_type", None) == DeviceType.CUDA]
+    kernel_s = sum(dev(e) for e in kernels) / 1e6
+    top_dev = sorted(kernels, key=dev, reverse=True)[:8]
     top_cpu = sorted(events, key=lambda e: e.self_cpu_time_total, reverse=True)[:8]
-    return {"label": label, "requests": len(reqs), "wall_s": wall, "device_kernel_s": kernel_s,
+    return {"label": label, "packed": packed, "requests": len(reqs), "wall_s": wall, "device_kernel_s": kernel_s,
             "device_busy_share": kernel_s / wall if wall else None,
             "top_device_ops": [(e.key, round(dev(e) / 1e6, 4), e.count) for e in top_dev],
             "top_host_ops": [(e.key, round(e.self_cpu_time_total / 1e6, 4), e.count) for e in top_cpu]}

@@ -13,6 +13,9 @@
 #                                        #     memory, --batch-size auto, capture, HBB projection, (3) OOM
 #                                        #     back-off, (4) parse_exact vs K = 20 sampling
 #   bash benchmarks/gpu_proof.sh real    # (2) SmolLM2 real weights bf16 vs fp32 (+ lm-eval, parse_exact)
+#   bash benchmarks/gpu_proof.sh engine  # old (level-by-level) vs new (packed) engine, 8B shape, bf16, one call
+#                                        #     < 6 min: time, passes, share of peak, busy share (device events
+#                                        #     only), syncs per call, max |delta|, OOM back-off (gpu_engine.py)
 #
 # Every figure goes to $OUT (default ./gpu-proof-out): <part>.json, <part>.log, env.txt.
 set -uo pipefail
@@ -77,5 +80,9 @@ case "$PART" in
     timeout "${REAL_TIMEOUT:-240}" python3 benchmarks/gpu.py --device "$DEVICE" --skip-shape --real "$GG" \
       --tokenizer "$KEEP/tokenizer" --parse-exact --skip-quantized --json "$OUT/real.json" $EXTRA 2>&1 | tee "$OUT/real.log"
     ;;
-  *) echo "unknown part $PART (shape | real)"; exit 2 ;;
+  engine)
+    timeout "${ENGINE_TIMEOUT:-330}" python3 benchmarks/gpu_engine.py --device "$DEVICE" --tokenizer "$KEEP/tokenizer" \
+      --json "$OUT/engine.json" $EXTRA 2>&1 | tee "$OUT/engine.log"
+    ;;
+  *) echo "unknown part $PART (shape | real | engine)"; exit 2 ;;
 esac

@@ -126,6 +126,22 @@ class Taps:
         finally:
             self._plan = None
 
+    @contextlib.contextmanager
+    def pass_at(self, places: list[tuple[Node, int, int]]):
+        """While one packed pass runs: gather the needed tokens of each ``(node, row, column of the
+        node's first token)`` (probe.scoring.packed)."""
+        rows, cols, keys = [], [], []
+        for n, r, c in places:
+            for t in self.need.get(id(n), ()):
+                rows.append(r)
+                cols.append(c + t - n.start)
+                keys.append(n.ids[: t + 1])
+        self._plan = (torch.tensor(rows, dtype=torch.long), torch.tensor(cols, dtype=torch.long), keys) if keys else None
+        try:
+            yield
+        finally:
+            self._plan = None
+
     def record(self, hook: str, h: torch.Tensor) -> torch.Tensor | None:
         """Hook callback: keep the planned ``[batch, width, d_model]`` positions, float32 on the CPU (the
         values before any edit). Returns ``h`` with the capturer's edits written in, or None (unchanged)."""

@@ -65,11 +65,88 @@ class Engine:
         self.forward_passes = 0  # counted for benchmarks
         self.tokens_run = 0  # non-pad tokens actually computed
         self.tokens_raw = 0  # tokens of every scored sequence, each on its own (no prefix sharing): set by the Scorer
+        self.tokens_padded = 0  # padding positions run (packed pass: row tails; level path: pad columns)
+        self.tokens_attended = 0  # (query, key) pairs the attention masks let through, padding included
+        self.kv_bytes_copied = 0  # key/value cache bytes copied (row selection and merging; 0 when packed)
+        self.host_copies = 0  # host-device copies made by the packed pass and its read
+        self._layer_kinds = layer_kinds(self.config)
+        self.window = int(self.config.sliding_window) if "sliding_attention" in self._layer_kinds else None
 
     def counts(self) -> dict[str, int]:
-        """Forward passes, tokens computed and raw tokens so far (``computed / raw`` is what sharing saves)."""
+        """Forward passes, tokens computed and raw tokens so far (``computed / raw`` is what sharing saves),
+        padded and attended tokens, KV-cache bytes copied and host-device copies."""
         return {"forward_passes": self.forward_passes, "tokens_computed": self.tokens_run,
-                "tokens_raw": self.tokens_raw}
+                "tokens_raw": self.tokens_raw, "tokens_padded": self.tokens_padded,
+                "tokens_attended": self.tokens_attended, "kv_bytes_copied": self.kv_bytes_copied,
+                "host_device_copies": self.host_copies}
+
+    # -- the packed pass (probe.scoring.packed) -------------------------------
+    def packable(self, max_position: int) -> str | None:
+        """Why a packed pass over positions up to ``max_position`` would not be exact for this model
+        (None: it is). See docs/scoring.md, "The packed pass"."""
+        if type(self)._read is not Engine._read:  # a subclass reading more per position (lm-eval's greedy flags)
+            return "the engine's read is overridden"
+        attn = str(getattr(self.config, "_attn_implementation", None) or "eager")
+        if attn not in ("eager", "sdpa"):
+            return f"attention implementation {attn!r} takes no 4-D mask"
+        if not self._layer_kinds <= {"full_attention", "sliding_attention"}:
+            return f"layer types {sorted(self._layer_kinds)}"
+        if len(self._layer_kinds) > 1 and max_position >= (self.window or 0) and not _takes_mask_per_kind(self.decoder):
+            return "full and sliding-window layers, and the model takes one mask for both"
+        return None
+
+    def masks(self, pre: torch.Tensor, end: torch.Tensor, pos: torch.Tensor, max_position: int) -> Any:
+        """The pass's attention mask(s): one tensor, or one per layer kind when a window cuts in."""
+        from probe.scoring.packed import tree_mask
+
+        dtype = self.compute_dtype
+        if self.window is None or max_position < self.window:
+            return tree_mask(pre, end, pos, dtype)
+        sliding = tree_mask(pre, end, pos, dtype, self.window)
+        if len(self._layer_kinds) == 1:
+            return sliding
+        return {"full_attention": tree_mask(pre, end, pos, dtype), "sliding_attention": sliding}
+
+    @property
+    def compute_dtype(self) -> torch.dtype:
+        """The dtype the attention scores (and so an additive mask) have: the input embedding's."""
+        emb = self.model.get_input_embeddings() if hasattr(self.model, "get_input_embeddings") else None
+        weight = getattr(emb, "weight", None)
+        if isinstance(weight, torch.Tensor) and weight.dtype.is_floating_point:
+            return weight.dtype
+        return torch.float32
+
+    def run_packed(self, ids: torch.Tensor, pos: torch.Tensor, pre: torch.Tensor, end: torch.Tensor,
+                   max_position: int) -> torch.Tensor:
+        """One packed forward pass over ``[rows, width]`` device tensors; the last hidden states
+        ``[rows, width, d_model]``."""
+        out = self._decoder(input_ids=ids, attention_mask=self.masks(pre, end, pos, max_position),
+                            position_ids=pos, use_cache=False)
+        return out.last_hidden_state
+
+    def read_packed(self, hidden: torch.Tensor, where: list[torch.Tensor], chunks: list[tuple[int, int, int, int]],
+                    sampling: tuple = ()) -> torch.Tensor:
+        """The log-probabilities a pass reads, on the device, as one float64 tensor: the target pairs'
+        log-probabilities, then 1.0/0.0 per position (all logits finite), then per sampling spec the
+        pairs' sampling log-probabilities. ``where``: positions' rows and columns, pairs' positions and
+        tokens (device tensors, :class:`probe.scoring.packed.ReadPlan`); ``chunks``: ``(first position,
+        end, first pair, end)`` of each head chunk."""
+        from probe.scoring.sampling import block_logprobs
+
+        pos_row, pos_col, pair_pos, pair_tok = where
+        picked = hidden[pos_row, pos_col]  # [positions, d_model]: one gather of every scored position
+        lps, fins, sampled = [], [], []
+        for a, b, pa, pb in chunks:
+            logits = self.logits(picked[a:b])  # [chunk, vocab] float32
+            at, tok = _on(pair_pos[pa:pb] - a, logits.device), _on(pair_tok[pa:pb], logits.device)
+            fins.append(torch.isfinite(logits).all(dim=-1))
+            lps.append(logits[at, tok] - torch.logsumexp(logits, dim=-1)[at])
+            if sampling:
+                sampled.append(block_logprobs(logits, at, tok, sampling))
+        parts = [torch.cat(lps).double(), torch.cat(fins).double()]
+        if sampling:
+            parts.append(torch.cat(sampled, dim=1).flatten())
+        return torch.cat(parts)
 
     # -- unembedding -------------------------------------------------------
     def logits(self, hidden: torch.Tensor) -> torch.Tensor:
@@ -105,6 +182,7 @@ class Engine:
             mask[i, width - len(p):] = 1
             pos[i, width - len(p):] = torch.arange(len(p))
         self.tokens_run += sum(len(p) for p in prefixes)
+        self.tokens_padded += ids.numel() - sum(len(p) for p in prefixes)
         cache = DynamicCache(config=self.model.config)
         out = self._decoder(
             input_ids=ids.to(self.device),
@@ -141,10 +219,12 @@ class Engine:
             mask[i, :n] = 1
             pos[i, :] = torch.arange(s, s + width)
         self.tokens_run += sum(lengths)
+        self.tokens_padded += ids_t.numel() - sum(lengths)
         kwargs: dict[str, Any] = {}
         if cache is not None:
             index = torch.tensor(cache_rows, dtype=torch.long)
             sub = select_rows(cache, index)
+            self.kv_bytes_copied += cache_bytes(sub)
             mask = torch.cat([prefix_mask[index], mask], dim=1)
             kwargs.update(cache_kwargs(self.decoder, sub), use_cache=True)
         elif keep_cache:
@@ -232,6 +312,41 @@ class Engine:
         return outputs
 
 
+def pad_id_of(tokenizer: Any, default: int | None = 0) -> int | None:
+    """The one pad rule of the scorer, parse_exact and generation: the tokenizer's pad token, else its
+    end-of-sequence token, else ``default`` (padding is masked out, so any id is exact)."""
+    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+    return pad if pad is not None else default
+
+
+def _on(t: torch.Tensor, device: torch.device) -> torch.Tensor:
+    """``t`` on ``device``, copied only when it is elsewhere (a head on another GPU under a device_map)."""
+    return t if t.device == device else t.to(device)
+
+
+def layer_kinds(config: Any) -> set[str]:
+    """The attention kinds of a (text) config's layers: its ``layer_types``, else all sliding-window
+    when it has a window in use, else all full attention."""
+    types = getattr(config, "layer_types", None)
+    if types:
+        return set(types)
+    if getattr(config, "sliding_window", None) and getattr(config, "use_sliding_window", True) is not False:
+        return {"sliding_attention"}
+    return {"full_attention"}
+
+
+def _takes_mask_per_kind(decoder: Any) -> bool:
+    """Whether a decoder's forward accepts ``attention_mask`` as ``{layer kind: mask}`` (transformers'
+    hybrid models: Gemma 2/3, Qwen 2/3, ...)."""
+    import inspect
+
+    try:
+        src = inspect.getsource(type(decoder).forward)
+    except (OSError, TypeError):
+        return False
+    return "attention_mask, dict)" in src
+
+
 def input_device(model: Any) -> torch.device:
     """The device a model's inputs go to: its input embedding's (the first parameter's when it has none)."""
     emb = model.get_input_embeddings() if hasattr(model, "get_input_embeddings") else None
@@ -259,6 +374,17 @@ def select_rows(cache: Any, index: torch.Tensor) -> Any:
             on[device] = index.to(device)
         layer.batch_select_indices(on[device])
     return sub
+
+
+def cache_bytes(cache: Any) -> int:
+    """Bytes of the keys and values a cache holds."""
+    total = 0
+    for layer in getattr(cache, "layers", ()):
+        for attr in ("keys", "values"):
+            t = getattr(layer, attr, None)
+            if isinstance(t, torch.Tensor):
+                total += t.numel() * t.element_size()
+    return total
 
 
 def common_prefix_length(seqs: list[tuple[int, ...]]) -> int:

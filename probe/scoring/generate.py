@@ -136,10 +136,10 @@ def _generate(lm: Any, prompts: Sequence[str], max_new_tokens: int, batch_size: 
               progress: bool, sampler: Callable[[list[int]], Any] | None = None) -> list[str]:
     """Batched generation; ``sampler(batch indices)`` gives a batch's token sampler (None: greedy)."""
     tok, model = lm.tokenizer, lm.model
-    from probe.scoring.engine import input_device
+    from probe.scoring.engine import input_device, pad_id_of
 
     device = input_device(model)  # the input embedding's device (a device_map spans several)
-    pad = tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id
+    pad = pad_id_of(tok, default=None)  # None: generate() picks its own, as before
     order = sorted(range(len(prompts)), key=lambda i: -len(prompts[i]))
     results: list[str] = [""] * len(prompts)
     batches = [order[i : i + batch_size] for i in range(0, len(order), batch_size)]

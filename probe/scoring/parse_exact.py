@@ -229,7 +229,7 @@ class _Enumerator:
 
     def __init__(self, lm: Any, spec: Any, max_new: int, residual: float, max_nodes: int | None, prune: float,
                  batch_size: int, top: int, answer_residual: float | None = None) -> None:
-        from probe.scoring.engine import Engine
+        from probe.scoring.engine import Engine, pad_id_of
 
         self.lm, self.spec, self.max_new = lm, spec, max_new
         self.target, self.max_nodes, self.prune = residual, max_nodes, prune
@@ -237,8 +237,7 @@ class _Enumerator:
         self.export_frontier = False
         self.batch_size, self.top = max(1, int(batch_size)), top
         tok = lm.tokenizer
-        pad = tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id
-        self.engine = Engine(lm.model, pad_id=pad if pad is not None else 0)
+        self.engine = Engine(lm.model, pad_id=pad_id_of(tok))
         self.eos = eos_ids(lm)
         self.decode = batch_decoder(tok)
         sliding = getattr(self.engine.config, "sliding_window", None)

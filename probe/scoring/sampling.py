@@ -133,30 +133,46 @@ def target_logprobs(logits: Any, targets: Sequence[Sequence[int]], specs: Sequen
 
     n, vocab = logits.shape
     out: list[list[list[float]]] = [[] for _ in specs]
-    step = max(1, _ELEMENTS // max(vocab, 1))
-    need_rank = any(s.top_p < 1 for s in specs)
+    step = block_rows(vocab)
     for a in range(0, n, step):
-        block = logits[a : a + step].double()
+        block = logits[a : a + step]
         tgt = list(targets[a : a + step])
         flat_rows = torch.tensor([k for k, t in enumerate(tgt) for _ in t], dtype=torch.long, device=block.device)
         flat_ids = torch.tensor([i for t in tgt for i in t], dtype=torch.long, device=block.device)
-        tl = block[flat_rows, flat_ids]  # target logits
-        ranked = _Ranked(block) if need_rank else None
-        for s, spec in enumerate(specs):
-            lse = torch.logsumexp(block / spec.temperature, dim=-1)
-            lp = tl / spec.temperature - lse[flat_rows]
-            if ranked is not None and spec.top_p < 1:
-                edge_logit, edge_id, nucleus_mass = ranked.edge(spec, lse)
-                # in the nucleus iff (logit, -id) ranks at or above the last kept token's
-                el, ei = edge_logit[flat_rows], edge_id[flat_rows]
-                inside = (tl > el) | ((tl == el) & (flat_ids <= ei))
-                lp = torch.where(inside, lp - torch.log(nucleus_mass)[flat_rows], torch.full_like(lp, -math.inf))
-            values = lp.tolist()
+        values = block_logprobs(block, flat_rows, flat_ids, specs).tolist()
+        for s in range(len(specs)):
             i = 0
             for t in tgt:
-                out[s].append(values[i : i + len(t)])
+                out[s].append(values[s][i : i + len(t)])
                 i += len(t)
     return out
+
+
+def block_rows(vocab: int) -> int:
+    """Rows of logits handled at once by :func:`block_logprobs` (bounds its float64 memory)."""
+    return max(1, _ELEMENTS // max(vocab, 1))
+
+
+def block_logprobs(block: Any, flat_rows: Any, flat_ids: Any, specs: Sequence[SamplingSpec]) -> Any:
+    """``[specs, pairs]`` float64 sampling log-probabilities of tokens ``flat_ids`` at rows ``flat_rows``
+    of one block of logits ``[rows, vocab]`` (at most :func:`block_rows` rows), on the block's device."""
+    import torch
+
+    block = block.double()
+    tl = block[flat_rows, flat_ids]  # target logits
+    ranked = _Ranked(block) if any(s.top_p < 1 for s in specs) else None
+    rows = []
+    for spec in specs:
+        lse = torch.logsumexp(block / spec.temperature, dim=-1)
+        lp = tl / spec.temperature - lse[flat_rows]
+        if ranked is not None and spec.top_p < 1:
+            edge_logit, edge_id, nucleus_mass = ranked.edge(spec, lse)
+            # in the nucleus iff (logit, -id) ranks at or above the last kept token's
+            el, ei = edge_logit[flat_rows], edge_id[flat_rows]
+            inside = (tl > el) | ((tl == el) & (flat_ids <= ei))
+            lp = torch.where(inside, lp - torch.log(nucleus_mass)[flat_rows], torch.full_like(lp, -math.inf))
+        rows.append(lp)
+    return torch.stack(rows) if rows else block.new_zeros((0, len(flat_ids)))
 
 
 class _Ranked:

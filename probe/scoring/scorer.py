@@ -16,11 +16,13 @@ import math
 import warnings
 from typing import TYPE_CHECKING, Any, Sequence as Seq
 
+import numpy as np
 import torch
 
 from probe.scoring.batching import MIN_SHARED, Node, build_tree, plan_passes
 from probe.scoring.capture import Capturer, Taps
-from probe.scoring.engine import Engine, Row, RowOutput
+from probe.scoring.engine import HEAD_CHUNK, Engine, Row, RowOutput, cache_bytes, pad_id_of
+from probe.scoring.packed import Pass, ReadPlan, arrays, flatten, pack, read_plan, row_tokens, split_trees, upload
 from probe.scoring.requests import (
     ContinuationRequest,
     ContinuationResult,
@@ -39,6 +41,11 @@ if TYPE_CHECKING:
     from probe.scoring.cache import ScoreCache
 
 RowKey = tuple[tuple[int, ...], int]
+_LEVEL = object()  # a packed pass's answer: run its one tree level by level
+#: a tree is split (its shared segment computed once per part) only past this many row targets: splitting
+#: recomputes prefixes, a long row costs attention work on masked columns; 4 keeps both small
+SPLIT_ROWS = 4
+GROW_AFTER = 8  # good passes after which caps lowered by an out-of-memory error double
 
 
 class Scorer:
@@ -92,14 +99,17 @@ class Scorer:
             if cache.fingerprint != fingerprint:
                 raise ValueError(f"score cache {cache.path} was opened for another model fingerprint")
         self.cache = cache
-        self._row_cap = self.batch_size  # lowered for good after an out-of-memory error
+        self._row_cap = self.batch_size  # lowered after an out-of-memory error (grows back, see _grow)
         self._budget_cap = self.token_budget  # likewise
+        self._good_passes = 0  # passes run since the last out-of-memory error
+        #: run whole prefix trees in packed passes (probe.scoring.packed); off: the level-by-level
+        #: KV-cache path, which models the packed pass cannot run exactly always use (docs/scoring.md)
+        self.packed = True
         self._equal = False
         self._sampling: tuple[SamplingSpec, ...] = ()  # the specs of the call in progress
         self._taps: Taps | None = None  # the activation capture of the call in progress
         tok = lm.tokenizer
-        pad = tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id
-        self.engine = Engine(lm.model, pad_id=pad if pad is not None else 0)
+        self.engine = Engine(lm.model, pad_id=pad_id_of(tok))
         max_len = getattr(lm, "max_length", None)
         self.encoder = Encoder(tok, max_length=max_len)
         sliding = getattr(self.engine.config, "sliding_window", None)
@@ -190,6 +200,10 @@ class Scorer:
     def _compute(self, encoded: list[Encoded], progress: bool, taps: Taps | None = None) -> dict[RowKey, RowOutput]:
         tree = self.plan(encoded, taps.extra_rows() if taps else ())
         self.engine.tokens_raw += sum(len(s.ids) for e in encoded for s in e.sequences)
+        longest = max((len(n.row.ids) for n in _leaves(tree)), default=0)
+        packed = self.packed and self.engine.packable(longest) is None
+        if packed:
+            tree = split_trees(tree, SPLIT_ROWS * self._row_target())
         if taps is not None:
             keys = {s.ids: (s.ids, s.score_from) for e in encoded for s in e.sequences}
             taps.plan(tree, lambda t: (t.row, len(t.row)) if t.extra else keys[t.row])
@@ -201,12 +215,132 @@ class Scorer:
 
             bar = tqdm(total=sum(n.leaves() for n in tree), unit="seq", desc="scoring", leave=False)
         try:
-            self._run_level(tree, None, None, [0] * len(tree), outputs, bar)
+            if packed:
+                self._run_packed(tree, outputs, bar)
+            else:
+                self._run_level(tree, None, None, [0] * len(tree), outputs, bar)
         finally:
             self._taps = None
         if bar:
             bar.close()
         return outputs
+
+    def _row_target(self) -> int:
+        return row_tokens(int(getattr(self.engine.config, "hidden_size", 0) or 0), self._budget_cap)
+
+    # -- the packed path -------------------------------------------------------
+    def _run_packed(self, tree: list[Node], outputs: dict, bar) -> None:
+        """Every tree of ``tree`` in packed passes (probe.scoring.packed); the read stays on the device
+        and comes back in one copy at the end. After an out-of-memory error the caps shrink and the trees
+        not yet read are packed again; nothing read is read twice."""
+        todo = [flatten(n) for n in tree]
+        reads: list[tuple[ReadPlan, torch.Tensor]] = []
+        while todo:
+            passes = pack(todo, self._row_target(), self._budget_cap, self._row_cap)
+            staged = self._stage(passes)
+            done = 0
+            for p, (a, plan, dev, chunks) in zip(passes, staged):
+                got = self._packed_pass(a, plan, dev, chunks)
+                if got is None:
+                    break
+                if got is _LEVEL:  # one tree too big for a pass: its levels run one by one, split as needed
+                    self._run_level([a.places[0][0]], None, None, [0], outputs, bar)
+                    done += 1
+                    continue
+                reads.append((plan, got))
+                done += 1
+                self._grow()
+                if bar is not None and plan.rows:
+                    bar.update(len(plan.rows))
+            staged = None  # noqa: F841  (the device inputs of passes not run are freed before repacking)
+            todo = [f for p in passes[done:] for row in p.trees for f in row]
+        self._hand_out(reads, outputs)
+
+    def _stage(self, passes: list[Pass]) -> list:
+        """Per pass: its arrays, read plan, device inputs and head chunks; every pass's integer inputs
+        go to the device in one copy."""
+        host, plans, parts = [], [], []
+        for p in passes:
+            a = arrays(p, self.engine.pad_id)
+            plan = read_plan(a.places)
+            host.append(a)
+            plans.append(plan)
+            parts += [a.ids, a.pos, a.pre, a.end, plan.pos_row, plan.pos_col, plan.pair_pos, plan.pair_tok]
+        moved = upload(parts, self.engine.device)
+        self.engine.host_copies += 1
+        step = HEAD_CHUNK
+        if self._sampling:
+            from probe.scoring.sampling import block_rows
+
+            step = min(step, block_rows(int(getattr(self.engine.config, "vocab_size", 0) or 0)))
+        out = []
+        for k, (a, plan) in enumerate(zip(host, plans)):
+            starts = np.arange(0, plan.n_positions, step)
+            bounds = np.searchsorted(plan.pair_pos, np.append(starts, plan.n_positions))
+            chunks = [(int(s), int(min(s + step, plan.n_positions)), int(bounds[i]), int(bounds[i + 1]))
+                      for i, s in enumerate(starts)]
+            out.append((a, plan, moved[8 * k : 8 * k + 8], chunks))
+        return out
+
+    def _packed_pass(self, a, plan: ReadPlan, dev: list[torch.Tensor], chunks: list) -> Any:
+        """One packed pass and its read (a device tensor); after an out-of-memory error None (caps shrunk:
+        pack again) or, for a pass of one tree, ``_LEVEL`` (run that tree level by level)."""
+        got = hidden = None
+        failed = False
+        try:
+            with self._tap_at(a.places):
+                hidden = self.engine.run_packed(dev[0], dev[1], dev[2], dev[3], int(a.pos.max(initial=0)))
+            got = (self.engine.read_packed(hidden, dev[4:], chunks, self._sampling) if plan.rows
+                   else hidden.new_zeros(0, dtype=torch.float64))
+        except (torch.OutOfMemoryError, RuntimeError) as exc:
+            if not is_oom(exc):
+                raise
+            failed = True
+        if failed:
+            # outside the except block: the failed pass's tensors (pinned by the traceback) are gone
+            hidden = got = None  # noqa: F841  and so are the read path's
+            self._back_off(a.ids.shape[0], a.ids.size)
+            return _LEVEL if a.trees == 1 else None
+        del hidden
+        self.engine.tokens_run += a.computed
+        self.engine.tokens_padded += a.padded
+        self.engine.tokens_attended += a.attended
+        return got
+
+    def _grow(self) -> None:
+        """After a run of good passes, caps lowered by an out-of-memory error double (up to the plan), so
+        one transient error does not slow a long run for good."""
+        self._good_passes += 1
+        if self._good_passes >= GROW_AFTER and (self._row_cap < self.batch_size or self._budget_cap < self.token_budget):
+            self._row_cap = min(self.batch_size, 2 * self._row_cap)
+            self._budget_cap = min(self.token_budget, 2 * self._budget_cap)
+            self._good_passes = 0
+
+    def _hand_out(self, reads: list[tuple[ReadPlan, torch.Tensor]], outputs: dict) -> None:
+        """Copy every pass's read to the host at once and hand each row its numbers."""
+        if not reads:
+            return
+        values = torch.cat([t for _, t in reads]).cpu().numpy()  # the one device-to-host copy of the call
+        self.engine.host_copies += 1
+        at, n_specs = 0, len(self._sampling)
+        for plan, _ in reads:
+            n_pairs, n_pos = len(plan.pair_tok), plan.n_positions
+            lp, fin = values[at : at + n_pairs], values[at + n_pairs : at + n_pairs + n_pos]
+            sampled = values[at + n_pairs + n_pos : at + n_pairs * (1 + n_specs) + n_pos].reshape(n_specs, n_pairs)
+            at += n_pairs * (1 + n_specs) + n_pos
+            p = q = 0
+            for row, label, n_positions, n_row_pairs in plan.leaves:
+                outputs[(row.ids, row.score_from)] = _row_output(row, label, lp[p : p + n_row_pairs],
+                                                                 sampled[:, p : p + n_row_pairs],
+                                                                 bool(fin[q : q + n_positions].all()))
+                p += n_row_pairs
+                q += n_positions
+
+    def _tap_at(self, places):
+        """The capture context of one packed pass (a no-op without capture)."""
+        if self._taps is None:
+            return contextlib.nullcontext()
+        return self._taps.pass_at(places)
 
     def _tap(self, nodes: list[Node], column):
         """The capture context of one pass (a no-op without capture)."""
@@ -268,6 +402,7 @@ class Scorer:
                     self._descend([item], outputs, bar)
                 return
             cache, mask = merged
+            self.engine.kv_bytes_copied += cache_bytes(cache)
             keep = list(range(mask.shape[0]))
         internal = [n for _, _, p in block for n in p if not n.is_leaf]
         children = [(child, keep[i]) for i, n in enumerate(internal) for child in n.children]
@@ -398,6 +533,32 @@ class Scorer:
                 meta=r.meta,
             )
         raise TypeError(type(r).__name__)
+
+
+def _leaves(nodes: list[Node]):
+    for n in nodes:
+        if n.is_leaf:
+            yield n
+        else:
+            yield from _leaves(n.children)
+
+
+def is_oom(exc: BaseException) -> bool:
+    """An allocation failure: ``torch.OutOfMemoryError``, or a RuntimeError saying "out of memory"
+    (some back-ends and kernels raise that)."""
+    return isinstance(exc, torch.OutOfMemoryError) or "out of memory" in str(exc).lower()
+
+
+def _row_output(row: Row, label: bool, lp: np.ndarray, sampled: np.ndarray, finite: bool) -> RowOutput:
+    """One row's numbers from its slice of a pass's read (label targets first when ``label``)."""
+    k = len(row.label_ids) if label else 0
+    out = RowOutput(finite=finite)
+    if label:
+        out.label_logprobs = dict(zip(row.label_ids, lp[:k].tolist()))
+    out.token_logprobs = lp[k:].tolist()
+    out.sampled_labels = [dict(zip(row.label_ids, s[:k].tolist())) if label else {} for s in sampled]
+    out.sampled_tokens = [s[k:].tolist() for s in sampled]
+    return out
 
 
 def _logsumexp(values: list[float]) -> float:

@@ -104,3 +104,27 @@ def test_scorer_equals_plain_forwards(arch):
         assert len(ref) == len(got), req.id
         worst = max(worst, max(abs(a - b) for a, b in zip(ref, got)))
     assert worst <= TOL, f"{arch}: max |scorer - plain forward| = {worst:.3g}"
+
+
+#: sliding windows shorter than the prompts, so the window cuts in (a hybrid model gets one mask per layer kind)
+WINDOWED = {
+    "gemma2": {"sliding_window": 8},
+    "gemma3_text": {"sliding_window": 8},
+    "mistral": {"sliding_window": 8},
+    "qwen2": {"sliding_window": 8, "use_sliding_window": True, "max_window_layers": 1},
+}
+
+
+@pytest.mark.parametrize("arch", sorted(WINDOWED))
+def test_packed_pass_with_a_short_sliding_window_equals_plain_forwards(arch, monkeypatch):
+    monkeypatch.setitem(ARCHITECTURES, arch, {**ARCHITECTURES[arch], **WINDOWED[arch]})
+    try:
+        lm = _model(arch)
+    except (ValueError, KeyError, ImportError) as exc:
+        pytest.skip(f"{arch}: not in this transformers release ({exc})")
+    reqs = _requests()
+    scorer = Scorer(lm, batch_size=3)
+    results = scorer.score(reqs)
+    assert scorer.engine.window == 8 and scorer.engine.counts()["forward_passes"] == 1  # packed, window in the mask
+    worst = max(abs(a - b) for req, res in zip(reqs, results) for a, b in zip(_reference(lm, req), _got(req, res)))
+    assert worst <= TOL, f"{arch}: max |scorer - plain forward| = {worst:.3g}"

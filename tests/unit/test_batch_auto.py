@@ -51,7 +51,9 @@ class _Limit:
         self._handle = None
 
     def _hook(self, module, args, kwargs):
-        tokens = int(kwargs["attention_mask"].numel())  # rows x (cache columns + segment width)
+        ids, mask = kwargs["input_ids"], kwargs["attention_mask"]
+        # rows x columns: a packed pass's (its mask is [rows, 1, width, width]), or a level pass's with its cache
+        tokens = int(ids.numel() if mask.ndim == 4 else mask.numel())
         if tokens > self.limit:
             self.refused += 1
             raise torch.OutOfMemoryError(f"CUDA out of memory (simulated: {tokens} > {self.limit} tokens)")
@@ -65,19 +67,25 @@ class _Limit:
         self._handle.remove()
 
 
-LIMIT = 600  # padded tokens: below the largest pass the automatic plan makes, above the longest row
+LIMIT = 300  # padded tokens: below the largest pass the automatic plan makes (2 packed rows), above a row
 
 
 def _reads(scorer: Scorer) -> collections.Counter:
-    """Counts how often each unique row is read (unembedded) by the scorer's engine."""
+    """Counts how often each unique row is read (unembedded) by the scorer's engine: in packed passes
+    (handed out once per call) and in level passes."""
     seen: collections.Counter = collections.Counter()
-    real = scorer.engine.read
+    real, real_hand_out = scorer.engine.read, scorer._hand_out
 
     def read(hidden, rows, starts, index=None, sampling=()):
         seen.update((r.ids, r.score_from) for r in rows)
         return real(hidden, rows, starts, index, sampling=sampling)
 
+    def hand_out(reads, outputs):
+        seen.update((r.ids, r.score_from) for plan, _ in reads for r in plan.rows)
+        return real_hand_out(reads, outputs)
+
     scorer.engine.read = read
+    scorer._hand_out = hand_out
     return seen
 
 
@@ -173,6 +181,7 @@ def test_out_of_memory_while_merging_caches_descends_pass_by_pass(tiny_lm, monke
     reqs = _requests(12)
     want = Scorer(tiny_lm, batch_size=2).score(reqs)
     scorer = Scorer(tiny_lm, batch_size=2)  # small passes: their caches are merged for the next level
+    scorer.packed = False  # the level-by-level path (models the packed pass cannot run exactly)
     calls = {"merge": 0}
 
     def merge(parts):
@@ -242,7 +251,7 @@ def test_a_failed_pass_is_freed_before_its_halves_run(tiny_lm):
     def hook(module, args, kwargs):
         if held:
             alive_at_retry.append(held[-1]() is not None)
-        if kwargs["input_ids"].shape[0] > 4:  # a big pass: allocate, then fail as CUDA's allocator does
+        if kwargs["input_ids"].numel() > 300:  # a big pass (the packed pass of 12 requests: about 500 tokens): allocate, then fail as CUDA's allocator does
             activation = torch.empty(1024, 1024)  # noqa: F841 - held by this frame, hence by the traceback
             held.append(weakref.ref(activation))
             raise torch.OutOfMemoryError("CUDA out of memory (simulated)")
@@ -263,18 +272,20 @@ def test_out_of_memory_in_the_read_is_backed_off_like_the_forward(tiny_lm):
     reqs = _requests(12)
     want = Scorer(tiny_lm, batch_size=16).score(reqs)
     scorer = Scorer(tiny_lm, batch_size=16)
-    real_read = scorer.engine.read
+    real_read = scorer.engine.read_packed
     refused = {"n": 0}
+    reads = _reads(scorer)
 
-    def read(hidden, rows, starts, index=None, sampling=()):
-        if len(rows) > 3:
+    def read(hidden, *a, **k):
+        if hidden.shape[0] * hidden.shape[1] > 300:
             refused["n"] += 1
             raise torch.OutOfMemoryError("CUDA out of memory (simulated, in the read)")
-        return real_read(hidden, rows, starts, index, sampling=sampling)
+        return real_read(hidden, *a, **k)
 
-    scorer.engine.read = read
+    scorer.engine.read_packed = read
     with pytest.warns(RuntimeWarning, match="out of memory"):
         got = scorer.score(reqs)
     assert refused["n"] >= 1 and scorer._row_cap < 16
+    assert set(reads.values()) == {1}
     assert [r.id for r in got] == [r.id for r in reqs]
     assert max(abs(a - b) for a, b in zip(_values(want), _values(got))) <= 1e-4

@@ -79,13 +79,13 @@ def _close(got: np.ndarray, want: np.ndarray, rel: float = 1e-4) -> bool:
 
 def test_capture_equals_output_hidden_states_with_sharing(lm, monkeypatch):
     shared_reads = []
-    original = Taps.pass_of
+    original = Taps.pass_at
 
-    def spy(self, nodes, column):
-        shared_reads.extend(not n.is_leaf for n in nodes if self.need.get(id(n)))
-        return original(self, nodes, column)
+    def spy(self, places):
+        shared_reads.extend(not n.is_leaf for n, _, _ in places if self.need.get(id(n)))
+        return original(self, places)
 
-    monkeypatch.setattr(Taps, "pass_of", spy)
+    monkeypatch.setattr(Taps, "pass_at", spy)
     reqs = _requests()
     scorer = Scorer(lm, batch_size=4)
     assert scorer.share_prefixes
@@ -185,7 +185,8 @@ def test_perplexity_requests_capture_their_texts_last_token(lm):
     results = scorer.score(reqs, capture=CaptureSpec((hook,), "last"))
     plain = scorer.score(reqs)
     for r, res, ref in zip(reqs, results, plain):
-        assert res.nll == ref.nll  # capture adds a row, never changes a score
+        # capture adds a row, never changes a score beyond the float rounding of a differently packed pass
+        assert abs(res.nll - ref.nll) <= 1e-5 * (1 + abs(ref.nll))
         row = scorer.encode(r).sequences[0].ids
         hs = lm.model(input_ids=torch.tensor([row]), output_hidden_states=True).hidden_states
         assert _close(res.activations[f"{hook}@last"], hs[2][0, len(row) - 1].numpy()), r.id

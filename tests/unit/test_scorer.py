@@ -239,21 +239,57 @@ def test_out_of_memory_backs_off_and_keeps_results(tiny_lm, monkeypatch):
     reqs = _requests(tiny_lm)
     want = Scorer(tiny_lm, batch_size=8).score(reqs)
     scorer = Scorer(tiny_lm, batch_size=8)
-    real_segments, real_prefixes = scorer.engine.run_segments, scorer.engine.run_prefixes
+    real = scorer.engine.run_packed
+    seen = []
 
-    def small_only(fn):
-        def run(rows, *a, **k):
-            if len(rows) > 2:
-                raise torch.OutOfMemoryError("CUDA out of memory (simulated)")
-            return fn(rows, *a, **k)
-        return run
+    def small_only(ids, *a, **k):
+        seen.append(ids.numel())
+        if ids.numel() >= seen[0]:  # the first pass's size "runs out of memory"
+            raise torch.OutOfMemoryError("CUDA out of memory (simulated)")
+        return real(ids, *a, **k)
 
-    monkeypatch.setattr(scorer.engine, "run_segments", small_only(real_segments))
-    monkeypatch.setattr(scorer.engine, "run_prefixes", small_only(real_prefixes))
+    monkeypatch.setattr(scorer.engine, "run_packed", small_only)
     with pytest.warns(RuntimeWarning, match="out of memory"):
         got = scorer.score(reqs)
-    assert scorer._row_cap <= 2
+    # halved; what no longer fits a pass ran level by level (a single tree) or in smaller packed passes
+    assert scorer._budget_cap <= seen[0] // 2 and len(seen) > 1 and all(n < seen[0] for n in seen[1:])
     assert _max_diff(want, got) <= TOL
+
+
+def test_allocation_failure_as_runtime_error_backs_off_and_caps_grow_back(tiny_lm, monkeypatch):
+    """Some kernels report an allocation failure as a RuntimeError; it backs off like an
+    OutOfMemoryError, and after a run of good passes the caps double back towards the plan."""
+    import torch
+
+    from probe.scoring import scorer as scorer_mod
+
+    reqs = _requests(tiny_lm)
+    want = Scorer(tiny_lm, batch_size=8).score(reqs)
+    scorer = Scorer(tiny_lm, batch_size=8)
+    real = scorer.engine.run_packed
+    failed = {"n": 0}
+
+    def once(ids, *a, **k):
+        if not failed["n"]:
+            failed["n"] += 1
+            raise RuntimeError("CUDA error: out of memory")
+        return real(ids, *a, **k)
+
+    monkeypatch.setattr(scorer.engine, "run_packed", once)
+    monkeypatch.setattr(scorer_mod, "GROW_AFTER", 1)
+    with pytest.warns(RuntimeWarning, match="out of memory"):
+        got = scorer.score(reqs)
+    assert failed["n"] == 1 and _max_diff(want, got) <= TOL
+    for _ in range(12):  # good passes: the caps double back up to the plan, never past it
+        scorer._grow()
+    assert (scorer._row_cap, scorer._budget_cap) == (scorer.batch_size, scorer.token_budget)
+
+    def broken(*a, **k):
+        raise RuntimeError("shape mismatch")  # any other RuntimeError is not swallowed
+
+    monkeypatch.setattr(scorer.engine, "run_packed", broken)
+    with pytest.raises(RuntimeError, match="shape mismatch"):
+        scorer.score(reqs)
 
 
 def test_out_of_memory_on_a_single_sequence_is_raised(tiny_lm, monkeypatch):
@@ -264,6 +300,7 @@ def test_out_of_memory_on_a_single_sequence_is_raised(tiny_lm, monkeypatch):
     def oom(*a, **k):
         raise torch.OutOfMemoryError("simulated")
 
-    monkeypatch.setattr(scorer.engine, "run_segments", oom)
-    with pytest.raises(torch.OutOfMemoryError):
+    for name in ("run_packed", "run_segments", "run_prefixes"):  # a tree too big for a pass runs by levels
+        monkeypatch.setattr(scorer.engine, name, oom)
+    with pytest.raises(torch.OutOfMemoryError), pytest.warns(RuntimeWarning, match="out of memory"):
         scorer.score([LabelRequest("x", "Question: who?\nAnswer:", ("A", "B"))])
