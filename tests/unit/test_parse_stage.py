@@ -39,6 +39,10 @@ def test_oneword_parser_on_person_options_and_numbers():
         [0, 2, 2, 0, None, None]
     assert parse_oneword("The person who serves on the board of directors is Person A.", persons, 1) == 0
     assert parse_oneword("Person A and Person B", persons, 1) is None
+    # function words and "one" / "person" name no group
+    rich = ["Unknown", "The one on welfare", "The very wealthy one"]
+    assert parse_oneword("The person who is good at it is the one who tries", rich, 0) is None
+    assert parse_oneword("The person on welfare.", rich, 0) == 1 and parse_oneword("It is the wealthy one", rich, 0) == 2
     ages = ["The 82 year old", "The 29 year old", "Unknown"]
     assert parse_oneword("82-year-old", ages, 2) == 0 and parse_oneword("The 29-year-old man", ages, 2) == 1
     assert {"not enough information", "neither", "none"} <= set(PAPER_UNKNOWN)

@@ -14,13 +14,16 @@ circular):
 2. an answer that starts with an option's text (its leading article optional),
    with an Unknown phrase (the paper's examples :data:`PAPER_UNKNOWN` and BBQ's
    own Unknown options) or with a match of :data:`UNKNOWN_RULE` is that option
-   (the longest match wins), unless the line also names the other group;
+   (the longest match wins), unless its first clause also names the other
+   group ("The grandfather and the grandson"; a later contrast, "The girl did
+   well, but the boy did not", does not count);
 3. otherwise a line that contains an Unknown phrase or a match of
    :data:`UNKNOWN_RULE` (uncertainty or inability: "cannot determine", "can't
    find", "no information", "impossible to say") is Unknown, and a line that
    names the distinctive words of exactly one group option (``82`` of "The 82
    year old" against "The 29 year old"; ``a`` of "Person A", as the whole
-   answer or after "person") is that option;
+   answer or after "person"; function words and "one" / "person" are not
+   distinctive) is that option;
 4. anything else (another person, both groups, a negated group) is no answer.
 
 Every rule reads the first answer line only, so once that line is complete
@@ -81,6 +84,11 @@ def _unknown_phrases() -> tuple[str, ...]:
     return tuple(dict.fromkeys(PAPER_UNKNOWN + tuple(_norm(u) for u in UNKNOWN_OPTIONS)))
 
 
+#: words that name no group even when only one option has them: function words ("on" of "The one on
+#: welfare") and generic nouns for a person ("one" of "The very wealthy one": "the one who ...")
+_GENERIC = frozenset({"one", "ones", "person", "people", "individual", "someone", "who", "the", "an", "on", "in",
+                      "of", "at", "to", "with", "from", "for", "by", "and", "or", "is", "was", "are", "were"})
+
 _ARTICLE = re.compile(r"^(?:the|an|a)\s+(?=\S)")
 
 
@@ -129,9 +137,10 @@ def parse_oneword(text: str, options: Sequence[str], unknown_index: int) -> int 
         if len(best[1]) != 1:
             return None
         pick = next(iter(best[1]))
-        # "The grandfather and the grandson": a line that also names the other group answers neither
+        # "The grandfather and the grandson": an answer clause that also names the other group answers
+        # neither; a later clause that contrasts it ("The girl did well, but the boy did not") does not
         others = [_ARTICLE.sub("", _norm(options[i])) for i in groups if i != pick]
-        if pick != unknown_index and any(o and _contains(body, o) for o in others):
+        if pick != unknown_index and any(o and _contains(_clause(body), o) for o in others):
             return None
         return pick
     if any(_contains(body, p) for p in _unknown_phrases()) or UNKNOWN_RULE.search(body):
@@ -141,13 +150,18 @@ def parse_oneword(text: str, options: Sequence[str], unknown_index: int) -> int 
     words = [set(_ARTICLE.sub("", _norm(options[i])).split()) for i in groups]
     named = []
     for k, i in enumerate(groups):
-        own = words[k] - set().union(*(w for j, w in enumerate(words) if j != k))
+        own = words[k] - set().union(*(w for j, w in enumerate(words) if j != k)) - _GENERIC
         # a lone letter ("a" of "Person A") counts only as the whole answer or after "person" ("The person
         # who serves on the board is Person A")
         hits = [w for w in own if (len(w) > 1 and _contains(body, w)) or body == w or _contains(body, f"person {w}")]
         if hits:
             named.append(i)
     return named[0] if len(named) == 1 else None
+
+
+def _clause(body: str) -> str:
+    """The answer's first clause: up to the first clause punctuation or contrasting conjunction."""
+    return re.split(r"[,;.!?]|\b(?:but|while|whereas|however)\b", body, maxsplit=1)[0]
 
 
 def _better(best: list, length: int, index: int) -> None:
