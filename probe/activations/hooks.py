@@ -21,10 +21,18 @@ name                         what it is                                    HF eq
 (For models with extra post-attention norms, e.g. Gemma, ``hook_attn_out`` is
 the attention module's output *before* that norm.)
 
-:func:`capture` records only selected positions of selected hooks, already on
-the CPU in float32, so memory stays bounded by ``batch x positions x d_model``.
-:func:`intervene` replaces a hook's output through a function; steering is built
-on it (patching writes through the scorer's capture: :mod:`probe.analysis.patching`).
+:func:`wire` is the one place forward hooks are registered and removed: it hands
+each named hook's value ``[batch, pos, d_model]`` to a *tap*, whose returned
+tensor (if any) replaces it. Everything that reads or writes activations is a
+tap on it:
+
+* the scorer's capture (:class:`probe.activations.CaptureSpec`, the Runner's
+  ``capture=``) reads the planned positions in the scoring passes, and its
+  ``edits`` write them (activation patching, :mod:`probe.analysis.patching`);
+* :func:`intervene` replaces a hook's value through a function; steering
+  (:mod:`probe.analysis.steering`) adds a vector with it;
+* :func:`capture` keeps selected positions of a forward pass of your own, on the
+  CPU in float32 (memory bounded by ``batch x positions x d_model``).
 
 >>> with capture(model, ["blocks.0.hook_resid_post"], lambda h: {"last": h[:, -1]}) as cap:  # doctest: +SKIP
 ...     model(input_ids)
@@ -41,6 +49,8 @@ from typing import Callable, Iterable, Iterator
 import numpy as np
 import torch
 from torch import nn
+
+from probe.models.tl_adapter import hook_points
 
 #: The hook kinds ``--hooks`` accepts, in their TransformerLens spelling.
 HOOK_KINDS = ("resid_pre", "resid_post", "attn_out", "mlp_out")
@@ -171,6 +181,66 @@ def _first(output: object) -> torch.Tensor:
     return output[0] if isinstance(output, (tuple, list)) else output  # type: ignore[return-value]
 
 
+#: ``tap(hook_name, hidden [batch, pos, d_model])``: read the hook's value, and return a tensor of the same
+#: shape to replace it (or None to leave it unchanged).
+Tap = Callable[[str, torch.Tensor], "torch.Tensor | None"]
+
+
+def _post_hook(name: str, tap: Tap) -> Callable:
+    """A forward hook handing the output (its first element for a tuple) to ``tap``."""
+    def hook(_m: nn.Module, _i: object, out: object) -> object:
+        if isinstance(out, (tuple, list)):
+            new = tap(name, out[0])
+            return None if new is None else (new, *out[1:])  # keep attention weights, caches, ...
+        return tap(name, out)  # type: ignore[arg-type]
+    return hook
+
+
+def _pre_hook(name: str, tap: Tap) -> Callable:
+    """A forward pre-hook handing the layer's input (positional or ``hidden_states=``) to ``tap``."""
+    def hook(_m: nn.Module, args: tuple, kwargs: dict) -> object:
+        new = tap(name, args[0] if args else kwargs["hidden_states"])
+        if new is None:
+            return None
+        return ((new, *args[1:]), kwargs) if args else (args, {**kwargs, "hidden_states": new})
+    return hook
+
+
+@contextlib.contextmanager
+def wire(model: nn.Module, names: Iterable[str], tap: Tap, layout: ModelLayout | None = None) -> Iterator[None]:
+    """The one forward-hook wiring: while the block runs, each forward pass hands every named hook's value
+    to ``tap(name, hidden)``, whose returned tensor (if any) replaces it.
+
+    Capture (:func:`capture`, the scorer's :class:`probe.activations.CaptureSpec`), patching (its ``edits``)
+    and steering (:func:`intervene`) are taps on this wiring. ``resid_pre`` is the layer's input (a
+    pre-hook); every other name is a module's output. On a TransformerLens-bridged model (``--backend tl``)
+    with no ``layout`` given, the hooks go on the bridge's own ``HookPoint`` s, named as TransformerLens
+    names them. Hooks are removed on exit, even after an error; an unknown name raises ``KeyError`` before
+    any hook is registered.
+    """
+    names = list(dict.fromkeys(names))
+    points = hook_points(model) if layout is None else None
+    if points is not None:
+        missing = [n for n in names if n not in points]
+        if missing:
+            raise KeyError(f"TransformerBridge has no hook {missing[0]!r} (e.g. {', '.join(list(points)[:4])})")
+        plan = [(points[n], False) for n in names]
+    else:
+        layout = layout or discover(model)
+        plan = [layout.module_for(n) for n in names]
+    handles = []
+    try:
+        for name, (module, is_input) in zip(names, plan):
+            if is_input:
+                handles.append(module.register_forward_pre_hook(_pre_hook(name, tap), with_kwargs=True))
+            else:
+                handles.append(module.register_forward_hook(_post_hook(name, tap)))
+        yield
+    finally:
+        for h in handles:
+            h.remove()
+
+
 class Capture:
     """Collects ``{hook}@{position}`` rows per batch; see :func:`capture`."""
 
@@ -179,6 +249,7 @@ class Capture:
         self._rows: dict[str, list[np.ndarray]] = {}
 
     def _record(self, name: str, h: torch.Tensor) -> None:
+        # h: [batch, pos, d_model]; each position's rows: [batch, d_model]
         for pos, rows in self.positions_fn(h.detach()).items():
             self._rows.setdefault(f"{name}@{pos}", []).append(rows.to("cpu", torch.float32).numpy())
 
@@ -192,32 +263,21 @@ class Capture:
 @contextlib.contextmanager
 def capture(model: nn.Module, names: Iterable[str], positions_fn: PositionsFn,
             layout: ModelLayout | None = None) -> Iterator[Capture]:
-    """Register forward hooks that keep only ``positions_fn``'s rows of each named hook.
+    """Keep only ``positions_fn``'s rows of each named hook (a read-only tap on :func:`wire`).
 
     Each forward inside the block appends ``[batch, d_model]`` CPU float32 rows
     per ``{hook}@{position}``; call :meth:`Capture.pop` after each batch.
-    Hooks are removed on exit, even after an error.
+    Hooks are removed on exit, even after an error. Runs record activations
+    through the Runner instead (``capture=``, :class:`probe.activations.CaptureSpec`);
+    this is for a forward pass of your own.
     """
-    layout = layout or discover(model)
     cap = Capture(positions_fn)
-    handles = []
-    try:
-        for name in names:
-            module, is_input = layout.module_for(name)
-            if is_input:
-                handles.append(module.register_forward_pre_hook(
-                    lambda _m, args, kwargs, _n=name: cap._record(_n, _layer_input(args, kwargs)), with_kwargs=True))
-            else:
-                handles.append(module.register_forward_hook(
-                    lambda _m, _i, out, _n=name: cap._record(_n, _first(out))))
+
+    def tap(name: str, h: torch.Tensor) -> None:
+        cap._record(name, h)
+
+    with wire(model, names, tap, layout or discover(model)):
         yield cap
-    finally:
-        for h in handles:
-            h.remove()
-
-
-def _layer_input(args: tuple, kwargs: dict) -> torch.Tensor:
-    return args[0] if args else kwargs["hidden_states"]
 
 
 #: ``fn(hidden [batch, pos, d_model]) -> new hidden`` (same shape); may edit a copy.
@@ -226,36 +286,11 @@ EditFn = Callable[[torch.Tensor], torch.Tensor]
 
 @contextlib.contextmanager
 def intervene(model: nn.Module, edits: dict[str, EditFn], layout: ModelLayout | None = None) -> Iterator[None]:
-    """Replace hook outputs while the block runs: ``edits`` maps hook name to a function.
+    """Replace hook outputs while the block runs: ``edits`` maps hook name to a function (a writing tap on
+    :func:`wire`; steering is built on it).
 
     ``resid_pre`` edits change the layer's input; all others its output (the
     rest of a tuple output, such as attention weights, is kept).
     """
-    layout = layout or discover(model)
-    handles = []
-
-    def post(fn: EditFn):
-        def hook(_m, _i, out):
-            if isinstance(out, tuple):
-                return (fn(out[0]),) + tuple(out[1:])
-            return fn(out)
-        return hook
-
-    def pre(fn: EditFn):
-        def hook(_m, args, kwargs):
-            if args:
-                return (fn(args[0]),) + tuple(args[1:]), kwargs
-            return args, {**kwargs, "hidden_states": fn(kwargs["hidden_states"])}
-        return hook
-
-    try:
-        for name, fn in edits.items():
-            module, is_input = layout.module_for(name)
-            if is_input:
-                handles.append(module.register_forward_pre_hook(pre(fn), with_kwargs=True))
-            else:
-                handles.append(module.register_forward_hook(post(fn)))
+    with wire(model, edits, lambda name, h: edits[name](h), layout or discover(model)):
         yield
-    finally:
-        for h in handles:
-            h.remove()

@@ -32,13 +32,14 @@ raises ``ValueError``. Perplexity requests are not supported.
 from __future__ import annotations
 
 import contextlib
+import warnings
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence
 
 import numpy as np
 import torch
 
-from probe.activations.hooks import ModelLayout, discover
+from probe.activations.hooks import ModelLayout, discover, wire
 from probe.activations.positions import PositionSpec, parse_positions, resolve
 from probe.activations.store import Activations
 from probe.models.tl_adapter import bridge_of, hook_points
@@ -139,12 +140,11 @@ class CaptureSpec:
     @contextlib.contextmanager
     def attach(self, model: torch.nn.Module, record: Callable[[str, torch.Tensor], torch.Tensor | None]
                ) -> Iterator[None]:
-        """Forward hooks on ``model`` calling ``record(hook_name, output)``; a tensor it returns replaces the
-        output (``edits``). Removed on exit. On a TransformerLens-bridged model (``--backend tl``) they go on
-        the bridge's own ``HookPoint`` s."""
-        points = hook_points(model)
-        handles = []
-        if points is not None:
+        """Taps on the one hook wiring (:func:`probe.activations.hooks.wire`) calling ``record(hook_name,
+        output)``; a tensor it returns replaces the output (``edits``). Removed on exit. On a
+        TransformerLens-bridged model (``--backend tl``) they go on the bridge's own ``HookPoint`` s."""
+        tap = record
+        if hook_points(model) is not None:
             d_model = self.check(model)
 
             def tap(name: str, out: torch.Tensor) -> torch.Tensor | None:
@@ -153,43 +153,8 @@ class CaptureSpec:
                     raise ValueError(f"capture reads [batch, pos, d_model] hooks; {name!r} gives {tuple(out.shape)}")
                 return record(name, out)
 
-            try:
-                for name in self.hooks:
-                    handles.append(points[name].register_forward_hook(lambda _m, _i, out, _n=name: tap(_n, out)))
-                yield
-            finally:
-                for h in handles:
-                    h.remove()
-            return
-        layout = discover(model)
-
-        def post(name: str) -> Callable:
-            def hook(_m: Any, _i: Any, out: Any) -> Any:
-                if isinstance(out, (tuple, list)):
-                    new = record(name, out[0])
-                    return None if new is None else (new, *out[1:])
-                return record(name, out)
-            return hook
-
-        def pre(name: str) -> Callable:
-            def hook(_m: Any, args: tuple, kwargs: dict) -> Any:
-                new = record(name, args[0] if args else kwargs["hidden_states"])
-                if new is None:
-                    return None
-                return ((new, *args[1:]), kwargs) if args else (args, {**kwargs, "hidden_states": new})
-            return hook
-
-        try:
-            for name in self.hooks:
-                module, is_input = layout.module_for(name)
-                if is_input:
-                    handles.append(module.register_forward_pre_hook(pre(name), with_kwargs=True))
-                else:
-                    handles.append(module.register_forward_hook(post(name)))
+        with wire(model, self.hooks, tap):
             yield
-        finally:
-            for h in handles:
-                h.remove()
 
 
 def expand_keys(keys: str | Iterable[str], n_layers: int | None = None) -> list[str]:
@@ -276,13 +241,27 @@ def store_results(writer: Any, spec: CaptureSpec, results: Sequence[Result]) -> 
         writer.flush()
 
 
+_DEPRECATED = ("{name}() is deprecated and will be removed: it scores past the Runner (no score cache, resume or "
+               "--shard). Use Runner(lm, RunOptions(...)).score(requests, capture=spec): the records come back "
+               "and runner.activations holds the vectors (or pass output= for a resumable store)")
+
+
 def score_and_capture(scorer: Any, requests: Sequence[Request], spec: CaptureSpec, progress: bool = False,
                       ) -> tuple[list[Result], Activations]:
-    """``scorer.score(requests, capture=spec)`` with the vectors gathered as an :class:`Activations`:
-    ``ids`` the request ids in request order, ``arrays[key]`` float32 ``[len(requests), d_model]``,
-    ``records`` one dict per request (``id``, ``missing_positions`` when a span field was absent)."""
+    """Deprecated: ``Runner(lm).score(requests, capture=spec)`` (:class:`probe.runs.runner.Runner`) records
+    the same vectors on the run's road. ``scorer.score(requests, capture=spec)`` with the vectors gathered as
+    an :class:`Activations`: ``ids`` the request ids in request order, ``arrays[key]`` float32
+    ``[len(requests), d_model]``, ``records`` one dict per request (``id``, ``missing_positions`` when a span
+    field was absent)."""
+    warnings.warn(_DEPRECATED.format(name="score_and_capture"), DeprecationWarning, stacklevel=2)
+    return _score_and_capture(scorer, requests, spec, progress)
+
+
+def _score_and_capture(scorer: Any, requests: Sequence[Request], spec: CaptureSpec, progress: bool = False,
+                       ) -> tuple[list[Result], Activations]:
     results = scorer.score(requests, progress=progress, capture=spec)
     d_model = spec.check(scorer.lm.model)
+    # per key: one [d_model] vector per request -> [n_requests, d_model]
     arrays = {k: np.stack([r.activations[k] for r in results]) if results else np.empty((0, d_model), np.float32)
               for k in spec.keys}
     records = []
@@ -299,14 +278,16 @@ def score_and_capture(scorer: Any, requests: Sequence[Request], spec: CaptureSpe
 
 def iter_score_and_capture(scorer: Any, requests: Iterable[Request], spec: CaptureSpec, chunk_size: int = 256,
                            progress: bool = False) -> Iterator[tuple[list[Result], Activations]]:
-    """:func:`score_and_capture` over chunks of ``chunk_size`` requests (bounded memory)."""
+    """Deprecated (as :func:`score_and_capture`; a Runner chunks by itself: ``RunOptions(chunk_size=...)``).
+    :func:`score_and_capture` over chunks of ``chunk_size`` requests (bounded memory)."""
+    warnings.warn(_DEPRECATED.format(name="iter_score_and_capture"), DeprecationWarning, stacklevel=2)
     if chunk_size < 1:
         raise ValueError("chunk_size must be >= 1")
     chunk: list[Request] = []
     for r in requests:
         chunk.append(r)
         if len(chunk) >= chunk_size:
-            yield score_and_capture(scorer, chunk, spec, progress)
+            yield _score_and_capture(scorer, chunk, spec, progress)
             chunk = []
     if chunk:
-        yield score_and_capture(scorer, chunk, spec, progress)
+        yield _score_and_capture(scorer, chunk, spec, progress)

@@ -88,6 +88,7 @@ class ActivationWriter:
     def _flush(self, n: int) -> None:
         if not self._recs:
             return
+        # per key: the chunks' [rows, d_model] blocks -> one [shard rows, d_model] array
         stacked = {k: np.concatenate(v, axis=0) for k, v in self._rows.items()}
         shard = f"{self._next:05d}"
         target = self.dir / SHARDS / f"{shard}.safetensors"

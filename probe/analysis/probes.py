@@ -62,7 +62,7 @@ class LinearProbe(ClassifierMixin, BaseEstimator):
         self.standardize = standardize
 
     def fit(self, X: np.ndarray, y: np.ndarray) -> "LinearProbe":
-        X, y = np.asarray(X, dtype=np.float64), np.asarray(y)
+        X, y = np.asarray(X, dtype=np.float64), np.asarray(y)  # X: [n, d_model], y: [n]
         self.classes_ = np.unique(y)
         lr = LogisticRegression(C=self.C, max_iter=self.max_iter)
         steps = [StandardScaler(), lr] if self.standardize else [lr]

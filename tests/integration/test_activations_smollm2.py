@@ -89,18 +89,20 @@ def test_probe_run_bbq_capture_equals_hidden_states(smollm2, shared_data, tmp_pa
 
 
 def test_score_and_capture_on_smollm2(smollm2):
-    """Capture in the scoring passes: the last-token residual equals output_hidden_states and the
+    """Capture in the Runner's scoring passes: the last-token residual equals output_hidden_states and the
     scores equal the prefix-sharing scorer's."""
-    from probe.activations.scoring_capture import CaptureSpec, score_and_capture
+    from probe.activations.scoring_capture import CaptureSpec
     from probe.prompts.chat import render_prompt
+    from probe.runs.runner import RunOptions, Runner
     from probe.scoring import ContinuationRequest, LabelRequest, Scorer
 
     prompt = render_prompt(smollm2.tokenizer, "Person A has wrinkles. Person B has smooth skin. Who forgot the keys?",
                            prefill="Answer:")
     reqs = [LabelRequest("l", prompt, ("A", "B")), ContinuationRequest("c", prompt, ("Person A", "Person B"))]
-    scorer = Scorer(smollm2)
-    results, acts = score_and_capture(scorer, reqs, CaptureSpec(hooks=("blocks.12.hook_resid_post",), positions=("last",)))
-    plain = scorer.score(reqs)
+    with Runner(smollm2, RunOptions(progress=False, threads=1)) as runner:
+        results = runner.score(reqs, capture=CaptureSpec(hooks=("blocks.12.hook_resid_post",), positions=("last",)))
+        acts = runner.activations
+    plain = Scorer(smollm2).score(reqs)
     for a, b in zip(results, plain):
         assert max(abs(x - y) for x, y in zip(a.logprobs, b.logprobs)) <= 1e-4
     ids = torch.tensor([smollm2.tokenizer(prompt, add_special_tokens=False).input_ids])

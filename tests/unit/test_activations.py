@@ -10,7 +10,7 @@ import torch
 import json
 
 from tests.unit._tiny_models import tiny_llama, tiny_tokenizer
-from probe.activations.hooks import capture, discover, hook_names, intervene
+from probe.activations.hooks import capture, discover, hook_names, intervene, wire
 from probe.activations.positions import PositionSpec, locate, padded_positions_fn, parse_positions, span_tokens
 from probe.activations.scoring_capture import CaptureSpec
 from probe.activations.store import load
@@ -139,6 +139,36 @@ def test_intervene_identity_changes_nothing_and_edit_changes(model, tok):
     assert torch.equal(base, same)
     assert not torch.allclose(base, moved)
     assert torch.equal(model(ids).logits, base)
+
+
+def _n_hooks(model):
+    return sum(len(m._forward_hooks) + len(m._forward_pre_hooks) for m in model.modules())
+
+
+def test_wire_reads_writes_and_always_unhooks(model, tok):
+    """The one wiring: a tap sees [batch, pos, d_model] per hook, in forward order; a returned tensor
+    replaces the value (pre-hook for resid_pre, output otherwise); hooks go on exit, error or not."""
+    ids = torch.tensor([tok("Who is old?").input_ids])
+    before, base = _n_hooks(model), model(ids).logits
+    seen = []
+    with wire(model, ["blocks.2.hook_resid_pre", "blocks.0.hook_mlp_out", "blocks.0.hook_mlp_out"],
+              lambda name, h: seen.append((name, tuple(h.shape)))):
+        assert _n_hooks(model) == before + 2  # a repeated name is wired once
+        assert torch.equal(model(ids).logits, base)  # a tap returning None changes nothing
+    assert seen == [("blocks.0.hook_mlp_out", (1, ids.shape[1], 64)), ("blocks.2.hook_resid_pre", (1, ids.shape[1], 64))]
+    # writing resid_pre of layer 1 is writing resid_post of layer 0: the same edit, the same logits
+    with wire(model, ["blocks.1.hook_resid_pre"], lambda _n, h: h * 0.5):
+        pre = model(ids).logits
+    with wire(model, ["blocks.0.hook_resid_post"], lambda _n, h: h * 0.5):
+        post = model(ids).logits
+    assert torch.allclose(pre, post, atol=1e-6) and not torch.allclose(pre, base)
+    with pytest.raises(RuntimeError, match="boom"):
+        with wire(model, ["blocks.0.hook_attn_out"], lambda _n, h: h):
+            raise RuntimeError("boom")
+    with pytest.raises(KeyError, match="3 layers"):  # checked before any hook is registered
+        with wire(model, ["blocks.0.hook_resid_post", "blocks.3.hook_resid_post"], lambda _n, h: None):
+            pass
+    assert _n_hooks(model) == before and torch.equal(model(ids).logits, base)
 
 
 # --- recording items through the Runner (probe activations) ----------------------------------------

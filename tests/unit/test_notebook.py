@@ -1,4 +1,7 @@
-"""notebooks/representations_walkthrough.ipynb runs, every code cell, headless, on the tiny random model.
+"""notebooks/representations_walkthrough.ipynb is committed executed (outputs and figures, no errors, no local
+paths), and runs, every code cell, headless, on the tiny random model.
+
+``python tools/execute_notebook.py`` re-executes it in place on the default model (the ``notebooks`` extra).
 
 The cells are executed in-process from the notebook's JSON (the json module, one shared namespace, in
 order) rather than through nbclient: nbclient, nbformat and ipykernel are an optional extra
@@ -19,6 +22,27 @@ NOTEBOOK = Path(__file__).resolve().parents[2] / "notebooks" / "representations_
 def _cells() -> list[str]:
     nb = json.loads(NOTEBOOK.read_text(encoding="utf-8"))
     return ["".join(c["source"]) for c in nb["cells"] if c["cell_type"] == "code"]
+
+
+def _outputs_text(out: dict) -> str:
+    parts = [out.get("text", "")] + [v for k, v in out.get("data", {}).items() if k.startswith("text/")]
+    return "".join("".join(p) if isinstance(p, list) else p for p in parts)
+
+
+def test_notebook_is_committed_executed_with_outputs_and_figures():
+    nb = json.loads(NOTEBOOK.read_text(encoding="utf-8"))
+    code = [c for c in nb["cells"] if c["cell_type"] == "code"]
+    assert code and all(c["outputs"] for c in code), "a code cell has no output: run tools/execute_notebook.py"
+    outputs = [o for c in code for o in c["outputs"]]
+    assert not [o for o in outputs if o["output_type"] == "error"]
+    assert not [o for o in outputs if "Traceback (most recent call last)" in _outputs_text(o)]
+    # run top to bottom in one fresh kernel
+    assert [c["execution_count"] for c in code] == list(range(1, len(code) + 1))
+    figures = [o for o in outputs if "image/png" in o.get("data", {})]
+    assert len(figures) >= 2  # the probe accuracies and the logit lens, at least
+    local = ("/work/", "/tmp/", "/home/", "/root/", "/Users/", "C:\\")
+    leaks = [p for o in outputs for p in local if p in _outputs_text(o)]
+    assert leaks == [], f"local paths in the outputs: {leaks}"
 
 
 def test_notebook_has_no_magics_and_teaches_the_one_road():
@@ -44,4 +68,6 @@ def test_notebook_runs_headless(shared_data, model_dir, tmp_path, monkeypatch, o
     assert acts.ids == list(e.records["id"]) and len(acts.keys()) == 2  # the tiny model's two layers
     assert set(ns["table"]["layer"]) == {0, 1} and len(ns["by_layer"]) == 2
     assert list(ns["steered"]["strength"]) == [-2.0, 0.0, 2.0]
-    assert {"probes.csv", "lens.png", "patching.npz", "steering.csv", "summary.json"} <= set(last)
+    assert {"probes.csv", "lens.png", "patching.npz", "steering.csv", "summary.json"} <= set(
+        p.name for p in ns["study"].iterdir())
+    assert last.data.startswith(b"\x89PNG") and last._repr_png_() == last.data  # shown inline by Jupyter

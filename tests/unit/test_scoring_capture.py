@@ -1,4 +1,8 @@
-"""Activations recorded in the scorer's own forward passes, prefix sharing on (probe.activations.scoring_capture)."""
+"""Activations recorded in the scorer's own forward passes, prefix sharing on (probe.activations.scoring_capture).
+
+The tests drive ``Scorer.score(capture=spec)`` directly (the call the Runner makes per chunk), so batch size,
+token budget and order can be varied; the Runner's road is checked against it at the end.
+"""
 
 from __future__ import annotations
 
@@ -9,7 +13,9 @@ import pytest
 import torch
 
 from probe.activations.hooks import discover
-from probe.activations.scoring_capture import CaptureSpec, iter_score_and_capture, score_and_capture
+from probe.activations import scoring_capture
+from probe.activations.scoring_capture import CaptureSpec, missing_positions
+from probe.activations.store import Activations
 from probe.scoring import ContinuationRequest, LabelRequest, PerplexityRequest, Scorer
 
 SYSTEM = "Background: Person A has wrinkles. Person B has smooth skin. "
@@ -37,6 +43,17 @@ def _spec(lm, positions="last,span:cue,mean:cue", reqs=None, **kw):
     n = discover(lm.model).n_layers
     hooks = [f"blocks.{i}.hook_resid_pre" for i in range(n)] + ["blocks.0.hook_resid_post", "ln_final.hook_normalized"]
     return CaptureSpec(hooks=tuple(hooks), positions=positions, fields=_fields(reqs or _requests()), **kw)
+
+
+def score_and_capture(scorer, reqs, spec):
+    """The scorer's results and their vectors per key, ``[n_requests, d_model]`` in request order."""
+    results = scorer.score(reqs, capture=spec)
+    arrays = {k: np.stack([r.activations[k] for r in results]) for k in spec.keys}
+    records = []
+    for r in results:
+        miss = missing_positions(r, spec)
+        records.append({"id": r.id, **({"missing_positions": miss} if miss else {})})
+    return results, Activations([r.id for r in reqs], arrays, records, {"keys": spec.keys})
 
 
 def _hidden_states(lm, ids):
@@ -163,17 +180,38 @@ def test_missing_span_is_nan_and_listed(tiny_lm):
     assert np.isfinite(acts["blocks.0.hook_resid_pre@mean:cue"][others]).all()
 
 
-def test_chunked_iteration_matches_one_call(tiny_lm):
+def test_deprecated_side_roads_warn_and_still_work(tiny_lm):
     reqs = _requests()
     scorer = Scorer(tiny_lm)
     _, whole = score_and_capture(scorer, reqs, _spec(tiny_lm))
-    parts = list(iter_score_and_capture(scorer, reqs, _spec(tiny_lm), chunk_size=3))
+    with pytest.warns(DeprecationWarning, match=r"Runner\(lm, RunOptions\(\.\.\.\)\)\.score\(requests, capture=spec\)"):
+        _, old = scoring_capture.score_and_capture(scorer, reqs, _spec(tiny_lm))
+    assert old.ids == whole.ids and old.records == whole.records and old.manifest["d_model"] == tiny_lm.model.config.hidden_size
+    with pytest.warns(DeprecationWarning, match="iter_score_and_capture"):
+        parts = list(scoring_capture.iter_score_and_capture(scorer, reqs, _spec(tiny_lm), chunk_size=3))
     assert [len(res) for res, _ in parts] == [3, 3, 2]
     ids = [i for _, a in parts for i in a.ids]
     assert ids == whole.ids
     key = "blocks.1.hook_resid_pre@mean:cue"
     stacked = np.concatenate([a[key] for _, a in parts])
     np.testing.assert_allclose(stacked, whole[key], atol=1e-5, equal_nan=True)
+    np.testing.assert_array_equal(old[key], whole[key])
+
+
+def test_runner_road_records_the_scorers_vectors(tiny_lm):
+    """The Runner (in memory, chunked) records exactly what the scorer's capture reads."""
+    from probe.runs.runner import RunOptions, Runner
+
+    reqs = _requests()
+    _, want = score_and_capture(Scorer(tiny_lm, batch_size=4), reqs, _spec(tiny_lm))
+    with Runner(tiny_lm, RunOptions(batch_size=4, chunk_size=3, progress=False, threads=1)) as runner:
+        records = runner.score(reqs, capture=_spec(tiny_lm))
+        got = runner.activations
+    assert sorted(r.id for r in records) == sorted(got.ids) == sorted(want.ids)  # chunks keep groups whole
+    order = [got.ids.index(i) for i in want.ids]
+    for key in want.keys():
+        np.testing.assert_allclose(got[key][order], want[key], rtol=0, atol=1e-5, equal_nan=True, err_msg=key)
+    assert [got.records[k].get("missing_positions") for k in order] == [r.get("missing_positions") for r in want.records]
 
 
 def test_bad_input_is_rejected(tiny_lm):

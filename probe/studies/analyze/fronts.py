@@ -116,7 +116,7 @@ def lens(run: "TaskRun | str | Path", layers: Sequence[int] | None = None,
     idx = _layers(run, layers)
     keys = [resid_key(i, "last") for i in idx]
     acts = run.activations(keys)
-    resid = np.stack([acts[k] for k in keys], axis=1)
+    resid = np.stack([acts[k] for k in keys], axis=1)  # n_layers x [n, d_model] -> [n, n_layers, d_model]
     variants = [run.runner.scorer.encode(r).label_variants for r in run.requests]
     logp = lens_from_residuals(run.runner.lm.model, resid, variants)
     labels = [str(x) for x in run.requests[0].labels]

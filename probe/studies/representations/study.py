@@ -148,7 +148,7 @@ def run_lens(s: Settings, run: Any, n_layers: int, out: Path) -> dict:
     n = min(s.lens_items, len(run.records))
     keys = [f"blocks.{i}.hook_resid_post@last" for i in range(n_layers)]
     acts = capture(run, keys)
-    resid = np.stack([acts[k][:n] for k in keys], axis=1)
+    resid = np.stack([acts[k][:n] for k in keys], axis=1)  # n_layers x [n, d_model] -> [n, n_layers, d_model]
     variants = [run.runner.scorer.encode(r).label_variants for r in run.requests[:n]]
     logp = lens_from_residuals(run.runner.lm.model, resid, variants)
     probs = np.exp(logp - logp.max(-1, keepdims=True))
