@@ -373,13 +373,14 @@ _TAG_START = re.compile(r"<(?=[A-Za-z/!?])")
 
 
 def no_markup(text: str) -> str:
-    """Markdown text with no raw HTML: every ``<`` that could open a tag becomes ``&lt;`` (which Markdown
-    shows as ``<``); a ``<`` before a space or digit (``S < 20``) is left alone.
+    """Markdown text with no raw HTML: every ``<`` that could open a tag gets Markdown's backslash escape
+    (``\\<``, shown as ``<``; an HTML entity would read ``&lt;`` in a terminal or a text editor); a ``<``
+    before a space or digit (``S < 20``) is left alone.
 
-    >>> no_markup('model "><img src=x onerror=alert(1)> at S < 20')
-    'model ">&lt;img src=x onerror=alert(1)> at S < 20'
+    >>> print(no_markup('model "><img src=x onerror=alert(1)> at S < 20'))
+    model ">\\<img src=x onerror=alert(1)> at S < 20
     """
-    return _TAG_START.sub("&lt;", text)
+    return _TAG_START.sub(r"\\<", text)
 
 
 def inside(root: str | Path, path: str | Path) -> Path:

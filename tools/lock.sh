@@ -1,16 +1,24 @@
 #!/usr/bin/env bash
-# Regenerate requirements/cpu.lock: the whole dependency set of the CPU install (probe's dependencies and
-# its dev, interp and lm-eval extras) resolved by pip-tools, with the pins of requirements/cpu.in.
-# pip-compile runs pip's own resolver with pip's configuration, so it sees the local CPU wheel of torch
-# (uv does not look there and would resolve a CUDA build). Review the diff, run tools/drift.py and the
-# suite, then commit the lock.
+# Regenerate the two locks with pip-tools:
+#   requirements/cpu.lock  the runtime install for users: probe's dependencies and its interp and lm-eval extras;
+#   requirements/dev.lock  the same set plus the test tools (the dev extra: pytest, hypothesis, import-linter,
+#                          pytest-xdist), for running the suite.
+# Both take the pins of requirements/cpu.in, and pip-compile keeps every version already in a lock, so the two
+# agree on every package they share (the dev lock is compiled against the runtime lock as a constraint).
+# pip-compile runs pip's own resolver with pip's configuration, so it sees a local CPU wheel of torch (uv does
+# not look there and would resolve a CUDA build). Review the diff, run tools/drift.py and the suite, then
+# commit the locks.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 venv=${LOCK_VENV:-/tmp/probe-lock-venv}
 [ -x "$venv/bin/pip-compile" ] || { python3 -m venv "$venv" && "$venv/bin/pip" install -q "pip-tools==7.6.2"; }
-"$venv/bin/pip-compile" --quiet --strip-extras --allow-unsafe --no-emit-find-links --no-emit-index-url \
-    --no-emit-trusted-host --extra dev --extra interp --extra lm-eval \
-    --output-file requirements/cpu.lock pyproject.toml requirements/cpu.in
+compile() {
+    "$venv/bin/pip-compile" --quiet --strip-extras --allow-unsafe --no-emit-find-links --no-emit-index-url \
+        --no-emit-trusted-host "$@"
+}
+compile --extra interp --extra lm-eval --output-file requirements/cpu.lock pyproject.toml requirements/cpu.in
+compile --extra dev --extra interp --extra lm-eval --constraint requirements/cpu.lock \
+    --output-file requirements/dev.lock pyproject.toml requirements/cpu.in
 # The tracked pins, shipped with the package (probe.versions): an installed probe compares against them.
 python3 - <<'PY'
 import json, re

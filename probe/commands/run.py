@@ -58,6 +58,8 @@ def register(groups: dict) -> None:
                       "when it has one)")
     tmpl.add_argument("--no-chat-template", dest="chat_template", action="store_false",
                       help="plain text prompts (base models)")
+    p.add_argument("--verbose", "-v", action="store_true",
+                   help="print the whole report (report.md), not only the headline, the warnings and the paths")
     p.add_argument("--set", dest="sets", action="append", default=[], metavar="KEY=VALUE",
                    help="set a task config field or run option (YAML value), e.g. --set threshold=10; repeatable")
     g = p.add_argument_group("model and runner (override the config)")
@@ -238,8 +240,10 @@ def run(args: argparse.Namespace) -> int:
 
     def report(evaluation: Any) -> None:
         done.append(evaluation)
-        if not many and evaluation.output is not None and (evaluation.output / "report.md").is_file():
-            print((evaluation.output / "report.md").read_text(encoding="utf-8"))
+        if not many and evaluation.output is not None:
+            from probe.runs.results import print_run
+
+            print_run(evaluation, args.verbose)
         also = ", samples.jsonl" if options.log_samples else ""
         print(f"wrote {evaluation.output}/records.jsonl{also}, summary.json, results.csv, report.md, report.html",
               file=sys.stderr)
@@ -247,10 +251,26 @@ def run(args: argparse.Namespace) -> int:
     result = run_many(task_names, names, limit=args.limit, output=base, options=options, configs=configs,
                       on_run=report)
     if result.report is not None:
-        text = (result.report / "report.md").read_text(encoding="utf-8")
-        parts = text.split("\n## Headline", 1)
-        print(text.split("\n## Runs", 1)[0].rstrip() + "\n")
-        if len(parts) > 1:
-            print("## Headline" + parts[1].split("\n## ", 1)[0])
+        _print_combined(done, result.report, args.verbose)
         print(f"wrote the combined report: {result.report}/report.html, report.md, results.csv", file=sys.stderr)
     return 0
+
+
+def _print_combined(runs: list, where: Path, verbose: bool) -> None:
+    """Many runs on the terminal: the combined ``report.md`` (``--verbose``), else one headline of every run,
+    each warning once with the runs it holds for, and the report's paths."""
+    from probe.reports.terminal import terminal_text
+    from probe.runs.results import grouped_warnings, headline_table, run_headline
+    from probe.tasks import get
+
+    if verbose:
+        print((where / "report.md").read_text(encoding="utf-8"))
+        return
+    rows: list = []
+    named: list = []
+    for e in runs:
+        mine, warnings = run_headline(get(e.task), e.config, e.summary)
+        rows += mine
+        named += [(f"{e.task}, {e.summary.get('model', '')}", w) for w in warnings]
+    print(terminal_text(headline_table(rows), grouped_warnings(named), [str(where / "report.html"),
+                                                                         str(where / "report.md")]) + "\n")

@@ -34,6 +34,8 @@ from typing import Callable, Hashable, Literal, Mapping, Sequence
 import numpy as np
 from scipy import stats
 
+from probe.metrics.small_sample import MIN_UNITS
+
 __all__ = ["bootstrap_ci", "bootstrap_p", "cluster_bootstrap_ci", "cluster_members", "cluster_weights", "percentile_ci",
            "resample_clusters", "resample_rows", "stratified_cluster_bootstrap"]
 
@@ -64,7 +66,8 @@ def bootstrap_ci(
 
     Returns
     -------
-    (low, high). ``(nan, nan)`` when ``data`` has fewer than 2 rows, or when
+    (low, high). ``(nan, nan)`` when ``data`` has fewer rows than
+    :data:`probe.metrics.small_sample.MIN_UNITS` (the small-sample rule), or when
     fewer than half of the resamples gave a finite statistic (the interval
     would then describe a different population than the point estimate).
     """
@@ -76,7 +79,7 @@ def bootstrap_ci(
     if n_boot < 1:
         raise ValueError(f"bootstrap_ci: n_boot must be >= 1, got {n_boot}")
     n = arr.shape[0]
-    if n < 2:
+    if n < MIN_UNITS:  # the small-sample rule (probe.metrics.small_sample)
         return (math.nan, math.nan)
 
     # scipy resamples each argument along `axis`; we pass row indices and let the
@@ -124,7 +127,8 @@ def cluster_bootstrap_ci(
     twice contributes its rows twice); every statistic is computed on the same
     resample. Items of one template or context are not independent: resampling
     them one by one overstates precision. The NaN rules are those of
-    :func:`bootstrap_ci` (fewer than 2 clusters, or fewer than half the
+    :func:`bootstrap_ci` (fewer clusters than
+    :data:`~probe.metrics.small_sample.MIN_UNITS`, or fewer than half the
     resamples finite: ``(nan, nan)``).
 
     ``draw`` picks how the random numbers become a resample; both are the same
@@ -134,12 +138,13 @@ def cluster_bootstrap_ci(
     multiplicity at once from a multinomial over the sorted cluster ids (the
     probe accuracies' intervals, :mod:`probe.analysis.probes`).
 
-    >>> data = np.array([1.0, 1.0, 0.0, 0.0])
-    >>> ci = cluster_bootstrap_ci(data, ["a", "a", "b", "b"], {"mean": np.mean}, n_boot=200)
-    >>> ci["mean"]   # two clusters: every resample's mean is 0, 0.5 or 1
-    (0.0, 1.0)
-    >>> cluster_bootstrap_ci(data, ["a", "a", "b", "b"], {"mean": np.mean}, n_boot=200, draw="counts")["mean"]
-    (0.0, 1.0)
+    >>> data = np.repeat([1.0, 0.0] * 5, 2)   # ten clusters of two rows: five all 1, five all 0
+    >>> ids = np.repeat(np.arange(10), 2).tolist()
+    >>> lo, hi = cluster_bootstrap_ci(data, ids, {"mean": np.mean}, n_boot=200)["mean"]
+    >>> 0.1 <= lo < 0.5 < hi <= 0.9
+    True
+    >>> cluster_bootstrap_ci(data[:4], ids[:4], {"mean": np.mean}, n_boot=200, draw="counts")["mean"]  # two clusters
+    (nan, nan)
     """
     arr = np.asarray(data)
     if len(clusters) != arr.shape[0]:
@@ -153,7 +158,7 @@ def cluster_bootstrap_ci(
     members = cluster_members(clusters, "sorted" if draw == "counts" else "first")
     nan2 = (math.nan, math.nan)
     g = len(members)
-    if g < 2:
+    if g < MIN_UNITS:  # the small-sample rule (probe.metrics.small_sample)
         return {name: nan2 for name in statistics}
     rng = np.random.default_rng(seed)
     # "counts": one multinomial draw per resample gives every cluster's multiplicity.

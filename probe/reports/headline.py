@@ -14,6 +14,8 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING, Any, Iterable, Mapping, Sequence
 
+from probe.metrics.small_sample import MIN_UNITS
+
 if TYPE_CHECKING:
     import pandas as pd
 
@@ -23,15 +25,52 @@ LOW_MASS = 0.5
 SMALL_N = 30
 
 
+#: summary keys that only structure a summary: left out of the phrase naming a place in it
+STRUCTURE = {"label_mass": "", "mass": "", "by_format": "", "by_strategy": "", "by_protocol": "", "overall": "",
+             "variants": "", "results": "", "pooled": "", "by_category": "category", "by_bias_type": "bias type",
+             "by_dimension": "dimension", "all": "all items"}
+#: the fields that name an entry of a list in a summary (used instead of its position)
+_NAMING = ("setting", "benchmark", "mode", "category", "bias_type", "dimension", "name")
+
+
+def phrase(key: Any, terms: Mapping[str, str] | None = None) -> str:
+    """An internal key or label as words: each part (split at dots, ``|`` and spaces) replaced by the task's
+    ``terms`` (:attr:`probe.tasks.base.Task.terms`), structural summary keys dropped, the rest kept.
+
+    >>> phrase("label_mass.by_category.race")
+    'category race'
+    >>> phrase("hbb_swapavg all", {"hbb_swapavg": "both option orders averaged"})
+    'both option orders averaged, all items'
+    >>> phrase("S >= 20")
+    'S >= 20'
+    """
+    import re
+
+    terms = terms or {}
+    parts = [p for p in re.split(r"[.|\s]+", str(key)) if p]
+    if not any(p in terms or p in STRUCTURE for p in parts):
+        return str(key)  # nothing to translate: the label as written ("S >= 20", "(a) two-choice question")
+    words = []
+    for part in parts:
+        w = terms.get(part, STRUCTURE.get(part, part))
+        if w:
+            words.append(w)
+    if words and words[0] in ("category", "bias type", "dimension") and len(words) > 1:  # "category race"
+        words = [f"{words[0]} {words[1]}", *words[2:]]
+    return ", ".join(words) or "all items"
+
+
 def headline_table(rows: Iterable[Mapping[str, Any]]) -> "pd.DataFrame":
-    """The rows flagged ``headline`` as a display table: Task, Model, Metric, Subgroup, Estimator, Value."""
+    """The rows flagged ``headline`` as a display table: Task, Model, Metric, Subgroup, Estimator, Value (labels
+    as the task's ``terms`` phrase them: a row's ``terms``)."""
     import pandas as pd
 
     from probe.reports.compare.tables import ci_cell
 
-    out = [{"Task": r["task"], "Model": r["model"], "Metric": _named(r["metric"], r.get("note")),
-            "Subgroup": r["subgroup"],
-            "Estimator": r["estimator"] or "–",
+    out = [{"Task": r["task"], "Model": r["model"],
+            "Metric": _named(phrase(r["metric"], r.get("terms")), r.get("note")),
+            "Subgroup": phrase(r["subgroup"], r.get("terms")),
+            "Estimator": phrase(r["estimator"], r.get("terms")) if r["estimator"] else "–",
             "Value [95% CI] (n)": ci_cell(r["value"], r["ci_low"], r["ci_high"], r["n"],
                                           clusters=r.get("n_clusters"))}
            for r in rows if r.get("headline")]
@@ -45,7 +84,8 @@ def _named(metric: str, note: str | None = None) -> str:
 
 
 def _mass_summaries(node: Any, path: str = "") -> Iterable[tuple[str, float]]:
-    """``(where, mean)`` of every answer-mass summary (a mapping with mean, floor and n_below_floor)."""
+    """``(where, mean)`` of every answer-mass summary (a mapping with mean, floor and n_below_floor); an entry
+    of a list is named by its naming fields (setting, benchmark, ...), not its position."""
     if isinstance(node, Mapping):
         if {"mean", "floor", "n_below_floor"} <= set(node) and isinstance(node.get("mean"), (int, float)):
             yield path or "all", float(node["mean"])
@@ -56,26 +96,29 @@ def _mass_summaries(node: Any, path: str = "") -> Iterable[tuple[str, float]]:
             yield from _mass_summaries(v, f"{path}.{k}" if path else str(k))
     elif isinstance(node, list):
         for i, v in enumerate(node):
-            yield from _mass_summaries(v, f"{path}[{i}]")
+            named = [str(v[k]) for k in _NAMING if isinstance(v, Mapping) and isinstance(v.get(k), str)]
+            yield from _mass_summaries(v, f"{path}.{'.'.join(named)}" if named else f"{path}.{i + 1}")
 
 
 def report_warnings(summary: Mapping[str, Any], rows: Sequence[Mapping[str, Any]] = (),
-                    task_warnings: Sequence[str] = ()) -> list[str]:
+                    task_warnings: Sequence[str] = (), terms: Mapping[str, str] | None = None) -> list[str]:
     """Lines a report shows at its top, before any number: low answer mass, a small sample, the task's own
-    (``task_warnings``: :meth:`probe.tasks.base.Task.report_warnings`), a limited run's coverage."""
+    (``task_warnings``: :meth:`probe.tasks.base.Task.report_warnings`), a limited run's coverage. ``terms``:
+    the task's words for its summary keys (:func:`phrase`)."""
     out = []
     masses = [(w, m) for w, m in _mass_summaries(summary) if math.isfinite(m)]
     if masses:
         where, low = min(masses, key=lambda x: x[1])
         if low < LOW_MASS:
             out.append(f"low answer mass: the model puts on average only {low:.2f} of its probability on the "
-                       f"scored answers ({where}); the scores describe a model that mostly does not answer the "
+                       f"scored answers ({phrase(where, terms)}); the scores describe a model that mostly does not answer the "
                        "question as asked (see the mass sections, the answering-only numbers, or try another "
                        "prompt format).")
     ns = [r["n"] for r in rows if r.get("headline") and isinstance(r.get("n"), (int, float)) and math.isfinite(r["n"])]
     if ns and min(ns) < SMALL_N:
         out.append(f"small sample: a headline metric rests on {int(min(ns))} item(s); intervals are wide or "
-                   "undefined ('n/a (k clusters)'), so read the numbers as a smoke test, not a result.")
+                   f"undefined ('n/a (k units)': no resampled interval from fewer than {MIN_UNITS} units), so read "
+                   "the numbers as a smoke test, not a result.")
     out += list(task_warnings)
     cov = summary.get("coverage")
     if cov and cov.get("n_left_out"):
@@ -93,6 +136,7 @@ def headline_section(headline: "pd.DataFrame") -> Any:
     items = [Table(
         "headline", "", "The main metric per model and task",
         "Each task's main metric over all items scored, with its 95% CI and n (the task's own estimator and "
-        "resampling unit); 'n/a (k clusters)' where too few units were scored for an interval. Every metric, subgroup "
+        f"resampling unit); 'n/a (k units)' where fewer than {MIN_UNITS} units were scored (no resampled interval from "
+        "fewer). Every metric, subgroup "
         "and estimator is in results.csv.", headline)]
     return Section("headline", "Headline", "", items)

@@ -13,7 +13,6 @@
 
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterable, Mapping, Sequence
 
@@ -34,7 +33,8 @@ def result_rows(task: Any, config: Any, summary: Mapping[str, Any]) -> list[dict
         rows = []
     model = str(summary.get("model", ""))
     notes = getattr(task, "metric_notes", {}) or {}
-    return [{"task": task.name, "model": model, **r,
+    terms = dict(getattr(task, "terms", {}) or {})
+    return [{"task": task.name, "model": model, **r, "terms": terms,
              **({"note": notes[m]} if (m := str(r.get("metric", "")).rsplit(".", 1)[-1]) in notes else {})}
             for r in rows]
 
@@ -47,9 +47,9 @@ def results_frame(rows: Iterable[Mapping[str, Any]]) -> "pd.DataFrame":
 
 
 def _md_block(headline: "pd.DataFrame", warnings: Sequence[str]) -> str:
-    from probe.reports.compare.tables import markdown
+    from probe.reports.compare.tables import markdown, md_text
 
-    lines = [f"> **Warning:** {w}" + "\n" for w in warnings]
+    lines = [f"> **Warning:** {md_text(w)}" + "\n" for w in warnings]
     if len(headline):
         lines += ["## Headline", "", markdown(headline), "",
                   "*The main metric over all items scored, with its 95% CI and n; every metric, subgroup and "
@@ -58,18 +58,17 @@ def _md_block(headline: "pd.DataFrame", warnings: Sequence[str]) -> str:
 
 
 def write_run_report(task: Any, config: Any, output: str | Path, summary: Mapping[str, Any]) -> "pd.DataFrame":
-    """``results.csv``, ``report.html`` unless the task wrote its own (always ``report/report.html``, with its
-    tables and figures) and the headline and warnings at
-    the top of ``report.md`` (written from the report when the task wrote none). Returns the results frame."""
+    """``results.csv``, ``report.html`` unless the task wrote its own (``report/`` holds its tables and
+    figures) and the headline and warnings at the top of ``report.md`` (written from the report when the task
+    wrote none): one report per run folder. Returns the results frame."""
     from probe.io import write_atomic
     from probe.reports.compare import build_report, load_runs
 
     out = Path(output)
-    rows = result_rows(task, config, summary)
+    rows, warnings = run_headline(task, config, summary)
     frame = results_frame(rows)
     write_atomic(out / "results.csv", frame.to_csv(index=False))
     headline = headline_table(rows)
-    warnings = report_warnings(summary, rows, _task_warnings(task, summary))
     target = out / "report"
     try:
         build_report(load_runs([out]), target, n_boot=200, headline=headline, warnings=warnings,
@@ -86,20 +85,35 @@ def write_run_report(task: Any, config: Any, output: str | Path, summary: Mappin
             head, _, rest = text.partition("\n")
             write_atomic(md, f"{head}\n\n{_md_block(headline, warnings)}\n{rest.lstrip()}")
         return frame
-    if not (out / "report.html").is_file():  # a task's own page (the demo's) is kept; this one is in report/
-        shutil.copyfile(target / "report.html", out / "report.html")
+    _one_report(out, target, _md_block(headline, warnings), f"# {task.name}: {summary.get('model', '')}")
+    return frame
+
+
+def _one_report(out: Path, target: Path, block: str, heading: str) -> None:
+    """One ``report.md`` and one ``report.html`` in the run folder (``report/`` keeps the tables and figures):
+    the task's own page is kept (the demo's), else the built one moves up; a task's own Markdown gets the
+    headline and warnings on top, else the built Markdown moves up with its figure links rewritten."""
+    import os
+
+    from probe.io import write_atomic
+
+    html = out / "report.html"
+    own_html = html.is_file() and "<title>probe report: " not in html.read_text(encoding="utf-8", errors="replace")
+    if own_html:
+        (target / "report.html").unlink(missing_ok=True)
+    else:
+        os.replace(target / "report.html", html)
     md = out / "report.md"
-    block = _md_block(headline, warnings)
-    if md.is_file():
+    built = (target / "report.md").read_text(encoding="utf-8")
+    (target / "report.md").unlink()
+    if md.is_file() and not md.read_text(encoding="utf-8").startswith("# probe report: "):
         text = md.read_text(encoding="utf-8")
         head, sep, rest = text.partition("\n")
         if not head.startswith("# "):
-            head, sep, rest = f"# {task.name}: {summary.get('model', '')}", "\n", text
+            head, sep, rest = heading, "\n", text
         write_atomic(md, f"{head}\n\n{block}\n{rest.lstrip()}" if sep else f"{head}\n\n{block}")
     else:  # the report's own Markdown: warnings in its introduction, the headline its first section
-        text = (target / "report.md").read_text(encoding="utf-8").replace("](figures/", "](report/figures/")
-        write_atomic(md, text)
-    return frame
+        write_atomic(md, built.replace("](figures/", "](report/figures/"))
 
 
 def _task_warnings(task: Any, summary: Mapping[str, Any]) -> list[str]:
@@ -119,23 +133,56 @@ def task_layouts(names: Iterable[str]) -> dict[str, Any]:
     return {n: get(n).report_layout() for n in dict.fromkeys(names) if n in known}
 
 
+def run_headline(task: Any, config: Any, summary: Mapping[str, Any],
+                 label: str | None = None) -> tuple[list[dict[str, Any]], list[str]]:
+    """One run's flat result rows (``label``: the model's name in them) and the warnings its report opens with."""
+    rows = result_rows(task, config, summary)
+    for row in rows:
+        row["model"] = label or row["model"]
+    return rows, report_warnings(summary, rows, _task_warnings(task, summary), getattr(task, "terms", None))
+
+
+def print_run(evaluation: Any, verbose: bool) -> None:
+    """One run on the terminal: its whole ``report.md`` (``--verbose``), else the headline, the warnings and
+    the report's paths."""
+    from probe.reports.terminal import terminal_text
+    from probe.tasks import get
+
+    md = evaluation.output / "report.md"
+    if verbose and md.is_file():
+        print(md.read_text(encoding="utf-8"))
+        return
+    rows, warnings = run_headline(get(evaluation.task), evaluation.config, evaluation.summary)
+    reports = [str(evaluation.output / n) for n in ("report.html", "report.md") if (evaluation.output / n).is_file()]
+    print(terminal_text(headline_table(rows), warnings, reports) + "\n")
+
+
+def grouped_warnings(named: Sequence[tuple[str, str]]) -> list[str]:
+    """``(run, warning)`` pairs of many runs as each warning once, the runs it holds for named in front.
+
+    >>> grouped_warnings([("bbq, a", "low mass."), ("bbq, b", "low mass."), ("hbb, a", "small.")])
+    ['bbq, a; bbq, b: low mass.', 'hbb, a: small.']
+    """
+    runs: dict[str, list[str]] = {}
+    for run, warning in named:
+        runs.setdefault(warning, []).append(run)
+    return [f"{'; '.join(dict.fromkeys(names))}: {w}" for w, names in runs.items()]
+
+
 def headline_of(runs: Sequence[Any]) -> tuple["pd.DataFrame", list[str], "pd.DataFrame"]:
-    """The headline table, the warnings (each run's, labelled) and the flat results of many runs."""
+    """The headline table, the warnings (each once, with the runs it holds for) and the flat results of many
+    runs."""
     from probe.tasks import available, get
 
     rows: list[dict] = []
-    warnings: list[str] = []
+    named: list[tuple[str, str]] = []
     for r in runs:
         if r.task not in available():
             continue
-        task = get(r.task)
-        mine = result_rows(task, None, r.summary)
-        for row in mine:
-            row["model"] = r.label or row["model"]
+        mine, warnings = run_headline(get(r.task), None, r.summary, r.label)
         rows += mine
-        warnings += [f"{r.task}, {r.label}: {w}"
-                     for w in report_warnings(r.summary, mine, _task_warnings(task, r.summary))]
-    return headline_table(rows), warnings, results_frame(rows)
+        named += [(f"{r.task}, {r.label}", w) for w in warnings]
+    return headline_table(rows), grouped_warnings(named), results_frame(rows)
 
 
 def combined_report(run_dirs: Sequence[str | Path], output: str | Path, n_boot: int = 2000, seed: int = 0,

@@ -143,10 +143,11 @@ def _generate(lm: Any, prompts: Sequence[str], max_new_tokens: int, batch_size: 
     order = sorted(range(len(prompts)), key=lambda i: -len(prompts[i]))
     results: list[str] = [""] * len(prompts)
     batches = [order[i : i + batch_size] for i in range(0, len(order), batch_size)]
-    if progress:
+    bar = None
+    if progress:  # counted in prompts, not batches: a batch of long generations can take minutes
         from tqdm.auto import tqdm
 
-        batches = tqdm(batches, desc="generating", unit="batch", leave=False)
+        bar = tqdm(total=len(prompts), desc="generating", unit="prompt", leave=False)
     for idx in batches:
         encs = [tok(prompts[i], add_special_tokens=wants_special_tokens(tok, prompts[i]))["input_ids"] for i in idx]
         width = max(len(e) for e in encs)
@@ -174,6 +175,10 @@ def _generate(lm: Any, prompts: Sequence[str], max_new_tokens: int, batch_size: 
                 if s in text:
                     text = text[: text.index(s)]
             results[i] = text
+        if bar is not None:
+            bar.update(len(idx))
+    if bar is not None:
+        bar.close()
     return results
 
 

@@ -147,6 +147,10 @@ class Task(Generic[ConfigT, ItemT]):
     unit_name: ClassVar[str] = "item"
     #: metric name -> what a reader must see beside it in a headline (e.g. its denominator)
     metric_notes: ClassVar[Mapping[str, str]] = {}
+    #: internal key -> the phrase a reader of the paper understands, for every label a report or warning shows
+    #: (metric, subgroup, summary key; :func:`probe.reports.headline.phrase`), e.g. ``{"hbb_swapavg": "both
+    #: option orders averaged"}``; a key not listed is shown as it is
+    terms: ClassVar[Mapping[str, str]] = {}
 
     # -- stages ---------------------------------------------------------------
     def items(self, config: ConfigT) -> Sequence[ItemT]:

@@ -262,3 +262,30 @@ def test_intersectional_deterministic_and_jsonl_round_trip(shared_data, tmp_path
         (tmp_path / "data" / f"{cat}.jsonl").write_text("\n".join(lines) + "\n")
         loaded = load_bbq_jsonl(tmp_path / "data" / f"{cat}.jsonl")
         assert [x.target_index for x in loaded] == [x.target_index for x in sample]
+
+
+def test_expansion_is_kept_until_a_file_changes(shared_data, tmp_path, monkeypatch):
+    """A second expansion in one process reuses the first (same items, a new list); an edited template is expanded anew."""
+    import os
+
+    from probe.tasks.bbq import templates
+
+    src = shared_data / "bbq" / "templates"
+    for name in ("Religion.csv", "vocabulary.csv", "vocabulary_proper_names.csv"):
+        if (src / name).is_file():
+            (tmp_path / name).write_bytes((src / name).read_bytes())
+    calls = []
+    real = templates.fills_for_row
+    monkeypatch.setattr(templates, "fills_for_row", lambda *a, **k: calls.append(1) or real(*a, **k))
+    first = expand_templates("Religion", tmp_path, lexical="first")
+    n_rows = len(calls)
+    assert n_rows > 0
+    second = expand_templates("Religion", tmp_path, lexical="first")
+    assert len(calls) == n_rows and second == first and second is not first
+    second.pop()  # the caller's list is its own
+    assert len(expand_templates("Religion", tmp_path, lexical="first")) == len(first)
+    csv_path = tmp_path / "Religion.csv"
+    st = csv_path.stat()
+    os.utime(csv_path, ns=(st.st_atime_ns, st.st_mtime_ns + 10**9))
+    assert expand_templates("Religion", tmp_path, lexical="first") == first
+    assert len(calls) == 2 * n_rows

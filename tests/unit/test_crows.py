@@ -76,7 +76,10 @@ def test_mcq_probability_score_argmax_and_ties_by_hand():
     assert r.n == 3 and r.n_neutral == 1 and r.n_invalid == 0
     assert r.score == pytest.approx(160 / 3) and r.score_argmax == pytest.approx(100 / 3)
     assert r.stereo_score == pytest.approx(70.0) and r.antistereo_score == pytest.approx(20.0)
-    assert r.ci_low <= r.score <= r.ci_high and r.argmax_ci_low < r.score_argmax < r.argmax_ci_high
+    # three pairs: no bootstrap interval (the small-sample rule); Wilson's exact interval at any n
+    assert math.isnan(r.ci_low) and math.isnan(r.ci_high) and r.argmax_ci_low < r.score_argmax < r.argmax_ci_high
+    big = crows_mcq_score([0.9, 0.5, 0.2] * 4, ["stereo", "stereo", "antistereo"] * 4, n_boot=200)
+    assert big.ci_low <= big.score <= big.ci_high
     # no masses given: no refusal numbers, every pair "answers"
     assert r.n_questions == 0 and math.isnan(r.share_refused) and r.n_answering == 3
 

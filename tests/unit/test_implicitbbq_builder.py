@@ -11,12 +11,9 @@ from probe.tasks.bbq.items import SETTINGS
 
 
 @pytest.fixture(scope="module")
-def items():
-    from tests.conftest import SHARED_DATA
-
-    if not (SHARED_DATA / "bbq").is_dir():
-        pytest.skip(f"shared data not found at {SHARED_DATA}")
-    return build_implicitbbq()
+def items(implicitbbq_matched):
+    """``build_implicitbbq()``, built once per test run (tests/conftest.py)."""
+    return implicitbbq_matched
 
 
 def test_cue_table_is_table4():

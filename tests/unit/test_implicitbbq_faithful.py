@@ -35,11 +35,10 @@ def _shared():
 
 
 @pytest.fixture(scope="module")
-def built():
-    _shared()
-    stats: dict = {}
-    # every explicit filling (the slot-bound checks need SES Q8's explicit items, which the matched set drops)
-    return build_implicitbbq(stats=stats, explicit_set="full"), stats
+def built(implicitbbq_full):
+    # every explicit filling (the slot-bound checks need SES Q8's explicit items, which the matched set drops);
+    # built once per test run (tests/conftest.py)
+    return implicitbbq_full
 
 
 @pytest.fixture(scope="module")

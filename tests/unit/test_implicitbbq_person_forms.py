@@ -10,7 +10,6 @@ from collections import defaultdict
 import pytest
 
 from probe.tasks.implicitbbq.implicit_text import BROKEN_PERSON_PATTERNS, PersonFix, load_person_fixes, person_problems
-from probe.tasks.implicitbbq.data import build_implicitbbq
 
 # Typos of BBQ's own templates, present in the explicit item too: kept so that the implicit text
 # differs from the explicit one only in how the persons are named.
@@ -18,14 +17,9 @@ BBQ_TYPOS = {("religion", "3"): "people people", ("religion", "5"): "with with"}
 
 
 @pytest.fixture(scope="module")
-def built():
-    from tests.conftest import SHARED_DATA
-
-    if not (SHARED_DATA / "bbq").is_dir() or not (SHARED_DATA / "bharatbbq").is_dir():
-        pytest.skip(f"shared data not found at {SHARED_DATA}")
-    stats: dict = {}
-    items = build_implicitbbq(stats=stats, explicit_set="full")
-    return items, stats
+def built(implicitbbq_full):
+    """``build_implicitbbq(stats=stats, explicit_set="full")`` and its stats, built once per test run."""
+    return implicitbbq_full
 
 
 @pytest.mark.parametrize("text, name", [

@@ -128,8 +128,9 @@ def test_grouped_by_category():
 
 
 def test_cluster_bootstrap_resamples_whole_clusters_and_is_wider_for_correlated_items():
-    """Two clusters whose items agree within a cluster: the item bootstrap is narrow, the cluster one spans
-    both cluster values; one cluster only: NaN; clusters of single items: the item bootstrap's distribution."""
+    """Ten clusters whose items agree within a cluster: the item bootstrap is narrow, the cluster one wide;
+    fewer than ten clusters (the small-sample rule): NaN; clusters of single items: the item bootstrap's
+    distribution."""
     import math
 
     from probe.metrics.stats import cluster_bootstrap_ci
@@ -138,13 +139,14 @@ def test_cluster_bootstrap_resamples_whole_clusters_and_is_wider_for_correlated_
         return dict(context_condition="ambig", question_polarity="neg", label=2, target_index=0,
                     unknown_index=2, pred_index=pred)
 
-    recs = [rec(2)] * 20 + [rec(0)] * 20  # cluster a answers Unknown, cluster b the target
-    clusters = ["a"] * 20 + ["b"] * 20
+    recs = [rec(2)] * 20 + [rec(0)] * 20  # clusters a* answer Unknown, clusters b* the target
+    clusters = [f"a{i // 4}" for i in range(20)] + [f"b{i // 4}" for i in range(20)]
     items = bbq_metrics_ci(recs, "argmax", n_boot=400, seed=1)["acc_amb"]
     clustered = bbq_metrics_ci(recs, "argmax", n_boot=400, seed=1, clusters=clusters)["acc_amb"]
-    assert items[1] - items[0] < 0.4 and clustered == (0.0, 1.0)
-    one = bbq_metrics_ci(recs, "argmax", n_boot=50, clusters=["a"] * 40)
-    assert all(math.isnan(v) for pair in one.values() for v in pair)
+    assert items[1] - items[0] < clustered[1] - clustered[0]
+    for few in (["a"] * 40, ["a"] * 20 + ["b"] * 20, [f"c{i % 9}" for i in range(40)]):  # 1, 2 and 9 clusters
+        ci = bbq_metrics_ci(recs, "argmax", n_boot=50, clusters=few)
+        assert all(math.isnan(v) for pair in ci.values() for v in pair)
     with pytest.raises(ValueError, match="cluster ids"):
         bbq_metrics_ci(recs, "argmax", clusters=["a"])
     data = np.arange(10, dtype=float)

@@ -85,12 +85,15 @@ def _acc_ci(correct, groups, n_boot=1000):
 
 
 def test_cluster_bootstrap_hand_cases():
-    assert _acc_ci(np.ones(6), np.arange(6)) == (1.0, 1.0)
+    assert _acc_ci(np.ones(10), np.arange(10)) == (1.0, 1.0)
     lo, hi = _acc_ci(np.array([]), np.array([]))
     assert np.isnan(lo) and np.isnan(hi)
-    # one group all right, one all wrong: resampled means are 0, 0.5 or 1
+    # fewer than ten groups: no interval (the small-sample rule, probe.metrics.small_sample)
     lo, hi = _acc_ci(np.array([1, 1, 0, 0]), np.array([0, 0, 1, 1]), n_boot=2000)
-    assert lo == 0.0 and hi == 1.0
+    assert np.isnan(lo) and np.isnan(hi)
+    # five groups all right, five all wrong: an interval around 0.5
+    lo, hi = _acc_ci(np.repeat([1, 0], 10), np.repeat(np.arange(10), 2), n_boot=2000)
+    assert lo < 0.5 < hi
 
 
 def test_probe_interval_is_the_multinomial_cluster_bootstrap():

@@ -21,8 +21,8 @@ def test_in_memory_evaluation_has_results_too(tiny_lm):
 
 def test_small_sample_cells_say_n_a_instead_of_nan_or_zero_width():
     assert ci_cell(0.92, 0.92, 0.92, 1) == "0.920 [n/a] (n = 1)"
-    assert ci_cell(0.92, 0.92, 0.92, 24, clusters=1) == "0.920 [n/a (1 cluster)] (n = 24)"
-    assert ci_cell(0.5, math.nan, math.nan, 2, clusters=2.0) == "0.500 [n/a (2 clusters)] (n = 2)"
+    assert ci_cell(0.92, 0.92, 0.92, 24, clusters=1) == "0.920 [n/a (1 unit)] (n = 24)"
+    assert ci_cell(0.5, math.nan, math.nan, 2, clusters=2.0) == "0.500 [n/a (2 units)] (n = 2)"
     assert ci_cell(float("nan"), float("nan"), float("nan"), 2) == "n/a (n = 2)"
     assert ci_cell(0.5, 0.4, 0.6, 40) == "0.500 [0.400, 0.600] (n = 40)"
     assert ci_cell(0.0, 0.0, 0.0, 20) == "0.000 [0.000, 0.000] (n = 20)"  # a share of 0: a real interval
@@ -50,7 +50,7 @@ def test_a_one_cluster_headline_names_its_cluster_count(tiny_lm, tmp_path):
     head = headline_table([{**r, "headline": True} for r in rows if r["estimator"] == "expected"
                            and r["subgroup"] == "all"])
     cells = " ".join(head["Value [95% CI] (n)"])
-    assert "n/a (1 cluster)" in cells and "nan" not in cells
+    assert "n/a (1 unit)" in cells and "nan" not in cells
     assert "limited run" in (tmp_path / "b" / "report.md").read_text()  # a --limit run says so before the numbers
 
 

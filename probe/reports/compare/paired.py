@@ -43,10 +43,12 @@ from typing import Callable, Mapping, Sequence
 import numpy as np
 import pandas as pd
 
+from probe.metrics.small_sample import MIN_UNITS, enough, na_text
+
 __all__ = ["Spec", "compare", "holm", "mcnemar", "paired_bootstrap", "ratio", "MIN_CLUSTERS"]
 
-#: fewer clusters than this: no CI and no bootstrap p (a handful of clusters resamples to a few values only)
-MIN_CLUSTERS = 5
+#: fewer clusters than this: no CI and no bootstrap p (the one small-sample rule, probe.metrics.small_sample)
+MIN_CLUSTERS = MIN_UNITS
 
 
 @dataclass(frozen=True)
@@ -167,7 +169,8 @@ def compare(a: pd.DataFrame, b: pd.DataFrame, spec: Spec, n_boot: int = 2000, se
             for name in spec.metrics:
                 obs, lo, hi, p = r["boot"][name]
                 row[f"Δ {name} [95% CI]"] = "–" if not math.isfinite(obs) else (
-                    f"{obs:+.2f}" + (f" [{lo:+.2f}, {hi:+.2f}]" if math.isfinite(lo) else ""))
+                    f"{obs:+.2f}" + (f" [{lo:+.2f}, {hi:+.2f}]" if math.isfinite(lo)
+                                     else f" [{na_text(r['clusters'])}]" if not enough(r["clusters"]) else ""))
                 row[f"p {name} (raw / Holm)"] = _p(p, None if last else adj[name][i])
             n10, n01, p_mc = r["mc"]
             row["McNemar A+B− / A−B+"] = f"{n10} / {n01}"

@@ -31,6 +31,8 @@ __all__ = ["Table", "Figure", "Section", "markdown", "write_table", "save_figure
            "plain"]
 
 BOLD = re.compile(r"\*\*(.+?)\*\*")
+_TAG = re.compile(r"<(?=[A-Za-z/!?])")  # a "<" that could open an HTML tag or comment
+_ENTITY = re.compile(r"&(?=#?[A-Za-z0-9]+;)")  # a "&" that could start an HTML entity
 
 
 @dataclass
@@ -95,13 +97,16 @@ def fmt_ci(x: Any, ci: Sequence[Any] | None, digits: int = 2) -> str:
 
 
 def ci_cell(value: Any, low: Any, high: Any, n: Any, digits: int = 3, clusters: Any = None) -> str:
-    """A headline cell: ``0.123 [0.05, 0.20] (n = 48)``; an undefined or zero-width interval (one unit, or
-    too few) reads ``n/a`` with the number of resampling units (``clusters``: the task's bootstrap unit,
-    e.g. BBQ template instances or HBB concept pairs) instead of ``[nan, nan]`` or ``[0.92, 0.92]``.
+    """A headline cell: ``0.123 [0.05, 0.20] (n = 48)``; an undefined or zero-width interval (too few
+    resampling units: :mod:`probe.metrics.small_sample`) reads ``n/a`` with the number of units (``clusters``:
+    the task's bootstrap unit, e.g. BBQ template instances or HBB concept pairs) instead of ``[nan, nan]`` or
+    ``[0.92, 0.92]``.
 
     >>> ci_cell(0.92, 0.92, 0.92, 24, clusters=1), ci_cell(0.5, float("nan"), float("nan"), 2)
-    ('0.920 [n/a (1 cluster)] (n = 24)', '0.500 [n/a] (n = 2)')
+    ('0.920 [n/a (1 unit)] (n = 24)', '0.500 [n/a] (n = 2)')
     """
+    from probe.metrics.small_sample import na_text
+
     def finite(v: Any) -> bool:
         return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
 
@@ -111,10 +116,7 @@ def ci_cell(value: Any, low: Any, high: Any, n: Any, digits: int = 3, clusters: 
     s = f"{value:.{digits}f}"
     if finite(low) and finite(high) and (low != high or value in (0, 1, -1) or abs(value) in (0.0, 100.0)):
         return f"{s} [{low:.{digits}f}, {high:.{digits}f}] ({count})"
-    if finite(clusters):
-        k = int(clusters)
-        return f"{s} [n/a ({k} cluster{'' if k == 1 else 's'})] ({count})"
-    return f"{s} [n/a] ({count})"
+    return f"{s} [{na_text(clusters)}] ({count})"
 
 
 def flatten(df: pd.DataFrame) -> pd.DataFrame:
@@ -140,12 +142,14 @@ def _cell(v: Any) -> str:
 
 
 def md_text(text: Any) -> str:
-    """Text from data for Markdown: ``&``, ``<`` and ``>`` as entities, so no raw HTML reaches a report.
+    """Text from data for Markdown, escaped the Markdown way (a backslash), so no raw HTML or entity reaches a
+    report and the text still reads as itself in a terminal: a ``<`` that could open a tag and a ``&`` that
+    could start an entity get a backslash; ``S >= 20``, ``p < 0.05`` and ``A & B`` stay as they are.
 
-    >>> md_text("<img src=x onerror=alert(1)> & co")
-    '&lt;img src=x onerror=alert(1)&gt; &amp; co'
+    >>> print(md_text("<img src=x onerror=alert(1)> & co, p < 0.05, S >= 20, &amp;"))
+    \\<img src=x onerror=alert(1)> & co, p < 0.05, S >= 20, \\&amp;
     """
-    return str(text).replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+    return _TAG.sub(r"\\<", _ENTITY.sub(r"\\&", str(text)))
 
 
 def markdown(df: pd.DataFrame) -> str:

@@ -238,12 +238,38 @@ def expand_templates(category: str, template_dir: str | Path | None = None,
 
         template_dir = dataset_dir("bbq") / "templates"
     template_dir = Path(template_dir)
-    vocab, names = load_vocab(template_dir)
     path = template_dir / f"{category}.csv"
     if not path.is_file():
         raise InputError(path, None, None, "template file not found")
-    items: list[BBQItem] = []
-    for row in read_templates(path, "bbq", category):
-        for fill in fills_for_row(row, vocab, names, lexical, max_proper_pairs):
-            items.extend(fill_to_items(fill))
-    return items
+    # Expanding a category takes seconds (every run with --limit builds all of them to stratify), and a process
+    # that runs several tasks or runs builds the same ones again: keep the last expansions, keyed by the files
+    # read and their size and modification time, so an edited template is expanded anew.
+    key = (category, lexical, max_proper_pairs, *(_stamp(f) for f in (path, *_vocab_files(template_dir))))
+    if key not in _EXPANDED:
+        vocab, names = load_vocab(template_dir)
+        items: list[BBQItem] = []
+        for row in read_templates(path, "bbq", category):
+            for fill in fills_for_row(row, vocab, names, lexical, max_proper_pairs):
+                items.extend(fill_to_items(fill))
+        if len(_EXPANDED) >= _EXPANDED_MAX:
+            _EXPANDED.pop(next(iter(_EXPANDED)))
+        _EXPANDED[key] = tuple(items)
+    return list(_EXPANDED[key])
+
+
+#: the last expansions (expand_templates): key -> items; items are immutable, the returned list is a new one
+_EXPANDED: dict[tuple, tuple[BBQItem, ...]] = {}
+_EXPANDED_MAX = 32
+
+
+def _vocab_files(template_dir: Path) -> tuple[Path, ...]:
+    return tuple(template_dir / n for n in ("vocabulary.csv", "vocabulary_proper_names.csv"))
+
+
+def _stamp(path: Path) -> tuple:
+    """(path, size, mtime_ns), or (path, None) for a file that is not there."""
+    try:
+        st = path.stat()
+    except FileNotFoundError:
+        return (str(path.resolve()), None)
+    return (str(path.resolve()), st.st_size, st.st_mtime_ns)

@@ -65,6 +65,10 @@ class CmpIsoTask(Task[CmpIsoConfig, SampledPair]):
     Config = CmpIsoConfig
     strata_names = ("benchmark",)
     unit_name = "context pair (iso t, t' and both cmp orders)"
+    #: the report's words for the paradigms and metrics (Task.terms)
+    terms = {"iso": "isolated questions (iso)", "cmp": "comparative questions (cmp)",
+             "pg_iso": "parity gap, isolated questions (iso)", "pg_cmp": "parity gap, comparative questions (cmp)",
+             "expected": "expected (exact probabilities)", "argmax": "argmax (the most likely answer)"}
 
     def check_case(self) -> CheckCase:
         """A quick run for :func:`probe.testing.check_task`: 1 item(s) of a small config."""

@@ -31,6 +31,8 @@ def register(groups: dict) -> None:
     p.add_argument("--dtype", default="auto", choices=["float32", "bfloat16", "float16", "auto"],
                    help="default: auto = bfloat16 on a GPU that supports it, else float32")
     p.add_argument("--limit", type=int, default=None, help="score N demo items, spread over the dimensions (quick checks)")
+    p.add_argument("--verbose", "-v", action="store_true",
+                   help="print the whole report (report.md), not only the headline, the warnings and the paths")
     tmpl = p.add_mutually_exclusive_group()
     tmpl.add_argument("--chat-template", dest="chat_template", action="store_true", default=None)
     tmpl.add_argument("--no-chat-template", dest="chat_template", action="store_false")
@@ -39,13 +41,14 @@ def register(groups: dict) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from probe.runs.runner import RunOptions
+    from probe.runs.results import print_run
     from probe.runs.task_run import run_task
     from probe.tasks import get
 
     task = get("demo")
     options = RunOptions(device=args.device, dtype=args.dtype, batch_size=args.batch_size, threads=args.threads)
-    run_task(task, task.make_config({"chat_template": args.chat_template}), args.model, output=args.output,
-             limit=args.limit, options=options)
-    print((args.output / "report.md").read_text(encoding="utf-8"))
+    evaluation = run_task(task, task.make_config({"chat_template": args.chat_template}), args.model,
+                          output=args.output, limit=args.limit, options=options)
+    print_run(evaluation, args.verbose)
     print(f"wrote {args.output}/records.jsonl, summary.json, report.md, report.html", file=sys.stderr)
     return 0

@@ -79,18 +79,30 @@ def table1(
         s = summarize_by(df, [], threshold=threshold, ci=ci, n_boot=n_boot).iloc[0]
         row = {
             "Model": label,
-            "HBB (S ↓)": s.mean_s,
+            # a NaN cell says why: the mean S over the threshold has no instance to average
+            "HBB (S ↓)": s.mean_s if math.isfinite(s.mean_s) else f"n/a (no instance at S ≥ {threshold:g})",
             "HBB (count ↓)": int(s["count"]),
             "instances": int(s.n - s.n_invalid),
             "share ≥ thr (%)": 100 * s.share,
         }
         if ci:
-            row["S 95% CI"] = f"[{s.mean_s_ci_low:.2f}, {s.mean_s_ci_high:.2f}]"
-            row["share 95% CI"] = f"[{100 * s.share_ci_low:.1f}, {100 * s.share_ci_high:.1f}]"
+            row["S 95% CI"] = _ci_text(s.mean_s_ci_low, s.mean_s_ci_high, 1, 2, s.get("n_clusters"), s.mean_s)
+            row["share 95% CI"] = _ci_text(s.share_ci_low, s.share_ci_high, 100, 1, s.get("n_clusters"), s.share)
         if crows is not None:
             row[cs_header] = crows.get(label, math.nan)
         rows.append(row)
     return pd.DataFrame(rows)
+
+
+def _ci_text(lo: float, hi: float, scale: float, digits: int, units: Any, value: float) -> str:
+    """``[lo, hi]``, or why there is none: no value, or too few units (the small-sample rule)."""
+    from probe.metrics.small_sample import enough, na_text
+
+    if math.isfinite(lo) and math.isfinite(hi):
+        return f"[{scale * lo:.{digits}f}, {scale * hi:.{digits}f}]"
+    if not math.isfinite(value):
+        return "n/a (no value)"
+    return na_text(units) if not enough(units) else "–"
 
 
 def table8(frames: Mapping[str, pd.DataFrame], threshold: float = 20.0, ci: bool = True, n_boot: int = 1000) -> pd.DataFrame:

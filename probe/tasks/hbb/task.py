@@ -120,6 +120,10 @@ class HBBTask(Task[HBBConfig, HBBInstance]):
     description = ("Hidden Bias Benchmark: paired questions differing only in an identity descriptor; MCQ (both "
                    "option orders), HBB-SG, optional CrowS-Pairs")
     Config = HBBConfig
+    #: the report's words for the variants and metrics (Task.terms)
+    terms = {"hbb": "s1 as option a)", "hbb_swapavg": "both option orders averaged",
+             "hbb_sg": "semi-generation (HBB-SG)", "share": "share of instances with S over the threshold",
+             "mean_s": "mean S of those instances", "mean_s_all": "mean S of every instance"}
 
     def check_case(self) -> CheckCase:
         """A quick run for :func:`probe.testing.check_task`: 2 item(s) of a small config."""

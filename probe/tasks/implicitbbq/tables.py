@@ -25,6 +25,7 @@ import pandas as pd
 
 from probe.tasks.bbq.metrics import (METRIC_NAMES, _amb_stats, _dis_stats, bbq_metrics, bbq_metrics_ci, cluster_counts,
                                      item_matrix)
+from probe.metrics.small_sample import enough, na_text
 from probe.metrics.stats import bootstrap_ci, percentile_ci, stratified_cluster_bootstrap
 
 __all__ = ["summarize", "table2", "tables_per_dimension", "figure3", "to_markdown", "write_reports"]
@@ -58,9 +59,14 @@ def _macro(records: Sequence[dict], version: str, n_boot: int, seed: int,
         units[d] = [np.asarray(v) for v in groups.values()]
     out: dict[str, Any] = {"dimensions": sorted(mats)}
     rng = np.random.default_rng(seed)  # one stream, read by each metric in turn
+    n_units = sum(len(u) for u in units.values())
+    out["n_units"] = n_units  # what the interval resampled: a table names it when too few
     for name in METRIC_NAMES:
         fn = _metric_fn(name)
         out[name] = _finite_mean([fn(m) for m in mats.values()])
+        if not enough(n_units):  # the small-sample rule: no interval from fewer than MIN_UNITS clusters
+            out[f"{name}_ci"] = [math.nan, math.nan]
+            continue
         # stratified: each dimension's units resampled on their own; the statistic is the mean over dimensions
         boots = stratified_cluster_bootstrap(
             units, lambda rows: _finite_mean([fn(mats[d][idx]) for d, idx in rows.items()]), n_boot, rng)
@@ -110,6 +116,7 @@ def summarize(records: Sequence[dict], n_boot: int = 1000, seed: int = 0,
                 for d, drs in sorted(dims.items()):
                     m = bbq_metrics(drs)[version]
                     m["ci"] = ci(drs)
+                    m.update(cluster_counts(drs, [r[cluster_key] for r in drs] if cluster_key else None))
                     by_dim[d] = m
                 entry[version] = {"pooled": pooled, "macro": _macro(rs, version, n_boot, seed, cluster_key),
                                   "by_dimension": by_dim}
@@ -117,13 +124,16 @@ def summarize(records: Sequence[dict], n_boot: int = 1000, seed: int = 0,
     return out
 
 
-def _fmt(v: float, ci: Sequence[float] | None = None) -> str:
+def _fmt(v: float, ci: Sequence[float] | None = None, units: Any = None) -> str:
+    """``value [lo, hi]``; ``value [n/a (k units)]`` when ``units`` were too few for an interval."""
     if v is None or (isinstance(v, float) and math.isnan(v)):
         return "n/a"
     if ci is not None and all(c is not None and not math.isnan(c) for c in ci):
         from probe.reports.compare.tables import fmt_ci  # the report-wide rule (a zero-width interval: CI n/a)
 
         return fmt_ci(v, ci)
+    if units is not None and not enough(units):
+        return f"{v:.2f} [{na_text(units)}]"
     return f"{v:.2f}"
 
 
@@ -135,7 +145,7 @@ def table2(summary: dict[str, Any], version: str = "expected", model: str = "mod
             e = kinds.get(kind, {}).get(version)
             if e is None:
                 return "—"
-            return _fmt(e["macro"][metric], e["macro"][f"{metric}_ci"])
+            return _fmt(e["macro"][metric], e["macro"][f"{metric}_ci"], e["macro"].get("n_units"))
 
         def n(kind: str, cond: str) -> int:
             e = kinds.get(kind, {}).get(version)
@@ -166,8 +176,9 @@ def tables_per_dimension(summary: dict[str, Any], key: str, version: str = "expe
             m = kinds.get(kind, {}).get(version, {}).get("by_dimension", {}).get(d)
             if m is None:
                 continue
-            rows.append({"Dim.": d, "": tag, "Acc": _fmt(m["acc_amb"], m["ci"]["acc_amb"]),
-                         "Bias": _fmt(m["bias_amb"], m["ci"]["bias_amb"]),
+            units = m.get("n_clusters_amb")
+            rows.append({"Dim.": d, "": tag, "Acc": _fmt(m["acc_amb"], m["ci"]["acc_amb"], units),
+                         "Bias": _fmt(m["bias_amb"], m["ci"]["bias_amb"], units),
                          "abs(Bias)>=0.10": "yes" if abs(m["bias_amb"]) >= 0.10 else "", "n_amb": m["n_amb"]})
     return pd.DataFrame(rows)
 

@@ -61,6 +61,11 @@ class ImplicitBBQTask(Task[ImplicitBBQConfig, BBQItem]):
     strata_names = ("dimension", "context_kind")
     unit_name = "context unit (its condition x polarity variants)"
     metric_notes = METRIC_NOTES
+    #: the report's words for the metrics (Task.terms)
+    terms = {"bias_amb": "bias score, ambiguous contexts", "bias_dis": "bias score, disambiguated contexts",
+             "acc_amb": "accuracy, ambiguous contexts", "acc_dis": "accuracy, disambiguated contexts",
+             "acc_dis_all": "accuracy, all disambiguated contexts",
+             "expected": "expected (exact probabilities)", "argmax": "argmax (the most likely answer)"}
 
     def check_case(self) -> CheckCase:
         """A quick run for :func:`probe.testing.check_task`: 2 item(s) of a small config."""
