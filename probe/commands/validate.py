@@ -1,10 +1,13 @@
 """`probe validate sampling TASK`: the exact paper-equivalent estimate against the paper's sampling procedure.
 
-For a stratified sample of TASK's prompts, samples K generations per prompt at
-the paper's settings (temperature, top-p) with fixed seeds, parses them with
-the paper's extraction rule, and compares per prompt and in aggregate with the
-task's exact paper-equivalent estimate (probe.studies.sampling_check). Tasks:
-those that declare the paper's procedure (hbb, implicitbbq, cmp_iso).
+For a stratified sample of TASK's prompts, samples K generations per prompt
+with transformers' own generate at the paper's sampler as its authors ran it
+(temperature, top-p, top-k, repetition penalty) with fixed seeds, parses them
+with the paper's extraction rule, and compares per prompt and in aggregate
+with the task's exact paper-equivalent estimate, run with the published
+configuration (probe.studies.sampling_check). The verdict: every metric's
+sampled value inside the range the exact side predicts on the same prompts.
+Tasks: those that declare the paper's procedure (hbb, implicitbbq, cmp_iso).
 """
 
 from __future__ import annotations
@@ -41,10 +44,10 @@ def register(groups: dict) -> None:
     p.add_argument("--seed", type=bounded_int(0, 2**32 - 1), default=0,
                    help="seed of the sample, the generations and the bootstrap (0 to 2**32 - 1; default 0)")
     p.add_argument("--max-new-tokens", type=bounded_int(1, None), default=None,
-                   help="generation budget (default: what the task's answer needs, as its check declares; the "
-                   "report states it)")
+                   help="generation budget, and the exact side's parse budget (default: the published run's, "
+                   "the task config's parse_max_new_tokens; the report states it)")
     p.add_argument("--gen-batch-size", type=bounded_int(1, None), default=32,
-                   help="sequences per generation batch (default 32)")
+                   help="unused: each prompt's K samples are one generate call (kept for old command lines)")
     p.add_argument("--n-boot", type=bounded_int(1, None), default=1000,
                    help="bootstrap draws for the sampled 95%% interval (default 1000)")
     add_threads_arg(p)

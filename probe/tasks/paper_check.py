@@ -85,8 +85,12 @@ class Scored:
 class PaperCheck:
     """One paper's sampled procedure; a task subclasses it (one fresh instance per check: it may keep state)."""
 
-    #: the answer budget the paper's answers need (``--max-new-tokens`` overrides it)
+    #: the answer budget of a check that does not enumerate (a parse-exact check runs the task config's own
+    #: ``parse_max_new_tokens``, the published run's); ``--max-new-tokens`` overrides either
     max_new_tokens: int = 8
+    #: the paper's sampler as its authors ran it (a :mod:`probe.tasks.paper_samplers` preset name): the
+    #: check's sampled side runs it in transformers' generate (top-k, penalties); None: temperature and top-p
+    sampler: str | None = None
     #: the resampling unit and the headline metric, in words (the check's report)
     unit: str = ""
     metric: str = ""
@@ -98,8 +102,10 @@ class PaperCheck:
     #: the enumeration's residual / size statistics (set by ``cases`` when ``parse_exact``)
     parse_stats: dict | None = None
 
-    def config(self, task: Any, n_prompts: int, seed: int, max_new_tokens: int) -> Any:
-        """The task config of the check's stratified sample (about ``n_prompts`` prompts)."""
+    def config(self, task: Any, n_prompts: int, seed: int, max_new_tokens: int | None) -> Any:
+        """The task config of the check's stratified sample (about ``n_prompts`` prompts), with the published
+        run's parse settings (token budget, node cap, residual targets: the task's defaults) unless
+        ``max_new_tokens`` is given."""
         raise NotImplementedError
 
     def requests(self, task: Any, config: Any, items: Sequence[Any], tokenizer: Any) -> list[Any]:

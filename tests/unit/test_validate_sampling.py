@@ -217,9 +217,13 @@ def test_check_end_to_end_tiny(tiny_lm, shared_data, tmp_path):
         assert r["parsed"] == [None if parse_hbb(t) is None else "ab"[parse_hbb(t)] for t in r["generations"]]
     agg = check.aggregate["share_S>=20"]
     assert 0 <= agg["exact"] <= 1
+    # the verdict is the same-prompts test, with its power; the sampled side is transformers' at HBB's settings
+    assert "predicted_low" in agg and "detectable_difference" in agg and s["verdict"] in ("pass", "fail", "n/a")
+    assert check.settings["top_k"] == 50 and check.settings["repetition_penalty"] == 1.2
+    assert check.settings["sampled_by"].startswith("transformers generate") and s["n_misses"] >= 0
     json.dumps(check.to_dict(), default=str)
     md = report_markdown(check)
-    assert "share_S>=20" in md and "Most frequent generations" in md
+    assert "share_S>=20" in md and "Most frequent generations" in md and "Verdict" in md
 
 
 def test_generation_kinds_by_hand():
@@ -267,3 +271,84 @@ def test_report_shows_the_predicted_range():
                                      "seed": 0, "n_boot": 10}, [], agg, summary)
     md = report_markdown(check)
     assert "K-sample range |" in md and "| [0.100, 0.600]: no |" in md
+
+
+# -- the independent judge: transformers' generate --------------------------------------------------------
+
+def test_judge_samples_with_transformers_not_probes_sampler(tiny_lm, monkeypatch):
+    """The sampled side never calls probe's sampler; with top-k 1 every sample is generate's greedy text, so
+    the settings reach transformers' own warpers; the same seed gives the same samples."""
+    import torch
+
+    import probe.scoring.sampling as sampling
+    from probe.studies.sampling_check.judge import judge_texts, sampler_settings
+
+    def forbidden(*_a, **_k):
+        raise AssertionError("the judge must not use probe's sampling_distribution")
+
+    monkeypatch.setattr(sampling, "sampling_distribution", forbidden)
+    prompts = ["Hello there", "The man"]
+    settings = sampler_settings(None, 1.0, 1.0)
+    a = judge_texts(tiny_lm, prompts, 3, 0, settings, 5)
+    assert [len(x) for x in a] == [3, 3] and a == judge_texts(tiny_lm, prompts, 3, 0, settings, 5)
+    greedy = judge_texts(tiny_lm, prompts, 2, 1, {**settings, "top_k": 1}, 5)
+    tok = tiny_lm.tokenizer
+    for p, texts in zip(prompts, greedy):
+        ids = tok(p, return_tensors="pt")["input_ids"]
+        with torch.inference_mode():
+            g = tiny_lm.model.generate(ids, attention_mask=torch.ones_like(ids), do_sample=False, max_new_tokens=5,
+                                       pad_token_id=tok.pad_token_id or 0)
+        eos = tiny_lm.model.generation_config.eos_token_id
+        row = g[0, ids.shape[1]:].tolist()
+        row = row[:next((i for i, t in enumerate(row) if t == eos), len(row))]
+        assert texts == [tok.decode(row, skip_special_tokens=True)] * 2
+
+
+def test_judge_runs_each_papers_sampler_explicitly():
+    from probe.errors import ProbeError
+    from probe.studies.sampling_check.judge import generate_kwargs, sampler_settings
+
+    hbb = sampler_settings("hbb", 0.8, 1.0)
+    assert (hbb["top_k"], hbb["repetition_penalty"], hbb["temperature"]) == (50, 1.2, 0.8)
+    ibbq = generate_kwargs(sampler_settings("implicitbbq", 0.1, 1.0), 16)
+    # top-k explicitly off (transformers would add 50), every warper a generation_config.json could add off
+    assert ibbq["top_k"] == 0 and ibbq["min_p"] == 0.0 and ibbq["typical_p"] == 1.0 and ibbq["max_new_tokens"] == 16
+    with pytest.raises(ProbeError, match="frequency"):
+        sampler_settings("hbb-api", 0.8, 1.0)
+    assert {get(t).paper_check().sampler for t in ("hbb", "implicitbbq", "cmp_iso")} == {"hbb", "implicitbbq",
+                                                                                       "cmp_iso"}
+
+
+def test_published_configuration_is_the_tasks_own():
+    """The check runs the published run's parse settings (the task config's defaults), not its own."""
+    for name in ("implicitbbq", "cmp_iso"):
+        task = get(name)
+        cfg = task.paper_check().config(task, 10, 0, None)
+        default = task.make_config({})
+        for f in ("parse_max_new_tokens", "parse_residual", "parse_max_nodes", "parse_answer_residual"):
+            assert getattr(cfg, f) == getattr(default, f), (name, f)
+        assert task.paper_check().config(task, 10, 0, 7).parse_max_new_tokens == 7
+
+
+def test_a_sampled_parse_without_an_enumerated_one_is_a_miss():
+    from probe.studies.sampling_check.check import prompt_row
+
+    a = _ImplicitBBQ()
+    meta = {"unknown_index": 0, "scored_texts": ["Unknown", "The grandfather", "The grandson"]}
+    c = PromptCase(id="x", unit="x", prompt="p", options=("Unknown", "The grandfather", "The grandson"), exact=None,
+                   exact_mass=0.0, meta=meta)
+    row, d = prompt_row(a, c, ["Grandson", "Hello"], np.random.default_rng(0))
+    assert row["miss"] and row["abs_delta"] == 1.0 and list(d) == [0.0, 0.0, 1.0]
+    row, d = prompt_row(a, c, ["Hello", "Hello"], np.random.default_rng(0))
+    assert not row["miss"] and d is None and math.isnan(row["abs_delta"])
+
+
+def test_verdict_and_power_by_hand():
+    from probe.studies.sampling_check.check import _verdict, detectable_difference
+
+    assert _verdict({"a": {"sampled_inside_predicted": True}, "n": {"sampled": 3}}) == "pass"
+    assert _verdict({"a": {"sampled_inside_predicted": True}, "b": {"sampled_inside_predicted": False}}) == "fail"
+    assert _verdict({"n": {"sampled": 3}}) == "n/a"
+    # sd 0.5 (draws 0 / 1): 2.80 x 0.5; no spread: 0; one draw: NaN
+    assert detectable_difference([0.0, 1.0] * 500) == pytest.approx(2.8016 * 0.50025, rel=1e-3)
+    assert detectable_difference([0.3] * 10) == pytest.approx(0.0, abs=1e-12) and math.isnan(detectable_difference([0.3]))

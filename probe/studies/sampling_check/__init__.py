@@ -10,10 +10,13 @@ benchmark:
 
 1. the task's own requests are scored (the exact estimate, with the paper's
    sampling spec computed in the same pass, as in ``probe run``);
-2. ``K`` generations per prompt are sampled at the paper's settings (T, top-p,
-   a stated ``max_new_tokens``) with fixed per-sample seeds, by the Runner
-   (``Runner.generate``, one seeded stream per sample, the prompt's forward pass
-   shared by its K samples);
+2. ``K`` generations per prompt are sampled by transformers' own
+   ``generate`` (:mod:`.judge`), not by probe's sampler, at the paper's sampler
+   as its authors ran it (the check's ``sampler`` preset: temperature, top-p,
+   top-k set explicitly, repetition penalty), with its own end-of-sequence
+   rule and fixed per-prompt seeds; the exact side runs the published run's
+   configuration (the task config's parse token budget, node cap and
+   residual targets);
 3. each generation is parsed by the paper's extraction rule (the task's
    ``PaperCheck.parse``) and also checked against what the exact estimator
    counts (``PaperCheck.counted``);
@@ -26,15 +29,18 @@ benchmark:
    interval (bootstrap over units - instance, item or context pair - each with
    its own K sampled answers), and whether the exact paper-equivalent value
    lies inside it;
-6. for a parse-exact check, the other direction too: the range the sampled
-   value would fall in (95 % of draws) if the enumerated distributions were
-   the truth, drawing each prompt's K answers from them on the same prompts
-   (:func:`~probe.studies.sampling_check.check.predicted_range`). A bootstrap of
-   the sampled answers cannot produce an answer the sample missed, so for a
-   rare count (a few prompts that seldom parse) its interval is too narrow;
-   this range is not.
+6. the verdict: the range the sampled value would fall in (95 % of draws) if
+   the exact side were the truth, drawing each prompt's K answers from it on
+   the same prompts (:func:`~probe.studies.sampling_check.check.predicted_range`),
+   with the test's power stated as the smallest difference it detects (80 %
+   power, 5 % level). A bootstrap of the sampled answers cannot produce an
+   answer the sample missed, so for a rare count its interval is too narrow;
+   this range is not. The unit bootstrap stays, for information. A prompt
+   whose sampled answers parse where the enumeration found no parse is a
+   miss (|Δ| = 1), never left out.
 
-Modules: :mod:`.check` (:func:`run_check`), :mod:`.report` (:func:`report_markdown`).
+Modules: :mod:`.check` (:func:`run_check`), :mod:`.judge` (the sampled side), :mod:`.report`
+(:func:`report_markdown`).
 The papers' parsers live with their tasks (each task's ``paper_check`` module).
 """
 

@@ -18,8 +18,8 @@ from probe.errors import ProbeError
 from probe.metrics.stats import percentile_ci, resample_clusters
 from probe.tasks.paper_check import PaperCheck, PromptCase, Scored
 
-__all__ = ["SamplingCheck", "checked_tasks", "inside", "paper_check_of", "predicted_range", "run_check", "sample_texts",
-           "tv_distance"]
+__all__ = ["SamplingCheck", "checked_tasks", "detectable_difference", "inside", "paper_check_of", "predicted_draws",
+           "predicted_range", "prompt_row", "run_check", "tv_distance"]
 
 
 def paper_check_of(task: str) -> tuple[Any, PaperCheck]:
@@ -83,8 +83,10 @@ def _cases(task: Any, check: PaperCheck, runner: Any, n_prompts: int, seed: int,
     """The exact side: the task's sample scored with its paper's sampling spec (and, for a parse-exact check,
     its parse requests enumerated), as the check's cases; and the check's settings (the paper's temperature
     and top-p are the task's own sampling spec for that sample)."""
-    budget = int(check.max_new_tokens if max_new_tokens is None else max_new_tokens)
-    cfg = check.config(task, n_prompts, seed, budget)
+    cfg = check.config(task, n_prompts, seed, max_new_tokens)
+    # a parse-exact check samples with the published run's budget (the task config's parse_max_new_tokens)
+    published = getattr(cfg, "parse_max_new_tokens", None) if check.parse_exact else None
+    budget = int(max_new_tokens if max_new_tokens is not None else published or check.max_new_tokens)
     items = list(task.select(cfg, task.items(cfg), None))
     tok = runner.lm.tokenizer
     reqs = check.requests(task, cfg, items, tok)
@@ -97,22 +99,14 @@ def _cases(task: Any, check: PaperCheck, runner: Any, n_prompts: int, seed: int,
         parsed = runner.parse([preqs[r.id] for r in reqs], None, task=task.name)
     cases = check.cases(Scored(items=items, requests=list(reqs), records=list(records), spec=spec,
                                parse_requests=preqs, parsed=parsed, tokenizer=tok))
-    settings = {"temperature": float(spec["temperature"]), "top_p": float(spec["top_p"]), "max_new_tokens": budget,
-                "unit": check.unit, "metric": check.metric}
+    from probe.studies.sampling_check.judge import JUDGE, sampler_settings
+
+    settings = {**sampler_settings(check.sampler, float(spec["temperature"]), float(spec["top_p"])),
+                "max_new_tokens": budget, "unit": check.unit, "metric": check.metric, "sampled_by": JUDGE}
+    if check.parse_exact:
+        settings["parse"] = {k: getattr(cfg, f"parse_{k}", None) for k in ("max_new_tokens", "residual", "max_nodes",
+                                                                            "answer_residual")}
     return cases, settings
-
-
-def sample_texts(runner: Any, cases: Sequence[PromptCase], k: int, seed: int, settings: dict, task: str) -> list[str]:
-    """K generations per case at the paper's settings, through ``Runner.generate``: sample ``j`` of case ``c``
-    is request ``c.id#j`` with seed ``seed`` (its own stream), the K samples of a case sharing its prompt's
-    forward pass; texts case by case, sample by sample."""
-    from probe.scoring.generate import GenerationRequest
-
-    reqs = [GenerationRequest(f"{c.id}#{j}", c.prompt, max_new_tokens=int(settings["max_new_tokens"]), group=c.id,
-                              temperature=float(settings["temperature"]), top_p=float(settings["top_p"]), seed=seed)
-            for c in cases for j in range(k)]
-    texts = runner.generate(reqs, None, task=task, progress=False, share_prefix=True)
-    return [texts[r.id] for r in reqs]
 
 
 def _dist(answers: np.ndarray, n_options: int) -> np.ndarray | None:
@@ -121,6 +115,35 @@ def _dist(answers: np.ndarray, n_options: int) -> np.ndarray | None:
     if ok.size == 0:
         return None
     return np.bincount(ok, minlength=n_options)[:n_options] / ok.size
+
+
+def prompt_row(paper: PaperCheck, c: PromptCase, gen: list[str], rng: np.random.Generator) -> tuple[dict, Any]:
+    """One prompt's row of the check (its K generations ``gen`` parsed and compared with the exact side) and
+    its sampled answer distribution (None when no generation parses). A prompt whose sampled answers parse
+    where the enumeration found no parse at all is a ``miss``, with |Δ| = 1: the exact side gives it no
+    distribution, which is as far off as one can be (it is not left out)."""
+    k = len(gen)
+    parsed = [paper.parse(c, t) for t in gen]
+    counted = [paper.counted(c, t) for t in gen]
+    a = np.array([-1 if x is None else int(x) for x in parsed])
+    d = _dist(a, len(c.options))
+    n_acc = int((a >= 0).sum())
+    miss = d is not None and c.exact is None
+    delta = 1.0 if miss else tv_distance(d, c.exact) if d is not None and c.exact is not None else math.nan
+    base = c.meta.get("baseline")
+    return {
+        "baseline_probs": base,
+        "baseline_abs_delta": tv_distance(d, base) if d is not None and base is not None else math.nan,
+        "id": c.id, "unit": c.unit, "options": list(c.options),
+        "accepted_share": n_acc / k, "counted_share": float(np.mean(counted)),
+        "exact_counted_share": c.exact_mass,
+        "accepted_not_counted": int(sum(x is not None and not y for x, y in zip(parsed, counted))),
+        "counted_not_accepted": int(sum(x is None and y for x, y in zip(parsed, counted))),
+        "sampled_probs": None if d is None else [float(x) for x in d],
+        "exact_probs": c.exact, "abs_delta": delta, "miss": miss,
+        "noise_delta": _noise_delta(c.exact, n_acc, rng) if c.exact is not None and n_acc else math.nan,
+        "generations": gen, "parsed": [None if x is None else c.options[x] for x in parsed], "counted": counted,
+    }, d
 
 
 def _noise_delta(p: Sequence[float], n: int, rng: np.random.Generator, draws: int = 200) -> float:
@@ -140,8 +163,15 @@ def predicted_range(paper: PaperCheck, units: dict[str, list[PromptCase]], k: in
     has; the unit bootstrap also spreads over which items were drawn, and it can not see an answer the
     sample missed (a rare answer of one prompt).
 
-    Needs a parse-exact check (``exact_mass`` = the parser's accepted mass, ``exact`` = the distribution
-    given a parse)."""
+    Needs the cases' ``exact_mass`` (the chance a generation is read) and ``exact`` (the distribution given
+    that it is)."""
+    return {m: percentile_ci(v, level) for m, v in predicted_draws(paper, units, k, rng, draws).items()}
+
+
+def predicted_draws(paper: PaperCheck, units: dict[str, list[PromptCase]], k: int, rng: np.random.Generator,
+                    draws: int = 1000) -> dict[str, list[float]]:
+    """The draws behind :func:`predicted_range`: per metric, its value in each of ``draws`` simulated K-sample
+    runs on these prompts."""
     vals: dict[str, list[float]] = {}
     flat = [(u, c) for u, cs in units.items() for c in cs]
     for _ in range(draws):
@@ -156,7 +186,23 @@ def predicted_range(paper: PaperCheck, units: dict[str, list[PromptCase]], k: in
             rows.append((u, c, d))
         for m, v in paper.metrics(rows).items():
             vals.setdefault(m, []).append(v)
-    return {m: percentile_ci(v, level) for m, v in vals.items()}
+    return vals
+
+
+#: z of a two-sided 5 % test plus z of 80 % power: a true shift of this many standard deviations of the
+#: same-prompts draws is detected four times in five
+_POWER_Z = 1.959964 + 0.841621
+
+
+def detectable_difference(draws: Sequence[float]) -> float:
+    """The smallest shift of a metric the same-prompts test detects with 80 % power at the 5 % level, from its
+    draws under the exact side (normal approximation: ``(z_0.975 + z_0.8) x sd``); NaN without spread.
+
+    >>> round(detectable_difference([0.0, 1.0] * 50), 3)
+    1.408
+    """
+    v = np.asarray([x for x in draws if x == x], float)
+    return float(_POWER_Z * v.std(ddof=1)) if v.size > 1 else math.nan
 
 
 def run_check(task: str, runner: Any, *, n_prompts: int = 100, k: int = 20, seed: int = 0,
@@ -173,34 +219,17 @@ def run_check(task: str, runner: Any, *, n_prompts: int = 100, k: int = 20, seed
     t1 = time.perf_counter()
     if not cases:
         raise ProbeError(f"probe validate sampling {task}: the sample has no prompts")
-    texts = sample_texts(runner, cases, k, seed, settings, task)
+    from probe.studies.sampling_check.judge import judge_texts
+
+    per_case = judge_texts(lm, [c.prompt for c in cases], k, seed, settings, int(settings["max_new_tokens"]),
+                           keys=[c.id for c in cases])
+    texts = [t for gen in per_case for t in gen]
     t2 = time.perf_counter()
     rng = np.random.default_rng(seed)
-    rows, answers, sampled_dist = [], {}, {}
+    rows, sampled_dist = [], {}
     for i, c in enumerate(cases):
-        gen = texts[i * k:(i + 1) * k]
-        parsed = [paper.parse(c, t) for t in gen]
-        counted = [paper.counted(c, t) for t in gen]
-        a = np.array([-1 if x is None else int(x) for x in parsed])
-        answers[c.id] = a
-        d = _dist(a, len(c.options))
-        sampled_dist[c.id] = d
-        n_acc = int((a >= 0).sum())
-        delta = tv_distance(d, c.exact) if d is not None and c.exact is not None else math.nan
-        base = c.meta.get("baseline")
-        rows.append({
-            "baseline_probs": base,
-            "baseline_abs_delta": tv_distance(d, base) if d is not None and base is not None else math.nan,
-            "id": c.id, "unit": c.unit, "options": list(c.options),
-            "accepted_share": n_acc / k, "counted_share": float(np.mean(counted)),
-            "exact_counted_share": c.exact_mass,
-            "accepted_not_counted": int(sum(x is not None and not y for x, y in zip(parsed, counted))),
-            "counted_not_accepted": int(sum(x is None and y for x, y in zip(parsed, counted))),
-            "sampled_probs": None if d is None else [float(x) for x in d],
-            "exact_probs": c.exact, "abs_delta": delta,
-            "noise_delta": _noise_delta(c.exact, n_acc, rng) if c.exact is not None and n_acc else math.nan,
-            "generations": gen, "parsed": [None if x is None else c.options[x] for x in parsed], "counted": counted,
-        })
+        row, sampled_dist[c.id] = prompt_row(paper, c, texts[i * k:(i + 1) * k], rng)
+        rows.append(row)
     exact = paper.exact_metrics(cases, k)
     # the exact estimate on the prompts the sampled run could score (separates coverage from estimator)
     exact_same = paper.metrics([(u, c, np.asarray(c.exact)) for u, cs in paper.units(cases).items() for c in cs
@@ -225,8 +254,9 @@ def run_check(task: str, runner: Any, *, n_prompts: int = 100, k: int = 20, seed
                 brows.append((f"{keys[u]}#{copy}", c, sampled_dist[c.id]))
         for m, v in paper.metrics(brows).items():
             boots[m].append(v)
-    # the exact side's prediction of the sampled value on these very prompts (parse-exact checks)
-    predicted = predicted_range(paper, units, k, rng, n_boot) if paper.parse_exact else {}
+    # the verdict: the exact side's prediction of the sampled value on these very prompts, and its power
+    pdraws = predicted_draws(paper, units, k, rng, n_boot)
+    predicted = {m: percentile_ci(v) for m, v in pdraws.items()}
     agg = {}
     for m, v in sampled.items():
         if m.startswith("n"):
@@ -238,7 +268,8 @@ def run_check(task: str, runner: Any, *, n_prompts: int = 100, k: int = 20, seed
                   "exact_inside": inside(ex, lo, hi, 1.0 / (k * len(cases))),
                   "exact_same_prompts": exact_same.get(m),
                   **({"predicted_low": predicted[m][0], "predicted_high": predicted[m][1],
-                      "sampled_inside_predicted": inside(v, *predicted[m], 1.0 / (k * len(cases)))}
+                      "sampled_inside_predicted": inside(v, *predicted[m], 1.0 / (k * len(cases))),
+                      "detectable_difference": detectable_difference(pdraws[m])}
                      if m in predicted else {}),
                   **({"baseline": baseline.get(m, math.nan),
                       "baseline_inside": inside(baseline.get(m, math.nan), lo, hi, 1.0 / (k * len(cases)))}
@@ -260,8 +291,17 @@ def run_check(task: str, runner: Any, *, n_prompts: int = 100, k: int = 20, seed
         **({"parse_exact": paper.parse_stats} if getattr(paper, "parse_stats", None) else {}),
         "n_no_accepted": int(sum(r["sampled_probs"] is None for r in rows)),
         "n_exact_unsampleable": int(sum(c.exact is None for c in cases)),
+        "n_misses": int(sum(r["miss"] for r in rows)),
+        "verdict": _verdict(agg),
     }
     settings.update({"k": k, "seed": seed, "n_boot": n_boot, "batch_size": batch_size})
     summary["seconds"] = {"exact_scoring_and_items": round(t1 - t0, 1), "generation": round(t2 - t1, 1),
                           "parse_and_bootstrap": round(time.perf_counter() - t2, 1)}
     return SamplingCheck(task, str(getattr(lm, "name", "")), settings, rows, agg, summary)
+
+
+def _verdict(agg: dict) -> str:
+    """``pass`` when every aggregate metric's sampled value lies in the exact side's same-prompts range, ``fail``
+    when one does not, ``n/a`` when none could be tested (the unit bootstrap is for information only)."""
+    tested = [v["sampled_inside_predicted"] for v in agg.values() if v.get("sampled_inside_predicted") is not None]
+    return "n/a" if not tested else "pass" if all(tested) else "fail"

@@ -48,18 +48,19 @@ class PaperCheck(_Base):
     """iso/cmp direct settings: unit = context pair within a setting; headline: the Parity Gap of iso and cmp."""
 
     max_new_tokens = 8
+    sampler = "cmp_iso"
     unit = "context pair (per setting)"
     metric = "Parity Gap (iso, cmp), direct with and without the neutral option"
     parse_exact = True
     benchmarks = ("stereoset", "bbq", "winobias")
     settings_list = ({"reasoning": "direct", "neutral": False}, {"reasoning": "direct", "neutral": True})
 
-    def config(self, task: Any, n_prompts: int, seed: int, max_new_tokens: int) -> Any:
-        # 4 prompts per pair x settings x benchmarks
+    def config(self, task: Any, n_prompts: int, seed: int, max_new_tokens: int | None) -> Any:
+        # 4 prompts per pair x settings x benchmarks; the published run's parse settings are the config's defaults
         max_pairs = max(1, math.ceil(n_prompts / 4 / len(self.benchmarks) / len(self.settings_list)))
+        budget = {} if max_new_tokens is None else {"parse_max_new_tokens": int(max_new_tokens)}
         return task.make_config({"benchmarks": list(self.benchmarks), "max_pairs": max_pairs, "seed": seed,
-                                 "settings": [dict(x) for x in self.settings_list],
-                                 "parse_max_new_tokens": int(max_new_tokens), "parse_max_nodes": 256})
+                                 "settings": [dict(x) for x in self.settings_list], **budget})
 
     def cases(self, scored: Scored) -> list[PromptCase]:
         self.tokenizer = scored.tokenizer

@@ -40,6 +40,7 @@ class PaperCheck(_Base):
     instances with S >= 20, exact side: the paper's K-sample estimator computed exactly."""
 
     max_new_tokens = 8
+    sampler = "hbb"
     unit = "instance (question pair)"
     metric = "share of instances with S >= 20"
     same_prompts = False
@@ -48,7 +49,7 @@ class PaperCheck(_Base):
         self.threshold = threshold
         self.instances: list[tuple[str, str, str]] = []
 
-    def config(self, task: Any, n_prompts: int, seed: int, max_new_tokens: int) -> Any:
+    def config(self, task: Any, n_prompts: int, seed: int, max_new_tokens: int | None) -> Any:
         # per_cell instances per category x descriptor type (16 cells): stratified, at most 2 questions each
         per_cell = max(1, math.ceil(n_prompts / 32))
         return task.make_config({"per_cell": per_cell, "sample_seed": seed, "swap_order": False, "hbb_sg": False,

@@ -10,7 +10,8 @@ from probe.prompts.answer_parse import strip_answer_cue
 
 __all__ = ["HBB_PARSER_VERSION", "hbb_decided", "hbb_refused", "parse_hbb_choice"]
 
-HBB_PARSER_VERSION = "hbb-choice/1"
+# /2: the answer cue's words stand on one line, and "The answer to this question is" is a cue
+HBB_PARSER_VERSION = "hbb-choice/2"
 _HBB_CHOICE = re.compile(r"\(?([A-Za-z])\s*(?:\)|\.|:|$|\s*$)")
 
 

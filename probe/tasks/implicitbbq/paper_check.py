@@ -73,20 +73,21 @@ class PaperCheck(_Base):
     and implicit contexts."""
 
     max_new_tokens = 10
+    sampler = "implicitbbq"
     unit = "item"
     metric = "Acc_amb, Acc_dis, S_amb, S_dis (explicit, implicit)"
     parse_exact = True
     strategies = ("zero_shot", "safety", "few_shot")
 
-    def config(self, task: Any, n_prompts: int, seed: int, max_new_tokens: int) -> Any:
+    def config(self, task: Any, n_prompts: int, seed: int, max_new_tokens: int | None) -> Any:
         # 3 strategies x 2 kinds x 2 conditions x 6 dimensions = 72 cells; per_cell counts items of a
         # dimension x setting (each setting holds both conditions), so 2 per cell gives ~144 prompts
         per_cell = max(1, math.ceil(n_prompts / (len(self.strategies) * 2 * 6 * 2)))
+        # the published run's parse settings (token budget, node cap, residual targets) are the config's defaults
+        budget = {} if max_new_tokens is None else {"parse_max_new_tokens": int(max_new_tokens)}
         return task.make_config({"strategies": list(self.strategies), "answer_formats": ["oneword"],
                                  "context_kinds": ["explicit", "implicit"],
-                                 "per_cell": {s: per_cell for s in self.strategies}, "seed": seed,
-                                 "parse_max_new_tokens": int(max_new_tokens),
-                                 "parse_residual": 0.01, "parse_max_nodes": None})
+                                 "per_cell": {s: per_cell for s in self.strategies}, "seed": seed, **budget})
 
     def requests(self, task: Any, config: Any, items: Sequence[Any], tokenizer: Any) -> list[Any]:
         return [r for r in task.requests(config, items, tokenizer)
