@@ -78,7 +78,14 @@ def forward_hooked(model: Any) -> bool:
 
     if any(getattr(mod, g, None) for g in ("_global_forward_hooks", "_global_forward_pre_hooks")):
         return True
-    return any(m._forward_hooks or m._forward_pre_hooks for m in model.modules())
+    return any(not _recorder(h) for m in model.modules()
+               for h in (*m._forward_hooks.values(), *m._forward_pre_hooks.values()))
+
+
+def _recorder(hook: Any) -> bool:
+    """transformers' own output recorders: installed for good on the first ``output_hidden_states=True`` call,
+    they only copy outputs while a call asks for them, so they change no score and must not switch the cache off."""
+    return getattr(hook, "__module__", "") == "transformers.utils.output_capturing"
 
 
 # -- the store -------------------------------------------------------------------

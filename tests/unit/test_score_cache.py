@@ -428,3 +428,21 @@ def test_cli_rerun_into_a_new_output_reads_the_cache(tmp_path, model_dir, capsys
     assert main(["score", *common, "--output", str(tmp_path / "b.jsonl")]) == 0
     assert "6 sequence(s) read, 0 written" in capsys.readouterr().err
     assert (tmp_path / "a.jsonl").read_bytes() == (tmp_path / "b.jsonl").read_bytes()
+
+
+def test_transformers_output_recorders_do_not_bypass_the_cache(tiny_lm):
+    """A call with output_hidden_states=True leaves transformers' recording hooks on the model for good; they
+    change no output, so the cache stays on. A user's hook still switches it off."""
+    import torch
+
+    from probe.scoring.cache import forward_hooked
+
+    tiny_lm.model(input_ids=torch.tensor([[1, 2, 3]]), output_hidden_states=True)
+    if not any(m._forward_hooks for m in tiny_lm.model.modules()):
+        pytest.skip("this transformers release leaves no recording hook behind")
+    assert not forward_hooked(tiny_lm.model)
+    handle = tiny_lm.model.model.layers[0].register_forward_hook(lambda *a: None)
+    try:
+        assert forward_hooked(tiny_lm.model)
+    finally:
+        handle.remove()
