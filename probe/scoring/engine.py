@@ -23,18 +23,10 @@ from typing import Any
 import torch
 
 from probe.hf_compat import cache_kwargs, output_cache
+from probe.scoring.rows import Row, common_prefix_length  # noqa: F401  (re-exported: the engine's input)
 from probe.scoring.sampling import target_logprobs
 
 HEAD_CHUNK = 256  # rows of hidden states unembedded at once: 256 x vocab float32 stays small
-
-
-@dataclass
-class Row:
-    """A unique sequence to run. ``score_from``: first scored token (see tokens.Sequence)."""
-
-    ids: tuple[int, ...]
-    score_from: int
-    label_ids: tuple[int, ...] = ()
 
 
 @dataclass
@@ -385,18 +377,3 @@ def cache_bytes(cache: Any) -> int:
             if isinstance(t, torch.Tensor):
                 total += t.numel() * t.element_size()
     return total
-
-
-def common_prefix_length(seqs: list[tuple[int, ...]]) -> int:
-    """Length of the longest common prefix of token sequences."""
-    if not seqs:
-        return 0
-    first, n = seqs[0], min(len(s) for s in seqs)
-    for other in seqs[1:]:
-        k = 0
-        while k < n and other[k] == first[k]:
-            k += 1
-        n = k
-        if n == 0:
-            break
-    return n

@@ -38,7 +38,7 @@ import numpy as np
 import torch
 
 from probe.scoring.batching import Node
-from probe.scoring.engine import Row
+from probe.scoring.rows import Row
 
 #: rows per pass stay below 65,536: SDPA's launch grid fails above it, and past 65,536 query
 #: positions with a mask it has returned wrong values (pytorch #146704, #162588)

@@ -82,4 +82,5 @@ def _exact(task: str, metric: str, estimator: str) -> bool:
     """Metrics whose interval is exact (Wilson's, for a share), allowed at any n: CrowS-Pairs' log-likelihood
     score (the share of pairs preferring the stereotype) and argmax score, HBB's share over the threshold."""
     return (task == "crows_pairs" and ("log-likelihood" in estimator or "argmax" in metric)
-            or task == "hbb" and "share" in metric)
+            or task == "hbb" and "share" in metric
+            or "certified [" in estimator)  # a certified interval is a bound, not a resample: valid at any n

@@ -41,13 +41,19 @@ def pair(request):
 def test_scores_and_shared_captures_equal_the_plain_path(pair, monkeypatch):
     arch, lm, tl = pair
     shared = []
-    original = Taps.pass_of
+    level, packed = Taps.pass_of, Taps.pass_at
 
-    def spy(self, nodes, column):
+    def spy_level(self, nodes, column):
         shared.extend(not n.is_leaf for n in nodes if self.need.get(id(n)))
-        return original(self, nodes, column)
+        return level(self, nodes, column)
 
-    monkeypatch.setattr(Taps, "pass_of", spy)
+    def spy_packed(self, places):
+        shared.extend(not n.is_leaf for n, _, _ in places if self.need.get(id(n)))
+        return packed(self, places)
+
+    # either road reads a shared segment's positions in the pass that computes it (packed, or level by level)
+    monkeypatch.setattr(Taps, "pass_of", spy_level)
+    monkeypatch.setattr(Taps, "pass_at", spy_packed)
     spec = CaptureSpec(_hooks(arch), POSITIONS)
     reqs = _requests()
     plain = Scorer(lm, batch_size=4).score(reqs, capture=spec)
