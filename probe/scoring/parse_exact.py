@@ -94,6 +94,26 @@ def parse_exact(
     """
     import torch
 
+    _check_arguments(spec, max_new_tokens, residual, answer_residual)
+    n = len(prompts)
+    parsers = _per_prompt(parser, n, "parser")
+    decideds = _per_prompt(decided, n, "decided") if decided is not None else [None] * n
+    prune = _default_prune(residual, answer_residual) if prune is None else float(prune)
+    encoded = _encode_prompts(lm.tokenizer, prompts)
+    out: list[ParseDistribution] = []
+    groups = [range(a, min(n, a + prompt_batch)) for a in range(0, n, prompt_batch)]
+    bar = _progress_bar(n, progress)
+    with torch.inference_mode():
+        enum = _Enumerator(lm, spec, max_new_tokens, residual, max_nodes, prune, batch_size, top, answer_residual)
+        enum.export_frontier = bool(frontier)
+        for g in groups:
+            out.extend(enum.run([encoded[i] for i in g], [parsers[i] for i in g], [decideds[i] for i in g]))
+            bar.update(len(g))
+    bar.close()
+    return out
+
+
+def _check_arguments(spec: Any, max_new_tokens: int, residual: float, answer_residual: float | None) -> None:
     from probe.scoring.sampling import SamplingSpec
 
     if not isinstance(spec, SamplingSpec):
@@ -104,33 +124,25 @@ def parse_exact(
         raise ValueError(f"parse_exact: residual must be in [0, 1), got {residual!r}")
     if answer_residual is not None and not 0 < answer_residual <= 1:
         raise ValueError(f"parse_exact: answer_residual must be in (0, 1], got {answer_residual!r}")
-    n = len(prompts)
-    parsers = _per_prompt(parser, n, "parser")
-    decideds = _per_prompt(decided, n, "decided") if decided is not None else [None] * n
-    floor = residual * answer_residual if answer_residual is not None else residual
-    prune = floor / 1000 if prune is None else float(prune)
-    tok = lm.tokenizer
+
+
+def _encode_prompts(tok: Any, prompts: Sequence[str | Sequence[int]]) -> list:
     encoded = [_encode(tok, p) for p in prompts]
     for i, ids in enumerate(encoded):
         if not ids:
             raise ValueError(f"parse_exact: prompt {i} encodes to no tokens")
-    out: list[ParseDistribution] = []
-    groups = [range(a, min(n, a + prompt_batch)) for a in range(0, n, prompt_batch)]
-    bar = None
-    if progress:
-        from tqdm.auto import tqdm
+    return encoded
 
-        bar = tqdm(total=n, desc="enumerating generations", unit="prompt", leave=False)
-    with torch.inference_mode():
-        enum = _Enumerator(lm, spec, max_new_tokens, residual, max_nodes, prune, batch_size, top, answer_residual)
-        enum.export_frontier = bool(frontier)
-        for g in groups:
-            out.extend(enum.run([encoded[i] for i in g], [parsers[i] for i in g], [decideds[i] for i in g]))
-            if bar is not None:
-                bar.update(len(g))
-    if bar is not None:
-        bar.close()
-    return out
+
+def _default_prune(residual: float, answer_residual: float | None) -> float:
+    """The smallest stopping residual / 1000: children below it are not worth a pass."""
+    return (residual * answer_residual if answer_residual is not None else residual) / 1000
+
+
+def _progress_bar(n: int, shown: bool) -> Any:
+    from tqdm.auto import tqdm
+
+    return tqdm(total=n, desc="enumerating generations", unit="prompt", leave=False, disable=not shown)
 
 
 def eos_ids(lm: Any) -> set[int]:

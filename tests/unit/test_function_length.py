@@ -39,7 +39,5 @@ def test_no_function_in_runs_is_over_60_lines():
     assert long_functions("runs") == []
 
 
-@pytest.mark.xfail(reason="probe/scoring/ is being rewritten; its long functions are split with the rewrite",
-                   strict=False)
 def test_no_function_in_scoring_is_over_60_lines():
     assert long_functions("scoring") == []
