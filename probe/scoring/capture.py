@@ -110,33 +110,25 @@ class Taps:
         if left:  # pragma: no cover - a planning bug, never silently dropped
             raise RuntimeError(f"capture positions {sorted(left)[:5]} fall in no pass")
 
-    @contextlib.contextmanager
     def pass_of(self, nodes: list[Node], column: Callable[[int, int], int]):
         """While one forward pass over ``nodes`` runs: gather their needed tokens
         (``column(batch_row, token_index)`` is the token's column in that pass)."""
-        rows, cols, keys = [], [], []
-        for b, n in enumerate(nodes):
-            for t in self.need.get(id(n), ()):
-                rows.append(b)
-                cols.append(column(b, t))
-                keys.append(n.ids[: t + 1])
-        self._plan = (torch.tensor(rows, dtype=torch.long), torch.tensor(cols, dtype=torch.long), keys) if keys else None
-        try:
-            yield
-        finally:
-            self._plan = None
+        return self._gathering([(b, column(b, t), n.ids[: t + 1])
+                                for b, n in enumerate(nodes) for t in self.need.get(id(n), ())])
 
-    @contextlib.contextmanager
     def pass_at(self, places: list[tuple[Node, int, int]]):
         """While one packed pass runs: gather the needed tokens of each ``(node, row, column of the
         node's first token)`` (probe.scoring.packed)."""
-        rows, cols, keys = [], [], []
-        for n, r, c in places:
-            for t in self.need.get(id(n), ()):
-                rows.append(r)
-                cols.append(c + t - n.start)
-                keys.append(n.ids[: t + 1])
-        self._plan = (torch.tensor(rows, dtype=torch.long), torch.tensor(cols, dtype=torch.long), keys) if keys else None
+        return self._gathering([(r, c + t - n.start, n.ids[: t + 1])
+                                for n, r, c in places for t in self.need.get(id(n), ())])
+
+    @contextlib.contextmanager
+    def _gathering(self, reads: list[tuple[int, int, tuple[int, ...]]]):
+        """Plan the ``(row, column, key)`` reads of the pass that runs inside this block."""
+        self._plan = None
+        if reads:
+            rows, cols, keys = zip(*reads)
+            self._plan = (torch.tensor(rows, dtype=torch.long), torch.tensor(cols, dtype=torch.long), list(keys))
         try:
             yield
         finally:
