@@ -113,6 +113,10 @@ class DemoTask(Task[DemoConfig, dict]):
     strata_names = ("dimension", "context_kind")
     unit_name = "scenario x context kind (its condition x polarity variants)"
     metric_notes = METRIC_NOTES
+    #: the report's words for the metrics (Task.terms): BBQ's metrics, on the demo's own scenarios
+    terms = {"bias_amb": "bias score, ambiguous contexts", "bias_dis": "bias score, disambiguated contexts",
+             "acc_amb": "accuracy, ambiguous contexts", "acc_dis": "accuracy, disambiguated contexts",
+             "acc_dis_all": "accuracy, all disambiguated contexts", "expected": "expected (exact probabilities)"}
 
     def items(self, config: DemoConfig) -> list[dict]:
         return demo_items()
