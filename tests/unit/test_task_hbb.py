@@ -198,9 +198,12 @@ SHORT = dict(mcq_instruction="Pick a or b.", mcq_question="{context}\na) {option
 @pytest.fixture
 def data(tmp_path, descriptors, monkeypatch) -> Path:
     """Two concept pairs with the real descriptors, and prompts short enough for the tiny model."""
+    import probe.tasks.crows_pairs.prompts as two
     import probe.tasks.hbb.prompts as prompts
 
     monkeypatch.setattr(prompts, "load_hbb_prompts", lambda: prompts.HBBPrompts(**SHORT))
+    monkeypatch.setattr(two, "load_two_choice", lambda: two.TwoChoicePrompt(SHORT["mcq_instruction"], ("a", "b"),
+                                                                            SHORT["mcq_answer_cue"]))
     data = tmp_path / "hbb"
     data.mkdir()
     (data / "questions.csv").write_text(

@@ -406,6 +406,9 @@ class HBBTask(Task[HBBConfig, HBBInstance]):
         res = resources.files("probe.tasks.hbb").joinpath("resources")
         files += [Path(str(res.joinpath(name))) for name in
                   ("hbb_prompts.yaml", "hbb_evaluate_perplexity.txt", "hbb_qa_generate2_more_sentences.txt")]
+        from probe.tasks.crows_pairs.prompts import two_choice_file
+
+        files.append(Path(two_choice_file()))  # the MCQ's instruction, labels and answer cue (Table 11)
         if config.hbb_sg:
             from probe.tasks.hbb.variations import resolve_source
 
