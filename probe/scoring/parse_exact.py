@@ -102,13 +102,13 @@ def parse_exact(
     encoded = _encode_prompts(lm.tokenizer, prompts)
     out: list[ParseDistribution] = []
     groups = [range(a, min(n, a + prompt_batch)) for a in range(0, n, prompt_batch)]
-    bar = _progress_bar(n, progress)
+    bar = _Progress(n, progress)
     with torch.inference_mode():
         enum = _Enumerator(lm, spec, max_new_tokens, residual, max_nodes, prune, batch_size, top, answer_residual)
-        enum.export_frontier = bool(frontier)
+        enum.export_frontier, enum.on_pass = bool(frontier), (bar.on_pass if progress else None)
         for g in groups:
             out.extend(enum.run([encoded[i] for i in g], [parsers[i] for i in g], [decideds[i] for i in g]))
-            bar.update(len(g))
+            bar.group_done(len(g))
     bar.close()
     return out
 
@@ -139,10 +139,32 @@ def _default_prune(residual: float, answer_residual: float | None) -> float:
     return (residual * answer_residual if answer_residual is not None else residual) / 1000
 
 
-def _progress_bar(n: int, shown: bool) -> Any:
-    from tqdm.auto import tqdm
+class _Progress:
+    """The enumeration's bar: prompts finished, moved after every forward pass (not per group of prompts: one
+    group can take minutes), and the nodes expanded so far beside it."""
 
-    return tqdm(total=n, desc="enumerating generations", unit="prompt", leave=False, disable=not shown)
+    def __init__(self, n: int, shown: bool) -> None:
+        from tqdm.auto import tqdm
+
+        self.bar = tqdm(total=n, desc="enumerating generations", unit="prompt", leave=False, disable=not shown)
+        self.base = self.nodes = 0
+
+    def on_pass(self, nodes: int, finished: int) -> None:
+        """After a forward pass of ``nodes`` nodes, with ``finished`` prompts of the current group done."""
+        self.nodes += nodes
+        self.bar.set_postfix_str(f"{self.nodes:,} nodes", refresh=False)
+        self._to(self.base + finished)
+
+    def group_done(self, size: int) -> None:
+        self.base += size
+        self._to(self.base)
+
+    def _to(self, k: int) -> None:
+        if k > self.bar.n:
+            self.bar.update(k - self.bar.n)
+
+    def close(self) -> None:
+        self.bar.close()
 
 
 def eos_ids(lm: Any) -> set[int]:
@@ -239,6 +261,9 @@ class _State:
 class _Enumerator:
     """Best-first enumeration of generation trees over a group of prompts, on the engine's forward pass."""
 
+    #: called after each forward pass with (nodes in it, prompts of the group finished): the progress bar
+    on_pass: Callable[[int, int], None] | None = None
+
     def __init__(self, lm: Any, spec: Any, max_new: int, residual: float, max_nodes: int | None, prune: float,
                  batch_size: int, top: int, answer_residual: float | None = None) -> None:
         from probe.scoring.engine import Engine, pad_id_of
@@ -267,6 +292,8 @@ class _Enumerator:
             if not batch:
                 break
             self._expand(states, batch)
+            if self.on_pass is not None:  # progress inside a group: nodes expanded, prompts finished
+                self.on_pass(len(batch), sum(not self._active(s) for s in states))
         return [self._result(s) for s in states]
 
     def _target(self, s: _State) -> float:

@@ -121,7 +121,7 @@ class HBBTask(Task[HBBConfig, HBBInstance]):
                    "option orders), HBB-SG, optional CrowS-Pairs")
     Config = HBBConfig
     #: the report's words for the variants and metrics (Task.terms)
-    terms = {"hbb": "s1 as option a)", "hbb_swapavg": "both option orders averaged",
+    terms = {"hbb": "one option order (s1 first)", "hbb_swapavg": "both option orders averaged",
              "hbb_sg": "semi-generation (HBB-SG)", "share": "share of instances with S over the threshold",
              "mean_s": "mean S of those instances", "mean_s_all": "mean S of every instance"}
 
