@@ -21,9 +21,10 @@ The tree and the passes depend only on the set of rows, never on their order.
 
 from __future__ import annotations
 
+from array import array
 from dataclasses import dataclass, field
 
-from probe.scoring.rows import Row, common_prefix_length
+from probe.scoring.rows import Row
 
 MIN_SHARED = 16  # a shared segment must save at least this many tokens to be worth a tree level
 PAD_SLACK = 1.3  # a pass may hold at most 30% padding (once it has 4 rows)
@@ -72,13 +73,41 @@ def build_tree(rows: list[Row], min_shared: int = MIN_SHARED, share: bool = True
     >>> [(n.start, n.end, len(n.children)) for n in build_tree(rows, min_shared=2)]
     [(0, 4, 2)]
     """
-    rows = sorted(rows, key=lambda r: (r.ids, r.score_from, r.label_ids))
+    keys = {id(r): token_bytes(r.ids) for r in rows}
+    # byte keys sort as the id tuples do, compared in C
+    rows = sorted(rows, key=lambda r: (keys[id(r)], r.score_from, r.label_ids))
     if not share:
         return [_leaf(r, 0) for r in rows]
-    return _fold(_split(rows, 0), min_shared)
+    return _fold(_split(rows, 0, keys), min_shared)
 
 
-def _split(rows: list[Row], depth: int) -> list[Node]:
+def token_bytes(ids: tuple[int, ...]) -> bytes:
+    """Token ids as big-endian 4-byte words: bytes compare (and share prefixes) as the tuples do."""
+    words = array("I", ids)
+    if words.itemsize != 4:  # pragma: no cover - every platform torch runs on has 4-byte unsigned ints
+        words = array("L", ids)
+    if words.itemsize == 4 and array("I", [1]).tobytes()[0] == 1:  # little-endian host
+        words.byteswap()
+    return words.tobytes()
+
+
+def shared_tokens(a: bytes, b: bytes) -> int:
+    """The common prefix, in tokens, of two :func:`token_bytes` keys: a bisection on slice equality,
+    each comparison a memcmp."""
+    n = min(len(a), len(b))
+    if a[:n] == b[:n]:
+        return n // 4
+    lo, hi = 0, n  # a[:lo] == b[:lo], a[:hi] != b[:hi]
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if a[:mid] == b[:mid]:
+            lo = mid
+        else:
+            hi = mid
+    return lo // 4
+
+
+def _split(rows: list[Row], depth: int, keys: dict[int, bytes]) -> list[Node]:
     """Nodes for sorted ``rows`` that share their first ``depth`` tokens."""
     out: list[Node] = []
     open_rows = []
@@ -97,8 +126,8 @@ def _split(rows: list[Row], depth: int) -> list[Node]:
         if len(cluster) == 1:
             out.append(_leaf(cluster[0], depth))
         else:
-            end = min(common_prefix_length([cluster[0].ids, cluster[-1].ids]), min(_cap(r) for r in cluster))
-            out.append(Node(start=depth, end=end, ids=cluster[0].ids[:end], children=_split(cluster, end)))
+            end = min(shared_tokens(keys[id(cluster[0])], keys[id(cluster[-1])]), min(_cap(r) for r in cluster))
+            out.append(Node(start=depth, end=end, ids=cluster[0].ids[:end], children=_split(cluster, end, keys)))
         i = j
     return out
 
