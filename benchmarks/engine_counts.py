@@ -13,7 +13,8 @@ columns. Figures (the CPU table of benchmarks/RESULTS.md):
 - forward passes for 192 paired BBQ requests (96 items, text + letters) at a
   16,384-token budget and no row cap, and per 1,000 computed tokens at the
   budget ``token_budget="auto"`` gives the Llama-3.1-8B shape in bf16 on 120 GiB free;
-- padding: share of the positions run that are not distinct tokens;
+- padding: share of the positions run that are padding, and share of the positions run that are
+  not distinct tokens (padding, and shared segments a row repeats);
 - in the largest HBB-SG pass that reads leaves: the share of its attended
   columns that are padding or parent-cache columns (old), or padding (new);
 - KV-cache bytes copied per computed token;
@@ -289,6 +290,7 @@ def measure_model(name: str, args: argparse.Namespace) -> dict[str, Any]:
         out[label] = {
             "bbq_passes": bbq["counts"]["forward_passes"], "bbq_tokens": bbq["counts"]["tokens_computed"],
             "bbq_padding_share": bbq["padding_share"],
+            "bbq_positions_run": bbq["counts"]["tokens_computed"] + bbq["counts"]["tokens_padded"],
             "passes_per_1k_tokens_8b_budget": 1000 * big["counts"]["forward_passes"] / big["counts"]["tokens_computed"],
             "hbb_sg_leaf_pass_pad_cache_share": leaf_pass_waste(sg["passes"]),
             "kv_bytes_per_token": max(bbq["kv_bytes_per_token"], sg["kv_bytes_per_token"]),
@@ -297,6 +299,10 @@ def measure_model(name: str, args: argparse.Namespace) -> dict[str, Any]:
             "host_ms_per_1k_tokens_stub": None if light else host_ms_per_1k(lm, w["bbq"], packed),
             "_runs": {"bbq": bbq, "hbb_sg": sg, "hbb_mcq": mcq},
         }
+    # distinct tokens: what the old path computes (each prefix-tree segment once, no row repeats one)
+    distinct = out["old"]["bbq_tokens"]
+    for label in ("old", "new"):
+        out[label]["bbq_not_distinct_share"] = 1 - distinct / out[label]["bbq_positions_run"]
     out["new_vs_old"] = {k: compare(out["old"]["_runs"][k], out["new"]["_runs"][k]) for k in ("bbq", "hbb_sg", "hbb_mcq")}
     for label in ("old", "new"):
         out[label].pop("_runs")

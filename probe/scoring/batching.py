@@ -21,8 +21,12 @@ The tree and the passes depend only on the set of rows, never on their order.
 
 from __future__ import annotations
 
+import sys
 from array import array
 from dataclasses import dataclass, field
+from itertools import chain
+
+import numpy as np
 
 from probe.scoring.rows import Row
 
@@ -78,36 +82,49 @@ def build_tree(rows: list[Row], min_shared: int = MIN_SHARED, share: bool = True
     rows = sorted(rows, key=lambda r: (keys[id(r)], r.score_from, r.label_ids))
     if not share:
         return [_leaf(r, 0) for r in rows]
-    return _fold(_split(rows, 0, keys), min_shared)
+    shared = _Shared(rows)
+    return _fold(_split(rows, 0, shared), min_shared)
 
 
 def token_bytes(ids: tuple[int, ...]) -> bytes:
-    """Token ids as big-endian 4-byte words: bytes compare (and share prefixes) as the tuples do."""
+    """Token ids as big-endian 4-byte words: bytes compare as the tuples do (ids are below 2**32)."""
     words = array("I", ids)
-    if words.itemsize != 4:  # pragma: no cover - every platform torch runs on has 4-byte unsigned ints
-        words = array("L", ids)
-    if words.itemsize == 4 and array("I", [1]).tobytes()[0] == 1:  # little-endian host
+    if sys.byteorder == "little":
         words.byteswap()
     return words.tobytes()
 
 
-def shared_tokens(a: bytes, b: bytes) -> int:
-    """The common prefix, in tokens, of two :func:`token_bytes` keys: a bisection on slice equality,
-    each comparison a memcmp."""
-    n = min(len(a), len(b))
-    if a[:n] == b[:n]:
-        return n // 4
-    lo, hi = 0, n  # a[:lo] == b[:lo], a[:hi] != b[:hi]
-    while hi - lo > 1:
-        mid = (lo + hi) // 2
-        if a[:mid] == b[:mid]:
-            lo = mid
-        else:
-            hi = mid
-    return lo // 4
+class _Shared:
+    """Common prefix lengths of sorted rows: for neighbours computed at once, blocks of rows compared as
+    padded arrays; for any two rows the least over the neighbours between them (sorted order)."""
+
+    BLOCK = 512  # rows compared at once (a [rows, longest] array)
+
+    def __init__(self, rows: list[Row]) -> None:
+        self.index = {id(r): i for i, r in enumerate(rows)}
+        parts = [np.zeros(0, np.int64)]
+        for a in range(0, len(rows) - 1, self.BLOCK):
+            parts.append(_neighbours(rows[a : a + self.BLOCK + 1]))
+        self.next = np.concatenate(parts)
+
+    def between(self, first: Row, last: Row) -> int:
+        i, j = self.index[id(first)], self.index[id(last)]
+        return int(self.next[i:j].min()) if j > i else len(first.ids)
 
 
-def _split(rows: list[Row], depth: int, keys: dict[int, bytes]) -> list[Node]:
+def _neighbours(rows: list[Row]) -> np.ndarray:
+    """The common prefix length of each row and the next (``len(rows) - 1`` values)."""
+    lengths = np.fromiter((len(r.ids) for r in rows), np.int64, len(rows))
+    grid = np.full((len(rows), int(lengths.max())), -1, np.int64)
+    flat = np.fromiter(chain.from_iterable(r.ids for r in rows), np.int64, int(lengths.sum()))
+    grid[np.repeat(np.arange(len(rows)), lengths), np.arange(len(flat)) - np.repeat(np.cumsum(lengths) - lengths,
+                                                                                    lengths)] = flat
+    same = grid[1:] == grid[:-1]
+    first_diff = np.where(same.all(axis=1), grid.shape[1], same.argmin(axis=1))
+    return np.minimum(first_diff, np.minimum(lengths[1:], lengths[:-1]))
+
+
+def _split(rows: list[Row], depth: int, shared: _Shared) -> list[Node]:
     """Nodes for sorted ``rows`` that share their first ``depth`` tokens."""
     out: list[Node] = []
     open_rows = []
@@ -126,8 +143,8 @@ def _split(rows: list[Row], depth: int, keys: dict[int, bytes]) -> list[Node]:
         if len(cluster) == 1:
             out.append(_leaf(cluster[0], depth))
         else:
-            end = min(shared_tokens(keys[id(cluster[0])], keys[id(cluster[-1])]), min(_cap(r) for r in cluster))
-            out.append(Node(start=depth, end=end, ids=cluster[0].ids[:end], children=_split(cluster, end, keys)))
+            end = min(shared.between(cluster[0], cluster[-1]), min(_cap(r) for r in cluster))
+            out.append(Node(start=depth, end=end, ids=cluster[0].ids[:end], children=_split(cluster, end, shared)))
         i = j
     return out
 

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import bisect
 import math
+from itertools import chain
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -96,7 +97,7 @@ def flatten(root: Node) -> Flat:
     number = np.repeat(np.arange(len(chunks), dtype=np.int64), lengths)
     starts = np.repeat(np.array([st for _, st, _ in chunks], dtype=np.int64), lengths)
     first = np.repeat(np.cumsum(lengths) - lengths, lengths)
-    ids = np.fromiter((t for s, _, _ in chunks for t in s), dtype=np.int64, count=int(lengths.sum()))
+    ids = np.fromiter(chain.from_iterable(s for s, _, _ in chunks), dtype=np.int64, count=int(lengths.sum()))
     return Flat(ids, starts + np.arange(len(ids)) - first, number, np.asarray(ends, np.int64)[number], places,
                 len(places))
 
@@ -382,8 +383,8 @@ def read_plan(places: list[tuple[Node, int, int]]) -> ReadPlan:
     tok_pairs = np.repeat(at_pair + n_lab, n_tok) + local
     pair_pos[lab_pairs] = np.repeat(at_pos, n_lab)
     pair_pos[tok_pairs] = tok_at
-    pair_tok[lab_pairs] = np.fromiter((t for row in rows for t in row.label_ids), i64, len(lab_pairs))
-    pair_tok[tok_pairs] = np.fromiter((t for row, f in zip(rows, first.tolist()) for t in row.ids[f:]), i64,
+    pair_tok[lab_pairs] = np.fromiter(chain.from_iterable(row.label_ids for row in rows), i64, len(lab_pairs))
+    pair_tok[tok_pairs] = np.fromiter(chain.from_iterable(row.ids[f:] for row, f in zip(rows, first.tolist())), i64,
                                       len(tok_pairs))
     pos_row = np.repeat(np.fromiter((r for _, r, _ in leaves), i64, len(rows)), n_pos)
     table = [(row, bool(row.label_ids), p, q) for row, p, q in zip(rows, n_pos.tolist(), n_pair.tolist())]
