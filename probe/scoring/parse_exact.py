@@ -335,52 +335,29 @@ class _Enumerator:
     # -- forward passes ---------------------------------------------------------------------------------
     def _prefill(self, prompts: list[tuple[int, ...]], parsers: list[Parser],
                  decideds: list[Callable[[str], bool] | None]) -> list[_State]:
-        """Run the prompts once (left-padded), keep each one's cache and queue its first tokens."""
-        eng = self.engine
-        width = max(len(p) for p in prompts)
-        cache, _mask, hidden = eng.run_prefixes(list(prompts), with_hidden=True)
-        kvs = _stack_cache(cache)  # [2, L, B, H, W, D]
-        logits = eng.logits(hidden[:, -1])
+        """Run the prompts once (the engine's :meth:`~probe.scoring.engine.Engine.begin`), keep each one's
+        keys and values and queue its first tokens."""
+        ext, logits = self.engine.begin(list(prompts))
         states = []
-        for b, (p, parser, dec) in enumerate(zip(prompts, parsers, decideds)):
-            kv = kvs[:, :, b, :, width - len(p):, :].clone()  # the prompt's own positions, padding dropped
-            s = _State(prompt=p, kv=kv, parser=parser, decided=dec)
+        for b, (p, kv, parser, dec) in enumerate(zip(prompts, ext.own(), parsers, decideds)):
+            s = _State(prompt=p, kv=kv, parser=parser, decided=dec)  # the prompt's own positions, no padding
             self._children(s, -1, (), 1.0, logits[b])
             states.append(s)
         return states
 
     def _expand(self, states: list[_State], batch: list[tuple[int, float, int, int]]) -> None:
-        import torch
-
+        """One forward token per picked frontier entry: each after its prompt and path, through the engine's
+        :meth:`~probe.scoring.engine.Engine.extend` (the pad and cache rules live there)."""
         eng = self.engine
         rows = []
         for i, mass, parent, token in batch:
             s = states[i]
             path = s.nodes[parent].path if parent >= 0 else ()
             rows.append((s, mass, parent, token, path))
-        lengths = [len(s.prompt) + len(path) for s, _, _, _, path in rows]
-        width = max(lengths)
-        L, H, D = states[0].kv.shape[1], states[0].kv.shape[2], states[0].kv.shape[4]
-        dtype, device = states[0].kv.dtype, states[0].kv.device
-        kv = torch.zeros((2, L, len(rows), H, width, D), dtype=dtype, device=device)
-        mask = torch.zeros((len(rows), width + 1), dtype=torch.long)
-        for b, ((s, _, parent, _, path), n) in enumerate(zip(rows, lengths)):
-            parts = [s.kv] + [s.nodes[j].kv.unsqueeze(-2) for j in _chain(s, parent)]
-            kv[:, :, b, :, width - n:, :] = torch.cat(parts, dim=-2)
-            mask[b, width - n:] = 1
-        from transformers import DynamicCache
-
-        from probe.hf_compat import cache_kwargs, output_cache
-
-        cache = DynamicCache(ddp_cache_data=[(kv[0, li], kv[1, li]) for li in range(L)],
-                             config=eng.model.config)
-        ids = torch.tensor([[t] for _, _, _, t, _ in rows], dtype=torch.long)
-        pos = torch.tensor([[n] for n in lengths], dtype=torch.long)
-        eng.tokens_run += len(rows)
-        out = eng._decoder(input_ids=ids.to(eng.device), attention_mask=mask.to(eng.device),
-                           position_ids=pos.to(eng.device), use_cache=True, **cache_kwargs(eng.decoder, cache))
-        new = _stack_cache(output_cache(out))[:, :, :, :, -1, :]  # [2, L, B, H, D]
-        logits = eng.logits(out.last_hidden_state[:, -1])
+        ext = eng.extension([[s.kv] + [s.nodes[j].kv.unsqueeze(-2) for j in _chain(s, parent)]
+                             for s, _, parent, _, _ in rows])
+        logits = eng.extend(ext, [t for _, _, _, t, _ in rows])
+        new = ext.last()  # [2, L, B, H, D]
         for b, (s, mass, parent, token, path) in enumerate(rows):
             s.spent += 1
             s.nodes.append(_Node(parent, path + (token,), new[:, :, b].clone()))
@@ -474,14 +451,6 @@ def _chain(s: _State, node: int) -> list[int]:
         out.append(node)
         node = s.nodes[node].parent
     return out[::-1]
-
-
-def _stack_cache(cache: Any) -> Any:
-    """A cache's keys and values as one tensor ``[2, layers, batch, heads, seq, dim]``."""
-    import torch
-
-    return torch.stack([torch.stack([layer.keys for layer in cache.layers]),
-                        torch.stack([layer.values for layer in cache.layers])])
 
 
 def run_parse_requests(lm: Any, requests: Sequence[ParseRequest], *, batch_size: int = 32, top: int = 10,
