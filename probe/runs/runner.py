@@ -220,6 +220,7 @@ class Runner:
             dists = self._timed(part, lambda p: run_parse_requests(self.lm, p, batch_size=batch, top=top))
             return ({"task": task, "id": r.id, "model": self.model_id, "kind": "parse",
                      "temperature": r.temperature, "top_p": r.top_p, "max_new_tokens": r.max_new_tokens,
+                     **({"sampler": r.sampler.to_dict()} if getattr(r, "sampler", None) is not None else {}),
                      "parser": r.parser_name, **d.to_dict(), "meta": dict(r.meta)}
                     for r, d in zip(part, dists))
 

@@ -7,9 +7,14 @@ sequences ``generate`` can produce::
     P(answer = a) = sum over generations g with parser(decode(g)) == a of P(g)
 
 :func:`parse_exact` enumerates that tree of generations best-first by path
-probability. Each step's distribution is
-:func:`~probe.scoring.sampling.sampling_distribution` (temperature, then the
-nucleus, as ``generate`` samples with ``top_k`` off); a branch ends at one of
+probability. Each step's distribution is the paper's whole sampler applied with
+that node's own token history (prompt + path):
+:func:`~probe.scoring.sampler_chain.step_distribution` of a
+:class:`~probe.scoring.sampler_chain.SamplerChain`, so repetition, frequency and
+presence penalties, top-k and min-p are exact per path. A
+:class:`~probe.scoring.sampling.SamplingSpec` (or a chain that sets only
+temperature and top-p) takes :func:`~probe.scoring.sampling.sampling_distribution`,
+the same numbers bit for bit; a branch ends at one of
 the model's end-of-sequence ids (its generation config, as ``generate`` uses)
 or after ``max_new_tokens`` tokens, or earlier when ``decided(text)`` says no
 continuation can change the parser's answer. The generated ids are decoded with
@@ -71,8 +76,8 @@ def parse_exact(
 ) -> list[ParseDistribution]:
     """The distribution of ``parser(generation)`` under sampling with ``spec``, for each prompt.
 
-    ``prompts``: strings (encoded as the engine encodes a prompt: special tokens
-    unless the text starts with BOS) or token-id lists (used as given).
+    ``spec``: a ``SamplingSpec`` (temperature, top-p) or a ``SamplerChain`` (the whole sampler, per path).
+    ``prompts``: strings (encoded as the engine encodes a prompt) or token-id lists (used as given).
     ``parser``: ``text -> answer | None`` for all prompts, or one per prompt.
     ``decided``: optional ``text -> bool`` (one, or one per prompt): True when no
     continuation of ``text`` can change the parser's answer, which ends the
@@ -114,10 +119,11 @@ def parse_exact(
 
 
 def _check_arguments(spec: Any, max_new_tokens: int, residual: float, answer_residual: float | None) -> None:
+    from probe.scoring.sampler_chain import SamplerChain
     from probe.scoring.sampling import SamplingSpec
 
-    if not isinstance(spec, SamplingSpec):
-        raise TypeError("parse_exact: spec must be a SamplingSpec")
+    if not isinstance(spec, (SamplingSpec, SamplerChain)):
+        raise TypeError("parse_exact: spec must be a SamplingSpec or a SamplerChain")
     if max_new_tokens < 1:
         raise ValueError(f"parse_exact: max_new_tokens must be >= 1, got {max_new_tokens!r}")
     if not 0 <= residual < 1:
@@ -244,6 +250,7 @@ class _Enumerator:
         from probe.scoring.engine import Engine, pad_id_of
 
         self.lm, self.spec, self.max_new = lm, spec, max_new
+        self.plain = _plain_spec(spec)
         self.target, self.max_nodes, self.prune = residual, max_nodes, prune
         self.answer_residual = answer_residual
         self.export_frontier = False
@@ -364,9 +371,7 @@ class _Enumerator:
         """Resolve or queue the children of an expanded node with its next-token ``logits``."""
         import torch
 
-        from probe.scoring.sampling import sampling_distribution
-
-        dist = sampling_distribution(logits.float().cpu(), self.spec) * mass  # float64 path masses
+        dist = self._step(s, path, logits) * mass  # float64 path masses
         keep = (dist >= self.prune).nonzero()[:, 0]
         kept = dist[keep]
         order = torch.argsort(kept, descending=True, stable=True)
@@ -395,6 +400,18 @@ class _Enumerator:
         else:
             for t, m in rest:
                 s.push(m, node, t)
+
+    def _step(self, s: _State, path: tuple[int, ...], logits: Any) -> Any:
+        """The node's next-token distribution (float64 ``[vocab]``): the sampler applied with the node's own
+        history, the prompt's ids and the path's (penalties count them, as ``generate`` does per sequence)."""
+        if self.plain is not None:  # temperature / top-p only: the SamplingSpec's numbers, bit for bit
+            from probe.scoring.sampling import sampling_distribution
+
+            return sampling_distribution(logits.float().cpu(), self.plain)
+        from probe.scoring.sampler_chain import TokenHistory, step_distribution
+
+        history = TokenHistory.from_ids([s.prompt], [path]) if self.spec.uses_history else None
+        return step_distribution(logits.float().cpu().unsqueeze(0), self.spec, history).probs[0]
 
     def _decode(self, paths: list[tuple[int, ...]]) -> list[str]:
         return self.decode(paths)
@@ -440,6 +457,17 @@ def frontier_of(s: _State) -> list[tuple[float, tuple[tuple[int, ...], float | N
     return out
 
 
+def _plain_spec(spec: Any) -> Any:
+    """The :class:`SamplingSpec` of ``spec`` when it sets only temperature and top-p (else None)."""
+    from probe.scoring.sampler_chain import SamplerChain
+
+    if not isinstance(spec, SamplerChain):
+        return spec
+    if set(spec.steps()) <= {"temperature", "top_p"}:
+        return spec.to_spec()
+    return None
+
+
 def _chain(s: _State, node: int) -> list[int]:
     """The expanded nodes from the first generated token down to ``node`` (empty for the prompt)."""
     out = []
@@ -466,8 +494,9 @@ def run_parse_requests(lm: Any, requests: Sequence[ParseRequest], *, batch_size:
     groups: dict[tuple, list[int]] = {}
     for i, r in enumerate(requests):
         groups.setdefault(r.spec_key, []).append(i)
-    for (t, p, max_new, residual, max_nodes, answer_residual), idx in groups.items():
-        res = parse_exact(lm, [requests[i].prompt for i in idx], SamplingSpec(t, p), max_new_tokens=max_new,
+    for (t, p, max_new, residual, max_nodes, answer_residual, chain), idx in groups.items():
+        spec = SamplingSpec(t, p) if chain is None else chain
+        res = parse_exact(lm, [requests[i].prompt for i in idx], spec, max_new_tokens=max_new,
                           parser=[requests[i].parser for i in idx],
                           decided=[requests[i].decided for i in idx], residual=residual,
                           max_nodes=max_nodes, answer_residual=answer_residual, batch_size=batch_size, top=top,

@@ -75,7 +75,9 @@ class ParseRequest:
     everything it depends on (e.g. ``"implicitbbq-oneword/2:" + the answers``),
     so a changed parser is a changed request on resume. ``meta``: fields the
     task's aggregate reads back; ``record_id``: the scored record this
-    distribution belongs to (default: ``id``).
+    distribution belongs to (default: ``id``). ``sampler``: the paper's whole
+    sampler (a :class:`~probe.scoring.sampler_chain.SamplerChain` whose
+    temperature and top-p are the request's), None for temperature / top-p only.
     """
 
     id: str
@@ -91,6 +93,7 @@ class ParseRequest:
     max_nodes: int | None = None
     answer_residual: float | None = None
     kind: str = "parse"
+    sampler: Any = None
 
     #: fields left out of the resume digest (callables have no stable text; ``parser_name`` stands for them)
     DIGEST_EXCLUDE: ClassVar[tuple] = ("parser", "decided")
@@ -99,11 +102,16 @@ class ParseRequest:
         check_prompt_request("parse", self.id, self.prompt, self.max_new_tokens)
         if not callable(self.parser):
             raise ValueError(f"parse request {self.id!r}: parser must be callable")
+        if self.sampler is not None and (self.sampler.temperature != self.temperature
+                                         or self.sampler.top_p != self.top_p):
+            raise ValueError(f"parse request {self.id!r}: sampler ({self.sampler.describe()}) disagrees with "
+                             f"temperature {self.temperature!r} / top_p {self.top_p!r}")
 
     @property
     def spec_key(self) -> tuple:
         """What requests must share to be enumerated together."""
-        return (self.temperature, self.top_p, self.max_new_tokens, self.residual, self.max_nodes, self.answer_residual)
+        return (self.temperature, self.top_p, self.max_new_tokens, self.residual, self.max_nodes, self.answer_residual,
+                self.sampler)
 
 
 def check_parse_settings(max_new_tokens: Any, residual: Any, max_nodes: Any, answer_residual: Any = None) -> None:

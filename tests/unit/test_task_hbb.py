@@ -508,6 +508,9 @@ def test_parse_exact_mcq_beside_the_first_token_estimator(tmp_path, tiny_lm, dat
     assert 0 <= pp["max_residual"] <= 1 and pp["mean_nodes"] <= 12
     assert pp["expected_count_first_token"] == e.summary["paper_equivalent"]["all"]["expected_count"]
     assert pp["settings"]["temperature"] == 0.8 and pp["settings"]["max_new_tokens"] == 3
+    # the authors' open-weight sampler, per path: recorded with each distribution and named in the settings
+    assert pp["settings"]["sampler"] == "T = 0.8, top-k 50, repetition penalty 1.2"
+    assert all(d["sampler"]["top_k"] == 50 and d["sampler"]["repetition_penalty"] == 1.2 for d in parsed)
     assert "table1_paper_parsed" in e.tables
     # the certified interval of the count contains the point (the residual in the enumerated mix)
     lo, hi = pp["all"]["expected_count_certified"]
@@ -520,6 +523,28 @@ def test_parse_exact_mcq_beside_the_first_token_estimator(tmp_path, tiny_lm, dat
 
     with pytest.raises(ProbeError, match="parse_max_nodes must be a positive integer"):
         task.make_config({"parse_max_nodes": 0})
+
+
+def test_parse_sampler_choices(tiny_lm, data):
+    """``parse_sampler``: the authors' open-weight wrapper by default, their API call, or temperature / top-p
+    only (the requests then carry no chain: the same digest and numbers as before the option)."""
+    from probe.errors import ProbeError
+
+    task = get("hbb")
+    base = dict(data_dir=str(data), categories=("ses",), swap_order=False, hbb_sg=False, parse_exact=True)
+    items = None
+    chains = {}
+    for name in ("hbb", "hbb-api", "plain"):
+        cfg = task.make_config({**base, "parse_sampler": name})
+        items = items or task.items(cfg)
+        reqs = task.parse_requests(cfg, items, tiny_lm.tokenizer)
+        assert reqs and len({r.sampler for r in reqs}) == 1
+        chains[name] = reqs[0].sampler
+    assert chains["hbb"].top_k == 50 and chains["hbb"].repetition_penalty == 1.2
+    assert chains["hbb-api"].frequency_penalty == 0.6 and chains["hbb-api"].top_k == 0
+    assert chains["plain"] is None and chains["hbb"].temperature == 0.8
+    with pytest.raises(ProbeError, match="parse_sampler must be one of"):
+        task.make_config({"parse_sampler": "greedy"})
 
 
 def test_hbb_choice_parser_reads_the_whole_output_for_refusals():

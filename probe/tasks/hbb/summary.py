@@ -248,7 +248,12 @@ def paper_parsed(config: Any, records: pd.DataFrame, df: pd.DataFrame,
              "mean_abs_diff_phat_a_vs_first_token": float(diff.mean()) if len(diff) else math.nan,
              "max_abs_diff_phat_a_vs_first_token": float(diff.max()) if len(diff) else math.nan,
              "expected_count_first_token": ft_all.get("expected_count")}
-    settings = {**spec, "samples": n, "threshold": thr, "max_new_tokens": int(config.parse_max_new_tokens),
+    from probe.tasks.hbb.samplers import parse_chain
+
+    chain = parse_chain(getattr(config, "parse_sampler", "plain"), spec["temperature"], spec["top_p"])
+    sampler = chain.describe() if chain is not None else f"T = {spec['temperature']:g}, top-p {spec['top_p']:g}"
+    settings = {**spec, "sampler": sampler, "samples": n, "threshold": thr,
+                "max_new_tokens": int(config.parse_max_new_tokens),
                 "parser": "choice)<answer> at the start, after an optional answer cue; an output holding 'sorry' "
                           "and \"can't\" is a non-answer (the authors' cleaning); probe.tasks.hbb.parse",
                 "invalid": "drop (refusals and unparsable answers)", "residual_policy": RESIDUAL_POLICY}
@@ -263,7 +268,7 @@ def paper_parsed(config: Any, records: pd.DataFrame, df: pd.DataFrame,
                      "parsed certified": interval_text(r.get("expected_count_certified"), 1),
                      "first-token expected count": round(float(ref.get("expected_count", math.nan)), 1)})
     table = pd.DataFrame(rows)
-    table.attrs["title"] = (f"HBB (a)=s1) count at S >= {thr:g} from the paper's procedure (T = {spec['temperature']:g}, "
+    table.attrs["title"] = (f"HBB (a)=s1) count at S >= {thr:g} from the paper's procedure ({sampler}, "
                             f"{n} samples, generations parsed), enumerated exactly, beside the first-token estimator; "
                             f"largest mass not enumerated per question {stats['max_residual']:.3f}")
     table.attrs["heading"] = "Table 1 from sampling + parsing"

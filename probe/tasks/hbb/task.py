@@ -67,6 +67,10 @@ class HBBConfig(TaskConfig):
     parse_residual: float = 0.01
     parse_answer_residual: float | None = None  # see ImplicitBBQ's config: a residual relative to the parsed mass
     parse_max_nodes: int | None = 256
+    # the sampler the parsed side enumerates, per path (probe.tasks.hbb.samplers): "hbb", the authors'
+    # open-weight wrapper (top-k 50, repetition penalty 1.2); "hbb-api", their API call (frequency penalty
+    # 0.6); "plain", temperature and top-p only. Its temperature and top-p are paper_temperature / paper_top_p
+    parse_sampler: str = "hbb"
 
     def __post_init__(self) -> None:
         if self.sample_concepts is not None and self.per_cell is not None:
@@ -85,6 +89,10 @@ class HBBConfig(TaskConfig):
                              self.parse_answer_residual)
         if self.parse_exact and self.paper_temperature is None:
             raise ValueError("parse_exact needs the paper's sampling (paper_temperature is null)")
+        from probe.tasks.hbb.samplers import parse_chain
+
+        parse_chain(self.parse_sampler, 1.0 if self.paper_temperature is None else self.paper_temperature,
+                    self.paper_top_p)
         from probe.tasks.hbb.variations import SOURCES
 
         if self.sg_source not in SOURCES:
@@ -221,8 +229,8 @@ class HBBTask(Task[HBBConfig, HBBInstance]):
 
     def parse_requests(self, config: HBBConfig, items: Sequence[HBBInstance], tokenizer: Any) -> list:
         """With ``parse_exact``: each distinct MCQ question (a)=s1 order) generated under the paper's sampling
-        (T = 0.8, top-p 1) from the MCQ prompt and read by :func:`probe.tasks.hbb.parse.parse_hbb_choice`;
-        the distribution goes to the question's MCQ record."""
+        (T = 0.8, top-p 1, with ``parse_sampler``'s top-k and penalties, per path) from the MCQ prompt and read
+        by :func:`probe.tasks.hbb.parse.parse_hbb_choice`; the distribution goes to the question's MCQ record."""
         if not (config.parse_exact and config.hbb) or config.paper_temperature is None:
             return []
         import functools
@@ -230,8 +238,10 @@ class HBBTask(Task[HBBConfig, HBBInstance]):
         from probe.tasks.hbb.data import unique_questions
         from probe.tasks.hbb.parse import HBB_PARSER_VERSION, hbb_decided, parse_hbb_choice
         from probe.tasks.hbb.prompts import mcq_requests
+        from probe.tasks.hbb.samplers import parse_chain
         from probe.scoring.parse_exact import ParseRequest
 
+        chain = parse_chain(config.parse_sampler, config.paper_temperature, config.paper_top_p)
         out = []
         for r in mcq_requests(unique_questions(items), tokenizer, chat_template=config.chat_template,
                               system=config.system_prompt):
@@ -242,7 +252,7 @@ class HBBTask(Task[HBBConfig, HBBInstance]):
                 parser_name=f"{HBB_PARSER_VERSION}:" + ",".join(labels),
                 parser=functools.partial(parse_hbb_choice, labels=labels), decided=hbb_decided,
                 residual=float(config.parse_residual), max_nodes=config.parse_max_nodes,
-                answer_residual=config.parse_answer_residual,
+                answer_residual=config.parse_answer_residual, sampler=chain,
                 meta={"kind": "mcq/parse", "question_id": r.meta.get("question_id")}))
         return out
 
