@@ -73,29 +73,27 @@ def parse_exact(
     top: int = 10,
     progress: bool = False,
     frontier: bool = False,
+    open_at_budget: bool = False,
 ) -> list[ParseDistribution]:
     """The distribution of ``parser(generation)`` under sampling with ``spec``, for each prompt.
 
     ``spec``: a ``SamplingSpec`` (temperature, top-p) or a ``SamplerChain`` (the whole sampler, per path).
     ``prompts``: strings (encoded as the engine encodes a prompt) or token-id lists (used as given).
     ``parser``: ``text -> answer | None`` for all prompts, or one per prompt.
-    ``decided``: optional ``text -> bool`` (one, or one per prompt): True when no
-    continuation of ``text`` can change the parser's answer, which ends the
-    branch early (never asked of a text ending in an unfinished multi-byte
-    character, U+FFFD, whose continuations rewrite it). ``residual``: stop a prompt once the mass not enumerated is at
-    most this. ``max_nodes``: most forward tokens per prompt (None: no limit).
-    ``answer_residual``: also go on until the residual is at most this fraction
-    of the prompt's parsed mass (``sum(probs)``), so the distribution of the
-    answer *given* that the parser returned one is certified to about this
-    precision; a paper that samples until an answer parses reads that
-    conditional distribution, and where few generations parse an absolute
-    ``residual`` says little about it. The work is bounded by a floor: no prompt
-    goes below ``residual * answer_residual`` (nor past ``max_nodes``).
+    ``decided``: optional ``text -> bool`` (one, or one per prompt): True when no continuation of ``text`` can
+    change the parser's answer, which ends the branch early (never asked of a text ending in an unfinished
+    multi-byte character, U+FFFD, whose continuations rewrite it). ``residual``: stop a prompt once the mass
+    not enumerated is at most this. ``max_nodes``: most forward tokens per prompt (None: no limit).
+    ``answer_residual``: also go on until the residual is at most this fraction of the prompt's parsed mass
+    (``sum(probs)``), so the answer *given* that the parser returned one is certified to about this precision
+    (a paper that samples until an answer parses reads that conditional, about which an absolute ``residual``
+    says little where few generations parse); never below ``residual * answer_residual`` (nor past ``max_nodes``).
     ``prune``: children below this path mass are not expanded and count as
     residual (default: the smallest stopping residual / 1000). ``batch_size``: nodes per forward pass;
     ``prompt_batch``: prompts enumerated together (their caches held at once).
-    ``top``: how many of the most probable generations to keep per prompt. ``frontier``: also give each
-    result the tail it left (``frontier``: :func:`frontier_of`), for the hybrid estimator.
+    ``top``: most probable generations kept per prompt. ``frontier``: also give each result the tail it left
+    (:func:`frontier_of`), for the hybrid estimator; ``open_at_budget``: a branch reaching ``max_new_tokens``
+    undecided is not parsed but left open (residual, in the frontier), for a tail sampled to a longer budget.
     """
     import torch
 
@@ -110,7 +108,7 @@ def parse_exact(
     bar = _progress_bar(n, progress)
     with torch.inference_mode():
         enum = _Enumerator(lm, spec, max_new_tokens, residual, max_nodes, prune, batch_size, top, answer_residual)
-        enum.export_frontier = bool(frontier)
+        enum.export_frontier, enum.open_at_budget = bool(frontier), bool(open_at_budget)
         for g in groups:
             out.extend(enum.run([encoded[i] for i in g], [parsers[i] for i in g], [decideds[i] for i in g]))
             bar.update(len(g))
@@ -219,6 +217,7 @@ class _State:
     accepted: float = 0.0  # running sum of probs (for the answer_residual target)
     pruned: float = 0.0
     pruned_at: dict = field(default_factory=dict)  # node -> (pruned mass, step probability bound): the tail's part
+    opened: list = field(default_factory=list)  # (mass, path): branches left open at the token budget
     spent: int = 0
     texts: dict = field(default_factory=dict)  # text -> [mass, answer]
     parsed: dict = field(default_factory=dict)  # text -> answer (parse once)
@@ -253,7 +252,7 @@ class _Enumerator:
         self.plain = _plain_spec(spec)
         self.target, self.max_nodes, self.prune = residual, max_nodes, prune
         self.answer_residual = answer_residual
-        self.export_frontier = False
+        self.export_frontier = self.open_at_budget = False
         self.batch_size, self.top = max(1, int(batch_size)), top
         tok = lm.tokenizer
         self.engine = Engine(lm.model, pad_id=pad_id_of(tok))
@@ -393,7 +392,12 @@ class _Enumerator:
             for (t, m), text in zip(rest, texts):
                 # a text ending in U+FFFD holds an unfinished multi-byte character that later tokens complete:
                 # it is not a prefix of its continuations' texts, so it decides nothing yet
-                if last or (not text.endswith("\ufffd") and s.decided(text)):
+                done = ((not last or self.open_at_budget) and s.decided is not None
+                        and not text.endswith("\ufffd") and s.decided(text))
+                if last and not done and self.open_at_budget:  # the tail samples it on to its longer budget
+                    s.pruned += m
+                    s.opened.append((m, path + (t,)))
+                elif last or done:
                     self._leaf(s, text, m)
                 else:
                     s.push(m, node, t)
@@ -454,6 +458,7 @@ def frontier_of(s: _State) -> list[tuple[float, tuple[tuple[int, ...], float | N
         out.append((-neg, (path, None)))
     for node, (mass, below) in s.pruned_at.items():
         out.append((mass, (s.nodes[node].path if node >= 0 else (), below)))
+    out.extend((mass, (path, None)) for mass, path in s.opened)
     return out
 
 
@@ -490,17 +495,21 @@ def run_parse_requests(lm: Any, requests: Sequence[ParseRequest], *, batch_size:
     """:func:`parse_exact` over requests with possibly different settings (grouped, order kept)."""
     from probe.scoring.sampling import SamplingSpec
 
+    from probe.scoring.hybrid import complete_tails, opens_at_budget
+
     out: list[ParseDistribution | None] = [None] * len(requests)
     groups: dict[tuple, list[int]] = {}
-    for i, r in enumerate(requests):
-        groups.setdefault(r.spec_key, []).append(i)
-    for (t, p, max_new, residual, max_nodes, answer_residual, chain), idx in groups.items():
+    for i, r in enumerate(requests):  # a hybrid tail needs the frontier, a longer tail budget open branches
+        groups.setdefault((r.spec_key, r.tail is not None, opens_at_budget(r)), []).append(i)
+    for ((t, p, max_new, residual, max_nodes, answer_residual, chain), hybrid, opened), idx in groups.items():
         spec = SamplingSpec(t, p) if chain is None else chain
         res = parse_exact(lm, [requests[i].prompt for i in idx], spec, max_new_tokens=max_new,
                           parser=[requests[i].parser for i in idx],
                           decided=[requests[i].decided for i in idx], residual=residual,
                           max_nodes=max_nodes, answer_residual=answer_residual, batch_size=batch_size, top=top,
-                          progress=progress)
+                          progress=progress, frontier=hybrid, open_at_budget=opened)
+        if hybrid:
+            complete_tails(lm, [requests[i] for i in idx], res, spec)
         for i, d in zip(idx, res):
             out[i] = d
     return out  # type: ignore[return-value]

@@ -165,7 +165,7 @@ def _digest_without_sampler(request) -> str:
     import json
 
     fields = dataclasses.asdict(request)
-    for key in ("parser", "decided", "sampler"):
+    for key in ("parser", "decided", "sampler", "tail"):
         fields.pop(key)
     fields.pop("answer_residual")
     text = json.dumps(fields, sort_keys=True, ensure_ascii=True, separators=(",", ":"), default=str)
