@@ -178,3 +178,34 @@ def test_hybrid_records_resume_byte_identically(tiny_lm, tmp_path, one_torch_thr
     Runner(tiny_lm).parse(_requests(), whole, progress=False)
     assert out.read_bytes() == whole.read_bytes()
     assert all("hybrid" in json.loads(x) for x in out.read_text().splitlines())
+
+
+# -- a metric from hybrid records (probe.metrics.hybrid) ----------------------------------------------------
+def _rec(a, residual, tail):
+    return {"probs": {"A": a}, "rejected": 1 - a - residual, "residual": residual,
+            "hybrid": {"n_tail": sum(tail.values()), "tail": tail}}
+
+
+def test_hybrid_metric_by_hand():
+    from probe.metrics.hybrid import clipped, hybrid_metric, hybrid_probs
+
+    recs = [_rec(0.5, 0.4, {"A": 1, "none": 3}), _rec(0.2, 0.2, {"A": 2, "B": 2}),
+            {"probs": {"A": 0.3}, "rejected": 0.69, "residual": 0.01}]  # closed: the fallback answers
+    fallback = lambda d: {k: v / (1 - d["residual"]) for k, v in d["probs"].items()}  # noqa: E731
+    assert hybrid_probs(recs[1], fallback) == pytest.approx({"A": 0.3, "B": 0.1})
+    assert hybrid_probs(recs[2], fallback) == pytest.approx({"A": 0.3 / 0.99})
+
+    def mean_a(probs_of):
+        return {"mean A": sum(probs_of(d).get("A", 0.0) for d in recs) / 3}
+
+    out = hybrid_metric(mean_a, fallback, n_boot=300, seed=4)
+    point, (lo, hi) = out["mean A"]
+    assert point == pytest.approx((0.6 + 0.3 + 0.3 / 0.99) / 3)
+    assert lo < point < hi and hi - lo < (0.4 + 0.2) / 3  # never wider than the residuals allow
+    assert hybrid_metric(mean_a, fallback, n_boot=300, seed=4) == out  # seeded
+    # the interval shrinks with the residual: the same draws on a tenth of the residual
+    small = [_rec(0.86, 0.04, {"A": 1, "none": 3}), _rec(0.38, 0.02, {"A": 2, "B": 2}), recs[2]]
+    recs[:] = small
+    _, (slo, shi) = hybrid_metric(mean_a, fallback, n_boot=300, seed=4)["mean A"]
+    assert shi - slo == pytest.approx((hi - lo) / 10, rel=0.05)
+    assert clipped([0.1, 0.9], [0.2, 0.5]) == [0.2, 0.5] and clipped([0.3, 0.4], None) == [0.3, 0.4]
