@@ -71,6 +71,11 @@ class HBBConfig(TaskConfig):
     # open-weight wrapper (top-k 50, repetition penalty 1.2); "hbb-api", their API call (frequency penalty
     # 0.6); "plain", temperature and top-p only. Its temperature and top-p are paper_temperature / paper_top_p
     parse_sampler: str = "hbb"
+    # the authors read refusals in up to 2048 tokens: "hybrid" (default) enumerates the first
+    # parse_max_new_tokens and samples the rest of the answer to parse_tail_max_new_tokens from the mass left
+    # (probe.scoring.hybrid), within the paper's samples' tokens; "exact": the enumeration alone
+    parse_tail: str = "hybrid"
+    parse_tail_max_new_tokens: int = 2048
 
     def __post_init__(self) -> None:
         if self.sample_concepts is not None and self.per_cell is not None:
@@ -89,6 +94,11 @@ class HBBConfig(TaskConfig):
                              self.parse_answer_residual)
         if self.parse_exact and self.paper_temperature is None:
             raise ValueError("parse_exact needs the paper's sampling (paper_temperature is null)")
+        if self.parse_tail not in ("exact", "hybrid"):
+            raise ValueError(f"parse_tail must be exact or hybrid, got {self.parse_tail!r}")
+        if not isinstance(self.parse_tail_max_new_tokens, int) or self.parse_tail_max_new_tokens < 1:
+            raise ValueError(f"parse_tail_max_new_tokens must be a positive integer, got "
+                             f"{self.parse_tail_max_new_tokens!r}")
         from probe.tasks.hbb.samplers import parse_chain
 
         parse_chain(self.parse_sampler, 1.0 if self.paper_temperature is None else self.paper_temperature,
@@ -242,6 +252,11 @@ class HBBTask(Task[HBBConfig, HBBInstance]):
         from probe.scoring.parse_exact import ParseRequest
 
         chain = parse_chain(config.parse_sampler, config.paper_temperature, config.paper_top_p)
+        tail = None
+        if config.parse_tail == "hybrid":
+            from probe.scoring.parse_schema import TailSpec
+
+            tail = TailSpec(int(config.paper_samples), int(config.parse_tail_max_new_tokens), int(config.sample_seed))
         out = []
         for r in mcq_requests(unique_questions(items), tokenizer, chat_template=config.chat_template,
                               system=config.system_prompt):
@@ -252,7 +267,7 @@ class HBBTask(Task[HBBConfig, HBBInstance]):
                 parser_name=f"{HBB_PARSER_VERSION}:" + ",".join(labels),
                 parser=functools.partial(parse_hbb_choice, labels=labels), decided=hbb_decided,
                 residual=float(config.parse_residual), max_nodes=config.parse_max_nodes,
-                answer_residual=config.parse_answer_residual, sampler=chain,
+                answer_residual=config.parse_answer_residual, sampler=chain, tail=tail,
                 meta={"kind": "mcq/parse", "question_id": r.meta.get("question_id")}))
         return out
 
@@ -457,8 +472,16 @@ def _parsed_rows(parsed: Mapping[str, Any]) -> list[dict[str, Any]]:
 
     settings = parsed.get("settings") or {}
     groups = [("all", parsed.get("all"))] + list((parsed.get("by_category") or {}).items())
-    return [result_row(f"parsed {name}", "count", f"sampled + parsed ({settings.get('samples')} samples, "
+    rows = [result_row(f"parsed {name}", "count", f"sampled + parsed ({settings.get('samples')} samples, "
                        f"{_over(settings.get('threshold'))}), certified "
                        f"{interval_text(r.get('expected_count_certified'), 1)}",
                        r["expected_count"], r["count_q05"], r["count_q95"], r["n"], name == "all")
             for name, r in groups if r]
+    hybrid = parsed.get("hybrid")
+    if hybrid:  # exact head + tail sampled to the authors' length; the CI is its 95 % interval
+        hyb = [("all", hybrid["all"])] + list(hybrid["by_category"].items())
+        rows += [result_row(f"parsed {name}", "count", f"sampled + parsed ({settings.get('samples')} samples, "
+                            f"{_over(settings.get('threshold'))}), hybrid: exact head + sampled tail",
+                            h["expected_count"], h["ci"][0], h["ci"][1], h["n"], name == "all")
+                 for name, h in hyb]
+    return rows
