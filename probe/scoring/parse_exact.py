@@ -218,6 +218,7 @@ class _State:
     pruned: float = 0.0
     pruned_at: dict = field(default_factory=dict)  # node -> (pruned mass, step probability bound): the tail's part
     opened: list = field(default_factory=list)  # (mass, path): branches left open at the token budget
+    first: Any = None  # the prompt's next-token logits (kept for the hybrid's tail, with ``kv``)
     spent: int = 0
     texts: dict = field(default_factory=dict)  # text -> [mass, answer]
     parsed: dict = field(default_factory=dict)  # text -> answer (parse once)
@@ -324,6 +325,8 @@ class _Enumerator:
         for b, (p, parser, dec) in enumerate(zip(prompts, parsers, decideds)):
             kv = kvs[:, :, b, :, width - len(p):, :].clone()  # the prompt's own positions, padding dropped
             s = _State(prompt=p, kv=kv, parser=parser, decided=dec)
+            if self.export_frontier:
+                s.first = logits[b].float().cpu()
             self._children(s, -1, (), 1.0, logits[b])
             states.append(s)
         return states
@@ -445,6 +448,7 @@ class _Enumerator:
                                 s.spent, len(s.prompt), top)
         if self.export_frontier:
             out.frontier = frontier_of(s)
+            out.prompt_cache = (s.kv, s.first)
         return out
 
 
