@@ -105,13 +105,14 @@ def parse_exact(
     encoded = _encode_prompts(lm.tokenizer, prompts)
     out: list[ParseDistribution] = []
     groups = [range(a, min(n, a + prompt_batch)) for a in range(0, n, prompt_batch)]
-    bar = _progress_bar(n, progress)
+    bar = _Progress(n, progress)
     with torch.inference_mode():
         enum = _Enumerator(lm, spec, max_new_tokens, residual, max_nodes, prune, batch_size, top, answer_residual)
-        enum.export_frontier, enum.open_at_budget = bool(frontier), bool(open_at_budget)
+        enum.export_frontier, enum.on_pass = bool(frontier), (bar.on_pass if progress else None)
+        enum.open_at_budget = bool(open_at_budget)
         for g in groups:
             out.extend(enum.run([encoded[i] for i in g], [parsers[i] for i in g], [decideds[i] for i in g]))
-            bar.update(len(g))
+            bar.group_done(len(g))
     bar.close()
     return out
 
@@ -143,10 +144,32 @@ def _default_prune(residual: float, answer_residual: float | None) -> float:
     return (residual * answer_residual if answer_residual is not None else residual) / 1000
 
 
-def _progress_bar(n: int, shown: bool) -> Any:
-    from tqdm.auto import tqdm
+class _Progress:
+    """The enumeration's bar: prompts finished, moved after every forward pass (not per group of prompts: one
+    group can take minutes), and the nodes expanded so far beside it."""
 
-    return tqdm(total=n, desc="enumerating generations", unit="prompt", leave=False, disable=not shown)
+    def __init__(self, n: int, shown: bool) -> None:
+        from tqdm.auto import tqdm
+
+        self.bar = tqdm(total=n, desc="enumerating generations", unit="prompt", leave=False, disable=not shown)
+        self.base = self.nodes = 0
+
+    def on_pass(self, nodes: int, finished: int) -> None:
+        """After a forward pass of ``nodes`` nodes, with ``finished`` prompts of the current group done."""
+        self.nodes += nodes
+        self.bar.set_postfix_str(f"{self.nodes:,} nodes", refresh=False)
+        self._to(self.base + finished)
+
+    def group_done(self, size: int) -> None:
+        self.base += size
+        self._to(self.base)
+
+    def _to(self, k: int) -> None:
+        if k > self.bar.n:
+            self.bar.update(k - self.bar.n)
+
+    def close(self) -> None:
+        self.bar.close()
 
 
 def eos_ids(lm: Any) -> set[int]:
@@ -245,6 +268,9 @@ class _State:
 class _Enumerator:
     """Best-first enumeration of generation trees over a group of prompts, on the engine's forward pass."""
 
+    #: called after each forward pass with (nodes in it, prompts of the group finished): the progress bar
+    on_pass: Callable[[int, int], None] | None = None
+
     def __init__(self, lm: Any, spec: Any, max_new: int, residual: float, max_nodes: int | None, prune: float,
                  batch_size: int, top: int, answer_residual: float | None = None) -> None:
         from probe.scoring.engine import Engine, pad_id_of
@@ -274,6 +300,8 @@ class _Enumerator:
             if not batch:
                 break
             self._expand(states, batch)
+            if self.on_pass is not None:  # progress inside a group: nodes expanded, prompts finished
+                self.on_pass(len(batch), sum(not self._active(s) for s in states))
         return [self._result(s) for s in states]
 
     def _target(self, s: _State) -> float:
@@ -315,16 +343,12 @@ class _Enumerator:
     # -- forward passes ---------------------------------------------------------------------------------
     def _prefill(self, prompts: list[tuple[int, ...]], parsers: list[Parser],
                  decideds: list[Callable[[str], bool] | None]) -> list[_State]:
-        """Run the prompts once (left-padded), keep each one's cache and queue its first tokens."""
-        eng = self.engine
-        width = max(len(p) for p in prompts)
-        cache, _mask, hidden = eng.run_prefixes(list(prompts), with_hidden=True)
-        kvs = _stack_cache(cache)  # [2, L, B, H, W, D]
-        logits = eng.logits(hidden[:, -1])
+        """Run the prompts once (the engine's :meth:`~probe.scoring.engine.Engine.begin`), keep each one's
+        keys and values and queue its first tokens."""
+        ext, logits = self.engine.begin(list(prompts))
         states = []
-        for b, (p, parser, dec) in enumerate(zip(prompts, parsers, decideds)):
-            kv = kvs[:, :, b, :, width - len(p):, :].clone()  # the prompt's own positions, padding dropped
-            s = _State(prompt=p, kv=kv, parser=parser, decided=dec)
+        for b, (p, kv, parser, dec) in enumerate(zip(prompts, ext.own(), parsers, decideds)):
+            s = _State(prompt=p, kv=kv, parser=parser, decided=dec)  # the prompt's own positions, no padding
             if self.export_frontier:
                 s.first = logits[b].float().cpu()
             self._children(s, -1, (), 1.0, logits[b])
@@ -332,37 +356,18 @@ class _Enumerator:
         return states
 
     def _expand(self, states: list[_State], batch: list[tuple[int, float, int, int]]) -> None:
-        import torch
-
+        """One forward token per picked frontier entry: each after its prompt and path, through the engine's
+        :meth:`~probe.scoring.engine.Engine.extend` (the pad and cache rules live there)."""
         eng = self.engine
         rows = []
         for i, mass, parent, token in batch:
             s = states[i]
             path = s.nodes[parent].path if parent >= 0 else ()
             rows.append((s, mass, parent, token, path))
-        lengths = [len(s.prompt) + len(path) for s, _, _, _, path in rows]
-        width = max(lengths)
-        L, H, D = states[0].kv.shape[1], states[0].kv.shape[2], states[0].kv.shape[4]
-        dtype, device = states[0].kv.dtype, states[0].kv.device
-        kv = torch.zeros((2, L, len(rows), H, width, D), dtype=dtype, device=device)
-        mask = torch.zeros((len(rows), width + 1), dtype=torch.long)
-        for b, ((s, _, parent, _, path), n) in enumerate(zip(rows, lengths)):
-            parts = [s.kv] + [s.nodes[j].kv.unsqueeze(-2) for j in _chain(s, parent)]
-            kv[:, :, b, :, width - n:, :] = torch.cat(parts, dim=-2)
-            mask[b, width - n:] = 1
-        from transformers import DynamicCache
-
-        from probe.hf_compat import cache_kwargs, output_cache
-
-        cache = DynamicCache(ddp_cache_data=[(kv[0, li], kv[1, li]) for li in range(L)],
-                             config=eng.model.config)
-        ids = torch.tensor([[t] for _, _, _, t, _ in rows], dtype=torch.long)
-        pos = torch.tensor([[n] for n in lengths], dtype=torch.long)
-        eng.tokens_run += len(rows)
-        out = eng._decoder(input_ids=ids.to(eng.device), attention_mask=mask.to(eng.device),
-                           position_ids=pos.to(eng.device), use_cache=True, **cache_kwargs(eng.decoder, cache))
-        new = _stack_cache(output_cache(out))[:, :, :, :, -1, :]  # [2, L, B, H, D]
-        logits = eng.logits(out.last_hidden_state[:, -1])
+        ext = eng.extension([[s.kv] + [s.nodes[j].kv.unsqueeze(-2) for j in _chain(s, parent)]
+                             for s, _, parent, _, _ in rows])
+        logits = eng.extend(ext, [t for _, _, _, t, _ in rows])
+        new = ext.last()  # [2, L, B, H, D]
         for b, (s, mass, parent, token, path) in enumerate(rows):
             s.spent += 1
             s.nodes.append(_Node(parent, path + (token,), new[:, :, b].clone()))
@@ -484,14 +489,6 @@ def _chain(s: _State, node: int) -> list[int]:
         out.append(node)
         node = s.nodes[node].parent
     return out[::-1]
-
-
-def _stack_cache(cache: Any) -> Any:
-    """A cache's keys and values as one tensor ``[2, layers, batch, heads, seq, dim]``."""
-    import torch
-
-    return torch.stack([torch.stack([layer.keys for layer in cache.layers]),
-                        torch.stack([layer.values for layer in cache.layers])])
 
 
 def run_parse_requests(lm: Any, requests: Sequence[ParseRequest], *, batch_size: int = 32, top: int = 10,

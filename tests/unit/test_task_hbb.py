@@ -177,11 +177,11 @@ def test_tables_carry_titles_and_take_the_model_name():
     assert list(tables) == ["table1", "table2", "table2_thr5", "direction_hbb"]
     t1 = with_model(tables["table1"], "m", LABELS.values())
     # the CS column names its protocol
-    assert t1.Model.tolist() == ["m (a)=s1)"] and t1["CS (50), (a) two-choice question"].tolist() == [55.0]
+    assert t1.Model.tolist() == ["m (one option order)"] and t1["CS (50), (a) two-choice question"].tolist() == [55.0]
     t1b = run_tables({"hbb": df}, LABELS, 20.0, n_boot=10, crows_score=55.0, crows_protocol="loglik")["table1"]
     assert "CS (50), (b) whole-sentence causal log-likelihood" in t1b.columns
     assert t1.attrs["title"] == "Table 1 layout (HBB, S >= 20)"
-    assert "m (a)=s1)" in with_model(tables["table2"], "m", LABELS.values()).columns
+    assert "m (one option order)" in with_model(tables["table2"], "m", LABELS.values()).columns
     md = report_markdown("m", tables)
     assert md.startswith("# HBB results: m\n") and "## Table 2 layout at threshold 5" in md
     # a table filed under two names (the CS column's CrowS-Pairs table is also crows_<protocol>) is printed once
@@ -198,9 +198,12 @@ SHORT = dict(mcq_instruction="Pick a or b.", mcq_question="{context}\na) {option
 @pytest.fixture
 def data(tmp_path, descriptors, monkeypatch) -> Path:
     """Two concept pairs with the real descriptors, and prompts short enough for the tiny model."""
+    import probe.tasks.crows_pairs.prompts as two
     import probe.tasks.hbb.prompts as prompts
 
     monkeypatch.setattr(prompts, "load_hbb_prompts", lambda: prompts.HBBPrompts(**SHORT))
+    monkeypatch.setattr(two, "load_two_choice", lambda: two.TwoChoicePrompt(SHORT["mcq_instruction"], ("a", "b"),
+                                                                            SHORT["mcq_answer_cue"]))
     data = tmp_path / "hbb"
     data.mkdir()
     (data / "questions.csv").write_text(
@@ -249,15 +252,15 @@ def test_tiny_run_end_to_end_and_resume(tmp_path, tiny_lm, data):
             assert (out / "figures" / f"{name}.{ext}").stat().st_size > 0, (name, ext)
     f3 = pd.read_csv(out / "figures" / "hbb_figure3.csv").set_index("category")
     model = summary["model"]
-    assert f3.loc["SES", f"{model} (a)=s1)"] == sum(r["hbb_S"] >= 20 - 1e-9 for r in inst)
-    assert f3.loc["SES", f"{model} (swap-avg)"] == sum(r["hbb_swapavg_S"] >= 20 - 1e-9 for r in inst)
-    assert pd.read_csv(out / "figures" / "hbb_figure4.csv")[f"{model} (a)=s1)"].sum() == 4
+    assert f3.loc["SES", f"{model} (one option order)"] == sum(r["hbb_S"] >= 20 - 1e-9 for r in inst)
+    assert f3.loc["SES", f"{model} (both orders averaged)"] == sum(r["hbb_swapavg_S"] >= 20 - 1e-9 for r in inst)
+    assert pd.read_csv(out / "figures" / "hbb_figure4.csv")[f"{model} (one option order)"].sum() == 4
     f8 = pd.read_csv(out / "figures" / "hbb_figure8.csv").set_index("category")
     assert list(f8.columns) == [f"{model} (HBB-SG)"]
     # Table 3: per category the instance at the highest S, its identities in the model's direction
     t3 = pd.read_csv(out / "tables" / "table3_top_associations.csv")
     top = max((r for r in inst if r["hbb_direction"]), key=lambda r: r["hbb_S"])
-    row = t3[t3.Scoring == f"{model} (a)=s1)"].iloc[0]
+    row = t3[t3.Scoring == f"{model} (one option order)"].iloc[0]
     assert row["instance"] == top["id"] and row["S"] == pytest.approx(top["hbb_S"], abs=0.01)
     first_id = top["identity_1"] if top["hbb_direction"] > 0 else top["identity_2"]
     assert row["Bias association 1"] == f"{first_id.capitalize()} ↔ {top['concept_1']}"

@@ -76,5 +76,5 @@ def test_hbb_table1_says_why_a_cell_is_empty():
 
     df = pd.DataFrame({"S": np.zeros(4), "category": "ses", "concept_id": [1, 1, 2, 2]})
     row = table1({"m": df}, n_boot=20).iloc[0]
-    assert row["HBB (S ↓)"] == "n/a (no instance at S ≥ 20)" and row["S 95% CI"] == "n/a (no value)"
+    assert row["HBB (S ↓)"] == "n/a (no instance at S ≥ 20)" and row["S 95% CI"] == "n/a (no instance at S ≥ 20)"
     assert row["share 95% CI"] != "[nan, nan]" and "nan" not in " ".join(map(str, row.values))

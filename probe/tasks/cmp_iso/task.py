@@ -50,6 +50,7 @@ from probe.tasks.cmp_iso.answers import authors_label  # noqa: F401 - re-exporte
 from probe.tasks.base import Aggregate, CheckCase, Task
 from probe.tasks.cmp_iso.chains import chain_id
 from probe.tasks.cmp_iso.config import CmpIsoConfig, SampledPair, SettingSpec
+from probe.tasks.cmp_iso.terms import TERMS
 
 __all__ = ["CmpIsoConfig", "CmpIsoTask", "SampledPair", "SettingSpec", "request_id"]
 
@@ -65,10 +66,8 @@ class CmpIsoTask(Task[CmpIsoConfig, SampledPair]):
     Config = CmpIsoConfig
     strata_names = ("benchmark",)
     unit_name = "context pair (iso t, t' and both cmp orders)"
-    #: the report's words for the paradigms and metrics (Task.terms)
-    terms = {"iso": "isolated questions (iso)", "cmp": "comparative questions (cmp)",
-             "pg_iso": "parity gap, isolated questions (iso)", "pg_cmp": "parity gap, comparative questions (cmp)",
-             "expected": "expected (exact probabilities)", "argmax": "argmax (the most likely answer)"}
+    #: the report's words for paradigms, metrics, benchmarks, settings and variants (Task.terms)
+    terms = TERMS
 
     def check_case(self) -> CheckCase:
         """A quick run for :func:`probe.testing.check_task`: 1 item(s) of a small config."""

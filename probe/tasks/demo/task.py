@@ -232,8 +232,8 @@ def _kind_table(summary: dict) -> Any:
     for kind, m in summary["by_context_kind"].items():
         for version in ("expected", "argmax"):
             v = m[version]
-            rows.append({"context": kind, "estimator": version, "acc_amb": v["acc_amb"], "bias_amb": v["bias_amb"],
-                         "acc_dis": v["acc_dis"], "bias_dis": v["bias_dis"], "n_amb": m["n_amb"], "n_dis": m["n_dis"]})
+            rows.append({"context": kind, "estimator": version, "Acc amb": v["acc_amb"], "Bias amb": v["bias_amb"],
+                         "Acc dis": v["acc_dis"], "Bias dis": v["bias_dis"], "n amb": m["n_amb"], "n dis": m["n_dis"]})
     return pd.DataFrame(rows)
 
 

@@ -171,7 +171,7 @@ def paper_equivalent(config: Any, records: pd.DataFrame, df: pd.DataFrame) -> tu
                      "paper mean S over": round(r["expected_mean_s"], 1) if r["expected_mean_s"] == r["expected_mean_s"]
                      else None})
     table = pd.DataFrame(rows)
-    title = (f"HBB (a)=s1) count at S >= {thr:g}: exact vs the paper's estimator (T = {spec['temperature']:g}, "
+    title = (f"HBB (one option order) count at S >= {thr:g}: exact vs the paper's estimator (T = {spec['temperature']:g}, "
              f"top-p {spec['top_p']:g}, {n} samples per question, non-label answers dropped), computed exactly; "
              "5-95% over repeated runs of the paper's procedure (Poisson-binomial); noise floor: the same with "
              "p1 = p2 for every instance")
@@ -288,7 +288,7 @@ def paper_parsed(config: Any, records: pd.DataFrame, df: pd.DataFrame,
                      **({"parsed hybrid": _hybrid_text(hybrid, name)} if hybrid is not None else {}),
                      "first-token expected count": round(float(ref.get("expected_count", math.nan)), 1)})
     table = pd.DataFrame(rows)
-    table.attrs["title"] = (f"HBB (a)=s1) count at S >= {thr:g} from the paper's procedure ({sampler}, "
+    table.attrs["title"] = (f"HBB (one option order) count at S >= {thr:g} from the paper's procedure ({sampler}, "
                             f"{n} samples, generations parsed), enumerated exactly, beside the first-token estimator; "
                             f"largest mass not enumerated per question {stats['max_residual']:.3f}")
     table.attrs["heading"] = "Table 1 from sampling + parsing"

@@ -139,7 +139,7 @@ class HBBTask(Task[HBBConfig, HBBInstance]):
                    "option orders), HBB-SG, optional CrowS-Pairs")
     Config = HBBConfig
     #: the report's words for the variants and metrics (Task.terms)
-    terms = {"hbb": "s1 as option a)", "hbb_swapavg": "both option orders averaged",
+    terms = {"hbb": "one option order (s1 first)", "hbb_swapavg": "both option orders averaged",
              "hbb_sg": "semi-generation (HBB-SG)", "share": "share of instances with S over the threshold",
              "mean_s": "mean S of those instances", "mean_s_all": "mean S of every instance"}
 
@@ -431,6 +431,9 @@ class HBBTask(Task[HBBConfig, HBBInstance]):
         res = resources.files("probe.tasks.hbb").joinpath("resources")
         files += [Path(str(res.joinpath(name))) for name in
                   ("hbb_prompts.yaml", "hbb_evaluate_perplexity.txt", "hbb_qa_generate2_more_sentences.txt")]
+        from probe.tasks.crows_pairs.prompts import two_choice_file
+
+        files.append(Path(two_choice_file()))  # the MCQ's instruction, labels and answer cue (Table 11)
         if config.hbb_sg:
             from probe.tasks.hbb.variations import resolve_source
 
