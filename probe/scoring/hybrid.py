@@ -203,32 +203,42 @@ def complete_tails(lm: Any, requests: Sequence[Any], dists: Sequence[Any], spec:
         tokens = 0
         if n > 0 and d.frontier:
             completer = CachedCompleter(lm, _encode(lm.tokenizer, r.prompt), chain, max_new, r.parser, r.decided,
-                                        eos, seed=int(rng.integers(1 << 62)))
+                                        eos, seed=int(rng.integers(1 << 62)), prompt_cache=d.prompt_cache)
             draws = draw_tail(d.frontier, completer, n, rng)
             tokens = completer.tokens
         out = hybrid_from_tail(d.probs, d.residual, draws).to_dict()
         d.hybrid = {**out, "rejected": d.rejected + (d.residual * out["tail"].get("none", 0) / len(draws)
                                                      if draws else 0.0),
                     "tokens": tokens, "max_new_tokens": max_new}
-        d.frontier = []
+        d.frontier, d.prompt_cache = [], None
 
 
 class CachedCompleter(LMCompleter):
     """:class:`LMCompleter` with the model's key / value cache: the prompt runs once, a draw runs its frontier
     path once and then one token a step (copying the prompt's cache). Stops at an end-of-sequence id, the
-    budget, or once ``decided(text)`` (no continuation changes the answer). ``tokens``: forward tokens spent
-    on draws (the prompt's one pass not counted, as for the enumeration's nodes)."""
+    budget, or once ``decided(text)`` (no continuation changes the answer). ``prompt_cache``: the
+    enumeration's prompt vectors ``[2, layers, heads, P, dim]`` and next-token logits, so the prompt is not
+    run again (None: run here, counted in ``tokens``). ``tokens``: forward tokens the draws spent."""
 
     def __init__(self, lm: Any, prompt_ids: Sequence[int], chain: Any, max_new_tokens: int,
                  parser: Callable[[str], Any], decided: Callable[[str], bool] | None, eos: set[int],
-                 seed: int = 0) -> None:
+                 seed: int = 0, prompt_cache: Any = None) -> None:
         import torch
 
         super().__init__(lm, prompt_ids, chain, max_new_tokens, parser, eos, seed)
         self.decided, self.tokens = decided, 0
+        if prompt_cache is not None:
+            from transformers import DynamicCache
+
+            kv, self.first = prompt_cache
+            self.first = self.first.reshape(1, -1)
+            self.cache = DynamicCache(ddp_cache_data=[(kv[0, li].unsqueeze(0), kv[1, li].unsqueeze(0))
+                                                      for li in range(kv.shape[1])], config=lm.model.config)
+            return
         with torch.inference_mode():
             out = self._forward(self.prompt, None)
         self.cache, self.first = out.past_key_values, out.logits[:, -1].float().cpu()
+        self.tokens += len(self.prompt)
 
     def _forward(self, ids: Sequence[int], cache: Any) -> Any:
         import torch

@@ -108,8 +108,8 @@ def parse_exact(
     bar = _Progress(n, progress)
     with torch.inference_mode():
         enum = _Enumerator(lm, spec, max_new_tokens, residual, max_nodes, prune, batch_size, top, answer_residual)
-        enum.export_frontier, enum.open_at_budget = bool(frontier), bool(open_at_budget)
-        enum.on_pass = bar.on_pass if progress else None
+        enum.export_frontier, enum.on_pass = bool(frontier), (bar.on_pass if progress else None)
+        enum.open_at_budget = bool(open_at_budget)
         for g in groups:
             out.extend(enum.run([encoded[i] for i in g], [parsers[i] for i in g], [decideds[i] for i in g]))
             bar.group_done(len(g))
@@ -247,6 +247,7 @@ class _State:
     pruned: float = 0.0
     pruned_at: dict = field(default_factory=dict)  # node -> (pruned mass, step probability bound): the tail's part
     opened: list = field(default_factory=list)  # (mass, path): branches left open at the token budget
+    first: Any = None  # the prompt's next-token logits (kept for the hybrid's tail, with ``kv``)
     spent: int = 0
     texts: dict = field(default_factory=dict)  # text -> [mass, answer]
     parsed: dict = field(default_factory=dict)  # text -> answer (parse once)
@@ -354,6 +355,8 @@ class _Enumerator:
         states = []
         for b, (p, kv, parser, dec) in enumerate(zip(prompts, ext.own(), parsers, decideds)):
             s = _State(prompt=p, kv=kv, parser=parser, decided=dec)  # the prompt's own positions, no padding
+            if self.export_frontier:
+                s.first = logits[b].float().cpu()
             self._children(s, -1, (), 1.0, logits[b])
             states.append(s)
         return states
@@ -456,6 +459,7 @@ class _Enumerator:
                                 s.spent, len(s.prompt), top)
         if self.export_frontier:
             out.frontier = frontier_of(s)
+            out.prompt_cache = (s.kv, s.first)
         return out
 
 

@@ -61,6 +61,8 @@ class ParseDistribution:
     #: the hybrid estimate (exact head + sampled tail, :meth:`probe.scoring.hybrid.HybridEstimate.to_dict`),
     #: only for a request with a :class:`TailSpec`
     hybrid: dict | None = field(default=None, repr=False, compare=False)
+    #: the prompt's key / value vectors and next-token logits, kept with the frontier for the tail's draws
+    prompt_cache: Any = field(default=None, repr=False, compare=False)
 
     def total(self) -> float:
         """``sum(probs) + rejected + residual`` (1 up to float rounding)."""

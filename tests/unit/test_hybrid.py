@@ -116,8 +116,15 @@ def test_cached_completer_samples_the_tail_without_bias(tiny_lm, one_torch_threa
     head = parse_exact(tiny_lm, [prompt], chain, max_new_tokens=3, parser=_first, residual=0.0, max_nodes=3,
                        prune=1e-3, frontier=True)[0]
     assert head.residual > 0.3  # a tail worth estimating
-    done = CachedCompleter(tiny_lm, _encode(tiny_lm.tokenizer, prompt), chain, 3, _first, None, eos_ids(tiny_lm),
-                           seed=3)
+    ids = _encode(tiny_lm.tokenizer, prompt)
+    done = CachedCompleter(tiny_lm, ids, chain, 3, _first, None, eos_ids(tiny_lm), seed=3,
+                           prompt_cache=head.prompt_cache)  # the enumeration's prompt vectors, not run again
+    own = CachedCompleter(tiny_lm, ids, chain, 3, _first, None, eos_ids(tiny_lm), seed=3)  # runs the prompt
+    assert own.tokens == len(ids) and done.tokens == 0
+    picks = [x[1] for x in head.frontier[:20]]
+    assert [own(h) for h in picks] == [done(h) for h in picks]  # the same draws either way
+    done = CachedCompleter(tiny_lm, ids, chain, 3, _first, None, eos_ids(tiny_lm), seed=3,
+                           prompt_cache=head.prompt_cache)
     m = 1500
     est = hybrid_from_tail(head.probs, head.residual, draw_tail(head.frontier, done, m, np.random.default_rng(1)))
     for a, p in full.probs.items():
