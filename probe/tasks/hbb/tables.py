@@ -2,7 +2,7 @@
 
 Inputs are per-instance frames (columns ``category``, ``descriptor_type``, ``S``
 and ``concept_id``) keyed by a column label - a model name, or a model and
-variant such as ``"smollm2 (swap-avg)"`` - so several models or scoring variants
+variant such as ``"smollm2 (both orders averaged)"`` - so several models or scoring variants
 sit side by side as the paper's model columns do.
 
 - Table 1 / Table 8: one row per column label: mean S over instances with
@@ -74,7 +74,8 @@ def table1(
             "share ≥ thr (%)": 100 * s.share,
         }
         if ci:
-            row["S 95% CI"] = _ci_text(s.mean_s_ci_low, s.mean_s_ci_high, 1, 2, s.get("n_clusters"), s.mean_s)
+            row["S 95% CI"] = _ci_text(s.mean_s_ci_low, s.mean_s_ci_high, 1, 2, s.get("n_clusters"), s.mean_s,
+                                       f"no instance at S ≥ {threshold:g}")
             row["share 95% CI"] = _ci_text(s.share_ci_low, s.share_ci_high, 100, 1, s.get("n_clusters"), s.share)
         if crows is not None:
             row[cs_header] = crows.get(label, math.nan)
@@ -82,14 +83,16 @@ def table1(
     return pd.DataFrame(rows)
 
 
-def _ci_text(lo: float, hi: float, scale: float, digits: int, units: Any, value: float) -> str:
-    """``[lo, hi]``, or why there is none: no value, or too few units (the small-sample rule)."""
+def _ci_text(lo: float, hi: float, scale: float, digits: int, units: Any, value: float,
+             why_none: str = "no value") -> str:
+    """``[lo, hi]``, or why there is none: no value (``why_none`` says why), or too few units (the small-sample
+    rule)."""
     from probe.metrics.small_sample import enough, na_text
 
     if math.isfinite(lo) and math.isfinite(hi):
         return f"[{scale * lo:.{digits}f}, {scale * hi:.{digits}f}]"
     if not math.isfinite(value):
-        return "n/a (no value)"
+        return f"n/a ({why_none})"
     return na_text(units) if not enough(units) else "–"
 
 
