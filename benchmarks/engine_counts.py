@@ -13,7 +13,8 @@ columns. Figures (the CPU table of benchmarks/RESULTS.md):
 - forward passes for 192 paired BBQ requests (96 items, text + letters) at a
   16,384-token budget and no row cap, and per 1,000 computed tokens at the
   budget ``token_budget="auto"`` gives the Llama-3.1-8B shape in bf16 on 120 GiB free;
-- padding: share of the positions run that are not distinct tokens;
+- padding: share of the positions run that are padding, and share of the positions run that are
+  not distinct tokens (padding, and shared segments a row repeats);
 - in the largest HBB-SG pass that reads leaves: the share of its attended
   columns that are padding or parent-cache columns (old), or padding (new);
 - KV-cache bytes copied per computed token;
@@ -205,33 +206,45 @@ def stub_lm(lm: Any) -> Any:
     return stub
 
 
-def host_ms_per_1k(lm: Any, reqs: list, packed: bool, repeats: int = 3) -> dict[str, float]:
-    """Milliseconds per 1,000 computed tokens of score() with the zeros stub (best of ``repeats``):
-    ``wall``, and ``host``: the wall time less the time inside torch's operators (cProfile's builtin
-    entries of torch, and the tree mask's tensor expressions), i.e. the Python work that a GPU would not
-    absorb; cProfile's own overhead inflates it (an upper bound). Encoding is done before."""
-    import cProfile
-    import pstats
-
+def host_ms_per_1k(lm: Any, reqs: list, packed: bool, repeats: int = 5) -> dict[str, float]:
+    """Milliseconds per 1,000 computed tokens of a score() call with the zeros stub (best of
+    ``repeats``; encoding done before): ``wall``, and ``host``: the wall time less the time inside the
+    engine's device work (the decoder's forward pass with its mask, the head and the read on the
+    positions it gathers; on a GPU these are kernel launches that run asynchronously), i.e. the
+    planning, index building, staging and handing out that the engine does in Python and numpy."""
     stub = stub_lm(lm)
     best = {"wall": math.inf, "host": math.inf}
     for _ in range(repeats):
         scorer = Scorer(stub, batch_size=NO_ROW_CAP, token_budget=BUDGET)
         scorer.packed = packed
         encoded = [scorer.encode(r) for r in reqs]
-        prof = cProfile.Profile()
+        device = [0.0, 0]  # seconds, nesting depth (run_packed calls _decoder: counted once)
+        eng = scorer.engine
+        for name in ("run_packed", "read_packed", "_decoder", "_read"):
+            setattr(eng, name, _timed(getattr(eng, name), device))
         t = time.perf_counter()
-        prof.enable()
         scorer._compute(encoded, progress=False)
-        prof.disable()
         wall = time.perf_counter() - t
-        stats = pstats.Stats(prof).stats.items()
-        # torch's operators, and the tree mask (tensor operators only; cProfile sees `&`, `<=` as its own time)
-        ops = sum(row[2] for (path, _, name), row in stats if path == "~" and ("torch" in name or "Tensor" in name))
-        ops += sum(row[3] for (path, _, name), row in stats if name == "tree_mask")
-        per = 1e6 / max(1, scorer.engine.tokens_run)
-        best = {"wall": min(best["wall"], wall * per), "host": min(best["host"], (wall - ops) * per)}
+        per = 1e6 / max(1, eng.tokens_run)
+        best = {"wall": min(best["wall"], wall * per), "host": min(best["host"], (wall - device[0]) * per)}
     return best
+
+
+def _timed(fn: Any, acc: list) -> Any:
+    """``fn``, adding the seconds spent inside it to ``acc[0]`` (outermost of the timed calls only:
+    ``acc[1]`` is their shared nesting depth)."""
+
+    def call(*args: Any, **kwargs: Any) -> Any:
+        acc[1] += 1
+        t = time.perf_counter()
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            acc[1] -= 1
+            if acc[1] == 0:
+                acc[0] += time.perf_counter() - t
+
+    return call
 
 
 # -- workloads -------------------------------------------------------------------------
@@ -277,6 +290,7 @@ def measure_model(name: str, args: argparse.Namespace) -> dict[str, Any]:
         out[label] = {
             "bbq_passes": bbq["counts"]["forward_passes"], "bbq_tokens": bbq["counts"]["tokens_computed"],
             "bbq_padding_share": bbq["padding_share"],
+            "bbq_positions_run": bbq["counts"]["tokens_computed"] + bbq["counts"]["tokens_padded"],
             "passes_per_1k_tokens_8b_budget": 1000 * big["counts"]["forward_passes"] / big["counts"]["tokens_computed"],
             "hbb_sg_leaf_pass_pad_cache_share": leaf_pass_waste(sg["passes"]),
             "kv_bytes_per_token": max(bbq["kv_bytes_per_token"], sg["kv_bytes_per_token"]),
@@ -285,6 +299,10 @@ def measure_model(name: str, args: argparse.Namespace) -> dict[str, Any]:
             "host_ms_per_1k_tokens_stub": None if light else host_ms_per_1k(lm, w["bbq"], packed),
             "_runs": {"bbq": bbq, "hbb_sg": sg, "hbb_mcq": mcq},
         }
+    # distinct tokens: what the old path computes (each prefix-tree segment once, no row repeats one)
+    distinct = out["old"]["bbq_tokens"]
+    for label in ("old", "new"):
+        out[label]["bbq_not_distinct_share"] = 1 - distinct / out[label]["bbq_positions_run"]
     out["new_vs_old"] = {k: compare(out["old"]["_runs"][k], out["new"]["_runs"][k]) for k in ("bbq", "hbb_sg", "hbb_mcq")}
     for label in ("old", "new"):
         out[label].pop("_runs")

@@ -221,6 +221,7 @@ class Runner:
                                                                         progress=show))
             return ({"task": task, "id": r.id, "model": self.model_id, "kind": "parse",
                      "temperature": r.temperature, "top_p": r.top_p, "max_new_tokens": r.max_new_tokens,
+                     **({"sampler": r.sampler.to_dict()} if getattr(r, "sampler", None) is not None else {}),
                      "parser": r.parser_name, **d.to_dict(), "meta": dict(r.meta)}
                     for r, d in zip(part, dists))
 

@@ -21,9 +21,14 @@ The tree and the passes depend only on the set of rows, never on their order.
 
 from __future__ import annotations
 
+import sys
+from array import array
 from dataclasses import dataclass, field
+from itertools import chain
 
-from probe.scoring.rows import Row, common_prefix_length
+import numpy as np
+
+from probe.scoring.rows import Row
 
 MIN_SHARED = 16  # a shared segment must save at least this many tokens to be worth a tree level
 PAD_SLACK = 1.3  # a pass may hold at most 30% padding (once it has 4 rows)
@@ -72,13 +77,54 @@ def build_tree(rows: list[Row], min_shared: int = MIN_SHARED, share: bool = True
     >>> [(n.start, n.end, len(n.children)) for n in build_tree(rows, min_shared=2)]
     [(0, 4, 2)]
     """
-    rows = sorted(rows, key=lambda r: (r.ids, r.score_from, r.label_ids))
+    keys = {id(r): token_bytes(r.ids) for r in rows}
+    # byte keys sort as the id tuples do, compared in C
+    rows = sorted(rows, key=lambda r: (keys[id(r)], r.score_from, r.label_ids))
     if not share:
         return [_leaf(r, 0) for r in rows]
-    return _fold(_split(rows, 0), min_shared)
+    shared = _Shared(rows)
+    return _fold(_split(rows, 0, shared), min_shared)
 
 
-def _split(rows: list[Row], depth: int) -> list[Node]:
+def token_bytes(ids: tuple[int, ...]) -> bytes:
+    """Token ids as big-endian 4-byte words: bytes compare as the tuples do (ids are below 2**32)."""
+    words = array("I", ids)
+    if sys.byteorder == "little":
+        words.byteswap()
+    return words.tobytes()
+
+
+class _Shared:
+    """Common prefix lengths of sorted rows: for neighbours computed at once, blocks of rows compared as
+    padded arrays; for any two rows the least over the neighbours between them (sorted order)."""
+
+    BLOCK = 512  # rows compared at once (a [rows, longest] array)
+
+    def __init__(self, rows: list[Row]) -> None:
+        self.index = {id(r): i for i, r in enumerate(rows)}
+        parts = [np.zeros(0, np.int64)]
+        for a in range(0, len(rows) - 1, self.BLOCK):
+            parts.append(_neighbours(rows[a : a + self.BLOCK + 1]))
+        self.next = np.concatenate(parts)
+
+    def between(self, first: Row, last: Row) -> int:
+        i, j = self.index[id(first)], self.index[id(last)]
+        return int(self.next[i:j].min()) if j > i else len(first.ids)
+
+
+def _neighbours(rows: list[Row]) -> np.ndarray:
+    """The common prefix length of each row and the next (``len(rows) - 1`` values)."""
+    lengths = np.fromiter((len(r.ids) for r in rows), np.int64, len(rows))
+    grid = np.full((len(rows), int(lengths.max())), -1, np.int64)
+    flat = np.fromiter(chain.from_iterable(r.ids for r in rows), np.int64, int(lengths.sum()))
+    grid[np.repeat(np.arange(len(rows)), lengths), np.arange(len(flat)) - np.repeat(np.cumsum(lengths) - lengths,
+                                                                                    lengths)] = flat
+    same = grid[1:] == grid[:-1]
+    first_diff = np.where(same.all(axis=1), grid.shape[1], same.argmin(axis=1))
+    return np.minimum(first_diff, np.minimum(lengths[1:], lengths[:-1]))
+
+
+def _split(rows: list[Row], depth: int, shared: _Shared) -> list[Node]:
     """Nodes for sorted ``rows`` that share their first ``depth`` tokens."""
     out: list[Node] = []
     open_rows = []
@@ -97,8 +143,8 @@ def _split(rows: list[Row], depth: int) -> list[Node]:
         if len(cluster) == 1:
             out.append(_leaf(cluster[0], depth))
         else:
-            end = min(common_prefix_length([cluster[0].ids, cluster[-1].ids]), min(_cap(r) for r in cluster))
-            out.append(Node(start=depth, end=end, ids=cluster[0].ids[:end], children=_split(cluster, end)))
+            end = min(shared.between(cluster[0], cluster[-1]), min(_cap(r) for r in cluster))
+            out.append(Node(start=depth, end=end, ids=cluster[0].ids[:end], children=_split(cluster, end, shared)))
         i = j
     return out
 

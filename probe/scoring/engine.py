@@ -165,14 +165,7 @@ class Engine:
         (``with_hidden``: and the last hidden states ``[rows, width, d_model]``)."""
         from transformers import DynamicCache
 
-        width = max(len(p) for p in prefixes)
-        ids = torch.full((len(prefixes), width), self.pad_id, dtype=torch.long)
-        mask = torch.zeros((len(prefixes), width), dtype=torch.long)
-        pos = torch.zeros((len(prefixes), width), dtype=torch.long)
-        for i, p in enumerate(prefixes):
-            ids[i, width - len(p):] = torch.tensor(p)
-            mask[i, width - len(p):] = 1
-            pos[i, width - len(p):] = torch.arange(len(p))
+        ids, mask, pos = left_pad(prefixes, self.pad_id)
         self.tokens_run += sum(len(p) for p in prefixes)
         self.tokens_padded += ids.numel() - sum(len(p) for p in prefixes)
         cache = DynamicCache(config=self.model.config)
@@ -186,6 +179,43 @@ class Engine:
         if with_hidden:
             return output_cache(out), mask, out.last_hidden_state
         return output_cache(out), mask
+
+    # -- incremental extension (parse_exact's frontier, generation) ------------
+    def begin(self, prompts: list[tuple[int, ...]]) -> tuple["Extension", torch.Tensor]:
+        """Run ``prompts`` once (left-padded, :func:`left_pad`); their :class:`Extension` and the float32
+        next-token logits ``[rows, vocab]`` after each prompt's last token."""
+        cache, mask, hidden = self.run_prefixes(list(prompts), with_hidden=True)
+        return Extension(cache, mask, [len(p) for p in prompts]), self.logits(hidden[:, -1])
+
+    def extension(self, blocks: list[list[torch.Tensor]]) -> "Extension":
+        """An :class:`Extension` from key/value blocks ``[2, layers, heads, tokens, head_dim]``: row ``b``'s
+        sequence so far is ``blocks[b]`` in order (kept from earlier passes), left-padded as :meth:`begin`
+        pads. The blocks are copied into the new cache; they are left as they are."""
+        from transformers import DynamicCache
+
+        lengths = [sum(x.shape[-2] for x in row) for row in blocks]
+        width = max(lengths)
+        first = blocks[0][0]
+        n_layers, heads, dim = first.shape[1], first.shape[2], first.shape[4]
+        kv = torch.zeros((2, n_layers, len(blocks), heads, width, dim), dtype=first.dtype, device=first.device)
+        mask = torch.zeros((len(blocks), width), dtype=torch.long)
+        for b, (row, n) in enumerate(zip(blocks, lengths)):
+            kv[:, :, b, :, width - n:, :] = torch.cat(row, dim=-2)
+            mask[b, width - n:] = 1
+        cache = DynamicCache(ddp_cache_data=[(kv[0, li], kv[1, li]) for li in range(n_layers)], config=self.model.config)
+        return Extension(cache, mask, lengths)
+
+    def extend(self, ext: "Extension", tokens: list[int]) -> torch.Tensor:
+        """Append one token to each row of ``ext`` (in place: its cache, mask and lengths grow by one
+        column); the float32 next-token logits ``[rows, vocab]`` after it."""
+        ids = torch.tensor([[t] for t in tokens], dtype=torch.long)
+        pos = torch.tensor([[n] for n in ext.lengths], dtype=torch.long)
+        mask = torch.cat([ext.mask, torch.ones((len(tokens), 1), dtype=torch.long)], dim=1)
+        self.tokens_run += len(tokens)
+        out = self._decoder(input_ids=ids.to(self.device), attention_mask=mask.to(self.device),
+                            position_ids=pos.to(self.device), use_cache=True, **cache_kwargs(self.decoder, ext.cache))
+        ext.cache, ext.mask, ext.lengths = output_cache(out), mask, [n + 1 for n in ext.lengths]
+        return self.logits(out.last_hidden_state[:, -1])
 
     def run_segments(
         self,
@@ -302,6 +332,54 @@ class Engine:
                     for s, per_spec in enumerate(sampled):
                         out.sampled_tokens[s].append(per_spec[k][0])
         return outputs
+
+
+@dataclass
+class Extension:
+    """Sequences extended a token at a time by :meth:`Engine.extend`: their KV cache, left-padded (every
+    row's last token in the last column), the attention mask over its columns (host, int64) and each
+    row's length. The one place parse_exact's frontier and generation keep a cache."""
+
+    cache: Any
+    mask: torch.Tensor
+    lengths: list[int]
+
+    def kv(self) -> torch.Tensor:
+        """Keys and values as one tensor ``[2, layers, rows, heads, columns, head_dim]``."""
+        return torch.stack([torch.stack([layer.keys for layer in self.cache.layers]),
+                            torch.stack([layer.values for layer in self.cache.layers])])
+
+    def own(self) -> list[torch.Tensor]:
+        """Each row's keys and values without its padding, ``[2, layers, heads, length, head_dim]`` (copies)."""
+        kv, width = self.kv(), self.mask.shape[1]
+        return [kv[:, :, b, :, width - n:, :].clone() for b, n in enumerate(self.lengths)]
+
+    def last(self) -> torch.Tensor:
+        """The last column's keys and values ``[2, layers, rows, heads, head_dim]`` (the tokens just added)."""
+        return self.kv()[:, :, :, :, -1, :]
+
+    def repeat(self, k: int) -> None:
+        """Each row ``k`` times in a row (in place): ``k`` continuations share one prompt's pass."""
+        self.cache.batch_repeat_interleave(k)
+        self.mask = self.mask.repeat_interleave(k, dim=0)
+        self.lengths = [n for n in self.lengths for _ in range(k)]
+
+
+def left_pad(seqs: list[tuple[int, ...]] | list[list[int]], pad_id: int | None) -> tuple[torch.Tensor, torch.Tensor,
+                                                                                            torch.Tensor]:
+    """The pad rule of every pass that keeps a cache (prompts before extension, batched generation):
+    ``[rows, width]`` host ids (left-padded with ``pad_id``), attention mask (1 on real tokens) and
+    positions (each row's own, from 0 at its first token), so a row's numbers never depend on its
+    batch-mates."""
+    width = max(len(p) for p in seqs)
+    ids = torch.full((len(seqs), width), pad_id if pad_id is not None else 0, dtype=torch.long)
+    mask = torch.zeros((len(seqs), width), dtype=torch.long)
+    pos = torch.zeros((len(seqs), width), dtype=torch.long)
+    for i, p in enumerate(seqs):
+        ids[i, width - len(p):] = torch.tensor(list(p), dtype=torch.long)
+        mask[i, width - len(p):] = 1
+        pos[i, width - len(p):] = torch.arange(len(p))
+    return ids, mask, pos
 
 
 def pad_id_of(tokenizer: Any, default: int | None = 0) -> int | None:

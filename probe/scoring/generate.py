@@ -93,11 +93,11 @@ def sample_shared_prefix(lm: Any, prompts: Sequence[str], seeds: Sequence[Sequen
     text is cut at the first end-of-sequence token. :func:`run_generation` with
     ``share_prefix=True`` (``Runner.generate``) takes this path.
     """
-    from probe.hf_compat import cache_kwargs, output_cache
+    from probe.scoring.engine import Engine, pad_id_of
     from probe.scoring.sampling import SamplingSpec
 
     tok, model = lm.tokenizer, lm.model
-    device = next(model.parameters()).device
+    engine = Engine(model, pad_id=pad_id_of(tok))  # the prompt's pass and each step: the engine's extension
     eos = model.generation_config.eos_token_id if getattr(model, "generation_config", None) else None
     eos_ids = set(eos if isinstance(eos, (list, tuple)) else [] if eos is None else [eos])
     if tok.eos_token_id is not None:
@@ -108,16 +108,15 @@ def sample_shared_prefix(lm: Any, prompts: Sequence[str], seeds: Sequence[Sequen
         for prompt, row_seeds in zip(prompts, seeds):
             k = len(row_seeds)
             ids = tok(prompt, add_special_tokens=wants_special_tokens(tok, prompt))["input_ids"]
-            res = model(input_ids=torch.tensor([ids], device=device), use_cache=True)
-            cache = output_cache(res)
-            cache.batch_repeat_interleave(k)
-            logits = res.logits[:, -1].float().repeat(k, 1)
+            ext, logits = engine.begin([tuple(ids)])
+            ext.repeat(k)
+            logits = logits.repeat(k, 1)
             sampler = _RowSampler(spec, list(row_seeds))
             done = torch.zeros(k, dtype=torch.bool)
             picked: list[list[int]] = [[] for _ in range(k)]
             for step in range(max_new_tokens):
-                pick = sampler(None, logits).argmax(dim=-1)
-                for j, t in enumerate(pick.tolist()):
+                pick = sampler(None, logits).argmax(dim=-1).tolist()
+                for j, t in enumerate(pick):
                     if not done[j]:
                         if t in eos_ids:
                             done[j] = True
@@ -125,9 +124,7 @@ def sample_shared_prefix(lm: Any, prompts: Sequence[str], seeds: Sequence[Sequen
                             picked[j].append(t)
                 if bool(done.all()) or step == max_new_tokens - 1:
                     break
-                res = model(input_ids=pick.view(k, 1).to(device), use_cache=True, **cache_kwargs(model, cache))
-                cache = output_cache(res)
-                logits = res.logits[:, -1].float()
+                logits = engine.extend(ext, pick)
             out.append([tok.decode(p, skip_special_tokens=True) for p in picked])
     return out
 
@@ -136,7 +133,7 @@ def _generate(lm: Any, prompts: Sequence[str], max_new_tokens: int, batch_size: 
               progress: bool, sampler: Callable[[list[int]], Any] | None = None) -> list[str]:
     """Batched generation; ``sampler(batch indices)`` gives a batch's token sampler (None: greedy)."""
     tok, model = lm.tokenizer, lm.model
-    from probe.scoring.engine import input_device, pad_id_of
+    from probe.scoring.engine import input_device, left_pad, pad_id_of
 
     device = input_device(model)  # the input embedding's device (a device_map spans several)
     pad = pad_id_of(tok, default=None)  # None: generate() picks its own, as before
@@ -150,12 +147,8 @@ def _generate(lm: Any, prompts: Sequence[str], max_new_tokens: int, batch_size: 
         bar = tqdm(total=len(prompts), desc="generating", unit="prompt", leave=False)
     for idx in batches:
         encs = [tok(prompts[i], add_special_tokens=wants_special_tokens(tok, prompts[i]))["input_ids"] for i in idx]
-        width = max(len(e) for e in encs)
-        ids = torch.full((len(encs), width), pad, dtype=torch.long)
-        mask = torch.zeros_like(ids)
-        for j, e in enumerate(encs):
-            ids[j, width - len(e):] = torch.tensor(e)
-            mask[j, width - len(e):] = 1
+        ids, mask, _ = left_pad(encs, pad)  # the engine's pad rule; generate() derives positions from the mask
+        width = ids.shape[1]
         extra: dict[str, Any] = {}
         if sampler is not None:
             from transformers import LogitsProcessorList

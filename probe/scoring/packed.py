@@ -31,6 +31,8 @@ accept that form falls back on the level-by-level path (``docs/scoring.md``).
 from __future__ import annotations
 
 import bisect
+import math
+from itertools import chain
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -95,7 +97,7 @@ def flatten(root: Node) -> Flat:
     number = np.repeat(np.arange(len(chunks), dtype=np.int64), lengths)
     starts = np.repeat(np.array([st for _, st, _ in chunks], dtype=np.int64), lengths)
     first = np.repeat(np.cumsum(lengths) - lengths, lengths)
-    ids = np.fromiter((t for s, _, _ in chunks for t in s), dtype=np.int64, count=int(lengths.sum()))
+    ids = np.fromiter(chain.from_iterable(s for s, _, _ in chunks), dtype=np.int64, count=int(lengths.sum()))
     return Flat(ids, starts + np.arange(len(ids)) - first, number, np.asarray(ends, np.int64)[number], places,
                 len(places))
 
@@ -112,28 +114,139 @@ class Pass:
         return sum(f.size for row in self.trees for f in row)
 
 
-#: row lengths tried, as multiples of the longer of the target and the longest tree: the one that runs
-#: the fewest padded positions wins (longer rows hold more trees, so their ends are fuller)
-ROW_FACTORS = (1.0, 1.25, 1.5, 2.0)
+#: a row may grow to this many row targets: longer rows waste less at their ends and at cuts, while
+#: attention over a row's masked columns grows with its length
+ROW_SPAN = 4
+#: row counts tried by :func:`layout`, from the fewest rows the longest allowed length gives
+ROW_TRIES = 4
+#: leaves a row's end may move back to fall where a cut repeats fewer shared tokens
+LOOK_BACK = 16
+
+
+def layout(tree: list[Node], target: int, budget: int, max_rows: int) -> list[Pass]:
+    """The passes of a prefix tree: its leaves, depth first, cut into rows of about equal length.
+
+    A row holds a run of consecutive leaves with each one's ancestors written once (a copy of a shared
+    segment per row it reaches into), so the only waste is the rows' unequal ends and the shared
+    segments repeated where a cut falls inside a tree. Of the row lengths from ``target`` (at least the
+    longest sequence) to :data:`ROW_SPAN` x ``target`` (within ``budget``), the one that runs the fewest
+    positions wins (the shorter on a tie). Rows go into passes of at most ``max_rows`` rows and
+    ``budget`` positions. Depends only on the tree, which depends only on the set of rows."""
+    chains = _chains(tree)
+    if not chains:
+        return []
+    cuts = _best_cut(*_costs(chains), target, budget, max_rows)
+    rows = [[flatten(n) for n in _row_trees(chains[a:b])] for a, b in zip(cuts, cuts[1:] + [len(chains)])]
+    return _passes([(row, sum(f.size for f in row)) for row in rows], budget, max_rows)
+
+
+def _best_cut(fresh: np.ndarray, cont: np.ndarray, target: int, budget: int, max_rows: int) -> list[int]:
+    """The first leaf of each row, for the row length that runs the fewest positions. Tried: the longest
+    allowed, and for the fewest rows it gives and :data:`ROW_TRIES` - 1 more, the even split of the
+    stream, then (twice) the even split with as many repeated shared tokens per cut as that cut had."""
+    lo = max(int(fresh.max()), min(target, budget))
+    hi = max(lo, min(ROW_SPAN * target, budget))
+    fewest = -(-int(cont.sum()) // hi)
+    best: tuple[int, int, list[int]] | None = None
+    seen: set[int] = set()
+    for n_rows in range(fewest, fewest + ROW_TRIES):
+        cap = hi if n_rows == fewest else -(-int(cont.sum()) // n_rows)
+        for _ in range(3):
+            cap = min(hi, max(lo, cap))
+            if cap in seen:
+                break
+            seen.add(cap)
+            starts, fills = _cut(fresh, cont, cap)
+            run = sum(len(p.trees) * p.width for p in _passes([([], f) for f in fills.tolist()], budget, max_rows))
+            if best is None or (run, cap) < best[:2]:
+                best = (run, cap, starts)
+            if len(fills) < 2:
+                break
+            per_cut = (int(fills.sum()) - int(cont.sum())) / (len(fills) - 1)  # shared tokens a cut repeats
+            cap = math.ceil((int(cont.sum()) + (n_rows - 1) * per_cut) / n_rows)
+    assert best is not None
+    return best[2]
+
+
+def _chains(tree: list[Node]) -> list[tuple[Node, ...]]:
+    """Every leaf's path from its top-level node, depth first."""
+    out: list[tuple[Node, ...]] = []
+
+    def walk(node: Node, chain: tuple[Node, ...]) -> None:
+        chain = chain + (node,)
+        if node.is_leaf:
+            out.append(chain)
+        for child in node.children:
+            walk(child, chain)
+
+    for node in tree:
+        walk(node, ())
+    return out
+
+
+def _costs(chains: list[tuple[Node, ...]]) -> tuple[np.ndarray, np.ndarray]:
+    """Per leaf: the tokens it adds to a row it opens (its whole sequence) and to a row that holds the
+    leaf before it (what its path does not share with that leaf's)."""
+    fresh = np.fromiter((ch[-1].end for ch in chains), dtype=np.int64, count=len(chains))
+    cont = fresh.copy()
+    for i in range(1, len(chains)):
+        prev, ch, k = chains[i - 1], chains[i], 0
+        while k < len(prev) and prev[k] is ch[k]:
+            k += 1
+        cont[i] -= ch[k].start
+    return fresh, cont
+
+
+def _cut(fresh: np.ndarray, cont: np.ndarray, cap: int) -> tuple[list[int], np.ndarray]:
+    """Greedy cut of the leaf stream into rows of at most ``cap`` tokens (a longer sequence alone):
+    the first leaf of each row, and each row's tokens. Where a leaf does not fit, the cut goes before
+    whichever of the last :data:`LOOK_BACK` leaves wastes least: the room left in the row plus the
+    shared tokens the next row repeats (a cut between two trees repeats nothing)."""
+    fr, co = fresh.tolist(), cont.tolist()
+    starts, start, after = [0], 0, [fr[0]]  # after[k]: the row's tokens up to its k-th leaf
+    i = 1
+    while i < len(fr):
+        if after[-1] + co[i] <= cap:
+            after.append(after[-1] + co[i])
+            i += 1
+            continue
+        best, least = i, cap - after[-1] + fr[i] - co[i]
+        for j in range(i - 1, max(start, i - LOOK_BACK), -1):
+            waste = cap - after[j - 1 - start] + fr[j] - co[j]
+            if waste < least:
+                best, least = j, waste
+        starts.append(best)
+        start, after, i = best, [fr[best]], best + 1
+    csum = np.concatenate([[0], np.cumsum(cont)])
+    s = np.asarray(starts)
+    e = np.append(s[1:], len(cont))
+    return starts, fresh[s] + csum[e] - csum[s + 1]
+
+
+def _row_trees(chains: list[tuple[Node, ...]]) -> list[Node]:
+    """The trees of one row: its leaves under copies of their ancestors, each copy written once."""
+    tops: list[Node] = []
+    stack: list[tuple[Node, Node]] = []  # (node of the tree, its copy in this row)
+    for ch in chains:
+        k = 0
+        while k < len(stack) and stack[k][0] is ch[k]:
+            k += 1
+        del stack[k:]
+        for node in ch[k:-1]:
+            twin = Node(start=node.start, end=node.end, ids=node.ids)
+            (stack[-1][1].children if stack else tops).append(twin)
+            stack.append((node, twin))
+        (stack[-1][1].children if stack else tops).append(ch[-1])
+    return tops
 
 
 def pack(flats: list[Flat], target: int, budget: int, max_rows: int) -> list[Pass]:
-    """Trees into rows of about ``target`` tokens (at least the longest tree), best fit, largest first;
-    rows into passes of at most ``max_rows`` rows and ``budget`` padded tokens. Of the row lengths
-    :data:`ROW_FACTORS` allows, the one with the least padding is used. Depends only on the trees and
-    their order in ``flats`` (which the prefix tree fixes)."""
+    """Whole trees into rows of about ``target`` tokens (at least the longest tree), best fit, largest
+    first; rows into passes of at most ``max_rows`` rows and ``budget`` padded tokens (after an
+    out-of-memory error, the rows not yet run are packed again this way with the lowered caps).
+    Depends only on the trees and their order in ``flats``."""
     base = max([target] + [f.size for f in flats])
-    best: list[Pass] | None = None
-    for factor in ROW_FACTORS:
-        cap = max(base, min(int(base * factor), budget))
-        passes = _pack_rows(flats, cap, budget, max_rows)
-        if best is None or _padded(passes) < _padded(best):
-            best = passes
-    return best or []
-
-
-def _padded(passes: list[Pass]) -> int:
-    return sum(len(p.trees) * p.width - p.tokens for p in passes)
+    return _pack_rows(flats, base, budget, max_rows) if flats else []
 
 
 def _pack_rows(flats: list[Flat], cap: int, budget: int, max_rows: int) -> list[Pass]:
@@ -153,15 +266,20 @@ def _pack_rows(flats: list[Flat], cap: int, budget: int, max_rows: int) -> list[
         fill[r] += f.size
         if left - f.size > 0:
             bisect.insort(room, (left - f.size, r))
-    order = sorted(range(len(rows)), key=lambda r: (-fill[r], r))
+    return _passes(list(zip(rows, fill)), budget, max_rows)
+
+
+def _passes(rows: list[tuple[list[Flat], int]], budget: int, max_rows: int) -> list[Pass]:
+    """``(row, tokens)`` into passes, the fullest rows first: each pass as wide as its first row, at
+    most ``max_rows`` rows (and :data:`MAX_ROWS`) and ``budget`` positions."""
     passes: list[Pass] = []
-    for r in order:
+    for r in sorted(range(len(rows)), key=lambda r: (-rows[r][1], r)):
         last = passes[-1] if passes else None
         if (last is not None and len(last.trees) < min(max_rows, MAX_ROWS)
                 and (len(last.trees) + 1) * last.width <= budget):
-            last.trees.append(rows[r])
+            last.trees.append(rows[r][0])
         else:
-            passes.append(Pass([rows[r]], fill[r]))
+            passes.append(Pass([rows[r][0]], rows[r][1]))
     return passes
 
 
@@ -240,30 +358,48 @@ class ReadPlan:
 
 
 def read_plan(places: list[tuple[Node, int, int]]) -> ReadPlan:
-    """The scored positions of every leaf in ``places`` (label position first, then each scored token's)."""
-    prow, pcol, ppos, ptok, leaves = [], [], [], [], []
-    n = 0
-    for node, r, col in places:
-        if not node.is_leaf:
-            continue
-        row, s = node.row, node.start
-        first = max(row.score_from, s + 1)
-        cols = col + np.arange(first - 1 - s, len(row.ids) - 1 - s, dtype=np.int64)
-        toks = np.asarray(row.ids[first:], dtype=np.int64)
-        if row.label_ids:
-            cols = np.concatenate([[col + len(row.ids) - 1 - s], cols])
-            pair_pos = np.concatenate([np.full(len(row.label_ids), n), n + 1 + np.arange(len(toks))])
-            toks = np.concatenate([np.asarray(row.label_ids, np.int64), toks])
-        else:
-            pair_pos = n + np.arange(len(toks))
-        prow.append(np.full(len(cols), r, dtype=np.int64))
-        pcol.append(cols)
-        ppos.append(pair_pos.astype(np.int64))
-        ptok.append(toks)
-        leaves.append((row, bool(row.label_ids), len(cols), len(toks)))
-        n += len(cols)
-    cat = (lambda xs: np.concatenate(xs) if xs else np.zeros(0, np.int64))  # noqa: E731
-    return ReadPlan([lf[0] for lf in leaves], cat(prow), cat(pcol), cat(ppos), cat(ptok), leaves)
+    """The scored positions of every leaf in ``places`` (label position first, then each scored token's),
+    built with whole-array operations: a Python step per leaf, none per position."""
+    leaves = [(node, r, col) for node, r, col in places if node.is_leaf]
+    rows = [node.row for node, _, _ in leaves]
+    i64 = np.int64
+    n_lab = np.fromiter((len(row.label_ids) for row in rows), i64, len(rows))
+    length = np.fromiter((len(row.ids) for row in rows), i64, len(rows))
+    start = np.fromiter((node.start for node, _, _ in leaves), i64, len(rows))
+    col = np.fromiter((c for _, _, c in leaves), i64, len(rows))
+    first = np.maximum(np.fromiter((row.score_from for row in rows), i64, len(rows)), start + 1)
+    n_tok = np.maximum(length - first, 0)
+    has = (n_lab > 0).astype(i64)
+    n_pos, n_pair = has + n_tok, n_lab + n_tok
+    at_pos, at_pair = _starts(n_pos), _starts(n_pair)
+    local = _local(n_tok)
+    tok_at = np.repeat(at_pos + has, n_tok) + local  # each scored token's position index
+    pos_col = np.empty(int(n_pos.sum()), i64)
+    pos_col[tok_at] = np.repeat(col + first - 1 - start, n_tok) + local
+    pos_col[at_pos[has > 0]] = (col + length - 1 - start)[has > 0]  # the label position: the last token's
+    pair_pos = np.empty(int(n_pair.sum()), i64)
+    pair_tok = np.empty_like(pair_pos)
+    lab_pairs = np.repeat(at_pair, n_lab) + _local(n_lab)
+    tok_pairs = np.repeat(at_pair + n_lab, n_tok) + local
+    pair_pos[lab_pairs] = np.repeat(at_pos, n_lab)
+    pair_pos[tok_pairs] = tok_at
+    pair_tok[lab_pairs] = np.fromiter(chain.from_iterable(row.label_ids for row in rows), i64, len(lab_pairs))
+    pair_tok[tok_pairs] = np.fromiter(chain.from_iterable(row.ids[f:] for row, f in zip(rows, first.tolist())), i64,
+                                      len(tok_pairs))
+    pos_row = np.repeat(np.fromiter((r for _, r, _ in leaves), i64, len(rows)), n_pos)
+    table = [(row, bool(row.label_ids), p, q) for row, p, q in zip(rows, n_pos.tolist(), n_pair.tolist())]
+    return ReadPlan(rows, pos_row, pos_col, pair_pos, pair_tok, table)
+
+
+def _starts(counts: np.ndarray) -> np.ndarray:
+    """Where each of consecutive blocks of ``counts`` items begins."""
+    return np.cumsum(counts) - counts
+
+
+def _local(counts: np.ndarray) -> np.ndarray:
+    """``0..n-1`` for each ``n`` in ``counts``, concatenated."""
+    total = int(counts.sum())
+    return np.arange(total, dtype=np.int64) - np.repeat(_starts(counts), counts)
 
 
 def upload(parts: list[np.ndarray], device: Any) -> list[torch.Tensor]:
@@ -280,38 +416,3 @@ def upload(parts: list[np.ndarray], device: Any) -> list[torch.Tensor]:
 def subtree_tokens(node: Node) -> int:
     """Tokens a node's subtree writes into a row."""
     return node.width + sum(subtree_tokens(c) for c in node.children)
-
-
-def split_trees(tree: list[Node], cap: int) -> list[Node]:
-    """``tree`` with every top-level tree of more than ``cap`` tokens split into trees of about ``cap``
-    tokens: groups of a node's children, each under its own copy of the node (the shared segment is
-    then computed once per group, not once per call). A row's attention work grows with the square of
-    its length, so one call's whole tree (a system prompt shared by every request) must not become one
-    row. New nodes are made; the input tree is left as it is."""
-    return [part for node in tree for part in _split(node, cap)]
-
-
-def _split(node: Node, cap: int) -> list[Node]:
-    size = subtree_tokens(node)
-    if node.is_leaf or size <= cap:
-        return [node]
-    inner = max(cap - node.width, cap // 2, 1)
-    parts = [p for child in node.children for p in _split(child, inner)]
-    groups: list[list[Node]] = []
-    sizes: list[int] = []
-    for p in parts:  # in order: neighbours in the tree (sorted ids) share the most
-        n = subtree_tokens(p)
-        if groups and sizes[-1] + n <= inner:
-            groups[-1].append(p)
-            sizes[-1] += n
-        else:
-            groups.append([p])
-            sizes.append(n)
-    out = []
-    for g in groups:
-        if len(g) == 1:  # the node's segment joins its only part's
-            p = g[0]
-            out.append(Node(start=node.start, end=p.end, ids=p.ids, children=p.children, row=p.row))
-        else:
-            out.append(Node(start=node.start, end=node.end, ids=node.ids, children=g))
-    return out

@@ -22,7 +22,7 @@ import torch
 from probe.scoring.batching import MIN_SHARED, Node, build_tree, plan_passes
 from probe.scoring.capture import Capturer, Taps
 from probe.scoring.engine import HEAD_CHUNK, Engine, Row, RowOutput, cache_bytes, pad_id_of
-from probe.scoring.packed import Pass, ReadPlan, arrays, flatten, pack, read_plan, row_tokens, split_trees, upload
+from probe.scoring.packed import Pass, ReadPlan, arrays, layout, pack, read_plan, row_tokens, upload
 from probe.scoring.requests import (
     ContinuationRequest,
     ContinuationResult,
@@ -42,9 +42,6 @@ if TYPE_CHECKING:
 
 RowKey = tuple[tuple[int, ...], int]
 _LEVEL = object()  # a packed pass's answer: run its one tree level by level
-#: a tree is split (its shared segment computed once per part) only past this many row targets: splitting
-#: recomputes prefixes, a long row costs attention work on masked columns; 4 keeps both small
-SPLIT_ROWS = 4
 GROW_AFTER = 8  # good passes after which caps lowered by an out-of-memory error double
 
 
@@ -201,9 +198,10 @@ class Scorer:
         tree = self.plan(encoded, taps.extra_rows() if taps else ())
         self.engine.tokens_raw += sum(len(s.ids) for e in encoded for s in e.sequences)
         longest = max((len(n.row.ids) for n in _leaves(tree)), default=0)
-        packed = self.packed and self.engine.packable(longest) is None
-        if packed:
-            tree = split_trees(tree, SPLIT_ROWS * self._row_target())
+        passes = None
+        if self.packed and self.engine.packable(longest) is None:
+            passes = layout(tree, self._row_target(), self._budget_cap, self._row_cap)
+            tree = [f.places[0][0] for p in passes for row in p.trees for f in row]  # the rows' own trees
         if taps is not None:
             keys = {s.ids: (s.ids, s.score_from) for e in encoded for s in e.sequences}
             taps.plan(tree, lambda t: (t.row, len(t.row)) if t.extra else keys[t.row])
@@ -215,8 +213,8 @@ class Scorer:
 
             bar = tqdm(total=sum(n.leaves() for n in tree), unit="seq", desc="scoring", leave=False)
         try:
-            if packed:
-                self._run_packed(tree, outputs, bar)
+            if passes is not None:
+                self._run_packed(passes, outputs, bar)
             else:
                 self._run_level(tree, None, None, [0] * len(tree), outputs, bar)
         finally:
@@ -229,14 +227,12 @@ class Scorer:
         return row_tokens(int(getattr(self.engine.config, "hidden_size", 0) or 0), self._budget_cap)
 
     # -- the packed path -------------------------------------------------------
-    def _run_packed(self, tree: list[Node], outputs: dict, bar) -> None:
-        """Every tree of ``tree`` in packed passes (probe.scoring.packed); the read stays on the device
-        and comes back in one copy at the end. After an out-of-memory error the caps shrink and the trees
-        not yet read are packed again; nothing read is read twice."""
-        todo = [flatten(n) for n in tree]
+    def _run_packed(self, passes: list[Pass], outputs: dict, bar) -> None:
+        """Run ``passes`` (probe.scoring.packed); the read stays on the device and comes back in one copy
+        at the end. After an out-of-memory error the caps shrink and the trees not yet read are packed
+        again; nothing read is read twice."""
         reads: list[tuple[ReadPlan, torch.Tensor]] = []
-        while todo:
-            passes = pack(todo, self._row_target(), self._budget_cap, self._row_cap)
+        while passes:
             staged = self._stage(passes)
             done = 0
             for p, (a, plan, dev, chunks) in zip(passes, staged):
@@ -254,6 +250,7 @@ class Scorer:
                     bar.update(len(plan.rows))
             staged = None  # noqa: F841  (the device inputs of passes not run are freed before repacking)
             todo = [f for p in passes[done:] for row in p.trees for f in row]
+            passes = pack(todo, self._row_target(), self._budget_cap, self._row_cap)
         self._hand_out(reads, outputs)
 
     def _stage(self, passes: list[Pass]) -> list:
@@ -290,7 +287,7 @@ class Scorer:
         try:
             with self._tap_at(a.places):
                 hidden = self.engine.run_packed(dev[0], dev[1], dev[2], dev[3], int(a.pos.max(initial=0)))
-            got = (self.engine.read_packed(hidden, dev[4:], chunks, self._sampling) if plan.rows
+            got = (self.engine.read_packed(hidden, dev[4:], chunks, self._sampling) if plan.n_positions
                    else hidden.new_zeros(0, dtype=torch.float64))
         except (torch.OutOfMemoryError, RuntimeError) as exc:
             if not is_oom(exc):
@@ -325,16 +322,18 @@ class Scorer:
         at, n_specs = 0, len(self._sampling)
         for plan, _ in reads:
             n_pairs, n_pos = len(plan.pair_tok), plan.n_positions
-            lp, fin = values[at : at + n_pairs], values[at + n_pairs : at + n_pairs + n_pos]
-            sampled = values[at + n_pairs + n_pos : at + n_pairs * (1 + n_specs) + n_pos].reshape(n_specs, n_pairs)
+            lp = values[at : at + n_pairs].tolist()
+            bad = np.concatenate([[0], np.cumsum(values[at + n_pairs : at + n_pairs + n_pos] == 0)])
+            sampled = values[at + n_pairs + n_pos : at + n_pairs * (1 + n_specs) + n_pos].reshape(n_specs, n_pairs).tolist()
             at += n_pairs * (1 + n_specs) + n_pos
-            p = q = 0
-            for row, label, n_positions, n_row_pairs in plan.leaves:
+            sizes = np.array([(lf[2], lf[3]) for lf in plan.leaves], dtype=np.int64).reshape(-1, 2)
+            q = np.concatenate([[0], np.cumsum(sizes[:, 0])])
+            finite = (bad[q[1:]] == bad[q[:-1]]).tolist()  # no non-finite position in the leaf's span
+            p = 0
+            for (row, label, _, n_row_pairs), fin in zip(plan.leaves, finite):
                 outputs[(row.ids, row.score_from)] = _row_output(row, label, lp[p : p + n_row_pairs],
-                                                                 sampled[:, p : p + n_row_pairs],
-                                                                 bool(fin[q : q + n_positions].all()))
+                                                                 [x[p : p + n_row_pairs] for x in sampled], fin)
                 p += n_row_pairs
-                q += n_positions
 
     def _tap_at(self, places):
         """The capture context of one packed pass (a no-op without capture)."""
@@ -549,15 +548,13 @@ def is_oom(exc: BaseException) -> bool:
     return isinstance(exc, torch.OutOfMemoryError) or "out of memory" in str(exc).lower()
 
 
-def _row_output(row: Row, label: bool, lp: np.ndarray, sampled: np.ndarray, finite: bool) -> RowOutput:
+def _row_output(row: Row, label: bool, lp: list[float], sampled: list[list[float]], finite: bool) -> RowOutput:
     """One row's numbers from its slice of a pass's read (label targets first when ``label``)."""
     k = len(row.label_ids) if label else 0
-    out = RowOutput(finite=finite)
+    out = RowOutput(finite=finite, token_logprobs=lp[k:], sampled_tokens=[x[k:] for x in sampled])
     if label:
-        out.label_logprobs = dict(zip(row.label_ids, lp[:k].tolist()))
-    out.token_logprobs = lp[k:].tolist()
-    out.sampled_labels = [dict(zip(row.label_ids, s[:k].tolist())) if label else {} for s in sampled]
-    out.sampled_tokens = [s[k:].tolist() for s in sampled]
+        out.label_logprobs = dict(zip(row.label_ids, lp[:k]))
+    out.sampled_labels = [dict(zip(row.label_ids, x[:k])) if label else {} for x in sampled]
     return out
 
 

@@ -8,7 +8,7 @@ import torch
 
 from probe.scoring.batching import build_tree
 from probe.scoring.engine import Row
-from probe.scoring.packed import (MAX_ROWS, Pass, arrays, flatten, pack, read_plan, row_tokens, split_trees,
+from probe.scoring.packed import (MAX_ROWS, Pass, arrays, flatten, layout, pack, read_plan, row_tokens,
                                   subtree_tokens, tree_mask)
 
 # two rows sharing (1, 2, 3): the root segment runs once, then each leaf's own tokens
@@ -81,18 +81,47 @@ def test_pack_depends_only_on_the_trees():
     assert shape(a) == shape(b)
 
 
-def test_split_trees_keeps_every_leaf_under_a_copy_of_its_prefix():
-    shared = tuple(range(100, 120))
+def _leaves_of(passes):
+    return sorted((n.row.ids, n.start) for p in passes for row in p.trees for f in row for n, _ in f.places
+                  if n.is_leaf)
+
+
+def test_layout_cuts_a_long_tree_into_even_rows_with_its_prefix_in_each():
+    shared = tuple(range(100, 120))  # 20 shared tokens, then 10 leaves of 3
     rows = [Row(shared + (k, k + 1, k + 2), 21) for k in range(10)]
     [root] = build_tree(rows, min_shared=1)
     assert subtree_tokens(root) == 20 + 10 * 3
-    parts = split_trees([root], 26)
-    assert len(parts) > 1 and all(subtree_tokens(p) <= 26 + 20 for p in parts)
-    leaves = sorted((c.row.ids, c.start) for p in parts for c in (p.children or [p]))
-    assert [ids for ids, _ in leaves] == sorted(r.ids for r in rows)
-    for p in parts:
-        assert p.start == 0 and flatten(p).pos.tolist()[:20] == list(range(20))  # the prefix, again, at 0..19
-    assert split_trees([root], 1000) == [root]  # small enough: untouched
+    passes = layout([root], 26, 1000, 64)  # rows may grow to 4 x 26 = 104 tokens: the 50 fit in one
+    assert [[f.size for f in row] for p in passes for row in p.trees] == [[50]]
+    passes = layout([root], 10, 1000, 64)  # rows of at most 40: the tree is cut once, 5 leaves a row
+    assert len(passes) == 1 and [[f.size for f in row] for row in passes[0].trees] == [[35], [35]]
+    assert passes[0].width == 35  # 20 shared + 5 x 3 in each row: 70 positions, no padding
+    assert _leaves_of(passes) == sorted((r.ids, 20) for r in rows)  # every leaf once, from position 20
+    for row in passes[0].trees:
+        assert row[0].pos.tolist()[:20] == list(range(20))  # the prefix, again, at 0..19 in each row
+    assert root.children and all(n.is_leaf for n in root.children)  # the tree itself is left as it was
+
+
+def test_layout_cuts_between_trees_rather_than_inside_one():
+    # two trees of 20 shared + 2 x 3 (26 each) and a lone row of 10: rows of at most 40 (4 x 10)
+    rows = [Row(tuple(range(b, b + 20)) + (k, k + 1, k + 2), 21) for b in (100, 200) for k in range(2)]
+    rows.append(Row(tuple(range(300, 310)), 9))
+    tree = build_tree(rows, min_shared=1)
+    passes = layout(tree, 10, 1000, 64)
+    sizes = sorted(sorted(f.size for f in row) for p in passes for row in p.trees)
+    assert sizes == [[10, 26], [26]]  # no shared segment written twice
+    assert _leaves_of(passes) == sorted((r.ids, 20 if len(r.ids) == 23 else 0) for r in rows)
+
+
+def test_layout_respects_the_budget_and_row_cap_and_ignores_order():
+    rows = [Row(tuple(np.random.default_rng(k).integers(0, 50, 6 + k % 5)), 6) for k in range(30)]
+    a = layout(build_tree(rows, min_shared=1), 16, 128, 3)
+    b = layout(build_tree(rows[::-1], min_shared=1), 16, 128, 3)
+    shape = lambda ps: [[[f.ids.tolist() for f in row] for row in p.trees] for p in ps]  # noqa: E731
+    assert shape(a) == shape(b)
+    assert all(len(p.trees) <= 3 and len(p.trees) * p.width <= 128 for p in a)
+    assert len(_leaves_of(a)) == len({r.ids for r in rows})
+    assert layout([], 16, 128, 3) == []
 
 
 def test_read_plan_reads_labels_first_then_each_scored_token():

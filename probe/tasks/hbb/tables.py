@@ -32,6 +32,8 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 import pandas as pd
 
+# the plain pipe table every run report writes (re-exported: HBB's callers import them from here)
+from probe.reports.pipe_table import markdown, write_table
 from probe.tasks.hbb.data import CATEGORIES, CATEGORY_LABELS, type_label
 from probe.tasks.hbb.metrics import over_threshold, summarize_by
 
@@ -48,20 +50,6 @@ CS_PROTOCOLS = {"mcq": "(a) two-choice question", "loglik": "(b) whole-sentence 
 def cell(count: int, mean_s: float) -> str:
     """The paper's ``count (mean)`` cell; ``0`` alone when nothing reaches the threshold."""
     return f"{count}" if count == 0 or math.isnan(mean_s) else f"{count} ({mean_s:.2f})"
-
-
-def _fmt(x: object) -> str:
-    if isinstance(x, float):
-        return "nan" if math.isnan(x) else f"{x:.2f}"
-    return str(x)
-
-
-def markdown(df: pd.DataFrame) -> str:
-    """A GitHub pipe table (no extra dependency)."""
-    head = "| " + " | ".join(str(c) for c in df.columns) + " |"
-    sep = "| " + " | ".join("---" for _ in df.columns) + " |"
-    body = ["| " + " | ".join(_fmt(v) for v in row) + " |" for row in df.itertuples(index=False)]
-    return "\n".join([head, sep, *body])
 
 
 def table1(
@@ -175,15 +163,6 @@ def table3(frames: Mapping[str, pd.DataFrame], k: int = 1, skip: int = 0) -> pd.
     cols = ["Scoring", "Category", "Rank", "Bias association 1", "Bias association 2", "Descriptor type", "S",
             "tied at max S", "concept_id", "instance"]
     return pd.DataFrame(rows, columns=cols)
-
-
-def write_table(df: pd.DataFrame, stem: str | Path, title: str = "") -> None:
-    """``stem.md`` (with an optional title line) and ``stem.csv``, each written atomically."""
-    from probe.io import write_atomic
-
-    stem = Path(stem)
-    write_atomic(stem.with_suffix(".md"), (f"{title}\n\n" if title else "") + markdown(df) + "\n")
-    write_atomic(stem.with_suffix(".csv"), df.to_csv(index=False))
 
 
 def histogram_png(scores: Mapping[str, np.ndarray], path: str | Path, threshold: float = 20.0, title: str = "") -> None:
