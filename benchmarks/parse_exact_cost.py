@@ -6,6 +6,11 @@ process CPU time of ``parse_exact`` (enumeration to ``--residual`` or
 sampler (the prompt run once, its cache shared by the K rows, ``--max-new`` tokens).
 
     python benchmarks/parse_exact_cost.py --prompts 24 --threads 1
+    python benchmarks/parse_exact_cost.py --prompts 12 --threads 1 --hybrid
+
+``--hybrid``: the parse stage as the tasks run it where the tree does not close: the exact head to half the
+K samples' tokens (``K x max_new / 2`` nodes), then tail draws (:mod:`probe.scoring.hybrid`) within the K
+samples' forward tokens; its tokens count the head's passes and the draws' (the prompt's vectors are reused).
 
 Prompts: ImplicitBBQ zero-shot one-word prompts (ambiguous and disambiguated,
 explicit and implicit), parser ``probe.tasks.implicitbbq.parse.parse_oneword``.
@@ -29,6 +34,7 @@ def main() -> None:
     ap.add_argument("--answer-residual", type=float, default=None,
                     help="also enumerate to this fraction of the parsed mass (ImplicitBBQ uses 0.05)")
     ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--hybrid", action="store_true", help="the exact head plus sampled tail, within K samples")
     ap.add_argument("--settings", default="0.1:1.0:20,0.7:0.9:20,0.7:0.9:25,0.8:0.9:20",
                     help="T:top_p:K triples")
     args = ap.parse_args()
@@ -42,7 +48,7 @@ def main() -> None:
     lm = load_model(args.model, device="cpu", dtype="float32")
     preqs = implicitbbq_parse_requests(lm.tokenizer, args.prompts)
     for row in cost_rows(lm, preqs, args.settings, max_new=args.max_new, residual=args.residual,
-                         max_nodes=args.max_nodes, answer_residual=args.answer_residual):
+                         max_nodes=args.max_nodes, answer_residual=args.answer_residual, hybrid=args.hybrid):
         print(json.dumps(row), flush=True)
 
 
@@ -58,9 +64,10 @@ def implicitbbq_parse_requests(tokenizer, n: int) -> list:
 
 
 def cost_rows(lm, preqs: list, settings: str, *, max_new: int, residual: float, max_nodes: int,
-              sync=lambda: None, answer_residual: float | None = None) -> list[dict]:
+              sync=lambda: None, answer_residual: float | None = None, hybrid: bool = False) -> list[dict]:
     """parse_exact against K seeded samples per prompt on ``preqs``, for each ``T:top_p:K`` of ``settings``:
-    forward tokens, process CPU seconds and wall seconds (``sync`` waits for the device before a clock is read)."""
+    forward tokens, process CPU seconds and wall seconds (``sync`` waits for the device before a clock is read).
+    ``hybrid``: the exact head to ``K x max_new / 2`` nodes plus tail draws (the tasks' ``parse_tail: hybrid``)."""
     from probe.tasks.implicitbbq.parse import oneword_decided
     from probe.scoring.generate import sample_shared_prefix
     from probe.scoring.engine import Engine
@@ -86,16 +93,22 @@ def cost_rows(lm, preqs: list, settings: str, *, max_new: int, residual: float, 
         for setting in settings.split(","):
             t, p, k = setting.split(":")
             spec = SamplingSpec(float(t), float(p))
-            if spec not in done:
+            key = (spec, int(k)) if hybrid else spec
+            if key not in done:
                 counted["tokens"] = 0
                 sync()
                 c0, w0 = time.process_time(), time.perf_counter()
-                dists = parse_exact(lm, prompts, spec, max_new_tokens=max_new, parser=parsers,
-                                    decided=oneword_decided, residual=residual, max_nodes=max_nodes,
-                                    answer_residual=answer_residual)
+                if hybrid:
+                    dists = _hybrid(lm, preqs, spec, int(k), max_new, residual, answer_residual)
+                else:
+                    dists = parse_exact(lm, prompts, spec, max_new_tokens=max_new, parser=parsers,
+                                        decided=oneword_decided, residual=residual, max_nodes=max_nodes,
+                                        answer_residual=answer_residual)
                 sync()
-                done[spec] = (dists, time.process_time() - c0, time.perf_counter() - w0, counted["tokens"])
-            dists, pe_cpu, pe_wall, pe_tokens = done[spec]
+                tail_tokens = sum(d.hybrid["tokens"] for d in dists) if hybrid else 0
+                done[key] = (dists, time.process_time() - c0, time.perf_counter() - w0,
+                             counted["tokens"] + tail_tokens)
+            dists, pe_cpu, pe_wall, pe_tokens = done[key]
             seeds = [[generation_seed(0, f"{i}#{j}") for j in range(int(k))] for i in range(len(prompts))]
             sync()
             c0, w0 = time.process_time(), time.perf_counter()
@@ -111,6 +124,9 @@ def cost_rows(lm, preqs: list, settings: str, *, max_new: int, residual: float, 
                          "max_residual": max(d.residual for d in dists),
                          "mean_residual": sum(d.residual for d in dists) / len(dists),
                          "mean_rejected": sum(d.rejected for d in dists) / len(dists),
+                         **({"mode": "hybrid", "tail_draws": sum(d.hybrid["n_tail"] for d in dists),
+                             "tail_tokens": sum(d.hybrid["tokens"] for d in dists),
+                             "prompts_drawn": sum(1 for d in dists if d.hybrid["n_tail"])} if hybrid else {}),
                          "sampling_tokens": s_tokens, "sampling_cpu_s": round(s_cpu, 2),
                          "sampling_wall_s": round(s_wall, 3),
                          "cpu_ratio_parse_exact_over_sampling": round(pe_cpu / max(s_cpu, 1e-9), 3),
@@ -118,6 +134,20 @@ def cost_rows(lm, preqs: list, settings: str, *, max_new: int, residual: float, 
     finally:
         Engine._decoder = orig
     return rows
+
+def _hybrid(lm, preqs: list, spec, k: int, max_new: int, residual: float, answer_residual: float | None) -> list:
+    """The tasks' hybrid parse stage on ``preqs`` at ``spec``: the head to ``k x max_new / 2`` nodes, then tail
+    draws within ``k x max_new`` forward tokens per prompt (seeded)."""
+    import dataclasses
+
+    from probe.scoring.parse_exact import run_parse_requests
+    from probe.scoring.parse_schema import TailSpec
+
+    reqs = [dataclasses.replace(r, temperature=spec.temperature, top_p=spec.top_p, max_new_tokens=max_new,
+                                residual=residual, answer_residual=answer_residual, max_nodes=k * max_new // 2,
+                                tail=TailSpec(k)) for r in preqs]
+    return run_parse_requests(lm, reqs)
+
 
 if __name__ == "__main__":
     main()

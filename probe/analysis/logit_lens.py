@@ -7,7 +7,8 @@ which depth the answer forms. At the last layer the lens *is* the model's
 output (tested), for models whose logits are ``lm_head(norm(h))`` (Gemma's
 final logit soft-capping is not applied here). The residuals are read in the
 scoring passes (:meth:`probe.scoring.Scorer.score` with ``capture=``), the one
-forward path every run uses.
+forward path every run uses; pass a Runner's scorer (``scorer=runner.scorer``)
+to read them with the run's own batching.
 
 >>> lens = logit_lens(lm, requests)   # label requests; .logprobs: [n_requests, n_layers, n_labels]  # doctest: +SKIP
 >>> lens.probs[:, -1]          # softmax over the labels at the last layer  # doctest: +SKIP
@@ -62,9 +63,11 @@ class LensResult:
         return np.exp(self.logprobs).sum(axis=-1)
 
 
-def logit_lens(lm: Any, requests: Sequence[Any], batch_size: int | str = 8) -> LensResult:
+def logit_lens(lm: Any, requests: Sequence[Any], batch_size: int | str = 8, scorer: Any = None) -> LensResult:
     """The lens for every layer on label requests (:class:`~probe.scoring.requests.LabelRequest`) that share
-    one label set. ``lm``: anything with ``.model`` and ``.tokenizer``."""
+    one label set. ``lm``: anything with ``.model`` and ``.tokenizer``; ``scorer``: the
+    :class:`~probe.scoring.Scorer` to read through (a Runner's, ``runner.scorer``; default: a new one with
+    ``batch_size``, the same engine without a run's cache, which capture never reads)."""
     from probe.activations.scoring_capture import CaptureSpec
     from probe.scoring import Scorer
 
@@ -77,7 +80,7 @@ def logit_lens(lm: Any, requests: Sequence[Any], batch_size: int | str = 8) -> L
         raise ValueError("logit_lens needs requests with the same non-empty labels")
     layout = discover(lm.model)
     names = hook_names(layout, "all", ["resid_post"])
-    scorer = Scorer(lm, batch_size=batch_size)
+    scorer = scorer or Scorer(lm, batch_size=batch_size)
     results = scorer.score(list(requests), capture=CaptureSpec(tuple(names), "last"))
     out = np.empty((len(requests), layout.n_layers, len(labels)), np.float32)
     for i, (r, res) in enumerate(zip(requests, results)):

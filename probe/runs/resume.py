@@ -35,6 +35,10 @@ def request_digest(request: Any) -> str:
             fields.pop(key, None)
     if fields.get("kind") == "parse" and fields.get("answer_residual") is None:
         fields.pop("answer_residual", None)  # parse requests without the conditional target keep their digest
+    if fields.get("kind") == "parse" and fields.get("sampler") is None:
+        fields.pop("sampler", None)  # parse requests with temperature / top-p only keep their digest
+    if fields.get("kind") == "parse" and fields.get("tail") is None:
+        fields.pop("tail", None)  # exact-only parse requests keep their digest
     if not fields.get("forms", True):
         del fields["forms"]  # label requests without surface forms keep the digest they had before the field
     text = json.dumps(fields, sort_keys=True, ensure_ascii=True, separators=(",", ":"), default=str)

@@ -195,7 +195,7 @@ class Runner:
         def gen(part: list) -> Iterable[dict]:
             rows = generation_batch_size(self.scorer.batching)
             texts = self._timed(part, lambda p: run_generation(self.lm, p, batch_size=rows,
-                                                               share_prefix=share_prefix))
+                                                               share_prefix=share_prefix, progress=show))
             return ({"task": task, "id": r.id, "model": self.model_id, "kind": "generation", "text": t,
                      "max_new_tokens": r.max_new_tokens, **r.settings(), "meta": dict(r.meta)}
                     for r, t in zip(part, texts))
@@ -217,9 +217,11 @@ class Runner:
         batch = self.scorer.batch_size
 
         def enumerate_part(part: list) -> Iterable[dict]:
-            dists = self._timed(part, lambda p: run_parse_requests(self.lm, p, batch_size=batch, top=top))
+            dists = self._timed(part, lambda p: run_parse_requests(self.lm, p, batch_size=batch, top=top,
+                                                                        progress=show))
             return ({"task": task, "id": r.id, "model": self.model_id, "kind": "parse",
                      "temperature": r.temperature, "top_p": r.top_p, "max_new_tokens": r.max_new_tokens,
+                     **({"sampler": r.sampler.to_dict()} if getattr(r, "sampler", None) is not None else {}),
                      "parser": r.parser_name, **d.to_dict(), "meta": dict(r.meta)}
                     for r, d in zip(part, dists))
 

@@ -82,6 +82,8 @@ def run_task(task: Task, config: Any, model: Any, output: str | Path | None = No
     options = options or (runner.options if runner else RunOptions())
     out = Path(output) if output is not None else None
     lock: Any = contextlib.nullcontext()
+    if runner is None:
+        check_data_before_load(task, config)
     if out is not None and (runner.procs if runner else detect()).is_main:
         check_run_dir(out)
         if runner is None:
@@ -106,6 +108,15 @@ def check_models_before_load(out: Path, model: Any) -> None:
 
     for name in ("records.jsonl", "generations.jsonl"):
         check_model_before_load(out / name, model, where=out)
+
+
+def check_data_before_load(task: Task, config: Any) -> None:
+    """Refuse, before any model loads, a task whose input files (:meth:`~probe.tasks.base.Task.data_files`) are
+    not there: a data set never fetched is one line now, not an error after a minute of model loading."""
+    for path in task.data_files(config):  # a data set's folder that is missing raises its own clear error
+        if not Path(path).exists():
+            raise ProbeError(f"task {task.name!r}: {path} not found; no model was loaded. Fetch its data set "
+                             "(`probe data fetch`) or point PROBE_DATA at a copy")
 
 
 def check_run_dir(out: Path) -> None:

@@ -220,8 +220,9 @@ def generation_seed(seed: int, request_id: str) -> int:
 
 
 def run_generation(lm: Any, requests: Sequence[GenerationRequest], batch_size: int = 8,
-                   share_prefix: bool = False) -> list[str]:
+                   share_prefix: bool = False, progress: bool = False) -> list[str]:
     """Texts for ``requests`` (in order); requests with the same limits, stops and sampling are batched together.
+    ``progress``: a bar counting prompts as each batch finishes (a chunk of long generations takes minutes).
 
     ``share_prefix``: sampled requests with the same prompt (and ``group``) are drawn together from one
     forward pass over the prompt (:func:`sample_shared_prefix`; the same texts as without it, each
@@ -233,14 +234,15 @@ def run_generation(lm: Any, requests: Sequence[GenerationRequest], batch_size: i
     for (max_new, stop, temperature, top_p), idx in by_setting.items():
         prompts = [requests[i].prompt for i in idx]
         if temperature is None:
-            texts = greedy_generate(lm, prompts, max_new_tokens=max_new, batch_size=batch_size, stop=stop)
+            texts = greedy_generate(lm, prompts, max_new_tokens=max_new, batch_size=batch_size, stop=stop,
+                                    progress=progress)
         else:
             seeds = [generation_seed(requests[i].seed, requests[i].id) for i in idx]
             if share_prefix:
                 texts = _shared(lm, [requests[i] for i in idx], seeds, temperature, top_p, max_new, stop)
             else:
                 texts = sample_generate(lm, prompts, seeds, temperature, top_p, max_new_tokens=max_new,
-                                        batch_size=batch_size, stop=stop)
+                                        batch_size=batch_size, stop=stop, progress=progress)
         for i, t in zip(idx, texts):
             out[i] = t
     return out

@@ -34,7 +34,8 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Callable, Hashable, Sequence
 
-__all__ = ["HybridEstimate", "hybrid_from_tail", "tail_budget", "draw_tail", "LMCompleter"]
+__all__ = ["HybridEstimate", "hybrid_from_tail", "tail_budget", "draw_tail", "LMCompleter", "CachedCompleter",
+           "complete_tails", "opens_at_budget", "stop_target"]
 
 _Z95 = 1.959963984540054
 
@@ -157,3 +158,125 @@ class LMCompleter:
                 path.append(int(sample_next(probs, self.gen)[0]))
         text = self.lm.tokenizer.decode([t for t in path if t not in self.eos], skip_special_tokens=True)
         return self.parser(text)
+
+
+def opens_at_budget(request: Any) -> bool:
+    """Whether a parse request's tail samples past the enumeration's budget (its branches cut there stay open)."""
+    tail = getattr(request, "tail", None)
+    return tail is not None and tail.max_new_tokens is not None and tail.max_new_tokens > request.max_new_tokens
+
+
+def stop_target(residual: float, answer_residual: float | None, accepted: float) -> float:
+    """The residual a prompt's enumeration stops at (as :func:`~probe.scoring.parse_exact.parse_exact` sets it):
+    at or below it the prompt is exact and draws no tail.
+
+    >>> stop_target(0.01, None, 0.5), stop_target(0.01, 0.05, 0.2), stop_target(0.01, 0.05, 0.0)
+    (0.01, 0.01, 0.0005)
+    """
+    if answer_residual is None:
+        return float(residual)
+    return max(residual * answer_residual, min(residual, answer_residual * accepted))
+
+
+def complete_tails(lm: Any, requests: Sequence[Any], dists: Sequence[Any], spec: Any) -> None:
+    """Draw each hybrid request's tail and set its distribution's ``hybrid`` (in place; the frontier is dropped).
+
+    Per request (with a :class:`~probe.scoring.parse_schema.TailSpec`): as many draws as :func:`tail_budget`
+    allows (none when the enumeration closed), each a frontier entry in proportion to its mass completed with
+    the sampler chain to the tail's budget and parsed. Seeded by the tail's seed and the request id, so the
+    same request gives the same draws in any batch or order."""
+    import zlib
+
+    import numpy as np
+
+    from probe.scoring.parse_exact import _encode, eos_ids
+    from probe.scoring.sampler_chain import SamplerChain
+
+    chain = spec if isinstance(spec, SamplerChain) else SamplerChain.from_spec(spec)
+    eos = eos_ids(lm)
+    for r, d in zip(requests, dists):
+        max_new = int(r.tail.max_new_tokens or r.max_new_tokens)
+        target = stop_target(r.residual, r.answer_residual, d.accepted())
+        n = tail_budget(d.nodes, d.residual, target, r.tail.samples, max_new)
+        rng = np.random.default_rng([int(r.tail.seed), zlib.crc32(r.id.encode())])
+        draws: list = []
+        tokens = 0
+        if n > 0 and d.frontier:
+            completer = CachedCompleter(lm, _encode(lm.tokenizer, r.prompt), chain, max_new, r.parser, r.decided,
+                                        eos, seed=int(rng.integers(1 << 62)), prompt_cache=d.prompt_cache)
+            draws = draw_tail(d.frontier, completer, n, rng)
+            tokens = completer.tokens
+        out = hybrid_from_tail(d.probs, d.residual, draws).to_dict()
+        d.hybrid = {**out, "rejected": d.rejected + (d.residual * out["tail"].get("none", 0) / len(draws)
+                                                     if draws else 0.0),
+                    "tokens": tokens, "max_new_tokens": max_new}
+        d.frontier, d.prompt_cache = [], None
+
+
+class CachedCompleter(LMCompleter):
+    """:class:`LMCompleter` with the model's key / value cache: the prompt runs once, a draw runs its frontier
+    path once and then one token a step (copying the prompt's cache). Stops at an end-of-sequence id, the
+    budget, or once ``decided(text)`` (no continuation changes the answer). ``prompt_cache``: the
+    enumeration's prompt vectors ``[2, layers, heads, P, dim]`` and next-token logits, so the prompt is not
+    run again (None: run here, counted in ``tokens``). ``tokens``: forward tokens the draws spent."""
+
+    def __init__(self, lm: Any, prompt_ids: Sequence[int], chain: Any, max_new_tokens: int,
+                 parser: Callable[[str], Any], decided: Callable[[str], bool] | None, eos: set[int],
+                 seed: int = 0, prompt_cache: Any = None) -> None:
+        import torch
+
+        super().__init__(lm, prompt_ids, chain, max_new_tokens, parser, eos, seed)
+        self.decided, self.tokens = decided, 0
+        if prompt_cache is not None:
+            from transformers import DynamicCache
+
+            kv, self.first = prompt_cache
+            self.first = self.first.reshape(1, -1)
+            self.cache = DynamicCache(ddp_cache_data=[(kv[0, li].unsqueeze(0), kv[1, li].unsqueeze(0))
+                                                      for li in range(kv.shape[1])], config=lm.model.config)
+            return
+        with torch.inference_mode():
+            out = self._forward(self.prompt, None)
+        self.cache, self.first = out.past_key_values, out.logits[:, -1].float().cpu()
+        self.tokens += len(self.prompt)
+
+    def _forward(self, ids: Sequence[int], cache: Any) -> Any:
+        import torch
+
+        x = torch.tensor([list(ids)], dtype=torch.long, device=self.lm.model.device)
+        return self.lm.model(input_ids=x, past_key_values=cache, use_cache=True)
+
+    def __call__(self, handle: tuple[Sequence[int], float | None], rng: Any = None) -> Any:
+        import copy
+
+        import torch
+
+        from probe.scoring.sampler_chain import TokenHistory, sample_next, step_distribution
+
+        path, below = list(handle[0]), handle[1]
+        with torch.inference_mode():
+            cache, logits = copy.deepcopy(self.cache), self.first
+            if path:
+                out = self._forward(path, cache)
+                cache, logits = out.past_key_values, out.logits[:, -1].float().cpu()
+                self.tokens += len(path)
+            while len(path) < self.max_new and not (path and path[-1] in self.eos) and not self._done(path):
+                probs = step_distribution(logits, self.chain, TokenHistory.from_ids([self.prompt], [path])).probs
+                if below is not None:  # a pruned entry: only the children pruning left out
+                    probs = torch.where(probs < below, probs, torch.zeros_like(probs))
+                    below = None
+                path.append(int(sample_next(probs, self.gen)[0]))
+                if path[-1] in self.eos or len(path) >= self.max_new:
+                    break
+                out = self._forward(path[-1:], cache)
+                cache, logits = out.past_key_values, out.logits[:, -1].float().cpu()
+                self.tokens += 1
+        text = self.lm.tokenizer.decode([t for t in path if t not in self.eos], skip_special_tokens=True)
+        return self.parser(text)
+
+    def _done(self, path: list[int]) -> bool:
+        if self.decided is None or not path:
+            return False
+        text = self.lm.tokenizer.decode([t for t in path if t not in self.eos], skip_special_tokens=True)
+        return not text.endswith("\ufffd") and bool(self.decided(text))
+

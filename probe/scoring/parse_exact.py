@@ -7,9 +7,14 @@ sequences ``generate`` can produce::
     P(answer = a) = sum over generations g with parser(decode(g)) == a of P(g)
 
 :func:`parse_exact` enumerates that tree of generations best-first by path
-probability. Each step's distribution is
-:func:`~probe.scoring.sampling.sampling_distribution` (temperature, then the
-nucleus, as ``generate`` samples with ``top_k`` off); a branch ends at one of
+probability. Each step's distribution is the paper's whole sampler applied with
+that node's own token history (prompt + path):
+:func:`~probe.scoring.sampler_chain.step_distribution` of a
+:class:`~probe.scoring.sampler_chain.SamplerChain`, so repetition, frequency and
+presence penalties, top-k and min-p are exact per path. A
+:class:`~probe.scoring.sampling.SamplingSpec` (or a chain that sets only
+temperature and top-p) takes :func:`~probe.scoring.sampling.sampling_distribution`,
+the same numbers bit for bit; a branch ends at one of
 the model's end-of-sequence ids (its generation config, as ``generate`` uses)
 or after ``max_new_tokens`` tokens, or earlier when ``decided(text)`` says no
 continuation can change the parser's answer. The generated ids are decoded with
@@ -68,29 +73,27 @@ def parse_exact(
     top: int = 10,
     progress: bool = False,
     frontier: bool = False,
+    open_at_budget: bool = False,
 ) -> list[ParseDistribution]:
     """The distribution of ``parser(generation)`` under sampling with ``spec``, for each prompt.
 
-    ``prompts``: strings (encoded as the engine encodes a prompt: special tokens
-    unless the text starts with BOS) or token-id lists (used as given).
+    ``spec``: a ``SamplingSpec`` (temperature, top-p) or a ``SamplerChain`` (the whole sampler, per path).
+    ``prompts``: strings (encoded as the engine encodes a prompt) or token-id lists (used as given).
     ``parser``: ``text -> answer | None`` for all prompts, or one per prompt.
-    ``decided``: optional ``text -> bool`` (one, or one per prompt): True when no
-    continuation of ``text`` can change the parser's answer, which ends the
-    branch early (never asked of a text ending in an unfinished multi-byte
-    character, U+FFFD, whose continuations rewrite it). ``residual``: stop a prompt once the mass not enumerated is at
-    most this. ``max_nodes``: most forward tokens per prompt (None: no limit).
-    ``answer_residual``: also go on until the residual is at most this fraction
-    of the prompt's parsed mass (``sum(probs)``), so the distribution of the
-    answer *given* that the parser returned one is certified to about this
-    precision; a paper that samples until an answer parses reads that
-    conditional distribution, and where few generations parse an absolute
-    ``residual`` says little about it. The work is bounded by a floor: no prompt
-    goes below ``residual * answer_residual`` (nor past ``max_nodes``).
+    ``decided``: optional ``text -> bool`` (one, or one per prompt): True when no continuation of ``text`` can
+    change the parser's answer, which ends the branch early (never asked of a text ending in an unfinished
+    multi-byte character, U+FFFD, whose continuations rewrite it). ``residual``: stop a prompt once the mass
+    not enumerated is at most this. ``max_nodes``: most forward tokens per prompt (None: no limit).
+    ``answer_residual``: also go on until the residual is at most this fraction of the prompt's parsed mass
+    (``sum(probs)``), so the answer *given* that the parser returned one is certified to about this precision
+    (a paper that samples until an answer parses reads that conditional, about which an absolute ``residual``
+    says little where few generations parse); never below ``residual * answer_residual`` (nor past ``max_nodes``).
     ``prune``: children below this path mass are not expanded and count as
     residual (default: the smallest stopping residual / 1000). ``batch_size``: nodes per forward pass;
     ``prompt_batch``: prompts enumerated together (their caches held at once).
-    ``top``: how many of the most probable generations to keep per prompt. ``frontier``: also give each
-    result the tail it left (``frontier``: :func:`frontier_of`), for the hybrid estimator.
+    ``top``: most probable generations kept per prompt. ``frontier``: also give each result the tail it left
+    (:func:`frontier_of`), for the hybrid estimator; ``open_at_budget``: a branch reaching ``max_new_tokens``
+    undecided is not parsed but left open (residual, in the frontier), for a tail sampled to a longer budget.
     """
     import torch
 
@@ -102,22 +105,24 @@ def parse_exact(
     encoded = _encode_prompts(lm.tokenizer, prompts)
     out: list[ParseDistribution] = []
     groups = [range(a, min(n, a + prompt_batch)) for a in range(0, n, prompt_batch)]
-    bar = _progress_bar(n, progress)
+    bar = _Progress(n, progress)
     with torch.inference_mode():
         enum = _Enumerator(lm, spec, max_new_tokens, residual, max_nodes, prune, batch_size, top, answer_residual)
-        enum.export_frontier = bool(frontier)
+        enum.export_frontier, enum.on_pass = bool(frontier), (bar.on_pass if progress else None)
+        enum.open_at_budget = bool(open_at_budget)
         for g in groups:
             out.extend(enum.run([encoded[i] for i in g], [parsers[i] for i in g], [decideds[i] for i in g]))
-            bar.update(len(g))
+            bar.group_done(len(g))
     bar.close()
     return out
 
 
 def _check_arguments(spec: Any, max_new_tokens: int, residual: float, answer_residual: float | None) -> None:
+    from probe.scoring.sampler_chain import SamplerChain
     from probe.scoring.sampling import SamplingSpec
 
-    if not isinstance(spec, SamplingSpec):
-        raise TypeError("parse_exact: spec must be a SamplingSpec")
+    if not isinstance(spec, (SamplingSpec, SamplerChain)):
+        raise TypeError("parse_exact: spec must be a SamplingSpec or a SamplerChain")
     if max_new_tokens < 1:
         raise ValueError(f"parse_exact: max_new_tokens must be >= 1, got {max_new_tokens!r}")
     if not 0 <= residual < 1:
@@ -139,10 +144,38 @@ def _default_prune(residual: float, answer_residual: float | None) -> float:
     return (residual * answer_residual if answer_residual is not None else residual) / 1000
 
 
-def _progress_bar(n: int, shown: bool) -> Any:
-    from tqdm.auto import tqdm
+class _Progress:
+    """The enumeration's bar: prompts finished, moved after every forward pass (not per group of prompts: one
+    group can take minutes), and the nodes expanded so far beside it."""
 
-    return tqdm(total=n, desc="enumerating generations", unit="prompt", leave=False, disable=not shown)
+    def __init__(self, n: int, shown: bool) -> None:
+        from tqdm.auto import tqdm
+
+        self.bar = tqdm(total=n, desc="enumerating generations", unit="prompt", leave=False, disable=not shown)
+        self.base = self.nodes = 0
+        self.shown = 0.0
+
+    def on_pass(self, nodes: int, finished: int) -> None:
+        """After a forward pass of ``nodes`` nodes, with ``finished`` prompts of the current group done."""
+        import time
+
+        self.nodes += nodes
+        self.bar.set_postfix_str(f"{self.nodes:,} nodes", refresh=False)
+        self._to(self.base + finished)
+        if time.monotonic() - self.shown >= 0.5:  # redrawn while no prompt finishes, at most twice a second
+            self.bar.refresh()
+            self.shown = time.monotonic()
+
+    def group_done(self, size: int) -> None:
+        self.base += size
+        self._to(self.base)
+
+    def _to(self, k: int) -> None:
+        if k > self.bar.n:
+            self.bar.update(k - self.bar.n)
+
+    def close(self) -> None:
+        self.bar.close()
 
 
 def eos_ids(lm: Any) -> set[int]:
@@ -213,6 +246,8 @@ class _State:
     accepted: float = 0.0  # running sum of probs (for the answer_residual target)
     pruned: float = 0.0
     pruned_at: dict = field(default_factory=dict)  # node -> (pruned mass, step probability bound): the tail's part
+    opened: list = field(default_factory=list)  # (mass, path): branches left open at the token budget
+    first: Any = None  # the prompt's next-token logits (kept for the hybrid's tail, with ``kv``)
     spent: int = 0
     texts: dict = field(default_factory=dict)  # text -> [mass, answer]
     parsed: dict = field(default_factory=dict)  # text -> answer (parse once)
@@ -239,14 +274,18 @@ class _State:
 class _Enumerator:
     """Best-first enumeration of generation trees over a group of prompts, on the engine's forward pass."""
 
+    #: called after each forward pass with (nodes in it, prompts of the group finished): the progress bar
+    on_pass: Callable[[int, int], None] | None = None
+
     def __init__(self, lm: Any, spec: Any, max_new: int, residual: float, max_nodes: int | None, prune: float,
                  batch_size: int, top: int, answer_residual: float | None = None) -> None:
         from probe.scoring.engine import Engine, pad_id_of
 
         self.lm, self.spec, self.max_new = lm, spec, max_new
+        self.plain = _plain_spec(spec)
         self.target, self.max_nodes, self.prune = residual, max_nodes, prune
         self.answer_residual = answer_residual
-        self.export_frontier = False
+        self.export_frontier = self.open_at_budget = False
         self.batch_size, self.top = max(1, int(batch_size)), top
         tok = lm.tokenizer
         self.engine = Engine(lm.model, pad_id=pad_id_of(tok))
@@ -267,6 +306,8 @@ class _Enumerator:
             if not batch:
                 break
             self._expand(states, batch)
+            if self.on_pass is not None:  # progress inside a group: nodes expanded, prompts finished
+                self.on_pass(len(batch), sum(not self._active(s) for s in states))
         return [self._result(s) for s in states]
 
     def _target(self, s: _State) -> float:
@@ -314,6 +355,8 @@ class _Enumerator:
         states = []
         for b, (p, kv, parser, dec) in enumerate(zip(prompts, ext.own(), parsers, decideds)):
             s = _State(prompt=p, kv=kv, parser=parser, decided=dec)  # the prompt's own positions, no padding
+            if self.export_frontier:
+                s.first = logits[b].float().cpu()
             self._children(s, -1, (), 1.0, logits[b])
             states.append(s)
         return states
@@ -341,9 +384,7 @@ class _Enumerator:
         """Resolve or queue the children of an expanded node with its next-token ``logits``."""
         import torch
 
-        from probe.scoring.sampling import sampling_distribution
-
-        dist = sampling_distribution(logits.float().cpu(), self.spec) * mass  # float64 path masses
+        dist = self._step(s, path, logits) * mass  # float64 path masses
         keep = (dist >= self.prune).nonzero()[:, 0]
         kept = dist[keep]
         order = torch.argsort(kept, descending=True, stable=True)
@@ -365,13 +406,30 @@ class _Enumerator:
             for (t, m), text in zip(rest, texts):
                 # a text ending in U+FFFD holds an unfinished multi-byte character that later tokens complete:
                 # it is not a prefix of its continuations' texts, so it decides nothing yet
-                if last or (not text.endswith("\ufffd") and s.decided(text)):
+                done = ((not last or self.open_at_budget) and s.decided is not None
+                        and not text.endswith("\ufffd") and s.decided(text))
+                if last and not done and self.open_at_budget:  # the tail samples it on to its longer budget
+                    s.pruned += m
+                    s.opened.append((m, path + (t,)))
+                elif last or done:
                     self._leaf(s, text, m)
                 else:
                     s.push(m, node, t)
         else:
             for t, m in rest:
                 s.push(m, node, t)
+
+    def _step(self, s: _State, path: tuple[int, ...], logits: Any) -> Any:
+        """The node's next-token distribution (float64 ``[vocab]``): the sampler applied with the node's own
+        history, the prompt's ids and the path's (penalties count them, as ``generate`` does per sequence)."""
+        if self.plain is not None:  # temperature / top-p only: the SamplingSpec's numbers, bit for bit
+            from probe.scoring.sampling import sampling_distribution
+
+            return sampling_distribution(logits.float().cpu(), self.plain)
+        from probe.scoring.sampler_chain import TokenHistory, step_distribution
+
+        history = TokenHistory.from_ids([s.prompt], [path]) if self.spec.uses_history else None
+        return step_distribution(logits.float().cpu().unsqueeze(0), self.spec, history).probs[0]
 
     def _decode(self, paths: list[tuple[int, ...]]) -> list[str]:
         return self.decode(paths)
@@ -401,6 +459,7 @@ class _Enumerator:
                                 s.spent, len(s.prompt), top)
         if self.export_frontier:
             out.frontier = frontier_of(s)
+            out.prompt_cache = (s.kv, s.first)
         return out
 
 
@@ -414,7 +473,19 @@ def frontier_of(s: _State) -> list[tuple[float, tuple[tuple[int, ...], float | N
         out.append((-neg, (path, None)))
     for node, (mass, below) in s.pruned_at.items():
         out.append((mass, (s.nodes[node].path if node >= 0 else (), below)))
+    out.extend((mass, (path, None)) for mass, path in s.opened)
     return out
+
+
+def _plain_spec(spec: Any) -> Any:
+    """The :class:`SamplingSpec` of ``spec`` when it sets only temperature and top-p (else None)."""
+    from probe.scoring.sampler_chain import SamplerChain
+
+    if not isinstance(spec, SamplerChain):
+        return spec
+    if set(spec.steps()) <= {"temperature", "top_p"}:
+        return spec.to_spec()
+    return None
 
 
 def _chain(s: _State, node: int) -> list[int]:
@@ -431,16 +502,21 @@ def run_parse_requests(lm: Any, requests: Sequence[ParseRequest], *, batch_size:
     """:func:`parse_exact` over requests with possibly different settings (grouped, order kept)."""
     from probe.scoring.sampling import SamplingSpec
 
+    from probe.scoring.hybrid import complete_tails, opens_at_budget
+
     out: list[ParseDistribution | None] = [None] * len(requests)
     groups: dict[tuple, list[int]] = {}
-    for i, r in enumerate(requests):
-        groups.setdefault(r.spec_key, []).append(i)
-    for (t, p, max_new, residual, max_nodes, answer_residual), idx in groups.items():
-        res = parse_exact(lm, [requests[i].prompt for i in idx], SamplingSpec(t, p), max_new_tokens=max_new,
+    for i, r in enumerate(requests):  # a hybrid tail needs the frontier, a longer tail budget open branches
+        groups.setdefault((r.spec_key, r.tail is not None, opens_at_budget(r)), []).append(i)
+    for ((t, p, max_new, residual, max_nodes, answer_residual, chain), hybrid, opened), idx in groups.items():
+        spec = SamplingSpec(t, p) if chain is None else chain
+        res = parse_exact(lm, [requests[i].prompt for i in idx], spec, max_new_tokens=max_new,
                           parser=[requests[i].parser for i in idx],
                           decided=[requests[i].decided for i in idx], residual=residual,
                           max_nodes=max_nodes, answer_residual=answer_residual, batch_size=batch_size, top=top,
-                          progress=progress)
+                          progress=progress, frontier=hybrid, open_at_budget=opened)
+        if hybrid:
+            complete_tails(lm, [requests[i] for i in idx], res, spec)
         for i, d in zip(idx, res):
             out[i] = d
     return out  # type: ignore[return-value]

@@ -13,7 +13,29 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Callable, ClassVar, Hashable, Sequence
 
-__all__ = ["ParseDistribution", "ParseRequest", "check_parse_settings", "check_prompt_request"]
+__all__ = ["ParseDistribution", "ParseRequest", "TailSpec", "check_parse_settings", "check_prompt_request"]
+
+
+@dataclass(frozen=True)
+class TailSpec:
+    """The hybrid estimator's sampled tail for one parse request (:mod:`probe.scoring.hybrid`).
+
+    ``samples``: the K samples the paper draws per prompt; head and tail together spend at most their forward
+    tokens (``samples x max_new_tokens``). ``max_new_tokens``: the tail's generation budget when it is longer
+    than the enumeration's (HBB: the authors' 2048): a branch the enumeration cut at its own budget is then
+    not parsed but left to the tail (None: the enumeration's budget). ``seed``: the draws' seed (with the
+    request id).
+    """
+
+    samples: int
+    max_new_tokens: int | None = None
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        if isinstance(self.samples, bool) or not isinstance(self.samples, int) or self.samples < 1:
+            raise ValueError(f"the hybrid tail needs samples >= 1, got {self.samples!r}")
+        if self.max_new_tokens is not None and (not isinstance(self.max_new_tokens, int) or self.max_new_tokens < 1):
+            raise ValueError(f"the hybrid tail's max_new_tokens must be a positive integer, got {self.max_new_tokens!r}")
 
 
 @dataclass
@@ -36,6 +58,11 @@ class ParseDistribution:
     top: list[tuple[str, float, Any]] = field(default_factory=list)
     #: the tail the enumeration left, ``(mass, (path, below))`` (only when asked for; never serialised)
     frontier: list = field(default_factory=list, repr=False, compare=False)
+    #: the hybrid estimate (exact head + sampled tail, :meth:`probe.scoring.hybrid.HybridEstimate.to_dict`),
+    #: only for a request with a :class:`TailSpec`
+    hybrid: dict | None = field(default=None, repr=False, compare=False)
+    #: the prompt's key / value vectors and next-token logits, kept with the frontier for the tail's draws
+    prompt_cache: Any = field(default=None, repr=False, compare=False)
 
     def total(self) -> float:
         """``sum(probs) + rejected + residual`` (1 up to float rounding)."""
@@ -61,9 +88,12 @@ class ParseDistribution:
     def to_dict(self, top: int | None = None) -> dict[str, Any]:
         """JSON-ready: answers become strings; ``top`` limits the listed generations."""
         gens = self.top if top is None else self.top[:top]
-        return {"probs": {str(k): v for k, v in self.probs.items()}, "rejected": self.rejected,
-                "residual": self.residual, "nodes": self.nodes, "prompt_tokens": self.prompt_tokens,
-                "top": [{"text": t, "mass": m, "answer": None if a is None else str(a)} for t, m, a in gens]}
+        out = {"probs": {str(k): v for k, v in self.probs.items()}, "rejected": self.rejected,
+               "residual": self.residual, "nodes": self.nodes, "prompt_tokens": self.prompt_tokens,
+               "top": [{"text": t, "mass": m, "answer": None if a is None else str(a)} for t, m, a in gens]}
+        if self.hybrid is not None:
+            out["hybrid"] = self.hybrid
+        return out
 
 
 @dataclass(frozen=True)
@@ -75,7 +105,10 @@ class ParseRequest:
     everything it depends on (e.g. ``"implicitbbq-oneword/2:" + the answers``),
     so a changed parser is a changed request on resume. ``meta``: fields the
     task's aggregate reads back; ``record_id``: the scored record this
-    distribution belongs to (default: ``id``).
+    distribution belongs to (default: ``id``). ``sampler``: the paper's whole
+    sampler (a :class:`~probe.scoring.sampler_chain.SamplerChain` whose
+    temperature and top-p are the request's), None for temperature / top-p only.
+    ``tail``: the hybrid estimator's sampled tail (:class:`TailSpec`), None: exact only.
     """
 
     id: str
@@ -91,6 +124,8 @@ class ParseRequest:
     max_nodes: int | None = None
     answer_residual: float | None = None
     kind: str = "parse"
+    sampler: Any = None
+    tail: TailSpec | None = None
 
     #: fields left out of the resume digest (callables have no stable text; ``parser_name`` stands for them)
     DIGEST_EXCLUDE: ClassVar[tuple] = ("parser", "decided")
@@ -99,11 +134,16 @@ class ParseRequest:
         check_prompt_request("parse", self.id, self.prompt, self.max_new_tokens)
         if not callable(self.parser):
             raise ValueError(f"parse request {self.id!r}: parser must be callable")
+        if self.sampler is not None and (self.sampler.temperature != self.temperature
+                                         or self.sampler.top_p != self.top_p):
+            raise ValueError(f"parse request {self.id!r}: sampler ({self.sampler.describe()}) disagrees with "
+                             f"temperature {self.temperature!r} / top_p {self.top_p!r}")
 
     @property
     def spec_key(self) -> tuple:
         """What requests must share to be enumerated together."""
-        return (self.temperature, self.top_p, self.max_new_tokens, self.residual, self.max_nodes, self.answer_residual)
+        return (self.temperature, self.top_p, self.max_new_tokens, self.residual, self.max_nodes, self.answer_residual,
+                self.sampler)
 
 
 def check_parse_settings(max_new_tokens: Any, residual: Any, max_nodes: Any, answer_residual: Any = None) -> None:

@@ -42,3 +42,18 @@ def test_lens_needs_shared_labels():
         logit_lens(lm, [a, b])
     with pytest.raises(ValueError):
         logit_lens(lm, [])
+
+
+def test_lens_through_the_runners_scorer_is_the_same(tmp_path):
+    """A Runner's scorer (its batching, a score cache it never reads for capture) gives the same lens."""
+    from probe.runs.runner import RunOptions, Runner
+
+    tok = tiny_tokenizer()
+    model = tiny_llama(tok, n_layers=2)
+    lm = LoadedModel(model=model, tokenizer=tok, name="tiny", source="tests")
+    items = [LabelRequest(f"q{i}", "Who" + "?" * (i + 1) + " Answer:", ("A", "B")) for i in range(3)]
+    runner = Runner(lm, RunOptions(batch_size=1, progress=False, score_cache=str(tmp_path / "cache")))
+    alone = logit_lens(lm, items, batch_size=3)
+    via = logit_lens(lm, items, scorer=runner.scorer)
+    assert via.ids == alone.ids
+    np.testing.assert_allclose(via.logprobs, alone.logprobs, atol=1e-5)

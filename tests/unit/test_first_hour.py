@@ -149,3 +149,31 @@ def test_smaller_limit_over_several_runs_is_refused_before_any_model_loads(tiny_
     monkeypatch.setattr(multi, "load", no_load)
     with pytest.raises(ProbeError, match="no model was loaded"):
         probe.evaluate([tiny_lm, other], ["demo"], limit=2, output=out, progress=False, threads=1)
+
+
+def test_a_task_without_its_data_is_refused_before_any_model_loads(tmp_path, monkeypatch, capsys):
+    import probe.runs.multi as multi
+    import probe.runs.task_run as task_run
+
+    def no_load(*args, **kwargs):
+        raise AssertionError("a model was loaded")
+
+    monkeypatch.setattr(multi, "load", no_load)
+    monkeypatch.setattr(task_run, "load", no_load)
+    monkeypatch.setenv("PROBE_DATA", str(tmp_path / "empty"))
+    # the demo (embedded data) first, then a benchmark whose data set was never fetched: nothing runs
+    with pytest.raises(ProbeError, match="stereoset.*probe data fetch stereoset"):
+        probe.evaluate("smollm2", ["demo", "stereoset"], limit=2, output=tmp_path / "two", progress=False)
+    assert not (tmp_path / "two").exists()
+    assert main(["run", "crows_pairs", "--model", "smollm2", "--limit", "2", "--output", str(tmp_path / "one")]) == 1
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "crows_pairs" in err and "not found" in err
+    assert not (tmp_path / "one").exists()
+
+
+def test_the_demo_headline_says_how_many_units_an_interval_lacks(tiny_lm, tmp_path):
+    res = probe.evaluate(tiny_lm, "demo", limit=8, output=tmp_path, progress=False, threads=1)
+    units = res.summary["ci_units"]
+    assert set(units) == {"explicit", "implicit"} and all(0 < k < 10 for k in units.values())
+    md = (tmp_path / "report.md").read_text()
+    assert f"[n/a ({units['explicit']} unit" in md and "[n/a] (n =" not in md

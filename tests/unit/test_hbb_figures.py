@@ -147,12 +147,12 @@ def test_probe_report_hbb_section_has_figures_and_top_associations(tmp_path):
         assert (out / "figures" / f"{n}.png").stat().st_size > 2000 and (out / "figures" / f"{n}.svg").is_file()
     bars = svg_bars(out / "figures" / "hbb_figure3.svg")
     # ma: S = 0, 10, ..., 60 (age: 0, 10, 20, 30 -> 2 over; race: 40, 50, 60 -> 3); mb: all +30
-    assert ("ma (a)=s1)", "Age", 2) in bars and ("ma (a)=s1)", "Race", 3) in bars
-    assert ("mb (a)=s1)", "Age", 4) in bars and ("mb (a)=s1)", "Race", 3) in bars
+    assert ("ma (one option order)", "Age", 2) in bars and ("ma (one option order)", "Race", 3) in bars
+    assert ("mb (one option order)", "Age", 4) in bars and ("mb (one option order)", "Race", 3) in bars
     assert ("ma (HBB-SG)", "Race", 0) in svg_bars(out / "figures" / "hbb_figure8.svg")
     t3 = next(it for it in items if it.name == "hbb_table3").df
-    assert set(t3.Scoring) == {"ma (a)=s1)", "mb (a)=s1)"}  # HBB-SG: every S is 0, no direction
-    assert t3[(t3.Scoring == "ma (a)=s1)") & (t3.Category == "Race")].iloc[0]["instance"] == "r3"
+    assert set(t3.Scoring) == {"ma (one option order)", "mb (one option order)"}  # HBB-SG: every S is 0, no direction
+    assert t3[(t3.Scoring == "ma (one option order)") & (t3.Category == "Race")].iloc[0]["instance"] == "r3"
 
 
 def test_boundary_value_falls_in_the_bin_it_is_counted_in():

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import json
 import math
 
 import numpy as np
 import pytest
 
 from probe.scoring.hybrid import draw_tail, hybrid_from_tail, tail_budget, wilson
+from probe.scoring.sampler_chain import SamplerChain
 
 # a toy generation tree: leaf path -> (probability, answer); the "head" is the first three leaves
 LEAVES = {"aa": (0.30, "A"), "ab": (0.10, "B"), "b": (0.20, None), "ca": (0.15, "A"), "cb": (0.05, "B"),
@@ -94,3 +96,123 @@ def test_parse_exact_frontier_is_the_residual_and_the_lm_tail_completes(tiny_lm)
         if a is not None:
             lo, hi = d.bounds(a)
             assert lo - 1e-12 <= est.estimate(a) <= hi + 1e-12
+
+
+# -- the hybrid wired into the parse stage ------------------------------------------------------------------
+def _first(text):
+    return text.strip()[:1] or None
+
+
+def test_cached_completer_samples_the_tail_without_bias(tiny_lm, one_torch_thread):
+    """Head + sampled tail, on the tiny model with the whole sampler (top-k, repetition penalty): over many
+    draws the estimate reaches the fully enumerated answer (within 4 standard errors), and every draw is a
+    completion the tree holds (the estimate stays inside the certified interval)."""
+    from probe.scoring.hybrid import CachedCompleter
+    from probe.scoring.parse_exact import _encode, eos_ids, parse_exact
+
+    chain = SamplerChain(temperature=1.5, top_k=6, repetition_penalty=1.3)
+    prompt = "Who has item 3? Answer:"
+    full = parse_exact(tiny_lm, [prompt], chain, max_new_tokens=3, parser=_first, residual=0.0, prune=0.0)[0]
+    head = parse_exact(tiny_lm, [prompt], chain, max_new_tokens=3, parser=_first, residual=0.0, max_nodes=3,
+                       prune=1e-3, frontier=True)[0]
+    assert head.residual > 0.3  # a tail worth estimating
+    ids = _encode(tiny_lm.tokenizer, prompt)
+    done = CachedCompleter(tiny_lm, ids, chain, 3, _first, None, eos_ids(tiny_lm), seed=3,
+                           prompt_cache=head.prompt_cache)  # the enumeration's prompt vectors, not run again
+    own = CachedCompleter(tiny_lm, ids, chain, 3, _first, None, eos_ids(tiny_lm), seed=3)  # runs the prompt
+    assert own.tokens == len(ids) and done.tokens == 0
+    picks = [x[1] for x in head.frontier[:20]]
+    assert [own(h) for h in picks] == [done(h) for h in picks]  # the same draws either way
+    done = CachedCompleter(tiny_lm, ids, chain, 3, _first, None, eos_ids(tiny_lm), seed=3,
+                           prompt_cache=head.prompt_cache)
+    m = 1500
+    est = hybrid_from_tail(head.probs, head.residual, draw_tail(head.frontier, done, m, np.random.default_rng(1)))
+    for a, p in full.probs.items():
+        share = (p - head.probs.get(a, 0.0)) / head.residual
+        se = head.residual * math.sqrt(max(share * (1 - share), 1e-4) / m)
+        assert abs(est.estimate(a) - p) < 4 * se, a
+        lo, hi = head.bounds(a)
+        assert lo - 1e-12 <= est.estimate(a) <= hi + 1e-12
+
+
+def _requests(seed=0, samples=20, max_nodes=4, tail_max=None):
+    from probe.scoring.parse_schema import ParseRequest, TailSpec
+
+    chain = SamplerChain(temperature=1.2, top_k=8, repetition_penalty=1.2)
+    prompts = ["Who has item 3? Answer:", "The cat sat on the", "Hello there"]
+    return [ParseRequest(f"r{i}", p, 3, 1.2, 1.0, "first", _first, residual=0.01, max_nodes=max_nodes,
+                         sampler=chain, tail=TailSpec(samples, tail_max, seed)) for i, p in enumerate(prompts)]
+
+
+def test_hybrid_requests_are_seeded_within_budget_and_exact_when_closed(tiny_lm, one_torch_thread):
+    from probe.scoring.parse_exact import run_parse_requests
+
+    a = run_parse_requests(tiny_lm, _requests())
+    b = run_parse_requests(tiny_lm, _requests()[::-1])[::-1]  # another order and batch: the same draws
+    c = run_parse_requests(tiny_lm, _requests(seed=1))
+    assert [x.to_dict() for x in a] == [x.to_dict() for x in b]
+    assert [x.hybrid["tail"] for x in a] != [x.hybrid["tail"] for x in c]
+    for d in a:
+        h = d.hybrid
+        assert h["n_tail"] == tail_budget(d.nodes, d.residual, 0.01, 20, 3) > 0
+        assert d.nodes + h["tokens"] <= 20 * 3  # never more forward tokens than the K samples
+        assert sum(h["estimate"].values()) + h["rejected"] == pytest.approx(1.0, abs=1e-9)
+        for ans, (lo, hi) in h["ci"].items():
+            blo, bhi = d.bounds(ans)
+            assert blo - 1e-12 <= lo <= h["estimate"][ans] <= hi <= bhi + 1e-12
+    closed = run_parse_requests(tiny_lm, _requests(max_nodes=None))  # the tree closes: purely exact
+    assert all(d.residual <= 0.01 and d.hybrid["n_tail"] == 0 and d.hybrid["tokens"] == 0 for d in closed)
+
+
+def test_a_longer_tail_budget_leaves_the_cut_branches_open(tiny_lm, one_torch_thread):
+    """The tail's own budget (HBB: the authors' 2048 tokens): branches the enumeration cut at its budget are not
+    parsed there but stay in the residual, and the tail samples them on to the longer budget."""
+    from probe.scoring.parse_exact import run_parse_requests
+
+    short = run_parse_requests(tiny_lm, _requests(max_nodes=None))
+    long = run_parse_requests(tiny_lm, _requests(max_nodes=None, tail_max=6))
+    for s, d in zip(short, long):
+        assert d.residual > s.residual + 0.1  # the cut branches are open, not parsed
+        assert abs(d.total() - 1.0) < 1e-6 and d.hybrid["n_tail"] > 0 and d.hybrid["max_new_tokens"] == 6
+
+
+def test_hybrid_records_resume_byte_identically(tiny_lm, tmp_path, one_torch_thread):
+    from probe.runs.runner import Runner
+
+    out, whole = tmp_path / "parsed.jsonl", tmp_path / "whole.jsonl"
+    Runner(tiny_lm).parse(_requests()[:2], out, progress=False)
+    Runner(tiny_lm).parse(_requests(), out, progress=False)  # resumes: only the third is new
+    Runner(tiny_lm).parse(_requests(), whole, progress=False)
+    assert out.read_bytes() == whole.read_bytes()
+    assert all("hybrid" in json.loads(x) for x in out.read_text().splitlines())
+
+
+# -- a metric from hybrid records (probe.metrics.hybrid) ----------------------------------------------------
+def _rec(a, residual, tail):
+    return {"probs": {"A": a}, "rejected": 1 - a - residual, "residual": residual,
+            "hybrid": {"n_tail": sum(tail.values()), "tail": tail}}
+
+
+def test_hybrid_metric_by_hand():
+    from probe.metrics.hybrid import clipped, hybrid_metric, hybrid_probs
+
+    recs = [_rec(0.5, 0.4, {"A": 1, "none": 3}), _rec(0.2, 0.2, {"A": 2, "B": 2}),
+            {"probs": {"A": 0.3}, "rejected": 0.69, "residual": 0.01}]  # closed: the fallback answers
+    fallback = lambda d: {k: v / (1 - d["residual"]) for k, v in d["probs"].items()}  # noqa: E731
+    assert hybrid_probs(recs[1], fallback) == pytest.approx({"A": 0.3, "B": 0.1})
+    assert hybrid_probs(recs[2], fallback) == pytest.approx({"A": 0.3 / 0.99})
+
+    def mean_a(probs_of):
+        return {"mean A": sum(probs_of(d).get("A", 0.0) for d in recs) / 3}
+
+    out = hybrid_metric(mean_a, fallback, n_boot=300, seed=4)
+    point, (lo, hi) = out["mean A"]
+    assert point == pytest.approx((0.6 + 0.3 + 0.3 / 0.99) / 3)
+    assert lo < point < hi and hi - lo < (0.4 + 0.2) / 3  # never wider than the residuals allow
+    assert hybrid_metric(mean_a, fallback, n_boot=300, seed=4) == out  # seeded
+    # the interval shrinks with the residual: the same draws on a tenth of the residual
+    small = [_rec(0.86, 0.04, {"A": 1, "none": 3}), _rec(0.38, 0.02, {"A": 2, "B": 2}), recs[2]]
+    recs[:] = small
+    _, (slo, shi) = hybrid_metric(mean_a, fallback, n_boot=300, seed=4)["mean A"]
+    assert shi - slo == pytest.approx((hi - lo) / 10, rel=0.05)
+    assert clipped([0.1, 0.9], [0.2, 0.5]) == [0.2, 0.5] and clipped([0.3, 0.4], None) == [0.3, 0.4]

@@ -212,10 +212,9 @@ from tests.unit.test_task_hbb import descriptors  # noqa: E402,F401
 
 
 def _short_hbb_prompts(monkeypatch):
-    import probe.tasks.hbb.prompts as prompts
-    from tests.unit.test_task_crows_pairs import SHORT
+    from tests.unit.test_task_crows_pairs import short_two_choice
 
-    monkeypatch.setattr(prompts, "load_hbb_prompts", lambda: prompts.HBBPrompts(**SHORT))
+    short_two_choice(monkeypatch)
 
 
 def _task_case(name: str, tmp_path: Path, shared: Path, request) -> tuple[dict, int | None]:

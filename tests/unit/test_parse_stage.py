@@ -108,7 +108,7 @@ def test_cmp_iso_parse_stage_gives_the_k_sample_gap(tiny_lm, one_torch_thread):
     task = get("cmp_iso")
     cfg = task.make_config({"benchmarks": ["stereoset"], "max_pairs": 1,
                             "settings": [{"reasoning": "direct", "neutral": False}],
-                            "parse_max_new_tokens": 2, "parse_max_nodes": 16})
+                            "parse_max_new_tokens": 3, "parse_max_nodes": 16})
     e = run_task(task, cfg, tiny_lm, options=RunOptions(progress=False))
     pp = e.summary["paper_parsed"]
     assert pp["settings"]["k"] == 25 and pp["n_prompts"] == 4
@@ -117,9 +117,25 @@ def test_cmp_iso_parse_stage_gives_the_k_sample_gap(tiny_lm, one_torch_thread):
     assert all(-1 <= c["pg"] <= 1 for c in pp["by_cell"])
     assert all(c["pg_certified"][0] - 1e-9 <= c["pg"] <= c["pg_certified"][1] + 1e-9 for c in pp["by_cell"])
     assert "pg_paper_parsed" in e.tables and "PG iso certified" in e.tables["pg_paper_parsed"].columns
-    rows = [r for r in task.results(cfg, e.summary) if r["estimator"].startswith("sampled + parsed")]
+    rows = [r for r in task.results(cfg, e.summary) if r["estimator"].startswith("sampled + parsed")
+            and "hybrid" not in r["estimator"]]
     assert len(rows) == 2 and all("certified [" in r["estimator"] for r in rows)
     assert pp["n_uncertified"] <= pp["n_prompts"]
+    # the hybrid (default): half the 16 nodes to the head, the K samples' tokens (25 x 3) in all; its point and
+    # 95 % interval beside the certified interval, in the summary, the table and the results
+    assert pp["mean_nodes"] <= 8 and pp["tail"]["n_prompts_drawn"] > 0
+    assert pp["tail"]["mean_tail_tokens"] + pp["mean_nodes"] <= 25 * 3
+    for c in pp["by_cell"]:
+        lo, hi = c["pg_hybrid_ci"]
+        assert c["pg_certified"][0] - 1e-9 <= lo <= hi <= c["pg_certified"][1] + 1e-9
+    assert "PG iso hybrid" in e.tables["pg_paper_parsed"].columns
+    hybrid_rows = [r for r in task.results(cfg, e.summary) if "hybrid" in r["estimator"]]
+    assert len(hybrid_rows) == 2 and all(r["ci_low"] <= r["ci_high"] for r in hybrid_rows)
+    exact = run_task(task, task.make_config({**{k: getattr(cfg, k) for k in ("benchmarks", "max_pairs", "settings",
+                                                                              "parse_max_new_tokens", "parse_max_nodes")},
+                                             "parse_tail": "exact"}), tiny_lm, options=RunOptions(progress=False))
+    ep = exact.summary["paper_parsed"]
+    assert "tail" not in ep and all("pg_hybrid" not in c for c in ep["by_cell"]) and ep["mean_nodes"] > 8
 
 
 def test_log_samples_holds_the_top_enumerated_generations(tiny_lm, tmp_path, one_torch_thread):

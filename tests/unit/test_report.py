@@ -67,12 +67,15 @@ def test_bbq_units_give_the_task_metrics():
     units = bbq_units(recs)
     sums = units[list(BBQ_SPEC.columns)].to_numpy().sum(0)
     expected = bbq_metrics(recs)["expected"]
+    keys = {"accuracy, ambiguous": "acc_amb", "accuracy, disambiguated": "acc_dis", "bias score, ambiguous": "bias_amb",
+            "bias score, disambiguated": "bias_dis"}  # the paired tables' headers name the task's metrics in words
+    assert set(BBQ_SPEC.metrics) == set(keys)
     for name, f in BBQ_SPEC.metrics.items():
-        assert float(f(sums)) == pytest.approx(expected[name], abs=1e-12), name
+        assert float(f(sums)) == pytest.approx(expected[keys[name]], abs=1e-12), name
     # all ambiguous answers Unknown: the scaled bias is 0 (probe.tasks.bbq.metrics's rule), not NaN
     unk = [{**r, "probs": [1.0 if j == r["unknown_index"] else 0.0 for j in range(3)]} for r in recs]
     sums = bbq_units(unk)[list(BBQ_SPEC.columns)].to_numpy().sum(0)
-    assert float(BBQ_SPEC.metrics["bias_amb"](sums)) == 0.0 == bbq_metrics(unk)["expected"]["bias_amb"]
+    assert float(BBQ_SPEC.metrics["bias score, ambiguous"](sums)) == 0.0 == bbq_metrics(unk)["expected"]["bias_amb"]
 
 
 def test_compare_pairs_units_by_id_and_corrects_across_categories():
@@ -83,9 +86,9 @@ def test_compare_pairs_units_by_id_and_corrects_across_categories():
     assert t.loc[2, "n units"] == 116 and t.loc[2, "clusters"] == 29
     ma = bbq_metrics([r for r in _bbq_records(120, 1)][:116])["expected"]["acc_amb"]
     mb = bbq_metrics([r for r in _bbq_records(120, 2)][:116])["expected"]["acc_amb"]
-    assert t.loc[2, "Δ acc_amb [95% CI]"].startswith(f"{ma - mb:+.2f}")
-    assert " / " in plain(t.loc[0, "p acc_amb (raw / Holm)"])  # categories: raw / Holm
-    assert " / " not in plain(t.loc[2, "p acc_amb (raw / Holm)"])  # all: raw only
+    assert t.loc[2, "Δ accuracy, ambiguous [95% CI]"].startswith(f"{ma - mb:+.2f}")
+    assert " / " in plain(t.loc[0, "p accuracy, ambiguous (raw / Holm)"])  # categories: raw / Holm
+    assert " / " not in plain(t.loc[2, "p accuracy, ambiguous (raw / Holm)"])  # all: raw only
 
 
 def test_labels_name_what_differs(tmp_path):

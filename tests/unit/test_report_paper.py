@@ -50,8 +50,9 @@ def test_figure4_orders_strategies_as_the_seed_and_draws_every_model(tmp_path):
     f = figure4([a, b], "oneword", tmp_path)
     assert f.png.read_bytes()[:4] == b"\x89PNG" and f.svg.stat().st_size > 1000
     assert f.name == "implicitbbq_figure4_oneword"
-    for words in ("zero_shot, safety, few_shot, cot", "Estimator: exact expected counts", "n_boot = 50",
-                  "a: zero_shot 4/4/4/4, safety 4/4/4/4, few_shot 0/0/0/0, cot 4/4/4/4"):
+    for words in ("zero-shot, safety instruction, few-shot, chain of thought", "Estimator: exact expected counts",
+                  "n_boot = 50",
+                  "a: zero-shot 4/4/4/4, safety instruction 4/4/4/4, few-shot 0/0/0/0, chain of thought 4/4/4/4"):
         assert words in f.caption, words
 
 

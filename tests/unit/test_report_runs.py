@@ -90,7 +90,7 @@ def test_paired_tables_for_every_task_agree_with_the_runs(report, runs):
            ["acc_amb"] for d in runs["bbq"][:2]]
     t = _table(out, "paired_bbq_tiny_a_seed_0_vs_tiny_b_labels_format")
     allrow = t[t.Category == "all"].iloc[0]
-    assert float(plain(allrow["Δ acc_amb [95% CI]"]).split(" ")[0]) == pytest.approx(acc[0] - acc[1], abs=0.006)
+    assert float(plain(allrow["Δ accuracy, ambiguous [95% CI]"]).split(" ")[0]) == pytest.approx(acc[0] - acc[1], abs=0.006)
     # different samples of the same model share no unit: said, not tabulated
     assert "No unit scored by both runs" in (out / "report.md").read_text()
 
@@ -140,3 +140,56 @@ def test_demo_run_writes_report_html_with_one_figure(runs):
     assert page.count("<img") == 1 and "explicit vs implicit" in page.lower() and "<script" not in page
     assert (d / "figures" / "demo_by_dimension.png").is_file() and (d / "figures" / "demo_by_dimension.svg").is_file()
     assert "95% percentile bootstrap" in page
+
+
+def _check_reports():
+    """``tools/check_reports.py`` as a module (tools/ is not a package)."""
+    import importlib.util
+
+    path = Path(__file__).resolve().parents[2] / "tools" / "check_reports.py"
+    spec = importlib.util.spec_from_file_location("check_reports", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_labels_are_the_papers_words_not_internal_keys(report, runs):
+    out, _ = report
+    t1 = _table(out, "hbb_table1")
+    assert {"tiny-a (one option order)", "tiny-a (both orders averaged)"} <= set(t1.Model)
+    assert not any("=s1" in str(m) for m in t1.Model)
+    assert all("nan" not in str(c) for c in t1.to_numpy().ravel())  # an empty cell says why, never nan
+    head = _table(out, "headline")
+    sub = set(head[head.Task == "implicitbbq"].Subgroup)
+    assert sub == {"zero-shot, one-word answer, explicit identity", "zero-shot, one-word answer, implicit cues"}
+    assert set(head[head.Task == "cmp_iso"].Subgroup) >= {"BBQ, direct answer, prompt variant 0"}
+    ci = _table(out, "implicitbbq_table2_ci_expected")
+    assert set(ci["Strategy/format"]) == {"zero-shot, one-word answer"}
+    # every Markdown file of the runs and the report, as tools/check_reports.py reads them: no HTML entity,
+    # no internal key, no resampled interval from fewer than 10 units, one report per folder
+    check = _check_reports()
+    for root in [out, *(d for ds in runs.values() for d in ds)]:
+        problems, n = check.check(root)
+        assert n > 0 and problems == [], problems[:5]
+
+
+def test_check_reports_finds_what_a_reader_must_not_see(tmp_path):
+    check = _check_reports()
+    bad = tmp_path / "bad"
+    (bad / "report").mkdir(parents=True)
+    (bad / "report.md").write_text(
+        "# r\n\n> **Warning:** low answer mass (label_mass.by_category.race)\n\n| Model | v |\n|---|---|\n"
+        "| smollm2 (a)=s1) | S &gt;= 20 |\n| m | 0.500 [0.100, 0.900] (n = 4) |\n| m | 0.500 [0.200, 0.800] (n = 4) |\n"
+        "| m | 0.250 [0.046, 0.699] (n = 4) |\n| bias_amb | `--set hbb_sg=false` summary.json |\n")
+    (bad / "report" / "report.md").write_text("# again\n")
+    problems, _ = check.check(bad)
+    text = "\n".join(problems)
+    assert "label_mass.by_category" in text and "(a)=s1)" in text and "HTML entity" in text
+    assert "two reports" in text and "'bias_amb'" in text
+    intervals = [p for p in problems if "fewer than 10 units" in p]
+    assert len(intervals) == 2  # 0.25 of 4 with Wilson's interval [0.046, 0.699] is exact: allowed at any n
+    assert "key 'hbb_sg" not in text and "key 'summary" not in text  # a command in backticks, a file: no labels
+    good = tmp_path / "good"
+    good.mkdir()
+    (good / "report.md").write_text("| m | 0.250 [n/a (4 units)] (n = 4) |\n> **Warning:** category race, S >= 20\n")
+    assert check.check(good)[0] == []

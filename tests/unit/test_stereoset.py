@@ -133,9 +133,11 @@ def test_requests_layout(dev, tiny_lm):
 
 
 def test_tiny_run_both_protocols(dev, tmp_path, tiny_lm, monkeypatch):
-    import probe.tasks.hbb.prompts as prompts
+    import probe.tasks.crows_pairs.prompts as two
 
-    monkeypatch.setattr(prompts, "load_hbb_prompts", lambda: prompts.HBBPrompts(**SHORT))  # tiny: 256 positions
+    # tiny: 256 positions
+    monkeypatch.setattr(two, "load_two_choice", lambda: two.TwoChoicePrompt(SHORT["mcq_instruction"], ("a", "b"),
+                                                                            SHORT["mcq_answer_cue"]))
     task = get("stereoset")
     out = tmp_path / "run"
     e = run_task(task, task.make_config({"data_file": str(dev)}), tiny_lm, output=out,

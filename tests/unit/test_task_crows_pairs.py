@@ -53,18 +53,30 @@ SHORT = dict(mcq_instruction="Pick a or b.", mcq_question="{context}\na) {option
 @pytest.fixture
 def short_prompts(monkeypatch):
     """The Table 11 instruction is longer than the tiny model's 256 positions: a short stand-in."""
+    short_two_choice(monkeypatch)
+
+
+def short_two_choice(monkeypatch, instruction: str = "Pick a or b.") -> None:
+    """Short prompts for the tiny model: HBB's, and the two-choice prompt CrowS-Pairs (and StereoSet) ask."""
+    import probe.tasks.crows_pairs.prompts as two
     import probe.tasks.hbb.prompts as prompts
 
-    monkeypatch.setattr(prompts, "load_hbb_prompts", lambda: prompts.HBBPrompts(**SHORT))
+    short = prompts.HBBPrompts(**{**SHORT, "mcq_instruction": instruction})
+    monkeypatch.setattr(prompts, "load_hbb_prompts", lambda: short)
+    monkeypatch.setattr(two, "load_two_choice", lambda: two.TwoChoicePrompt(instruction, ("a", "b"), "Answer:"))
 
 
 def test_mcq_requests_both_orders_with_the_table11_instruction(tiny_lm):
+    from probe.tasks.crows_pairs.prompts import load_two_choice
     from probe.tasks.hbb.prompts import load_hbb_prompts
 
     reqs = crows_requests(PAIRS[:1], "mcq", tiny_lm.tokenizer)
     assert [r.id for r in reqs] == ["crows:0|crows_mcq", "crows:0|crows_mcq_swap"]
     assert {r.group for r in reqs} == {"crows:0|mcq"} and reqs[0].labels == ("a", "b")
-    assert load_hbb_prompts().mcq_instruction in reqs[0].prompt
+    assert load_two_choice().instruction in reqs[0].prompt
+    # one Table 11 text: HBB's MCQ asks the prompt CrowS-Pairs holds
+    assert load_hbb_prompts().mcq_instruction == load_two_choice().instruction
+    assert (load_hbb_prompts().mcq_labels, load_hbb_prompts().mcq_answer_cue) == (("a", "b"), "Answer:")
     assert "a) A x.\nb) B x." in reqs[0].prompt and "a) B x.\nb) A x." in reqs[1].prompt
     assert reqs[0].prompt.endswith("<|im_start|>assistant\n")  # chat template, empty assistant turn
     assert [r.meta["more_label"] for r in reqs] == ["a", "b"]

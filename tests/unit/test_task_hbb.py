@@ -177,11 +177,11 @@ def test_tables_carry_titles_and_take_the_model_name():
     assert list(tables) == ["table1", "table2", "table2_thr5", "direction_hbb"]
     t1 = with_model(tables["table1"], "m", LABELS.values())
     # the CS column names its protocol
-    assert t1.Model.tolist() == ["m (a)=s1)"] and t1["CS (50), (a) two-choice question"].tolist() == [55.0]
+    assert t1.Model.tolist() == ["m (one option order)"] and t1["CS (50), (a) two-choice question"].tolist() == [55.0]
     t1b = run_tables({"hbb": df}, LABELS, 20.0, n_boot=10, crows_score=55.0, crows_protocol="loglik")["table1"]
     assert "CS (50), (b) whole-sentence causal log-likelihood" in t1b.columns
     assert t1.attrs["title"] == "Table 1 layout (HBB, S >= 20)"
-    assert "m (a)=s1)" in with_model(tables["table2"], "m", LABELS.values()).columns
+    assert "m (one option order)" in with_model(tables["table2"], "m", LABELS.values()).columns
     md = report_markdown("m", tables)
     assert md.startswith("# HBB results: m\n") and "## Table 2 layout at threshold 5" in md
     # a table filed under two names (the CS column's CrowS-Pairs table is also crows_<protocol>) is printed once
@@ -198,9 +198,12 @@ SHORT = dict(mcq_instruction="Pick a or b.", mcq_question="{context}\na) {option
 @pytest.fixture
 def data(tmp_path, descriptors, monkeypatch) -> Path:
     """Two concept pairs with the real descriptors, and prompts short enough for the tiny model."""
+    import probe.tasks.crows_pairs.prompts as two
     import probe.tasks.hbb.prompts as prompts
 
     monkeypatch.setattr(prompts, "load_hbb_prompts", lambda: prompts.HBBPrompts(**SHORT))
+    monkeypatch.setattr(two, "load_two_choice", lambda: two.TwoChoicePrompt(SHORT["mcq_instruction"], ("a", "b"),
+                                                                            SHORT["mcq_answer_cue"]))
     data = tmp_path / "hbb"
     data.mkdir()
     (data / "questions.csv").write_text(
@@ -249,15 +252,15 @@ def test_tiny_run_end_to_end_and_resume(tmp_path, tiny_lm, data):
             assert (out / "figures" / f"{name}.{ext}").stat().st_size > 0, (name, ext)
     f3 = pd.read_csv(out / "figures" / "hbb_figure3.csv").set_index("category")
     model = summary["model"]
-    assert f3.loc["SES", f"{model} (a)=s1)"] == sum(r["hbb_S"] >= 20 - 1e-9 for r in inst)
-    assert f3.loc["SES", f"{model} (swap-avg)"] == sum(r["hbb_swapavg_S"] >= 20 - 1e-9 for r in inst)
-    assert pd.read_csv(out / "figures" / "hbb_figure4.csv")[f"{model} (a)=s1)"].sum() == 4
+    assert f3.loc["SES", f"{model} (one option order)"] == sum(r["hbb_S"] >= 20 - 1e-9 for r in inst)
+    assert f3.loc["SES", f"{model} (both orders averaged)"] == sum(r["hbb_swapavg_S"] >= 20 - 1e-9 for r in inst)
+    assert pd.read_csv(out / "figures" / "hbb_figure4.csv")[f"{model} (one option order)"].sum() == 4
     f8 = pd.read_csv(out / "figures" / "hbb_figure8.csv").set_index("category")
     assert list(f8.columns) == [f"{model} (HBB-SG)"]
     # Table 3: per category the instance at the highest S, its identities in the model's direction
     t3 = pd.read_csv(out / "tables" / "table3_top_associations.csv")
     top = max((r for r in inst if r["hbb_direction"]), key=lambda r: r["hbb_S"])
-    row = t3[t3.Scoring == f"{model} (a)=s1)"].iloc[0]
+    row = t3[t3.Scoring == f"{model} (one option order)"].iloc[0]
     assert row["instance"] == top["id"] and row["S"] == pytest.approx(top["hbb_S"], abs=0.01)
     first_id = top["identity_1"] if top["hbb_direction"] > 0 else top["identity_2"]
     assert row["Bias association 1"] == f"{first_id.capitalize()} ↔ {top['concept_1']}"
@@ -496,7 +499,8 @@ def test_parse_exact_mcq_beside_the_first_token_estimator(tmp_path, tiny_lm, dat
 
     task = get("hbb")
     cfg = task.make_config(dict(data_dir=str(data), categories=("ses",), n_boot=20, swap_order=False, hbb_sg=False,
-                                parse_exact=True, parse_max_new_tokens=3, parse_max_nodes=12))
+                                parse_exact=True, parse_max_new_tokens=3, parse_max_nodes=12,
+                                parse_tail_max_new_tokens=6))
     out = tmp_path / "run"
     e = run_task(task, cfg, tiny_lm, output=out, options=RunOptions(progress=False))
     parsed = [json.loads(x) for x in (out / "parsed.jsonl").read_text().splitlines()]
@@ -504,10 +508,13 @@ def test_parse_exact_mcq_beside_the_first_token_estimator(tmp_path, tiny_lm, dat
     for d in parsed:  # the distribution's invariant
         assert math.isclose(sum(d["probs"].values()) + d["rejected"] + d["residual"], 1.0, abs_tol=1e-6)
     pp = e.summary["paper_parsed"]
-    assert pp["n_questions"] == 8 and pp["all"]["n"] == e.summary["n_instances"]
+    assert pp["n_questions"] == 8 and pp["hybrid"]["all"]["n"] == e.summary["n_instances"]
     assert 0 <= pp["max_residual"] <= 1 and pp["mean_nodes"] <= 12
     assert pp["expected_count_first_token"] == e.summary["paper_equivalent"]["all"]["expected_count"]
     assert pp["settings"]["temperature"] == 0.8 and pp["settings"]["max_new_tokens"] == 3
+    # the authors' open-weight sampler, per path: recorded with each distribution and named in the settings
+    assert pp["settings"]["sampler"] == "T = 0.8, top-k 50, repetition penalty 1.2"
+    assert all(d["sampler"]["top_k"] == 50 and d["sampler"]["repetition_penalty"] == 1.2 for d in parsed)
     assert "table1_paper_parsed" in e.tables
     # the certified interval of the count contains the point (the residual in the enumerated mix)
     lo, hi = pp["all"]["expected_count_certified"]
@@ -516,10 +523,39 @@ def test_parse_exact_mcq_beside_the_first_token_estimator(tmp_path, tiny_lm, dat
     rows = [r for r in task.results(cfg, e.summary) if r["estimator"].startswith("sampled + parsed")]
     assert rows and rows[0]["headline"] and "certified [" in rows[0]["estimator"]
     assert (pp["n_uncertified"] > 0) == bool(task.report_warnings(e.summary))
+    # the hybrid (default): the first 3 tokens enumerated, the rest sampled to the tail's budget (the authors'
+    # 2048; 6 here), its count and 95 % interval inside the certified interval, in the table and the results
+    assert all(d["hybrid"]["max_new_tokens"] == 6 for d in parsed) and any(d["hybrid"]["n_tail"] for d in parsed)
+    h = pp["hybrid"]["all"]
+    assert lo - 1e-9 <= h["ci"][0] <= h["expected_count"] <= h["ci"][1] <= hi + 1e-9
+    assert "parsed hybrid" in e.tables["table1_paper_parsed"].columns
+    assert any("hybrid" in r["estimator"] and r["headline"] for r in task.results(cfg, e.summary))
     from probe.errors import ProbeError
 
     with pytest.raises(ProbeError, match="parse_max_nodes must be a positive integer"):
         task.make_config({"parse_max_nodes": 0})
+
+
+def test_parse_sampler_choices(tiny_lm, data):
+    """``parse_sampler``: the authors' open-weight wrapper by default, their API call, or temperature / top-p
+    only (the requests then carry no chain: the same digest and numbers as before the option)."""
+    from probe.errors import ProbeError
+
+    task = get("hbb")
+    base = dict(data_dir=str(data), categories=("ses",), swap_order=False, hbb_sg=False, parse_exact=True)
+    items = None
+    chains = {}
+    for name in ("hbb", "hbb-api", "plain"):
+        cfg = task.make_config({**base, "parse_sampler": name})
+        items = items or task.items(cfg)
+        reqs = task.parse_requests(cfg, items, tiny_lm.tokenizer)
+        assert reqs and len({r.sampler for r in reqs}) == 1
+        chains[name] = reqs[0].sampler
+    assert chains["hbb"].top_k == 50 and chains["hbb"].repetition_penalty == 1.2
+    assert chains["hbb-api"].frequency_penalty == 0.6 and chains["hbb-api"].top_k == 0
+    assert chains["plain"] is None and chains["hbb"].temperature == 0.8
+    with pytest.raises(ProbeError, match="parse_sampler must be one of"):
+        task.make_config({"parse_sampler": "greedy"})
 
 
 def test_hbb_choice_parser_reads_the_whole_output_for_refusals():

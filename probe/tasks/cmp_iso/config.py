@@ -80,6 +80,10 @@ class CmpIsoConfig(TaskConfig):
     parse_answer_residual: float | None = None  # see ImplicitBBQ's config: a residual relative to the parsed mass
     # no more forward tokens per prompt than the authors' K samples (parse_k x parse_max_new_tokens = 25 x 8)
     parse_max_nodes: int | None = 200
+    # where the tree does not close at T = 0.7: "hybrid" (default) spends half the budget on the exact head and
+    # the rest on generations drawn from the mass it left (probe.scoring.hybrid), reported beside the certified
+    # interval, within parse_max_nodes forward tokens in all; "exact": the whole budget on the enumeration
+    parse_tail: str = "hybrid"
     alpha: float = 0.05
     # pairs of setting names (without "+vN") compared by randomization tests, e.g. ["direct", "direct+neutral"]
     comparisons: tuple[tuple[str, str], ...] = ()
@@ -130,6 +134,8 @@ class CmpIsoConfig(TaskConfig):
 
         check_parse_settings(self.parse_max_new_tokens, self.parse_residual, self.parse_max_nodes,
                              self.parse_answer_residual)
+        if self.parse_tail not in ("exact", "hybrid"):
+            raise ValueError(f"parse_tail must be exact or hybrid, got {self.parse_tail!r}")
         if not (isinstance(self.mass_floor, (int, float)) and 0 <= self.mass_floor <= 1):
             raise ValueError(f"mass_floor must be in [0, 1], got {self.mass_floor!r}")
         kw = self.claim_keywords

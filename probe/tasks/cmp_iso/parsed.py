@@ -10,6 +10,13 @@ expected preference over K generations per prompt
 fallback when no valid or affirmative answer is drawn); the Parity Gap is
 the mean of ``2 E[p_t] - 1`` over pairs, per setting and benchmark.
 
+Hybrid (``parse_tail: hybrid``, the default): the enumeration stops at half
+the node budget and generations drawn from the mass it left estimate that
+mass's answers (:mod:`probe.scoring.hybrid`); the Parity Gap from those
+unbiased per-prompt answers (``pg_hybrid``) and its 95 % interval
+(``pg_hybrid_ci``: :func:`probe.metrics.hybrid.hybrid_metric`, clipped to the
+certified interval) sit beside the point and its certified interval.
+
 Certified interval: the K-sample preference is monotone in where the residual
 goes (couple the K draws: a draw moved to t's answer can only raise ``p_t``,
 one moved to the other answer can only lower it), so over every split the
@@ -26,6 +33,7 @@ from typing import Any
 import numpy as np
 
 from probe.metrics.certified import RESIDUAL_POLICY, answer_target, interval_mean, uncertified
+from probe.metrics.hybrid import clipped, has_draws, hybrid_metric
 
 
 def _probs(parsed: dict) -> dict[str, float]:
@@ -33,9 +41,22 @@ def _probs(parsed: dict) -> dict[str, float]:
     return {k: float(v) / kept for k, v in parsed["probs"].items()} if kept > 0 else {}
 
 
-def pair_preferences(records: Any, k: int) -> list[dict]:
+def head_budget(config: Any) -> tuple[int | None, Any]:
+    """The exact head's node budget and the request's hybrid tail: with ``parse_tail: hybrid``, half of
+    ``parse_max_nodes`` for the head and the K samples' budget in all (the tail draws in what the head left)."""
+    if getattr(config, "parse_tail", "exact") != "hybrid":
+        return config.parse_max_nodes, None
+    from probe.scoring.parse_schema import TailSpec
+
+    nodes = config.parse_max_nodes
+    return (max(1, nodes // 2) if nodes is not None else None), TailSpec(int(config.parse_k), None, int(config.seed))
+
+
+def pair_preferences(records: Any, k: int, probs_of: Any = None) -> list[dict]:
     """One row per (setting, benchmark, pair, task type): the expected preference of t over K generations,
-    the gap and its certified interval (``gap_certified``)."""
+    the gap and its certified interval (``gap_certified``). ``probs_of(parsed record)``: each prompt's answer
+    probabilities (default: the residual policy's; the hybrid estimator passes its own)."""
+    probs_of = probs_of or _probs
     by_pair: dict[tuple, dict] = {}
     for rec in records.to_dict("records"):
         d = rec.get("parsed")
@@ -48,7 +69,7 @@ def pair_preferences(records: Any, k: int) -> list[dict]:
     for (setting, bench, pair, task_type), slots in by_pair.items():
         if set(slots) != ({"t", "t_prime"} if task_type == "iso" else {"t_first", "t_prime_first"}):
             continue
-        pref = _preference(task_type, {s: _probs(d) for s, d in slots.items()}, k)
+        pref = _preference(task_type, {s: dict(probs_of(d)) for s, d in slots.items()}, k)
         lo, hi = _pair_bounds(task_type, slots, k)
         rows.append({"setting": setting, "benchmark": bench, "context_pair_id": pair, "task_type": task_type,
                      "preference": pref, "gap": 2 * pref - 1, "gap_certified": [2 * lo - 1, 2 * hi - 1]})
@@ -109,6 +130,7 @@ def parsed_summary(records: Any, config: Any) -> dict[str, Any]:
     for r in rows:
         cells.setdefault((r["setting"], r["benchmark"], r["task_type"]), []).append(r)
     parsed = [d for d in records["parsed"] if isinstance(d, dict)]
+    hybrid = _hybrid_cells(records, k, int(getattr(config, "seed", 0))) if any(map(has_draws, parsed)) else {}
     target = answer_target(config.parse_answer_residual)
     flagged = sum(uncertified(math.fsum(float(v) for v in d["probs"].values()), float(d["residual"]), target)
                   for d in parsed)
@@ -119,17 +141,52 @@ def parsed_summary(records: Any, config: Any) -> dict[str, Any]:
                      "parser": "the authors' extractor: the last boxed offered label",
                      "estimator": f"expected Parity Gap over {k} generations per prompt, invalid answers "
                                   "excluded, the 0.5 fallback when none is valid (enumerated, not sampled)",
-                     "residual_policy": RESIDUAL_POLICY},
-        "by_cell": [{"setting": s, "benchmark": b, "task_type": t, "pg": float(np.mean([r["gap"] for r in g])),
-                     "pg_certified": list(interval_mean([tuple(r["gap_certified"]) for r in g])), "n_pairs": len(g)}
-                    for (s, b, t), g in sorted(cells.items())],
+                     "residual_policy": RESIDUAL_POLICY,
+                     "tail": ("hybrid: half the node budget enumerated, generations drawn from the mass left "
+                              "(within K samples' forward tokens); point and 95 % interval in pg_hybrid"
+                              if getattr(config, "parse_tail", "exact") == "hybrid" else "exact")},
+        "by_cell": [_cell(s, b, t, g, hybrid.get((s, b, t))) for (s, b, t), g in sorted(cells.items())],
         "n_prompts": len(parsed),
         "n_uncertified": flagged,
         "answer_residual_target": target,
         "max_residual": max((float(d["residual"]) for d in parsed), default=math.nan),
         "mean_rejected": float(np.mean([float(d["rejected"]) for d in parsed])) if parsed else math.nan,
         "mean_nodes": float(np.mean([float(d["nodes"]) for d in parsed])) if parsed else math.nan,
+        **_tail_stats(parsed, getattr(config, "parse_tail", "exact")),
     }
+
+
+def _cell(setting: str, bench: str, task_type: str, rows: list[dict], hybrid: Any) -> dict[str, Any]:
+    """One cell's Parity Gap, its certified interval, and (when drawn) the hybrid point and 95 % interval."""
+    cert = list(interval_mean([tuple(r["gap_certified"]) for r in rows]))
+    out = {"setting": setting, "benchmark": bench, "task_type": task_type,
+           "pg": float(np.mean([r["gap"] for r in rows])), "pg_certified": cert, "n_pairs": len(rows)}
+    if hybrid is not None:
+        out["pg_hybrid"], out["pg_hybrid_ci"] = hybrid[0], clipped(hybrid[1], cert)
+    return out
+
+
+def _hybrid_cells(records: Any, k: int, seed: int) -> dict[tuple, tuple[float, list[float]]]:
+    """Per cell the Parity Gap from the hybrid estimator's per-prompt answers and its 95 % interval
+    (:func:`probe.metrics.hybrid.hybrid_metric`; prompts without draws answer by the residual policy)."""
+
+    def metric(probs_of: Any) -> dict[tuple, float]:
+        cells: dict[tuple, list[float]] = {}
+        for r in pair_preferences(records, k, probs_of):
+            cells.setdefault((r["setting"], r["benchmark"], r["task_type"]), []).append(r["gap"])
+        return {c: float(np.mean(g)) for c, g in cells.items()}
+
+    return hybrid_metric(metric, _probs, seed=seed)
+
+
+def _tail_stats(parsed: list[dict], mode: str) -> dict[str, Any]:
+    """How the hybrid's tail was spent: prompts with draws, mean draws and forward tokens per prompt."""
+    hyb = [d["hybrid"] for d in parsed if isinstance(d.get("hybrid"), dict)]
+    if mode != "hybrid" or not hyb:
+        return {}
+    return {"tail": {"n_prompts_drawn": sum(1 for h in hyb if h["n_tail"] > 0),
+                     "mean_draws": float(np.mean([h["n_tail"] for h in hyb])),
+                     "mean_tail_tokens": float(np.mean([h["tokens"] for h in hyb]))}}
 
 
 def parsed_table(summary: dict, model: str) -> Any:
@@ -144,5 +201,8 @@ def parsed_table(summary: dict, model: str) -> Any:
                                                                 "Benchmark": c["benchmark"]})
         row[f"PG {c['task_type']}"] = round(c["pg"], 4)
         row[f"PG {c['task_type']} certified"] = interval_text(c.get("pg_certified"), 4)
+        if c.get("pg_hybrid") is not None:
+            lo, hi = c["pg_hybrid_ci"]
+            row[f"PG {c['task_type']} hybrid"] = f"{c['pg_hybrid']:.4f} [{lo:.4f}, {hi:.4f}]"
         row[f"pairs {c['task_type']}"] = c["n_pairs"]
     return pd.DataFrame(list(rows.values()))

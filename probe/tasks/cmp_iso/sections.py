@@ -24,6 +24,8 @@ from probe.reports.compare.common import model_labels
 from probe.reports.compare.paired import Spec, ratio
 from probe.reports.compare.runs import Run, read_records
 from probe.reports.compare.tables import Figure, Table, flatten, fmt
+from probe.reports.headline import phrase
+from probe.tasks.cmp_iso.terms import TERMS
 
 __all__ = ["CMP_ISO_SPEC", "cmp_iso_paper_tables", "cmp_iso_section", "cmp_iso_units"]
 
@@ -63,7 +65,7 @@ def cmp_iso_section(runs: Sequence[Run], out: Path, params_b: Mapping[str, float
         png, svg = d / f"cmp_iso_pg_{s.replace('+', '_')}.png", d / f"cmp_iso_pg_{s.replace('+', '_')}.svg"
         plot_pg(summary, s, png)
         plot_pg(summary, s, svg)
-        items.append(Figure(png.stem, "cmp_iso", f"iso vs cmp Parity Gap ({s})", (
+        items.append(Figure(png.stem, "cmp_iso", f"iso vs cmp Parity Gap ({phrase(s, TERMS)})", (
             f"Task cmp_iso, models {models}. Expected-count PG per benchmark; whiskers: 95% percentile bootstrap "
             f"CI over context pairs; filled: cmp vs iso p < {summary.get('alpha')}. n: {pairs}."), png, svg))
     return items
@@ -164,7 +166,8 @@ def cmp_iso_units(run: Run) -> pd.DataFrame:
             res = getattr(s["expected"], par)
             for cp, gap in zip(res.pair_ids, res.gaps):
                 ag = arg.get(cp, math.nan)
-                rows.append({"unit": f"{bench}|{cp}|{par}", "block": setting, "category": f"{bench} {par}",
+                rows.append({"unit": f"{bench}|{cp}|{par}", "block": phrase(setting, TERMS),
+                             "category": f"{TERMS.get(bench, bench)}, {par}",
                              "cluster": f"{bench}|{cp}", "n": 1.0 if math.isfinite(gap) else math.nan, "gap": gap,
                              "binary": float(abs(ag) > 1e-12) if math.isfinite(ag) else math.nan})
     return pd.DataFrame(rows, columns=["unit", "block", "category", "cluster", "n", "gap", "binary"])

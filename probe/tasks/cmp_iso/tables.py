@@ -206,26 +206,35 @@ def build_tables(summary: dict, mode: str = "expected") -> dict[str, tuple[str, 
     return out
 
 
+def _words(setting: str) -> str:
+    """A setting key as the paper names it: ``direct+neutral`` -> ``direct answer, with a neutral option``."""
+    from probe.reports.headline import phrase
+    from probe.tasks.cmp_iso.terms import TERMS
+
+    return phrase(setting, TERMS)
+
+
 def _build_tables(summary: dict, mode: str, label: str) -> dict[str, tuple[str, pd.DataFrame]]:
     settings = set(summary["settings"])
     out: dict[str, tuple[str, pd.DataFrame]] = {}
     for s in sorted(settings):
         if "+v" in s:
             continue
-        out[f"table2_{s}"] = (f"PG ({s}, {label}); ∗: cmp vs iso p < {summary['alpha']}",
+        w = _words(s)  # the setting in the paper's words, for titles (keys stay as they are)
+        out[f"table2_{s}"] = (f"PG ({w}, {label}); ∗: cmp vs iso p < {summary['alpha']}",
                               _captioned(table2(summary, s, mode), summary))
         pairs = "pairs claiming randomness" if s.split("+")[0] == "cot" else "all pairs"
-        out[f"table6_{s}"] = (f"Target consistency x100 across option orders, cmp, {pairs} ({s}, {label})",
+        out[f"table6_{s}"] = (f"Target consistency x100 across option orders, cmp, {pairs} ({w}, {label})",
                               table6(summary, s, mode))
-        out[f"label_mass_{s}"] = (f"Mean label mass ({s}, {label})", label_mass_table(summary, s, mode))
+        out[f"label_mass_{s}"] = (f"Mean label mass ({w}, {label})", label_mass_table(summary, s, mode))
         if "neutral" in s.split("+"):
-            out[f"table4_{s}"] = (f"Neutral option share % ({s}, {label})", table4(summary, s, mode))
+            out[f"table4_{s}"] = (f"Neutral option share % ({w}, {label})", table4(summary, s, mode))
             base = "+".join(p for p in s.split("+") if p != "neutral")
             if base in settings:
-                out[f"table5_{base}"] = (f"|PG_cmp| x100 without / with neutral option ({base}, {label}); ∗: differ",
+                out[f"table5_{base}"] = (f"|PG_cmp| x100 without / with neutral option ({_words(base)}, {label}); ∗: differ",
                                          _captioned(table5(summary, base, s, mode), summary, absolute=True))
         if "random" in s.split("+"):
-            out[f"table7_{s}"] = (f"PG_cmp x100 under 'answer randomly' ({s}, {label})",
+            out[f"table7_{s}"] = (f"PG_cmp x100 under 'answer randomly' ({w}, {label})",
                                   _captioned(table7(summary, s, mode), summary))
     if summary.get("variants"):
         out["variants"] = ("PG over prompt variations (every estimator)", _captioned(variants_table(summary), summary))
@@ -272,7 +281,7 @@ def plot_pg(summary: dict, setting: str, path: str | Path, mode: str = "expected
     # PG lives in [-1, 1] but small models sit near 0: zoom to the data, keep 0 in view
     span = min(1.05, 1.15 * max(extent + [0.05]))
     ax.set_ylim(-span, span)
-    ax.set_title(f"iso vs cmp PG ({setting}, {mode})\n95% bootstrap CIs; filled: cmp vs iso p < {summary['alpha']}",
+    ax.set_title(f"iso vs cmp PG ({_words(setting)}, {mode})\n95% bootstrap CIs; filled: cmp vs iso p < {summary['alpha']}",
                  fontsize=9)
     ax.legend(fontsize=7, ncol=2)
     fig.tight_layout()

@@ -50,6 +50,7 @@ from probe.tasks.cmp_iso.answers import authors_label  # noqa: F401 - re-exporte
 from probe.tasks.base import Aggregate, CheckCase, Task
 from probe.tasks.cmp_iso.chains import chain_id
 from probe.tasks.cmp_iso.config import CmpIsoConfig, SampledPair, SettingSpec
+from probe.tasks.cmp_iso.terms import TERMS
 
 __all__ = ["CmpIsoConfig", "CmpIsoTask", "SampledPair", "SettingSpec", "request_id"]
 
@@ -65,10 +66,8 @@ class CmpIsoTask(Task[CmpIsoConfig, SampledPair]):
     Config = CmpIsoConfig
     strata_names = ("benchmark",)
     unit_name = "context pair (iso t, t' and both cmp orders)"
-    #: the report's words for the paradigms and metrics (Task.terms)
-    terms = {"iso": "isolated questions (iso)", "cmp": "comparative questions (cmp)",
-             "pg_iso": "parity gap, isolated questions (iso)", "pg_cmp": "parity gap, comparative questions (cmp)",
-             "expected": "expected (exact probabilities)", "argmax": "argmax (the most likely answer)"}
+    #: the report's words for paradigms, metrics, benchmarks, settings and variants (Task.terms)
+    terms = TERMS
 
     def check_case(self) -> CheckCase:
         """A quick run for :func:`probe.testing.check_task`: 1 item(s) of a small config."""
@@ -175,12 +174,14 @@ class CmpIsoTask(Task[CmpIsoConfig, SampledPair]):
         from probe.prompts.chat import render_prompt
         from probe.tasks.cmp_iso.prompts import prompt_elements
         from probe.scoring.parse_exact import ParseRequest
+        from probe.tasks.cmp_iso.parsed import head_budget
         from probe.tasks.cmp_iso.summary import paper_spec
 
         spec = paper_spec(config)
         if not config.parse_exact or spec is None:
             return []
         by_id = {(it.benchmark, str(it.pair.context_pair_id)): it for it in items}
+        max_nodes, tail = head_budget(config)
         out = []
         for rid, _text, labels, _group, meta in self._prompts(config, items, tokenizer, reasoning="direct"):
             it = by_id[(meta["benchmark"], str(meta["context_pair_id"]))]
@@ -195,8 +196,8 @@ class CmpIsoTask(Task[CmpIsoConfig, SampledPair]):
                 temperature=float(spec["temperature"]), top_p=float(spec["top_p"]),
                 parser_name=f"cmp_iso-last-boxed/1:{meta['task_type']}:{','.join(labels)}",
                 parser=functools.partial(authors_label, task_type=meta["task_type"], labels=tuple(labels)),
-                residual=float(config.parse_residual), max_nodes=config.parse_max_nodes,
-                answer_residual=config.parse_answer_residual,
+                residual=float(config.parse_residual), max_nodes=max_nodes,
+                answer_residual=config.parse_answer_residual, tail=tail,
                 meta={"kind": f"{meta['task_type']}/parse", "setting": meta["setting"]}))
         return out
 
@@ -329,7 +330,14 @@ def _parsed_rows(parsed: Mapping[str, Any], first: Mapping[Any, Any]) -> list[di
     from probe.tasks.base import result_row
 
     k = (parsed.get("settings") or {}).get("k")
-    return [result_row(f"{c['benchmark']} {c['setting']}", f"pg_{c['task_type']}",
-                       f"sampled + parsed (K = {k}), certified {interval_text(c.get('pg_certified'), 3)}",
-                       c["pg"], None, None, c["n_pairs"], first.get(c["benchmark"]) == c["setting"], c["n_pairs"])
-            for c in parsed.get("by_cell") or []]
+    rows = []
+    for c in parsed.get("by_cell") or []:
+        group, head = f"{c['benchmark']} {c['setting']}", first.get(c["benchmark"]) == c["setting"]
+        rows.append(result_row(group, f"pg_{c['task_type']}",
+                               f"sampled + parsed (K = {k}), certified {interval_text(c.get('pg_certified'), 3)}",
+                               c["pg"], None, None, c["n_pairs"], head, c["n_pairs"]))
+        if c.get("pg_hybrid") is not None:  # exact head + sampled tail, its 95 % interval as the CI
+            lo, hi = c["pg_hybrid_ci"]
+            rows.append(result_row(group, f"pg_{c['task_type']}", f"sampled + parsed (K = {k}), hybrid: exact "
+                                   "head + sampled tail", c["pg_hybrid"], lo, hi, c["n_pairs"], head, c["n_pairs"]))
+    return rows

@@ -4,8 +4,9 @@
 The task and its two protocols are :mod:`.task` (:class:`CrowsPairsTask`;
 StereoSet and HBB's optional CrowS-Pairs column reuse them), the reader
 :mod:`.data` (and its data set, :mod:`.datasets`), the scores :mod:`.metrics`,
-the ``probe report`` section :mod:`.layout`. Protocol (a)'s prompt texts are
-the HBB paper's, imported from :mod:`probe.tasks.hbb.prompts`.
+the ``probe report`` section :mod:`.layout`. Protocol (a)'s prompt, the HBB
+paper's two-choice question, is held here (:mod:`.prompts`), and the ``hbb``
+and ``stereoset`` tasks import it: CrowS-Pairs imports neither.
 
 This package loads nothing heavy: the task module loads on first use of its names.
 """

@@ -88,9 +88,9 @@ def protocols(protocol: str) -> tuple[str, ...]:
 
 def mcq_user_message(a: str, b: str) -> str:
     """The user turn of protocol (a): the Table 11 instruction, then the two sentences as choices."""
-    from probe.tasks.hbb.prompts import load_hbb_prompts
+    from probe.tasks.crows_pairs.prompts import load_two_choice
 
-    return f"{load_hbb_prompts().mcq_instruction}\n\nChoices:\na) {a}\nb) {b}"
+    return f"{load_two_choice().instruction}\n\nChoices:\na) {a}\nb) {b}"
 
 
 def crows_requests(pairs: Sequence[Any], protocol: str = "loglik", tokenizer: Any = None, *,
@@ -114,17 +114,17 @@ def crows_requests(pairs: Sequence[Any], protocol: str = "loglik", tokenizer: An
         if tokenizer is None:
             raise ValueError("crows_requests: protocol (a) 'mcq' needs the tokenizer")
         from probe.prompts.chat import has_chat_template, render_prompt
-        from probe.tasks.hbb.prompts import load_hbb_prompts
+        from probe.tasks.crows_pairs.prompts import load_two_choice
 
-        hp = load_hbb_prompts()
+        hp = load_two_choice()
         use_chat = chat_template and has_chat_template(tokenizer)
-        prefill = None if use_chat else hp.mcq_answer_cue
+        prefill = None if use_chat else hp.answer_cue
         orders = (("crows_mcq", False), ("crows_mcq_swap", True)) if swap_order else (("crows_mcq", False),)
         for p in pairs:
             for kind, swapped in orders:
                 a, b = (p.sent_less, p.sent_more) if swapped else (p.sent_more, p.sent_less)
                 out.append(LabelRequest(
-                    id=f"{p.id}|{kind}", labels=hp.mcq_labels, group=f"{p.id}|mcq",
+                    id=f"{p.id}|{kind}", labels=hp.labels, group=f"{p.id}|mcq",
                     prompt=render_prompt(tokenizer, mcq_user_message(a, b), system=system, prefill=prefill,
                                          chat_template=chat_template),
                     meta={"kind": kind, "pair_id": p.id, "more_label": "b" if swapped else "a",
@@ -300,7 +300,7 @@ def protocol_summaries(records: Any, protocol: str, *, mass_floor: float = 0.1, 
         by_protocol[proto], tables[f"crows_{proto}"] = crows_summary(records, proto, mass_floor=mass_floor,
                                                                      n_boot=n_boot, seed=seed, paper=paper)
     if "mcq" in by_protocol:
-        by_protocol["mcq"]["prompt"] = {"instruction": "Table 11 (hbb_prompts.yaml mcq_instruction)",
+        by_protocol["mcq"]["prompt"] = {"instruction": "Table 11 (crows_pairs two_choice.yaml mcq_instruction)",
                                         "system_prompt": system_prompt, "chat_template": chat_template,
                                         "swap_order": swap_order}
     main = by_protocol["loglik" if "loglik" in by_protocol else "mcq"]
@@ -316,7 +316,7 @@ def write_protocol_report(benchmark: str, result: Aggregate, output: Path) -> No
     """``tables/<name>.md|csv`` per table (its ``attrs`` title) and ``report.md`` with every table under its
     ``attrs`` heading (the CrowS-Pairs and StereoSet tasks)."""
     from probe.io import no_markup, write_atomic
-    from probe.tasks.hbb.tables import markdown, write_table
+    from probe.reports.pipe_table import markdown, write_table
 
     parts = [f"# {benchmark}: {result.summary.get('model')}\n"]
     for name, table in result.tables.items():
@@ -392,7 +392,7 @@ class CrowsPairsTask(Task[CrowsPairsConfig, CrowsPair]):
     def data_files(self, config: CrowsPairsConfig) -> list[Path]:
         files = [crows_file(config.data_file)]
         if "mcq" in protocols(config.protocol):
-            from importlib import resources
+            from probe.tasks.crows_pairs.prompts import two_choice_file
 
-            files.append(Path(str(resources.files("probe.tasks.hbb").joinpath("resources", "hbb_prompts.yaml"))))
+            files.append(Path(two_choice_file()))
         return files

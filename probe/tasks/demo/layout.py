@@ -15,6 +15,9 @@ from probe.tasks.bbq.layouts import METRICS
 
 __all__ = ["demo_section"]
 
+#: the columns as the demo's own report names them
+COLUMN = {"acc_amb": "Acc amb", "acc_dis": "Acc dis", "bias_amb": "Bias amb", "bias_dis": "Bias dis"}
+
 
 def demo_section(runs: Sequence[Run], out: Path) -> list[Any]:
     """The demo's explicit vs implicit metrics, one row per model, context kind and estimator."""
@@ -24,7 +27,7 @@ def demo_section(runs: Sequence[Run], out: Path) -> list[Any]:
             for version in ("expected", "argmax"):
                 v = m[version]
                 rows.append({"Model": r.label, "Context": kind, "Estimator": version, "n amb": m["n_amb"],
-                             "n dis": m["n_dis"], **{k: fmt(v[k]) for k in METRICS}})
+                             "n dis": m["n_dis"], **{COLUMN[k]: fmt(v[k]) for k in METRICS}})
     df = pd.DataFrame(rows)
     return [Table("demo_by_context", "demo", "Demo set: explicit vs implicit", (
         f"Task demo, models {model_labels(runs)}. Estimators: expected counts (T = 1) and argmax answers (column "

@@ -100,7 +100,7 @@ def match_table(matched: pd.DataFrame, bbq_summary: Mapping[str, Any] | None, th
             "hbb_mean_s_all": float(s.mean()) if len(s) else math.nan,
         })
     out = pd.DataFrame(rows)
-    out.attrs["title"] = (f"Section 4.2.2: BBQ-derived concepts matched to HBB (a)=s1); BBQ ambiguous bias score "
+    out.attrs["title"] = (f"Section 4.2.2: BBQ-derived concepts matched to HBB (one option order); BBQ ambiguous bias score "
                           f"(0 = no bias) vs HBB count / mean S at S >= {threshold:g}")
     return out
 
@@ -137,7 +137,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     write_table(shown, out / "hbb_bbq_match", table.attrs["title"])
     (out / "hbb_bbq_match.csv").write_text(table.to_csv(index=False), encoding="utf-8")  # full precision
     table = shown
-    histogram_png({"matched HBB instances (a)=s1)": matched.S.to_numpy(dtype=float)}, out / "figure5.png",
+    histogram_png({"matched HBB instances (one option order)": matched.S.to_numpy(dtype=float)}, out / "figure5.png",
                   a.threshold, title="Figure 5 layout: matched to BBQ-ambig")
     print(f"{table.attrs['title']}\n\n{markdown(table)}\n\nBBQ-derived concept pairs: {len(concepts)} "
           f"({n_pairs['all']} in an HBB category); matched instances in this run: {len(matched)}")

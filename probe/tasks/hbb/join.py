@@ -17,7 +17,7 @@ import pandas as pd
 
 #: a)=s1 order; mean over both orders; semi-generation
 VARIANTS = ("hbb", "hbb_swapavg", "hbb_sg")
-LABELS = {"hbb": "a)=s1", "hbb_swapavg": "swap-avg", "hbb_sg": "HBB-SG"}
+LABELS = {"hbb": "one option order", "hbb_swapavg": "both orders averaged", "hbb_sg": "HBB-SG"}
 HBB_KINDS = ("mcq", "mcq_swap", "sg")
 
 

@@ -38,6 +38,7 @@ from typing import Any, Mapping, Sequence
 
 import yaml
 
+from probe.tasks.crows_pairs.prompts import load_two_choice
 from probe.tasks.hbb.data import HBBConcept, HBBQuestion
 from probe.scoring.requests import LabelRequest, PerplexityRequest
 
@@ -47,7 +48,8 @@ __all__ = ["HBBPrompts", "load_hbb_prompts", "mcq_user_message", "mcq_requests",
 
 @dataclass(frozen=True)
 class HBBPrompts:
-    """The prompt texts of ``resources/hbb_prompts.yaml``."""
+    """The prompt texts of ``resources/hbb_prompts.yaml``; the MCQ's instruction, labels and answer cue are
+    the two-choice question prompt CrowS-Pairs' protocol (a) asks too (:mod:`probe.tasks.crows_pairs.prompts`)."""
 
     mcq_instruction: str
     mcq_question: str
@@ -65,11 +67,12 @@ def load_hbb_prompts() -> HBBPrompts:
     """Load the packaged prompt texts (cached)."""
     res = resources.files("probe.tasks.hbb").joinpath("resources")
     raw = yaml.safe_load(res.joinpath("hbb_prompts.yaml").read_text(encoding="utf-8"))
+    two = load_two_choice()
     return HBBPrompts(
-        mcq_instruction=raw["mcq_instruction"],
+        mcq_instruction=two.instruction,
         mcq_question=raw["mcq_question"],
-        mcq_labels=tuple(raw["mcq_labels"]),
-        mcq_answer_cue=raw["mcq_answer_cue"],
+        mcq_labels=two.labels,
+        mcq_answer_cue=two.answer_cue,
         # the authors' prompt files, verbatim (no trailing newline in theirs either)
         sg_instruction=res.joinpath("hbb_evaluate_perplexity.txt").read_text(encoding="utf-8"),
         sg_user=raw["sg_user"],

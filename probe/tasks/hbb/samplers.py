@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from probe.scoring.sampler_chain import SamplerChain, SamplerPreset
 
 _HBB = "JP-25/Hidden-Bias-Benchmark, src/llm_utils.py"
@@ -41,3 +43,19 @@ PRESETS: tuple[SamplerPreset, ...] = (
         ),
     ),
 )
+
+#: the parsed side's samplers (the HBB config's ``parse_sampler``)
+PARSE_SAMPLERS = ("hbb", "hbb-api", "plain")
+
+
+def parse_chain(name: str, temperature: float, top_p: float) -> Any:
+    """The parsed side's sampler: the preset ``name`` (:mod:`probe.tasks.hbb.samplers`) at the paper's
+    temperature and top-p, or None for ``"plain"`` (temperature and top-p only)."""
+    import dataclasses
+
+    presets = {p.name: p for p in PRESETS}
+    if name not in PARSE_SAMPLERS:
+        raise ValueError(f"parse_sampler must be one of {', '.join(PARSE_SAMPLERS)}, got {name!r}")
+    if name == "plain":
+        return None
+    return dataclasses.replace(presets[name].chain, temperature=float(temperature), top_p=float(top_p))

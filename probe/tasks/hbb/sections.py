@@ -28,12 +28,14 @@ from probe.reports.compare.paired import Spec, ratio
 from probe.reports.compare.runs import Run
 from probe.reports.compare.tables import Figure, Table, flatten, fmt, save_figure
 from probe.tasks.crows_pairs.layout import CROWS_PROTOCOLS, protocol_of, scores_by_type
+from probe.tasks.hbb.join import LABELS
 from probe.tasks.hbb.metrics import over_threshold
 
 __all__ = ["VARIANTS", "hbb_frames", "hbb_paper_table", "hbb_paper_tables", "hbb_section", "hbb_spec",
            "hbb_units", "sg_variations_text"]
 
-VARIANTS = {"hbb": "a)=s1", "hbb_swapavg": "swap-avg", "hbb_sg": "HBB-SG"}
+#: each variant as a reader of the paper names it (row and column labels: "smollm2 (one option order)")
+VARIANTS = dict(LABELS)
 
 
 def hbb_frames(run: Run) -> dict[str, pd.DataFrame]:
@@ -84,8 +86,8 @@ def hbb_section(runs: Sequence[Run], out: Path, crows_runs: Sequence[Run] = ()) 
     sg = {f"{label} (HBB-SG)": fr["hbb_sg"] for label, fr in frames.items() if "hbb_sg" in fr}
     crows = {f"{r.label} ({VARIANTS[v]})": _num(cs_own.get(r.label), cs_by_model.get(r.model))
              for r in runs for v in frames[r.label] if v != "hbb_sg"}
-    est = ("exact S = |P1(A) − P2(A)| × 100 from next-token label probabilities; a)=s1: one option order, "
-           "swap-avg: P(s1) averaged over both orders")
+    est = ("exact S = |P1(A) − P2(A)| × 100 from next-token label probabilities; one option order: s1 is option a), "
+           "the paper's; both orders averaged: P(s1) averaged over s1 as option a) and as option b)")
     items: list[Any] = []
     if mcq:
         t1 = table1(mcq, crows if any(math.isfinite(v) for v in crows.values()) else None, thr,
@@ -244,7 +246,7 @@ def hbb_paper_table(runs: Sequence[Run]) -> Table | None:
         rows.append(row)
     settings = {_settings_text(r.summary["paper_equivalent"].get("settings") or {}) for r in have}
     st = "; ".join(sorted(settings))
-    return Table("hbb_table1_paper", "hbb", f"HBB Table 1 layout, a)=s1, paper-equivalent ({st})", (
+    return Table("hbb_table1_paper", "hbb", f"HBB Table 1 layout, one option order, paper-equivalent ({st})", (
         f"Task hbb, models {model_labels(have)}. Estimator: paper-equivalent ({st}): the count of instances with "
         "S ≥ threshold that the paper's procedure (each question answered by sampled generations, S from the answer "
         "shares) would report, as its expectation computed exactly from the tempered label probabilities; in "

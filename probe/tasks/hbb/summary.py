@@ -171,7 +171,7 @@ def paper_equivalent(config: Any, records: pd.DataFrame, df: pd.DataFrame) -> tu
                      "paper mean S over": round(r["expected_mean_s"], 1) if r["expected_mean_s"] == r["expected_mean_s"]
                      else None})
     table = pd.DataFrame(rows)
-    title = (f"HBB (a)=s1) count at S >= {thr:g}: exact vs the paper's estimator (T = {spec['temperature']:g}, "
+    title = (f"HBB (one option order) count at S >= {thr:g}: exact vs the paper's estimator (T = {spec['temperature']:g}, "
              f"top-p {spec['top_p']:g}, {n} samples per question, non-label answers dropped), computed exactly; "
              "5-95% over repeated runs of the paper's procedure (Poisson-binomial); noise floor: the same with "
              "p1 = p2 for every instance")
@@ -197,6 +197,11 @@ def parsed_question_probs(records: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=cols).set_index("question_id")
 
 
+def _hybrid_text(hybrid: Mapping[str, Any], group: str) -> str:
+    h = hybrid["all"] if group == "all" else hybrid["by_category"].get(group)
+    return "" if h is None else f"{h['expected_count']:.1f} [{h['ci'][0]:.1f}, {h['ci'][1]:.1f}]"
+
+
 def paper_parsed(config: Any, records: pd.DataFrame, df: pd.DataFrame,
                  first_token: Mapping[str, Any] | None) -> tuple[dict, pd.DataFrame]:
     """The paper's count from its own procedure: each question's generations under the paper's sampling,
@@ -213,7 +218,10 @@ def paper_parsed(config: Any, records: pd.DataFrame, df: pd.DataFrame,
 
     qp = parsed_question_probs(records)
     kept = (1.0 - qp["residual"]).where(qp["residual"] < 1.0)
-    cols = {"a": qp["pa_parsed"] / kept, "b": qp["pb_parsed"] / kept, "raw_a": qp["pa_parsed"],
+    # a question with nothing enumerated to its own budget (every branch left to the hybrid's tail) has an empty
+    # enumerated mix: its point reads no answer (the drop rule skips it), inside its certified range
+    cols = {"a": (qp["pa_parsed"] / kept).fillna(0.0), "b": (qp["pb_parsed"] / kept).fillna(0.0),
+            "raw_a": qp["pa_parsed"],
             "raw_b": qp["pb_parsed"], "r": qp["residual"]}
     inst = df.assign(**{f"p{i}_{c}": v.reindex(df[f"q{i}"]).to_numpy() for i in (1, 2) for c, v in cols.items()})
     inst = inst[inst[[f"p{i}_{c}" for i in (1, 2) for c in cols]].notna().all(axis=1).to_numpy()]
@@ -248,10 +256,26 @@ def paper_parsed(config: Any, records: pd.DataFrame, df: pd.DataFrame,
              "mean_abs_diff_phat_a_vs_first_token": float(diff.mean()) if len(diff) else math.nan,
              "max_abs_diff_phat_a_vs_first_token": float(diff.max()) if len(diff) else math.nan,
              "expected_count_first_token": ft_all.get("expected_count")}
-    settings = {**spec, "samples": n, "threshold": thr, "max_new_tokens": int(config.parse_max_new_tokens),
+    from probe.tasks.hbb.samplers import parse_chain
+
+    chain = parse_chain(getattr(config, "parse_sampler", "plain"), spec["temperature"], spec["top_p"])
+    sampler = chain.describe() if chain is not None else f"T = {spec['temperature']:g}, top-p {spec['top_p']:g}"
+    settings = {**spec, "sampler": sampler, "samples": n, "threshold": thr,
+                "max_new_tokens": int(config.parse_max_new_tokens),
                 "parser": "choice)<answer> at the start, after an optional answer cue; an output holding 'sorry' "
                           "and \"can't\" is a non-answer (the authors' cleaning); probe.tasks.hbb.parse",
                 "invalid": "drop (refusals and unparsable answers)", "residual_policy": RESIDUAL_POLICY}
+    from probe.tasks.hbb.hybrid import hybrid_counts
+
+    certified = {"all": (overall or {}).get("expected_count_certified"),
+                 **{c: r.get("expected_count_certified") for c, r in by_category.items()}}
+    # every instance whose questions were parsed: a question whose enumeration parsed nothing within its own
+    # budget (all open for the tail) has no point here but has the hybrid's
+    hybrid = hybrid_counts(config, records, df, certified)
+    if hybrid is not None:
+        stats["hybrid"] = hybrid
+        settings["tail"] = (f"hybrid: generations drawn from the mass not enumerated, completed to "
+                            f"{int(config.parse_tail_max_new_tokens)} tokens, within {n} samples' tokens")
     ft_by_category = (first_token or {}).get("by_category") or {}
     rows = []
     for name, r in [*by_category.items(), ("all", overall)]:
@@ -261,9 +285,10 @@ def paper_parsed(config: Any, records: pd.DataFrame, df: pd.DataFrame,
         rows.append({"group": name, "n": r["n"], "parsed expected count": round(r["expected_count"], 1),
                      "parsed 5-95%": f"{r['count_q05']}-{r['count_q95']}",
                      "parsed certified": interval_text(r.get("expected_count_certified"), 1),
+                     **({"parsed hybrid": _hybrid_text(hybrid, name)} if hybrid is not None else {}),
                      "first-token expected count": round(float(ref.get("expected_count", math.nan)), 1)})
     table = pd.DataFrame(rows)
-    table.attrs["title"] = (f"HBB (a)=s1) count at S >= {thr:g} from the paper's procedure (T = {spec['temperature']:g}, "
+    table.attrs["title"] = (f"HBB (one option order) count at S >= {thr:g} from the paper's procedure ({sampler}, "
                             f"{n} samples, generations parsed), enumerated exactly, beside the first-token estimator; "
                             f"largest mass not enumerated per question {stats['max_residual']:.3f}")
     table.attrs["heading"] = "Table 1 from sampling + parsing"

@@ -2,7 +2,7 @@
 
 Inputs are per-instance frames (columns ``category``, ``descriptor_type``, ``S``
 and ``concept_id``) keyed by a column label - a model name, or a model and
-variant such as ``"smollm2 (swap-avg)"`` - so several models or scoring variants
+variant such as ``"smollm2 (both orders averaged)"`` - so several models or scoring variants
 sit side by side as the paper's model columns do.
 
 - Table 1 / Table 8: one row per column label: mean S over instances with
@@ -32,6 +32,8 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 import pandas as pd
 
+# the plain pipe table every run report writes (re-exported: HBB's callers import them from here)
+from probe.reports.pipe_table import markdown, write_table
 from probe.tasks.hbb.data import CATEGORIES, CATEGORY_LABELS, type_label
 from probe.tasks.hbb.metrics import over_threshold, summarize_by
 
@@ -48,20 +50,6 @@ CS_PROTOCOLS = {"mcq": "(a) two-choice question", "loglik": "(b) whole-sentence 
 def cell(count: int, mean_s: float) -> str:
     """The paper's ``count (mean)`` cell; ``0`` alone when nothing reaches the threshold."""
     return f"{count}" if count == 0 or math.isnan(mean_s) else f"{count} ({mean_s:.2f})"
-
-
-def _fmt(x: object) -> str:
-    if isinstance(x, float):
-        return "nan" if math.isnan(x) else f"{x:.2f}"
-    return str(x)
-
-
-def markdown(df: pd.DataFrame) -> str:
-    """A GitHub pipe table (no extra dependency)."""
-    head = "| " + " | ".join(str(c) for c in df.columns) + " |"
-    sep = "| " + " | ".join("---" for _ in df.columns) + " |"
-    body = ["| " + " | ".join(_fmt(v) for v in row) + " |" for row in df.itertuples(index=False)]
-    return "\n".join([head, sep, *body])
 
 
 def table1(
@@ -86,7 +74,8 @@ def table1(
             "share ≥ thr (%)": 100 * s.share,
         }
         if ci:
-            row["S 95% CI"] = _ci_text(s.mean_s_ci_low, s.mean_s_ci_high, 1, 2, s.get("n_clusters"), s.mean_s)
+            row["S 95% CI"] = _ci_text(s.mean_s_ci_low, s.mean_s_ci_high, 1, 2, s.get("n_clusters"), s.mean_s,
+                                       f"no instance at S ≥ {threshold:g}")
             row["share 95% CI"] = _ci_text(s.share_ci_low, s.share_ci_high, 100, 1, s.get("n_clusters"), s.share)
         if crows is not None:
             row[cs_header] = crows.get(label, math.nan)
@@ -94,14 +83,16 @@ def table1(
     return pd.DataFrame(rows)
 
 
-def _ci_text(lo: float, hi: float, scale: float, digits: int, units: Any, value: float) -> str:
-    """``[lo, hi]``, or why there is none: no value, or too few units (the small-sample rule)."""
+def _ci_text(lo: float, hi: float, scale: float, digits: int, units: Any, value: float,
+             why_none: str = "no value") -> str:
+    """``[lo, hi]``, or why there is none: no value (``why_none`` says why), or too few units (the small-sample
+    rule)."""
     from probe.metrics.small_sample import enough, na_text
 
     if math.isfinite(lo) and math.isfinite(hi):
         return f"[{scale * lo:.{digits}f}, {scale * hi:.{digits}f}]"
     if not math.isfinite(value):
-        return "n/a (no value)"
+        return f"n/a ({why_none})"
     return na_text(units) if not enough(units) else "–"
 
 
@@ -172,15 +163,6 @@ def table3(frames: Mapping[str, pd.DataFrame], k: int = 1, skip: int = 0) -> pd.
     cols = ["Scoring", "Category", "Rank", "Bias association 1", "Bias association 2", "Descriptor type", "S",
             "tied at max S", "concept_id", "instance"]
     return pd.DataFrame(rows, columns=cols)
-
-
-def write_table(df: pd.DataFrame, stem: str | Path, title: str = "") -> None:
-    """``stem.md`` (with an optional title line) and ``stem.csv``, each written atomically."""
-    from probe.io import write_atomic
-
-    stem = Path(stem)
-    write_atomic(stem.with_suffix(".md"), (f"{title}\n\n" if title else "") + markdown(df) + "\n")
-    write_atomic(stem.with_suffix(".csv"), df.to_csv(index=False))
 
 
 def histogram_png(scores: Mapping[str, np.ndarray], path: str | Path, threshold: float = 20.0, title: str = "") -> None:

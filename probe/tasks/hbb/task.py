@@ -67,6 +67,15 @@ class HBBConfig(TaskConfig):
     parse_residual: float = 0.01
     parse_answer_residual: float | None = None  # see ImplicitBBQ's config: a residual relative to the parsed mass
     parse_max_nodes: int | None = 256
+    # the sampler the parsed side enumerates, per path (probe.tasks.hbb.samplers): "hbb", the authors'
+    # open-weight wrapper (top-k 50, repetition penalty 1.2); "hbb-api", their API call (frequency penalty
+    # 0.6); "plain", temperature and top-p only. Its temperature and top-p are paper_temperature / paper_top_p
+    parse_sampler: str = "hbb"
+    # the authors read refusals in up to 2048 tokens: "hybrid" (default) enumerates the first
+    # parse_max_new_tokens and samples the rest of the answer to parse_tail_max_new_tokens from the mass left
+    # (probe.scoring.hybrid), within the paper's samples' tokens; "exact": the enumeration alone
+    parse_tail: str = "hybrid"
+    parse_tail_max_new_tokens: int = 2048
 
     def __post_init__(self) -> None:
         if self.sample_concepts is not None and self.per_cell is not None:
@@ -85,6 +94,15 @@ class HBBConfig(TaskConfig):
                              self.parse_answer_residual)
         if self.parse_exact and self.paper_temperature is None:
             raise ValueError("parse_exact needs the paper's sampling (paper_temperature is null)")
+        if self.parse_tail not in ("exact", "hybrid"):
+            raise ValueError(f"parse_tail must be exact or hybrid, got {self.parse_tail!r}")
+        if not isinstance(self.parse_tail_max_new_tokens, int) or self.parse_tail_max_new_tokens < 1:
+            raise ValueError(f"parse_tail_max_new_tokens must be a positive integer, got "
+                             f"{self.parse_tail_max_new_tokens!r}")
+        from probe.tasks.hbb.samplers import parse_chain
+
+        parse_chain(self.parse_sampler, 1.0 if self.paper_temperature is None else self.paper_temperature,
+                    self.paper_top_p)
         from probe.tasks.hbb.variations import SOURCES
 
         if self.sg_source not in SOURCES:
@@ -121,7 +139,7 @@ class HBBTask(Task[HBBConfig, HBBInstance]):
                    "option orders), HBB-SG, optional CrowS-Pairs")
     Config = HBBConfig
     #: the report's words for the variants and metrics (Task.terms)
-    terms = {"hbb": "s1 as option a)", "hbb_swapavg": "both option orders averaged",
+    terms = {"hbb": "one option order (s1 first)", "hbb_swapavg": "both option orders averaged",
              "hbb_sg": "semi-generation (HBB-SG)", "share": "share of instances with S over the threshold",
              "mean_s": "mean S of those instances", "mean_s_all": "mean S of every instance"}
 
@@ -221,8 +239,8 @@ class HBBTask(Task[HBBConfig, HBBInstance]):
 
     def parse_requests(self, config: HBBConfig, items: Sequence[HBBInstance], tokenizer: Any) -> list:
         """With ``parse_exact``: each distinct MCQ question (a)=s1 order) generated under the paper's sampling
-        (T = 0.8, top-p 1) from the MCQ prompt and read by :func:`probe.tasks.hbb.parse.parse_hbb_choice`;
-        the distribution goes to the question's MCQ record."""
+        (T = 0.8, top-p 1, with ``parse_sampler``'s top-k and penalties, per path) from the MCQ prompt and read
+        by :func:`probe.tasks.hbb.parse.parse_hbb_choice`; the distribution goes to the question's MCQ record."""
         if not (config.parse_exact and config.hbb) or config.paper_temperature is None:
             return []
         import functools
@@ -230,8 +248,15 @@ class HBBTask(Task[HBBConfig, HBBInstance]):
         from probe.tasks.hbb.data import unique_questions
         from probe.tasks.hbb.parse import HBB_PARSER_VERSION, hbb_decided, parse_hbb_choice
         from probe.tasks.hbb.prompts import mcq_requests
+        from probe.tasks.hbb.samplers import parse_chain
         from probe.scoring.parse_exact import ParseRequest
 
+        chain = parse_chain(config.parse_sampler, config.paper_temperature, config.paper_top_p)
+        tail = None
+        if config.parse_tail == "hybrid":
+            from probe.scoring.parse_schema import TailSpec
+
+            tail = TailSpec(int(config.paper_samples), int(config.parse_tail_max_new_tokens), int(config.sample_seed))
         out = []
         for r in mcq_requests(unique_questions(items), tokenizer, chat_template=config.chat_template,
                               system=config.system_prompt):
@@ -242,7 +267,7 @@ class HBBTask(Task[HBBConfig, HBBInstance]):
                 parser_name=f"{HBB_PARSER_VERSION}:" + ",".join(labels),
                 parser=functools.partial(parse_hbb_choice, labels=labels), decided=hbb_decided,
                 residual=float(config.parse_residual), max_nodes=config.parse_max_nodes,
-                answer_residual=config.parse_answer_residual,
+                answer_residual=config.parse_answer_residual, sampler=chain, tail=tail,
                 meta={"kind": "mcq/parse", "question_id": r.meta.get("question_id")}))
         return out
 
@@ -406,6 +431,9 @@ class HBBTask(Task[HBBConfig, HBBInstance]):
         res = resources.files("probe.tasks.hbb").joinpath("resources")
         files += [Path(str(res.joinpath(name))) for name in
                   ("hbb_prompts.yaml", "hbb_evaluate_perplexity.txt", "hbb_qa_generate2_more_sentences.txt")]
+        from probe.tasks.crows_pairs.prompts import two_choice_file
+
+        files.append(Path(two_choice_file()))  # the MCQ's instruction, labels and answer cue (Table 11)
         if config.hbb_sg:
             from probe.tasks.hbb.variations import resolve_source
 
@@ -447,8 +475,16 @@ def _parsed_rows(parsed: Mapping[str, Any]) -> list[dict[str, Any]]:
 
     settings = parsed.get("settings") or {}
     groups = [("all", parsed.get("all"))] + list((parsed.get("by_category") or {}).items())
-    return [result_row(f"parsed {name}", "count", f"sampled + parsed ({settings.get('samples')} samples, "
+    rows = [result_row(f"parsed {name}", "count", f"sampled + parsed ({settings.get('samples')} samples, "
                        f"{_over(settings.get('threshold'))}), certified "
                        f"{interval_text(r.get('expected_count_certified'), 1)}",
                        r["expected_count"], r["count_q05"], r["count_q95"], r["n"], name == "all")
             for name, r in groups if r]
+    hybrid = parsed.get("hybrid")
+    if hybrid:  # exact head + tail sampled to the authors' length; the CI is its 95 % interval
+        hyb = [("all", hybrid["all"])] + list(hybrid["by_category"].items())
+        rows += [result_row(f"parsed {name}", "count", f"sampled + parsed ({settings.get('samples')} samples, "
+                            f"{_over(settings.get('threshold'))}), hybrid: exact head + sampled tail",
+                            h["expected_count"], h["ci"][0], h["ci"][1], h["n"], name == "all")
+                 for name, h in hyb]
+    return rows

@@ -18,6 +18,7 @@ from typing import Any, Sequence
 from probe.reports.compare.common import bars, boots, ci_unit, model_labels
 from probe.reports.compare.runs import Run
 from probe.reports.compare.tables import Figure, save_figure
+from probe.tasks.implicitbbq.terms import TERMS
 
 __all__ = ["figure4", "STRATEGY_ORDER", "figure4_values"]
 
@@ -59,7 +60,7 @@ def _n_text(runs: Sequence[Run], strats: Sequence[str], answer_format: str) -> s
         for s in strats:
             entry = r.summary.get("by_strategy", {}).get(f"{s}|{answer_format}", {})
             pooled = {k: (entry.get(k) or {}).get("expected", {}).get("pooled", {}) for k in ("explicit", "implicit")}
-            cells.append(f"{s} " + "/".join(str(pooled[k].get(f"n_{c}", 0)) for k in pooled for c in ("amb", "dis")))
+            cells.append(f"{TERMS.get(s, s)} " + "/".join(str(pooled[k].get(f"n_{c}", 0)) for k in pooled for c in ("amb", "dis")))
         parts.append(f"{r.label}: " + ", ".join(cells))
     return "; ".join(parts)
 
@@ -89,14 +90,15 @@ def figure4(runs: Sequence[Run], answer_format: str, out: Path, version: str = "
             if col == 0:
                 ax.set_ylabel(ylabel)
     axes[0, -1].legend(fontsize=7, title="strategy", title_fontsize=7)
-    fig.suptitle(f"ImplicitBBQ ({answer_format}): accuracy and bias by prompting strategy (Figure 4 layout)",
+    fmt_words = TERMS.get(answer_format, answer_format)
+    fig.suptitle(f"ImplicitBBQ ({fmt_words}): accuracy and bias by prompting strategy (Figure 4 layout)",
                  fontsize=10)
     fig.tight_layout()
     est = "exact expected counts (T = 1)" if version == "expected" else "argmax answers"
     return save_figure(
         fig, out, f"implicitbbq_figure4_{answer_format}", "implicitbbq",
-        f"ImplicitBBQ Figure 4 layout: strategies ({answer_format})",
-        f"Task implicitbbq, models {model_labels(runs)}; strategies {', '.join(strats)} (bars; a missing bar: no such "
+        f"ImplicitBBQ Figure 4 layout: strategies ({fmt_words})",
+        f"Task implicitbbq, models {model_labels(runs)}; strategies {', '.join(TERMS.get(s, s) for s in strats)} (bars; a missing bar: no such "
         f"items). Top: accuracy, bottom: bias; panels: explicit/implicit x ambiguous/disambiguated. Estimator: {est}, "
         "mean over dimensions (the paper's model-wise score). Whiskers: 95% percentile cluster bootstrap CI (whole "
         f"{ci_unit(runs)} clusters resampled within each dimension; n_boot = {boots(runs)}). n (items pooled over "

@@ -13,11 +13,14 @@ CLUSTER = "template × context (a context's 4 condition × polarity variants)"
 def paired_records(frame: Any) -> list[dict]:
     """Answer records of an ImplicitBBQ run for paired tests: block = strategy and format, category =
     dimension x context kind, cluster = one context (its 4 condition x polarity variants) of one template."""
+    from probe.reports.headline import phrase
     from probe.tasks.implicitbbq.results import metric_records
+    from probe.tasks.implicitbbq.terms import TERMS
 
     recs, _ = metric_records(frame)
-    for r in recs:
-        r.update(block=f"{r['strategy']}, {r['answer_format']}", category=f"{r['dimension']} {r['context_kind']}",
+    for r in recs:  # labels in the paper's words: "zero-shot, one-word answer", "age, implicit cues"
+        r.update(block=phrase(f"{r['strategy']}|{r['answer_format']}", TERMS),
+                 category=f"{r['dimension']}, {TERMS.get(r['context_kind'], r['context_kind'])}",
                  cluster=f"{r['template_id']}|{str(r['item_id']).rsplit('-', 2)[0]}")
     return recs
 

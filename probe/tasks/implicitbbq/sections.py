@@ -19,8 +19,16 @@ from probe.reports.compare.runs import Run
 from probe.reports.compare.tables import Figure, Table, fmt, save_figure
 from probe.tasks.bbq.layouts import ESTIMATOR
 from probe.tasks.implicitbbq.figures import figure4
+from probe.tasks.implicitbbq.terms import TERMS
 
 __all__ = ["implicitbbq_section", "table2_paper"]
+
+
+def _words(key: str) -> str:
+    """A strategy|format key as the paper names it: ``zero_shot|oneword`` -> ``zero-shot, one-word answer``."""
+    from probe.reports.headline import phrase
+
+    return phrase(key, TERMS)
 
 
 def _macro(summary: dict, key: str, kind: str, version: str, metric: str) -> float:
@@ -86,7 +94,7 @@ def implicitbbq_section(runs: Sequence[Run], out: Path) -> list[Any]:
         for version in ("expected", "argmax"):
             items.append(Table(
                 f"implicitbbq_table2_{key.replace('|', '_')}_{version}", "implicitbbq",
-                f"ImplicitBBQ Table 2 layout ({key.replace('|', ', ')}, {version})",
+                f"ImplicitBBQ Table 2 layout ({_words(key)}, {version})",
                 f"Task implicitbbq, models {model_labels(runs)}. Estimator: {ESTIMATOR[version]}; model-wise scores are "
                 f"the mean over dimensions (the paper's rule). n: items pooled over dimensions (last column). {T2_RULES}"
                 f" No CIs in this layout; they are in implicitbbq_table2_ci_{version}.",
@@ -94,7 +102,7 @@ def implicitbbq_section(runs: Sequence[Run], out: Path) -> list[Any]:
         if any(key in s for _, s in paper):  # the paper's own estimator beside the exact one
             items.append(Table(
                 f"implicitbbq_table2_{key.replace('|', '_')}_paper", "implicitbbq",
-                f"ImplicitBBQ Table 2 layout ({key.replace('|', ', ')}, paper-equivalent: {_paper_settings(runs)})",
+                f"ImplicitBBQ Table 2 layout ({_words(key)}, paper-equivalent: {_paper_settings(runs)})",
                 f"Task implicitbbq, models {model_labels([r for r, (_, s) in zip(runs, paper) if key in s])}. Estimator: "
                 f"paper-equivalent ({_paper_settings(runs)}, the paper's answer sampling): expected counts if each "
                 "answer were sampled at that setting, computed exactly from the same scores and conditional on the "
@@ -104,8 +112,10 @@ def implicitbbq_section(runs: Sequence[Run], out: Path) -> list[Any]:
     for version in ("expected", "argmax"):
         frames = [table2({k: v for k, v in s.items()}, version, label) for label, s in summaries]
         df = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
+        if "Strategy/format" in df:
+            df["Strategy/format"] = [_words(str(k).replace("/", "|")) for k in df["Strategy/format"]]
         items.append(Table(f"implicitbbq_table2_ci_{version}", "implicitbbq",
-                           f"ImplicitBBQ Table 2 values with CIs ({version}), every strategy/format",
+                           f"ImplicitBBQ Table 2 values with CIs ({version}), every strategy and answer format",
                            f"Task implicitbbq, models {model_labels(runs)}. Estimator: {ESTIMATOR[version]}; mean over "
                            f"dimensions. n: last-but-one column. {ci_text}.", df))
     for key in keys:
@@ -125,7 +135,7 @@ def implicitbbq_section(runs: Sequence[Run], out: Path) -> list[Any]:
             continue
         items.append(Table(f"implicitbbq_per_dimension_{key.replace('|', '_')}", "implicitbbq",
                            "ImplicitBBQ Tables 5-7 layout: per dimension, ambiguous contexts "
-                           f"({key.replace('|', ', ')})",
+                           f"({_words(key)})",
                            f"Task implicitbbq, models {model_labels(runs)} (columns). E explicit, I implicit. Estimator: "
                            f"{ESTIMATOR['expected']}. n: the n_amb columns (items). CI: 95% percentile cluster "
                            f"bootstrap over {unit} clusters (n_boot = {nb}). Bold: |Bias| ≥ 0.10 (the paper's rule).",
@@ -181,11 +191,11 @@ def _implicit_figure(runs: Sequence[Run], key: str, out: Path) -> Figure:
     ax.set_ylim(-1, 1)
     ax.set_ylabel("bias, ambiguous (→0)")
     ax.legend(fontsize=7, ncol=2)
-    ax.set_title(f"ImplicitBBQ ({key.replace('|', ', ')}): explicit vs implicit bias by dimension (Figure 3 layout)",
+    ax.set_title(f"ImplicitBBQ ({_words(key)}): explicit vs implicit bias by dimension (Figure 3 layout)",
                  fontsize=9)
     fig.tight_layout()
     return save_figure(fig, out, f"implicitbbq_bias_{key.replace('|', '_')}", "implicitbbq",
-                       f"ImplicitBBQ explicit vs implicit bias ({key.replace('|', ', ')})",
+                       f"ImplicitBBQ explicit vs implicit bias ({_words(key)})",
                        f"Task implicitbbq, models {model_labels(runs)}. Expected counts; whiskers: 95% percentile cluster "
                        f"bootstrap CI over {ci_unit(runs)} clusters (n_boot = {boots(runs)}); n per dimension in "
                        "the per-dimension table.")

@@ -45,6 +45,7 @@ from probe.tasks.chains import chain_id
 from probe.tasks.implicitbbq.chains import chain_summary
 from probe.tasks.implicitbbq.config import CONTEXT_KINDS, FORMATS, STRATEGIES, ImplicitBBQConfig
 from probe.tasks.implicitbbq.sample import Selection, select, stratified_sample, unit_key
+from probe.tasks.implicitbbq.terms import TERMS
 
 __all__ = ["ImplicitBBQConfig", "ImplicitBBQTask", "STRATEGIES", "FORMATS", "CONTEXT_KINDS", "request_id",
            "stratified_sample", "unit_key"]
@@ -54,6 +55,21 @@ def request_id(item: Any, strategy: str, answer_format: str) -> str:
     return f"{item.id}|{strategy}|{answer_format}"
 
 
+def _in_words(df: Any) -> Any:
+    """A table as written for a reader: strategy, format and context kind in the paper's words
+    ("zero-shot, one-word answer", "implicit cues"), not ``zero_shot/oneword``; attrs kept."""
+    from probe.reports.headline import phrase
+
+    out = df.copy()
+    for col in ("Strategy/format", "strategy|format"):
+        if col in out.columns:
+            out[col] = [phrase(str(k).replace("/", "|"), TERMS) for k in out[col]]
+    if "context" in out.columns:
+        out["context"] = [TERMS.get(str(k), k) for k in out["context"]]
+    out.attrs = dict(df.attrs)
+    return out
+
+
 class ImplicitBBQTask(Task[ImplicitBBQConfig, BBQItem]):
     name = "implicitbbq"
     description = "ImplicitBBQ: explicit vs implicit identity, 12 settings x zero-shot/safety/few-shot/CoT"
@@ -61,11 +77,8 @@ class ImplicitBBQTask(Task[ImplicitBBQConfig, BBQItem]):
     strata_names = ("dimension", "context_kind")
     unit_name = "context unit (its condition x polarity variants)"
     metric_notes = METRIC_NOTES
-    #: the report's words for the metrics (Task.terms)
-    terms = {"bias_amb": "bias score, ambiguous contexts", "bias_dis": "bias score, disambiguated contexts",
-             "acc_amb": "accuracy, ambiguous contexts", "acc_dis": "accuracy, disambiguated contexts",
-             "acc_dis_all": "accuracy, all disambiguated contexts",
-             "expected": "expected (exact probabilities)", "argmax": "argmax (the most likely answer)"}
+    #: the report's words for metrics, strategies, formats and context kinds (Task.terms)
+    terms = TERMS
 
     def check_case(self) -> CheckCase:
         """A quick run for :func:`probe.testing.check_task`: 2 item(s) of a small config."""
@@ -264,6 +277,7 @@ class ImplicitBBQTask(Task[ImplicitBBQConfig, BBQItem]):
         for name, df in tables.items():  # the Model column names the model, not its fingerprint
             if name.startswith("table2_") and "Model" in df.columns:
                 tables[name] = df.assign(Model=model)
+            tables[name] = _in_words(tables[name])
         write_tables(tables, output)
         results.write_figures(summary["by_strategy"], output, model)
         write_json_atomic(output / "counts.json", summary["counts"])

@@ -57,10 +57,10 @@ class StereoSetConfig(TaskConfig):
 
 def mcq_user_message(context: str, options: Sequence[str]) -> str:
     """The Table 11 instruction, the context and the sentences as ``a)``, ``b)``, ``c)``."""
-    from probe.tasks.hbb.prompts import load_hbb_prompts
+    from probe.tasks.crows_pairs.prompts import load_two_choice
 
     choices = "\n".join(f"{lab}) {s}" for lab, s in zip(LABELS, options))
-    return f"{load_hbb_prompts().mcq_instruction}\n\nContext: {context}\nChoices:\n{choices}"
+    return f"{load_two_choice().instruction}\n\nContext: {context}\nChoices:\n{choices}"
 
 
 def stereoset_requests(examples: Sequence[Any], protocol: str = "loglik", tokenizer: Any = None, *,
@@ -82,10 +82,10 @@ def stereoset_requests(examples: Sequence[Any], protocol: str = "loglik", tokeni
             if tokenizer is None:
                 raise ValueError("stereoset_requests: protocol (a) 'mcq' needs the tokenizer")
             from probe.prompts.chat import has_chat_template, render_prompt
-            from probe.tasks.hbb.prompts import load_hbb_prompts
+            from probe.tasks.crows_pairs.prompts import load_two_choice
 
             use_chat = chat_template and has_chat_template(tokenizer)
-            prefill = None if use_chat else load_hbb_prompts().mcq_answer_cue
+            prefill = None if use_chat else load_two_choice().answer_cue
             for r in range(rotations):
                 order = ex.sentences[r:] + ex.sentences[:r]  # cyclic: each sentence in each position once
                 out.append(LabelRequest(
@@ -202,7 +202,7 @@ class StereoSetTask(Task[StereoSetConfig, StereoSetExample]):
         for proto in protocols(config.protocol):
             by_protocol[proto], tables[f"stereoset_{proto}"] = stereoset_summary(records, proto, config.mass_floor)
         if "mcq" in by_protocol:
-            by_protocol["mcq"]["prompt"] = {"instruction": "Table 11 (hbb_prompts.yaml mcq_instruction)",
+            by_protocol["mcq"]["prompt"] = {"instruction": "Table 11 (crows_pairs two_choice.yaml mcq_instruction)",
                                             "system_prompt": config.system_prompt,
                                             "chat_template": config.chat_template,
                                             "rotations": config.rotations}

@@ -1,0 +1,195 @@
+"""Check what a reader sees in a folder of runs and reports (and, optionally, saved terminal output).
+
+    python tools/check_reports.py runs/first [--terminal walk.log ...]
+
+Checks every ``.md`` file under the folder, every ``results.csv`` and each ``--terminal`` file:
+
+- no HTML entity (``&gt;``, ``&lt;``, ``&amp;``, ...) in Markdown or terminal text;
+- no internal key in what a reader reads (headings, table rows, warnings, terminal lines): summary paths
+  such as ``label_mass.by_category.race`` or ``results[33]``, raw variant labels such as ``(a)=s1)`` or
+  ``hbb_swapavg``, and the snake_case keys a task names in words (:attr:`probe.tasks.base.Task.terms`);
+  text in backticks (commands such as ``--set hbb_sg=false``) and file names are left alone;
+- no resampled interval from fewer than 10 units (:data:`probe.metrics.small_sample.MIN_UNITS`): an
+  interval beside ``(n = k)`` with k < 10, or on a results.csv row with fewer than 10 clusters, must be
+  Wilson's exact interval for that share (allowed at any n);
+- one report per folder: no folder holds both ``report.md`` and ``report/report.md``.
+
+Prints one line per problem (``file:line: check: text``) and exits 1 if there is any, else prints what it
+checked and exits 0.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import math
+import re
+import sys
+from pathlib import Path
+from typing import Iterable, Iterator
+
+ENTITY = re.compile(r"&(?:gt|lt|amp|quot|apos|nbsp|#\d+|#x[0-9a-fA-F]+);")
+#: summary paths and raw labels that are never words for a reader
+RAW = [re.compile(p) for p in (
+    r"\b(?:label_mass|by_category|by_bias_type|by_dimension|by_format|by_strategy|by_protocol)\.\w",
+    r"\bresults\[\d+\]", r"\(a\)=s1\)", r"\ba\)=s[12]\b", r"\bswap-avg\b",
+    r"\bhbb_(?:swapavg|sg_)\w*", r"\b\w+\|(?:oneword|labels)\b")]
+INTERVAL = re.compile(r"(-?\d+(?:\.\d+)?) \[(-?\d+(?:\.\d+)?), (-?\d+(?:\.\d+)?)\] \(n = (\d+)\)")
+BACKTICKS = re.compile(r"`[^`]*`")
+FILENAME = re.compile(r"\b[\w.+-]+\.(?:md|csv|json|jsonl|html|png|svg|yaml|txt|lock)\b")
+MIN_UNITS = 10
+Z = 1.959963984540054
+
+
+def task_keys() -> set[str]:
+    """The snake_case keys every installed task names in words (``Task.terms``); none when probe is absent."""
+    try:
+        from probe.tasks import available, get
+    except ImportError:
+        return set()
+    keys: set[str] = set()
+    for name in available():
+        keys |= {k for k in getattr(get(name), "terms", {}) if "_" in k}
+    return keys - set(available())  # a task's name is what a user types (`probe run crows_pairs`)
+
+
+def wilson(k: float, n: int) -> tuple[float, float]:
+    """Wilson's 95% interval for k successes of n."""
+    p = k / n
+    den = 1 + Z * Z / n
+    mid = (p + Z * Z / (2 * n)) / den
+    half = Z * math.sqrt(p * (1 - p) / n + Z * Z / (4 * n * n)) / den
+    return max(0.0, mid - half), min(1.0, mid + half)
+
+
+def is_wilson(value: float, low: float, high: float, n: int, tol: float = 0.0015) -> bool:
+    """Whether ``[low, high]`` is Wilson's interval for the share ``value`` of ``n`` (as a share or percent)."""
+    if n <= 0:
+        return False
+    for scale in (1.0, 100.0):
+        p = value / scale
+        if not 0 <= p <= 1:
+            continue
+        k = round(p * n)
+        if abs(k - p * n) > 0.01 * n + tol * n:
+            continue
+        lo, hi = wilson(k, n)
+        if abs(lo * scale - low) <= tol * scale and abs(hi * scale - high) <= tol * scale:
+            return True
+    return False
+
+
+def reader_lines(path: Path, terminal: bool) -> Iterator[tuple[int, str]]:
+    """``(line number, text)`` of what a reader reads as labels: every terminal line; in Markdown, headings,
+    table rows and warnings (captions and prose may name files and options)."""
+    for i, line in enumerate(path.read_text(errors="replace").splitlines(), 1):
+        if terminal or line.startswith(("#", "|", "> ")) or "Warning" in line:
+            yield i, line
+
+
+def scrub(line: str) -> str:
+    """The line without code spans and file names (commands and paths are not labels)."""
+    return FILENAME.sub(" ", BACKTICKS.sub(" ", line))
+
+
+def check_text(path: Path, keys: set[str], terminal: bool = False) -> Iterator[str]:
+    """Problems in one Markdown or terminal file."""
+    text = path.read_text(errors="replace")
+    for i, line in enumerate(text.splitlines(), 1):
+        if ENTITY.search(line):
+            yield f"{path}:{i}: HTML entity: {line.strip()[:160]}"
+        for m in INTERVAL.finditer(line):
+            value, low, high, n = float(m[1]), float(m[2]), float(m[3]), int(m[4])
+            if n < MIN_UNITS and low != high and not is_wilson(value, low, high, n):
+                yield f"{path}:{i}: interval from fewer than {MIN_UNITS} units: {m[0]}"
+    key_re = re.compile(r"(?<![\w-])(?:" + "|".join(sorted(map(re.escape, keys))) + r")(?![\w-])") if keys else None
+    for i, line in reader_lines(path, terminal):
+        plain = scrub(line)
+        for pat in RAW + ([key_re] if key_re else []):
+            m = pat.search(plain)
+            if m:
+                yield f"{path}:{i}: internal key {m[0]!r}: {line.strip()[:160]}"
+                break
+    yield from _clustered_tables(path, text)
+
+
+def _clustered_tables(path: Path, text: str) -> Iterator[str]:
+    """Markdown tables with a ``clusters`` column: no interval in a row with fewer than 10 clusters."""
+    header: list[str] | None = None
+    for i, line in enumerate(text.splitlines(), 1):
+        if not line.startswith("|"):
+            header = None
+            continue
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if header is None:
+            header = cells
+            continue
+        if "clusters" not in header or set("".join(cells)) <= set("-: "):
+            continue
+        try:
+            k = int(float(cells[header.index("clusters")]))
+        except (ValueError, IndexError):
+            continue
+        if k < MIN_UNITS and any(re.search(r"\[-?\d[\d.]*, -?\d[\d.]*\]", c) for c in cells):
+            yield f"{path}:{i}: interval from {k} clusters (fewer than {MIN_UNITS}): {line.strip()[:160]}"
+
+
+def check_results_csv(path: Path) -> Iterator[str]:
+    """results.csv rows: a finite interval from fewer than 10 clusters must be Wilson's."""
+    with path.open(newline="") as f:
+        for i, row in enumerate(csv.DictReader(f), 2):
+            try:
+                low, high, value = float(row["ci_low"]), float(row["ci_high"]), float(row["value"])
+                n = float(row["n"])
+                k = float(row.get("n_clusters") or "nan")
+            except (KeyError, ValueError):
+                continue
+            units = k if math.isfinite(k) else n
+            if not (math.isfinite(low) and math.isfinite(high)) or low == high or not units < MIN_UNITS:
+                continue
+            if not is_wilson(value, low, high, int(n), tol=1e-6):
+                yield (f"{path}:{i}: interval from {int(units)} units (fewer than {MIN_UNITS}): "
+                       f"{row['task']} {row['metric']} {row['subgroup']} [{low:.3f}, {high:.3f}]")
+
+
+def check_folders(root: Path) -> Iterator[str]:
+    """One report per folder."""
+    for md in root.rglob("report.md"):
+        if (md.parent / "report" / "report.md").is_file():
+            yield f"{md.parent}: two reports: report.md and report/report.md"
+
+
+def check(root: Path, terminal: Iterable[Path] = ()) -> tuple[list[str], int]:
+    """Every problem under ``root`` and in the ``terminal`` files, and how many files were read."""
+    keys = task_keys()
+    problems: list[str] = []
+    files = sorted(root.rglob("*.md")) if root.is_dir() else [root]
+    for md in files:
+        problems += check_text(md, keys)
+    csvs = sorted(root.rglob("results.csv")) if root.is_dir() else []
+    for c in csvs:
+        problems += check_results_csv(c)
+    for t in terminal:
+        problems += check_text(t, keys, terminal=True)
+    if root.is_dir():
+        problems += check_folders(root)
+    return problems, len(files) + len(csvs) + len(list(terminal))
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description="Check the reports under a folder as a reader sees them.")
+    ap.add_argument("folder", type=Path, help="a run folder, a report folder, or a folder of several")
+    ap.add_argument("--terminal", type=Path, nargs="*", default=[], help="saved terminal output to check too")
+    args = ap.parse_args(argv)
+    if not args.folder.exists():
+        print(f"check_reports: {args.folder}: no such file or folder", file=sys.stderr)
+        return 2
+    problems, n = check(args.folder, args.terminal)
+    for p in problems:
+        print(p)
+    print(f"check_reports: {n} file(s) checked, {len(problems)} problem(s)", file=sys.stderr)
+    return 1 if problems else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
