@@ -9,7 +9,7 @@ once on the level-by-level path (``Scorer.packed = False``), and compares each w
 ``output_hidden_states`` of a plain forward of that prompt alone (every block but the last, whose entry
 there is after the final norm). Prints, per layer, the largest
 ``|captured - plain| / (1 + |plain|)`` over every element of every request, for both paths, then the
-largest ``|plain|`` of that layer (how large its residual stream grows) and the row length the packed
+largest ``|plain|`` of that layer and the norm-wise error (``max |captured - plain| / max |plain|`` per vector) (how large its residual stream grows) and the row length the packed
 pass ran.
 """
 
@@ -65,6 +65,7 @@ def main(argv: list[str] | None = None) -> dict:
         out[f"{label}_row_widths"] = widths
     enc = Scorer(lm).encode
     worst = {k: np.zeros(n_layers) for k in ("packed", "level")}
+    normwise = {k: np.zeros(n_layers) for k in ("packed", "level")}  # max |delta| / max |plain| of the vector
     scale = np.zeros(n_layers)
     with torch.inference_mode():
         for i, r in enumerate(reqs):
@@ -77,11 +78,15 @@ def main(argv: list[str] | None = None) -> dict:
                 for label in worst:
                     vec = got[label][i].activations[f"blocks.{layer}.hook_resid_post@last"]
                     worst[label][layer] = max(worst[label][layer], float((np.abs(vec - ref) / (1 + np.abs(ref))).max()))
+                    normwise[label][layer] = max(normwise[label][layer],
+                                                 float(np.abs(vec - ref).max() / np.abs(ref).max()))
     for layer in range(n_layers):
         out["layers"][layer] = {"packed": worst["packed"][layer], "level": worst["level"][layer],
+                                "packed_normwise": normwise["packed"][layer], "level_normwise": normwise["level"][layer],
                                 "max_abs_ref": scale[layer]}
         print(f"layer {layer:2d}: packed {worst['packed'][layer]:.2e}  level {worst['level'][layer]:.2e}  "
-              f"max |ref| {scale[layer]:.1f}")
+              f"max |ref| {scale[layer]:.1f}  normwise packed {normwise['packed'][layer]:.1e} "
+              f"level {normwise['level'][layer]:.1e}")
     print(f"threads {args.threads}, {len(reqs)} requests, packed rows {out['packed_row_widths']}; "
           f"worst packed {worst['packed'].max():.2e} (layer {int(worst['packed'].argmax())}), "
           f"level {worst['level'].max():.2e} (layer {int(worst['level'].argmax())})")

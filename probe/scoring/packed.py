@@ -15,10 +15,12 @@ exactly its own sequence's earlier tokens at their own positions: the same
 attention as a plain forward of that sequence, so the same numbers up to float
 rounding of differently shaped products.
 
-Trees are packed side by side into rows (best fit, largest first), rows into
-passes up to the token budget: no KV cache is selected, copied or merged, and
-the only padding is the tail of each row. A padding token sees itself only (a
-row of ``-inf`` would give NaN).
+The leaves of a call, depth first, are one stream cut into rows of about equal
+length (:func:`layout`): a row holds consecutive leaves under copies of their
+ancestors, so a shared segment is written again only in a row a cut falls
+into. Rows go into passes up to the token budget: no KV cache is selected,
+copied or merged, and the only waste is each row's tail and the segments cuts
+repeat. A padding token sees itself only (a row of ``-inf`` would give NaN).
 
 Sliding-window layers see a token only within ``window`` positions; since a
 token's visible tokens are its own sequence's, position distance is what the
@@ -32,8 +34,8 @@ from __future__ import annotations
 
 import bisect
 import math
-from itertools import chain
 from dataclasses import dataclass, field
+from itertools import chain
 from typing import Any
 
 import numpy as np
