@@ -128,7 +128,8 @@ def report_warnings(summary: Mapping[str, Any], rows: Sequence[Mapping[str, Any]
     out += list(task_warnings)
     cov = summary.get("coverage")
     if cov and cov.get("n_left_out"):
-        left = [f"{name} {', '.join(map(str, s['left_out'][:8]))}{', ...' if len(s['left_out']) > 8 else ''}"
+        left = [f"{(terms or {}).get(name, name.replace('_', ' '))} "  # "bias type age", not "bias_type age"
+                f"{', '.join(map(str, s['left_out'][:8]))}{', ...' if len(s['left_out']) > 8 else ''}"
                 for name, s in cov.get("strata", {}).items() if s.get("left_out")]
         out.append(f"limited run: {cov['n_items']} of {cov['n_available']} items (--limit {cov.get('limit')})"
                    + (f"; left out: {'; '.join(left)}" if left else "; every stratum covered") + ".")

@@ -153,12 +153,18 @@ class _Progress:
 
         self.bar = tqdm(total=n, desc="enumerating generations", unit="prompt", leave=False, disable=not shown)
         self.base = self.nodes = 0
+        self.shown = 0.0
 
     def on_pass(self, nodes: int, finished: int) -> None:
         """After a forward pass of ``nodes`` nodes, with ``finished`` prompts of the current group done."""
+        import time
+
         self.nodes += nodes
         self.bar.set_postfix_str(f"{self.nodes:,} nodes", refresh=False)
         self._to(self.base + finished)
+        if time.monotonic() - self.shown >= 0.5:  # redrawn while no prompt finishes, at most twice a second
+            self.bar.refresh()
+            self.shown = time.monotonic()
 
     def group_done(self, size: int) -> None:
         self.base += size

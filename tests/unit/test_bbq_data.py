@@ -289,3 +289,41 @@ def test_expansion_is_kept_until_a_file_changes(shared_data, tmp_path, monkeypat
     os.utime(csv_path, ns=(st.st_atime_ns, st.st_mtime_ns + 10**9))
     assert expand_templates("Religion", tmp_path, lexical="first") == first
     assert len(calls) == 2 * n_rows
+
+
+def test_jsonl_reading_is_kept_until_a_file_changes(tmp_path, monkeypatch):
+    """A second read of a file in one process reuses the first (same items and skipped rows, a new list); an
+    edited file, or a template CSV appearing beside it, is read anew."""
+    import os
+
+    from probe.tasks.bbq import data
+
+    (tmp_path / "data").mkdir()
+    p = tmp_path / "data" / "Race_x_gender.jsonl"
+    p.write_text("\n".join([
+        _upstream_line(0, 1, [["The Black man", "M-Black"], _UNK, ["The Black woman", "F-Black"]]),
+        _upstream_line(2, 3, [["The White woman", "F-White"], ["The Black woman", "F-Black"], _UNK]),
+    ]) + "\n")
+    calls = []
+    real = data._read_bbq_jsonl
+    monkeypatch.setattr(data, "_read_bbq_jsonl", lambda *a: calls.append(1) or real(*a))
+    skipped: list = []
+    first = load_bbq_jsonl(p, skipped=skipped)
+    assert len(first) == 1 and len(skipped) == 1 and calls == [1]
+    again: list = []
+    second = load_bbq_jsonl(p, skipped=again)
+    assert calls == [1] and second == first and second is not first and again == skipped  # kept, rows told
+    second.pop()  # the caller's list is its own
+    assert len(load_bbq_jsonl(p, skipped=[])) == 1
+    assert len(load_bbq_jsonl(p, drop_untargeted=True)) == 1 and calls == [1, 1]  # another mode: its own reading
+    with pytest.raises(InputError, match="no single answer"):
+        load_bbq_jsonl(p)  # nor does a kept reading hide the error of the strict mode
+    (tmp_path / "templates").mkdir()  # a template CSV that was not there when the file was read
+    (tmp_path / "templates" / "Race_x_gender.csv").write_text(
+        "Q_id,Category,Known_stereotyped_race,Known_stereotyped_var2\n"
+        '1,Gender_x_race,"[""Black""]",M\n3,Gender_x_race,"[""Black""]",F\n')
+    n = len(calls)
+    assert len(load_bbq_jsonl(p, skipped=[])) == 2 and len(calls) == n + 1
+    st = p.stat()
+    os.utime(p, ns=(st.st_atime_ns, st.st_mtime_ns + 10**9))
+    assert len(load_bbq_jsonl(p, skipped=[])) == 2 and len(calls) == n + 2

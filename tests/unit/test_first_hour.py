@@ -169,3 +169,11 @@ def test_a_task_without_its_data_is_refused_before_any_model_loads(tmp_path, mon
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "crows_pairs" in err and "not found" in err
     assert not (tmp_path / "one").exists()
+
+
+def test_the_demo_headline_says_how_many_units_an_interval_lacks(tiny_lm, tmp_path):
+    res = probe.evaluate(tiny_lm, "demo", limit=8, output=tmp_path, progress=False, threads=1)
+    units = res.summary["ci_units"]
+    assert set(units) == {"explicit", "implicit"} and all(0 < k < 10 for k in units.values())
+    md = (tmp_path / "report.md").read_text()
+    assert f"[n/a ({units['explicit']} unit" in md and "[n/a] (n =" not in md

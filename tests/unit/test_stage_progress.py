@@ -3,6 +3,8 @@ group, nodes expanded so far), generation counts prompts, and gemma3-270m's one-
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from probe.scoring.parse_exact import parse_exact
@@ -16,7 +18,7 @@ def first_char(text: str):
     return t[:1] if t else None
 
 
-def test_enumeration_reports_every_pass_inside_one_group(tiny_lm, monkeypatch):
+def test_enumeration_reports_every_pass_inside_one_group(tiny_lm, monkeypatch, capsys):
     import probe.scoring.parse_exact as pe
 
     seen: list[tuple[int, int, str]] = []
@@ -36,6 +38,8 @@ def test_enumeration_reports_every_pass_inside_one_group(tiny_lm, monkeypatch):
     assert f"{nodes[-1]:,} nodes" in seen[-1][2]
     done = [k for k, _, _ in seen]
     assert done == sorted(done) and done[-1] == 3  # prompts counted as they finish, not only per group
+    # the bar is redrawn while no prompt finishes: the node count reaches the terminal
+    assert re.search(r"enumerating generations: +\d+%.* [\d,]+ nodes", capsys.readouterr().err)
 
 
 def test_enumeration_without_progress_reports_nothing(tiny_lm, capsys):

@@ -78,3 +78,14 @@ def test_hbb_table1_says_why_a_cell_is_empty():
     row = table1({"m": df}, n_boot=20).iloc[0]
     assert row["HBB (S ↓)"] == "n/a (no instance at S ≥ 20)" and row["S 95% CI"] == "n/a (no instance at S ≥ 20)"
     assert row["share 95% CI"] != "[nan, nan]" and "nan" not in " ".join(map(str, row.values))
+
+
+def test_a_limited_runs_left_out_strata_are_named_in_words():
+    from probe.reports.headline import report_warnings
+
+    cov = {"n_items": 8, "n_available": 1508, "limit": 8, "n_left_out": 1500,
+           "strata": {"bias_type": {"left_out": ["age"]}}}
+    [w] = report_warnings({"coverage": cov})
+    assert w == "limited run: 8 of 1508 items (--limit 8); left out: bias type age."
+    [w] = report_warnings({"coverage": cov}, terms={"bias_type": "kind of bias"})
+    assert "left out: kind of bias age" in w

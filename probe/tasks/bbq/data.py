@@ -148,6 +148,43 @@ def load_bbq_jsonl(category_or_path: str | Path, drop_untargeted: bool = False,
     path = _bbq_path(category_or_path)
     if not path.is_file():
         raise InputError(path, None, None, "file not found")
+    mode = "collect" if skipped is not None else "drop" if drop_untargeted else "raise"
+    # A process that runs several tasks or runs (or the test suite) reads each file once, as the template
+    # expansions are kept (probe.tasks.bbq.templates): kept until the file, or a template CSV it read, changes.
+    key = (file_stamp(path), mode)
+    hit = _LOADED.get(key)
+    if hit is not None and all(file_stamp(Path(dep[0])) == dep for dep in hit[2]):
+        if skipped is not None:
+            skipped.extend(hit[1])
+        return list(hit[0])
+    rows: list[SkippedRow] = []
+    read: list[Path] = []
+    items = _read_bbq_jsonl(path, mode, rows, read)
+    if skipped is not None:
+        skipped.extend(rows)
+    while len(_LOADED) >= _LOADED_MAX:
+        _LOADED.pop(next(iter(_LOADED)))
+    _LOADED[key] = (tuple(items), tuple(rows), tuple(file_stamp(p) for p in read))
+    return items
+
+
+def file_stamp(path: Path) -> tuple:
+    """(path, size, mtime_ns), or (path, None) for a file that is not there: what a kept reading checks."""
+    try:
+        st = path.stat()
+    except FileNotFoundError:
+        return (str(path.resolve()), None)
+    return (str(path.resolve()), st.st_size, st.st_mtime_ns)
+
+
+#: the last files read (load_bbq_jsonl): (file stamp, mode) -> (items, skipped rows, stamps of the files read)
+_LOADED: dict[tuple, tuple] = {}
+_LOADED_MAX = 32
+
+
+def _read_bbq_jsonl(path: Path, mode: str, skipped: list[SkippedRow], read: list[Path]) -> list[BBQItem]:
+    """:func:`load_bbq_jsonl`'s reading: ``mode`` ``raise``, ``drop`` or ``collect`` (into ``skipped``) for a
+    row without a single target; the intersectional template CSVs it reads are appended to ``read``."""
     required = ("example_id", "question_index", "question_polarity", "context_condition", "category",
                 "answer_info", "additional_metadata", "context", "question", "ans0", "ans1", "ans2", "label")
     items: list[BBQItem] = []
@@ -166,15 +203,16 @@ def load_bbq_jsonl(category_or_path: str | Path, drop_untargeted: bool = False,
         var2, cat = None, rec["category"]
         if cat in INTERSECTIONAL_CATEGORIES:
             if cat not in var2_of:  # BBQ's layout: data/ and templates/ side by side
-                var2_of[cat] = intersectional_var2(path.parent.parent / "templates" / f"{cat}.csv")
+                read.append(path.parent.parent / "templates" / f"{cat}.csv")
+                var2_of[cat] = intersectional_var2(read[-1])
             var2 = var2_of[cat].get(str(rec["question_index"])) or None
         target = find_target_index(groups, stereo, var2)
         if target is None:
             reason = f"no single answer matches {list(stereo)} in {groups}"
-            if skipped is not None:
+            if mode == "collect":
                 skipped.append(SkippedRow(str(path), line_no, "additional_metadata.stereotyped_groups", reason))
                 continue
-            if drop_untargeted:
+            if mode == "drop":
                 continue
             raise InputError(path, line_no, "additional_metadata.stereotyped_groups", reason)
         polarity = rec["question_polarity"]

@@ -35,7 +35,7 @@ from typing import Literal
 
 import pandas as pd
 
-from probe.tasks.bbq.data import UNKNOWN_OPTIONS, find_target_index, group_key
+from probe.tasks.bbq.data import UNKNOWN_OPTIONS, file_stamp, find_target_index, group_key
 from probe.tasks.bbq.intersectional import intersectional_fills
 # The row schema and reader live in bbq_template_rows (shared with the intersectional expander); re-exported here.
 from probe.tasks.bbq.template_rows import (SlotFill, TemplateRow, lexical_pairs, parse_name_lists,
@@ -244,7 +244,7 @@ def expand_templates(category: str, template_dir: str | Path | None = None,
     # Expanding a category takes seconds (every run with --limit builds all of them to stratify), and a process
     # that runs several tasks or runs builds the same ones again: keep the last expansions, keyed by the files
     # read and their size and modification time, so an edited template is expanded anew.
-    key = (category, lexical, max_proper_pairs, *(_stamp(f) for f in (path, *_vocab_files(template_dir))))
+    key = (category, lexical, max_proper_pairs, *(file_stamp(f) for f in (path, *_vocab_files(template_dir))))
     if key not in _EXPANDED:
         vocab, names = load_vocab(template_dir)
         items: list[BBQItem] = []
@@ -264,12 +264,3 @@ _EXPANDED_MAX = 32
 
 def _vocab_files(template_dir: Path) -> tuple[Path, ...]:
     return tuple(template_dir / n for n in ("vocabulary.csv", "vocabulary_proper_names.csv"))
-
-
-def _stamp(path: Path) -> tuple:
-    """(path, size, mtime_ns), or (path, None) for a file that is not there."""
-    try:
-        st = path.stat()
-    except FileNotFoundError:
-        return (str(path.resolve()), None)
-    return (str(path.resolve()), st.st_size, st.st_mtime_ns)

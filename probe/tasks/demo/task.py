@@ -102,7 +102,8 @@ def _demo_results(summary: Mapping[str, Any]) -> list[dict[str, Any]]:
                     if version == "expected" else (None, None)
                 rows.append(result_row(sub, metric, version, v.get(metric), low, high, n,
                                        sub in ("explicit", "implicit") and version == "expected"
-                                       and metric == "bias_amb"))
+                                       and metric == "bias_amb",
+                                       summary.get("ci_units", {}).get(sub) if version == "expected" else None))
     return rows
 
 
@@ -137,6 +138,10 @@ class DemoTask(Task[DemoConfig, dict]):
         summary["n_items"] = len(items)
         scenario = records.set_index("id")["scenario"].to_dict() if "scenario" in records else {}
         summary["ci"] = kind_ci(answers, {k: str(v) for k, v in scenario.items()})
+        # the units those CIs resample, so a table says "n/a (4 units)" where there are too few, not a bare "n/a"
+        summary["ci_units"] = {kind: len({str(scenario[r["id"]]) for r in answers if r["context_kind"] == kind
+                                          and r["id"] in scenario and _finite_record(r)})
+                               for kind in summary["ci"]}
         return Aggregate(summary, {"by_context_kind": _kind_table(summary)})
 
     def results(self, config: DemoConfig, summary: Mapping[str, Any]) -> list[dict[str, Any]]:
