@@ -175,14 +175,15 @@ def implicitbbq_matched(tmp_path_factory) -> list:
 # Under pytest-xdist (`-n auto`, README "Test") a file is the unit of work (../conftest.py) and the workers take
 # files in collection order. The few files that take minutes go first, so that no worker is left alone with
 # one of them at the end while the other idles. Order only: a name missing here costs time, never a test.
-SLOW_FIRST = (  # each a few % of the suite's time or more, slowest first
-    "tests/unit/test_shard_jobs.py",
+SLOW_FIRST = (  # each a few % of the suite's time or more, slowest first (wall time of each file alone)
     "tests/unit/test_report_runs.py",
-    "tests/unit/test_log_samples.py",
-    "tests/unit/test_notebook.py",
     "tests/unit/test_resume_kill.py",
-    "tests/unit/test_representations.py",
+    "tests/unit/test_shard_jobs.py",
     "tests/unit/test_stratify.py",
+    "tests/unit/test_notebook.py",
+    "tests/unit/test_log_samples.py",
+    "tests/unit/test_representations.py",
+    "tests/unit/test_check_task.py",
     "tests/unit/test_task_hbb.py",
 )
 

@@ -115,8 +115,8 @@ def test_correlations_and_tables():
     iso = next(c for c in rows if c["paradigm"] == "iso")
     assert math.isnan(iso["table8"]["r"])  # constant PG
     t = size_tables(rows, ["bbq"])
-    assert list(t["table8"].columns) == ["setting", "paradigm", "category", "bbq"]
-    assert t["table8"].iloc[0]["paradigm"] == "cmp" and t["table8"].iloc[0]["bbq"].endswith("(n=3)")
+    assert list(t["table8"].columns) == ["setting", "paradigm", "category", "BBQ"]  # the paper's names
+    assert t["table8"].iloc[0]["paradigm"] == "cmp" and t["table8"].iloc[0]["BBQ"].endswith("(n=3)")
     assert set(t["tableE1"]["metric"]) == {"Kendall τ", "Top-5 intersection"}
 
 
@@ -145,10 +145,10 @@ def test_report_tables_group_runs_by_category(tmp_path):
     t8 = by["cmp_iso_table8"].df
     assert set(t8["category"]) == {"gender", "race"}
     # qwen-9b is sparse (3B active of 9B): out of Table 8, so gender has 2 dense sizes and no r
-    gender_cmp = t8[(t8["category"] == "gender") & (t8["paradigm"] == "cmp")]["bbq"].iloc[0]
+    gender_cmp = t8[(t8["category"] == "gender") & (t8["paradigm"] == "cmp")]["BBQ"].iloc[0]
     assert gender_cmp == "– (n=2)"
     e2 = by["cmp_iso_tableE2_total"].df
-    assert e2[(e2["category"] == "gender") & (e2["paradigm"] == "cmp")]["bbq"].iloc[0].endswith("(n=3)")
+    assert e2[(e2["category"] == "gender") & (e2["paradigm"] == "cmp")]["BBQ"].iloc[0].endswith("(n=3)")
 
 
 def test_table2_without_rows_for_a_mode_is_empty_not_an_error():
@@ -183,7 +183,7 @@ def test_size_correlations_use_the_papers_orientation():
     for b in ("bbq", "dt_tox"):
         assert rows[b]["orientation"] == 1 and rows[b]["table8"]["r"] == pytest.approx(-r)
     t = size_tables(list(rows.values()), benches)
-    assert list(t["table8"].columns)[3:] == ["stereoset (−PG)", "redditbias (−PG)", "crows_pairs (−PG)",
-                                             "de_gen (−PG)", "bbq", "dt_tox"]
-    assert t["tableE2_total"].iloc[0]["de_gen (−PG)"].startswith(f"{r:.3f}")
-    assert t["tableE2_active"].iloc[0]["bbq"].startswith(f"{-r:.3f}")
+    assert list(t["table8"].columns)[3:] == ["StereoSet (−PG)", "RedditBias (−PG)", "CrowS-Pairs (−PG)",
+                                             "DE-Gen (−PG)", "BBQ", "DT-Tox"]
+    assert t["tableE2_total"].iloc[0]["DE-Gen (−PG)"].startswith(f"{r:.3f}")
+    assert t["tableE2_active"].iloc[0]["BBQ"].startswith(f"{-r:.3f}")

@@ -88,7 +88,7 @@ def test_paired_tables_for_every_task_agree_with_the_runs(report, runs):
     # BBQ: same with the summaries' expected acc_amb
     acc = [json.loads((d / "summary.json").read_text())["by_format"]["labels"]["by_category"]["all"]["expected"]
            ["acc_amb"] for d in runs["bbq"][:2]]
-    t = _table(out, "paired_bbq_tiny_a_seed_0_vs_tiny_b_labels_format")
+    t = _table(out, "paired_bbq_tiny_a_seed_0_vs_tiny_b_numbered_options")
     allrow = t[t.Category == "all"].iloc[0]
     assert float(plain(allrow["Δ accuracy, ambiguous [95% CI]"]).split(" ")[0]) == pytest.approx(acc[0] - acc[1], abs=0.006)
     # different samples of the same model share no unit: said, not tabulated
@@ -163,6 +163,7 @@ def test_labels_are_the_papers_words_not_internal_keys(report, runs):
     sub = set(head[head.Task == "implicitbbq"].Subgroup)
     assert sub == {"zero-shot, one-word answer, explicit identity", "zero-shot, one-word answer, implicit cues"}
     assert set(head[head.Task == "cmp_iso"].Subgroup) >= {"BBQ, direct answer, prompt variant 0"}
+    assert all(m.startswith(("numbered options, ", "one-word answer, ")) for m in head[head.Task == "bbq"].Metric)
     ci = _table(out, "implicitbbq_table2_ci_expected")
     assert set(ci["Strategy/format"]) == {"zero-shot, one-word answer"}
     # every Markdown file of the runs and the report, as tools/check_reports.py reads them: no HTML entity,

@@ -220,6 +220,10 @@ def test_check_end_to_end_tiny(tiny_lm, shared_data, tmp_path):
     # the verdict is the same-prompts test, with its power; the sampled side is transformers' at HBB's settings
     assert "predicted_low" in agg and "detectable_difference" in agg and s["verdict"] in ("pass", "fail", "n/a")
     assert check.settings["top_k"] == 50 and check.settings["repetition_penalty"] == 1.2
+    # the exact side is the same sampler enumerated (parse_exact, the authors' top-k and penalty, per path), to
+    # the judge's budget; the first-token estimator without the penalty is the baseline
+    assert check.settings["parse"]["max_new_tokens"] == check.settings["max_new_tokens"] == 8
+    assert s["parse_exact"]["mean_nodes"] > 0  # the enumeration's statistics: it ran
     assert check.settings["sampled_by"].startswith("transformers generate") and s["n_misses"] >= 0
     json.dumps(check.to_dict(), default=str)
     md = report_markdown(check)

@@ -18,9 +18,11 @@ from probe.reports.compare.common import bars, boots, model_labels
 from probe.reports.compare.runs import Run
 from probe.reports.compare.tables import Figure, Table, fmt, fmt_ci, save_figure
 
-__all__ = ["ESTIMATOR", "METRICS", "bbq_section"]
+__all__ = ["ESTIMATOR", "FORMAT_WORDS", "METRICS", "bbq_section"]
 
 METRICS = ("acc_amb", "acc_dis", "bias_amb", "bias_dis")
+#: the answer formats as a reader names them (titles and paired blocks; file names keep the keys)
+FORMAT_WORDS = {"oneword": "one-word answer", "labels": "numbered options"}
 ESTIMATOR = {"expected": "exact expected counts (sums of option probabilities under the model's distribution, T = 1)",
              "argmax": "argmax answers (counts of each item's most probable option)"}
 
@@ -52,7 +54,7 @@ def bbq_section(runs: Sequence[Run], out: Path) -> list[Any]:
                                                     "bias_amb": "Bias amb →0", "bias_dis": "Bias dis →0"})
             strategies = sorted({str(r.summary.get("strategy")) for r in runs})
             items.append(Table(
-                f"bbq_{f}_{version}", "bbq", f"BBQ by category ({f} format, {version})",
+                f"bbq_{f}_{version}", "bbq", f"BBQ by category ({FORMAT_WORDS.get(f, f)}, {version})",
                 f"Task bbq, models {model_labels(runs)}; strategy {'/'.join(strategies)}. Estimator: {ESTIMATOR[version]}. "
                 "n: items per category and condition (n amb, n dis). CI: 95% percentile bootstrap over items "
                 f"(n_boot = {boots(runs)}). Accuracy: amb = picks Unknown, dis = picks the correct person, "
@@ -84,7 +86,7 @@ def _bbq_figure(runs: Sequence[Run], f: str, out: Path) -> Figure:
         ax.set_ylabel(ylab)
         ax.set_ylim(-1 if metric.startswith("bias") else 0, 1)
     axes[0].legend(fontsize=7)
-    fig.suptitle(f"BBQ ({f} format): ambiguous-context accuracy and bias by category", fontsize=10)
+    fig.suptitle(f"BBQ ({FORMAT_WORDS.get(f, f)}): ambiguous-context accuracy and bias by category", fontsize=10)
     fig.tight_layout()
     return save_figure(fig, out, f"bbq_{f}", "bbq", f"BBQ by category ({f})",
                        f"Task bbq, models {model_labels(runs)}. Expected counts; whiskers: 95% percentile bootstrap CI over "

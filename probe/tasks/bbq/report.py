@@ -22,14 +22,15 @@ def layout() -> Any:
 
 def paired_records(frame: Any) -> list[dict]:
     """Answer records of a BBQ run for paired tests: block = answer format; cluster = template instance."""
+    from probe.tasks.bbq.layouts import FORMAT_WORDS
     from probe.tasks.bbq.records import answer_records
 
     recs, _ = answer_records(frame)
     answers = frame.set_index("id")["answers"].to_dict() if "answers" in frame else {}
     for r in recs:
         opts = "|".join(sorted(str(a) for a in answers.get(r["id"], [])))
-        r.update(block=f"{r['answer_format']} format", category=r["category"],
-                 cluster=f"{r['category']}|{r['template_id']}|{opts}")
+        r.update(block=FORMAT_WORDS.get(r["answer_format"], f"{r['answer_format']} format"),
+                 category=r["category"], cluster=f"{r['category']}|{r['template_id']}|{opts}")
     return recs
 
 

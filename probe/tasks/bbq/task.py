@@ -134,11 +134,12 @@ class BBQTask(Task[BBQConfig, BBQItem]):
     strata_names = ("category",)
     unit_name = "template instance (its condition x polarity variants, both name orders)"
     metric_notes = METRIC_NOTES
-    #: the report's words for the metrics (Task.terms)
+    #: the report's words for the metrics and answer formats (Task.terms)
     terms = {"bias_amb": "bias score, ambiguous contexts", "bias_dis": "bias score, disambiguated contexts",
              "acc_amb": "accuracy, ambiguous contexts", "acc_dis": "accuracy, disambiguated contexts",
              "acc_dis_all": "accuracy, all disambiguated contexts",
-             "expected": "expected (exact probabilities)", "argmax": "argmax (the most likely answer)"}
+             "expected": "expected (exact probabilities)", "argmax": "argmax (the most likely answer)",
+             "oneword": "one-word answer", "labels": "numbered options"}
 
     def check_case(self) -> CheckCase:
         """A quick run for :func:`probe.testing.check_task`: 3 item(s) of a small config."""

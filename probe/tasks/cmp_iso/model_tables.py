@@ -162,10 +162,11 @@ def size_tables(correlation_rows: Sequence[Mapping[str, Any]], benchmarks: Seque
     re-oriented (:func:`probe.tasks.cmp_iso.data.paper_sign` -1) is headed
     ``<benchmark> (−PG)``.
     """
-    from probe.tasks.cmp_iso.data import paper_sign
+    from probe.tasks.cmp_iso.data import BENCHMARK_TITLES, paper_sign
 
-    def head(b: str) -> str:
-        return b if paper_sign(b) > 0 else f"{b} (−PG)"
+    def head(b: str) -> str:  # the paper's name of the benchmark ("DE-Gen", not the key de_gen)
+        name = BENCHMARK_TITLES.get(b, b)
+        return name if paper_sign(b) > 0 else f"{name} (−PG)"
 
     def frame(key: str) -> pd.DataFrame:
         rows: dict[tuple, dict] = {}
@@ -187,6 +188,6 @@ def size_tables(correlation_rows: Sequence[Mapping[str, Any]], benchmarks: Seque
         e1.setdefault((*key, "Kendall τ"), {})[c["benchmark"]] = tau
         e1.setdefault((*key, f"Top-{d['k']} intersection"), {})[c["benchmark"]] = f"{d['top_k']} (n={d['n']})"
     out["tableE1"] = pd.DataFrame([{"setting": s, "paradigm": p, "category": cat, "metric": m,
-                                    **{b: cells.get(b, "–") for b in benchmarks}}
+                                    **{BENCHMARK_TITLES.get(b, b): cells.get(b, "–") for b in benchmarks}}
                                    for (s, p, cat, m), cells in sorted(e1.items(), key=lambda kv: (kv[0][0], kv[0][1] != "cmp", kv[0][2], kv[0][3]))])
     return out

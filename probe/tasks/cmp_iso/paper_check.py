@@ -45,7 +45,9 @@ def parse_cmp_iso(text: str, task_type: str) -> str | None:
 
 
 class PaperCheck(_Base):
-    """iso/cmp direct settings: unit = context pair within a setting; headline: the Parity Gap of iso and cmp."""
+    """iso/cmp direct settings: unit = context pair within a setting; headline: the Parity Gap of iso and cmp.
+    The exact side is the published run's answer per prompt: with ``parse_tail: hybrid`` (the default) the
+    enumerated head plus its sampled tail (:func:`probe.metrics.hybrid.hybrid_probs`), given a parse."""
 
     max_new_tokens = 8
     sampler = "cmp_iso"
@@ -63,6 +65,8 @@ class PaperCheck(_Base):
                                  "settings": [dict(x) for x in self.settings_list], **budget})
 
     def cases(self, scored: Scored) -> list[PromptCase]:
+        from probe.metrics.hybrid import hybrid_probs
+
         self.tokenizer = scored.tokenizer
         self.parse_stats = parse_stats(scored.parsed)
         preqs = scored.parse_requests
@@ -73,7 +77,9 @@ class PaperCheck(_Base):
             probs = [float(x) for x in e["probs"]] if e else None
             ok = probs is not None and all(math.isfinite(x) for x in probs) and mass > 0
             d = scored.parsed[rec.id]
-            raw = [float(d["probs"].get(x, 0.0)) for x in req.labels]
+            # the published run's answer: with the hybrid (the default) the exact head plus its sampled tail
+            answer = hybrid_probs(d, lambda x: x["probs"])
+            raw = [float(answer.get(x, 0.0)) for x in req.labels]
             acc = math.fsum(raw)
             m = rec.meta
             cases.append(PromptCase(id=rec.id, unit=f"{m['setting']}|{m['benchmark']}|{m['context_pair_id']}",

@@ -119,8 +119,9 @@ def _cmp_iso_across_models(runs: Sequence[Run], sizes: Mapping[str, float], summ
             "intersection of the two rankings (ties by name). CI: none. n = models."), frames["tableE1"]))
     pooled = summary.get("pooled_cmp_vs_iso") or []
     if pooled:
-        df = pd.DataFrame([{"model": p["model"], "setting": p["setting"], "benchmark": p["benchmark"],
-                            "mode": p["mode"], "PG cmp": fmt(p.get("pg_cmp")), "PG iso": fmt(p.get("pg_iso")),
+        df = pd.DataFrame([{"model": p["model"], "setting": phrase(p["setting"], TERMS),
+                            "benchmark": TERMS.get(p["benchmark"], p["benchmark"]),
+                            "mode": TERMS.get(p["mode"], p["mode"]), "PG cmp": fmt(p.get("pg_cmp")), "PG iso": fmt(p.get("pg_iso")),
                             "cmp − iso": fmt(p.get("diff")), "p": fmt(p.get("p"), 4), "variations": p.get("n_variants"),
                             "pairs (blocks)": p.get("n_blocks")} for p in pooled])
         items.append(Table("cmp_iso_pooled_variations", "cmp_iso", "iso/cmp: cmp vs iso pooled over prompt variations", (

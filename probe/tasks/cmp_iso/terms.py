@@ -12,6 +12,7 @@ TERMS = {
     "iso": "isolated questions (iso)", "cmp": "comparative questions (cmp)",
     "pg_iso": "parity gap, isolated questions (iso)", "pg_cmp": "parity gap, comparative questions (cmp)",
     "expected": "expected (exact probabilities)", "argmax": "argmax (the most likely answer)",
+    "paper": "paper-equivalent (the authors' sampling, exactly)",
     # the eight benchmarks, as the paper names them
     "bbq": "BBQ", "stereoset": "StereoSet", "redditbias": "RedditBias", "de_gen": "DiscrimEval (generation)",
     "dt_tox": "DecodingTrust toxicity", "crows_pairs": "CrowS-Pairs", "winobias": "WinoBias", "mmlu": "MMLU",

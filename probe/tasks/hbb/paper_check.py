@@ -18,7 +18,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from probe.tasks.paper_check import (PaperCheck as _Base, PromptCase, Scored, counted_label, label_ids,
-                                     sampling_entry)
+                                     parse_stats, sampling_entry)
 
 __all__ = ["PaperCheck", "parse_hbb"]
 
@@ -37,13 +37,20 @@ def parse_hbb(text: str, labels: Sequence[str] = ("a", "b")) -> int | None:
 
 class PaperCheck(_Base):
     """HBB MCQ (a = s1, the paper's order): unit = test instance (its two questions); headline: the share of
-    instances with S >= 20, exact side: the paper's K-sample estimator computed exactly."""
+    instances with S >= 20, exact side: the paper's K-sample estimator computed exactly.
+
+    The judge samples with the authors' open-weight sampler (top-k 50, repetition penalty 1.2), so the exact
+    side is the same procedure enumerated (``parse_exact`` with ``parse_sampler: hbb``, the task's parse
+    requests, to the published ``parse_max_new_tokens``): the chance that one sample reads as a) / b) is the
+    question's parsed mass, its residual answered in its enumerated mix. The first-token label probabilities at
+    T = 0.8 without the penalty (the task's first-token estimator) stay as the baseline."""
 
     max_new_tokens = 8
     sampler = "hbb"
     unit = "instance (question pair)"
     metric = "share of instances with S >= 20"
     same_prompts = False
+    parse_exact = True
 
     def __init__(self, threshold: float = 20.0):
         self.threshold = threshold
@@ -52,13 +59,16 @@ class PaperCheck(_Base):
     def config(self, task: Any, n_prompts: int, seed: int, max_new_tokens: int | None) -> Any:
         # per_cell instances per category x descriptor type (16 cells): stratified, at most 2 questions each
         per_cell = max(1, math.ceil(n_prompts / 32))
+        # the enumeration to the judge's budget (the tail sampled to 2048 tokens is another procedure)
+        budget = {} if max_new_tokens is None else {"parse_max_new_tokens": int(max_new_tokens)}
         return task.make_config({"per_cell": per_cell, "sample_seed": seed, "swap_order": False, "hbb_sg": False,
-                                 "crows_pairs": False})
+                                 "crows_pairs": False, "parse_exact": True, "parse_tail": "exact", **budget})
 
     def cases(self, scored: Scored) -> list[PromptCase]:
         from probe.tasks.hbb.data import unique_questions
 
         self.tokenizer = scored.tokenizer
+        self.parse_stats = parse_stats(scored.parsed) if scored.parsed else None
         self.label_ids = label_ids(scored.tokenizer, ("a", "b"))
         by_q: dict[str, PromptCase] = {}
         for req, rec in zip(scored.requests, scored.records):
@@ -66,9 +76,20 @@ class PaperCheck(_Base):
             mass = float(e["mass"]) if e and e.get("mass") is not None else 0.0
             probs = [float(x) for x in e["probs"]] if e else None
             ok = probs is not None and all(math.isfinite(x) for x in probs) and mass > 0
+            baseline = probs if ok else None
+            d = (scored.parsed or {}).get(rec.id)
+            if d is not None:  # the enumerated procedure; its residual answered in the enumerated mix
+                kept = 1.0 - float(d["residual"])
+                raw = [float(d["probs"].get(str(i), 0.0)) / kept if kept > 0 else 0.0 for i in range(2)]
+                mass = math.fsum(raw)
+                ok, probs = mass > 0, [x / mass for x in raw] if mass > 0 else None
+            else:
+                raw = [x * mass for x in probs] if ok else None
             by_q[rec.meta["question_id"]] = PromptCase(
                 id=rec.id, unit="", prompt=req.prompt, options=tuple(req.labels), exact=probs if ok else None,
-                exact_raw=[x * mass for x in probs] if ok else None, exact_mass=mass, meta=dict(rec.meta))
+                exact_raw=raw if ok else None, exact_mass=mass,
+                meta={**dict(rec.meta), "baseline": baseline,
+                      **({"parse_residual": d["residual"], "parse_rejected": d["rejected"]} if d else {})})
         # a question can sit in several instances (identity pairs): it is sampled once, as in the paper
         self.instances = [(f"inst{i}", it.question_1.id, it.question_2.id) for i, it in enumerate(scored.items)]
         cases = [by_q[q.id] for q in unique_questions(scored.items)]
