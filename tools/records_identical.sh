@@ -5,6 +5,12 @@
 #
 #   tools/records_identical.sh BASE_TREE NEW_TREE [OUT_DIR]
 #
+# e.g. against a commit:  git worktree add /tmp/base COMMIT && tools/records_identical.sh /tmp/base .
+# On a busy 2-core machine ImplicitBBQ's chain-of-thought generations and exact parses take hours; a quicker
+# comparison of its scored records:
+#   IMPLICITBBQ_LIMIT=4 IMPLICITBBQ_SET="--set strategies=[zero_shot,safety,few_shot] --set parse_exact=false" \
+#       tools/records_identical.sh /tmp/base .
+#
 # Environment: CMP_ISO_LIMIT (default 2), IMPLICITBBQ_LIMIT (default 24) and IMPLICITBBQ_SET (extra options,
 # e.g. "--set parse_exact=false": the exact parse of 24 items takes about an hour on a busy 2-core machine);
 # ONLY=base or ONLY=new runs one tree; TASKS=a,b runs only those (demo counts as one; the others' outputs are
