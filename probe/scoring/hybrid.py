@@ -189,7 +189,7 @@ def complete_tails(lm: Any, requests: Sequence[Any], dists: Sequence[Any], spec:
 
     import numpy as np
 
-    from probe.scoring.parse_exact import _encode, eos_ids
+    from probe.scoring.tokens import eos_ids, prompt_ids
     from probe.scoring.sampler_chain import SamplerChain
 
     chain = spec if isinstance(spec, SamplerChain) else SamplerChain.from_spec(spec)
@@ -202,7 +202,7 @@ def complete_tails(lm: Any, requests: Sequence[Any], dists: Sequence[Any], spec:
         draws: list = []
         tokens = 0
         if n > 0 and d.frontier:
-            completer = CachedCompleter(lm, _encode(lm.tokenizer, r.prompt), chain, max_new, r.parser, r.decided,
+            completer = CachedCompleter(lm, prompt_ids(lm.tokenizer, r.prompt), chain, max_new, r.parser, r.decided,
                                         eos, seed=int(rng.integers(1 << 62)), prompt_cache=d.prompt_cache)
             draws = draw_tail(d.frontier, completer, n, rng)
             tokens = completer.tokens

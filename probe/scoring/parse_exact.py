@@ -49,6 +49,8 @@ from typing import Any, Callable, Hashable, Sequence
 
 # The schema lives in parse_schema (no torch); re-exported here, where callers import it.
 from probe.scoring.parse_schema import ParseDistribution, ParseRequest
+from probe.scoring.tokens import eos_ids  # noqa: F401 (public here too, as before)
+from probe.scoring.tokens import prompt_ids as _encode
 
 Parser = Callable[[str], Hashable | None]
 
@@ -178,18 +180,6 @@ class _Progress:
         self.bar.close()
 
 
-def eos_ids(lm: Any) -> set[int]:
-    """The ids that end a generation, as ``generate`` takes them: the generation config's
-    ``eos_token_id`` (an id or a list), else the tokenizer's."""
-    gc = getattr(lm.model, "generation_config", None)
-    eos = getattr(gc, "eos_token_id", None) if gc is not None else None
-    if eos is None:
-        eos = lm.tokenizer.eos_token_id
-    if eos is None:
-        return set()
-    return {int(x) for x in (eos if isinstance(eos, (list, tuple)) else [eos])}
-
-
 def batch_decoder(tok: Any) -> Callable[[list[Sequence[int]]], list[str]]:
     """``ids lists -> texts`` equal to ``tok.decode(ids, skip_special_tokens=True)`` for each; a fast
     tokenizer's backend decodes the whole list in one call (the enumeration decodes millions of leaves)."""
@@ -212,14 +202,6 @@ def _per_prompt(value: Any, n: int, name: str) -> list:
     if len(values) != n:
         raise ValueError(f"parse_exact: {len(values)} {name}s for {n} prompts")
     return values
-
-
-def _encode(tok: Any, prompt: str | Sequence[int]) -> tuple[int, ...]:
-    from probe.scoring.tokens import wants_special_tokens
-
-    if isinstance(prompt, str):
-        return tuple(tok(prompt, add_special_tokens=wants_special_tokens(tok, prompt))["input_ids"])
-    return tuple(int(x) for x in prompt)
 
 
 @dataclass

@@ -35,7 +35,7 @@ extractors take it from here, so scoring never depends on :mod:`probe.prompts`.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Sequence
 
 from probe.scoring.requests import ContinuationRequest, LabelRequest, PerplexityRequest, Request
 
@@ -236,3 +236,23 @@ class Encoder:
             raise ValueError(
                 f"request {request_id!r}: {n} tokens exceed the model's context window of {self.max_length}"
             )
+
+
+def eos_ids(lm: Any) -> set[int]:
+    """The ids that end a generation, as ``generate`` takes them: the generation config's
+    ``eos_token_id`` (an id or a list), else the tokenizer's."""
+    gc = getattr(lm.model, "generation_config", None)
+    eos = getattr(gc, "eos_token_id", None) if gc is not None else None
+    if eos is None:
+        eos = lm.tokenizer.eos_token_id
+    if eos is None:
+        return set()
+    return {int(x) for x in (eos if isinstance(eos, (list, tuple)) else [eos])}
+
+
+def prompt_ids(tok: Any, prompt: str | Sequence[int]) -> tuple[int, ...]:
+    """A generation prompt's ids: a text encoded with the tokenizer's special-token rule
+    (:func:`wants_special_tokens`), or ids taken as given."""
+    if isinstance(prompt, str):
+        return tuple(tok(prompt, add_special_tokens=wants_special_tokens(tok, prompt))["input_ids"])
+    return tuple(int(x) for x in prompt)

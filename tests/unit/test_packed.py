@@ -142,3 +142,35 @@ def test_read_plan_reads_labels_first_then_each_scored_token():
                                                  (4096, 100, 100)])
 def test_row_length_follows_the_model_width(d_model, budget, want):
     assert row_tokens(d_model, budget) == want
+
+
+def test_byte_keys_sort_as_the_token_tuples_and_neighbours_share_exact_prefixes():
+    from probe.scoring.batching import _neighbours, token_bytes
+
+    rng = np.random.default_rng(3)
+    seqs = [tuple(int(x) for x in rng.integers(0, 3, rng.integers(0, 6))) for _ in range(200)]
+    seqs += [(70000, 1), (65535, 2), (1 << 31, 0)]  # ids past two bytes, and a large one
+    assert sorted(seqs, key=token_bytes) == sorted(seqs)
+    rows = [Row(s, 0) for s in sorted(set(seqs)) if s]
+    got = _neighbours(rows).tolist()
+    want = []
+    for a, b in zip(rows, rows[1:]):
+        k = 0
+        while k < min(len(a.ids), len(b.ids)) and a.ids[k] == b.ids[k]:
+            k += 1
+        want.append(k)
+    assert got == want
+    # by hand: (1, 2) is a prefix of (1, 2, 3); (1, 2, 3) and (1, 2, 4) share two tokens; (5,) shares none
+    hand = [Row((1, 2), 0), Row((1, 2, 3), 0), Row((1, 2, 4), 0), Row((5,), 0)]
+    assert _neighbours(hand).tolist() == [2, 2, 0]
+
+
+def test_the_prefix_tree_does_not_depend_on_the_comparison_block(monkeypatch):
+    from probe.scoring import batching
+
+    rng = np.random.default_rng(5)
+    rows = [Row(tuple(int(x) for x in rng.integers(0, 3, 12)), 10) for _ in range(60)]
+    shape = lambda nodes: [(n.start, n.end, shape(n.children)) for n in nodes]  # noqa: E731
+    whole = shape(batching.build_tree(rows, min_shared=1))
+    monkeypatch.setattr(batching._Shared, "BLOCK", 3)  # neighbours compared 3 rows at a time
+    assert shape(batching.build_tree(rows, min_shared=1)) == whole
