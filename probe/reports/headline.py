@@ -129,7 +129,8 @@ def report_warnings(summary: Mapping[str, Any], rows: Sequence[Mapping[str, Any]
     cov = summary.get("coverage")
     if cov and cov.get("n_left_out"):
         left = [f"{(terms or {}).get(name, name.replace('_', ' '))} "  # "bias type age", not "bias_type age"
-                f"{', '.join(map(str, s['left_out'][:8]))}{', ...' if len(s['left_out']) > 8 else ''}"
+                f"{', '.join(str((terms or {}).get(str(v), v)) for v in s['left_out'][:8])}"  # values in words too
+                f"{', ...' if len(s['left_out']) > 8 else ''}"
                 for name, s in cov.get("strata", {}).items() if s.get("left_out")]
         out.append(f"limited run: {cov['n_items']} of {cov['n_available']} items (--limit {cov.get('limit')})"
                    + (f"; left out: {'; '.join(left)}" if left else "; every stratum covered") + ".")

@@ -89,3 +89,12 @@ def test_a_limited_runs_left_out_strata_are_named_in_words():
     assert w == "limited run: 8 of 1508 items (--limit 8); left out: bias type age."
     [w] = report_warnings({"coverage": cov}, terms={"bias_type": "kind of bias"})
     assert "left out: kind of bias age" in w
+
+
+def test_a_limited_runs_left_out_values_are_named_in_words_too():
+    from probe.reports.headline import report_warnings
+
+    cov = {"n_items": 8, "n_available": 90, "limit": 8, "n_left_out": 82,
+           "strata": {"context": {"left_out": ["neutral", "nochar", 3]}}}
+    [w] = report_warnings({"coverage": cov}, terms={"context": "context kind", "nochar": "no characteristics"})
+    assert w.endswith("left out: context kind neutral, no characteristics, 3.")
