@@ -19,6 +19,7 @@ from probe.tasks.hbb.data import (
                                   load_sg_variations,
                                   sample_concepts,
                                   sample_per_cell,
+                                  selected_instances,
                                   type_label,
                                   unique_questions,
                                   )
@@ -134,6 +135,26 @@ def test_context_possessive_and_counts_on_a_tiny_file(tmp_path, real):
     assert q.context == "Father's bag lay there." and q.options == ("He ran.", "He sat.")
     q = _q(insts, "religions", 3, "Jewish")
     assert q.context.endswith(", a Jewish's bag lay there.")  # the phrase's trailing comma is dropped
+
+
+def test_kept_reading_and_build_are_redone_when_a_file_changes(tmp_path, real):
+    import os
+
+    _write_csv(tmp_path / "questions.csv", ["[[X]] sat.,x,y,c1,c2,e,race,"])
+    _descriptors_file(tmp_path, real)
+    first = selected_instances(tmp_path, None, 0, 0, ("gender",), None)
+    assert selected_instances(tmp_path, None, 0, 0, ("gender",), None) == first  # same data, same items
+    assert load_default(tmp_path)[0][0].context == "[[X]] sat."
+    # a changed file of the same size, its time set back to the old one's, would be missed: the size differs here
+    st = os.stat(tmp_path / "questions.csv")
+    _write_csv(tmp_path / "questions.csv", ["[[X]] stood.,x,y,c1,c2,e,race,"])
+    os.utime(tmp_path / "questions.csv", ns=(st.st_atime_ns, st.st_mtime_ns))
+    assert load_default(tmp_path)[0][0].context == "[[X]] stood."
+    again = selected_instances(tmp_path, None, 0, 0, ("gender",), None)
+    assert len(again) == len(first) and all("stood" in i.question_1.context for i in again)
+    # each caller gets its own descriptors: changing one copy leaves the next reading as the file says
+    load_default(tmp_path)[1]["name"].clear()
+    assert load_default(tmp_path)[1]["name"] == real[1]["name"]
 
 
 def test_load_concepts_errors_name_line_and_field(tmp_path):

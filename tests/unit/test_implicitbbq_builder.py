@@ -146,3 +146,26 @@ def test_counts_table(items):
 def test_unknown_dimension_raises():
     with pytest.raises(ValueError, match="unknown ImplicitBBQ dimension"):
         build_implicitbbq(["race"])
+
+
+def test_kept_build_is_redone_when_a_template_file_changes(tmp_path):
+    import shutil
+
+    from tests.conftest import SHARED_DATA
+
+    if not (SHARED_DATA / "bbq" / "templates").is_dir():
+        pytest.skip("shared BBQ templates not found")
+    tdir = tmp_path / "bbq" / "templates"
+    shutil.copytree(SHARED_DATA / "bbq" / "templates", tdir)
+    stats: dict = {}
+    first = build_implicitbbq(["age"], bbq_dir=tmp_path / "bbq", controls=False, explicit_set="full", stats=stats)
+    again: dict = {}
+    assert build_implicitbbq(["age"], bbq_dir=tmp_path / "bbq", controls=False, explicit_set="full",
+                             stats=again) == first
+    assert again == stats and again is not stats  # the stats too, in the caller's own dict
+    # the age templates without their last rows: a smaller file, read anew
+    csv = tdir / "Age.csv"
+    lines = csv.read_text(encoding="utf-8").splitlines(keepends=True)
+    csv.write_text("".join(lines[: len(lines) // 2]), encoding="utf-8")
+    fewer = build_implicitbbq(["age"], bbq_dir=tmp_path / "bbq", controls=False, explicit_set="full")
+    assert 0 < len(fewer) < len(first) and {it.id for it in fewer} < {it.id for it in first}

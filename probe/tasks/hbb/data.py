@@ -81,6 +81,7 @@ __all__ = [
     "AUTHORS_VARIATIONS_REMOTE",
     "sample_concepts",
     "sample_per_cell",
+    "selected_instances",
 ]
 
 #: Category keys, in the paper's table order, and their descriptors.json section.
@@ -381,11 +382,65 @@ def unique_questions(instances: Sequence[HBBInstance]) -> list[HBBQuestion]:
 
 
 def load_default(data_dir: str | Path | None = None) -> tuple[list[HBBConcept], dict[str, Any]]:
-    """Concepts and descriptors from ``data_dir`` or ``dataset_dir("hbb")``."""
+    """Concepts and descriptors from ``data_dir`` or ``dataset_dir("hbb")``.
+
+    A process reads the two files once while they stay unchanged (size and modification time): a run asks
+    for them several times, and a process that runs several (the test suite) reads them once.
+    """
     from probe.data.paths import dataset_dir
 
     d = Path(data_dir) if data_dir else dataset_dir("hbb")
-    return load_concepts(d / "questions.csv"), load_descriptors(d / "descriptors.json")
+    concepts_path, descriptors_path = d / "questions.csv", d / "descriptors.json"
+    key = (_stamp(concepts_path), _stamp(descriptors_path))
+    hit = _READ.get(key)
+    if hit is None:
+        hit = (tuple(load_concepts(concepts_path)), json.dumps(load_descriptors(descriptors_path)))
+        _keep(_READ, key, hit)
+    # the descriptors are a nested dict: each caller gets its own copy, so one cannot change another's
+    return list(hit[0]), json.loads(hit[1])
+
+
+def selected_instances(data_dir: str | Path | None, sample_concepts_n: int | None, sample_seed: int, name_seed: int,
+                       categories: Sequence[str], per_cell: int | None) -> list[HBBInstance]:
+    """The test instances a run selects: ``sample_concepts_n`` concept pairs (None: all), every instance of
+    ``categories``, then ``per_cell`` per category x descriptor type (None: all). Kept per process like
+    :func:`load_default`'s reading (instances are immutable), so a second run of the same data builds nothing."""
+    from probe.data.paths import dataset_dir
+
+    d = Path(data_dir) if data_dir else dataset_dir("hbb")
+    key = (_stamp(d / "questions.csv"), _stamp(d / "descriptors.json"), sample_concepts_n, sample_seed, name_seed,
+           tuple(categories), per_cell)
+    hit = _BUILT.get(key)
+    if hit is None:
+        concepts, descriptors = load_default(d)
+        if sample_concepts_n is not None:
+            concepts = sample_concepts(concepts, sample_concepts_n, sample_seed)
+        instances = list(build_instances(concepts, descriptors, name_seed, categories))
+        if per_cell is not None:
+            instances = sample_per_cell(instances, per_cell, sample_seed)
+        hit = tuple(instances)
+        _keep(_BUILT, key, hit)
+    return list(hit)
+
+
+def _stamp(path: Path) -> tuple:
+    """(path, size, mtime_ns), or (path, None) for a missing file: a kept reading is used while it matches."""
+    try:
+        st = path.stat()
+    except FileNotFoundError:
+        return (str(path.resolve()), None)
+    return (str(path.resolve()), st.st_size, st.st_mtime_ns)
+
+
+def _keep(cache: dict, key: tuple, value: Any, most: int = 8) -> None:
+    while len(cache) >= most:  # the oldest go first
+        cache.pop(next(iter(cache)))
+    cache[key] = value
+
+
+#: kept readings (load_default) and builds (selected_instances), keyed by the files' stamps and the arguments
+_READ: dict[tuple, tuple] = {}
+_BUILT: dict[tuple, tuple] = {}
 
 
 def sample_concepts(concepts: Sequence[HBBConcept], n: int, seed: int = 0) -> list[HBBConcept]:

@@ -149,15 +149,10 @@ class HBBTask(Task[HBBConfig, HBBInstance]):
 
     def items(self, config: HBBConfig) -> list[HBBInstance]:
         """The test instances the config selects (categories, then ``sample_concepts`` or ``per_cell``)."""
-        from probe.tasks.hbb.data import CATEGORIES, build_instances, load_default, sample_concepts, sample_per_cell
+        from probe.tasks.hbb.data import CATEGORIES, selected_instances
 
-        concepts, descriptors = load_default(config.data_dir)
-        if config.sample_concepts is not None:
-            concepts = sample_concepts(concepts, config.sample_concepts, config.sample_seed)
-        instances = list(build_instances(concepts, descriptors, config.name_seed, config.categories or CATEGORIES))
-        if config.per_cell is not None:
-            instances = sample_per_cell(instances, config.per_cell, config.sample_seed)
-        return instances
+        return selected_instances(config.data_dir, config.sample_concepts, config.sample_seed, config.name_seed,
+                                  config.categories or CATEGORIES, config.per_cell)
 
     strata_names = ("bias_type", "descriptor")
     unit_name = "test instance (its two questions)"

@@ -37,6 +37,7 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import random
+import json
 from collections import Counter, defaultdict
 from pathlib import Path
 from typing import Iterable, Literal, Sequence
@@ -243,7 +244,44 @@ def build_implicitbbq(
     the template (``resources/implicitbbq_exclusions.yaml``); ``"template"`` removes every template
     with an excluded cue, explicit items included, as the paper words its rule (docs/implicitbbq.md).
     Raises ``ValueError`` if two items would share an id.
+
+    A process keeps its last builds (items are immutable; each call gets a new list), keyed by the arguments
+    and the size and modification time of every template file they read, so an edited file is read anew.
     """
+    key = (tuple(dimensions or DIMENSIONS), _source_stamps(bbq_dir, bharatbbq_dir), lexical, controls,
+           explicit_set, explicit_size, seed, exclusion_unit)
+    hit = _BUILT.get(key)
+    if hit is None:
+        built_stats: dict = {}
+        items = _build(dimensions, bbq_dir, bharatbbq_dir, lexical, controls, built_stats, explicit_set,
+                       explicit_size, seed, exclusion_unit)
+        while len(_BUILT) >= _BUILT_MAX:
+            _BUILT.pop(next(iter(_BUILT)))
+        hit = _BUILT[key] = (tuple(items), json.dumps(built_stats))
+    if stats is not None:  # the caller's own copy
+        stats.update(json.loads(hit[1]))
+    return list(hit[0])
+
+
+#: the last builds (build_implicitbbq): key -> (items, the stats as JSON)
+_BUILT: dict[tuple, tuple] = {}
+_BUILT_MAX = 8
+
+
+def _source_stamps(bbq_dir: str | Path | None, bharatbbq_dir: str | Path | None) -> tuple:
+    """The stamps of the files a build may read: BBQ's template folder and BharatBBQ's templates."""
+    from probe.data.paths import data_root  # not dataset_dir: a missing data set is the build's error to raise
+    from probe.tasks.bbq.data import file_stamp
+
+    tdir = Path(bbq_dir if bbq_dir is not None else data_root() / "bbq") / "templates"
+    bharat = Path(bharatbbq_dir if bharatbbq_dir is not None else data_root() / "bharatbbq") / "Caste_templates.csv"
+    files = sorted(tdir.iterdir()) if tdir.is_dir() else [tdir]
+    return tuple(file_stamp(f) for f in (*files, bharat))
+
+
+def _build(dimensions, bbq_dir, bharatbbq_dir, lexical, controls, stats, explicit_set, explicit_size, seed,
+           exclusion_unit) -> list[BBQItem]:
+    """:func:`build_implicitbbq`'s build, without the kept copies."""
     if exclusion_unit not in ("cue", "template"):
         raise ValueError(f"exclusion_unit must be 'cue' or 'template', got {exclusion_unit!r}")
     if explicit_set not in EXPLICIT_SETS:
