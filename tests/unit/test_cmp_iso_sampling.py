@@ -60,3 +60,26 @@ def test_bad_input():
         expected_cmp_preference(0.1, 0.1, k=0)
     with pytest.raises(ValueError):
         expected_iso_preference(float("nan"), 1.0, 0.1, 1.0)
+
+
+@pytest.mark.parametrize("k", [1, 2, 7, 25])
+def test_share_distribution_equals_the_loop_over_valid_counts(k):
+    """The one-call form of the (V, Y) distribution gives bit for bit what a pmf call per V gives."""
+    from scipy.stats import binom
+
+    from probe.tasks.cmp_iso.sampling import _iso_share
+
+    for p_yes, p_valid in [(0.0, 0.0), (0.0, 1.0), (1.0, 1.0), (0.2, 0.5), (0.3, 0.3), (1e-9, 0.9), (0.41, 0.77)]:
+        pv = binom.pmf(np.arange(k + 1), k, p_valid)
+        q = p_yes / p_valid if p_valid > 0 else 0.0
+        values, probs = [0.0], [pv[0]]
+        for n in range(1, k + 1):
+            values.extend((np.arange(n + 1) / n).tolist())
+            probs.extend((pv[n] * binom.pmf(np.arange(n + 1), n, q)).tolist())
+        values_a, probs_a = np.asarray(values), np.asarray(probs)
+        keep = probs_a > 1e-18
+        want_v, inv = np.unique(np.round(values_a[keep], 12), return_inverse=True)
+        got_v, got_p = _iso_share(p_yes, p_valid, k)
+        assert np.array_equal(got_v, want_v)
+        assert np.array_equal(got_p, np.bincount(inv, weights=probs_a[keep]))
+        assert got_p.sum() == pytest.approx(1.0)

@@ -44,20 +44,28 @@ def _check(name: str, value: float) -> float:
     return min(1.0, max(0.0, float(value)))
 
 
+@lru_cache(maxsize=8)
+def _share_grid(k: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``(n, y, y / n)`` for n = 1..k and y = 0..n, n-major."""
+    n = np.repeat(np.arange(1, k + 1), np.arange(2, k + 2))
+    y = np.concatenate([np.arange(m + 1) for m in range(1, k + 1)])
+    share = y / n
+    for a in (n, y, share):  # shared by every call: read-only
+        a.setflags(write=False)
+    return n, y, share
+
+
 def _iso_share(p_yes: float, p_valid: float, k: int) -> tuple[np.ndarray, np.ndarray]:
     """(values of ``a = Y / V``, their probabilities) over every ``(V, Y)`` of ``k`` generations."""
     p_yes, p_valid = _check("p_yes", p_yes), _check("p_valid", p_valid)
     if p_yes > p_valid + 1e-12:
         raise ValueError(f"p_yes ({p_yes}) cannot exceed p_valid ({p_valid})")
-    v = np.arange(k + 1)
-    pv = binom.pmf(v, k, p_valid)
+    pv = binom.pmf(np.arange(k + 1), k, p_valid)
     q = p_yes / p_valid if p_valid > 0 else 0.0
-    values, probs = [0.0], [pv[0]]
-    for n in range(1, k + 1):
-        y = np.arange(n + 1)
-        values.extend((y / n).tolist())
-        probs.extend((pv[n] * binom.pmf(y, n, q)).tolist())
-    values_a, probs_a = np.asarray(values), np.asarray(probs)
+    # every (V = n, Y = y) with V >= 1 in one pmf call (a call per n cost most of a bootstrap); same values
+    n, y, share = _share_grid(k)
+    values_a = np.concatenate(([0.0], share))
+    probs_a = np.concatenate(([pv[0]], pv[n] * binom.pmf(y, n, q)))
     keep = probs_a > 1e-18  # the states a k-sample run cannot reach in practice (their mass stays below 1e-13)
     # equal shares (1/2 = 2/4) merged: the pair sum then runs over distinct values only
     uniq, inv = np.unique(np.round(values_a[keep], 12), return_inverse=True)
