@@ -98,14 +98,8 @@ def test_no_task_prints_an_interval_from_two_to_nine_units(name, tiny_lm, tmp_pa
     assert len(e.results[(e.results.n_clusters >= 2) & (e.results.n_clusters < MIN_UNITS)]), \
         f"{name}: no row with 2 to 9 units, so this test checks nothing"
     for _, r in few.iterrows():
-        assert _exact(name, r.metric, r.estimator) or _monte_carlo(r.estimator), \
+        assert _exact(name, r.metric, r.estimator), \
             f"{name}: {r.metric} ({r.subgroup}, {r.estimator}) has an interval from {r.n_clusters} unit(s)"
-
-
-def _monte_carlo(estimator: str) -> bool:
-    """The hybrid estimator's interval is the Monte Carlo error of its sampled tail for the prompts scored
-    (probe.metrics.hybrid), not a resample over units."""
-    return "hybrid: exact head + sampled tail" in estimator
 
 
 def _exact(task: str, metric: str, estimator: str) -> bool:
