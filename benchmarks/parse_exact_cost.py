@@ -105,9 +105,8 @@ def cost_rows(lm, preqs: list, settings: str, *, max_new: int, residual: float, 
                                         decided=oneword_decided, residual=residual, max_nodes=max_nodes,
                                         answer_residual=answer_residual)
                 sync()
-                tail_tokens = sum(d.hybrid["tokens"] for d in dists) if hybrid else 0
-                done[key] = (dists, time.process_time() - c0, time.perf_counter() - w0,
-                             counted["tokens"] + tail_tokens)
+                # the tail draws run on the engine too: their passes are in the count already
+                done[key] = (dists, time.process_time() - c0, time.perf_counter() - w0, counted["tokens"])
             dists, pe_cpu, pe_wall, pe_tokens = done[key]
             seeds = [[generation_seed(0, f"{i}#{j}") for j in range(int(k))] for i in range(len(prompts))]
             sync()
