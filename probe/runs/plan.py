@@ -280,8 +280,10 @@ def plan_lines(task: str, n_items: int, n_requests: int, n_left: int, tokens: in
         when = f"estimated {duration(parse_s)}" if parse_left and rates else "nothing left to enumerate"
         lines.append(f"{task}: plan: then {parse_total} prompt(s) whose sampled, parsed answer is enumerated "
                      f"exactly (the paper's own procedure; {len(parse_left)} still to do"
-                     + (f", up to {most} nodes each" if most else "") + f"): {when}; skip with "
-                     "--set parse_exact=false.")
+                     + (f", up to {most} nodes each" if most else "")
+                     + (", then tail draws within the K samples' tokens" if any(
+                         getattr(r, "tail", None) is not None for r in parse_left) else "")
+                     + f"): {when}; skip with --set parse_exact=false.")
     if rates and (gen_left or parse_left):
         total = tokens * rates.token + gen_seconds + parse_s
         lines.append(f"{task}: plan: estimated {duration(total)} in all ({_basis(rates)}).")
