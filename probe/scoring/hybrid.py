@@ -39,6 +39,8 @@ __all__ = ["HybridEstimate", "hybrid_from_tail", "tail_budget", "draw_tail", "LM
            "complete_tails", "opens_at_budget", "stop_target"]
 
 _Z95 = 1.959963984540054
+#: positions (prompt + budget) a batch of tail draws holds at most: 64 rows of short answers, fewer long ones
+TAIL_BATCH_TOKENS = 1 << 15
 
 
 @dataclass(frozen=True)
@@ -214,7 +216,10 @@ def complete_tails(lm: Any, requests: Sequence[Any], dists: Sequence[Any], spec:
             rows.append(TailRow(ids, kv, first, path, below, draw_generator(seed, j), r.parser, r.decided, max_new))
             owner.append(k)
     t0 = time.perf_counter()
-    answers, used = complete_rows(engine, rows, chain, eos, lm.tokenizer, batch_size)
+    longest = max((len(r.prompt) + r.max_new for r in rows), default=1)
+    # rows a pass: ``batch_size``, fewer for long budgets (HBB's 2048 tokens) so the batch's cache stays small
+    rows_a_pass = max(1, min(int(batch_size), TAIL_BATCH_TOKENS // longest))
+    answers, used = complete_rows(engine, rows, chain, eos, lm.tokenizer, rows_a_pass)
     seconds = time.perf_counter() - t0
     per: list[list] = [[] for _ in requests]
     for k, a, t in zip(owner, answers, used):
