@@ -125,6 +125,8 @@ def cost_rows(lm, preqs: list, settings: str, *, max_new: int, residual: float, 
                          "mean_rejected": sum(d.rejected for d in dists) / len(dists),
                          **({"mode": "hybrid", "tail_draws": sum(d.hybrid["n_tail"] for d in dists),
                              "tail_tokens": sum(d.hybrid["tokens"] for d in dists),
+                             # wall seconds of the batched tail draws inside parse_exact_wall_s
+                             "tail_wall_s": round(sum(getattr(d, "tail_seconds", 0.0) for d in dists), 3),
                              "prompts_drawn": sum(1 for d in dists if d.hybrid["n_tail"])} if hybrid else {}),
                          "sampling_tokens": s_tokens, "sampling_cpu_s": round(s_cpu, 2),
                          "sampling_wall_s": round(s_wall, 3),
