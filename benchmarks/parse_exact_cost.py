@@ -105,9 +105,8 @@ def cost_rows(lm, preqs: list, settings: str, *, max_new: int, residual: float, 
                                         decided=oneword_decided, residual=residual, max_nodes=max_nodes,
                                         answer_residual=answer_residual)
                 sync()
-                tail_tokens = sum(d.hybrid["tokens"] for d in dists) if hybrid else 0
-                done[key] = (dists, time.process_time() - c0, time.perf_counter() - w0,
-                             counted["tokens"] + tail_tokens)
+                # the tail draws run on the engine too: their passes are in the count already
+                done[key] = (dists, time.process_time() - c0, time.perf_counter() - w0, counted["tokens"])
             dists, pe_cpu, pe_wall, pe_tokens = done[key]
             seeds = [[generation_seed(0, f"{i}#{j}") for j in range(int(k))] for i in range(len(prompts))]
             sync()
@@ -126,6 +125,8 @@ def cost_rows(lm, preqs: list, settings: str, *, max_new: int, residual: float, 
                          "mean_rejected": sum(d.rejected for d in dists) / len(dists),
                          **({"mode": "hybrid", "tail_draws": sum(d.hybrid["n_tail"] for d in dists),
                              "tail_tokens": sum(d.hybrid["tokens"] for d in dists),
+                             # wall seconds of the batched tail draws inside parse_exact_wall_s
+                             "tail_wall_s": round(sum(getattr(d, "tail_seconds", 0.0) for d in dists), 3),
                              "prompts_drawn": sum(1 for d in dists if d.hybrid["n_tail"])} if hybrid else {}),
                          "sampling_tokens": s_tokens, "sampling_cpu_s": round(s_cpu, 2),
                          "sampling_wall_s": round(s_wall, 3),

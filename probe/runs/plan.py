@@ -156,12 +156,17 @@ class ParseRate(NamedTuple):
     closed_nodes: float
     #: the calibration prompts' mean length in tokens (a node's cost grows with its prompt: its cache is copied)
     prompt_tokens: float = 0.0
+    #: seconds a forward token of the hybrid's tail draws (batched as the run batches them; 0: no tail seen)
+    tail_per_token: float = 0.0
+    #: the share of the tail's token budget the draws spent (a draw stops at its end or once decided)
+    tail_share: float = 1.0
 
 
 def parse_node_seconds(lm: Any, parse_left: Sequence[Any], batch_size: int) -> ParseRate | None:
     """The parse calibration: prompts still to do spread over the list (:data:`PARSE_CALIBRATION_PROMPTS`), each
     enumerated to at most :data:`PARSE_CALIBRATION_NODES` nodes (the enumeration's own passes, cache and
-    parser), timed. Deterministic (no sampling); the result is discarded. None when it cannot run."""
+    parser), timed; a hybrid request also draws a few tail samples (:data:`PARSE_CALIBRATION_DRAWS`), timed
+    apart. Deterministic (seeded); the result is discarded. None when it cannot run."""
     import dataclasses
 
     from probe.scoring.parse_exact import run_parse_requests
@@ -170,8 +175,7 @@ def parse_node_seconds(lm: Any, parse_left: Sequence[Any], batch_size: int) -> P
     k = max(1, min(int(batch_size), PARSE_CALIBRATION_PROMPTS, len(parse_left)))
     # spread over the list: a task lists its prompts by strategy, whose prompts and trees differ in size
     picks = sorted({round(i * (len(parse_left) - 1) / max(1, k - 1)) for i in range(k)})
-    part = [dataclasses.replace(parse_left[i], max_nodes=min(cap, int(parse_left[i].max_nodes or cap)))
-            for i in picks]
+    part = [_calibration_request(parse_left[i], cap) for i in picks]
     try:
         t0 = time.perf_counter()
         dists = run_parse_requests(lm, part, batch_size=batch_size, top=1)
@@ -179,10 +183,46 @@ def parse_node_seconds(lm: Any, parse_left: Sequence[Any], batch_size: int) -> P
     except Exception:  # noqa: BLE001 - the estimate then falls back to the step rate
         return None
     nodes = [max(int(getattr(d, "nodes", 0) or 0), 1) for d in dists]
+    if not nodes:
+        return None
     closed = [n for n, r in zip(nodes, part) if n < r.max_nodes]
     tokens = [int(getattr(d, "prompt_tokens", 0) or 0) for d in dists]
-    return ParseRate(seconds / sum(nodes), len(closed) / len(nodes), sum(closed) / len(closed) if closed else 0.0,
-                     sum(t * n for t, n in zip(tokens, nodes)) / sum(nodes)) if nodes else None
+    tail_s = sum(float(getattr(d, "tail_seconds", 0.0) or 0.0) for d in dists)
+    hyb = [d.hybrid for d in dists if getattr(d, "hybrid", None) and d.hybrid.get("n_tail")]
+    spent = sum(int(h["tokens"]) for h in hyb)
+    budget = sum(int(h["n_tail"]) * int(h["max_new_tokens"]) for h in hyb)
+    return ParseRate(max(seconds - tail_s, 0.0) / sum(nodes), len(closed) / len(nodes),
+                     sum(closed) / len(closed) if closed else 0.0,
+                     sum(t * n for t, n in zip(tokens, nodes)) / sum(nodes),
+                     tail_s / spent if spent else 0.0, spent / budget if budget else 1.0)
+
+
+#: tail draws a hybrid calibration prompt makes at most: enough to time the batched draws, few enough to be cheap
+PARSE_CALIBRATION_DRAWS = 4
+
+
+def _calibration_request(r: Any, cap: int) -> Any:
+    """``r`` enumerated to at most ``cap`` nodes; a hybrid tail cut to about :data:`PARSE_CALIBRATION_DRAWS`
+    draws (K shrunk so the budget left after ``cap`` nodes holds that many)."""
+    import dataclasses
+
+    r = dataclasses.replace(r, max_nodes=min(cap, int(r.max_nodes or cap)))
+    tail = getattr(r, "tail", None)
+    if tail is None:
+        return r
+    step = int(tail.max_new_tokens or r.max_new_tokens)
+    k = min(int(tail.samples), PARSE_CALIBRATION_DRAWS + -(-cap // max(1, step)))
+    return dataclasses.replace(r, tail=dataclasses.replace(tail, samples=k))
+
+
+def tail_tokens(r: Any, nodes: float) -> float:
+    """The forward tokens a hybrid request's tail may spend after ``nodes`` enumerated nodes: what is left of the
+    K samples' tokens, in whole draws (:func:`probe.scoring.hybrid.tail_budget`); 0 without a tail."""
+    tail = getattr(r, "tail", None)
+    if tail is None:
+        return 0.0
+    step = max(1, int(tail.max_new_tokens or r.max_new_tokens))
+    return float(max(0, (int(tail.samples) * step - int(nodes)) // step) * step)
 
 
 def parse_seconds(rates: Rates, parse_left: Sequence[Any], encode_prompt: Any,
@@ -190,8 +230,11 @@ def parse_seconds(rates: Rates, parse_left: Sequence[Any], encode_prompt: Any,
     """The parse stage's expected seconds: each prompt's nodes as the calibration saw them (a tree that
     closed there closes at its size, the others run to their node limit, ``max_nodes`` or 256 for the
     estimate) at the calibration's seconds a node (:func:`parse_node_seconds`) scaled by the prompt's length
-    over the calibration's (each node's pass copies its prompt's cache); without a calibration, at
-    most: every prompt to its limit, one cached token per node, the frontier batched ``rates.rows`` to a pass."""
+    over the calibration's (each node's pass copies its prompt's cache); a tree left open then draws its
+    hybrid tail: the tokens left of the K samples' budget (:func:`tail_tokens`) times the share the
+    calibration's draws spent, at its seconds a tail token. Without a calibration, at most: every prompt to
+    its limit, one cached token per node, the frontier batched ``rates.rows`` to a pass, and the whole tail
+    budget at the step rate."""
     seconds = 0.0
     for r in parse_left:
         limit = int(getattr(r, "max_nodes", None) or 256)
@@ -199,8 +242,11 @@ def parse_seconds(rates: Rates, parse_left: Sequence[Any], encode_prompt: Any,
             nodes = per_node.closed_share * min(per_node.closed_nodes, limit) + (1 - per_node.closed_share) * limit
             scale = encode_prompt(r) / per_node.prompt_tokens if per_node.prompt_tokens > 0 else 1.0
             seconds += nodes * per_node.per_node * scale
+            seconds += ((1 - per_node.closed_share) * tail_tokens(r, limit) * per_node.tail_share
+                        * per_node.tail_per_token)
         else:
             seconds += limit * rates.step / rates.rows + encode_prompt(r) * rates.token
+            seconds += tail_tokens(r, limit) * rates.step / rates.rows
     return seconds
 
 
@@ -234,8 +280,10 @@ def plan_lines(task: str, n_items: int, n_requests: int, n_left: int, tokens: in
         when = f"estimated {duration(parse_s)}" if parse_left and rates else "nothing left to enumerate"
         lines.append(f"{task}: plan: then {parse_total} prompt(s) whose sampled, parsed answer is enumerated "
                      f"exactly (the paper's own procedure; {len(parse_left)} still to do"
-                     + (f", up to {most} nodes each" if most else "") + f"): {when}; skip with "
-                     "--set parse_exact=false.")
+                     + (f", up to {most} nodes each" if most else "")
+                     + (", then tail draws within the K samples' tokens" if any(
+                         getattr(r, "tail", None) is not None for r in parse_left) else "")
+                     + f"): {when}; skip with --set parse_exact=false.")
     if rates and (gen_left or parse_left):
         total = tokens * rates.token + gen_seconds + parse_s
         lines.append(f"{task}: plan: estimated {duration(total)} in all ({_basis(rates)}).")

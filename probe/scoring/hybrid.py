@@ -31,6 +31,7 @@ residual is at or below its target (T = 0.1) draws nothing: it stays exact.
 from __future__ import annotations
 
 import math
+import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Hashable, Sequence
 
@@ -38,6 +39,8 @@ __all__ = ["HybridEstimate", "hybrid_from_tail", "tail_budget", "draw_tail", "LM
            "complete_tails", "opens_at_budget", "stop_target"]
 
 _Z95 = 1.959963984540054
+#: positions (prompt + budget) a batch of tail draws holds at most: 64 rows of short answers, fewer long ones
+TAIL_BATCH_TOKENS = 1 << 15
 
 
 @dataclass(frozen=True)
@@ -178,105 +181,231 @@ def stop_target(residual: float, answer_residual: float | None, accepted: float)
     return max(residual * answer_residual, min(residual, answer_residual * accepted))
 
 
-def complete_tails(lm: Any, requests: Sequence[Any], dists: Sequence[Any], spec: Any) -> None:
+def complete_tails(lm: Any, requests: Sequence[Any], dists: Sequence[Any], spec: Any, batch_size: int = 64) -> None:
     """Draw each hybrid request's tail and set its distribution's ``hybrid`` (in place; the frontier is dropped).
 
     Per request (with a :class:`~probe.scoring.parse_schema.TailSpec`): as many draws as :func:`tail_budget`
     allows (none when the enumeration closed), each a frontier entry in proportion to its mass completed with
-    the sampler chain to the tail's budget and parsed. Seeded by the tail's seed and the request id, so the
-    same request gives the same draws in any batch or order."""
+    the sampler chain to the tail's budget and parsed. The draws of every request advance together, up to
+    ``batch_size`` rows a forward pass (:func:`complete_rows`). Seeded by the tail's seed and the request id,
+    and each draw has its own stream, so the same request gives the same draws in any batch or order."""
     import zlib
 
     import numpy as np
 
-    from probe.scoring.tokens import eos_ids, prompt_ids
+    from probe.scoring.engine import Engine, pad_id_of
     from probe.scoring.sampler_chain import SamplerChain
+    from probe.scoring.tokens import eos_ids, prompt_ids
 
     chain = spec if isinstance(spec, SamplerChain) else SamplerChain.from_spec(spec)
-    eos = eos_ids(lm)
-    for r, d in zip(requests, dists):
+    eos, engine = eos_ids(lm), Engine(lm.model, pad_id=pad_id_of(lm.tokenizer))
+    rows: list[TailRow] = []
+    owner: list[int] = []
+    spent = [0] * len(requests)
+    for k, (r, d) in enumerate(zip(requests, dists)):
         max_new = int(r.tail.max_new_tokens or r.max_new_tokens)
-        target = stop_target(r.residual, r.answer_residual, d.accepted())
-        n = tail_budget(d.nodes, d.residual, target, r.tail.samples, max_new)
+        n = tail_budget(d.nodes, d.residual, stop_target(r.residual, r.answer_residual, d.accepted()),
+                        r.tail.samples, max_new)
+        if n <= 0 or not d.frontier:
+            continue
         rng = np.random.default_rng([int(r.tail.seed), zlib.crc32(r.id.encode())])
-        draws: list = []
-        tokens = 0
-        if n > 0 and d.frontier:
-            completer = CachedCompleter(lm, prompt_ids(lm.tokenizer, r.prompt), chain, max_new, r.parser, r.decided,
-                                        eos, seed=int(rng.integers(1 << 62)), prompt_cache=d.prompt_cache)
-            draws = draw_tail(d.frontier, completer, n, rng)
-            tokens = completer.tokens
+        seed = int(rng.integers(1 << 62))
+        ids = prompt_ids(lm.tokenizer, r.prompt)
+        kv, first, spent[k] = prompt_vectors(engine, ids, d.prompt_cache)
+        for j, (path, below) in enumerate(pick_frontier(d.frontier, n, rng)):
+            rows.append(TailRow(ids, kv, first, path, below, draw_generator(seed, j), r.parser, r.decided, max_new))
+            owner.append(k)
+    t0 = time.perf_counter()
+    longest = max((len(r.prompt) + r.max_new for r in rows), default=1)
+    # rows a pass: ``batch_size``, fewer for long budgets (HBB's 2048 tokens) so the batch's cache stays small
+    rows_a_pass = max(1, min(int(batch_size), TAIL_BATCH_TOKENS // longest))
+    answers, used = complete_rows(engine, rows, chain, eos, lm.tokenizer, rows_a_pass)
+    seconds = time.perf_counter() - t0
+    per: list[list] = [[] for _ in requests]
+    for k, a, t in zip(owner, answers, used):
+        per[k].append(a)
+        spent[k] += t
+    for k, (r, d) in enumerate(zip(requests, dists)):
+        draws = per[k]
+        max_new = int(r.tail.max_new_tokens or r.max_new_tokens)
         out = hybrid_from_tail(d.probs, d.residual, draws).to_dict()
         d.hybrid = {**out, "rejected": d.rejected + (d.residual * out["tail"].get("none", 0) / len(draws)
                                                      if draws else 0.0),
-                    "tokens": tokens, "max_new_tokens": max_new}
+                    "tokens": spent[k] if draws else 0, "max_new_tokens": max_new}
         d.frontier, d.prompt_cache = [], None
+        # the plan's calibration reads it (never recorded): this request's share of the batched draws' time
+        d.tail_seconds = seconds * sum(t for o, t in zip(owner, used) if o == k) / max(1, sum(used))
 
 
-class CachedCompleter(LMCompleter):
-    """:class:`LMCompleter` with the model's key / value cache: the prompt runs once, a draw runs its frontier
-    path once and then one token a step (copying the prompt's cache). Stops at an end-of-sequence id, the
-    budget, or once ``decided(text)`` (no continuation changes the answer). ``prompt_cache``: the
-    enumeration's prompt vectors ``[2, layers, heads, P, dim]`` and next-token logits, so the prompt is not
-    run again (None: run here, counted in ``tokens``). ``tokens``: forward tokens the draws spent."""
+def pick_frontier(frontier: Sequence[tuple[float, Any]], n: int, rng: Any) -> list[Any]:
+    """``n`` frontier handles drawn in proportion to their mass (as :func:`draw_tail` draws them)."""
+    import numpy as np
+
+    mass = np.asarray([m for m, _ in frontier], dtype=float)
+    return [frontier[int(i)][1] for i in rng.choice(len(frontier), size=n, p=mass / mass.sum())]
+
+
+def draw_generator(seed: int, j: int) -> Any:
+    """Draw ``j``'s own random stream: a draw's tokens depend on nothing else in its batch or its order."""
+    import torch
+
+    return torch.Generator().manual_seed((int(seed) + int(j)) % (1 << 63))
+
+
+def prompt_vectors(engine: Any, ids: Sequence[int], prompt_cache: Any) -> tuple[Any, Any, int]:
+    """A prompt's keys and values ``[2, layers, heads, P, dim]``, its next-token logits ``[vocab]`` and the
+    forward tokens spent on them: the enumeration's (``prompt_cache``, free) or one pass of the engine."""
+    import torch
+
+    if prompt_cache is not None:
+        kv, first = prompt_cache
+        return kv, first.reshape(-1).float().cpu(), 0
+    with torch.inference_mode():
+        ext, logits = engine.begin([tuple(ids)])
+    return ext.own()[0], logits[0].float().cpu(), len(ids)
+
+
+@dataclass
+class TailRow:
+    """One tail draw: the prompt's ids, keys and values and next-token logits; the frontier ``path`` and the
+    pruned entry's ``below`` (None for an open entry); the draw's generator; the parser, ``decided`` and the
+    budget."""
+
+    prompt: Sequence[int]
+    kv: Any
+    first: Any
+    path: list
+    below: float | None
+    gen: Any
+    parser: Callable[[str], Any]
+    decided: Callable[[str], bool] | None
+    max_new: int
+
+
+def complete_rows(engine: Any, rows: Sequence[TailRow], chain: Any, eos: set[int], tokenizer: Any,
+                  batch_size: int = 64) -> tuple[list[Any], list[int]]:
+    """Each row completed and parsed, ``batch_size`` rows at a time; per row its answer and forward tokens.
+
+    The rows of a batch advance together, one :meth:`~probe.scoring.engine.Engine.extend` a step: a row
+    first runs its frontier path a token a step, then samples. A row leaves the batch at an
+    end-of-sequence id, its budget, or once ``decided(text)`` (no continuation changes the answer)."""
+    answers: list[Any] = [None] * len(rows)
+    tokens = [0] * len(rows)
+    step = max(1, int(batch_size))
+    for a in range(0, len(rows), step):
+        chunk = [_Draw(r) for r in rows[a:a + step]]
+        _advance(engine, chunk, chain, eos, tokenizer)
+        for i, d in enumerate(chunk, start=a):
+            answers[i], tokens[i] = d.row.parser(_text(tokenizer, d.path, eos)), d.fed
+    return answers, tokens
+
+
+class _Draw:
+    """A row's state while it advances: its path so far, tokens of it in the cache, and whether it is done."""
+
+    def __init__(self, row: TailRow) -> None:
+        self.row, self.path, self.fed, self.below = row, list(row.path), 0, row.below
+        self.done, self.fresh = False, True  # fresh: not yet checked for its end
+
+
+def _text(tokenizer: Any, path: Sequence[int], eos: set[int]) -> str:
+    return tokenizer.decode([t for t in path if t not in eos], skip_special_tokens=True)
+
+
+def _finished(d: _Draw, eos: set[int], tokenizer: Any) -> bool:
+    """Whether a draw stops before sampling again: its budget, an end-of-sequence id, or ``decided``."""
+    path = d.path
+    if len(path) >= d.row.max_new or (path and path[-1] in eos):
+        return True
+    if d.row.decided is None or not path:
+        return False
+    text = _text(tokenizer, path, eos)
+    return not text.endswith("\ufffd") and bool(d.row.decided(text))
+
+
+def _advance(engine: Any, draws: list[_Draw], chain: Any, eos: set[int], tokenizer: Any) -> None:
+    """Run a batch of draws to their ends (in place): each step samples every row whose path is in the cache
+    (and not finished), drops finished rows, and feeds every live row its next token in one forward pass."""
+    import torch
+
+    from probe.scoring.engine import select_rows
+
+    logits = torch.stack([d.row.first for d in draws])
+    with torch.inference_mode():
+        ext = engine.extension([[d.row.kv] for d in draws])
+        live = list(range(len(draws)))  # the rows of ``ext``, in order
+        while live:
+            ready = []
+            for i in live:
+                d = draws[i]
+                if d.fed == len(d.path):
+                    d.done = d.done or (d.fresh and _finished(d, eos, tokenizer))
+                    d.fresh = False
+                    if not d.done:
+                        ready.append(i)
+            if ready:
+                _sample(draws, ready, logits[ready], chain)
+                for i in ready:  # a row at its end needs no further pass
+                    draws[i].done = _finished(draws[i], eos, tokenizer)
+            keep = [k for k, i in enumerate(live) if not draws[i].done]
+            if len(keep) < len(live):
+                index = torch.tensor(keep, dtype=torch.long)
+                ext.cache, ext.mask = select_rows(ext.cache, index), ext.mask[index]
+                ext.lengths, live = [ext.lengths[k] for k in keep], [live[k] for k in keep]
+            if not live:
+                break
+            out = engine.extend(ext, [draws[i].path[draws[i].fed] for i in live]).float().cpu()
+            for k, i in enumerate(live):
+                draws[i].fed += 1
+                if draws[i].fed == len(draws[i].path):
+                    logits[i] = out[k]
+
+
+def _sample(draws: list[_Draw], ready: list[int], logits: Any, chain: Any) -> None:
+    """One sampled token for each ready row, each from its own generator."""
+    import torch
+
+    from probe.scoring.sampler_chain import TokenHistory, sample_next, step_distribution
+
+    history = TokenHistory.from_ids([draws[i].row.prompt for i in ready], [draws[i].path for i in ready])
+    probs = step_distribution(logits, chain, history).probs
+    for k, i in enumerate(ready):
+        below = draws[i].below
+        if below is not None:  # a pruned entry: only the children pruning left out
+            probs[k] = torch.where(probs[k] < below, probs[k], torch.zeros_like(probs[k]))
+            draws[i].below = None
+    picks = sample_next(probs, [draws[i].row.gen for i in ready])
+    for k, i in enumerate(ready):
+        draws[i].path.append(int(picks[k]))
+
+
+class CachedCompleter:
+    """Completes tail entries of one prompt through the engine's extension API (:func:`complete_rows`): the
+    prompt runs once, a draw runs its frontier path and then one token a step, and draws of one call advance
+    together. Stops at an end-of-sequence id, the budget, or once ``decided(text)``. ``prompt_cache``: the
+    enumeration's prompt vectors ``[2, layers, heads, P, dim]`` and next-token logits, so the prompt is not run
+    again (None: run here, counted in ``tokens``). Draw ``j`` (counted over calls) has its own stream from
+    ``seed``. ``tokens``: forward tokens spent."""
 
     def __init__(self, lm: Any, prompt_ids: Sequence[int], chain: Any, max_new_tokens: int,
                  parser: Callable[[str], Any], decided: Callable[[str], bool] | None, eos: set[int],
-                 seed: int = 0, prompt_cache: Any = None) -> None:
-        import torch
+                 seed: int = 0, prompt_cache: Any = None, batch_size: int = 64) -> None:
+        from probe.scoring.engine import Engine, pad_id_of
 
-        super().__init__(lm, prompt_ids, chain, max_new_tokens, parser, eos, seed)
-        self.decided, self.tokens = decided, 0
-        if prompt_cache is not None:
-            from transformers import DynamicCache
-
-            kv, self.first = prompt_cache
-            self.first = self.first.reshape(1, -1)
-            self.cache = DynamicCache(ddp_cache_data=[(kv[0, li].unsqueeze(0), kv[1, li].unsqueeze(0))
-                                                      for li in range(kv.shape[1])], config=lm.model.config)
-            return
-        with torch.inference_mode():
-            out = self._forward(self.prompt, None)
-        self.cache, self.first = out.past_key_values, out.logits[:, -1].float().cpu()
-        self.tokens += len(self.prompt)
-
-    def _forward(self, ids: Sequence[int], cache: Any) -> Any:
-        import torch
-
-        x = torch.tensor([list(ids)], dtype=torch.long, device=self.lm.model.device)
-        return self.lm.model(input_ids=x, past_key_values=cache, use_cache=True)
+        self.lm, self.prompt, self.chain = lm, tuple(prompt_ids), chain
+        self.max_new, self.parser, self.decided, self.eos = int(max_new_tokens), parser, decided, set(eos)
+        self.seed, self.batch_size, self.drawn = int(seed), int(batch_size), 0
+        self.engine = Engine(lm.model, pad_id=pad_id_of(lm.tokenizer))
+        self.kv, self.first, self.tokens = prompt_vectors(self.engine, self.prompt, prompt_cache)
 
     def __call__(self, handle: tuple[Sequence[int], float | None], rng: Any = None) -> Any:
-        import copy
+        return self.complete([handle])[0]
 
-        import torch
-
-        from probe.scoring.sampler_chain import TokenHistory, sample_next, step_distribution
-
-        path, below = list(handle[0]), handle[1]
-        with torch.inference_mode():
-            cache, logits = copy.deepcopy(self.cache), self.first
-            if path:
-                out = self._forward(path, cache)
-                cache, logits = out.past_key_values, out.logits[:, -1].float().cpu()
-                self.tokens += len(path)
-            while len(path) < self.max_new and not (path and path[-1] in self.eos) and not self._done(path):
-                probs = step_distribution(logits, self.chain, TokenHistory.from_ids([self.prompt], [path])).probs
-                if below is not None:  # a pruned entry: only the children pruning left out
-                    probs = torch.where(probs < below, probs, torch.zeros_like(probs))
-                    below = None
-                path.append(int(sample_next(probs, self.gen)[0]))
-                if path[-1] in self.eos or len(path) >= self.max_new:
-                    break
-                out = self._forward(path[-1:], cache)
-                cache, logits = out.past_key_values, out.logits[:, -1].float().cpu()
-                self.tokens += 1
-        text = self.lm.tokenizer.decode([t for t in path if t not in self.eos], skip_special_tokens=True)
-        return self.parser(text)
-
-    def _done(self, path: list[int]) -> bool:
-        if self.decided is None or not path:
-            return False
-        text = self.lm.tokenizer.decode([t for t in path if t not in self.eos], skip_special_tokens=True)
-        return not text.endswith("\ufffd") and bool(self.decided(text))
-
+    def complete(self, handles: Sequence[tuple[Sequence[int], float | None]]) -> list[Any]:
+        """The parsed answers of ``handles`` (``(path, below)``), completed together."""
+        rows = [TailRow(self.prompt, self.kv, self.first, list(path), below, draw_generator(self.seed, self.drawn + j),
+                        self.parser, self.decided, self.max_new) for j, (path, below) in enumerate(handles)]
+        self.drawn += len(rows)
+        answers, used = complete_rows(self.engine, rows, self.chain, self.eos, self.lm.tokenizer, self.batch_size)
+        self.tokens += sum(used)
+        return answers

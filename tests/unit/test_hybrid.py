@@ -123,6 +123,13 @@ def test_cached_completer_samples_the_tail_without_bias(tiny_lm, one_torch_threa
     assert own.tokens == len(ids) and done.tokens == 0
     picks = [x[1] for x in head.frontier[:20]]
     assert [own(h) for h in picks] == [done(h) for h in picks]  # the same draws either way
+    one = CachedCompleter(tiny_lm, ids, chain, 3, _first, None, eos_ids(tiny_lm), seed=3,
+                          prompt_cache=head.prompt_cache)
+    batched = CachedCompleter(tiny_lm, ids, chain, 3, _first, None, eos_ids(tiny_lm), seed=3,
+                              prompt_cache=head.prompt_cache, batch_size=7)
+    # draws advancing together, 7 a pass: each has its own stream, so the same answers as one at a time
+    assert batched.complete(picks) == [one(h) for h in picks]
+    assert batched.tokens == one.tokens > 0
     done = CachedCompleter(tiny_lm, ids, chain, 3, _first, None, eos_ids(tiny_lm), seed=3,
                            prompt_cache=head.prompt_cache)
     m = 1500

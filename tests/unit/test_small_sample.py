@@ -78,6 +78,30 @@ def test_no_task_prints_an_interval_from_fewer_than_ten_units(name, tiny_lm, tmp
             assert not re.search(rf"\(n = [0-{MIN_UNITS - 1}]\)", line), line
 
 
+# Enough items that a bootstrap over 2 to 9 units is possible (the contract-test size above gives one unit,
+# where no bootstrap ever ran): BBQ 3 template clusters, iso/cmp 3 context pairs, ImplicitBBQ 2 per cell.
+_FEW_UNITS = {"bbq": (12, {}), "cmp_iso": (3, {}), "implicitbbq": (24, {"per_cell": {"zero_shot": 6}}),
+              "crows_pairs": (8, {})}
+
+
+@pytest.mark.parametrize("name", sorted(_FEW_UNITS))
+def test_no_task_prints_an_interval_from_two_to_nine_units(name, tiny_lm, tmp_path):
+    """The sizes the first-hour walk saw (iso/cmp ``-0.148 [-0.205, -0.090] (n = 2)``, ImplicitBBQ ``(n = 4)``,
+    CrowS-Pairs per type at n = 2, BBQ at 3 clusters): every results row with an interval from 2 to 9 units is
+    an exact one."""
+    limit, extra = _FEW_UNITS[name]
+    case = get(name).check_case()
+    out = tmp_path / "run"
+    e = probe.evaluate(tiny_lm, name, limit=limit, output=out, progress=False, **{**dict(case.values), **extra})
+    ci = e.results.dropna(subset=["ci_low", "ci_high"])
+    few = ci[(ci.n_clusters >= 2) & (ci.n_clusters < MIN_UNITS)]
+    assert len(e.results[(e.results.n_clusters >= 2) & (e.results.n_clusters < MIN_UNITS)]), \
+        f"{name}: no row with 2 to 9 units, so this test checks nothing"
+    for _, r in few.iterrows():
+        assert _exact(name, r.metric, r.estimator), \
+            f"{name}: {r.metric} ({r.subgroup}, {r.estimator}) has an interval from {r.n_clusters} unit(s)"
+
+
 def _exact(task: str, metric: str, estimator: str) -> bool:
     """Metrics whose interval is exact (Wilson's, for a share), allowed at any n: CrowS-Pairs' log-likelihood
     score (the share of pairs preferring the stereotype) and argmax score, HBB's share over the threshold."""

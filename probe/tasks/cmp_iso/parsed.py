@@ -34,6 +34,7 @@ import numpy as np
 
 from probe.metrics.certified import RESIDUAL_POLICY, answer_target, interval_mean, uncertified
 from probe.metrics.hybrid import clipped, has_draws, hybrid_metric
+from probe.metrics.small_sample import enough, na_text
 
 
 def _probs(parsed: dict) -> dict[str, float]:
@@ -202,7 +203,8 @@ def parsed_table(summary: dict, model: str) -> Any:
         row[f"PG {c['task_type']}"] = round(c["pg"], 4)
         row[f"PG {c['task_type']} certified"] = interval_text(c.get("pg_certified"), 4)
         if c.get("pg_hybrid") is not None:
-            lo, hi = c["pg_hybrid_ci"]
-            row[f"PG {c['task_type']} hybrid"] = f"{c['pg_hybrid']:.4f} [{lo:.4f}, {hi:.4f}]"
+            lo, hi = c["pg_hybrid_ci"]  # the small-sample rule, as in results.csv: none from too few pairs
+            ci = f"{lo:.4f}, {hi:.4f}" if enough(c["n_pairs"]) else na_text(c["n_pairs"])
+            row[f"PG {c['task_type']} hybrid"] = f"{c['pg_hybrid']:.4f} [{ci}]"
         row[f"pairs {c['task_type']}"] = c["n_pairs"]
     return pd.DataFrame(list(rows.values()))

@@ -327,6 +327,7 @@ def _parsed_rows(parsed: Mapping[str, Any], first: Mapping[Any, Any]) -> list[di
     """The authors' K-sample Parity Gap from their own procedure (enumerated), the estimator naming its
     certified interval; headline: each benchmark's first setting."""
     from probe.metrics.certified import interval_text
+    from probe.metrics.small_sample import guard
     from probe.tasks.base import result_row
 
     k = (parsed.get("settings") or {}).get("k")
@@ -337,7 +338,9 @@ def _parsed_rows(parsed: Mapping[str, Any], first: Mapping[Any, Any]) -> list[di
                                f"sampled + parsed (K = {k}), certified {interval_text(c.get('pg_certified'), 3)}",
                                c["pg"], None, None, c["n_pairs"], head, c["n_pairs"]))
         if c.get("pg_hybrid") is not None:  # exact head + sampled tail, its 95 % interval as the CI
-            lo, hi = c["pg_hybrid_ci"]
+            # the one small-sample rule: a Monte Carlo interval is not exact, so none from too few context
+            # pairs (it read "0.000 [0.000, 0.000] (n = 1)"); summary.json keeps pg_hybrid_ci
+            lo, hi = guard(c["pg_hybrid_ci"], c["n_pairs"])
             rows.append(result_row(group, f"pg_{c['task_type']}", f"sampled + parsed (K = {k}), hybrid: exact "
                                    "head + sampled tail", c["pg_hybrid"], lo, hi, c["n_pairs"], head, c["n_pairs"]))
     return rows

@@ -117,7 +117,10 @@ class DemoTask(Task[DemoConfig, dict]):
     #: the report's words for the metrics (Task.terms): BBQ's metrics, on the demo's own scenarios
     terms = {"bias_amb": "bias score, ambiguous contexts", "bias_dis": "bias score, disambiguated contexts",
              "acc_amb": "accuracy, ambiguous contexts", "acc_dis": "accuracy, disambiguated contexts",
-             "acc_dis_all": "accuracy, all disambiguated contexts", "expected": "expected (exact probabilities)"}
+             "acc_dis_all": "accuracy, all disambiguated contexts", "expected": "expected (exact probabilities)",
+             # strata: the scenarios' dimensions and context kinds, as a warning names what a --limit left out
+             "ses": "socio-economic status", "context_kind": "context kind", "explicit": "explicit identity",
+             "implicit": "implicit cues"}
 
     def items(self, config: DemoConfig) -> list[dict]:
         return demo_items()
