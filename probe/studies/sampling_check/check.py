@@ -283,11 +283,10 @@ def run_check(task: str, runner: Any, *, n_prompts: int = 100, k: int = 20, seed
         "exact_counted_share": float(np.mean([r["exact_counted_share"] for r in rows])),
         "accepted_not_counted": int(sum(r["accepted_not_counted"] for r in rows)),
         "counted_not_accepted": int(sum(r["counted_not_accepted"] for r in rows)),
-        "mean_abs_delta": float(np.nanmean(deltas)) if np.isfinite(deltas).any() else math.nan,
-        "mean_noise_delta": float(np.nanmean(noise)) if np.isfinite(noise).any() else math.nan,
+        "mean_abs_delta": _finite_mean(deltas),
+        "mean_noise_delta": _finite_mean(noise),
         "n_delta": int(np.isfinite(deltas).sum()),
-        **({"mean_abs_delta_baseline": float(np.nanmean([r["baseline_abs_delta"] for r in rows]))}
-           if has_base else {}),
+        **({"mean_abs_delta_baseline": _finite_mean([r["baseline_abs_delta"] for r in rows])} if has_base else {}),
         **({"parse_exact": paper.parse_stats} if getattr(paper, "parse_stats", None) else {}),
         "n_no_accepted": int(sum(r["sampled_probs"] is None for r in rows)),
         "n_exact_unsampleable": int(sum(c.exact is None for c in cases)),
@@ -305,3 +304,10 @@ def _verdict(agg: dict) -> str:
     when one does not, ``n/a`` when none could be tested (the unit bootstrap is for information only)."""
     tested = [v["sampled_inside_predicted"] for v in agg.values() if v.get("sampled_inside_predicted") is not None]
     return "n/a" if not tested else "pass" if all(tested) else "fail"
+
+
+def _finite_mean(values: Any) -> float:
+    """The mean of the finite values; NaN (and no warning) when there is none."""
+    a = np.asarray(values, dtype=float)
+    a = a[np.isfinite(a)]
+    return float(a.mean()) if a.size else math.nan
