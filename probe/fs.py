@@ -212,3 +212,14 @@ class OutputLock:
             except OSError:
                 pass
             os.close(held[0])
+
+
+def file_stamp(path: str | Path) -> tuple:
+    """``(path, size, mtime_ns)``, or ``(path, None)`` for a file that is not there: what a reading kept in
+    memory checks before it is used again (it is re-read when a stamp differs)."""
+    path = Path(path)
+    try:
+        st = path.stat()
+    except FileNotFoundError:
+        return (str(path.resolve()), None)
+    return (str(path.resolve()), st.st_size, st.st_mtime_ns)

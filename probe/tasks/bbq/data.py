@@ -25,6 +25,7 @@ from typing import Iterable, Sequence
 
 from probe.tasks.bbq.items import BBQItem
 from probe.errors import InputError
+from probe.fs import file_stamp
 from probe.io import iter_jsonl
 
 __all__ = [
@@ -166,15 +167,6 @@ def load_bbq_jsonl(category_or_path: str | Path, drop_untargeted: bool = False,
         _LOADED.pop(next(iter(_LOADED)))
     _LOADED[key] = (tuple(items), tuple(rows), tuple(file_stamp(p) for p in read))
     return items
-
-
-def file_stamp(path: Path) -> tuple:
-    """(path, size, mtime_ns), or (path, None) for a file that is not there: what a kept reading checks."""
-    try:
-        st = path.stat()
-    except FileNotFoundError:
-        return (str(path.resolve()), None)
-    return (str(path.resolve()), st.st_size, st.st_mtime_ns)
 
 
 #: the last files read (load_bbq_jsonl): (file stamp, mode) -> (items, skipped rows, stamps of the files read)

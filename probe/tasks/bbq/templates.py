@@ -35,7 +35,8 @@ from typing import Literal
 
 import pandas as pd
 
-from probe.tasks.bbq.data import UNKNOWN_OPTIONS, file_stamp, find_target_index, group_key
+from probe.fs import file_stamp
+from probe.tasks.bbq.data import UNKNOWN_OPTIONS, find_target_index, group_key
 from probe.tasks.bbq.intersectional import intersectional_fills
 # The row schema and reader live in bbq_template_rows (shared with the intersectional expander); re-exported here.
 from probe.tasks.bbq.template_rows import (SlotFill, TemplateRow, lexical_pairs, parse_name_lists,

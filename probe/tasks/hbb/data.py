@@ -52,6 +52,7 @@ from typing import Any, Callable, Iterator, Mapping, Sequence
 import pandas as pd
 
 from probe.errors import InputError
+from probe.fs import file_stamp
 # The HBB-SG variation loaders live in hbb_variations; re-exported here, where callers import them.
 from probe.tasks.hbb.variation_data import (AUTHORS_VARIATIONS_COLUMNS, AUTHORS_VARIATIONS_FILE,  # noqa: F401
                                             AUTHORS_VARIATIONS_REMOTE, authors_variations_path, load_authors_variations,
@@ -391,7 +392,7 @@ def load_default(data_dir: str | Path | None = None) -> tuple[list[HBBConcept], 
 
     d = Path(data_dir) if data_dir else dataset_dir("hbb")
     concepts_path, descriptors_path = d / "questions.csv", d / "descriptors.json"
-    key = (_stamp(concepts_path), _stamp(descriptors_path))
+    key = (file_stamp(concepts_path), file_stamp(descriptors_path))
     hit = _READ.get(key)
     if hit is None:
         hit = (tuple(load_concepts(concepts_path)), json.dumps(load_descriptors(descriptors_path)))
@@ -408,7 +409,7 @@ def selected_instances(data_dir: str | Path | None, sample_concepts_n: int | Non
     from probe.data.paths import dataset_dir
 
     d = Path(data_dir) if data_dir else dataset_dir("hbb")
-    key = (_stamp(d / "questions.csv"), _stamp(d / "descriptors.json"), sample_concepts_n, sample_seed, name_seed,
+    key = (file_stamp(d / "questions.csv"), file_stamp(d / "descriptors.json"), sample_concepts_n, sample_seed, name_seed,
            tuple(categories), per_cell)
     hit = _BUILT.get(key)
     if hit is None:
@@ -421,15 +422,6 @@ def selected_instances(data_dir: str | Path | None, sample_concepts_n: int | Non
         hit = tuple(instances)
         _keep(_BUILT, key, hit)
     return list(hit)
-
-
-def _stamp(path: Path) -> tuple:
-    """(path, size, mtime_ns), or (path, None) for a missing file: a kept reading is used while it matches."""
-    try:
-        st = path.stat()
-    except FileNotFoundError:
-        return (str(path.resolve()), None)
-    return (str(path.resolve()), st.st_size, st.st_mtime_ns)
 
 
 def _keep(cache: dict, key: tuple, value: Any, most: int = 8) -> None:

@@ -271,7 +271,7 @@ _BUILT_MAX = 8
 def _source_stamps(bbq_dir: str | Path | None, bharatbbq_dir: str | Path | None) -> tuple:
     """The stamps of the files a build may read: BBQ's template folder and BharatBBQ's templates."""
     from probe.data.paths import data_root  # not dataset_dir: a missing data set is the build's error to raise
-    from probe.tasks.bbq.data import file_stamp
+    from probe.fs import file_stamp
 
     tdir = Path(bbq_dir if bbq_dir is not None else data_root() / "bbq") / "templates"
     bharat = Path(bharatbbq_dir if bharatbbq_dir is not None else data_root() / "bharatbbq") / "Caste_templates.csv"
