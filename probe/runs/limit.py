@@ -111,5 +111,5 @@ def select_coverage(task: Task, config: Any, pool: Sequence[Any], items: Sequenc
     except Exception as exc:  # a third-party task's strata must not stop the run
         print(f"{task.name}: coverage not computed ({exc.__class__.__name__}: {exc})", file=sys.stderr)
         return None
-    print(coverage_line(task.name, cov), file=sys.stderr)
+    print(coverage_line(task.name, cov, terms=dict(getattr(task, "terms", None) or {})), file=sys.stderr)
     return cov

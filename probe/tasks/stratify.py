@@ -133,22 +133,33 @@ def coverage(pool: Sequence[Any], selected: Sequence[Any], names: Sequence[str],
     return out
 
 
-def coverage_line(task: str, cov: dict[str, Any], shown: int = 12) -> str:
-    """One human line: ``bbq --limit 24: 24 of 81584 items; category: 6 of 11 (Age 4, ...); left out: ...``."""
+def coverage_line(task: str, cov: dict[str, Any], shown: int = 12, terms: dict[str, str] | None = None) -> str:
+    """One human line: ``bbq --limit 24: 24 of 81584 items; category: 6 of 11 (Age 4, ...); left out: ...``.
+    Strata and their values are named by the task's ``terms`` where it has a word for them (``bias_type`` reads
+    "bias type")."""
+    words = terms or {}
+
+    def name(key: Any) -> str:
+        return words.get(str(key), str(key).replace("_", " "))
+
+    def value(v: Any) -> str:
+        return str(words.get(str(v), v))
+
     head = f"{task}"
     if cov.get("limit") is not None:
         head += f" --limit {cov['limit']}"
     parts = [f"{head}: {cov['n_items']} of {cov['n_available']} items"]
-    for name, s in cov.get("strata", {}).items():
-        got = ", ".join(f"{k} {v}" for k, v in list(s["covered"].items())[:shown])
+    for key, s in cov.get("strata", {}).items():
+        got = ", ".join(f"{value(k)} {v}" for k, v in list(s["covered"].items())[:shown])
         if len(s["covered"]) > shown:
             got += ", ..."
-        part = f"{name}: {s['n_covered']} of {s['n_total']} covered ({got})"
+        part = f"{name(key)}: {s['n_covered']} of {s['n_total']} covered ({got})"
         if s["left_out"]:
-            left = ", ".join(map(str, s["left_out"][:shown])) + (", ..." if len(s["left_out"]) > shown else "")
+            left = ", ".join(map(value, s["left_out"][:shown])) + (", ..." if len(s["left_out"]) > shown else "")
             part += f"; left out: {left}"
         parts.append(part)
     if "cells" in cov:
         c = cov["cells"]
-        parts.append(f"{c['by']}: {c['n_covered']} of {c['n_total']} cells")
+        by = " x ".join(name(k) for k in c["by"].split(" x "))
+        parts.append(f"{by}: {c['n_covered']} of {c['n_total']} cells")
     return "; ".join(parts)

@@ -43,7 +43,7 @@ def test_first_hour(tmp_path, model_dir, shared_data):
                   "--set", "sg_max_new_tokens=8"], work)
     assert "plan:" in hbb.stderr and "generation(s) before scoring" in hbb.stderr
     assert "--set hbb_sg=false" in hbb.stderr
-    assert "bias_type: 2 of 10 covered" in hbb.stderr
+    assert "bias type: 2 of 10 covered" in hbb.stderr
 
     # BBQ on two models at once (lm-eval's spellings), finished by the combined report
     two = _probe(["run", "--tasks", "bbq", "--model", f"smollm2,{model_dir}", "--limit", "8", "--threads", "1",

@@ -45,6 +45,17 @@ def test_coverage_names_what_is_covered_and_left_out():
     assert cov["cells"]["n_total"] == 6
     line = coverage_line("t", cov)
     assert line.startswith("t --limit 2: 2 of 18 items") and "left out: c" in line
+    worded = coverage_line("t", cov, terms={"letter": "first letter", "c": "the letter c"})
+    assert "first letter: 2 of 3 covered" in worded and "left out: the letter c" in worded
+
+
+def test_coverage_line_names_strata_with_underscores_in_words():
+    cov = {"n_items": 1, "n_available": 9, "limit": 1, "strata": {
+        "context_kind": {"covered": {"de_gen": 1}, "n_covered": 1, "n_total": 2, "left_out": ["dt_tox"]}},
+        "cells": {"by": "context_kind x bias_type", "n_covered": 1, "n_total": 4}}
+    line = coverage_line("t", cov, terms={"de_gen": "DE-Gen", "dt_tox": "DT-Tox"})
+    assert "context kind: 1 of 2 covered (DE-Gen 1); left out: DT-Tox" in line
+    assert "context kind x bias type: 1 of 4 cells" in line and "_" not in line.split(":", 1)[1]
 
 
 @pytest.mark.parametrize("task, options, limit, stratum, least", [
