@@ -17,4 +17,6 @@ TERMS = {
     # context kinds: identity named, signalled by cues, and the two controls
     "explicit": "explicit identity", "implicit": "implicit cues", "neutral": "neutral cues (control)",
     "nochar": "no characteristics (control)",
+    # dimensions whose key is not a word
+    "ses": "socio-economic status",
 }
