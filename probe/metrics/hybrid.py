@@ -28,7 +28,7 @@ from typing import Any, Callable, Hashable, Mapping
 
 import numpy as np
 
-__all__ = ["hybrid_probs", "has_draws", "hybrid_metric"]
+__all__ = ["clipped", "drawn_shares", "has_draws", "hybrid_metric", "hybrid_probs"]
 
 ProbsOf = Callable[[Mapping[str, Any]], Mapping[str, float]]
 
@@ -57,7 +57,7 @@ def hybrid_probs(parsed: Mapping[str, Any], fallback: ProbsOf, shares: Mapping[s
     return out
 
 
-def _drawn_shares(parsed: Mapping[str, Any], rng: np.random.Generator) -> dict[str, float]:
+def drawn_shares(parsed: Mapping[str, Any], rng: np.random.Generator) -> dict[str, float]:
     """One Dirichlet(counts + 1/2) draw of the tail shares over the answers seen (head or tail) and "none"."""
     tail = parsed["hybrid"]["tail"]
     cats = sorted({*map(str, parsed["probs"]), *map(str, tail)} - {"none"}) + ["none"]
@@ -83,7 +83,7 @@ def hybrid_metric(metric: Callable[[ProbsOf], Mapping[Hashable, float]], fallbac
             if not has_draws(d):
                 return fallback(d)
             if id(d) not in drawn:
-                drawn[id(d)] = hybrid_probs(d, fallback, _drawn_shares(d, rng))
+                drawn[id(d)] = hybrid_probs(d, fallback, drawn_shares(d, rng))
             return drawn[id(d)]
 
         values = metric(probs_of)

@@ -207,7 +207,8 @@ def test_check_end_to_end_tiny(tiny_lm, shared_data, tmp_path):
 
     opts = RunOptions(progress=False)
     runner = Runner(load(tiny_lm, opts), opts)
-    check = run_check("hbb", runner, n_prompts=16, k=3, n_boot=20, seed=0)
+    # 12 tokens: the answer length both sides read (the published 2048 would take minutes on the tiny model)
+    check = run_check("hbb", runner, n_prompts=16, k=3, n_boot=20, seed=0, max_new_tokens=12)
     s = check.summary
     assert s["k"] == 3 and s["n_generations"] == 3 * s["n_prompts"] and s["n_prompts"] >= 16
     for r in check.prompts:
@@ -220,9 +221,12 @@ def test_check_end_to_end_tiny(tiny_lm, shared_data, tmp_path):
     # the verdict is the same-prompts test, with its power; the sampled side is transformers' at HBB's settings
     assert "predicted_low" in agg and "detectable_difference" in agg and s["verdict"] in ("pass", "fail", "n/a")
     assert check.settings["top_k"] == 50 and check.settings["repetition_penalty"] == 1.2
-    # the exact side is the same sampler enumerated (parse_exact, the authors' top-k and penalty, per path), to
-    # the judge's budget; the first-token estimator without the penalty is the baseline
-    assert check.settings["parse"]["max_new_tokens"] == check.settings["max_new_tokens"] == 8
+    # the exact side is the published estimator on the same sampler (parse_exact, the authors' top-k and penalty,
+    # per path: 8 tokens enumerated, the hybrid tail to the judge's answer length); the first-token estimator
+    # without the penalty is the baseline
+    assert check.settings["parse"]["max_new_tokens"] == 8 and check.settings["parse"]["tail"] == "hybrid"
+    assert check.settings["parse"]["tail_max_new_tokens"] == check.settings["max_new_tokens"] == 12
+    assert s["n_outside_certified"] == 0 and s["n_hybrid"] >= 0
     assert s["parse_exact"]["mean_nodes"] > 0  # the enumeration's statistics: it ran
     assert check.settings["sampled_by"].startswith("transformers generate") and s["n_misses"] >= 0
     json.dumps(check.to_dict(), default=str)
@@ -325,13 +329,81 @@ def test_judge_runs_each_papers_sampler_explicitly():
 
 def test_published_configuration_is_the_tasks_own():
     """The check runs the published run's parse settings (the task config's defaults), not its own."""
-    for name in ("implicitbbq", "cmp_iso"):
+    for name in ("implicitbbq", "cmp_iso", "hbb"):
         task = get(name)
         cfg = task.paper_check().config(task, 10, 0, None)
         default = task.make_config({})
         for f in ("parse_max_new_tokens", "parse_residual", "parse_max_nodes", "parse_answer_residual"):
             assert getattr(cfg, f) == getattr(default, f), (name, f)
         assert task.paper_check().config(task, 10, 0, 7).parse_max_new_tokens == 7
+    hbb = get("hbb")
+    # HBB's published estimator is the hybrid: 8 tokens enumerated, the rest of the answer sampled to 2048
+    assert hbb.paper_check().config(hbb, 10, 0, None).parse_tail == "hybrid"
+    cfg = hbb.paper_check().config(hbb, 10, 0, 100)
+    assert (cfg.parse_max_new_tokens, cfg.parse_tail_max_new_tokens, cfg.parse_tail) == (8, 100, "hybrid")
+
+
+def test_hbb_judges_the_hybrid_value_where_the_head_parses_nothing(tiny_lm, shared_data, monkeypatch):
+    """A question whose enumerated head parses nothing but whose tail draws do is judged on the published
+    (hybrid) value: head + residual x tail share, not left without a distribution and counted a miss."""
+    from probe.runs.runner import RunOptions, Runner, load
+    from probe.studies.sampling_check.check import _cases, outside_certified, prompt_row
+
+    opts = RunOptions(progress=False)
+    runner = Runner(load(tiny_lm, opts), opts)
+    real = runner.parse
+
+    def head_parses_nothing(reqs, *a, **k):
+        out = real(reqs, *a, **k)
+        # the head found no parse; 4 tail draws: 3 read a), 1 no answer
+        return {i: {**d, "probs": {}, "residual": 0.8, "hybrid": {"n_tail": 4, "tail": {"0": 3, "none": 1}}}
+                for i, d in out.items()}
+
+    monkeypatch.setattr(runner, "parse", head_parses_nothing)
+    task, paper = get("hbb"), _HBB()
+    cases, settings = _cases(task, paper, runner, 2, 0, 10)
+    assert cases and settings["max_new_tokens"] == 10
+    for c in cases:
+        assert c.exact == [1.0, 0.0] and c.exact_mass == pytest.approx(0.6) and c.exact_raw == pytest.approx([0.6, 0.0])
+        assert not outside_certified(paper, c)
+        row, _d = prompt_row(paper, c, ["a) The man.", "b) The woman.", "no"], np.random.default_rng(0))
+        assert not row["miss"] and row["abs_delta"] == pytest.approx(0.5)
+
+
+def test_tail_range_holds_the_hybrids_uncertainty():
+    """A hybrid prompt's answer is redrawn from its tail draws' uncertainty; a prompt without draws keeps its
+    point; the range with the tail's uncertainty is at least as wide; a point outside [head, head + residual]
+    is flagged."""
+    from probe.studies.sampling_check.check import outside_certified, predicted_range, redrawn
+
+    a = _ImplicitBBQ()
+    base = {"context_condition": "ambig", "label": 0, "target_index": 1, "unknown_index": 0,
+            "question_polarity": "neg", "context_kind": "implicit"}
+    opts = ("U", "T", "O")
+    d = {"probs": {"U": 0.1}, "residual": 0.8, "hybrid": {"n_tail": 2, "tail": {"U": 1, "none": 1}}}
+    c = PromptCase(id="x", unit="x", prompt="p", options=opts, exact=[1.0, 0.0, 0.0], exact_mass=0.5,
+                   meta={**base, "parsed": d})
+    rng = np.random.default_rng(0)
+    draws = [redrawn(a, c, rng) for _ in range(200)]
+    masses = [m for _e, m in draws]
+    assert all(0.1 <= m <= 0.9 + 1e-12 for m in masses) and np.std(masses) > 0.05
+    plain = PromptCase(id="y", unit="y", prompt="p", options=opts, exact=[0.5, 0.5, 0.0], exact_mass=1.0, meta=base)
+    assert redrawn(a, plain, rng) == ([0.5, 0.5, 0.0], 1.0)
+    assert not outside_certified(a, c)
+    bad = PromptCase(id="z", unit="z", prompt="p", options=opts, exact=[1.0, 0.0, 0.0], exact_mass=0.95,
+                     meta={**base, "parsed": d})
+    assert outside_certified(a, bad)  # 0.95 > head 0.1 + residual 0.8
+    # the Acc_amb share of a prompt whose 'U' mass is 0.5 +- the tail's spread: the tail range is wider
+    half = PromptCase(id="h", unit="h", prompt="p", options=opts, exact=[0.5, 0.5, 0.0], exact_mass=1.0,
+                      meta={**base, "parsed": {"probs": {"U": 0.3, "T": 0.3}, "residual": 0.4,
+                                               "hybrid": {"n_tail": 2, "tail": {"U": 1, "T": 1}}}})
+    p0 = predicted_range(a, {"h": [half]}, 20, np.random.default_rng(0), draws=2000)["Acc_amb implicit"]
+    from probe.studies.sampling_check.check import predicted_draws
+    from probe.metrics.stats import percentile_ci
+
+    p1 = percentile_ci(predicted_draws(a, {"h": [half]}, 20, np.random.default_rng(0), 2000, tail=True)
+                       ["Acc_amb implicit"])
+    assert p1[0] <= p0[0] and p1[1] >= p0[1] and (p1[1] - p1[0]) > (p0[1] - p0[0])
 
 
 def test_a_sampled_parse_without_an_enumerated_one_is_a_miss():
@@ -353,6 +425,9 @@ def test_verdict_and_power_by_hand():
     assert _verdict({"a": {"sampled_inside_predicted": True}, "n": {"sampled": 3}}) == "pass"
     assert _verdict({"a": {"sampled_inside_predicted": True}, "b": {"sampled_inside_predicted": False}}) == "fail"
     assert _verdict({"n": {"sampled": 3}}) == "n/a"
+    # with hybrid prompts the range with the tail's uncertainty decides
+    assert _verdict({"a": {"sampled_inside_predicted": False, "sampled_inside_tail": True}}) == "pass"
+    assert _verdict({"a": {"sampled_inside_predicted": True, "sampled_inside_tail": False}}) == "fail"
     # sd 0.5 (draws 0 / 1): 2.80 x 0.5; no spread: 0; one draw: NaN
     assert detectable_difference([0.0, 1.0] * 500) == pytest.approx(2.8016 * 0.50025, rel=1e-3)
     assert detectable_difference([0.3] * 10) == pytest.approx(0.0, abs=1e-12) and math.isnan(detectable_difference([0.3]))

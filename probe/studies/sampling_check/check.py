@@ -15,11 +15,13 @@ from typing import Any, Sequence
 import numpy as np
 
 from probe.errors import ProbeError
+from probe.metrics.hybrid import has_draws
 from probe.metrics.stats import percentile_ci, resample_clusters
 from probe.tasks.paper_check import PaperCheck, PromptCase, Scored
 
-__all__ = ["SamplingCheck", "checked_tasks", "detectable_difference", "inside", "paper_check_of", "predicted_draws",
-           "predicted_range", "prompt_row", "run_check", "tv_distance"]
+__all__ = ["SamplingCheck", "answer_tokens", "checked_tasks", "detectable_difference", "inside", "outside_certified",
+           "paper_check_of", "predicted_draws", "predicted_range", "prompt_row", "redrawn", "run_check",
+           "tv_distance"]
 
 
 def paper_check_of(task: str) -> tuple[Any, PaperCheck]:
@@ -84,9 +86,6 @@ def _cases(task: Any, check: PaperCheck, runner: Any, n_prompts: int, seed: int,
     its parse requests enumerated), as the check's cases; and the check's settings (the paper's temperature
     and top-p are the task's own sampling spec for that sample)."""
     cfg = check.config(task, n_prompts, seed, max_new_tokens)
-    # a parse-exact check samples with the published run's budget (the task config's parse_max_new_tokens)
-    published = getattr(cfg, "parse_max_new_tokens", None) if check.parse_exact else None
-    budget = int(max_new_tokens if max_new_tokens is not None else published or check.max_new_tokens)
     items = list(task.select(cfg, task.items(cfg), None))
     tok = runner.lm.tokenizer
     reqs = check.requests(task, cfg, items, tok)
@@ -97,6 +96,10 @@ def _cases(task: Any, check: PaperCheck, runner: Any, n_prompts: int, seed: int,
     if check.parse_exact:
         preqs = {p.id: p for p in task.parse_requests(cfg, items, tok)}
         parsed = runner.parse([preqs[r.id] for r in reqs], None, task=task.name)
+    # a parse-exact check samples as long an answer as the published estimator reads (the task config's
+    # parse_max_new_tokens, or its hybrid tail's longer budget: HBB's 2048 tokens)
+    published = max((answer_tokens(p) for p in preqs.values()), default=None)
+    budget = int(max_new_tokens if max_new_tokens is not None else published or check.max_new_tokens)
     cases = check.cases(Scored(items=items, requests=list(reqs), records=list(records), spec=spec,
                                parse_requests=preqs, parsed=parsed, tokenizer=tok))
     from probe.studies.sampling_check.judge import JUDGE, sampler_settings
@@ -104,9 +107,18 @@ def _cases(task: Any, check: PaperCheck, runner: Any, n_prompts: int, seed: int,
     settings = {**sampler_settings(check.sampler, float(spec["temperature"]), float(spec["top_p"])),
                 "max_new_tokens": budget, "unit": check.unit, "metric": check.metric, "sampled_by": JUDGE}
     if check.parse_exact:
-        settings["parse"] = {k: getattr(cfg, f"parse_{k}", None) for k in ("max_new_tokens", "residual", "max_nodes",
-                                                                            "answer_residual")}
+        keys = ("max_new_tokens", "residual", "max_nodes", "answer_residual",
+                *(k for k in ("tail", "tail_max_new_tokens") if hasattr(cfg, f"parse_{k}")))
+        settings["parse"] = {k: getattr(cfg, f"parse_{k}", None) for k in keys}
     return cases, settings
+
+
+def answer_tokens(request: Any) -> int:
+    """The answer length a parse request's published estimate reads: its hybrid tail's budget where the tail
+    samples past the enumeration (:func:`probe.scoring.hybrid.opens_at_budget`), else the enumeration's."""
+    from probe.scoring.hybrid import opens_at_budget
+
+    return int(request.tail.max_new_tokens if opens_at_budget(request) else request.max_new_tokens)
 
 
 def _dist(answers: np.ndarray, n_options: int) -> np.ndarray | None:
@@ -169,24 +181,54 @@ def predicted_range(paper: PaperCheck, units: dict[str, list[PromptCase]], k: in
 
 
 def predicted_draws(paper: PaperCheck, units: dict[str, list[PromptCase]], k: int, rng: np.random.Generator,
-                    draws: int = 1000) -> dict[str, list[float]]:
+                    draws: int = 1000, tail: bool = False) -> dict[str, list[float]]:
     """The draws behind :func:`predicted_range`: per metric, its value in each of ``draws`` simulated K-sample
-    runs on these prompts."""
+    runs on these prompts. With ``tail``, each draw first redraws every hybrid prompt's answer from its tail
+    draws' uncertainty (:func:`redrawn`), so the range holds the exact side's own 95 % interval as well as
+    the K-sample noise."""
     vals: dict[str, list[float]] = {}
     flat = [(u, c) for u, cs in units.items() for c in cs]
     for _ in range(draws):
         rows = []
         for u, c in flat:
             d = None
-            if c.exact is not None and c.exact_mass > 0:
-                n = int(rng.binomial(k, min(1.0, float(c.exact_mass))))
+            exact, mass = redrawn(paper, c, rng) if tail else (c.exact, c.exact_mass)
+            if exact is not None and mass > 0:
+                n = int(rng.binomial(k, min(1.0, float(mass))))
                 if n:
-                    p = np.clip(np.asarray(c.exact, float), 0.0, None)
+                    p = np.clip(np.asarray(exact, float), 0.0, None)
                     d = rng.multinomial(n, p / p.sum()) / n
             rows.append((u, c, d))
         for m, v in paper.metrics(rows).items():
             vals.setdefault(m, []).append(v)
     return vals
+
+
+def redrawn(paper: PaperCheck, case: PromptCase, rng: np.random.Generator) -> tuple[list[float] | None, float]:
+    """One draw of a hybrid prompt's answer (its distribution given a parse, and its parsed mass): the head plus
+    the residual times tail shares drawn as the hybrid's interval draws them
+    (:func:`probe.metrics.hybrid.drawn_shares`); the case's own values for a prompt without tail draws."""
+    from probe.metrics.hybrid import drawn_shares, has_draws, hybrid_probs
+
+    d = case.meta.get("parsed")
+    if not has_draws(d):
+        return case.exact, case.exact_mass
+    raw = paper.answer_masses(case, hybrid_probs(d, lambda x: x["probs"], drawn_shares(d, rng)))
+    mass = math.fsum(raw)
+    return ([x / mass for x in raw], mass) if mass > 0 else (None, 0.0)
+
+
+def outside_certified(paper: PaperCheck, case: PromptCase) -> bool:
+    """Whether a parse-exact prompt's published answer masses leave its certified interval: per option, the
+    enumerated mass up to that plus the whole residual, the point being the masses the check compares
+    (``exact`` x ``exact_mass``). It should never be; a prompt without a parse record: False."""
+    d = case.meta.get("parsed")
+    if not isinstance(d, dict) or case.exact is None:
+        return False
+    head = paper.answer_masses(case, {str(a): float(p) for a, p in d["probs"].items()})
+    point = [float(x) * float(case.exact_mass) for x in case.exact]
+    r, eps = float(d["residual"]), 1e-9
+    return any(not (h - eps <= p <= h + r + eps) for h, p in zip(head, point))
 
 
 #: z of a two-sided 5 % test plus z of 80 % power: a true shift of this many standard deviations of the
@@ -257,6 +299,9 @@ def run_check(task: str, runner: Any, *, n_prompts: int = 100, k: int = 20, seed
     # the verdict: the exact side's prediction of the sampled value on these very prompts, and its power
     pdraws = predicted_draws(paper, units, k, rng, n_boot)
     predicted = {m: percentile_ci(v) for m, v in pdraws.items()}
+    # with hybrid prompts, the same range with the exact side's own tail uncertainty too (its 95 % interval)
+    with_tail = {m: percentile_ci(v) for m, v in predicted_draws(paper, units, k, rng, n_boot, tail=True).items()} \
+        if any(has_draws(c.meta.get("parsed")) for c in cases) else {}
     agg = {}
     for m, v in sampled.items():
         if m.startswith("n"):
@@ -271,6 +316,9 @@ def run_check(task: str, runner: Any, *, n_prompts: int = 100, k: int = 20, seed
                       "sampled_inside_predicted": inside(v, *predicted[m], 1.0 / (k * len(cases))),
                       "detectable_difference": detectable_difference(pdraws[m])}
                      if m in predicted else {}),
+                  **({"tail_low": with_tail[m][0], "tail_high": with_tail[m][1],
+                      "sampled_inside_tail": inside(v, *with_tail[m], 1.0 / (k * len(cases)))}
+                     if m in with_tail else {}),
                   **({"baseline": baseline.get(m, math.nan),
                       "baseline_inside": inside(baseline.get(m, math.nan), lo, hi, 1.0 / (k * len(cases)))}
                      if has_base else {})}
@@ -291,6 +339,9 @@ def run_check(task: str, runner: Any, *, n_prompts: int = 100, k: int = 20, seed
         "n_no_accepted": int(sum(r["sampled_probs"] is None for r in rows)),
         "n_exact_unsampleable": int(sum(c.exact is None for c in cases)),
         "n_misses": int(sum(r["miss"] for r in rows)),
+        "delta_noise_ratio": _ratio(deltas, noise),
+        "n_outside_certified": int(sum(outside_certified(paper, c) for c in cases)),
+        "n_hybrid": int(sum(has_draws(c.meta.get("parsed")) for c in cases)),
         "verdict": _verdict(agg),
     }
     settings.update({"k": k, "seed": seed, "n_boot": n_boot, "batch_size": batch_size})
@@ -300,10 +351,23 @@ def run_check(task: str, runner: Any, *, n_prompts: int = 100, k: int = 20, seed
 
 
 def _verdict(agg: dict) -> str:
-    """``pass`` when every aggregate metric's sampled value lies in the exact side's same-prompts range, ``fail``
-    when one does not, ``n/a`` when none could be tested (the unit bootstrap is for information only)."""
-    tested = [v["sampled_inside_predicted"] for v in agg.values() if v.get("sampled_inside_predicted") is not None]
+    """``pass`` when every aggregate metric's sampled value lies in the exact side's same-prompts range (with
+    hybrid prompts: the range that holds the tail draws' uncertainty too), ``fail`` when one does not, ``n/a``
+    when none could be tested (the unit bootstrap is for information only)."""
+    tested = [v.get("sampled_inside_tail", v.get("sampled_inside_predicted")) for v in agg.values()]
+    tested = [t for t in tested if t is not None]
     return "n/a" if not tested else "pass" if all(tested) else "fail"
+
+
+def _ratio(deltas: np.ndarray, noise: np.ndarray) -> float:
+    """Mean per-prompt |Δ| over mean K-sample noise |Δ|, on the prompts where both are finite (a miss has no
+    noise: it is counted apart); NaN when none is.
+
+    >>> _ratio(np.array([0.2, 1.0, 0.1]), np.array([0.1, np.nan, 0.2]))
+    1.0
+    """
+    ok = np.isfinite(deltas) & np.isfinite(noise)
+    return float(deltas[ok].mean() / noise[ok].mean()) if ok.any() and noise[ok].mean() > 0 else math.nan
 
 
 def _finite_mean(values: Any) -> float:

@@ -14,7 +14,7 @@ def report_markdown(check: SamplingCheck) -> str:
     s, st = check.summary, check.settings
     lines = [f"# Sampling check: {check.task} on {check.model}", "",
              *([f"**Verdict: {s['verdict']}** (every metric's sampled value inside the exact side's same-prompts "
-                f"range; prompts with a sampled parse but no enumerated one: {s.get('n_misses', 0)}).", ""]
+                f"range; prompts with a sampled parse but no parse on the exact side: {s.get('n_misses', 0)}).", ""]
                if "verdict" in s else []),
              f"T = {st['temperature']}, top-p = {st['top_p']}"
              + (f", top-k = {st['top_k'] or 'off'}, repetition penalty = {st['repetition_penalty']}, "
@@ -33,6 +33,11 @@ def report_markdown(check: SamplingCheck) -> str:
              f"| counted by the estimator, not accepted by the parser | {s['counted_not_accepted']} |",
              f"| mean per-prompt abs delta (parsed vs exact distribution; {s['n_delta']} prompts) | {s['mean_abs_delta']:.3f} |",
              f"| mean abs delta from K-sample noise alone | {s['mean_noise_delta']:.3f} |",
+             *([f"| the ratio of the two (prompts with both; 1.3 or less: within noise) | {_f(s['delta_noise_ratio'])} |"]
+               if "delta_noise_ratio" in s else []),
+             *([f"| prompts whose published answer leaves its certified interval | {s['n_outside_certified']} |"]
+               if "n_outside_certified" in s else []),
+             *([f"| prompts whose exact side has hybrid tail draws | {s['n_hybrid']} |"] if "n_hybrid" in s else []),
              *([f"| the same for the first-token estimator over the scored answer texts | "
                 f"{s['mean_abs_delta_baseline']:.3f} |"] if "mean_abs_delta_baseline" in s else []),
              *([f"| exact side: largest / mean residual (mass not enumerated) | {s['parse_exact']['max_residual']:.4f}"
@@ -46,9 +51,13 @@ def report_markdown(check: SamplingCheck) -> str:
              "|---|---|---|---|---|---|"]
     marks = {True: "yes", False: "no", None: "n/a"}
     pred = any("predicted_low" in v for v in check.aggregate.values())
+    tail = any("tail_low" in v for v in check.aggregate.values())
     if pred:
         lines[-2] += " sampled inside the exact side's K-sample range | smallest difference detected |"
         lines[-1] += "---|---|"
+    if tail:
+        lines[-2] += " the same with the hybrid tail's uncertainty (verdict) |"
+        lines[-1] += "---|"
     for m, v in check.aggregate.items():
         if "ci_low" not in v:
             continue
@@ -56,7 +65,9 @@ def report_markdown(check: SamplingCheck) -> str:
                      f"| {marks[v['exact_inside']]} | {_f(v.get('exact_same_prompts'))} |"
                      + (f" [{_f(v.get('predicted_low'))}, {_f(v.get('predicted_high'))}]: "
                         f"{marks[v.get('sampled_inside_predicted')]} | {_f(v.get('detectable_difference'))} |"
-                        if pred else ""))
+                        if pred else "")
+                     + (f" [{_f(v.get('tail_low'))}, {_f(v.get('tail_high'))}]: {marks[v.get('sampled_inside_tail')]} |"
+                        if tail else ""))
     if any("baseline" in v for v in check.aggregate.values()):
         lines += ["", "The estimator it replaced (first-token probabilities of the scored answer texts under the "
                       "paper's sampling, renormalised over the options) against the same interval:", "",
@@ -75,6 +86,11 @@ def report_markdown(check: SamplingCheck) -> str:
                       "of the sampled answers cannot. It is the verdict; the sampled interval is for information. "
                       "Smallest difference detected: the shift of the metric this test finds with 80 % power at "
                       "the 5 % level, (1.96 + 0.84) x the standard deviation of its draws."]
+    if tail:
+        lines += ["", "With the hybrid tail's uncertainty: the same range, each draw first drawing every hybrid "
+                      "prompt's tail shares as the hybrid's 95 % interval does (Dirichlet over its tail draws' "
+                      "answers), so it holds the published estimate's own uncertainty as well as the K-sample "
+                      "noise. Where the exact side has tail draws, this is the verdict."]
     counts = {m: v for m, v in check.aggregate.items() if "ci_low" not in v}
     if counts:
         lines += ["", "Counts (sampled / exact): " + ", ".join(f"{m} {v['sampled']} / {v['exact']}"

@@ -13,7 +13,7 @@ in the text) makes it a non-answer.
 from __future__ import annotations
 
 import math
-from typing import Any, Sequence
+from typing import Any, Mapping, Sequence
 
 import numpy as np
 
@@ -39,11 +39,16 @@ class PaperCheck(_Base):
     """HBB MCQ (a = s1, the paper's order): unit = test instance (its two questions); headline: the share of
     instances with S >= 20, exact side: the paper's K-sample estimator computed exactly.
 
-    The judge samples with the authors' open-weight sampler (top-k 50, repetition penalty 1.2), so the exact
-    side is the same procedure enumerated (``parse_exact`` with ``parse_sampler: hbb``, the task's parse
-    requests, to the published ``parse_max_new_tokens``): the chance that one sample reads as a) / b) is the
-    question's parsed mass, its residual answered in its enumerated mix. The first-token label probabilities at
-    T = 0.8 without the penalty (the task's first-token estimator) stay as the baseline."""
+    The judge samples with the authors' open-weight sampler (top-k 50, repetition penalty 1.2) to the answer
+    length the published estimator reads (the authors' 2048 tokens, or ``--max-new-tokens``), so the exact side
+    is the published estimator on the same procedure: the task's parse requests as ``probe run hbb`` makes
+    them (``parse_sampler: hbb``, ``parse_tail: hybrid``): the first ``parse_max_new_tokens`` enumerated, the
+    rest of the answer sampled from the mass left (:mod:`probe.tasks.hbb.hybrid`). Per question the chance
+    that one sample reads as a) / b) is the head's mass plus the residual times the tail draws' share; a
+    question without draws answers its residual in its enumerated mix, as the task does. A question whose
+    head parses nothing is judged on that hybrid value, not counted as a miss by construction. The
+    first-token label probabilities at T = 0.8 without the penalty (the task's first-token estimator) stay as
+    the baseline."""
 
     max_new_tokens = 8
     sampler = "hbb"
@@ -59,13 +64,18 @@ class PaperCheck(_Base):
     def config(self, task: Any, n_prompts: int, seed: int, max_new_tokens: int | None) -> Any:
         # per_cell instances per category x descriptor type (16 cells): stratified, at most 2 questions each
         per_cell = max(1, math.ceil(n_prompts / 32))
-        # the enumeration to the judge's budget (the tail sampled to 2048 tokens is another procedure)
-        budget = {} if max_new_tokens is None else {"parse_max_new_tokens": int(max_new_tokens)}
+        # the published run's parse settings (parse_tail: hybrid, the task's default); max_new_tokens is the
+        # answer length both sides read (the tail's), the head enumerating at most that much
+        budget = {} if max_new_tokens is None else {
+            "parse_tail_max_new_tokens": int(max_new_tokens),
+            "parse_max_new_tokens": min(int(max_new_tokens), task.make_config({}).parse_max_new_tokens)}
         return task.make_config({"per_cell": per_cell, "sample_seed": seed, "swap_order": False, "hbb_sg": False,
-                                 "crows_pairs": False, "parse_exact": True, "parse_tail": "exact", **budget})
+                                 "crows_pairs": False, "parse_exact": True, **budget})
 
     def cases(self, scored: Scored) -> list[PromptCase]:
+        from probe.metrics.hybrid import hybrid_probs
         from probe.tasks.hbb.data import unique_questions
+        from probe.tasks.hbb.hybrid import _renormalised
 
         self.tokenizer = scored.tokenizer
         self.parse_stats = parse_stats(scored.parsed) if scored.parsed else None
@@ -78,9 +88,9 @@ class PaperCheck(_Base):
             ok = probs is not None and all(math.isfinite(x) for x in probs) and mass > 0
             baseline = probs if ok else None
             d = (scored.parsed or {}).get(rec.id)
-            if d is not None:  # the enumerated procedure; its residual answered in the enumerated mix
-                kept = 1.0 - float(d["residual"])
-                raw = [float(d["probs"].get(str(i), 0.0)) / kept if kept > 0 else 0.0 for i in range(2)]
+            if d is not None:  # the published estimator: exact head + sampled tail (no draws: the enumerated mix)
+                answer = hybrid_probs(d, _renormalised)
+                raw = [float(answer.get(str(i), 0.0)) for i in range(len(req.labels))]
                 mass = math.fsum(raw)
                 ok, probs = mass > 0, [x / mass for x in raw] if mass > 0 else None
             else:
@@ -89,13 +99,17 @@ class PaperCheck(_Base):
                 id=rec.id, unit="", prompt=req.prompt, options=tuple(req.labels), exact=probs if ok else None,
                 exact_raw=raw if ok else None, exact_mass=mass,
                 meta={**dict(rec.meta), "baseline": baseline,
-                      **({"parse_residual": d["residual"], "parse_rejected": d["rejected"]} if d else {})})
+                      **({"parse_residual": d["residual"], "parse_rejected": d["rejected"], "parsed": d} if d else {})})
         # a question can sit in several instances (identity pairs): it is sampled once, as in the paper
         self.instances = [(f"inst{i}", it.question_1.id, it.question_2.id) for i, it in enumerate(scored.items)]
         cases = [by_q[q.id] for q in unique_questions(scored.items)]
         for c in cases:
             c.unit = c.meta["question_id"]
         return cases
+
+    def answer_masses(self, case: PromptCase, answer: Mapping[str, float]) -> list[float]:
+        # the parser names an answer by its option index (a) = "0", b) = "1")
+        return [float(answer.get(str(i), 0.0)) for i in range(len(case.options))]
 
     def units(self, cases: list[PromptCase]) -> dict[str, list[PromptCase]]:
         by_q = {c.meta["question_id"]: c for c in cases}
