@@ -20,7 +20,7 @@ from __future__ import annotations
 import zlib
 from typing import Any, Mapping, Sequence
 
-__all__ = ["JUDGE", "generate_kwargs", "judge_texts", "sampler_settings"]
+__all__ = ["JUDGE", "generate_kwargs", "judge_texts", "prompt_cache", "sampler_settings"]
 
 #: what the report says about the sampled side
 JUDGE = "transformers generate (do_sample=True; its own warpers and EOS rule)"
@@ -72,7 +72,8 @@ def _eos(model: Any, tokenizer: Any) -> set[int]:
 
 def judge_texts(lm: Any, prompts: Sequence[str], k: int, seed: int, settings: Mapping[str, Any],
                 max_new_tokens: int, keys: Sequence[str] | None = None) -> list[list[str]]:
-    """K generations per prompt from ``lm.model.generate`` (one call per prompt, ``num_return_sequences=k``;
+    """K generations per prompt from ``lm.model.generate`` (one call per prompt, K rows after one shared
+    prompt pass, :func:`prompt_cache`;
     torch's generator seeded from ``seed`` and the prompt's key, default the prompt itself, so a prompt's
     samples do not depend on the others).
     A generation ends where generate ends it; its new tokens up to the first EOS are decoded without special
@@ -91,12 +92,29 @@ def judge_texts(lm: Any, prompts: Sequence[str], k: int, seed: int, settings: Ma
         for prompt, key in zip(prompts, keys if keys is not None else prompts):
             ids = tok(prompt, add_special_tokens=wants_special_tokens(tok, prompt))["input_ids"]
             x = torch.tensor([ids], dtype=torch.long, device=device)
+            cache = prompt_cache(model, x, k)
+            xs = x.repeat(k, 1)
             torch.manual_seed(zlib.crc32(f"{seed}:{key}".encode()))
-            seqs = model.generate(x, attention_mask=torch.ones_like(x), num_return_sequences=k,
-                                  pad_token_id=pad, **kw)
+            seqs = model.generate(xs, attention_mask=torch.ones_like(xs), pad_token_id=pad,
+                                  **({"past_key_values": cache} if cache is not None else {}), **kw)
             texts = []
             for row in seqs[:, len(ids):].tolist():
                 cut = next((i for i, t in enumerate(row) if t in eos), len(row))
                 texts.append(tok.decode(row[:cut], skip_special_tokens=True))
             out.append(texts)
     return out
+
+
+def prompt_cache(model: Any, x: Any, k: int) -> Any:
+    """The prompt's keys and values but its last token's, computed once and repeated for ``k`` rows:
+    ``generate`` continues from them (transformers' prefix caching), so the K samples of a long prompt cost
+    one prompt pass, not K (``num_return_sequences`` would run the prompt K times). None for a one-token
+    prompt or a model without a dynamic cache."""
+    from transformers import DynamicCache
+
+    if x.shape[1] < 2:
+        return None
+    cache = DynamicCache()
+    model(input_ids=x[:, :-1], past_key_values=cache, use_cache=True)
+    cache.batch_repeat_interleave(int(k))
+    return cache
