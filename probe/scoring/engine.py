@@ -16,6 +16,7 @@ explicit, so a token's position never depends on its batch-mates.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 from dataclasses import dataclass, field
 from typing import Any
@@ -27,6 +28,18 @@ from probe.scoring.rows import Row, common_prefix_length  # noqa: F401  (re-expo
 from probe.scoring.sampling import target_logprobs
 
 HEAD_CHUNK = 256  # rows of hidden states unembedded at once: 256 x vocab float32 stays small
+#: the packed pass's SDPA backends on a GPU, most preferred first (see Engine.attention_backends)
+PACKED_SDPA_BACKENDS = ("EFFICIENT_ATTENTION", "FLASH_ATTENTION", "CUDNN_ATTENTION", "MATH")
+
+
+def sdpa_preference(names: tuple[str, ...] | None) -> Any:
+    """A context in which SDPA tries the backends ``names`` (``torch.nn.attention.SDPBackend`` members) in
+    that order; a no-op for None."""
+    if not names:
+        return contextlib.nullcontext()
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    return sdpa_kernel([getattr(SDPBackend, n) for n in names], set_priority=True)
 
 
 @dataclass
@@ -61,6 +74,11 @@ class Engine:
         self.tokens_attended = 0  # (query, key) pairs the attention masks let through, padding included
         self.kv_bytes_copied = 0  # key/value cache bytes copied (row selection and merging; 0 when packed)
         self.host_copies = 0  # host-device copies made by the packed pass and its read
+        #: SDPA backends a packed pass prefers, in order (None: PyTorch's own choice). On a GPU PyTorch picks
+        #: cuDNN's attention for a masked pass, which builds a plan for every new [rows, width] shape (about a
+        #: second each on an H200, and nearly every chunk has its own shape); the memory-efficient kernel takes
+        #: the same additive mask with no per-shape plan. docs/scoring.md, "Attention kernel on a GPU".
+        self.attention_backends: tuple[str, ...] | None = PACKED_SDPA_BACKENDS
         self._layer_kinds = layer_kinds(self.config)
         self.window = int(self.config.sliding_window) if "sliding_attention" in self._layer_kinds else None
 
@@ -112,8 +130,9 @@ class Engine:
                    max_position: int) -> torch.Tensor:
         """One packed forward pass over ``[rows, width]`` device tensors; the last hidden states
         ``[rows, width, d_model]``."""
-        out = self._decoder(input_ids=ids, attention_mask=self.masks(pre, end, pos, max_position),
-                            position_ids=pos, use_cache=False)
+        mask = self.masks(pre, end, pos, max_position)
+        with sdpa_preference(self.attention_backends if ids.is_cuda else None):
+            out = self._decoder(input_ids=ids, attention_mask=mask, position_ids=pos, use_cache=False)
         return out.last_hidden_state
 
     def read_packed(self, hidden: torch.Tensor, where: list[torch.Tensor], chunks: list[tuple[int, int, int, int]],

@@ -174,3 +174,20 @@ def test_the_prefix_tree_does_not_depend_on_the_comparison_block(monkeypatch):
     whole = shape(batching.build_tree(rows, min_shared=1))
     monkeypatch.setattr(batching._Shared, "BLOCK", 3)  # neighbours compared 3 rows at a time
     assert shape(batching.build_tree(rows, min_shared=1)) == whole
+
+
+def test_sdpa_preference_is_applied_and_none_is_a_no_op():
+    """The packed pass's attention preference really restricts SDPA: on the CPU the memory-efficient kernel
+    does not exist, so preferring it alone leaves no backend, while MATH and no preference both run."""
+    import torch.nn.functional as F
+
+    from probe.scoring.engine import PACKED_SDPA_BACKENDS, sdpa_preference
+
+    q = torch.randn(1, 2, 4, 8)
+    with sdpa_preference(None):
+        ref = F.scaled_dot_product_attention(q, q, q)
+    with sdpa_preference(("MATH",)):
+        assert torch.allclose(F.scaled_dot_product_attention(q, q, q), ref)
+    with pytest.raises(RuntimeError), sdpa_preference(("EFFICIENT_ATTENTION",)):
+        F.scaled_dot_product_attention(q, q, q)
+    assert PACKED_SDPA_BACKENDS[-1] == "MATH"  # a last resort is always there
