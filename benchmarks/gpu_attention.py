@@ -39,7 +39,7 @@ def backends() -> dict[str, Any]:
 
 
 #: the engine's packed-pass preference (None: PyTorch's own dispatch, cuDNN first on Hopper)
-POLICIES = {"pytorch_default": None, "engine_default": PACKED_SDPA_BACKENDS}
+POLICIES = {"pytorch_default": None, "efficient_first": PACKED_SDPA_BACKENDS}
 
 
 def chunked(lm: Any, workloads: dict[str, tuple[list, tuple]], device: str, peak: dict, policy: Any,

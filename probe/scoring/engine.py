@@ -28,7 +28,8 @@ from probe.scoring.rows import Row, common_prefix_length  # noqa: F401  (re-expo
 from probe.scoring.sampling import target_logprobs
 
 HEAD_CHUNK = 256  # rows of hidden states unembedded at once: 256 x vocab float32 stays small
-#: the packed pass's SDPA backends on a GPU, most preferred first (see Engine.attention_backends)
+#: the memory-efficient kernel first: a packed-pass preference with no per-shape plan to build
+#: (see Engine.attention_backends)
 PACKED_SDPA_BACKENDS = ("EFFICIENT_ATTENTION", "FLASH_ATTENTION", "CUDNN_ATTENTION", "MATH")
 
 
@@ -74,11 +75,11 @@ class Engine:
         self.tokens_attended = 0  # (query, key) pairs the attention masks let through, padding included
         self.kv_bytes_copied = 0  # key/value cache bytes copied (row selection and merging; 0 when packed)
         self.host_copies = 0  # host-device copies made by the packed pass and its read
-        #: SDPA backends a packed pass prefers, in order (None: PyTorch's own choice). On a GPU PyTorch picks
-        #: cuDNN's attention for a masked pass, which builds a plan for every new [rows, width] shape (about a
-        #: second each on an H200, and nearly every chunk has its own shape); the memory-efficient kernel takes
-        #: the same additive mask with no per-shape plan. docs/scoring.md, "Attention kernel on a GPU".
-        self.attention_backends: tuple[str, ...] | None = PACKED_SDPA_BACKENDS
+        #: SDPA backends a packed pass prefers, in order (None: PyTorch's own choice, which on a Hopper GPU is
+        #: cuDNN's attention for a masked pass). cuDNN builds a plan per new [rows, width] shape (0.6-1.1 s on
+        #: an H200) but runs the attention faster; neither won every workload there, so PyTorch's choice stays
+        #: the default. docs/scoring.md, "The attention kernel on a GPU".
+        self.attention_backends: tuple[str, ...] | None = None
         self._layer_kinds = layer_kinds(self.config)
         self.window = int(self.config.sliding_window) if "sliding_attention" in self._layer_kinds else None
 
