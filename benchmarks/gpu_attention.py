@@ -39,7 +39,7 @@ def backends() -> dict[str, Any]:
 
 
 #: the engine's packed-pass preference (None: PyTorch's own dispatch, cuDNN first on Hopper)
-POLICIES = {"pytorch_default": None, "efficient_first": PACKED_SDPA_BACKENDS}
+POLICIES = {"pytorch_default": None, "efficient_first": PACKED_SDPA_BACKENDS, "flex": "flex"}
 
 
 def chunked(lm: Any, workloads: dict[str, tuple[list, tuple]], device: str, peak: dict, policy: Any,
@@ -47,7 +47,10 @@ def chunked(lm: Any, workloads: dict[str, tuple[list, tuple]], device: str, peak
     """Each workload scored as the Runner does, ``chunk`` requests per call, with a fresh Scorer under
     ``policy``: every call's pass shape is new, as in a real run."""
     scorer = Scorer(lm, batch_size="auto", token_budget="auto")
-    scorer.engine.attention_backends = policy
+    if policy == "flex":  # FlexAttention with the block mask (compiled on first use: in the first calls' time)
+        scorer.engine.attention_kernel = "flex"
+    else:
+        scorer.engine.attention_backends = policy
     scorer.score(workloads["bbq"][0][:8])  # warm-up: kernels load, allocator warms
     out: dict[str, Any] = {}
     for label, (reqs, sampling) in workloads.items():
@@ -94,6 +97,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     ap.add_argument("--gemm-n", type=int, default=8192)
     ap.add_argument("--chunk", type=int, default=0, help="also score each workload in calls of this many "
                     "requests (the Runner's chunk_size is 1024) under PyTorch's and the engine's attention choice")
+    ap.add_argument("--policies", default="pytorch_default,efficient_first",
+                    help="attention choices of --chunk, comma-separated: pytorch_default, efficient_first, flex")
     ap.add_argument("--skip-repeats", action="store_true")
     ap.add_argument("--skip-oom", action="store_true")
     ap.add_argument("--json", default=None)
@@ -115,6 +120,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         workloads = {"bbq": (bbq, ()), "hbb_mcq": (hbb["mcq"], hbb["sampling"]), "hbb_sg": (hbb["sg"], ())}
         out["chunked"] = {"chunk": args.chunk}
         for name, policy in POLICIES.items():
+            if name not in args.policies.split(","):
+                continue
             print("chunked", name, flush=True)
             try:
                 got = out["chunked"][name] = chunked(lm, workloads, args.device, peak, policy, args.chunk)
@@ -126,7 +133,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                 print("  failed", out["chunked"][name], flush=True)
             gpu.release()
             save()
-        a, b = (out["chunked"].get(n, {}) for n in POLICIES)
+        a, b = (out["chunked"].get(n, {}) for n in args.policies.split(",")[:2])
         if "bbq" in a and "bbq" in b:
             for label in ("bbq", "hbb_sg"):
                 out["chunked"][f"max_abs_delta_{label}"] = max(
