@@ -24,7 +24,7 @@ certain. Seeded, so a run's interval is the same on every resume.
 from __future__ import annotations
 
 import math
-from typing import Any, Callable, Hashable, Mapping
+from typing import Any, Callable, Hashable, Iterable, Mapping
 
 import numpy as np
 
@@ -57,21 +57,26 @@ def hybrid_probs(parsed: Mapping[str, Any], fallback: ProbsOf, shares: Mapping[s
     return out
 
 
-def drawn_shares(parsed: Mapping[str, Any], rng: np.random.Generator) -> dict[str, float]:
-    """One Dirichlet(counts + 1/2) draw of the tail shares over the answers seen (head or tail) and "none"."""
+def drawn_shares(parsed: Mapping[str, Any], rng: np.random.Generator, answers: Iterable[str] = ()
+                 ) -> dict[str, float]:
+    """One Dirichlet(counts + 1/2) draw of the tail shares over the answers seen (head or tail), the
+    ``answers`` the parser can read (so an answer no draw and no enumerated path hit still has width: a
+    prompt whose head and few tail draws parse nothing is not certain to parse nothing) and "none"."""
     tail = parsed["hybrid"]["tail"]
-    cats = sorted({*map(str, parsed["probs"]), *map(str, tail)} - {"none"}) + ["none"]
+    cats = sorted({*map(str, parsed["probs"]), *map(str, tail), *map(str, answers)} - {"none"}) + ["none"]
     alpha = np.array([float(tail.get(c, 0)) + 0.5 for c in cats])
     return dict(zip(cats, rng.dirichlet(alpha).tolist()))
 
 
 def hybrid_metric(metric: Callable[[ProbsOf], Mapping[Hashable, float]], fallback: ProbsOf, n_boot: int = 200,
-                  seed: int = 0) -> dict[Hashable, tuple[float, list[float]]]:
+                  seed: int = 0, answers: Callable[[Mapping[str, Any]], Iterable[str]] | None = None
+                  ) -> dict[Hashable, tuple[float, list[float]]]:
     """Per key of ``metric``'s result: the hybrid point and its 95 % interval.
 
     ``metric(probs_of)`` computes the task's numbers (a mapping, e.g. cell -> value) with ``probs_of(record)``
     giving each parse record's answer probabilities; it is called once with :func:`hybrid_probs` and
     ``n_boot`` times with each record's tail shares redrawn (the same draw for a record within one call).
+    ``answers(record)``: the answers its parser can read (:func:`drawn_shares`); default: those seen.
     """
     point = metric(lambda d: hybrid_probs(d, fallback))
     rng = np.random.default_rng(seed)
@@ -83,7 +88,7 @@ def hybrid_metric(metric: Callable[[ProbsOf], Mapping[Hashable, float]], fallbac
             if not has_draws(d):
                 return fallback(d)
             if id(d) not in drawn:
-                drawn[id(d)] = hybrid_probs(d, fallback, drawn_shares(d, rng))
+                drawn[id(d)] = hybrid_probs(d, fallback, drawn_shares(d, rng, answers(d) if answers else ()))
             return drawn[id(d)]
 
         values = metric(probs_of)
@@ -94,6 +99,10 @@ def hybrid_metric(metric: Callable[[ProbsOf], Mapping[Hashable, float]], fallbac
         arr = np.asarray(samples[k], dtype=float)
         arr = arr[np.isfinite(arr)]
         ci = [float(x) for x in np.percentile(arr, [2.5, 97.5])] if arr.size else [math.nan, math.nan]
+        if arr.size and math.isfinite(v):
+            # the interval holds its point: where the point sits on a boundary (an answer no draw read, mass
+            # 0), every draw gives the answer some mass, and a threshold metric's percentiles can leave it
+            ci = [min(ci[0], float(v)), max(ci[1], float(v))]
         out[k] = (float(v), ci)
     return out
 

@@ -123,10 +123,13 @@ class PaperCheck:
         """Whether the exact estimator counts this generation (its first token / text is a scored answer)."""
         raise NotImplementedError
 
+    def answer_keys(self, case: PromptCase) -> list[str]:
+        """Per option, the name a parse record gives its answer (default: the option's text)."""
+        return [str(o) for o in case.options]
+
     def answer_masses(self, case: PromptCase, answer: Mapping[str, float]) -> list[float]:
-        """Per option, the chance one sample reads as it, from a parse record's answer probabilities (keyed as
-        the task's parser names answers; default: by the option's text)."""
-        return [float(answer.get(o, 0.0)) for o in case.options]
+        """Per option, the chance one sample reads as it, from a parse record's answer probabilities."""
+        return [float(answer.get(k, 0.0)) for k in self.answer_keys(case)]
 
     def units(self, cases: list[PromptCase]) -> dict[str, list[PromptCase]]:
         """The resampling units and their prompts (default: by ``case.unit``)."""

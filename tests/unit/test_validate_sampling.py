@@ -370,6 +370,41 @@ def test_hbb_judges_the_hybrid_value_where_the_head_parses_nothing(tiny_lm, shar
         assert not row["miss"] and row["abs_delta"] == pytest.approx(0.5)
 
 
+def test_a_hybrid_prompt_whose_draws_read_nothing_is_judged_on_its_interval():
+    """Head and 2 tail draws read nothing, residual 0.9: the parsed mass is not known to be 0 (Wilson upper
+    bound of 0 / 2 x 0.9), so a sampled parse is no miss; the redrawn answers give both letters width."""
+    from probe.scoring.hybrid import wilson
+    from probe.studies.sampling_check.check import parse_mass_interval, prompt_row, redrawn
+
+    h = _HBB()
+    h.counted = lambda _case, _text: False  # the first-token event needs a tokenizer; not what is tested here
+    d = {"probs": {}, "rejected": 0.1, "residual": 0.9, "hybrid": {"n_tail": 2, "tail": {"none": 2}}}
+    c = PromptCase(id="q", unit="q", prompt="p", options=("a", "b"), exact=None, exact_mass=0.0,
+                   meta={"parsed": d})
+    lo, hi = parse_mass_interval(c)
+    assert lo == 0.0 and hi == pytest.approx(0.9 * wilson(0, 2)[1]) and hi > 0.5
+    row, _d = prompt_row(h, c, ["a) x"] + ["no"] * 19, np.random.default_rng(0))
+    assert not row["miss"] and row["accepted_inside_interval"] and math.isnan(row["abs_delta"])
+    masses = [redrawn(h, c, np.random.default_rng(i))[1] for i in range(50)]
+    assert max(masses) > 0.05  # the letters no draw read still have width (before: always 0)
+    # a prompt without tail draws keeps the old rule: a sampled parse without an exact one is a miss
+    plain = PromptCase(id="r", unit="r", prompt="p", options=("a", "b"), exact=None, exact_mass=0.0, meta={})
+    assert parse_mass_interval(plain) is None and prompt_row(h, plain, ["a) x"], np.random.default_rng(0))[0]["miss"]
+
+
+def test_hybrid_metric_gives_width_to_answers_no_draw_read():
+    from probe.metrics.hybrid import hybrid_metric
+
+    d = {"probs": {}, "residual": 0.9, "hybrid": {"n_tail": 2, "tail": {"none": 2}}}
+
+    def metric(probs_of):
+        return {"a": probs_of(d).get("0", 0.0)}
+
+    assert hybrid_metric(metric, lambda x: {}, n_boot=100)["a"] == (0.0, [0.0, 0.0])  # seen answers only
+    point, (lo, hi) = hybrid_metric(metric, lambda x: {}, n_boot=100, answers=lambda _d: ("0", "1"))["a"]
+    assert point == 0.0 and 0.0 <= lo < 0.01 and 0.2 < hi <= 0.9
+
+
 def test_tail_range_holds_the_hybrids_uncertainty():
     """A hybrid prompt's answer is redrawn from its tail draws' uncertainty; a prompt without draws keeps its
     point; the range with the tail's uncertainty is at least as wide; a point outside [head, head + residual]

@@ -17,10 +17,11 @@ import numpy as np
 from probe.errors import ProbeError
 from probe.metrics.hybrid import has_draws
 from probe.metrics.stats import percentile_ci, resample_clusters
+from probe.scoring.hybrid import wilson
 from probe.tasks.paper_check import PaperCheck, PromptCase, Scored
 
 __all__ = ["SamplingCheck", "answer_tokens", "checked_tasks", "detectable_difference", "inside", "outside_certified",
-           "paper_check_of", "predicted_draws", "predicted_range", "prompt_row", "redrawn", "run_check",
+           "paper_check_of", "parse_mass_interval", "predicted_draws", "predicted_range", "prompt_row", "redrawn", "run_check",
            "tv_distance"]
 
 
@@ -140,7 +141,9 @@ def prompt_row(paper: PaperCheck, c: PromptCase, gen: list[str], rng: np.random.
     a = np.array([-1 if x is None else int(x) for x in parsed])
     d = _dist(a, len(c.options))
     n_acc = int((a >= 0).sum())
-    miss = d is not None and c.exact is None
+    # a hybrid prompt whose head and tail draws read nothing can still parse: judged on its interval instead
+    lo_hi = parse_mass_interval(c)
+    miss = d is not None and c.exact is None and lo_hi is None
     delta = 1.0 if miss else tv_distance(d, c.exact) if d is not None and c.exact is not None else math.nan
     base = c.meta.get("baseline")
     return {
@@ -153,9 +156,30 @@ def prompt_row(paper: PaperCheck, c: PromptCase, gen: list[str], rng: np.random.
         "counted_not_accepted": int(sum(x is None and y for x, y in zip(parsed, counted))),
         "sampled_probs": None if d is None else [float(x) for x in d],
         "exact_probs": c.exact, "abs_delta": delta, "miss": miss,
+        **({"exact_mass_interval": list(lo_hi),
+            "accepted_inside_interval": _overlaps(wilson(n_acc, k), lo_hi)} if lo_hi is not None else {}),
         "noise_delta": _noise_delta(c.exact, n_acc, rng) if c.exact is not None and n_acc else math.nan,
         "generations": gen, "parsed": [None if x is None else c.options[x] for x in parsed], "counted": counted,
     }, d
+
+
+def parse_mass_interval(case: PromptCase) -> tuple[float, float] | None:
+    """A hybrid prompt's 95 % interval of its parsed mass (the chance one sample parses): the head's parsed
+    mass plus the residual times the Wilson interval of the tail draws' parsed share; None for a prompt
+    without tail draws."""
+    d = case.meta.get("parsed")
+    if not has_draws(d):
+        return None
+    h = d["hybrid"]
+    n = int(h["n_tail"])
+    parsed = n - int(h["tail"].get("none", 0))
+    lo, hi = wilson(parsed, n)
+    head, r = math.fsum(float(p) for p in d["probs"].values()), float(d["residual"])
+    return head + r * lo, head + r * hi
+
+
+def _overlaps(a: tuple[float, float], b: tuple[float, float]) -> bool:
+    return bool(a[0] <= b[1] and b[0] <= a[1])
 
 
 def _noise_delta(p: Sequence[float], n: int, rng: np.random.Generator, draws: int = 200) -> float:
@@ -213,7 +237,8 @@ def redrawn(paper: PaperCheck, case: PromptCase, rng: np.random.Generator) -> tu
     d = case.meta.get("parsed")
     if not has_draws(d):
         return case.exact, case.exact_mass
-    raw = paper.answer_masses(case, hybrid_probs(d, lambda x: x["probs"], drawn_shares(d, rng)))
+    shares = drawn_shares(d, rng, paper.answer_keys(case))
+    raw = paper.answer_masses(case, hybrid_probs(d, lambda x: x["probs"], shares))
     mass = math.fsum(raw)
     return ([x / mass for x in raw], mass) if mass > 0 else (None, 0.0)
 
@@ -342,6 +367,9 @@ def run_check(task: str, runner: Any, *, n_prompts: int = 100, k: int = 20, seed
         "delta_noise_ratio": _ratio(deltas, noise),
         "n_outside_certified": int(sum(outside_certified(paper, c) for c in cases)),
         "n_hybrid": int(sum(has_draws(c.meta.get("parsed")) for c in cases)),
+        "n_judged_on_interval": int(sum("exact_mass_interval" in r and r["sampled_probs"] is not None and
+                                        r["exact_probs"] is None for r in rows)),
+        "n_accepted_outside_interval": int(sum(r.get("accepted_inside_interval") is False for r in rows)),
         "verdict": _verdict(agg),
     }
     settings.update({"k": k, "seed": seed, "n_boot": n_boot, "batch_size": batch_size})

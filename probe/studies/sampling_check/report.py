@@ -37,7 +37,11 @@ def report_markdown(check: SamplingCheck) -> str:
                if "delta_noise_ratio" in s else []),
              *([f"| prompts whose published answer leaves its certified interval | {s['n_outside_certified']} |"]
                if "n_outside_certified" in s else []),
-             *([f"| prompts whose exact side has hybrid tail draws | {s['n_hybrid']} |"] if "n_hybrid" in s else []),
+             *([f"| prompts whose exact side has hybrid tail draws | {s['n_hybrid']} |",
+                f"| of those, with a sampled parse but none read by head or tail (judged on the parsed mass's "
+                f"interval, not a miss) | {s.get('n_judged_on_interval', 0)} |",
+                f"| hybrid prompts whose sampled parse share (Wilson 95 %) misses their parsed mass's interval | "
+                f"{s.get('n_accepted_outside_interval', 0)} |"] if "n_hybrid" in s else []),
              *([f"| the same for the first-token estimator over the scored answer texts | "
                 f"{s['mean_abs_delta_baseline']:.3f} |"] if "mean_abs_delta_baseline" in s else []),
              *([f"| exact side: largest / mean residual (mass not enumerated) | {s['parse_exact']['max_residual']:.4f}"

@@ -52,7 +52,9 @@ def hybrid_counts(config: Any, records: pd.DataFrame, inst: pd.DataFrame, certif
             out[str(c)] = float(over[(inst.category == c).to_numpy()].sum())
         return out
 
-    res = hybrid_metric(metric, _renormalised, seed=int(getattr(config, "sample_seed", 0)))
+    # a question's tail can read a) or b) although its draws read neither: both get the interval's width
+    res = hybrid_metric(metric, _renormalised, seed=int(getattr(config, "sample_seed", 0)),
+                        answers=lambda _d: ("0", "1"))
     sizes = {"all": len(inst), **{str(c): int((inst.category == c).sum()) for c in set(inst.category)}}
     one = {k: {"expected_count": v, "ci": clipped(ci, certified.get(k)), "n": sizes[k]} for k, (v, ci) in res.items()}
     return {"all": one.pop("all"), "by_category": one}

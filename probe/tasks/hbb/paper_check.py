@@ -13,7 +13,7 @@ in the text) makes it a non-answer.
 from __future__ import annotations
 
 import math
-from typing import Any, Mapping, Sequence
+from typing import Any, Sequence
 
 import numpy as np
 
@@ -107,9 +107,9 @@ class PaperCheck(_Base):
             c.unit = c.meta["question_id"]
         return cases
 
-    def answer_masses(self, case: PromptCase, answer: Mapping[str, float]) -> list[float]:
+    def answer_keys(self, case: PromptCase) -> list[str]:
         # the parser names an answer by its option index (a) = "0", b) = "1")
-        return [float(answer.get(str(i), 0.0)) for i in range(len(case.options))]
+        return [str(i) for i in range(len(case.options))]
 
     def units(self, cases: list[PromptCase]) -> dict[str, list[PromptCase]]:
         by_q = {c.meta["question_id"]: c for c in cases}
