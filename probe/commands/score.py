@@ -47,6 +47,7 @@ def run_score(args: argparse.Namespace) -> int:
     from probe.errors import InputError
     from probe.prompts.items import PromptStyle, read_score_items
 
+    _check_locks(args.output)
     # every line's JSON and fields are checked before the model loads (plain text: no tokenizer needed);
     # the rendering through the chat template and the token counts are checked once it is loaded
     limits = input_limits(args)
@@ -71,6 +72,7 @@ def run_perplexity(args: argparse.Namespace) -> int:
     from probe.errors import InputError
     from probe.prompts.items import read_perplexity_items
 
+    _check_locks(args.output)
     lines: list[int] = []
     requests = read_perplexity_items(args.input, lines, **input_limits(args))
     if not requests:
@@ -82,6 +84,13 @@ def run_perplexity(args: argparse.Namespace) -> int:
         except ValueError as exc:
             raise InputError(args.input, n, "text", str(exc)) from None
     return _score_file(args, runner, requests, "perplexity", "text(s)")
+
+
+def _check_locks(output: Path) -> None:
+    """A link at ``<output>.lock`` (or a shard's lock) is refused before the input is read or the model loads."""
+    from probe.io import check_locks
+
+    check_locks(output.parent, output.name + ".")
 
 
 def _runner(args: argparse.Namespace):

@@ -76,7 +76,7 @@ def run_task(task: Task, config: Any, model: Any, output: str | Path | None = No
 
     import contextlib
 
-    from probe.io import OutputLock
+    from probe.io import OutputLock, check_locks
     from probe.runs.shard import detect
 
     options = options or (runner.options if runner else RunOptions())
@@ -85,6 +85,7 @@ def run_task(task: Task, config: Any, model: Any, output: str | Path | None = No
     if runner is None:
         check_data_before_load(task, config)
     if out is not None and (runner.procs if runner else detect()).is_main:
+        check_locks(out)  # a link at a lock path: one line now, before the data set is built
         check_run_dir(out)
         if runner is None:
             check_models_before_load(out, model)
