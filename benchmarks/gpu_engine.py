@@ -82,8 +82,16 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     out: dict[str, Any] = {"shape": args.shape, "dtype": args.dtype, "device": args.device, "gemm_peak": peak,
                            "environment": gpu.environment(args.device)}
     for label, reqs in (("bbq", bbq), ("hbb_sg", sg)):
-        old, old_res = engine_row(lm, reqs, args.device, False, peak, label)
-        new, new_res = engine_row(lm, reqs, args.device, True, peak, label)
+        try:
+            old, old_res = engine_row(lm, reqs, args.device, False, peak, label)
+            new, new_res = engine_row(lm, reqs, args.device, True, peak, label)
+        except Exception as exc:  # noqa: BLE001 - the traceback is the figure; the next parts still run
+            import traceback
+
+            traceback.print_exc()
+            out[label] = {"failed": f"{type(exc).__name__}: {str(exc)[:500]}"}
+            gpu.release()
+            continue
         a = [x for r in old_res for x in (getattr(r, "logprobs", ()) or [r.nll])]
         b = [x for r in new_res for x in (getattr(r, "logprobs", ()) or [r.nll])]
         out[label] = {"old": old, "new": new, "speedup": old["seconds"] / new["seconds"],
