@@ -47,13 +47,14 @@ Z = 1.959963984540054
 def task_keys() -> set[str]:
     """The snake_case keys every installed task names in words (``Task.terms``); none when probe is absent."""
     try:
-        from probe.tasks import available, get
+        from probe.tasks import available, data_sets, get
     except ImportError:
         return set()
     keys: set[str] = set()
     for name in available():
         keys |= {k for k in getattr(get(name), "terms", {}) if "_" in k}
-    return keys - set(available())  # a task's name is what a user types (`probe run crows_pairs`)
+    # a task's or data set's name is what a user types (`probe run crows_pairs`, `probe data fetch hbb_sg`)
+    return keys - set(available()) - set(data_sets())
 
 
 def wilson(k: float, n: int) -> tuple[float, float]:
