@@ -14,7 +14,6 @@ what is allocated + ``--oom-margin-gib``, asked for 100,000 rows / 50M tokens pe
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import json
 import sys
@@ -84,14 +83,7 @@ def repeats(lm: Any, reqs: list, device: str, peak: dict, context: Any, n: int =
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--device", default="cuda")
-    ap.add_argument("--shape", default="llama-3.1-8b", choices=sorted(gpu.SHAPES))
-    ap.add_argument("--dtype", default="bfloat16")
-    ap.add_argument("--tokenizer", default="smollm2")
-    ap.add_argument("--limit", type=int, default=192)
-    ap.add_argument("--concepts", type=int, default=6)
-    ap.add_argument("--sg-n", type=int, default=10)
+    ap = gpu.workload_parser(__doc__, concepts=6, sg_n=10)
     ap.add_argument("--oom-requests", type=int, default=2000)
     ap.add_argument("--oom-margin-gib", type=float, default=4.0)
     ap.add_argument("--gemm-n", type=int, default=8192)

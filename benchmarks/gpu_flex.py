@@ -14,7 +14,6 @@ time, the share of tiles computed, and the last hidden states' largest differenc
 
 from __future__ import annotations
 
-import argparse
 import json
 import statistics
 import sys
@@ -93,14 +92,7 @@ def compare(lm: Any, label: str, passes: list[tuple], device: str) -> dict[str, 
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--device", default="cuda")
-    ap.add_argument("--shape", default="llama-3.1-8b", choices=sorted(gpu.SHAPES))
-    ap.add_argument("--dtype", default="bfloat16")
-    ap.add_argument("--tokenizer", default="smollm2")
-    ap.add_argument("--limit", type=int, default=192)
-    ap.add_argument("--concepts", type=int, default=6)
-    ap.add_argument("--sg-n", type=int, default=10)
+    ap = gpu.workload_parser(__doc__, concepts=6, sg_n=10)
     ap.add_argument("--chunk", type=int, default=1024)
     ap.add_argument("--json", default=None)
     args = ap.parse_args(argv)

@@ -246,10 +246,14 @@ class Engine:
         width = max(lengths)
         first = blocks[0][0]
         n_layers, heads, dim = first.shape[1], first.shape[2], first.shape[4]
-        kv = torch.zeros((2, n_layers, len(blocks), heads, width, dim), dtype=first.dtype, device=first.device)
+        kv = torch.empty((2, n_layers, len(blocks), heads, width, dim), dtype=first.dtype, device=first.device)
         mask = torch.zeros((len(blocks), width), dtype=torch.long)
         for b, (row, n) in enumerate(zip(blocks, lengths)):
-            kv[:, :, b, :, width - n:, :] = torch.cat(row, dim=-2)
+            kv[:, :, b, :, : width - n, :] = 0  # padding: masked, but never uninitialised memory (NaN * 0)
+            at = width - n
+            for block in row:  # each block straight into place (no concatenated copy first)
+                kv[:, :, b, :, at : at + block.shape[-2], :] = block
+                at += block.shape[-2]
             mask[b, width - n:] = 1
         cache = DynamicCache(ddp_cache_data=[(kv[0, li], kv[1, li]) for li in range(n_layers)], config=self.model.config)
         return Extension(cache, mask, lengths)
@@ -399,13 +403,19 @@ class Extension:
                             torch.stack([layer.values for layer in self.cache.layers])])
 
     def own(self) -> list[torch.Tensor]:
-        """Each row's keys and values without its padding, ``[2, layers, heads, length, head_dim]`` (copies)."""
-        kv, width = self.kv(), self.mask.shape[1]
-        return [kv[:, :, b, :, width - n:, :].clone() for b, n in enumerate(self.lengths)]
+        """Each row's keys and values without its padding, ``[2, layers, heads, length, head_dim]`` (copies
+        of those columns only)."""
+        width, layers = self.mask.shape[1], self.cache.layers
+        return [torch.stack([torch.stack([layer.keys[b, :, width - n:] for layer in layers]),
+                             torch.stack([layer.values[b, :, width - n:] for layer in layers])])
+                for b, n in enumerate(self.lengths)]
 
     def last(self) -> torch.Tensor:
-        """The last column's keys and values ``[2, layers, rows, heads, head_dim]`` (the tokens just added)."""
-        return self.kv()[:, :, :, :, -1, :]
+        """The last column's keys and values ``[2, layers, rows, heads, head_dim]`` (the tokens just added;
+        only that column is copied)."""
+        layers = self.cache.layers
+        return torch.stack([torch.stack([layer.keys[:, :, -1] for layer in layers]),
+                            torch.stack([layer.values[:, :, -1] for layer in layers])])
 
     def repeat(self, k: int) -> None:
         """Each row ``k`` times in a row (in place): ``k`` continuations share one prompt's pass."""
