@@ -17,7 +17,7 @@ from typing import Any, Iterator
 
 from probe.errors import InputError, ProbeError
 
-__all__ = ["OutputLock", "check_locks", "check_parents", "naming"]
+__all__ = ["OutputLock", "check_lock_free", "check_locks", "check_parents", "naming"]
 
 
 @contextlib.contextmanager
@@ -235,6 +235,34 @@ def check_locks(folder: str | Path, prefix: str = "") -> None:
             _refuse_unsafe(path, os.lstat(path))
         except FileNotFoundError:
             continue
+
+
+def check_lock_free(path: str | Path, what: str | None = None) -> None:
+    """Refuse up front, before any model loads, this run's own lock when another process holds it (its pid
+    named, as :class:`OutputLock` says it once taken); absent, stale, or held by this process: nothing to say.
+    A link or non-file there is refused as :func:`check_locks` does. Call it only in the process that will take
+    the lock (not a launcher's rank above 0, whose rank 0 holds it)."""
+    path = Path(path)
+    if _lock_key(path) in OutputLock._held:
+        return
+    try:
+        import fcntl
+        st = os.lstat(path)
+    except (ImportError, OSError):  # no POSIX locks, or no lock file: nothing to check
+        return
+    _refuse_unsafe(path, st)
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | _NOFOLLOW)
+    except OSError:
+        return
+    try:
+        try:  # a shared lock only asks; the holder's exclusive one refuses it
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except OSError:
+            raise OutputLock(path, what)._busy(fd) from None
+        fcntl.flock(fd, fcntl.LOCK_UN)
+    finally:
+        os.close(fd)
 
 
 def file_stamp(path: str | Path) -> tuple:

@@ -90,14 +90,22 @@ def run_task(task: Task, config: Any, model: Any, output: str | Path | None = No
         if runner is None:
             check_models_before_load(out, model)
         # a --shard job writes only its own shard files: it holds its shard's lock, the folding run the directory's
-        name = LOCK_FILE if not options.shard else f"{LOCK_FILE}.shard-{str(options.shard).replace('/', '-of-')}"
-        lock = OutputLock(out / name, str(out) if not options.shard else f"{out} (shard {options.shard})")
+        lock = OutputLock(*run_lock(out, options.shard))
     with lock:  # one writer per run directory (or per shard of it), held for the whole run
         return _run_task(task, config, model, out, limit, options, runner)
 
 
 #: the lock file of a run directory while a run writes there (probe.io.OutputLock)
 LOCK_FILE = ".probe.lock"
+
+
+def run_lock(out: Path, shard: Any = None) -> tuple[Path, str]:
+    """The lock file of a run directory (a ``--shard`` job's own) and what its refusal names."""
+    if not shard:
+        return out / LOCK_FILE, str(out)
+    return out / f"{LOCK_FILE}.shard-{str(shard).replace('/', '-of-')}", f"{out} (shard {shard})"
+
+
 #: files that mark a directory as (part of) a run: a re-run resumes there
 RUN_FILES = ("records.jsonl", "records.jsonl.input.json", "generations.jsonl")
 

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from probe.cli import main
-from tests.unit.test_hostile_inputs import _one_line_error
+from tests.unit.test_hostile_inputs import _one_line_error, held_lock  # noqa: F401 (a fixture)
 from tests.tiny import score_items, write_items
 
 GOOD = {"id": "q1", "prompt": "Who has wrinkles?", "options": ["A", "B", "C"]}
@@ -191,6 +191,41 @@ def test_api_run_task_refuses_a_linked_lock_before_building_the_data(tmp_path, t
     with Runner(tiny_lm, RunOptions(progress=False)) as runner, pytest.raises(ProbeError, match="symbolic link"):
         run_task(task, task.make_config({}), tiny_lm, output=out, limit=2, runner=runner)
     assert no_load == [] and not (tmp_path / "planted").exists()
+
+
+def test_a_held_score_lock_is_refused_before_the_model_loads(tmp_path, model_dir, capsys, no_load, held_lock):
+    """Another process writing the same output: one line naming its pid, before a minute of loading."""
+    pid = held_lock(tmp_path / "o.jsonl.lock")
+    assert _score(model_dir, _jsonl(tmp_path / "items.jsonl", [GOOD]), tmp_path / "o.jsonl") == 1
+    _one_line_error(capsys, f"pid {pid}", "another probe process")
+    assert no_load == [] and not (tmp_path / "o.jsonl").exists()
+
+
+def test_a_held_run_directory_lock_is_refused_before_the_model_loads(tmp_path, model_dir, capsys, no_load,
+                                                                     held_lock):
+    out = tmp_path / "run"
+    out.mkdir()
+    pid = held_lock(out / ".probe.lock")
+    assert main(["run", "demo", "--model", str(model_dir), "--limit", "2", "--output", str(out)]) == 1
+    _one_line_error(capsys, f"pid {pid}", "another probe process")
+    assert no_load == []
+
+
+def test_another_shard_s_held_lock_does_not_stop_this_shard(tmp_path, held_lock):
+    """Shard jobs run side by side: only this run's own lock is checked (a stale one, or one this process
+    holds, passes too)."""
+    from probe.errors import ProbeError
+    from probe.io import OutputLock, check_lock_free
+
+    held_lock(tmp_path / ".probe.lock.shard-1-of-2")
+    check_lock_free(tmp_path / ".probe.lock.shard-0-of-2")
+    with pytest.raises(ProbeError, match="another probe process"):
+        check_lock_free(tmp_path / ".probe.lock.shard-1-of-2", str(tmp_path))
+    (tmp_path / "stale.lock").write_text("999999\n")
+    check_lock_free(tmp_path / "stale.lock")
+    with OutputLock(tmp_path / "mine.lock"):
+        check_lock_free(tmp_path / "mine.lock")
+    assert (tmp_path / "stale.lock").read_text() == "999999\n"
 
 
 def test_check_locks_refuses_only_unsafe_locks_of_this_output(tmp_path):
