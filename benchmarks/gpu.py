@@ -156,6 +156,20 @@ def gemm_peak(device: str, dtype: torch.dtype, n: int, reps: int = 10) -> dict[s
 
 
 # -- models ------------------------------------------------------------------------
+def workload_parser(doc: str | None, concepts: int, sg_n: int) -> argparse.ArgumentParser:
+    """The arguments every one-process GPU benchmark shares: device, model shape and dtype, tokenizer, BBQ
+    questions, HBB concept pairs and HBB-SG variations."""
+    ap = argparse.ArgumentParser(description=(doc or "").split("\n")[0])
+    ap.add_argument("--device", default="cuda")
+    ap.add_argument("--shape", default="llama-3.1-8b", choices=sorted(SHAPES))
+    ap.add_argument("--dtype", default="bfloat16")
+    ap.add_argument("--tokenizer", default="smollm2")
+    ap.add_argument("--limit", type=int, default=192)
+    ap.add_argument("--concepts", type=int, default=concepts)
+    ap.add_argument("--sg-n", type=int, default=sg_n)
+    return ap
+
+
 def build_random(shape: str, tokenizer: Any, device: str, dtype: str) -> Any:
     """A :class:`probe.models.LoadedModel` of ``SHAPES[shape]`` with random weights, built on ``device``."""
     from transformers import AutoConfig, AutoModelForCausalLM

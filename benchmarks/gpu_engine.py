@@ -17,7 +17,6 @@ only), the host-device synchronisations of one ``score()`` call
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 import warnings
@@ -62,14 +61,7 @@ def engine_row(lm: Any, reqs: list, device: str, packed: bool, peak: dict, label
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--device", default="cuda")
-    ap.add_argument("--shape", default="llama-3.1-8b", choices=sorted(gpu.SHAPES))
-    ap.add_argument("--dtype", default="bfloat16")
-    ap.add_argument("--tokenizer", default="smollm2")
-    ap.add_argument("--limit", type=int, default=192)
-    ap.add_argument("--concepts", type=int, default=2)
-    ap.add_argument("--sg-n", type=int, default=3)
+    ap = gpu.workload_parser(__doc__, concepts=2, sg_n=3)
     ap.add_argument("--gemm-n", type=int, default=8192)
     ap.add_argument("--no-oom", action="store_true")
     ap.add_argument("--json", default=None)
@@ -82,8 +74,16 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     out: dict[str, Any] = {"shape": args.shape, "dtype": args.dtype, "device": args.device, "gemm_peak": peak,
                            "environment": gpu.environment(args.device)}
     for label, reqs in (("bbq", bbq), ("hbb_sg", sg)):
-        old, old_res = engine_row(lm, reqs, args.device, False, peak, label)
-        new, new_res = engine_row(lm, reqs, args.device, True, peak, label)
+        try:
+            old, old_res = engine_row(lm, reqs, args.device, False, peak, label)
+            new, new_res = engine_row(lm, reqs, args.device, True, peak, label)
+        except Exception as exc:  # noqa: BLE001 - the traceback is the figure; the next parts still run
+            import traceback
+
+            traceback.print_exc()
+            out[label] = {"failed": f"{type(exc).__name__}: {str(exc)[:500]}"}
+            gpu.release()
+            continue
         a = [x for r in old_res for x in (getattr(r, "logprobs", ()) or [r.nll])]
         b = [x for r in new_res for x in (getattr(r, "logprobs", ()) or [r.nll])]
         out[label] = {"old": old, "new": new, "speedup": old["seconds"] / new["seconds"],

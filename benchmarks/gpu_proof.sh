@@ -13,6 +13,8 @@
 #                                        #     memory, --batch-size auto, capture, HBB projection, (3) OOM
 #                                        #     back-off, (4) parse_exact vs K = 20 sampling
 #   bash benchmarks/gpu_proof.sh real    # (2) SmolLM2 real weights bf16 vs fp32 (+ lm-eval, parse_exact)
+#   bash benchmarks/gpu_proof.sh all     # engine, then shape in bf16 (lm-eval, HBB projection, capture,
+#                                        #     parse_exact at T = 0.1 and 0.7), each under its own time limit
 #   bash benchmarks/gpu_proof.sh engine  # old (level-by-level) vs new (packed) engine, 8B shape, bf16, one call
 #                                        #     < 6 min: time, passes, share of peak, busy share (device events
 #                                        #     only), syncs per call, max |delta|, OOM back-off (gpu_engine.py)
@@ -37,9 +39,13 @@ if [ ! -d /tmp/site/lm_eval ]; then
     || echo "wheels not installed: lm-eval comparisons will be skipped"
 fi
 # probe itself from the working tree, no dependencies (the machine's own torch/transformers are used)
-python3 -m pip install -q --no-index --no-deps --no-build-isolation --no-cache-dir --target /tmp/probe-site . \
-  >/dev/null 2>&1 || echo "probe not installed as a package: importing it from the tree"
-export PYTHONPATH=/tmp/probe-site:/tmp/site
+if [ -n "${PROBE_FROM_TREE:-}" ]; then  # saves the wheel build when device time is short
+  export PYTHONPATH=$PWD:/tmp/site
+else
+  python3 -m pip install -q --no-index --no-deps --no-build-isolation --no-cache-dir --target /tmp/probe-site . \
+    >/dev/null 2>&1 || echo "probe not installed as a package: importing it from the tree"
+  export PYTHONPATH=/tmp/probe-site:/tmp/site
+fi
 [ -d "$KEEP/data" ] || tar -C "$KEEP" -xzf "$KEEP/data.tgz"
 [ -d "$KEEP/tokenizer" ] || tar -C "$KEEP" -xzf "$KEEP/tokenizer.tgz"
 export PROBE_DATA=$KEEP/data
@@ -84,5 +90,12 @@ case "$PART" in
     timeout "${ENGINE_TIMEOUT:-330}" python3 benchmarks/gpu_engine.py --device "$DEVICE" --tokenizer "$KEEP/tokenizer" \
       --json "$OUT/engine.json" $EXTRA 2>&1 | tee "$OUT/engine.log"
     ;;
-  *) echo "unknown part $PART (shape | real | engine)"; exit 2 ;;
+  all)
+    timeout "${ENGINE_TIMEOUT:-210}" python3 benchmarks/gpu_engine.py --device "$DEVICE" --tokenizer "$KEEP/tokenizer" \
+      --json "$OUT/engine.json" $EXTRA 2>&1 | tee "$OUT/engine.log"
+    timeout "${SHAPE_TIMEOUT:-240}" python3 benchmarks/gpu.py --device "$DEVICE" --dtypes bfloat16 --real none \
+      --tokenizer "$KEEP/tokenizer" --repeats 1 --parse-exact --parse-prompts 12 --parse-max-nodes 200 \
+      --parse-settings 0.1:1.0:20,0.7:0.9:20 --json "$OUT/shape.json" ${SHAPE_EXTRA:-} 2>&1 | tee "$OUT/shape.log"
+    ;;
+  *) echo "unknown part $PART (shape | real | engine | all)"; exit 2 ;;
 esac

@@ -16,6 +16,7 @@ explicit, so a token's position never depends on its batch-mates.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 from dataclasses import dataclass, field
 from typing import Any
@@ -27,6 +28,31 @@ from probe.scoring.rows import Row, common_prefix_length  # noqa: F401  (re-expo
 from probe.scoring.sampling import target_logprobs
 
 HEAD_CHUNK = 256  # rows of hidden states unembedded at once: 256 x vocab float32 stays small
+#: the memory-efficient kernel first: a packed-pass preference with no per-shape plan to build
+#: (see Engine.attention_backends)
+PACKED_SDPA_BACKENDS = ("EFFICIENT_ATTENTION", "FLASH_ATTENTION", "CUDNN_ATTENTION", "MATH")
+
+
+@contextlib.contextmanager
+def flex_attention_on(model: Any) -> Any:
+    """Run ``model``'s attention through transformers' ``flex_attention`` implementation, then restore
+    the one it had."""
+    before = getattr(model.config, "_attn_implementation", None) or "sdpa"
+    model.set_attn_implementation("flex_attention")
+    try:
+        yield
+    finally:
+        model.set_attn_implementation(before)
+
+
+def sdpa_preference(names: tuple[str, ...] | None) -> Any:
+    """A context in which SDPA tries the backends ``names`` (``torch.nn.attention.SDPBackend`` members) in
+    that order; a no-op for None."""
+    if not names:
+        return contextlib.nullcontext()
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    return sdpa_kernel([getattr(SDPBackend, n) for n in names], set_priority=True)
 
 
 @dataclass
@@ -61,6 +87,15 @@ class Engine:
         self.tokens_attended = 0  # (query, key) pairs the attention masks let through, padding included
         self.kv_bytes_copied = 0  # key/value cache bytes copied (row selection and merging; 0 when packed)
         self.host_copies = 0  # host-device copies made by the packed pass and its read
+        #: SDPA backends a packed pass prefers, in order (None: PyTorch's own choice, which on a Hopper GPU is
+        #: cuDNN's attention for a masked pass). cuDNN builds a plan per new [rows, width] shape (0.6-1.1 s on
+        #: an H200) but runs the attention faster; neither won every workload there, so PyTorch's choice stays
+        #: the default. docs/scoring.md, "The attention kernel on a GPU".
+        self.attention_backends: tuple[str, ...] | None = None
+        #: the packed pass's attention: "sdpa" (the dense 4-D mask) or "flex" (FlexAttention with the tree
+        #: mask as a BlockMask, which skips the tiles it hides whole; compiled on first use; models whose
+        #: class supports it, full attention only, else "sdpa"). docs/scoring.md, "The attention kernel on a GPU".
+        self.attention_kernel = "sdpa"
         self._layer_kinds = layer_kinds(self.config)
         self.window = int(self.config.sliding_window) if "sliding_attention" in self._layer_kinds else None
 
@@ -112,9 +147,23 @@ class Engine:
                    max_position: int) -> torch.Tensor:
         """One packed forward pass over ``[rows, width]`` device tensors; the last hidden states
         ``[rows, width, d_model]``."""
-        out = self._decoder(input_ids=ids, attention_mask=self.masks(pre, end, pos, max_position),
-                            position_ids=pos, use_cache=False)
+        if self._flex_ok(max_position):
+            from probe.scoring.packed import tree_block_mask
+
+            with flex_attention_on(self.model):
+                out = self._decoder(input_ids=ids, attention_mask=tree_block_mask(pre, end), position_ids=pos,
+                                    use_cache=False)
+            return out.last_hidden_state
+        mask = self.masks(pre, end, pos, max_position)
+        with sdpa_preference(self.attention_backends if ids.is_cuda else None):
+            out = self._decoder(input_ids=ids, attention_mask=mask, position_ids=pos, use_cache=False)
         return out.last_hidden_state
+
+    def _flex_ok(self, max_position: int) -> bool:
+        """Whether this pass runs with FlexAttention: asked for, supported by the model's class, and no
+        sliding window cuts in (its mask is not written as a block mask)."""
+        return (self.attention_kernel == "flex" and bool(getattr(self.model, "_supports_flex_attn", False))
+                and (self.window is None or max_position < self.window))
 
     def read_packed(self, hidden: torch.Tensor, where: list[torch.Tensor], chunks: list[tuple[int, int, int, int]],
                     sampling: tuple = ()) -> torch.Tensor:
@@ -197,10 +246,14 @@ class Engine:
         width = max(lengths)
         first = blocks[0][0]
         n_layers, heads, dim = first.shape[1], first.shape[2], first.shape[4]
-        kv = torch.zeros((2, n_layers, len(blocks), heads, width, dim), dtype=first.dtype, device=first.device)
+        kv = torch.empty((2, n_layers, len(blocks), heads, width, dim), dtype=first.dtype, device=first.device)
         mask = torch.zeros((len(blocks), width), dtype=torch.long)
         for b, (row, n) in enumerate(zip(blocks, lengths)):
-            kv[:, :, b, :, width - n:, :] = torch.cat(row, dim=-2)
+            kv[:, :, b, :, : width - n, :] = 0  # padding: masked, but never uninitialised memory (NaN * 0)
+            at = width - n
+            for block in row:  # each block straight into place (no concatenated copy first)
+                kv[:, :, b, :, at : at + block.shape[-2], :] = block
+                at += block.shape[-2]
             mask[b, width - n:] = 1
         cache = DynamicCache(ddp_cache_data=[(kv[0, li], kv[1, li]) for li in range(n_layers)], config=self.model.config)
         return Extension(cache, mask, lengths)
@@ -350,13 +403,19 @@ class Extension:
                             torch.stack([layer.values for layer in self.cache.layers])])
 
     def own(self) -> list[torch.Tensor]:
-        """Each row's keys and values without its padding, ``[2, layers, heads, length, head_dim]`` (copies)."""
-        kv, width = self.kv(), self.mask.shape[1]
-        return [kv[:, :, b, :, width - n:, :].clone() for b, n in enumerate(self.lengths)]
+        """Each row's keys and values without its padding, ``[2, layers, heads, length, head_dim]`` (copies
+        of those columns only)."""
+        width, layers = self.mask.shape[1], self.cache.layers
+        return [torch.stack([torch.stack([layer.keys[b, :, width - n:] for layer in layers]),
+                             torch.stack([layer.values[b, :, width - n:] for layer in layers])])
+                for b, n in enumerate(self.lengths)]
 
     def last(self) -> torch.Tensor:
-        """The last column's keys and values ``[2, layers, rows, heads, head_dim]`` (the tokens just added)."""
-        return self.kv()[:, :, :, :, -1, :]
+        """The last column's keys and values ``[2, layers, rows, heads, head_dim]`` (the tokens just added;
+        only that column is copied)."""
+        layers = self.cache.layers
+        return torch.stack([torch.stack([layer.keys[:, :, -1] for layer in layers]),
+                            torch.stack([layer.values[:, :, -1] for layer in layers])])
 
     def repeat(self, k: int) -> None:
         """Each row ``k`` times in a row (in place): ``k`` continuations share one prompt's pass."""

@@ -113,12 +113,41 @@ def sampling_distribution(logits: Any, spec: SamplingSpec) -> Any:
     probs = torch.softmax(z, dim=-1)
     if spec.top_p >= 1:
         return probs
+    if logits.dim() == 1 and logits.shape[0] > NUCLEUS_CANDIDATES:
+        cut = _nucleus_from_candidates(logits.double(), probs, spec.top_p)
+        if cut is not None:
+            return cut / cut.sum(dim=-1, keepdim=True)
     order = torch.sort(logits.double(), dim=-1, descending=True, stable=True).indices  # stable: lower id first on ties
     sorted_p = probs.gather(-1, order)
     keep_sorted = _exclusive(torch.cumsum(sorted_p, dim=-1)) < spec.top_p
     keep = torch.zeros_like(keep_sorted).scatter(-1, order, keep_sorted)
     cut = torch.where(keep, probs, torch.zeros_like(probs))
     return cut / cut.sum(dim=-1, keepdim=True)
+
+
+#: tokens ranked first when cutting one nucleus: a sort of the whole vocabulary is needed only when these
+#: hold less than top_p of the mass
+NUCLEUS_CANDIDATES = 1024
+
+
+def _nucleus_from_candidates(v: Any, probs: Any, top_p: float) -> Any:
+    """The nucleus-cut probabilities of one row (``v`` float64 logits ``[vocab]``), ranking only the
+    tokens at or above the :data:`NUCLEUS_CANDIDATES`-th largest logit (every tie at that value
+    included): they are the first of the full stable ranking, so where they hold at least ``top_p``
+    (summed in rank order, as the full cumulative sum sums them) no later token can be kept and the cut
+    is the full ranking's, bit for bit. None where they hold less."""
+    import torch
+
+    threshold = torch.topk(v, NUCLEUS_CANDIDATES).values[-1]
+    ids = (v >= threshold).nonzero()[:, 0]  # ascending ids: the stable sort below keeps them on ties
+    order = torch.sort(v[ids], descending=True, stable=True).indices
+    ranked = ids[order]
+    cum = torch.cumsum(probs[ranked], dim=-1)
+    if not bool(cum[-1] >= top_p):
+        return None
+    keep = torch.zeros_like(probs, dtype=torch.bool)
+    keep[ranked] = _exclusive(cum) < top_p
+    return torch.where(keep, probs, torch.zeros_like(probs))
 
 
 def target_logprobs(logits: Any, targets: Sequence[Sequence[int]], specs: Sequence[SamplingSpec]) -> list[list[list[float]]]:

@@ -174,3 +174,59 @@ def test_the_prefix_tree_does_not_depend_on_the_comparison_block(monkeypatch):
     whole = shape(batching.build_tree(rows, min_shared=1))
     monkeypatch.setattr(batching._Shared, "BLOCK", 3)  # neighbours compared 3 rows at a time
     assert shape(batching.build_tree(rows, min_shared=1)) == whole
+
+
+def test_sdpa_preference_is_applied_and_none_is_a_no_op():
+    """The packed pass's attention preference really restricts SDPA: on the CPU the memory-efficient kernel
+    does not exist, so preferring it alone leaves no backend, while MATH and no preference both run."""
+    import torch.nn.functional as F
+
+    from probe.scoring.engine import PACKED_SDPA_BACKENDS, sdpa_preference
+
+    q = torch.randn(1, 2, 4, 8)
+    with sdpa_preference(None):
+        ref = F.scaled_dot_product_attention(q, q, q)
+    with sdpa_preference(("MATH",)):
+        assert torch.allclose(F.scaled_dot_product_attention(q, q, q), ref)
+    with pytest.raises(RuntimeError), sdpa_preference(("EFFICIENT_ATTENTION",)):
+        F.scaled_dot_product_attention(q, q, q)
+    assert PACKED_SDPA_BACKENDS[-1] == "MATH"  # a last resort is always there
+
+
+def test_tree_block_mask_sees_exactly_what_the_dense_tree_mask_sees():
+    """The FlexAttention form of the tree mask: its mask function, at every (query, key) pair of a packed
+    row with padding, agrees with the dense additive mask."""
+    from probe.scoring.packed import tree_block_mask
+
+    rows = [Row(tuple(np.random.default_rng(k).integers(0, 9, 5 + k % 4)), 3) for k in range(12)]
+    [p] = pack([flatten(n) for n in build_tree(rows, min_shared=1)], 64, 1024, 8)
+    a = arrays(p, pad_id=0)
+    pre, end, pos = (torch.from_numpy(x) for x in (a.pre, a.end, a.pos))
+    dense = tree_mask(pre, end, pos, torch.float32)[:, 0] == 0
+    bm = tree_block_mask(pre, end)
+    b, q, kv = torch.meshgrid(*(torch.arange(n) for n in dense.shape), indexing="ij")
+    assert torch.equal(bm.mask_mod(b, None, q, kv), dense)
+    assert a.padded > 0 and dense.sum() < dense.numel() / 2  # a row with padding, most pairs hidden
+
+
+@pytest.mark.filterwarnings("ignore::DeprecationWarning")  # torch.compile's own imports warn
+def test_flex_attention_packed_pass_equals_the_sdpa_pass():
+    """Scores with the packed pass's FlexAttention kernel equal the dense-mask pass's (float32, tiny
+    model); the model's own attention implementation is restored afterwards."""
+    from probe.scoring import Scorer
+    from probe.scoring.requests import ContinuationRequest
+    from tests.tiny import tiny_lm
+
+    lm = tiny_lm()
+    reqs = [ContinuationRequest(id=str(k), prompt=f"Question {k}: who was it, in the end?",
+                                options=(" the grandson", " the grandfather", " cannot be determined"))
+            for k in range(4)]
+    ref = Scorer(lm, batch_size=16).score(reqs)
+    scorer = Scorer(lm, batch_size=16)
+    scorer.engine.attention_kernel = "flex"
+    got = scorer.score(reqs)
+    assert scorer.engine.forward_passes == 1
+    assert lm.model.config._attn_implementation == "sdpa"
+    a = [x for r in ref for x in r.logprobs]
+    b = [x for r in got for x in r.logprobs]
+    assert len(a) == 12 and max(abs(x - y) for x, y in zip(a, b)) < 1e-4

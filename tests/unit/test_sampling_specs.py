@@ -359,3 +359,26 @@ def test_cli_temperature_and_top_p(tmp_path, model_dir):
     assert main([*base, "--output", str(tmp_path / "c.jsonl"), "--top-p", "0.9"]) == 1  # top-p needs a temperature
     with pytest.raises(SystemExit):
         main([*base, "--output", str(tmp_path / "d.jsonl"), "--temperature", "0"])
+@pytest.mark.parametrize("scale,ties", [(0.5, False), (5.0, False), (30.0, False), (10.0, True)])
+def test_nucleus_from_candidates_is_the_full_ranking_bit_for_bit(monkeypatch, scale, ties):
+    """One row's nucleus ranked from its top candidates equals the whole-vocabulary ranking exactly (ties
+    at the candidates' edge included); where the candidates hold too little mass the full sort runs."""
+    import probe.scoring.sampling as S
+
+    used = []
+    real = S._nucleus_from_candidates
+    monkeypatch.setattr(S, "_nucleus_from_candidates", lambda *a: used.append(real(*a)) or used[-1])
+    gen = torch.Generator().manual_seed(int(scale * 10) + ties)
+    for _ in range(20):
+        lg = torch.randn(4096, generator=gen) * scale
+        if ties:
+            lg = torch.round(lg * 2) / 2
+        for t, p in [(0.7, 0.9), (1.0, 0.5), (0.1, 0.95), (1.0, 0.999)]:
+            fast = S.sampling_distribution(lg.float(), SamplingSpec(t, p))
+            monkeypatch.setattr(S, "NUCLEUS_CANDIDATES", 10**9)
+            full = S.sampling_distribution(lg.float(), SamplingSpec(t, p))
+            monkeypatch.setattr(S, "NUCLEUS_CANDIDATES", 1024)
+            assert torch.equal(fast, full)
+    assert any(x is not None for x in used)  # the candidates path ran
+    if scale == 0.5:
+        assert any(x is None for x in used)  # and a flat row fell back to the full sort
