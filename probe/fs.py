@@ -17,7 +17,7 @@ from typing import Any, Iterator
 
 from probe.errors import InputError, ProbeError
 
-__all__ = ["OutputLock", "check_parents", "naming"]
+__all__ = ["OutputLock", "check_lock_free", "check_locks", "check_parents", "naming"]
 
 
 @contextlib.contextmanager
@@ -162,14 +162,7 @@ class OutputLock:
             os.close(fd)
 
     def _check_plain(self, st: os.stat_result) -> None:
-        if stat.S_ISLNK(st.st_mode):
-            raise ProbeError(f"refusing the lock file {self.path}: it is a symbolic link (a run never writes "
-                             "through a link placed at its lock path); remove it if you did not make it, or choose "
-                             "another output")
-        if not stat.S_ISREG(st.st_mode) or st.st_nlink != 1:
-            what = "a hard link to another file" if stat.S_ISREG(st.st_mode) else "not a plain file"
-            raise ProbeError(f"refusing the lock file {self.path}: it is {what}; remove it if you did not make it, "
-                             "or choose another output")
+        _refuse_unsafe(self.path, st)
 
     def _is_at_path(self, fd: int) -> bool:
         """The open file ``fd`` is the one at the lock path now (not removed or replaced meanwhile)."""
@@ -212,6 +205,64 @@ class OutputLock:
             except OSError:
                 pass
             os.close(held[0])
+
+
+def _refuse_unsafe(path: Path, st: os.stat_result) -> None:
+    """A :class:`ProbeError` when the lock path ``path`` (its ``lstat`` is ``st``) is a link or not a plain file."""
+    if stat.S_ISLNK(st.st_mode):
+        raise ProbeError(f"refusing the lock file {path}: it is a symbolic link (a run never writes "
+                         "through a link placed at its lock path); remove it if you did not make it, or choose "
+                         "another output")
+    if not stat.S_ISREG(st.st_mode) or st.st_nlink != 1:
+        what = "a hard link to another file" if stat.S_ISREG(st.st_mode) else "not a plain file"
+        raise ProbeError(f"refusing the lock file {path}: it is {what}; remove it if you did not make it, "
+                         "or choose another output")
+
+
+def check_locks(folder: str | Path, prefix: str = "") -> None:
+    """Refuse up front, before any model loads or data set is built, a lock file in ``folder`` (a name that
+    starts with ``prefix`` and ends in ``.lock`` or holds ``.lock.``: ``<output>.lock`` and a shard's with the
+    prefix ``<output>.``; every lock of a run directory with none) that is a
+    symbolic link, a hard link or not a plain file; :class:`OutputLock` refuses the same when it is taken, this
+    only says it before a minute of loading. A plain lock file (held, or stale) is left to the lock itself."""
+    try:
+        names = [n for n in os.listdir(folder) if n.startswith(prefix) and (n.endswith(".lock") or ".lock." in n)]
+    except OSError:  # absent, not a folder, or unreadable: the output's own checks say which
+        return
+    for name in sorted(names):
+        path = Path(folder) / name
+        try:
+            _refuse_unsafe(path, os.lstat(path))
+        except FileNotFoundError:
+            continue
+
+
+def check_lock_free(path: str | Path, what: str | None = None) -> None:
+    """Refuse up front, before any model loads, this run's own lock when another process holds it (its pid
+    named, as :class:`OutputLock` says it once taken); absent, stale, or held by this process: nothing to say.
+    A link or non-file there is refused as :func:`check_locks` does. Call it only in the process that will take
+    the lock (not a launcher's rank above 0, whose rank 0 holds it)."""
+    path = Path(path)
+    if _lock_key(path) in OutputLock._held:
+        return
+    try:
+        import fcntl
+        st = os.lstat(path)
+    except (ImportError, OSError):  # no POSIX locks, or no lock file: nothing to check
+        return
+    _refuse_unsafe(path, st)
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | _NOFOLLOW)
+    except OSError:
+        return
+    try:
+        try:  # a shared lock only asks; the holder's exclusive one refuses it
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except OSError:
+            raise OutputLock(path, what)._busy(fd) from None
+        fcntl.flock(fd, fcntl.LOCK_UN)
+    finally:
+        os.close(fd)
 
 
 def file_stamp(path: str | Path) -> tuple:

@@ -21,7 +21,7 @@ from typing import Any, Iterable, Iterator, Mapping
 
 from probe.errors import InputError, ProbeError
 # re-exported: every layer takes them from probe.io
-from probe.fs import OutputLock, check_parents, naming  # noqa: F401
+from probe.fs import OutputLock, check_lock_free, check_locks, check_parents, naming  # noqa: F401
 
 
 def dumps(obj: Any) -> str:

@@ -10,8 +10,11 @@ Checks every ``.md`` file under the folder, every ``results.csv`` and each ``--t
   ``hbb_swapavg``, and the snake_case keys a task names in words (:attr:`probe.tasks.base.Task.terms`);
   text in backticks (commands such as ``--set hbb_sg=false``) and file names are left alone;
 - no resampled interval from fewer than 10 units (:data:`probe.metrics.small_sample.MIN_UNITS`): an
-  interval beside ``(n = k)`` with k < 10, or on a results.csv row with fewer than 10 clusters, must be
-  Wilson's exact interval for that share (allowed at any n);
+  interval beside ``(n = k)`` with k < 10, in a table row whose ``clusters`` (else ``n``) column is under 10,
+  or on a results.csv row with fewer than 10 clusters, must be Wilson's exact interval for that share (allowed
+  at any n); a zero-width one (``0.000 [0.000, 0.000]``, what a bootstrap over one unit gives) counts too. A
+  certified interval (a bound, not a resample) and the range it comes with are exact: a line or row naming
+  one (``certified [``), unless it is the hybrid estimator's Monte Carlo interval, is left alone;
 - one report per folder: no folder holds both ``report.md`` and ``report/report.md``.
 
 Prints one line per problem (``file:line: check: text``) and exits 1 if there is any, else prints what it
@@ -44,13 +47,14 @@ Z = 1.959963984540054
 def task_keys() -> set[str]:
     """The snake_case keys every installed task names in words (``Task.terms``); none when probe is absent."""
     try:
-        from probe.tasks import available, get
+        from probe.tasks import available, data_sets, get
     except ImportError:
         return set()
     keys: set[str] = set()
     for name in available():
         keys |= {k for k in getattr(get(name), "terms", {}) if "_" in k}
-    return keys - set(available())  # a task's name is what a user types (`probe run crows_pairs`)
+    # a task's or data set's name is what a user types (`probe run crows_pairs`, `probe data fetch hbb_sg`)
+    return keys - set(available()) - set(data_sets())
 
 
 def wilson(k: float, n: int) -> tuple[float, float]:
@@ -100,7 +104,7 @@ def check_text(path: Path, keys: set[str], terminal: bool = False) -> Iterator[s
             yield f"{path}:{i}: HTML entity: {line.strip()[:160]}"
         for m in INTERVAL.finditer(line):
             value, low, high, n = float(m[1]), float(m[2]), float(m[3]), int(m[4])
-            if n < MIN_UNITS and low != high and not is_wilson(value, low, high, n):
+            if n < MIN_UNITS and not certified(line) and not is_wilson(value, low, high, n):
                 yield f"{path}:{i}: interval from fewer than {MIN_UNITS} units: {m[0]}"
     key_re = re.compile(r"(?<![\w-])(?:" + "|".join(sorted(map(re.escape, keys))) + r")(?![\w-])") if keys else None
     for i, line in reader_lines(path, terminal):
@@ -113,8 +117,19 @@ def check_text(path: Path, keys: set[str], terminal: bool = False) -> Iterator[s
     yield from _clustered_tables(path, text)
 
 
+def certified(text: str) -> bool:
+    """Whether ``text`` (a line, an estimator) names a certified interval: exact, so allowed at any n; the
+    hybrid estimator's Monte Carlo interval is not exact, though its row may name one."""
+    return "certified [" in text and "hybrid" not in text
+
+
+CELL = re.compile(r"(-?\d+(?:\.\d+)?) \[(-?\d+(?:\.\d+)?), (-?\d+(?:\.\d+)?)\]")
+
+
 def _clustered_tables(path: Path, text: str) -> Iterator[str]:
-    """Markdown tables with a ``clusters`` column: no interval in a row with fewer than 10 clusters."""
+    """Markdown tables with a ``clusters`` column: no interval in a row with fewer than 10 clusters; with an
+    ``n`` column instead: no cell ``value [low, high]`` in a row of n < 10 unless it is Wilson's interval (a
+    column named ``certified`` holds bounds, which are exact)."""
     header: list[str] | None = None
     for i, line in enumerate(text.splitlines(), 1):
         if not line.startswith("|"):
@@ -124,14 +139,28 @@ def _clustered_tables(path: Path, text: str) -> Iterator[str]:
         if header is None:
             header = cells
             continue
-        if "clusters" not in header or set("".join(cells)) <= set("-: "):
+        if set("".join(cells)) <= set("-: "):
             continue
-        try:
-            k = int(float(cells[header.index("clusters")]))
-        except (ValueError, IndexError):
-            continue
-        if k < MIN_UNITS and any(re.search(r"\[-?\d[\d.]*, -?\d[\d.]*\]", c) for c in cells):
-            yield f"{path}:{i}: interval from {k} clusters (fewer than {MIN_UNITS}): {line.strip()[:160]}"
+        if "clusters" in header:
+            k = _count(cells, header.index("clusters"))
+            if k is not None and k < MIN_UNITS and any(re.search(r"\[-?\d[\d.]*, -?\d[\d.]*\]", c) for c in cells):
+                yield f"{path}:{i}: interval from {k} clusters (fewer than {MIN_UNITS}): {line.strip()[:160]}"
+        elif "n" in header:
+            n = _count(cells, header.index("n"))
+            if n is None or n >= MIN_UNITS or certified(line):
+                continue
+            for col, cell in zip(header, cells):
+                m = CELL.fullmatch(cell)
+                if m and "certified" not in col and not is_wilson(float(m[1]), float(m[2]), float(m[3]), n):
+                    yield (f"{path}:{i}: interval from n = {n} (fewer than {MIN_UNITS}), column {col!r}: "
+                           f"{line.strip()[:160]}")
+
+
+def _count(cells: list[str], k: int) -> int | None:
+    try:
+        return int(float(cells[k]))
+    except (ValueError, IndexError):
+        return None
 
 
 def check_results_csv(path: Path) -> Iterator[str]:
@@ -145,7 +174,8 @@ def check_results_csv(path: Path) -> Iterator[str]:
             except (KeyError, ValueError):
                 continue
             units = k if math.isfinite(k) else n
-            if not (math.isfinite(low) and math.isfinite(high)) or low == high or not units < MIN_UNITS:
+            if not (math.isfinite(low) and math.isfinite(high)) or not units < MIN_UNITS \
+                    or certified(row.get("estimator") or ""):
                 continue
             if not is_wilson(value, low, high, int(n), tol=1e-6):
                 yield (f"{path}:{i}: interval from {int(units)} units (fewer than {MIN_UNITS}): "

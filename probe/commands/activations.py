@@ -135,6 +135,9 @@ def record(model: Any, input_path: Any, output: Path, capture: Any = ("blocks.*.
                              backend="tl" if backend == "tl" else "hf", shard=shard)
     except ValueError as exc:  # a bad --device, --threads, ...: one line, before the model loads
         raise ProbeError(f"probe activations: {exc}") from None
+    from probe.io import check_locks
+
+    check_locks(output)  # a link at the store's lock path: refused before the model loads
     lm = load(model, options)
     if backend == "auto":  # tl where the architecture is supported, else hf (with_backend says why)
         lm = with_backend(lm, "auto", copy=False)

@@ -12,7 +12,8 @@ def register(groups: dict[str, argparse._SubParsersAction]) -> None:
     from probe.tasks import data_sets
 
     sets = data_sets()
-    single = "; ".join(f"{name} from a single file: {spec.single_file.description}, stored as {spec.single_file.name}"
+    single = "; ".join(f"'{name} --from FILE' with one file stores it as the data set {spec.single_file.name} "
+                       f"({spec.single_file.description})"
                        for name, spec in sorted(sets.items()) if spec.single_file is not None)
     p = groups["data"].add_parser(
         "fetch", help="download a benchmark data set (or copy a local one), verify it and store it in the cache",

@@ -47,6 +47,7 @@ def run_score(args: argparse.Namespace) -> int:
     from probe.errors import InputError
     from probe.prompts.items import PromptStyle, read_score_items
 
+    _check_locks(args)
     # every line's JSON and fields are checked before the model loads (plain text: no tokenizer needed);
     # the rendering through the chat template and the token counts are checked once it is loaded
     limits = input_limits(args)
@@ -71,6 +72,7 @@ def run_perplexity(args: argparse.Namespace) -> int:
     from probe.errors import InputError
     from probe.prompts.items import read_perplexity_items
 
+    _check_locks(args)
     lines: list[int] = []
     requests = read_perplexity_items(args.input, lines, **input_limits(args))
     if not requests:
@@ -82,6 +84,20 @@ def run_perplexity(args: argparse.Namespace) -> int:
         except ValueError as exc:
             raise InputError(args.input, n, "text", str(exc)) from None
     return _score_file(args, runner, requests, "perplexity", "text(s)")
+
+
+def _check_locks(args: argparse.Namespace) -> None:
+    """A link at ``<output>.lock`` (or a shard's lock), or this run's lock held by another process, is refused
+    before the input is read or the model loads."""
+    from probe.io import check_lock_free, check_locks
+    from probe.runs.shard import detect
+
+    output = args.output
+    check_locks(output.parent, output.name + ".")
+    shard = getattr(args, "shard", None)
+    if detect().is_main:  # the process that takes the lock (as _score_file below)
+        suffix = f".shard-{str(shard).replace('/', '-of-')}" if shard is not None else ""
+        check_lock_free(output.with_name(output.name + suffix + ".lock"), str(output) + suffix)
 
 
 def _runner(args: argparse.Namespace):

@@ -132,7 +132,7 @@ def report_warnings(summary: Mapping[str, Any], rows: Sequence[Mapping[str, Any]
                 f"{', '.join(str((terms or {}).get(str(v), v)) for v in s['left_out'][:8])}"  # values in words too
                 f"{', ...' if len(s['left_out']) > 8 else ''}"
                 for name, s in cov.get("strata", {}).items() if s.get("left_out")]
-        out.append(f"limited run: {cov['n_items']} of {cov['n_available']} items (--limit {cov.get('limit')})"
+        out.append(f"limited run: {cov['n_items']} of {cov['n_available']} items (--limit {cov.get('limit_fraction', cov.get('limit'))})"
                    + (f"; left out: {'; '.join(left)}" if left else "; every stratum covered") + ".")
     return out
 

@@ -99,9 +99,10 @@ def check_smaller_limit(task: Task, config: Any, limit: int | None, out: Path, p
 
 
 def select_coverage(task: Task, config: Any, pool: Sequence[Any], items: Sequence[Any],
-                    limit: int | None) -> dict[str, Any] | None:
+                    limit: int | None, asked: int | float | None = None) -> dict[str, Any] | None:
     """What a ``--limit`` selection covered and left out of the unlimited one (printed to stderr and
-    recorded in ``summary.json`` under ``coverage``); None without a limit."""
+    recorded in ``summary.json`` under ``coverage``); None without a limit. ``asked``: the limit as given; a
+    fraction is kept as ``limit_fraction``, so the lines a user reads show the ``--limit 0.01`` they typed."""
     if limit is None:
         return None
     from probe.tasks.stratify import coverage_line
@@ -111,5 +112,7 @@ def select_coverage(task: Task, config: Any, pool: Sequence[Any], items: Sequenc
     except Exception as exc:  # a third-party task's strata must not stop the run
         print(f"{task.name}: coverage not computed ({exc.__class__.__name__}: {exc})", file=sys.stderr)
         return None
+    if isinstance(asked, float):
+        cov["limit_fraction"] = asked
     print(coverage_line(task.name, cov, terms=dict(getattr(task, "terms", None) or {})), file=sys.stderr)
     return cov

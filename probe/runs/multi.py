@@ -133,11 +133,18 @@ def _check_before_load(tasks: Sequence[Any], models: Sequence[Any], dirs: _RunDi
         check_data_before_load(task, configs[task.name])
     if dirs.base is None:
         return
-    from probe.runs.task_run import check_models_before_load, check_run_dir, check_smaller_limit
+    from probe.io import check_lock_free, check_locks
+    from probe.runs.shard import detect
+    from probe.runs.task_run import check_models_before_load, check_run_dir, check_smaller_limit, run_lock
+
+    main = detect().is_main
 
     for model in models:
         for task in tasks:
             out = dirs.of(task, _model_name(model))
+            check_locks(out)  # a link at a lock path: refused now, not after the models before it ran
+            if main:  # another process writing this run directory: said now, naming its pid
+                check_lock_free(*run_lock(out, options.shard))
             check_run_dir(out)
             check_models_before_load(out, model)
             if limit is not None and not options.shard:  # a smaller --limit: refused before loading

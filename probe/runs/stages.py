@@ -88,7 +88,7 @@ def select(task: Task, config: Any, limit: int | float | None, out: Path | None,
     items = task.select(config, pool, limit)
     if not items:
         raise ProbeError(f"task {task.name!r}: no items selected (check the data, the limit and the config)")
-    coverage = select_coverage(task, config, pool, items, limit)
+    coverage = select_coverage(task, config, pool, items, limit, asked)
     if out is not None and not options.shard:
         check_smaller_limit(task, config, limit, out, pool, items)  # before the model loads
     return Selection(items, limit, asked, coverage)

@@ -76,7 +76,7 @@ def run_task(task: Task, config: Any, model: Any, output: str | Path | None = No
 
     import contextlib
 
-    from probe.io import OutputLock
+    from probe.io import OutputLock, check_locks
     from probe.runs.shard import detect
 
     options = options or (runner.options if runner else RunOptions())
@@ -85,18 +85,27 @@ def run_task(task: Task, config: Any, model: Any, output: str | Path | None = No
     if runner is None:
         check_data_before_load(task, config)
     if out is not None and (runner.procs if runner else detect()).is_main:
+        check_locks(out)  # a link at a lock path: one line now, before the data set is built
         check_run_dir(out)
         if runner is None:
             check_models_before_load(out, model)
         # a --shard job writes only its own shard files: it holds its shard's lock, the folding run the directory's
-        name = LOCK_FILE if not options.shard else f"{LOCK_FILE}.shard-{str(options.shard).replace('/', '-of-')}"
-        lock = OutputLock(out / name, str(out) if not options.shard else f"{out} (shard {options.shard})")
+        lock = OutputLock(*run_lock(out, options.shard))
     with lock:  # one writer per run directory (or per shard of it), held for the whole run
         return _run_task(task, config, model, out, limit, options, runner)
 
 
 #: the lock file of a run directory while a run writes there (probe.io.OutputLock)
 LOCK_FILE = ".probe.lock"
+
+
+def run_lock(out: Path, shard: Any = None) -> tuple[Path, str]:
+    """The lock file of a run directory (a ``--shard`` job's own) and what its refusal names."""
+    if not shard:
+        return out / LOCK_FILE, str(out)
+    return out / f"{LOCK_FILE}.shard-{str(shard).replace('/', '-of-')}", f"{out} (shard {shard})"
+
+
 #: files that mark a directory as (part of) a run: a re-run resumes there
 RUN_FILES = ("records.jsonl", "records.jsonl.input.json", "generations.jsonl")
 

@@ -146,8 +146,8 @@ def coverage_line(task: str, cov: dict[str, Any], shown: int = 12, terms: dict[s
         return str(words.get(str(v), v))
 
     head = f"{task}"
-    if cov.get("limit") is not None:
-        head += f" --limit {cov['limit']}"
+    if cov.get("limit") is not None:  # as typed: a fraction (--limit 0.01) rather than the items it gave
+        head += f" --limit {cov.get('limit_fraction', cov['limit'])}"
     parts = [f"{head}: {cov['n_items']} of {cov['n_available']} items"]
     for key, s in cov.get("strata", {}).items():
         got = ", ".join(f"{value(k)} {v}" for k, v in list(s["covered"].items())[:shown])

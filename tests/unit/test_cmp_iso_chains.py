@@ -229,3 +229,21 @@ def test_run_summary_has_the_pooled_cmp_vs_iso_test():
     assert set(rows) == {"expected", "argmax"}  # one test per mode (no paper mode without a temperature)
     row = rows["expected"]
     assert (row["setting"], row["benchmark"], row["n_blocks"], row["n_variants"]) == ("cot", "stereoset", 1, 1)
+
+
+def test_answering_and_chains_tables_name_benchmarks_and_settings_in_words():
+    """``tables/answering.md`` and ``tables/cot_chains.md`` read ``de_gen``, ``dt_tox`` and ``direct+neutral`` (the
+    first-hour walk's check of every Markdown file); they now use the paper's names, as the other tables do."""
+    from probe.tasks.cmp_iso.extra_tables import answering_table, chains_table
+
+    mass = {"n_below_floor": 0, "n": 2, "median": 0.5}
+    summary = {"results": [{"setting": "direct+neutral", "benchmark": "de_gen", "mode": "expected",
+                            "mass": {"iso": mass, "cmp": mass}, "iso": {"pg": 0.1}, "cmp": {"pg": 0.2}},
+                           {"setting": "direct", "benchmark": "dt_tox", "mode": "argmax"}],
+               "cot": {"by_cell": {"cot|dt_tox": {"n_chains": 2}}}}
+    a = answering_table(summary)
+    assert len(a) == 1  # the argmax row is left out, as before
+    assert (a.loc[0, "setting"], a.loc[0, "benchmark"], a.loc[0, "mode"]) == (
+        "direct answer, with a neutral option", "DiscrimEval (generation)", "expected (exact probabilities)")
+    c = chains_table(summary)
+    assert (c.loc[0, "setting"], c.loc[0, "benchmark"]) == ("chain of thought", "DecodingTrust toxicity")

@@ -133,3 +133,15 @@ def test_cli_fetch_hbb_variations(tmp_path, monkeypatch, capsys):
     out = capsys.readouterr().out
     assert (tmp_path / "cache" / "data" / "hbb_sg" / "sg_variations.csv").is_file()
     assert "HBB-SG variations:" in out and "used by default" in out
+
+
+def test_fetch_help_says_which_data_set_one_file_becomes(capsys):
+    """``probe data fetch --help``: a data set fetched from one file is named by the command that takes it
+    and the data set it becomes (it read "hbb from a single file: Hidden Bias Benchmark: ..., stored as hbb_sg")."""
+    from probe.cli import main
+
+    with pytest.raises(SystemExit):
+        main(["data", "fetch", "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    assert "'hbb --from FILE' with one file stores it as the data set hbb_sg (" in text
+    assert "from a single file:" not in text

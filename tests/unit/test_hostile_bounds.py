@@ -382,9 +382,14 @@ def test_limit_takes_a_fraction_of_the_items(tiny_lm):
 def test_limit_fraction_on_the_command_line(tmp_path, model_dir, capsys):
     out = tmp_path / "r"
     assert main(["run", "demo", "--model", str(model_dir), "--limit", "0.01", "--output", str(out)]) == 0
-    capsys.readouterr()
+    err = capsys.readouterr().err
     prov = json.loads((out / "provenance.json").read_text())
     assert prov["config"]["limit"] >= 1 and prov["config"]["limit_fraction"] == 0.01
+    # what the user reads names the --limit typed, not the item count it became (it read "--limit 1")
+    n = prov["config"]["limit"]
+    assert f"demo --limit 0.01: {n} of " in err and f"--limit {n}:" not in err
+    assert "(--limit 0.01)" in (out / "report.md").read_text(encoding="utf-8")
+    assert json.loads((out / "summary.json").read_text())["coverage"]["limit_fraction"] == 0.01
     for bad in ("1.5", "0", "-0.1", "abc", "０.５"):
         _usage_error(capsys, ["run", "demo", "--limit", bad], "--limit")
     with pytest.raises(SystemExit):

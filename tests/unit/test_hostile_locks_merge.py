@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from probe.cli import main
-from tests.unit.test_hostile_inputs import _one_line_error
+from tests.unit.test_hostile_inputs import _one_line_error, held_lock  # noqa: F401 (a fixture)
 from tests.tiny import score_items, write_items
 
 GOOD = {"id": "q1", "prompt": "Who has wrinkles?", "options": ["A", "B", "C"]}
@@ -90,6 +90,161 @@ def test_hard_link_at_the_lock_path_is_refused(tmp_path, model_dir, capsys):
     assert _score(model_dir, _jsonl(tmp_path / "items.jsonl", [GOOD]), d / "o.jsonl") == 1
     _one_line_error(capsys, "o.jsonl.lock", "hard link")
     assert victim.read_text() == "DATA\n"
+
+
+class _Loaded(Exception):
+    """Raised by the spied model loader and data build: the refusal must come before either."""
+
+
+@pytest.fixture
+def no_load(monkeypatch):
+    """Every model loader and task data build a command reaches is a spy that records the call and stops."""
+    import probe.runs.multi
+    import probe.runs.runner
+    import probe.runs.task_run
+    from probe.tasks import get
+
+    calls: list[str] = []
+
+    def spy(what):
+        def called(*a, **k):
+            calls.append(what)
+            raise _Loaded(what)
+        return called
+
+    for module in (probe.runs.runner, probe.runs.multi, probe.runs.task_run):
+        monkeypatch.setattr(module, "load", spy("model"))
+    monkeypatch.setattr(type(get("demo")), "items", spy("data"))
+    return calls
+
+
+@pytest.mark.parametrize("name, shard", [("o.jsonl.lock", []), ("o.jsonl.shard-1-of-2.lock", ["--shard", "1/2"])])
+def test_a_linked_score_lock_is_refused_before_the_model_loads(tmp_path, model_dir, capsys, no_load, name, shard):
+    victim = tmp_path / "v"
+    victim.write_text("DATA\n")
+    d = tmp_path / "d"
+    d.mkdir()
+    (d / name).symlink_to(victim)
+    assert _score(model_dir, _jsonl(tmp_path / "items.jsonl", [GOOD]), d / "o.jsonl", *shard) == 1
+    _one_line_error(capsys, name, "symbolic link")
+    assert no_load == [] and victim.read_text() == "DATA\n"
+
+
+def test_a_linked_perplexity_lock_is_refused_before_the_model_loads(tmp_path, model_dir, capsys, no_load):
+    victim = tmp_path / "v"
+    victim.write_text("DATA\n")
+    (tmp_path / "p.jsonl.lock").symlink_to(victim)
+    inp = _jsonl(tmp_path / "texts.jsonl", [{"id": "t1", "text": "a short text"}])
+    assert main(["perplexity", "--model", str(model_dir), "--input", str(inp), "--output",
+                 str(tmp_path / "p.jsonl"), "--device", "cpu"]) == 1
+    _one_line_error(capsys, "p.jsonl.lock", "symbolic link")
+    assert no_load == []
+
+
+@pytest.mark.parametrize("name", [".probe.lock", ".probe.lock.shard-1-of-2", "records.jsonl.lock"])
+def test_a_linked_run_directory_lock_is_refused_before_the_model_loads_or_the_data_is_built(
+        tmp_path, model_dir, capsys, no_load, name):
+    victim = tmp_path / "v"
+    victim.write_text("DATA\n")
+    out = tmp_path / "run"
+    out.mkdir()
+    (out / name).symlink_to(victim)
+    assert main(["run", "demo", "--model", str(model_dir), "--limit", "2", "--output", str(out)]) == 1
+    _one_line_error(capsys, name, "symbolic link")
+    assert no_load == [] and victim.read_text() == "DATA\n"
+    assert sorted(p.name for p in out.iterdir()) == [name]
+
+
+def test_a_linked_lock_of_a_later_run_is_refused_before_the_first_model_loads(tmp_path, model_dir, capsys, no_load):
+    """Two models: the second one's run directory has a link at its lock; the first model's run never starts."""
+    other = tmp_path / "other-model"
+    other.symlink_to(model_dir, target_is_directory=True)
+    out = tmp_path / "runs"
+    (out / "other-model").mkdir(parents=True)
+    (out / "other-model" / ".probe.lock").symlink_to(tmp_path / "planted")
+    assert main(["run", "demo", "--model", f"{model_dir},{other}", "--limit", "2", "--output", str(out)]) == 1
+    _one_line_error(capsys, ".probe.lock", "symbolic link")
+    assert no_load == [] and not (tmp_path / "planted").exists()
+
+
+def test_a_linked_activation_store_lock_is_refused_before_the_model_loads(tmp_path, model_dir, capsys, no_load):
+    store = tmp_path / "acts"
+    store.mkdir()
+    (store / "records.jsonl.lock").symlink_to(tmp_path / "planted")
+    inp = _jsonl(tmp_path / "items.jsonl", [GOOD])
+    assert main(["activations", "--model", str(model_dir), "--input", str(inp), "--output", str(store),
+                 "--device", "cpu"]) == 1
+    _one_line_error(capsys, "records.jsonl.lock", "symbolic link")
+    assert no_load == [] and not (tmp_path / "planted").exists()
+
+
+def test_api_run_task_refuses_a_linked_lock_before_building_the_data(tmp_path, tiny_lm, no_load):
+    from probe.errors import ProbeError
+    from probe.runs.runner import RunOptions, Runner
+    from probe.runs.task_run import run_task
+    from probe.tasks import get
+
+    out = tmp_path / "run"
+    out.mkdir()
+    (out / ".probe.lock").symlink_to(tmp_path / "planted")
+    task = get("demo")
+    with Runner(tiny_lm, RunOptions(progress=False)) as runner, pytest.raises(ProbeError, match="symbolic link"):
+        run_task(task, task.make_config({}), tiny_lm, output=out, limit=2, runner=runner)
+    assert no_load == [] and not (tmp_path / "planted").exists()
+
+
+def test_a_held_score_lock_is_refused_before_the_model_loads(tmp_path, model_dir, capsys, no_load, held_lock):
+    """Another process writing the same output: one line naming its pid, before a minute of loading."""
+    pid = held_lock(tmp_path / "o.jsonl.lock")
+    assert _score(model_dir, _jsonl(tmp_path / "items.jsonl", [GOOD]), tmp_path / "o.jsonl") == 1
+    _one_line_error(capsys, f"pid {pid}", "another probe process")
+    assert no_load == [] and not (tmp_path / "o.jsonl").exists()
+
+
+def test_a_held_run_directory_lock_is_refused_before_the_model_loads(tmp_path, model_dir, capsys, no_load,
+                                                                     held_lock):
+    out = tmp_path / "run"
+    out.mkdir()
+    pid = held_lock(out / ".probe.lock")
+    assert main(["run", "demo", "--model", str(model_dir), "--limit", "2", "--output", str(out)]) == 1
+    _one_line_error(capsys, f"pid {pid}", "another probe process")
+    assert no_load == []
+
+
+def test_another_shard_s_held_lock_does_not_stop_this_shard(tmp_path, held_lock):
+    """Shard jobs run side by side: only this run's own lock is checked (a stale one, or one this process
+    holds, passes too)."""
+    from probe.errors import ProbeError
+    from probe.io import OutputLock, check_lock_free
+
+    held_lock(tmp_path / ".probe.lock.shard-1-of-2")
+    check_lock_free(tmp_path / ".probe.lock.shard-0-of-2")
+    with pytest.raises(ProbeError, match="another probe process"):
+        check_lock_free(tmp_path / ".probe.lock.shard-1-of-2", str(tmp_path))
+    (tmp_path / "stale.lock").write_text("999999\n")
+    check_lock_free(tmp_path / "stale.lock")
+    with OutputLock(tmp_path / "mine.lock"):
+        check_lock_free(tmp_path / "mine.lock")
+    assert (tmp_path / "stale.lock").read_text() == "999999\n"
+
+
+def test_check_locks_refuses_only_unsafe_locks_of_this_output(tmp_path):
+    from probe.errors import ProbeError
+    from probe.io import check_locks
+
+    (tmp_path / "o.jsonl.lock").write_text("1\n")  # a plain lock (stale or held) is the lock's own business
+    (tmp_path / "o.jsonl2.lock").symlink_to(tmp_path / "x")  # another output's lock
+    (tmp_path / "o.jsonl").write_text("")
+    check_locks(tmp_path, "o.jsonl.")
+    check_locks(tmp_path / "absent")  # a folder not made yet holds no lock
+    with pytest.raises(ProbeError, match="o.jsonl2.lock: it is a symbolic link"):
+        check_locks(tmp_path)
+    os.link(tmp_path / "o.jsonl.lock", tmp_path / "kept")
+    with pytest.raises(ProbeError, match="hard link"):
+        check_locks(tmp_path, "o.jsonl.")
+    (tmp_path / "d.lock").mkdir()
+    with pytest.raises(ProbeError, match="d.lock: it is not a plain file"):
+        check_locks(tmp_path, "d.")
 
 
 def test_a_stale_lock_of_a_killed_process_is_taken_over(tmp_path, model_dir):

@@ -194,3 +194,33 @@ def test_check_reports_finds_what_a_reader_must_not_see(tmp_path):
     good.mkdir()
     (good / "report.md").write_text("| m | 0.250 [n/a (4 units)] (n = 4) |\n> **Warning:** category race, S >= 20\n")
     assert check.check(good)[0] == []
+
+
+def test_check_reports_finds_zero_width_and_table_intervals_from_few_units(tmp_path):
+    """What a bootstrap over one unit, or a Monte Carlo interval at n = 6, looks like (HBB's hybrid count read
+    ``0.0 [0.0, 0.0]`` beside n = 6): found in a line, a table row of n < 10 and results.csv; certified bounds,
+    the exact range beside them and Wilson's interval are exact and pass."""
+    check = _check_reports()
+    bad = tmp_path / "bad"
+    bad.mkdir()
+    (bad / "report.md").write_text(
+        "| m | 0.000 [0.000, 0.000] (n = 1) |\n\n"
+        "| group | n | parsed certified | parsed hybrid | share |\n|---|---|---|---|---|\n"
+        "| ses | 4 | [0.0, 4.0] | 0.0 [0.0, 0.0] | 0.250 [0.046, 0.699] |\n"
+        "| all | 12 | [0.0, 6.0] | 1.0 [0.0, 2.0] | 0.250 [0.089, 0.532] |\n")
+    (bad / "results.csv").write_text(
+        "task,metric,subgroup,estimator,value,ci_low,ci_high,n,n_clusters\n"
+        "hbb,count,parsed all,\"sampled + parsed, hybrid: exact head + sampled tail\",0.0,0.0,0.0,6,6\n"
+        "hbb,count,parsed all,\"sampled + parsed, certified [0.0, 6.0]\",1.0,0.0,2.0,6,\n")
+    problems, _ = check.check(bad)
+    assert len(problems) == 3, problems
+    assert "(n = 1)" in problems[0] and "'parsed hybrid'" in problems[1] and "results.csv:2:" in problems[2]
+    good = tmp_path / "good"
+    good.mkdir()
+    (good / "report.md").write_text(
+        "| hbb | count | parsed, all items | sampled + parsed (10 samples, S >= 20), certified [0.0, 6.0] | "
+        "2.0 [1.0, 3.0] (n = 6) |\n\n| group | n | parsed hybrid |\n|---|---|---|\n| ses | 6 | 0.0 [n/a (6 units)] |\n")
+    # a data set's name is what a user types: `probe data fetch --help` lists hbb_sg, not an internal key
+    help_text = tmp_path / "help.txt"
+    help_text.write_text("usage: probe data fetch {bbq,cmp_iso,crows_pairs,hbb,hbb_sg,stereoset}\n")
+    assert check.check(good, [help_text])[0] == []

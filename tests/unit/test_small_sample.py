@@ -79,9 +79,12 @@ def test_no_task_prints_an_interval_from_fewer_than_ten_units(name, tiny_lm, tmp
 
 
 # Enough items that a bootstrap over 2 to 9 units is possible (the contract-test size above gives one unit,
-# where no bootstrap ever ran): BBQ 3 template clusters, iso/cmp 3 context pairs, ImplicitBBQ 2 per cell.
+# where no bootstrap ever ran): BBQ 3 template clusters, iso/cmp 3 context pairs, ImplicitBBQ 2 per cell, HBB 6
+# test instances with the paper's procedure enumerated and its tail sampled (the hybrid count's Monte Carlo interval).
 _FEW_UNITS = {"bbq": (12, {}), "cmp_iso": (3, {}), "implicitbbq": (24, {"per_cell": {"zero_shot": 6}}),
-              "crows_pairs": (8, {})}
+              "crows_pairs": (8, {}),
+              "hbb": (6, {"parse_exact": True, "parse_max_new_tokens": 2, "parse_max_nodes": 8,
+                          "parse_tail_max_new_tokens": 4})}
 
 
 @pytest.mark.parametrize("name", sorted(_FEW_UNITS))
@@ -93,13 +96,20 @@ def test_no_task_prints_an_interval_from_two_to_nine_units(name, tiny_lm, tmp_pa
     case = get(name).check_case()
     out = tmp_path / "run"
     e = probe.evaluate(tiny_lm, name, limit=limit, output=out, progress=False, **{**dict(case.values), **extra})
-    ci = e.results.dropna(subset=["ci_low", "ci_high"])
-    few = ci[(ci.n_clusters >= 2) & (ci.n_clusters < MIN_UNITS)]
-    assert len(e.results[(e.results.n_clusters >= 2) & (e.results.n_clusters < MIN_UNITS)]), \
-        f"{name}: no row with 2 to 9 units, so this test checks nothing"
-    for _, r in few.iterrows():
+    # a row that names no resampling units is judged by its n: an interval it shows must still be exact
+    units = e.results.n_clusters.fillna(e.results.n)
+    few = (units >= 2) & (units < MIN_UNITS)
+    assert few.any(), f"{name}: no row with 2 to 9 units, so this test checks nothing"
+    for i, r in e.results[few].dropna(subset=["ci_low", "ci_high"]).iterrows():
         assert _exact(name, r.metric, r.estimator), \
-            f"{name}: {r.metric} ({r.subgroup}, {r.estimator}) has an interval from {r.n_clusters} unit(s)"
+            f"{name}: {r.metric} ({r.subgroup}, {r.estimator}) has an interval from {units[i]:g} unit(s)"
+    for line in (out / "report.md").read_text(encoding="utf-8").splitlines():  # the headline and every table
+        if line.startswith("|") and _INTERVAL.search(line) and not _exact(name, line, line):
+            assert not re.search(rf"\(n = [0-{MIN_UNITS - 1}]\)", line), line
+    if name == "hbb":  # the hybrid count's column of the parsed Table 1: the count, no interval
+        hybrid = e.tables["table1_paper_parsed"]["parsed hybrid"]
+        assert len(hybrid) and all(re.fullmatch(r"\d+\.\d \[n/a \(6 units\)\]", x) for x in hybrid), list(hybrid)
+        assert e.summary["paper_parsed"]["hybrid"]["all"]["ci"]  # summary.json keeps the interval itself
 
 
 def _exact(task: str, metric: str, estimator: str) -> bool:
@@ -107,4 +117,6 @@ def _exact(task: str, metric: str, estimator: str) -> bool:
     score (the share of pairs preferring the stereotype) and argmax score, HBB's share over the threshold."""
     return (task == "crows_pairs" and ("log-likelihood" in estimator or "argmax" in metric)
             or task == "hbb" and "share" in metric
-            or "certified [" in estimator)  # a certified interval is a bound, not a resample: valid at any n
+            # a certified interval is a bound, not a resample; HBB's parsed count's 5-95 % range is the
+            # exact Poisson-binomial range of its distribution: both valid at any n
+            or "certified [" in estimator and "hybrid" not in estimator)

@@ -174,3 +174,21 @@ def test_metrics_bbq_strict_fails_naming_the_line(tmp_path, capsys):
     assert cli_main(["metrics", "bbq", "--input", str(f), "--strict"]) == 1
     err = capsys.readouterr().err
     assert "preds.jsonl, line 3" in err and "stereotyped_groups" in err
+
+
+def test_template_built_warning_names_only_the_run_categories():
+    """A ``--limit`` run's warning named every template-built category of the data set, also those the limit
+    left out (the first-hour walk: "Race_x_SES, SES, ..." beside a run that scored none of them)."""
+    from probe.tasks.bbq.report import report_markdown
+
+    summary = {"template_built": ["Gender_identity", "Race_x_SES", "SES"],
+               "coverage": {"strata": {"category": {"left_out": ["Race_x_SES", "SES"]}}}}
+    [w] = get("bbq").report_warnings(summary)
+    assert "Gender_identity were expanded" in w and "SES" not in w
+    md = report_markdown({**summary, "model": "m", "strategy": "zero_shot", "n_items": 4, "by_format": {}, "n_skipped": 0, "n_nonfinite": 0,
+                          "sources": {"Age": "jsonl", "Gender_identity": "templates", "SES": "templates"}}, {})
+    assert "Gender_identity were expanded" in md and "SES" not in md
+    assert "Sources: Age (jsonl), Gender_identity (templates)." in md
+    whole = {"template_built": ["Gender_identity", "SES"]}  # a run of everything: every one named, as before
+    assert "Gender_identity, SES were expanded" in get("bbq").report_warnings(whole)[0]
+    assert get("bbq").report_warnings({**summary, "template_built": ["SES"]}) == []

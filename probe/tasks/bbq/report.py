@@ -67,15 +67,28 @@ def _all_line(by_category: Mapping[str, Any]) -> str:
             f"Bias dis {_f(e['bias_dis'])} (expected).")
 
 
+def _left_out(summary: Mapping[str, Any]) -> set[str]:
+    """The categories a ``--limit`` left out (none for a whole run)."""
+    return set((((summary.get("coverage") or {}).get("strata") or {}).get("category") or {}).get("left_out") or ())
+
+
+def template_built(summary: Mapping[str, Any]) -> list[str]:
+    """The run's categories expanded from BBQ's templates: ``template_built`` less those a ``--limit`` left out
+    (the data set's list would name categories the run never scored)."""
+    left_out = _left_out(summary)
+    return [c for c in summary.get("template_built") or [] if c not in left_out]
+
+
 def report_markdown(summary: Mapping[str, Any], tables: Mapping[str, Any]) -> str:
     lines = [f"# BBQ — {summary.get('model', 'model')}", ""]
-    built = summary.get("template_built") or []
+    built = template_built(summary)
     if built:
         lines += [f"> **Template-built categories:** {', '.join(built)} were expanded from BBQ's templates, not "
                   "read from the released JSONL (no data/<Category>.jsonl found); their items follow the templates "
                   "but are not the released item set (`--set source=jsonl` keeps the released files only).", ""]
+    left_out = _left_out(summary)
     lines += [f"Strategy: {summary['strategy']}. Items: {summary['n_items']}. Sources: "
-              + ", ".join(f"{c} ({s})" for c, s in summary["sources"].items()) + ".", "",
+              + ", ".join(f"{c} ({s})" for c, s in summary["sources"].items() if c not in left_out) + ".", "",
               "Disambiguated accuracy, two denominators: **Acc dis (all)** = correct / all disambiguated items "
               "(the BBQ paper's and lm-evaluation-harness's accuracy); **Acc dis (non-Unknown)** = correct / "
               "items answered with a person (ImplicitBBQ's).", ""]

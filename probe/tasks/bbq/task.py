@@ -260,7 +260,9 @@ class BBQTask(Task[BBQConfig, BBQItem]):
 
     def report_warnings(self, summary: Mapping[str, Any]) -> list[str]:
         """Categories expanded from BBQ's templates (no released JSONL found) are not the released item set."""
-        built = summary.get("template_built") or []
+        from probe.tasks.bbq.report import template_built
+
+        built = template_built(summary)
         return [f"template-built categories: {', '.join(built)} were expanded from BBQ's templates, not read "
                 "from the released JSONL."] if built else []
 

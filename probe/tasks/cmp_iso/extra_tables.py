@@ -15,6 +15,15 @@ def _r(x: Any, digits: int = 3) -> float:
     return math.nan if x is None else round(float(x), digits)
 
 
+def _words(key: str) -> str:
+    """A setting, benchmark or mode key as the paper names it (``de_gen`` -> ``DiscrimEval (generation)``,
+    ``direct+neutral`` -> ``direct answer, with a neutral option``)."""
+    from probe.reports.headline import phrase
+    from probe.tasks.cmp_iso.terms import TERMS
+
+    return phrase(key, TERMS)
+
+
 def chains_table(summary: dict) -> pd.DataFrame:
     """One row per CoT setting x benchmark: chains, chains without a valid boxed answer, prompts without a valid
     chain (kept with no valid answer), mean per-prompt std of the label probabilities, and the std across chain
@@ -23,7 +32,7 @@ def chains_table(summary: dict) -> pd.DataFrame:
     for cell, v in sorted((summary.get("cot") or {}).get("by_cell", {}).items()):
         setting, bench = cell.split("|", 1)
         std = (v.get("pg_std_across_chains") or {}).get("expected", {})
-        rows.append({"setting": setting, "benchmark": bench, "chains": v.get("n_chains", 0),
+        rows.append({"setting": _words(setting), "benchmark": _words(bench), "chains": v.get("n_chains", 0),
                      "chains w/o valid answer": v.get("n_chains_no_cue", 0), "prompts": v.get("n_prompts", 0),
                      # kept with no valid answer (iso/cmp paper, appendix B), not dropped
                      "prompts w/o valid chain (kept)": v.get("n_prompts_no_valid_chain",
@@ -41,7 +50,7 @@ def answering_table(summary: dict) -> pd.DataFrame:
         if r["mode"] == "argmax" or "mass" not in r:
             continue
         only = r.get("answering_only") or {}
-        row = {"setting": r["setting"], "benchmark": r["benchmark"], "mode": r["mode"]}
+        row = {"setting": _words(r["setting"]), "benchmark": _words(r["benchmark"]), "mode": _words(r["mode"])}
         for par in ("iso", "cmp"):
             m = r["mass"][par]
             row[f"{par} below floor"] = f"{m['n_below_floor']}/{m['n']}"

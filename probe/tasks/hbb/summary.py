@@ -198,8 +198,15 @@ def parsed_question_probs(records: pd.DataFrame) -> pd.DataFrame:
 
 
 def _hybrid_text(hybrid: Mapping[str, Any], group: str) -> str:
+    """The hybrid count and its 95 % interval; ``n/a (k units)`` in place of an interval from fewer than ten test
+    instances (the one small-sample rule, as in ``results.csv``)."""
+    from probe.metrics.small_sample import enough, na_text
+
     h = hybrid["all"] if group == "all" else hybrid["by_category"].get(group)
-    return "" if h is None else f"{h['expected_count']:.1f} [{h['ci'][0]:.1f}, {h['ci'][1]:.1f}]"
+    if h is None:
+        return ""
+    ci = f"{h['ci'][0]:.1f}, {h['ci'][1]:.1f}" if enough(h["n"]) else na_text(h["n"])
+    return f"{h['expected_count']:.1f} [{ci}]"
 
 
 def paper_parsed(config: Any, records: pd.DataFrame, df: pd.DataFrame,

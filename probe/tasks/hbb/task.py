@@ -466,6 +466,7 @@ def _parsed_rows(parsed: Mapping[str, Any]) -> list[dict[str, Any]]:
     """The paper's count from sampling + parsing (enumerated), overall and per category: the expected count, its
     5-95 % range as the interval and the certified interval in the estimator; headline: overall."""
     from probe.metrics.certified import interval_text
+    from probe.metrics.small_sample import guard
     from probe.tasks.base import result_row
 
     settings = parsed.get("settings") or {}
@@ -478,8 +479,10 @@ def _parsed_rows(parsed: Mapping[str, Any]) -> list[dict[str, Any]]:
     hybrid = parsed.get("hybrid")
     if hybrid:  # exact head + tail sampled to the authors' length; the CI is its 95 % interval
         hyb = [("all", hybrid["all"])] + list(hybrid["by_category"].items())
+        # the one small-sample rule: a Monte Carlo interval is not exact, so none from fewer than ten test
+        # instances (it read "0.0 [0.0, 0.0]" at 6); summary.json keeps paper_parsed.hybrid's ci
         rows += [result_row(f"parsed {name}", "count", f"sampled + parsed ({settings.get('samples')} samples, "
                             f"{_over(settings.get('threshold'))}), hybrid: exact head + sampled tail",
-                            h["expected_count"], h["ci"][0], h["ci"][1], h["n"], name == "all")
+                            h["expected_count"], *guard(h["ci"], h["n"]), h["n"], name == "all", h["n"])
                  for name, h in hyb]
     return rows
