@@ -46,7 +46,7 @@ def register(groups: dict) -> None:
     p.add_argument("--max-new-tokens", type=bounded_int(1, None), default=None,
                    help="the answer length both sides read: the generation budget, and the exact side's parse "
                    "budget (default: the published estimate's, the task config's parse_max_new_tokens or, where "
-                   "its hybrid tail reads further, the tail's: HBB's 2048; the report states it)")
+                   "its hybrid tail reads further, the tail's; the report states it)")
     p.add_argument("--gen-batch-size", type=bounded_int(1, None), default=32,
                    help="unused: each prompt's K samples are one generate call (kept for old command lines)")
     p.add_argument("--n-boot", type=bounded_int(1, None), default=1000,
