@@ -397,11 +397,6 @@ class Extension:
     mask: torch.Tensor
     lengths: list[int]
 
-    def kv(self) -> torch.Tensor:
-        """Keys and values as one tensor ``[2, layers, rows, heads, columns, head_dim]``."""
-        return torch.stack([torch.stack([layer.keys for layer in self.cache.layers]),
-                            torch.stack([layer.values for layer in self.cache.layers])])
-
     def own(self) -> list[torch.Tensor]:
         """Each row's keys and values without its padding, ``[2, layers, heads, length, head_dim]`` (copies
         of those columns only)."""
