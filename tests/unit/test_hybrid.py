@@ -223,3 +223,20 @@ def test_hybrid_metric_by_hand():
     _, (slo, shi) = hybrid_metric(mean_a, fallback, n_boot=300, seed=4)["mean A"]
     assert shi - slo == pytest.approx((hi - lo) / 10, rel=0.05)
     assert clipped([0.1, 0.9], [0.2, 0.5]) == [0.2, 0.5] and clipped([0.3, 0.4], None) == [0.3, 0.4]
+
+
+def test_cmp_iso_hybrid_interval_widens_over_every_offered_label():
+    """A cmp pair whose head parsed nothing and whose few tail draws read no label is not certain to read none:
+    every offered label gets the interval's width (before, the interval was a point at the 0.5 fallback)."""
+    import pandas as pd
+
+    from probe.tasks.cmp_iso.parsed import _hybrid_cells
+
+    def parsed():
+        return {"probs": {}, "rejected": 0.2, "residual": 0.8, "hybrid": {"n_tail": 2, "tail": {"none": 2}}}
+
+    rows = [{"setting": "direct", "benchmark": "b", "context_pair_id": 1, "task_type": "cmp", "target": "t",
+             "order": order, "options": ["A", "B", "C"], "parsed": parsed()} for order in ("t_first", "t_prime_first")]
+    (point, (lo, hi)), = _hybrid_cells(pd.DataFrame(rows), k=5, seed=0).values()
+    assert point == pytest.approx(0.0)  # no valid answer drawn: the authors' 0.5 fallback, gap 0
+    assert lo < -0.05 and hi > 0.05

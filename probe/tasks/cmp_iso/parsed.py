@@ -177,7 +177,10 @@ def _hybrid_cells(records: Any, k: int, seed: int) -> dict[tuple, tuple[float, l
             cells.setdefault((r["setting"], r["benchmark"], r["task_type"]), []).append(r["gap"])
         return {c: float(np.mean(g)) for c, g in cells.items()}
 
-    return hybrid_metric(metric, _probs, seed=seed)
+    # a prompt's tail can read any offered label although its few draws read none: each gets the interval's width
+    offered = {id(rec["parsed"]): tuple(map(str, rec.get("options") or ()))
+               for rec in records.to_dict("records") if isinstance(rec.get("parsed"), dict)}
+    return hybrid_metric(metric, _probs, seed=seed, answers=lambda d: offered.get(id(d), ()))
 
 
 def _tail_stats(parsed: list[dict], mode: str) -> dict[str, Any]:
