@@ -229,6 +229,10 @@ def test_check_end_to_end_tiny(tiny_lm, shared_data, tmp_path):
     assert s["n_outside_certified"] == 0 and s["n_hybrid"] >= 0
     assert s["parse_exact"]["mean_nodes"] > 0  # the enumeration's statistics: it ran
     assert check.settings["sampled_by"].startswith("transformers generate") and s["n_misses"] >= 0
+    # how often the verdict's ranges miss by chance is stated beside it
+    assert s["n_outside_range"] == sum(v.get("sampled_inside_tail", v.get("sampled_inside_predicted")) is False
+                                       for v in check.aggregate.values())
+    assert s["n_tested"] >= 1 and (math.isnan(s["chance_any_outside"]) or 0 <= s["chance_any_outside"] <= 1)
     json.dumps(check.to_dict(), default=str)
     md = report_markdown(check)
     assert "share_S>=20" in md and "Most frequent generations" in md and "Verdict" in md
@@ -466,3 +470,49 @@ def test_verdict_and_power_by_hand():
     # sd 0.5 (draws 0 / 1): 2.80 x 0.5; no spread: 0; one draw: NaN
     assert detectable_difference([0.0, 1.0] * 500) == pytest.approx(2.8016 * 0.50025, rel=1e-3)
     assert detectable_difference([0.3] * 10) == pytest.approx(0.0, abs=1e-12) and math.isnan(detectable_difference([0.3]))
+
+
+def test_chance_of_misses_by_hand():
+    """The share of the exact side's draws with at least one, and at least the observed number, of metrics
+    outside their own ranges; count metrics and metrics without a finite range are not tested; a NaN draw is
+    inside; one generation's worth of resolution widens each range as the verdict does."""
+    from probe.studies.sampling_check.check import chance_outside
+
+    draws = {"a": [0.0, 1.0, 2.0, 3.0, float("nan")], "b": [0.0, 0.0, 5.0, 5.0, 0.0],
+             "c": [9.0] * 5, "n a": [1, 2, 3, 4, 5]}
+    ranges = {"a": (0.5, 2.5), "b": (0.0, 4.0), "c": (float("nan"), float("nan")), "n a": (2, 3)}
+    out = chance_outside(draws, ranges, 2)
+    # draws outside: a at 0 and 3; b at 2 and 3 -> counts per draw 1, 0, 1, 2, 0
+    assert out == {"n_tested": 2, "n_outside_range": 2, "chance_any_outside": 0.6, "chance_as_many_outside": 0.2}
+    # with nothing observed outside, the second share is the first (at least one)
+    assert chance_outside(draws, ranges, 0)["chance_as_many_outside"] == 0.6
+    # a resolution of 0.5 takes a's 0.0 and 3.0 back inside
+    assert chance_outside(draws, ranges, 1, resolution=0.5)["chance_any_outside"] == 0.4
+    assert math.isnan(chance_outside({}, {}, 0)["chance_any_outside"])
+
+
+def test_independent_metrics_miss_as_often_as_their_count_says():
+    """Eight independent metrics, each with a central 95 % range: at least one misses in about
+    1 - 0.95^8 = 34 % of draws, two or more in about 5.7 % (the binomial)."""
+    from probe.metrics.stats import percentile_ci
+    from probe.studies.sampling_check.check import chance_outside
+
+    rng = np.random.default_rng(0)
+    draws = {f"m{i}": list(rng.normal(size=20000)) for i in range(8)}
+    out = chance_outside(draws, {m: percentile_ci(v) for m, v in draws.items()}, 2)
+    assert out["chance_any_outside"] == pytest.approx(1 - 0.95 ** 8, abs=0.015)
+    assert out["chance_as_many_outside"] == pytest.approx(1 - 0.95 ** 8 - 8 * 0.05 * 0.95 ** 7, abs=0.008)
+
+
+def test_report_states_the_chance_of_misses():
+    from probe.studies.sampling_check import SamplingCheck, report_markdown
+
+    summary = {"k": 2, "n_prompts": 1, "n_units": 1, "accepted_share": 1.0, "counted_share": 1.0,
+               "exact_counted_share": 1.0, "accepted_not_counted": 0, "counted_not_accepted": 0, "n_delta": 1,
+               "mean_abs_delta": 0.1, "mean_noise_delta": 0.1, "n_no_accepted": 0, "n_exact_unsampleable": 0,
+               "verdict": "fail", "n_tested": 8, "n_outside_range": 2, "chance_any_outside": 0.334,
+               "chance_as_many_outside": 0.058}
+    check = SamplingCheck("t", "m", {"temperature": 0.1, "top_p": 1.0, "max_new_tokens": 4, "unit": "item",
+                                     "seed": 0, "n_boot": 10}, [], {}, summary)
+    md = report_markdown(check)
+    assert "Metrics outside their range: 2 of 8." in md and "in 33.4 % of runs" in md and "2 or more in 5.8 %" in md

@@ -20,9 +20,9 @@ from probe.metrics.stats import percentile_ci, resample_clusters
 from probe.scoring.hybrid import wilson
 from probe.tasks.paper_check import PaperCheck, PromptCase, Scored
 
-__all__ = ["SamplingCheck", "answer_tokens", "checked_tasks", "detectable_difference", "inside", "outside_certified",
-           "paper_check_of", "parse_mass_interval", "predicted_draws", "predicted_range", "prompt_row", "redrawn", "run_check",
-           "tv_distance"]
+__all__ = ["SamplingCheck", "answer_tokens", "chance_outside", "checked_tasks", "detectable_difference", "inside",
+           "outside_certified", "paper_check_of", "parse_mass_interval", "predicted_draws", "predicted_range",
+           "prompt_row", "redrawn", "run_check", "tv_distance"]
 
 
 def paper_check_of(task: str) -> tuple[Any, PaperCheck]:
@@ -325,8 +325,9 @@ def run_check(task: str, runner: Any, *, n_prompts: int = 100, k: int = 20, seed
     pdraws = predicted_draws(paper, units, k, rng, n_boot)
     predicted = {m: percentile_ci(v) for m, v in pdraws.items()}
     # with hybrid prompts, the same range with the exact side's own tail uncertainty too (its 95 % interval)
-    with_tail = {m: percentile_ci(v) for m, v in predicted_draws(paper, units, k, rng, n_boot, tail=True).items()} \
+    tdraws = predicted_draws(paper, units, k, rng, n_boot, tail=True) \
         if any(has_draws(c.meta.get("parsed")) for c in cases) else {}
+    with_tail = {m: percentile_ci(v) for m, v in tdraws.items()}
     agg = {}
     for m, v in sampled.items():
         if m.startswith("n"):
@@ -371,11 +372,46 @@ def run_check(task: str, runner: Any, *, n_prompts: int = 100, k: int = 20, seed
                                         r["exact_probs"] is None for r in rows)),
         "n_accepted_outside_interval": int(sum(r.get("accepted_inside_interval") is False for r in rows)),
         "verdict": _verdict(agg),
+        # how often the verdict's ranges miss by chance alone: several metrics at 95 % each fail a right
+        # exact side now and then, and a reader needs that rate to weigh a failed verdict
+        **chance_outside(tdraws or pdraws, with_tail or predicted, _n_outside(agg), 1.0 / (k * len(cases))),
     }
     settings.update({"k": k, "seed": seed, "n_boot": n_boot, "batch_size": batch_size})
     summary["seconds"] = {"exact_scoring_and_items": round(t1 - t0, 1), "generation": round(t2 - t1, 1),
                           "parse_and_bootstrap": round(time.perf_counter() - t2, 1)}
     return SamplingCheck(task, str(getattr(lm, "name", "")), settings, rows, agg, summary)
+
+
+def chance_outside(draws: dict[str, list[float]], ranges: dict[str, tuple[float, float]], observed: int,
+                   resolution: float = 0.0) -> dict[str, Any]:
+    """How often metrics fall outside their ranges by chance alone: over the exact side's draws (the ones the
+    ``ranges`` come from, :func:`predicted_draws`), the share of draws in which at least one of the tested
+    metrics lies outside its own range (the verdict's false-alarm rate when the exact side is right), and the
+    share in which at least ``observed`` do (how surprising the observed count is). Count metrics (names
+    starting with ``n``) and metrics without a finite range are not tested; a NaN draw is inside.
+
+    >>> d = {"a": [0.0, 1.0, 2.0, 3.0], "b": [0.0, 0.0, 5.0, 5.0], "n a": [1, 2, 3, 4]}
+    >>> chance_outside(d, {"a": (0.5, 2.5), "b": (0.0, 4.0), "n a": (2, 3)}, 2)
+    {'n_tested': 2, 'n_outside_range': 2, 'chance_any_outside': 0.75, 'chance_as_many_outside': 0.25}
+    """
+    names = [m for m in ranges if not m.startswith("n") and m in draws
+             and all(math.isfinite(x) for x in ranges[m])]
+    n = min((len(draws[m]) for m in names), default=0)
+    if not names or n == 0:
+        return {"n_tested": len(names), "n_outside_range": int(observed), "chance_any_outside": math.nan,
+                "chance_as_many_outside": math.nan}
+    counts = np.zeros(n, int)
+    for m in names:
+        lo, hi = ranges[m]
+        counts += [inside(float(v), lo, hi, resolution) is False for v in draws[m][:n]]
+    need = max(1, int(observed))
+    return {"n_tested": len(names), "n_outside_range": int(observed),
+            "chance_any_outside": float(np.mean(counts >= 1)), "chance_as_many_outside": float(np.mean(counts >= need))}
+
+
+def _n_outside(agg: dict) -> int:
+    """How many metrics the verdict finds outside their range."""
+    return sum(v.get("sampled_inside_tail", v.get("sampled_inside_predicted")) is False for v in agg.values())
 
 
 def _verdict(agg: dict) -> str:

@@ -16,6 +16,7 @@ def report_markdown(check: SamplingCheck) -> str:
              *([f"**Verdict: {s['verdict']}** (every metric's sampled value inside the exact side's same-prompts "
                 f"range; prompts with a sampled parse but no parse on the exact side: {s.get('n_misses', 0)}).", ""]
                if "verdict" in s else []),
+             *([_chance_line(s), ""] if s.get("n_tested") else []),
              f"T = {st['temperature']}, top-p = {st['top_p']}"
              + (f", top-k = {st['top_k'] or 'off'}, repetition penalty = {st['repetition_penalty']}, "
                 f"min-p = {st['min_p']}" if "top_k" in st else "")
@@ -120,6 +121,20 @@ def generation_kinds(check: SamplingCheck, top: int = 4) -> dict[tuple[bool, boo
             kinds.setdefault(key, Counter())[short] += 1
             total += 1
     return {k: (sum(c.values()) / total, c.most_common(top)) for k, c in sorted(kinds.items(), reverse=True)}
+
+
+def _chance_line(s: dict) -> str:
+    """How surprising the count of metrics outside their ranges is when the exact side is right."""
+    n, out = int(s["n_tested"]), int(s["n_outside_range"])
+    line = (f"Metrics outside their range: {out} of {n}. If the exact side is right, at least one of {n} falls "
+            f"outside in {_pct(s['chance_any_outside'])} of runs (each range is 95 %)")
+    if out > 1:
+        line += f", {out} or more in {_pct(s['chance_as_many_outside'])}"
+    return line + "."
+
+
+def _pct(x: Any) -> str:
+    return "n/a" if x is None or x != x else f"{100 * x:.1f} %"
 
 
 def _f(x: Any) -> str:
