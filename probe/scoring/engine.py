@@ -92,10 +92,12 @@ class Engine:
         #: an H200) but runs the attention faster; neither won every workload there, so PyTorch's choice stays
         #: the default. docs/scoring.md, "The attention kernel on a GPU".
         self.attention_backends: tuple[str, ...] | None = None
-        #: the packed pass's attention: "sdpa" (the dense 4-D mask) or "flex" (FlexAttention with the tree
-        #: mask as a BlockMask, which skips the tiles it hides whole; compiled on first use; models whose
-        #: class supports it, full attention only, else "sdpa"). docs/scoring.md, "The attention kernel on a GPU".
-        self.attention_kernel = "sdpa"
+        #: the packed pass's attention: "sdpa" (the dense 4-D mask over whole rows), "blocks" (SDPA tree by
+        #: tree, the default on a CPU: no work on pairs of different trees, one call per tree and layer, too
+        #: many small kernels for a GPU; SDPA models only) or "flex" (FlexAttention with the tree mask as a
+        #: BlockMask, which skips the tiles it hides whole; compiled on first use; models whose class supports
+        #: it, full attention only, else "sdpa"). docs/scoring.md, "The attention kernel".
+        self.attention_kernel = "blocks" if self.device.type == "cpu" else "sdpa"
         self._layer_kinds = layer_kinds(self.config)
         self.window = int(self.config.sliding_window) if "sliding_attention" in self._layer_kinds else None
 
@@ -144,9 +146,10 @@ class Engine:
         return torch.float32
 
     def run_packed(self, ids: torch.Tensor, pos: torch.Tensor, pre: torch.Tensor, end: torch.Tensor,
-                   max_position: int) -> torch.Tensor:
+                   max_position: int, blocks: list[list[Any]] | None = None) -> torch.Tensor:
         """One packed forward pass over ``[rows, width]`` device tensors; the last hidden states
-        ``[rows, width, d_model]``."""
+        ``[rows, width, d_model]``. ``blocks``: per row its attention blocks
+        (:func:`probe.scoring.packed.tree_blocks`), for the ``"blocks"`` attention kernel."""
         if self._flex_ok(max_position):
             from probe.scoring.packed import tree_block_mask
 
@@ -155,9 +158,21 @@ class Engine:
                                     use_cache=False)
             return out.last_hidden_state
         mask = self.masks(pre, end, pos, max_position)
+        if blocks is not None and self._blocks_ok():
+            from probe.scoring.packed import attention_blocks
+
+            with attention_blocks(self.model, blocks):
+                return self._decoder(input_ids=ids, attention_mask=mask, position_ids=pos,
+                                     use_cache=False).last_hidden_state
         with sdpa_preference(self.attention_backends if ids.is_cuda else None):
             out = self._decoder(input_ids=ids, attention_mask=mask, position_ids=pos, use_cache=False)
         return out.last_hidden_state
+
+    def _blocks_ok(self) -> bool:
+        """Whether this pass's attention runs span by span: asked for, and the model's attention is SDPA
+        (what :func:`probe.scoring.packed.block_attention` runs per span; eager models keep their own)."""
+        return (self.attention_kernel == "blocks"
+                and str(getattr(self.config, "_attn_implementation", None) or "") == "sdpa")
 
     def _flex_ok(self, max_position: int) -> bool:
         """Whether this pass runs with FlexAttention: asked for, supported by the model's class, and no

@@ -1,6 +1,7 @@
 """Generation for chain-of-thought settings (reason first, then score the answer): greedy or sampled.
 
-Greedy decoding is deterministic. Sampled decoding (``temperature``, nucleus
+Both run through the engine's cached extension (:meth:`probe.scoring.engine.Engine.begin`,
+:meth:`~probe.scoring.engine.Engine.extend`). Greedy decoding is deterministic. Sampled decoding (``temperature``, nucleus
 ``top_p``) draws each request's tokens from its own random stream, seeded from
 (``seed``, request id) with a process-independent hash, so batch size, request
 order, sharding and resume never change a chain. Prompts are left-padded in
@@ -97,46 +98,35 @@ def sample_shared_prefix(lm: Any, prompts: Sequence[str], seeds: Sequence[Sequen
     from probe.scoring.sampling import SamplingSpec
 
     tok, model = lm.tokenizer, lm.model
-    engine = Engine(model, pad_id=pad_id_of(tok))  # the prompt's pass and each step: the engine's extension
-    eos = model.generation_config.eos_token_id if getattr(model, "generation_config", None) else None
-    eos_ids = set(eos if isinstance(eos, (list, tuple)) else [] if eos is None else [eos])
-    if tok.eos_token_id is not None:
-        eos_ids.add(tok.eos_token_id)
+    config, eos = _greedy_config(model, tok)
+    pad = pad_id_of(tok, default=None)
+    pad = pad if pad is not None else (eos[0] if eos else 0)
+    engine = Engine(model, pad_id=pad)  # the prompt's pass and each step: the engine's extension
     spec = SamplingSpec(temperature, top_p)
     out: list[list[str]] = []
     with torch.inference_mode():
         for prompt, row_seeds in zip(prompts, seeds):
-            k = len(row_seeds)
-            ids = tok(prompt, add_special_tokens=wants_special_tokens(tok, prompt))["input_ids"]
-            ext, logits = engine.begin([tuple(ids)])
-            ext.repeat(k)
-            logits = logits.repeat(k, 1)
-            sampler = _RowSampler(spec, list(row_seeds))
-            done = torch.zeros(k, dtype=torch.bool)
-            picked: list[list[int]] = [[] for _ in range(k)]
-            for step in range(max_new_tokens):
-                pick = sampler(None, logits).argmax(dim=-1).tolist()
-                for j, t in enumerate(pick):
-                    if not done[j]:
-                        if t in eos_ids:
-                            done[j] = True
-                        else:
-                            picked[j].append(t)
-                if bool(done.all()) or step == max_new_tokens - 1:
-                    break
-                logits = engine.extend(ext, pick)
-            out.append([tok.decode(p, skip_special_tokens=True) for p in picked])
+            ids = tuple(tok(prompt, add_special_tokens=wants_special_tokens(tok, prompt))["input_ids"])
+            new = _decode(engine, config, [ids], max_new_tokens, eos, pad, _RowSampler(spec, list(row_seeds)),
+                          repeat=len(row_seeds))
+            out.append([tok.decode(t, skip_special_tokens=True) for t in new])
     return out
 
 
 def _generate(lm: Any, prompts: Sequence[str], max_new_tokens: int, batch_size: int, stop: Sequence[str],
               progress: bool, sampler: Callable[[list[int]], Any] | None = None) -> list[str]:
-    """Batched generation; ``sampler(batch indices)`` gives a batch's token sampler (None: greedy)."""
-    tok, model = lm.tokenizer, lm.model
-    from probe.scoring.engine import input_device, left_pad, pad_id_of
+    """Batched generation through the engine's extension (:meth:`Engine.begin`, :meth:`Engine.extend`):
+    prompts left-padded by the engine's pad rule, one cached step per token, transformers' own logits
+    processors for the model's generation config (what its greedy ``generate`` applies), then
+    ``sampler(batch indices)`` (None: greedy). Rows that reach an end-of-sequence token take the pad token
+    from then on, as ``generate`` does; the batch stops when every row has ended."""
+    from probe.scoring.engine import Engine, pad_id_of
 
-    device = input_device(model)  # the input embedding's device (a device_map spans several)
-    pad = pad_id_of(tok, default=None)  # None: generate() picks its own, as before
+    tok, model = lm.tokenizer, lm.model
+    config, eos = _greedy_config(model, tok)
+    pad = pad_id_of(tok, default=None)
+    pad = pad if pad is not None else (eos[0] if eos else 0)
+    engine = Engine(model, pad_id=pad)
     order = sorted(range(len(prompts)), key=lambda i: -len(prompts[i]))
     results: list[str] = [""] * len(prompts)
     batches = [order[i : i + batch_size] for i in range(0, len(order), batch_size)]
@@ -146,24 +136,11 @@ def _generate(lm: Any, prompts: Sequence[str], max_new_tokens: int, batch_size: 
 
         bar = tqdm(total=len(prompts), desc="generating", unit="prompt", leave=False)
     for idx in batches:
-        encs = [tok(prompts[i], add_special_tokens=wants_special_tokens(tok, prompts[i]))["input_ids"] for i in idx]
-        ids, mask, _ = left_pad(encs, pad)  # the engine's pad rule; generate() derives positions from the mask
-        width = ids.shape[1]
-        extra: dict[str, Any] = {}
-        if sampler is not None:
-            from transformers import LogitsProcessorList
-
-            extra["logits_processor"] = LogitsProcessorList([sampler(idx)])
-        out = model.generate(
-            input_ids=ids.to(device),
-            attention_mask=mask.to(device),
-            max_new_tokens=max_new_tokens,
-            do_sample=False,
-            pad_token_id=pad,
-            **extra,
-        )
+        encs = [tuple(tok(prompts[i], add_special_tokens=wants_special_tokens(tok, prompts[i]))["input_ids"])
+                for i in idx]
+        new = _decode(engine, config, encs, max_new_tokens, eos, pad, sampler(idx) if sampler is not None else None)
         for j, i in enumerate(idx):
-            text = tok.decode(out[j, width:], skip_special_tokens=True)
+            text = tok.decode(new[j], skip_special_tokens=True)
             for s in stop:
                 if s in text:
                     text = text[: text.index(s)]
@@ -173,6 +150,56 @@ def _generate(lm: Any, prompts: Sequence[str], max_new_tokens: int, batch_size: 
     if bar is not None:
         bar.close()
     return results
+
+
+def _greedy_config(model: Any, tok: Any) -> tuple[Any, list[int]]:
+    """``model``'s generation config as its greedy ``generate`` prepares it (None when it has none), and the
+    end-of-sequence ids it stops at (else the tokenizer's)."""
+    import copy
+
+    gc = getattr(model, "generation_config", None)
+    eos: Any = None
+    if gc is not None and hasattr(model, "_prepare_special_tokens"):
+        gc = copy.deepcopy(gc)
+        gc.do_sample = False
+        model._prepare_special_tokens(gc, True, device=next(model.parameters()).device)
+        eos = gc._eos_token_tensor
+        eos = eos.flatten().tolist() if eos is not None else None
+    if eos is None:
+        eos = tok.eos_token_id
+    return gc, [int(e) for e in (eos if isinstance(eos, (list, tuple)) else [] if eos is None else [eos])]
+
+
+def _decode(engine: Any, config: Any, prompts: list[tuple[int, ...]], max_new_tokens: int, eos: list[int],
+            pad: int, sampler: Any, repeat: int = 1) -> list[list[int]]:
+    """The new tokens of each prompt (ending at its end-of-sequence token, padded after it), decoded
+    greedily after transformers' logits processors for ``config`` (:func:`_greedy_config`) and ``sampler``;
+    ``repeat``: rows per prompt, the prompt's pass run once and its cache repeated (consecutive rows)."""
+    from probe.scoring.engine import left_pad
+
+    ids, _, _ = left_pad(list(prompts), pad)
+    processors = None
+    if config is not None:  # the list transformers' generate builds (repetition penalty, suppressed tokens, ...)
+        processors = engine.model._get_logits_processor(generation_config=config, input_ids_seq_length=ids.shape[1],
+                                                        device=engine.device) or None
+    ext, logits = engine.begin(prompts)
+    if repeat > 1:
+        ext.repeat(repeat)
+        ids, logits = ids.repeat_interleave(repeat, dim=0), logits.repeat_interleave(repeat, dim=0)
+    seqs = ids.to(logits.device)  # what the processors see: the padded prompts and the tokens so far
+    done = torch.zeros(seqs.shape[0], dtype=torch.bool, device=logits.device)
+    eos_t = torch.tensor(eos, dtype=torch.long, device=logits.device)
+    for step in range(max_new_tokens):
+        scores = processors(seqs, logits) if processors else logits
+        if sampler is not None:
+            scores = sampler(seqs, scores)
+        pick = torch.where(done, torch.full_like(done, pad, dtype=torch.long), scores.argmax(dim=-1))
+        seqs = torch.cat([seqs, pick[:, None]], dim=1)
+        done |= torch.isin(pick, eos_t)
+        if bool(done.all()) or step == max_new_tokens - 1:
+            break
+        logits = engine.extend(ext, pick.tolist())
+    return seqs[:, ids.shape[1]:].tolist()
 
 
 @dataclass(frozen=True)

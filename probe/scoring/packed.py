@@ -33,7 +33,9 @@ accept that form falls back on the level-by-level path (``docs/scoring.md``).
 from __future__ import annotations
 
 import bisect
+import contextlib
 import math
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from itertools import chain
 from typing import Any
@@ -70,6 +72,8 @@ class Flat:
     end: np.ndarray
     places: list[tuple[Node, int]]
     n_nodes: int
+    #: attention blocks, columns relative to the tree: ``(first query, end, context spans)`` (:func:`_blocks`)
+    blocks: list[Block] = field(default_factory=list)
 
     @property
     def size(self) -> int:
@@ -94,14 +98,52 @@ def flatten(root: Node) -> Flat:
         ends[me] = len(places)
         return offset
 
-    walk(root, 0)
+    size = walk(root, 0)
     lengths = np.array([len(s) for s, _, _ in chunks], dtype=np.int64)
     number = np.repeat(np.arange(len(chunks), dtype=np.int64), lengths)
     starts = np.repeat(np.array([st for _, st, _ in chunks], dtype=np.int64), lengths)
     first = np.repeat(np.cumsum(lengths) - lengths, lengths)
     ids = np.fromiter(chain.from_iterable(s for s, _, _ in chunks), dtype=np.int64, count=int(lengths.sum()))
     return Flat(ids, starts + np.arange(len(ids)) - first, number, np.asarray(ends, np.int64)[number], places,
-                len(places))
+                len(places), _blocks(places, ends, size))
+
+
+#: a block is ``(first query column, end, context spans)``: its queries see keys among the context spans'
+#: columns (all earlier in the row) and its own columns only
+Block = tuple[int, int, tuple[tuple[int, int], ...]]
+#: a subtree longer than this is split into its stem and its branches (attention work ~ queries x keys)
+BLOCK_SPLIT = 128
+#: neighbouring blocks with the same context merge while shorter than this (fewer, larger calls; the
+#: masked pairs a merged block computes stay below BLOCK_MIN x BLOCK_MIN)
+BLOCK_MIN = 64
+
+
+def _blocks(places: list[tuple[Node, int]], ends: list[int], size: int) -> list[Block]:
+    """A tree's attention blocks from its depth-first numbering (``ends``: one past each subtree's last
+    node). A subtree of at most :data:`BLOCK_SPLIT` tokens is one block; a longer one is its stem (the
+    subtree's root down to the first node with more than one child: every token of the subtree sees it)
+    and, recursively, the subtrees of that node's children, each with the stem added to its context."""
+    def col(i: int) -> int:
+        return places[i][1] if i < len(places) else size
+
+    out: list[Block] = []
+
+    def split(i: int, context: tuple[tuple[int, int], ...]) -> None:
+        j = i
+        while j + 1 < ends[j] and ends[j + 1] == ends[j]:  # one child: still the stem
+            j += 1
+        first, last = col(i), col(ends[i])
+        if last - first <= BLOCK_SPLIT or j + 1 >= ends[j]:
+            out.append((first, last, context))
+            return
+        out.append((first, col(j + 1), context))
+        child = j + 1
+        while child < ends[j]:
+            split(child, (*context, (first, col(j + 1))))
+            child = ends[child]
+
+    split(0, ())
+    return out
 
 
 @dataclass
@@ -299,6 +341,36 @@ class PassArrays:
     padded: int
     attended: int
     trees: int
+    #: per row its attention blocks (:func:`tree_blocks`)
+    blocks: list[list[Block]] = field(default_factory=list)
+
+
+def tree_blocks(row: list[Flat], block_min: int | None = None) -> list[Block]:
+    """A row's attention blocks (its trees' :attr:`Flat.blocks` at their columns): the queries of a block see
+    keys among its context spans and its own columns only, so attention over those keys equals the row's.
+    Neighbouring blocks with the same context (whole small trees have none) merge while shorter than
+    ``block_min``. Padding columns are in no block.
+
+    >>> stem = (0, 50)
+    >>> f = Flat(np.zeros(360), *[np.zeros(0)] * 3, [], 0, [(0, 50, ()), (50, 90, (stem,)), (90, 300, (stem,)),
+    ...                                                    (300, 360, (stem,))])
+    >>> tree_blocks([f, f], block_min=128)[:3]
+    [(0, 50, ()), (50, 300, ((0, 50),)), (300, 360, ((0, 50),))]
+    >>> tree_blocks([f, f], block_min=128)[3]
+    (360, 410, ())
+    """
+    block_min = BLOCK_MIN if block_min is None else block_min
+    blocks: list[Block] = []
+    col = 0
+    for f in row:
+        for s, e, ctx in f.blocks:
+            ctx = tuple((col + a, col + b) for a, b in ctx)
+            if blocks and blocks[-1][2] == ctx and blocks[-1][1] == col + s and blocks[-1][1] - blocks[-1][0] < block_min:
+                blocks[-1] = (blocks[-1][0], col + e, ctx)
+            else:
+                blocks.append((col + s, col + e, ctx))
+        col += f.size
+    return blocks
 
 
 def arrays(p: Pass, pad_id: int) -> PassArrays:
@@ -324,7 +396,7 @@ def arrays(p: Pass, pad_id: int) -> PassArrays:
     # a real token attends to its whole sequence so far (positions 0..pos), a pad token to itself
     attended = int((pos + 1)[pre < (1 << 40)].sum()) + (n_rows * width - computed)
     return PassArrays(ids, pos, pre, end, places, computed, n_rows * width - computed, attended,
-                      sum(len(row) for row in p.trees))
+                      sum(len(row) for row in p.trees), [tree_blocks(row) for row in p.trees])
 
 
 def tree_mask(pre: torch.Tensor, end: torch.Tensor, pos: torch.Tensor, dtype: torch.dtype,
@@ -339,6 +411,57 @@ def tree_mask(pre: torch.Tensor, end: torch.Tensor, pos: torch.Tensor, dtype: to
     out = torch.zeros(seen.shape, dtype=dtype, device=pre.device)
     out.masked_fill_(~seen, torch.finfo(dtype).min)
     return out[:, None]
+
+
+#: the name transformers knows :func:`block_attention` by (``AttentionInterface``)
+BLOCK_ATTENTION = "probe_tree_blocks"
+_BLOCKS: ContextVar[list[list[Block]] | None] = ContextVar("probe_tree_blocks", default=None)
+
+
+def block_attention(module: Any, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
+                    attention_mask: torch.Tensor | None, **kwargs: Any) -> tuple[torch.Tensor, None]:
+    """transformers' SDPA attention run block by block (:func:`tree_blocks`, set by :func:`attention_blocks`):
+    each block's queries against its context's and its own keys, under the same mask. The same attention
+    as over the whole row (every key a query may see is among them), without the work on pairs of different
+    branches or trees, which the mask hides anyway: a row of ``w`` tokens in branches of ``b`` costs about
+    ``w x (stem + b)`` instead of ``w x w``. Padding columns are in no block; their output is zero (nothing
+    attends to them or reads them)."""
+    from transformers.integrations.sdpa_attention import sdpa_attention_forward
+
+    blocks = _BLOCKS.get()
+    rows, _, width, _ = query.shape
+    if blocks is None or len(blocks) != rows:
+        raise RuntimeError("block attention needs the pass's spans (probe.scoring.packed.attention_blocks)")
+    out = query.new_zeros(rows, width, query.shape[1], value.shape[-1])  # sdpa's [rows, width, heads, dim]
+    for r, row in enumerate(blocks):
+        for s, e, ctx in row:
+            spans = (*ctx, (s, e))  # in row order: the context's columns come first in the row too
+            k = torch.cat([key[r : r + 1, :, a:b] for a, b in spans], dim=2) if ctx else key[r : r + 1, :, s:e]
+            v = torch.cat([value[r : r + 1, :, a:b] for a, b in spans], dim=2) if ctx else value[r : r + 1, :, s:e]
+            mask = None
+            if attention_mask is not None:
+                rows_of = attention_mask[r : r + 1, :, s:e]
+                mask = torch.cat([rows_of[..., a:b] for a, b in spans], dim=-1) if ctx else rows_of[..., s:e]
+            part, _ = sdpa_attention_forward(module, query[r : r + 1, :, s:e], k, v, mask, **kwargs)
+            out[r, s:e] = part[0]
+    return out, None
+
+
+@contextlib.contextmanager
+def attention_blocks(model: Any, blocks: list[list[Block]]) -> Any:
+    """Run ``model``'s attention as :func:`block_attention` over ``blocks`` (per row, its spans), then
+    restore the implementation it had (SDPA: the one it computes per span)."""
+    from transformers import AttentionInterface
+
+    AttentionInterface.register(BLOCK_ATTENTION, block_attention)
+    before = getattr(model.config, "_attn_implementation", None) or "sdpa"
+    token = _BLOCKS.set(blocks)
+    model.set_attn_implementation(BLOCK_ATTENTION)
+    try:
+        yield
+    finally:
+        model.set_attn_implementation(before)
+        _BLOCKS.reset(token)
 
 
 def tree_block_mask(pre: torch.Tensor, end: torch.Tensor) -> Any:

@@ -286,7 +286,7 @@ class Scorer:
         failed = False
         try:
             with self._tap_at(a.places):
-                hidden = self.engine.run_packed(dev[0], dev[1], dev[2], dev[3], int(a.pos.max(initial=0)))
+                hidden = self.engine.run_packed(dev[0], dev[1], dev[2], dev[3], int(a.pos.max(initial=0)), a.blocks)
             got = (self.engine.read_packed(hidden, dev[4:], chunks, self._sampling) if plan.n_positions
                    else hidden.new_zeros(0, dtype=torch.float64))
         except (torch.OutOfMemoryError, RuntimeError) as exc:

@@ -114,3 +114,49 @@ def test_sampled_generations_are_recorded_resumed_and_checked(tiny_lm, tmp_path)
     assert (line["temperature"], line["top_p"], line["seed"]) == (0.7, 0.9, 0)
     with pytest.raises(ProbeError, match="different input"):
         runner.generate(_sampled(temperature=0.5, top_p=0.9), out)
+
+
+@torch.inference_mode()
+def test_generation_through_the_engine_equals_transformers_generate_with_its_processors_and_eos(tiny_lm):
+    """Batched generation runs through the engine's cached extension, not ``generate``: with a repetition
+    penalty in the model's generation config (one of transformers' own processors) and an end-of-sequence
+    token some rows reach early, greedy and sampled texts equal transformers' ``generate`` with the same
+    config and the same row sampler."""
+    import copy
+
+    from transformers import LogitsProcessorList
+
+    from probe.scoring.generate import _RowSampler, sample_generate
+    from probe.scoring.sampling import SamplingSpec
+
+    model, tok = tiny_lm.model, tiny_lm.tokenizer
+    before = copy.deepcopy(model.generation_config)
+    first = greedy_generate(tiny_lm, PROMPTS, max_new_tokens=8, batch_size=4)
+    try:
+        model.generation_config.repetition_penalty = 1.5
+
+        def reference(sampler=None, ids_only=False):
+            pad = tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id
+            encs = [tok(p, add_special_tokens=wants_special_tokens(tok, p))["input_ids"] for p in PROMPTS]
+            width = max(map(len, encs))
+            ids = torch.full((len(encs), width), pad, dtype=torch.long)
+            mask = torch.zeros_like(ids)
+            for j, e in enumerate(encs):
+                ids[j, width - len(e):], mask[j, width - len(e):] = torch.tensor(e), 1
+            extra = {"logits_processor": LogitsProcessorList([sampler])} if sampler else {}
+            gen = model.generate(input_ids=ids, attention_mask=mask, max_new_tokens=8, do_sample=False,
+                                 pad_token_id=pad, **extra)
+            if ids_only:
+                return gen[:, width:]
+            return [tok.decode(g[width:], skip_special_tokens=True) for g in gen]
+
+        model.generation_config.eos_token_id = int(reference(ids_only=True)[1, 2])  # row 1 ends at step 3
+        # one batch in prompt order (the library sorts by length: the order of rows never changes a row)
+        greedy = greedy_generate(tiny_lm, PROMPTS, max_new_tokens=8, batch_size=4)
+        assert greedy == reference() and greedy != first
+        assert any(len(tok(t, add_special_tokens=False)["input_ids"]) < 8 for t in greedy)  # a row stopped early
+        seeds = [11, 12, 13, 14]
+        sampled = sample_generate(tiny_lm, PROMPTS, seeds, temperature=1.0, max_new_tokens=8, batch_size=4)
+        assert sampled == reference(_RowSampler(SamplingSpec(1.0, 1.0), seeds))
+    finally:
+        model.generation_config = before

@@ -230,3 +230,60 @@ def test_flex_attention_packed_pass_equals_the_sdpa_pass():
     a = [x for r in ref for x in r.logprobs]
     b = [x for r in got for x in r.logprobs]
     assert len(a) == 12 and max(abs(x - y) for x, y in zip(a, b)) < 1e-4
+
+
+@pytest.mark.parametrize("split,block_min", [(128, 64), (4, 2), (1, 1), (3, 100)])
+def test_attention_blocks_hold_every_key_a_query_sees(monkeypatch, split, block_min):
+    """The blocks of a packed pass (random trees, cut rows, padding): every real column is the query of
+    exactly one block, and every key the tree mask lets it see is among that block's context and own
+    columns, so attention over those keys is the row's attention."""
+    import probe.scoring.packed as packed
+
+    monkeypatch.setattr(packed, "BLOCK_SPLIT", split)
+    rng = np.random.default_rng(split)
+    rows = [Row(tuple(rng.integers(0, 4, int(rng.integers(3, 12)))), 2) for _ in range(40)]
+    for p in layout(build_tree(rows, min_shared=1), 24, 4096, 64):
+        a = arrays(p, pad_id=0)
+        t = lambda x: torch.from_numpy(x)  # noqa: E731
+        seen = (tree_mask(t(a.pre), t(a.end), t(a.pos), torch.float32)[:, 0] == 0).numpy()
+        for r, row in enumerate(p.trees):
+            owner = np.full(p.width, -1)
+            for k, (s, e, ctx) in enumerate(packed.tree_blocks(row, block_min)):
+                assert (owner[s:e] == -1).all() and all(b <= s for _, b in ctx)
+                owner[s:e] = k
+                keys = np.zeros(p.width, bool)
+                for x, y in (*ctx, (s, e)):
+                    keys[x:y] = True
+                assert not (seen[r, s:e] & ~keys).any()
+            real = sum(f.size for f in row)
+            assert (owner[:real] >= 0).all() and (owner[real:] == -1).all()
+
+
+def test_block_attention_equals_the_whole_row_and_is_the_cpu_default():
+    """The packed pass attended block by block (the CPU default for SDPA models) gives the scores of the
+    whole-row pass, through the block function, in one pass; the model's implementation is restored."""
+    import probe.scoring.packed as packed
+    from probe.scoring import Scorer
+    from probe.scoring.requests import ContinuationRequest
+    from tests.tiny import tiny_lm
+
+    lm = tiny_lm()
+    reqs = [ContinuationRequest(id=str(k), prompt=f"Context {k % 2}. Question {k}: who was it, in the end?",
+                                options=(" the grandson", " the grandfather", " cannot be determined"))
+            for k in range(6)]
+    whole = Scorer(lm, batch_size=16)
+    whole.engine.attention_kernel = "sdpa"
+    ref = whole.score(reqs)
+    scorer = Scorer(lm, batch_size=16)
+    assert scorer.engine.attention_kernel == "blocks"
+    calls = []
+    real = packed.block_attention
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(packed, "BLOCK_SPLIT", 8)  # small subtrees: stems and branches get blocks of their own
+        mp.setattr(packed, "block_attention", lambda *a, **k: calls.append(1) or real(*a, **k))
+        got = scorer.score(reqs)
+    assert scorer.engine.forward_passes == 1 and calls
+    assert lm.model.config._attn_implementation == "sdpa"
+    a = [x for r in ref for x in r.logprobs]
+    b = [x for r in got for x in r.logprobs]
+    assert len(a) == 18 and max(abs(x - y) for x, y in zip(a, b)) < 1e-5
