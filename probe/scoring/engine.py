@@ -161,7 +161,9 @@ class Engine:
         if blocks is not None and self._blocks_ok():
             from probe.scoring.packed import attention_blocks
 
-            with attention_blocks(self.model, blocks):
+            # the decoder's own: a composite model's other towers keep their attention
+            target = self.decoder if hasattr(self.decoder, "set_attn_implementation") else self.model
+            with attention_blocks(target, blocks):
                 return self._decoder(input_ids=ids, attention_mask=mask, position_ids=pos,
                                      use_cache=False).last_hidden_state
         with sdpa_preference(self.attention_backends if ids.is_cuda else None):
