@@ -14,22 +14,15 @@ difference between the two kernels' log-likelihoods.
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 import time
 from pathlib import Path
 
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
-ROOT = Path(__file__).resolve().parents[1]
-os.environ.setdefault("PROBE_DATA", str((ROOT.parent / "shared" / "data").resolve()))
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "benchmarks"))
-
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import vs_lm_eval  # noqa: E402  (its import sets the offline environment, PROBE_DATA and the package path)
 import torch  # noqa: E402
 
-import vs_lm_eval  # noqa: E402
-from probe.scoring import Scorer  # noqa: E402
-from probe.scoring import packed  # noqa: E402
+from probe.scoring import Scorer, packed  # noqa: E402
 
 
 def main() -> None:
