@@ -92,9 +92,10 @@ class Engine:
         #: an H200) but runs the attention faster; neither won every workload there, so PyTorch's choice stays
         #: the default. docs/scoring.md, "The attention kernel on a GPU".
         self.attention_backends: tuple[str, ...] | None = None
-        #: the packed pass's attention: "sdpa" (the dense 4-D mask over whole rows), "blocks" (SDPA tree by
-        #: tree, the default on a CPU: no work on pairs of different trees, one call per tree and layer, too
-        #: many small kernels for a GPU; SDPA models only) or "flex" (FlexAttention with the tree mask as a
+        #: the packed pass's attention: "sdpa" (the dense 4-D mask over whole rows), "blocks" (SDPA block by
+        #: block, the default on a CPU: each subtree against its own keys and the stems above it, no work on
+        #: the pairs the mask hides; one call per block and layer, too many small kernels for a GPU; SDPA
+        #: models only, :func:`probe.scoring.packed.block_attention`) or "flex" (FlexAttention with the tree mask as a
         #: BlockMask, which skips the tiles it hides whole; compiled on first use; models whose class supports
         #: it, full attention only, else "sdpa"). docs/scoring.md, "The attention kernel".
         self.attention_kernel = "blocks" if self.device.type == "cpu" else "sdpa"
@@ -171,8 +172,8 @@ class Engine:
         return out.last_hidden_state
 
     def _blocks_ok(self) -> bool:
-        """Whether this pass's attention runs span by span: asked for, and the model's attention is SDPA
-        (what :func:`probe.scoring.packed.block_attention` runs per span; eager models keep their own)."""
+        """Whether this pass's attention runs block by block: asked for, and the model's attention is SDPA
+        (what :func:`probe.scoring.packed.block_attention` runs per block; eager models keep their own)."""
         return (self.attention_kernel == "blocks"
                 and str(getattr(self.config, "_attn_implementation", None) or "") == "sdpa")
 

@@ -159,7 +159,9 @@ def _greedy_config(model: Any, tok: Any) -> tuple[Any, list[int]]:
 
     gc = getattr(model, "generation_config", None)
     eos: Any = None
-    if gc is not None and hasattr(model, "_prepare_special_tokens"):
+    if not (hasattr(model, "_prepare_special_tokens") and hasattr(model, "_get_logits_processor")):
+        gc = None  # not a transformers generation model: no processors, the tokenizer's end-of-sequence
+    if gc is not None:
         gc = copy.deepcopy(gc)
         gc.do_sample = False
         model._prepare_special_tokens(gc, True, device=next(model.parameters()).device)

@@ -431,7 +431,7 @@ def block_attention(module: Any, query: torch.Tensor, key: torch.Tensor, value: 
     blocks = _BLOCKS.get()
     rows, _, width, _ = query.shape
     if blocks is None or len(blocks) != rows:
-        raise RuntimeError("block attention needs the pass's spans (probe.scoring.packed.attention_blocks)")
+        raise RuntimeError("block attention needs the pass's blocks (probe.scoring.packed.attention_blocks)")
     out = query.new_zeros(rows, width, query.shape[1], value.shape[-1])  # sdpa's [rows, width, heads, dim]
     for r, row in enumerate(blocks):
         for s, e, ctx in row:
@@ -449,8 +449,8 @@ def block_attention(module: Any, query: torch.Tensor, key: torch.Tensor, value: 
 
 @contextlib.contextmanager
 def attention_blocks(model: Any, blocks: list[list[Block]]) -> Any:
-    """Run ``model``'s attention as :func:`block_attention` over ``blocks`` (per row, its spans), then
-    restore the implementation it had (SDPA: the one it computes per span)."""
+    """Run ``model``'s attention as :func:`block_attention` over ``blocks`` (per row, its blocks), then
+    restore the implementation it had (SDPA: the one it computes per block)."""
     from transformers import AttentionInterface
 
     AttentionInterface.register(BLOCK_ATTENTION, block_attention)
