@@ -20,6 +20,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import vs_lm_eval  # noqa: E402  (its import sets the offline environment, PROBE_DATA and the package path)
+import limit_model  # noqa: E402
 import torch  # noqa: E402
 
 from probe.scoring import Scorer, packed  # noqa: E402
@@ -34,11 +35,7 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=2)
     ap.add_argument("--threads", type=int, default=None)
     args = ap.parse_args()
-    if args.threads:
-        torch.set_num_threads(args.threads)
-    from probe.models import load_model
-
-    lm = load_model(args.model, device="cpu", dtype="float32")
+    lm = limit_model.cpu_model(args.model, args.threads)
     items = vs_lm_eval.select_items(args.categories.split(","), args.limit or (48 if args.quick else 192))
     reqs = vs_lm_eval.probe_requests(lm.tokenizer, items)
     shapes: list[tuple] = []

@@ -12,11 +12,12 @@ import argparse
 import hashlib
 import json
 import os
+import sys
 import time
+from pathlib import Path
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
-
-import torch  # noqa: E402
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 QUESTIONS = ["Why is the sky blue? Think step by step.", "Explain photosynthesis in detail.",
              "Tell me a long story about a cat.", "List ten facts about the moon."]
@@ -29,12 +30,10 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=2)
     ap.add_argument("--threads", type=int, default=None)
     args = ap.parse_args()
-    if args.threads:
-        torch.set_num_threads(args.threads)
-    from probe.models import load_model
+    from limit_model import cpu_model
     from probe.scoring.generate import greedy_generate, sample_generate
 
-    lm = load_model(args.model, device="cpu", dtype="float32")
+    lm = cpu_model(args.model, args.threads)
     prompts = [lm.tokenizer.apply_chat_template([{"role": "user", "content": q}], tokenize=False,
                                                 add_generation_prompt=True) for q in QUESTIONS]
     greedy_generate(lm, prompts[:1], max_new_tokens=4)  # warm-up

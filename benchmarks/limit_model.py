@@ -86,6 +86,16 @@ class FlopsEstimate:
         return 2.0 * body * self.tokens_run + 2.0 * self.n_output_embedding * self.scored_positions
 
 
+def cpu_model(name: str, threads: int | None = None) -> Any:
+    """``name`` (a probe model name) loaded on the CPU in float32, after setting torch's threads (None:
+    torch's choice)."""
+    from probe.models import load_model
+
+    if threads:
+        torch.set_num_threads(threads)
+    return load_model(name, device="cpu", dtype="float32")
+
+
 def output_embedding_size(model: Any) -> int:
     """Parameters of the unembedding matrix (counted once in ``n_parameters`` when tied)."""
     head = model.get_output_embeddings()
