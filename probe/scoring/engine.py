@@ -34,15 +34,20 @@ PACKED_SDPA_BACKENDS = ("EFFICIENT_ATTENTION", "FLASH_ATTENTION", "CUDNN_ATTENTI
 
 
 @contextlib.contextmanager
-def flex_attention_on(model: Any) -> Any:
-    """Run ``model``'s attention through transformers' ``flex_attention`` implementation, then restore
-    the one it had."""
+def attention_implementation(model: Any, name: str) -> Any:
+    """Run ``model``'s attention through transformers' implementation ``name``, then restore the one it had."""
     before = getattr(model.config, "_attn_implementation", None) or "sdpa"
-    model.set_attn_implementation("flex_attention")
+    model.set_attn_implementation(name)
     try:
         yield
     finally:
         model.set_attn_implementation(before)
+
+
+def flex_attention_on(model: Any) -> Any:
+    """Run ``model``'s attention through transformers' ``flex_attention`` implementation, then restore
+    the one it had."""
+    return attention_implementation(model, "flex_attention")
 
 
 def sdpa_preference(names: tuple[str, ...] | None) -> Any:

@@ -94,14 +94,10 @@ def sample_shared_prefix(lm: Any, prompts: Sequence[str], seeds: Sequence[Sequen
     text is cut at the first end-of-sequence token. :func:`run_generation` with
     ``share_prefix=True`` (``Runner.generate``) takes this path.
     """
-    from probe.scoring.engine import Engine, pad_id_of
     from probe.scoring.sampling import SamplingSpec
 
-    tok, model = lm.tokenizer, lm.model
-    config, eos = _greedy_config(model, tok)
-    pad = pad_id_of(tok, default=None)
-    pad = pad if pad is not None else (eos[0] if eos else 0)
-    engine = Engine(model, pad_id=pad)  # the prompt's pass and each step: the engine's extension
+    tok = lm.tokenizer
+    engine, config, eos, pad = _decoding(lm)  # the prompt's pass and each step: the engine's extension
     spec = SamplingSpec(temperature, top_p)
     out: list[list[str]] = []
     with torch.inference_mode():
@@ -120,13 +116,8 @@ def _generate(lm: Any, prompts: Sequence[str], max_new_tokens: int, batch_size: 
     processors for the model's generation config (what its greedy ``generate`` applies), then
     ``sampler(batch indices)`` (None: greedy). Rows that reach an end-of-sequence token take the pad token
     from then on, as ``generate`` does; the batch stops when every row has ended."""
-    from probe.scoring.engine import Engine, pad_id_of
-
-    tok, model = lm.tokenizer, lm.model
-    config, eos = _greedy_config(model, tok)
-    pad = pad_id_of(tok, default=None)
-    pad = pad if pad is not None else (eos[0] if eos else 0)
-    engine = Engine(model, pad_id=pad)
+    tok = lm.tokenizer
+    engine, config, eos, pad = _decoding(lm)
     order = sorted(range(len(prompts)), key=lambda i: -len(prompts[i]))
     results: list[str] = [""] * len(prompts)
     batches = [order[i : i + batch_size] for i in range(0, len(order), batch_size)]
@@ -150,6 +141,17 @@ def _generate(lm: Any, prompts: Sequence[str], max_new_tokens: int, batch_size: 
     if bar is not None:
         bar.close()
     return results
+
+
+def _decoding(lm: Any) -> tuple[Any, Any, list[int], int]:
+    """What decoding ``lm`` needs: an engine (padding with the tokenizer's pad token, else the first
+    end-of-sequence id), the generation config (:func:`_greedy_config`) and the end-of-sequence ids."""
+    from probe.scoring.engine import Engine, pad_id_of
+
+    config, eos = _greedy_config(lm.model, lm.tokenizer)
+    pad = pad_id_of(lm.tokenizer, default=None)
+    pad = pad if pad is not None else (eos[0] if eos else 0)
+    return Engine(lm.model, pad_id=pad), config, eos, pad
 
 
 def _greedy_config(model: Any, tok: Any) -> tuple[Any, list[int]]:

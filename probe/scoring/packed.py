@@ -453,14 +453,14 @@ def attention_blocks(model: Any, blocks: list[list[Block]]) -> Any:
     restore the implementation it had (SDPA: the one it computes per block)."""
     from transformers import AttentionInterface
 
+    from probe.scoring.engine import attention_implementation
+
     AttentionInterface.register(BLOCK_ATTENTION, block_attention)
-    before = getattr(model.config, "_attn_implementation", None) or "sdpa"
     token = _BLOCKS.set(blocks)
-    model.set_attn_implementation(BLOCK_ATTENTION)
     try:
-        yield
+        with attention_implementation(model, BLOCK_ATTENTION):
+            yield
     finally:
-        model.set_attn_implementation(before)
         _BLOCKS.reset(token)
 
 
