@@ -33,20 +33,11 @@ HEAD_CHUNK = 256  # rows of hidden states unembedded at once: 256 x vocab float3
 PACKED_SDPA_BACKENDS = ("EFFICIENT_ATTENTION", "FLASH_ATTENTION", "CUDNN_ATTENTION", "MATH")
 
 
-@contextlib.contextmanager
-def attention_implementation(model: Any, name: str) -> Any:
-    """Run ``model``'s attention through transformers' implementation ``name``, then restore the one it had."""
-    before = getattr(model.config, "_attn_implementation", None) or "sdpa"
-    model.set_attn_implementation(name)
-    try:
-        yield
-    finally:
-        model.set_attn_implementation(before)
-
-
 def flex_attention_on(model: Any) -> Any:
     """Run ``model``'s attention through transformers' ``flex_attention`` implementation, then restore
     the one it had."""
+    from probe.scoring.packed import attention_implementation
+
     return attention_implementation(model, "flex_attention")
 
 

@@ -448,12 +448,21 @@ def block_attention(module: Any, query: torch.Tensor, key: torch.Tensor, value: 
 
 
 @contextlib.contextmanager
+def attention_implementation(model: Any, name: str) -> Any:
+    """Run ``model``'s attention through transformers' implementation ``name``, then restore the one it had."""
+    before = getattr(model.config, "_attn_implementation", None) or "sdpa"
+    model.set_attn_implementation(name)
+    try:
+        yield
+    finally:
+        model.set_attn_implementation(before)
+
+
+@contextlib.contextmanager
 def attention_blocks(model: Any, blocks: list[list[Block]]) -> Any:
     """Run ``model``'s attention as :func:`block_attention` over ``blocks`` (per row, its blocks), then
     restore the implementation it had (SDPA: the one it computes per block)."""
     from transformers import AttentionInterface
-
-    from probe.scoring.engine import attention_implementation
 
     AttentionInterface.register(BLOCK_ATTENTION, block_attention)
     token = _BLOCKS.set(blocks)
