@@ -93,8 +93,9 @@ def report_markdown(check: SamplingCheck) -> str:
                       "the 5 % level, (1.96 + 0.84) x the standard deviation of its draws."]
     if tail:
         lines += ["", "With the hybrid tail's uncertainty: the same range, each draw first drawing every hybrid "
-                      "prompt's tail shares as the hybrid's 95 % interval does (Dirichlet over its tail draws' "
-                      "answers), so it holds the published estimate's own uncertainty as well as the K-sample "
+                      "prompt's tail shares as the hybrid's 95 % interval does (the rate at which "
+                      "tails read an answer pooled over the prompts, each prompt's own draws on top, the split "
+                      "between answers from its draws), so it holds the published estimate's own uncertainty as well as the K-sample "
                       "noise. Where the exact side has tail draws, this is the verdict."]
     counts = {m: v for m, v in check.aggregate.items() if "ci_low" not in v}
     if counts:
