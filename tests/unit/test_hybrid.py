@@ -240,3 +240,69 @@ def test_cmp_iso_hybrid_interval_widens_over_every_offered_label():
     (point, (lo, hi)), = _hybrid_cells(pd.DataFrame(rows), k=5, seed=0).values()
     assert point == pytest.approx(0.0)  # no valid answer drawn: the authors' 0.5 fallback, gap 0
     assert lo < -0.05 and hi > 0.05
+
+
+# -- the tail's answer rate, pooled across a run's prompts (probe.metrics.hybrid.TailPool) ---------------------
+def _empty(residual=0.99, n=2, hit=0):
+    tail = {"none": n - hit, **({"0": hit} if hit else {})}
+    return {"probs": {}, "rejected": 1 - residual, "residual": residual, "hybrid": {"n_tail": n, "tail": tail}}
+
+
+def test_tail_pool_by_hand():
+    from probe.metrics.hybrid import TailPool
+
+    # rates as equal as binomial noise allows: every prompt takes the pooled rate
+    pool = TailPool.of([_empty(n=4, hit=2)] * 10 + [{"probs": {}, "residual": 0.0}])  # a closed record: no draws
+    assert (pool.answered, pool.draws, pool.concentration, pool.design_effect) == (20, 40, math.inf, 1.0)
+    # rates 1 and 0: as different as they can be; the pool weighs one draw, the design effect 1 + (4 - 1) x 0.5
+    pool = TailPool.of([_empty(n=4, hit=4), _empty(n=4)])
+    assert pool.concentration == 1.0 and pool.design_effect == 2.5
+    # rates 3/4, 1/4, 1/2, 1/2 over 4 draws each; by hand: spread 2 x 4 x 0.0625 / 0.25 = 2 < k - 1 = 3: noise
+    assert TailPool.of([_empty(n=4, hit=3), _empty(n=4, hit=1), _empty(n=4, hit=2), _empty(n=4, hit=2)]
+                       ).concentration == math.inf
+    # rates 3/4, 1/4, 3/4, 1/4: spread 4 x 4 x 0.0625 / 0.25 = 4, denominator 16 - 4 + 1 - 4 = 9,
+    # phi = (4 - 3) / 9, concentration 8
+    assert TailPool.of([_empty(n=4, hit=3), _empty(n=4, hit=1)] * 2).concentration == pytest.approx(8.0)
+    # 6 prompts, rates 1, 0 and four of 0.5 over 4 draws: spread 2 x 4 x 0.25 / 0.25 = 8, denominator
+    # 24 - 6 + 1 - 4 = 15, phi = (8 - 5) / 15 = 0.2, concentration 4, design effect 1 + 3 x 0.2
+    pool = TailPool.of([_empty(n=4, hit=4), _empty(n=4)] + [_empty(n=4, hit=2)] * 4)
+    assert pool.concentration == pytest.approx(4.0) and pool.design_effect == pytest.approx(1.6)
+    rng = np.random.default_rng(0)
+    assert np.mean([pool.draw_rate(rng) for _ in range(4000)]) == pytest.approx(12.5 / 25, abs=0.01)
+
+
+def test_a_rare_tail_answer_is_not_given_the_prior_mass_of_every_prompt():
+    """128 prompts whose 2 tail draws read no letter (HBB at 32-token answers): the tail's answer rate is
+    known from 256 draws to be small, so the letters' mass stays small. A prior of one prompt's own would give
+    each prompt a mean of 2 x 0.5 / 3.5 = 0.29 after two empty draws, whatever the other prompts read."""
+    from probe.metrics.hybrid import TailPool, drawn_shares, hybrid_metric
+
+    recs = [_empty() for _ in range(128)]
+
+    def mean_letters(probs_of):
+        return {"mass": float(np.mean([sum(probs_of(d).values()) for d in recs]))}
+
+    point, (lo, hi) = hybrid_metric(mean_letters, lambda d: {}, n_boot=300, answers=lambda _d: ("0", "1"))["mass"]
+    assert point == 0.0 and lo == 0.0 and 0.0 < hi < 0.02  # the per-prompt prior gave [0.22, 0.37]
+    # a run whose tails answer half the time gives the same empty prompt a wide share
+    mixed = [_empty(n=2, hit=1) for _ in range(127)] + [_empty()]
+    pool = TailPool.of(mixed)
+    shares = [drawn_shares(mixed[-1], np.random.default_rng(i), ("0", "1"), pool) for i in range(400)]
+    answered = np.array([1 - s["none"] for s in shares])
+    assert 0.3 < answered.mean() < 0.7 and abs(np.mean([s["0"] - s["1"] for s in shares])) < 0.05
+    # alone, a record is its own pool (the interval of one prompt still has width)
+    alone = [1 - drawn_shares(_empty(), np.random.default_rng(i), ("0", "1"))["none"] for i in range(400)]
+    assert 0.05 < np.mean(alone) < 0.3 and max(alone) > 0.5
+
+
+def test_prompts_whose_tails_differ_keep_their_own_rates():
+    """Half the prompts' tails always answer, half never: the pool is a weak prior (one draw), so each prompt's
+    redrawn share follows its own draws."""
+    from probe.metrics.hybrid import TailPool, drawn_shares
+
+    yes, no = _empty(n=4, hit=4), _empty(n=4)
+    pool = TailPool.of([yes, no] * 20)
+    rng = np.random.default_rng(1)
+    s_yes = np.mean([1 - drawn_shares(yes, rng, ("0", "1"), pool)["none"] for _ in range(500)])
+    s_no = np.mean([1 - drawn_shares(no, rng, ("0", "1"), pool)["none"] for _ in range(500)])
+    assert s_yes > 0.8 and s_no < 0.2

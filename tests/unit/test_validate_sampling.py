@@ -396,6 +396,24 @@ def test_a_hybrid_prompt_whose_draws_read_nothing_is_judged_on_its_interval():
     assert parse_mass_interval(plain) is None and prompt_row(h, plain, ["a) x"], np.random.default_rng(0))[0]["miss"]
 
 
+def test_the_tail_range_pools_the_prompts_answer_rate():
+    """128 questions whose head and 2 tail draws read no letter: redrawn with the prompts' pool, a question's
+    parsed mass stays near the pooled rate (at most a few %), not the 0.29 a prior of its own gives it."""
+    from probe.metrics.hybrid import TailPool
+    from probe.studies.sampling_check.check import redrawn
+
+    h = _HBB()
+    d = {"probs": {}, "rejected": 0.01, "residual": 0.99, "hybrid": {"n_tail": 2, "tail": {"none": 2}}}
+    cases = [PromptCase(id=f"q{i}", unit=f"u{i // 2}", prompt="p", options=("a", "b"), exact=None, exact_mass=0.0,
+                        meta={"parsed": dict(d)}) for i in range(128)]
+    pool = TailPool.of(c.meta["parsed"] for c in cases)
+    rng = np.random.default_rng(0)
+    pooled = [redrawn(h, c, rng, pool, pool.draw_rate(rng))[1] for c in cases for _ in range(5)]
+    alone = [redrawn(h, c, rng)[1] for c in cases[:20] for _ in range(5)]
+    assert np.mean(pooled) < 0.01 and np.quantile(pooled, 0.99) < 0.05
+    assert np.mean(alone) > 0.1  # one question alone: two empty draws leave its rate wide open
+
+
 def test_hybrid_metric_gives_width_to_answers_no_draw_read():
     from probe.metrics.hybrid import hybrid_metric
 
