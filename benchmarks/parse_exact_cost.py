@@ -83,7 +83,11 @@ def cost_rows(lm, preqs: list, settings: str, *, max_new: int, residual: float, 
     orig = Engine._decoder
 
     def counting(self, **kw):  # forward tokens of the enumeration: non-pad input positions of every pass
-        counted["tokens"] += int(kw["attention_mask"][:, -kw["input_ids"].shape[1]:].sum())
+        mask = kw["attention_mask"]
+        if mask.dim() == 4:  # a frontier pass over the store (probe.scoring.tree_cache): one row, no padding
+            counted["tokens"] += int(kw["input_ids"].numel())
+        else:
+            counted["tokens"] += int(mask[:, -kw["input_ids"].shape[1]:].sum())
         return orig(self, **kw)
 
     Engine._decoder = counting

@@ -284,6 +284,51 @@ class Engine:
         ext.cache, ext.mask, ext.lengths = output_cache(out), mask, [n + 1 for n in ext.lengths]
         return self.logits(out.last_hidden_state[:, -1])
 
+    def tree_store(self, ext: "Extension") -> Any:
+        """The :class:`probe.scoring.tree_cache.NodeStore` of prompts run by :meth:`begin` (their cache, used
+        as it is), for :meth:`extend_tree`; None where the model's attention is not one
+        :func:`~probe.scoring.tree_cache.frontier_attention` computes exactly (then :meth:`extend` it is)."""
+        from probe.scoring.tree_cache import NodeStore, tree_ok
+
+        devices = {layer.keys.device for layer in ext.cache.layers}
+        plain = self._layer_kinds <= {"full_attention", "sliding_attention"} and len(devices) == 1
+        return NodeStore(ext.cache, ext.mask) if plain and tree_ok(self.model) else None
+
+    def extend_tree(self, store: Any, tokens: list[int], prompts: list[int], paths: list[list[int]],
+                    positions: list[int]) -> tuple[torch.Tensor, list[int]]:
+        """One token after each of several paths of ``store``'s prompts, in one pass and without a cache copy
+        (:mod:`probe.scoring.tree_cache`): token ``tokens[i]`` after prompt row ``prompts[i]`` and the stored
+        nodes ``paths[i]`` (first generated first), at position ``positions[i]``. Returns the float32
+        next-token logits ``[len(tokens), vocab]`` and the new nodes' indices in the store."""
+        from probe.scoring.packed import attention_implementation
+        from probe.scoring.tree_cache import FRONTIER_ATTENTION, FrontierPass, frontier_on
+
+        n = len(tokens)
+        new = store.reserve(n)
+        slots, seen = [], {}
+        for p in prompts:
+            slots.append(seen.get(p, 0))
+            seen[p] = slots[-1] + 1
+        depth = 1 + max(len(x) for x in paths)
+        path = torch.zeros((n, depth), dtype=torch.long)
+        path_ok = torch.zeros((n, depth), dtype=torch.bool)
+        for i, nodes in enumerate(paths):
+            path[i, : len(nodes)] = torch.tensor(nodes, dtype=torch.long)
+            path[i, len(nodes)] = int(new[i])
+            path_ok[i, : len(nodes) + 1] = True
+        dev = store.valid.device
+        plan = FrontierPass(store, torch.tensor(prompts, device=dev), torch.tensor(slots, device=dev), max(seen.values()),
+                            new, path.to(dev), path_ok.to(dev))
+        ids = torch.tensor([tokens], dtype=torch.long, device=self.device)
+        pos = torch.tensor([positions], dtype=torch.long, device=self.device)
+        # a 4-D mask goes to the attention as it is (transformers builds none); frontier_attention ignores it
+        mask = torch.zeros((1, 1, n, n), dtype=self.compute_dtype, device=self.device)
+        self.tokens_run += n
+        target = self.decoder if hasattr(self.decoder, "set_attn_implementation") else self.model
+        with frontier_on(plan), attention_implementation(target, FRONTIER_ATTENTION):
+            out = self._decoder(input_ids=ids, attention_mask=mask, position_ids=pos, use_cache=False)
+        return self.logits(out.last_hidden_state[0]), new.tolist()
+
     def run_segments(
         self,
         segments: list[tuple[tuple[int, ...], int]],

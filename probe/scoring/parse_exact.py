@@ -29,9 +29,13 @@ Because it enumerates sampled *token ids*, every tokenisation of an answer is
 covered (scoring surface forms sees only the canonical one).
 
 Cost: one forward token per expanded node. The prompt runs once; a node's key /
-value vectors are kept (one token's worth) and a batch of frontier nodes, from
-all prompts of a group, runs as one left-padded pass over the cached prompt +
-path, like batched generation. At a low temperature the tree is a few dozen
+value vectors are written once into the group's store, and a batch of frontier
+nodes, from all prompts of a group, runs as one pass in which each token
+attends to its prompt's cache and its path's vectors, nothing copied
+(:mod:`probe.scoring.tree_cache`). A model whose attention that does not
+compute exactly (eager, soft-capped, attention sinks) runs the batch as a
+left-padded pass over a cache of prompt + path per row, like batched
+generation. At a low temperature the tree is a few dozen
 nodes; at ``T = 0.8`` with a wide nucleus it is not enumerable to a small
 residual, which the result then says (see ``docs/scoring.md``).
 
@@ -206,11 +210,13 @@ def _per_prompt(value: Any, n: int, name: str) -> list:
 
 @dataclass
 class _Node:
-    """An expanded node: its parent (-1: the prompt), the token it adds, its path and its kv ``[2, L, H, D]``."""
+    """An expanded node: its parent (-1: the prompt), its path, and its keys and values: ``kv``
+    ``[2, L, H, D]`` kept apart, or ``at``, its index in the group's store (:mod:`probe.scoring.tree_cache`)."""
 
     parent: int
     path: tuple[int, ...]
-    kv: Any
+    kv: Any = None
+    at: int = -1
 
 
 @dataclass
@@ -218,9 +224,10 @@ class _State:
     """One prompt's enumeration: the frontier heap ``(-mass, order, parent node, token)``, kept / pruned mass."""
 
     prompt: tuple[int, ...]
-    kv: Any  # [2, L, H, P, D]
+    kv: Any  # [2, L, H, P, D] (None when the store holds the prompt and nothing asks for it)
     parser: Parser
     decided: Callable[[str], bool] | None
+    row: int = 0  # the prompt's row in the group's store
     heap: list = field(default_factory=list)
     nodes: list[_Node] = field(default_factory=list)
     probs: dict = field(default_factory=dict)
@@ -258,6 +265,9 @@ class _Enumerator:
 
     #: called after each forward pass with (nodes in it, prompts of the group finished): the progress bar
     on_pass: Callable[[int, int], None] | None = None
+    #: frontier passes over one key/value store (:mod:`probe.scoring.tree_cache`) where the model allows it;
+    #: else each row gets a cache of its prompt and path (:meth:`~probe.scoring.engine.Engine.extension`)
+    use_tree = True
 
     def __init__(self, lm: Any, spec: Any, max_new: int, residual: float, max_nodes: int | None, prune: float,
                  batch_size: int, top: int, answer_residual: float | None = None) -> None:
@@ -268,6 +278,7 @@ class _Enumerator:
         self.target, self.max_nodes, self.prune = residual, max_nodes, prune
         self.answer_residual = answer_residual
         self.export_frontier = self.open_at_budget = False
+        self.store: Any = None
         self.batch_size, self.top = max(1, int(batch_size)), top
         tok = lm.tokenizer
         self.engine = Engine(lm.model, pad_id=pad_id_of(tok))
@@ -334,9 +345,12 @@ class _Enumerator:
         """Run the prompts once (the engine's :meth:`~probe.scoring.engine.Engine.begin`), keep each one's
         keys and values and queue its first tokens."""
         ext, logits = self.engine.begin(list(prompts))
+        # the frontier's passes attend to the prompts' cache as it is, where the model allows (one store)
+        self.store = self.engine.tree_store(ext) if self.use_tree else None
+        own = ext.own() if self.store is None or self.export_frontier else [None] * len(prompts)
         states = []
-        for b, (p, kv, parser, dec) in enumerate(zip(prompts, ext.own(), parsers, decideds)):
-            s = _State(prompt=p, kv=kv, parser=parser, decided=dec)  # the prompt's own positions, no padding
+        for b, (p, kv, parser, dec) in enumerate(zip(prompts, own, parsers, decideds)):
+            s = _State(prompt=p, kv=kv, parser=parser, decided=dec, row=b)  # the prompt's own positions, no padding
             if self.export_frontier:
                 s.first = logits[b].float().cpu()
             self._children(s, -1, (), 1.0, logits[b])
@@ -352,6 +366,15 @@ class _Enumerator:
             s = states[i]
             path = s.nodes[parent].path if parent >= 0 else ()
             rows.append((s, mass, parent, token, path))
+        if self.store is not None:  # one pass over the store: no cache copied
+            logits, at = eng.extend_tree(self.store, [t for _, _, _, t, _ in rows], [s.row for s, *_ in rows],
+                                         [[s.nodes[j].at for j in _chain(s, parent)] for s, _, parent, _, _ in rows],
+                                         [len(s.prompt) + len(path) for s, _, _, _, path in rows])
+            for b, (s, mass, parent, token, path) in enumerate(rows):
+                s.spent += 1
+                s.nodes.append(_Node(parent, path + (token,), at=at[b]))
+                self._children(s, len(s.nodes) - 1, path + (token,), mass, logits[b])
+            return
         ext = eng.extension([[s.kv] + [s.nodes[j].kv.unsqueeze(-2) for j in _chain(s, parent)]
                              for s, _, parent, _, _ in rows])
         logits = eng.extend(ext, [t for _, _, _, t, _ in rows])

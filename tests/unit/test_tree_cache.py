@@ -1,0 +1,123 @@
+"""parse_exact's frontier passes over one key/value store (probe.scoring.tree_cache): the same next-token
+logits as a plain forward over prompt + path, on tiny random models of several architecture families, and the
+same enumeration as the cached rows it replaces."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from probe.models import LoadedModel
+from probe.scoring.engine import Engine, pad_id_of
+from probe.scoring.tree_cache import tree_ok
+from tests.tiny import tiny_tokenizer
+
+TOL = 1e-4
+
+#: family -> config overrides (SDPA attention; a window wider than the sequences, as the enumeration requires)
+FAMILIES = {
+    "llama": {},
+    "mistral": {"sliding_window": None},
+    "qwen2": {},
+    "qwen3": {"head_dim": 16},  # query / key norms
+    "gemma3_text": {"head_dim": 16, "sliding_window": 256},  # its own attention scale, sliding layers
+    "phi3": {},
+    "olmo2": {},
+    "cohere": {"logit_scale": 0.5},
+    "gpt_neox": {"drop": ("num_key_value_heads",)},  # partial rotary, no grouped heads
+    "stablelm": {},
+}
+
+
+def _model(arch: str, attn: str = "sdpa", **extra) -> LoadedModel:
+    import transformers
+
+    tok = tiny_tokenizer()
+    overrides = {**FAMILIES.get(arch, {}), **extra}
+    drop = overrides.pop("drop", ())
+    kw = dict(vocab_size=len(tok), hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+              num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512,
+              bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id,
+              **overrides)
+    for key in drop:
+        kw.pop(key)
+    cfg = transformers.AutoConfig.for_model(arch, **kw)
+    cfg._attn_implementation = attn
+    torch.manual_seed(0)
+    model = transformers.AutoModelForCausalLM.from_config(cfg).eval()
+    model.requires_grad_(False)
+    with torch.no_grad():  # spread the logits so a wrong key or position shows
+        for p in model.parameters():
+            if p.ndim == 2:
+                p.mul_(4.0)
+    return LoadedModel(model=model, tokenizer=tok, name=f"tiny-{arch}", source="tests")
+
+
+def _plain(lm: LoadedModel, ids: tuple[int, ...]) -> torch.Tensor:
+    with torch.inference_mode():
+        return lm.model(input_ids=torch.tensor([list(ids)])).logits[0, -1].float()
+
+
+@pytest.mark.parametrize("arch", sorted(FAMILIES))
+def test_frontier_passes_equal_plain_forwards(arch):
+    try:
+        lm = _model(arch)
+    except (ValueError, KeyError, ImportError) as exc:  # a family this transformers release does not have
+        pytest.skip(f"{arch}: not in this transformers release ({exc})")
+    eng = Engine(lm.model, pad_id=pad_id_of(lm.tokenizer))
+    prompts = [(5, 9, 11, 3, 14, 6), (7, 2), (12, 4, 4)]
+    with torch.inference_mode():
+        ext, _ = eng.begin(prompts)
+        store = eng.tree_store(ext)
+        assert store is not None
+        # pass 1: two branches of prompt 0 (one query per slot), one of prompt 2; prompt 1 has none
+        first, at1 = eng.extend_tree(store, [8, 10, 9], [0, 0, 2], [[], [], []], [6, 6, 3])
+        # pass 2: deeper paths under the first pass's nodes, and a first token of prompt 1
+        second, at2 = eng.extend_tree(store, [13, 3, 15, 1], [0, 0, 2, 1], [[at1[0]], [at1[1]], [at1[2]], []],
+                                      [7, 7, 4, 2])
+        third, _ = eng.extend_tree(store, [2], [0], [[at1[1], at2[1]]], [8])
+    want = [prompts[0] + (8,), prompts[0] + (10,), prompts[2] + (9,)]
+    want2 = [prompts[0] + (8, 13), prompts[0] + (10, 3), prompts[2] + (9, 15), prompts[1] + (1,)]
+    worst = max(float((got - _plain(lm, ids)).abs().max()) for logits, seqs in ((first, want), (second, want2),
+                                                                                  (third, [prompts[0] + (10, 3, 2)]))
+                for got, ids in zip(logits, seqs))
+    assert worst <= TOL, f"{arch}: max |frontier pass - plain forward| = {worst:.3g}"
+    assert store.count == 8 and at2 == [3, 4, 5, 6]
+
+
+def test_models_it_does_not_compute_keep_the_cached_rows():
+    assert tree_ok(_model("llama").model)
+    assert not tree_ok(_model("llama", attn="eager").model)  # eager: soft-capping and the like live there
+    capped = _model("llama")
+    capped.model.config.attn_logit_softcapping = 50.0  # soft-capped scores (gemma2's, which runs eager anyway)
+    assert not tree_ok(capped.model)
+    sinks = _model("llama")
+    sinks.model.model.layers[0].self_attn.sinks = torch.nn.Parameter(torch.zeros(4))  # gpt-oss-style sinks
+    assert not tree_ok(sinks.model)
+    eng = Engine(capped.model, pad_id=0)
+    with torch.inference_mode():
+        ext, _ = eng.begin([(5, 9)])
+    assert eng.tree_store(ext) is None  # the engine keeps the cached rows for it
+
+
+def test_the_enumeration_is_the_same_over_the_store(tiny_lm, monkeypatch):
+    """Over the store or with a cache per row: the same nodes, the same masses (float rounding apart), the same
+    exported prompt vectors for the hybrid's tail."""
+    from probe.scoring.parse_exact import _Enumerator, parse_exact
+    from probe.scoring.sampling import SamplingSpec
+
+    prompts = ["The cat sat on the", "Who was there? Answer:", "A b c d e f g"]
+
+    def first_char(text: str):
+        return text.strip()[:1] or None
+
+    out = {}
+    for tree in (True, False):
+        monkeypatch.setattr(_Enumerator, "use_tree", tree)
+        out[tree] = parse_exact(tiny_lm, prompts, SamplingSpec(1.0, 0.9), max_new_tokens=4, parser=first_char,
+                                residual=0.0, prune=0.0, max_nodes=300, batch_size=16, frontier=True)
+    for a, b in zip(out[True], out[False]):
+        assert a.nodes == b.nodes and abs(a.residual - b.residual) < 1e-6
+        assert set(a.probs) == set(b.probs) and all(abs(a.probs[k] - b.probs[k]) < 1e-6 for k in a.probs)
+        assert torch.equal(a.prompt_cache[0], b.prompt_cache[0])
+    assert max(d.residual for d in out[True]) > 0  # the node cap bit: a frontier was exported
