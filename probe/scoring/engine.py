@@ -305,6 +305,8 @@ class Engine:
 
         n = len(tokens)
         new = store.reserve(n)
+        used = sorted(set(prompts))
+        local = {p: i for i, p in enumerate(used)}
         slots, seen = [], {}
         for p in prompts:
             slots.append(seen.get(p, 0))
@@ -317,8 +319,9 @@ class Engine:
             path[i, len(nodes)] = int(new[i])
             path_ok[i, : len(nodes) + 1] = True
         dev = store.valid.device
-        plan = FrontierPass(store, torch.tensor(prompts, device=dev), torch.tensor(slots, device=dev), max(seen.values()),
-                            new, path.to(dev), path_ok.to(dev))
+        rows = None if len(used) == store.valid.shape[0] else torch.tensor(used, device=dev)
+        plan = FrontierPass(store, rows, torch.tensor([local[p] for p in prompts], device=dev),
+                            torch.tensor(slots, device=dev), max(seen.values()), new, path.to(dev), path_ok.to(dev))
         ids = torch.tensor([tokens], dtype=torch.long, device=self.device)
         pos = torch.tensor([positions], dtype=torch.long, device=self.device)
         # a 4-D mask goes to the attention as it is (transformers builds none); frontier_attention ignores it

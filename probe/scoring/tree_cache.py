@@ -93,11 +93,13 @@ class NodeStore:
 
 @dataclass
 class FrontierPass:
-    """One pass's plan: per query its prompt row (``prompt``), its place among that prompt's queries
-    (``slot``, below ``per_prompt``), its new node index (``new``) and its path's node indices, itself last
-    (``path``, ``[queries, depth]``, valid where ``path_ok``)."""
+    """One pass's plan: the store's prompt rows it reads (``rows``; None: all of them), per query its place
+    among those (``prompt``) and among that prompt's queries (``slot``, below ``per_prompt``), its new node
+    index (``new``) and its path's node indices, itself last (``path``, ``[queries, depth]``, valid where
+    ``path_ok``)."""
 
     store: NodeStore
+    rows: torch.Tensor | None
     prompt: torch.Tensor
     slot: torch.Tensor
     per_prompt: int
@@ -131,6 +133,8 @@ def frontier_attention(module: Any, query: torch.Tensor, key: torch.Tensor, valu
 
     # the prompt part, grouped by prompt: one batched product over each prompt's own keys, never copied
     keys, values, valid = store.keys[layer], store.values[layer], store.valid
+    if plan.rows is not None:  # only the prompts with a query in this pass (a few, late in a group)
+        keys, values, valid = keys[plan.rows], values[plan.rows], valid[plan.rows]
     rows, per = keys.shape[0], plan.per_prompt
     grouped = q.new_zeros(rows, per, kv_heads, group, dim)
     grouped[plan.prompt, plan.slot] = q
