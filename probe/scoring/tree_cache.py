@@ -19,7 +19,7 @@ copied but the few path vectors a query reads.
 
 The arithmetic is a query's softmax over the keys it may see, the same keys as
 the cached pass, so the numbers agree up to float rounding
-(``tests/unit/test_tree_cache.py``). It is used where that holds by construction:
+(``tests/unit/test_tree_cache.py``, twelve architecture families). It is used where that holds by construction:
 SDPA attention without soft-capping or attention sinks, and no sliding window
 inside the prompt plus the tokens enumerated (the enumeration refuses those
 anyway); :func:`tree_ok` says so, and the engine keeps the cached rows for the

@@ -36,11 +36,12 @@ ARCHITECTURES = {
 }
 
 
-def _model(arch: str) -> LoadedModel:
+def _model(arch: str, attn: str = "eager", **extra) -> LoadedModel:
+    """The tiny ``arch`` model with ``attn`` attention and ``extra`` config overrides."""
     import transformers
 
     tok = tiny_tokenizer()
-    overrides = dict(ARCHITECTURES[arch])
+    overrides = {**ARCHITECTURES[arch], **extra}
     drop = overrides.pop("drop", ())
     kw = dict(vocab_size=len(tok), hidden_size=64, intermediate_size=128, num_hidden_layers=2,
               num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512,
@@ -49,7 +50,7 @@ def _model(arch: str) -> LoadedModel:
     for key in drop:
         kw.pop(key)
     cfg = transformers.AutoConfig.for_model(arch, **kw)
-    cfg._attn_implementation = "eager"
+    cfg._attn_implementation = attn
     torch.manual_seed(0)
     model = transformers.AutoModelForCausalLM.from_config(cfg).eval()
     model.requires_grad_(False)

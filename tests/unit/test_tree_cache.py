@@ -10,47 +10,12 @@ import torch
 from probe.models import LoadedModel
 from probe.scoring.engine import Engine, pad_id_of
 from probe.scoring.tree_cache import tree_ok
-from tests.tiny import tiny_tokenizer
+from tests.unit.test_architecture_parity import ARCHITECTURES, _model
 
 TOL = 1e-4
 
-#: family -> config overrides (SDPA attention; a window wider than the sequences, as the enumeration requires)
-FAMILIES = {
-    "llama": {},
-    "mistral": {"sliding_window": None},
-    "qwen2": {},
-    "qwen3": {"head_dim": 16},  # query / key norms
-    "gemma3_text": {"head_dim": 16, "sliding_window": 256},  # its own attention scale, sliding layers
-    "phi3": {},
-    "olmo2": {},
-    "cohere": {"logit_scale": 0.5},
-    "gpt_neox": {"drop": ("num_key_value_heads",)},  # partial rotary, no grouped heads
-    "stablelm": {},
-}
-
-
-def _model(arch: str, attn: str = "sdpa", **extra) -> LoadedModel:
-    import transformers
-
-    tok = tiny_tokenizer()
-    overrides = {**FAMILIES.get(arch, {}), **extra}
-    drop = overrides.pop("drop", ())
-    kw = dict(vocab_size=len(tok), hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-              num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512,
-              bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id,
-              **overrides)
-    for key in drop:
-        kw.pop(key)
-    cfg = transformers.AutoConfig.for_model(arch, **kw)
-    cfg._attn_implementation = attn
-    torch.manual_seed(0)
-    model = transformers.AutoModelForCausalLM.from_config(cfg).eval()
-    model.requires_grad_(False)
-    with torch.no_grad():  # spread the logits so a wrong key or position shows
-        for p in model.parameters():
-            if p.ndim == 2:
-                p.mul_(4.0)
-    return LoadedModel(model=model, tokenizer=tok, name=f"tiny-{arch}", source="tests")
+#: the parity test's families with SDPA attention (Gemma 2 has none: it runs eager, and keeps the cached rows)
+FAMILIES = sorted(set(ARCHITECTURES) - {"gemma2"})
 
 
 def _plain(lm: LoadedModel, ids: tuple[int, ...]) -> torch.Tensor:
@@ -58,10 +23,10 @@ def _plain(lm: LoadedModel, ids: tuple[int, ...]) -> torch.Tensor:
         return lm.model(input_ids=torch.tensor([list(ids)])).logits[0, -1].float()
 
 
-@pytest.mark.parametrize("arch", sorted(FAMILIES))
+@pytest.mark.parametrize("arch", FAMILIES)
 def test_frontier_passes_equal_plain_forwards(arch):
     try:
-        lm = _model(arch)
+        lm = _model(arch, attn="sdpa")
     except (ValueError, KeyError, ImportError) as exc:  # a family this transformers release does not have
         pytest.skip(f"{arch}: not in this transformers release ({exc})")
     eng = Engine(lm.model, pad_id=pad_id_of(lm.tokenizer))
@@ -86,12 +51,12 @@ def test_frontier_passes_equal_plain_forwards(arch):
 
 
 def test_models_it_does_not_compute_keep_the_cached_rows():
-    assert tree_ok(_model("llama").model)
-    assert not tree_ok(_model("llama", attn="eager").model)  # eager: soft-capping and the like live there
-    capped = _model("llama")
+    assert tree_ok(_model("llama", attn="sdpa").model)
+    assert not tree_ok(_model("llama").model)  # eager: soft-capping and the like live there
+    capped = _model("llama", attn="sdpa")
     capped.model.config.attn_logit_softcapping = 50.0  # soft-capped scores (gemma2's, which runs eager anyway)
     assert not tree_ok(capped.model)
-    sinks = _model("llama")
+    sinks = _model("llama", attn="sdpa")
     sinks.model.model.layers[0].self_attn.sinks = torch.nn.Parameter(torch.zeros(4))  # gpt-oss-style sinks
     assert not tree_ok(sinks.model)
     eng = Engine(capped.model, pad_id=0)
