@@ -304,6 +304,7 @@ class Engine:
         from probe.scoring.tree_cache import FRONTIER_ATTENTION, FrontierPass, frontier_on
 
         n = len(tokens)
+        first = store.count
         new = store.reserve(n)
         used = sorted(set(prompts))
         local = {p: i for i, p in enumerate(used)}
@@ -316,7 +317,7 @@ class Engine:
         path_ok = torch.zeros((n, depth), dtype=torch.bool)
         for i, nodes in enumerate(paths):
             path[i, : len(nodes)] = torch.tensor(nodes, dtype=torch.long)
-            path[i, len(nodes)] = int(new[i])
+            path[i, len(nodes)] = first + i
             path_ok[i, : len(nodes) + 1] = True
         dev = store.valid.device
         rows = None if len(used) == store.valid.shape[0] else torch.tensor(used, device=dev)
@@ -330,7 +331,7 @@ class Engine:
         target = self.decoder if hasattr(self.decoder, "set_attn_implementation") else self.model
         with frontier_on(plan), attention_implementation(target, FRONTIER_ATTENTION):
             out = self._decoder(input_ids=ids, attention_mask=mask, position_ids=pos, use_cache=False)
-        return self.logits(out.last_hidden_state[0]), new.tolist()
+        return self.logits(out.last_hidden_state[0]), list(range(first, first + n))  # no device sync
 
     def run_segments(
         self,

@@ -73,7 +73,8 @@ class NodeStore:
         self.node_values: list[torch.Tensor | None] = [None] * len(layers)
 
     def reserve(self, extra: int) -> torch.Tensor:
-        """Indices for ``extra`` new nodes (growing the store when needed)."""
+        """Indices for ``extra`` new nodes, on the store's device (growing the store when needed); they are
+        ``count`` before the call onwards."""
         need = self.count + extra
         first = self.node_keys[0]
         if first is None or first.shape[0] < need:
