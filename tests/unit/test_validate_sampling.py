@@ -220,6 +220,7 @@ def test_check_end_to_end_tiny(tiny_lm, shared_data, tmp_path):
     assert 0 <= agg["exact"] <= 1
     # the verdict is the same-prompts test, with its power; the sampled side is transformers' at HBB's settings
     assert "predicted_low" in agg and "detectable_difference" in agg and s["verdict"] in ("pass", "fail", "n/a")
+    assert ("tail_low" in agg) == ("tail_detectable_difference" in agg) == (s["n_hybrid"] > 0)
     assert check.settings["top_k"] == 50 and check.settings["repetition_penalty"] == 1.2
     # the exact side is the published estimator on the same sampler (parse_exact, the authors' top-k and penalty,
     # per path: 8 tokens enumerated, the hybrid tail to the judge's answer length); the first-token estimator
@@ -283,6 +284,10 @@ def test_report_shows_the_predicted_range():
                                      "seed": 0, "n_boot": 10}, [], agg, summary)
     md = report_markdown(check)
     assert "K-sample range |" in md and "| [0.100, 0.600]: no |" in md
+    # with hybrid prompts the tail's range is the verdict, and its power is stated beside it
+    agg["Acc"].update(tail_low=0.05, tail_high=0.95, sampled_inside_tail=True, tail_detectable_difference=0.42)
+    md = report_markdown(check)
+    assert "smallest difference it detects |" in md and "| [0.050, 0.950]: yes | 0.420 |" in md
 
 
 # -- the independent judge: transformers' generate --------------------------------------------------------

@@ -351,7 +351,9 @@ def run_check(task: str, runner: Any, *, n_prompts: int = 100, k: int = 20, seed
                       "detectable_difference": detectable_difference(pdraws[m])}
                      if m in predicted else {}),
                   **({"tail_low": with_tail[m][0], "tail_high": with_tail[m][1],
-                      "sampled_inside_tail": inside(v, *with_tail[m], 1.0 / (k * len(cases)))}
+                      "sampled_inside_tail": inside(v, *with_tail[m], 1.0 / (k * len(cases))),
+                      # the verdict's power where the tail's range is the verdict
+                      "tail_detectable_difference": detectable_difference(tdraws[m])}
                      if m in with_tail else {}),
                   **({"baseline": baseline.get(m, math.nan),
                       "baseline_inside": inside(baseline.get(m, math.nan), lo, hi, 1.0 / (k * len(cases)))}

@@ -61,8 +61,8 @@ def report_markdown(check: SamplingCheck) -> str:
         lines[-2] += " sampled inside the exact side's K-sample range | smallest difference detected |"
         lines[-1] += "---|---|"
     if tail:
-        lines[-2] += " the same with the hybrid tail's uncertainty (verdict) |"
-        lines[-1] += "---|"
+        lines[-2] += " the same with the hybrid tail's uncertainty (verdict) | smallest difference it detects |"
+        lines[-1] += "---|---|"
     for m, v in check.aggregate.items():
         if "ci_low" not in v:
             continue
@@ -72,7 +72,7 @@ def report_markdown(check: SamplingCheck) -> str:
                         f"{marks[v.get('sampled_inside_predicted')]} | {_f(v.get('detectable_difference'))} |"
                         if pred else "")
                      + (f" [{_f(v.get('tail_low'))}, {_f(v.get('tail_high'))}]: {marks[v.get('sampled_inside_tail')]} |"
-                        if tail else ""))
+                        f" {_f(v.get('tail_detectable_difference'))} |" if tail else ""))
     if any("baseline" in v for v in check.aggregate.values()):
         lines += ["", "The estimator it replaced (first-token probabilities of the scored answer texts under the "
                       "paper's sampling, renormalised over the options) against the same interval:", "",
