@@ -288,6 +288,9 @@ def test_report_shows_the_predicted_range():
     agg["Acc"].update(tail_low=0.05, tail_high=0.95, sampled_inside_tail=True, tail_detectable_difference=0.42)
     md = report_markdown(check)
     assert "smallest difference it detects |" in md and "| [0.050, 0.950]: yes | 0.420 |" in md
+    # the verdict line states the rule, not a claim that holds only for a pass
+    check.summary["verdict"] = "fail"
+    assert "**Verdict: fail** (pass when every metric's sampled value lies inside" in report_markdown(check)
 
 
 # -- the independent judge: transformers' generate --------------------------------------------------------

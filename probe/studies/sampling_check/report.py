@@ -13,8 +13,8 @@ def report_markdown(check: SamplingCheck) -> str:
     """A short Markdown report: settings, shares, |Δ|, and the aggregate against the sampled interval."""
     s, st = check.summary, check.settings
     lines = [f"# Sampling check: {check.task} on {check.model}", "",
-             *([f"**Verdict: {s['verdict']}** (every metric's sampled value inside the exact side's same-prompts "
-                f"range; prompts with a sampled parse but no parse on the exact side: {s.get('n_misses', 0)}).", ""]
+             *([f"**Verdict: {s['verdict']}** (pass when every metric's sampled value lies inside the exact side's "
+                f"same-prompts range; prompts with a sampled parse but no parse on the exact side: {s.get('n_misses', 0)}).", ""]
                if "verdict" in s else []),
              *([_chance_line(s), ""] if s.get("n_tested") else []),
              f"T = {st['temperature']}, top-p = {st['top_p']}"
