@@ -32,7 +32,7 @@ Cost: one forward token per expanded node. The prompt runs once; a node's key /
 value vectors are written once into the group's store, and a batch of frontier
 nodes, from all prompts of a group, runs as one pass in which each token
 attends to its prompt's cache and its path's vectors, nothing copied
-(:mod:`probe.scoring.tree_cache`). A model whose attention that does not
+(:mod:`probe.scoring.tree_cache`). A model whose attention that pass does not
 compute exactly (eager, soft-capped, attention sinks) runs the batch as a
 left-padded pass over a cache of prompt + path per row, like batched
 generation. At a low temperature the tree is a few dozen

@@ -44,15 +44,18 @@ _PASS: ContextVar["FrontierPass | None"] = ContextVar("probe_frontier_pass", def
 
 def tree_ok(model: Any) -> bool:
     """Whether ``model``'s attention is plain scaled dot-product attention that :func:`frontier_attention`
-    computes exactly: its implementation is SDPA, its logits are not soft-capped and no module carries
-    attention sinks."""
+    computes exactly: its implementation is SDPA, its logits are not soft-capped, no module carries
+    attention sinks, and every attention module knows its layer (the store is per layer)."""
     config = getattr(model, "config", None)
     text = config.get_text_config() if hasattr(config, "get_text_config") else config
     if str(getattr(text, "_attn_implementation", None) or getattr(config, "_attn_implementation", "")) != "sdpa":
         return False
     if getattr(text, "attn_logit_softcapping", None):
         return False
-    return not any(hasattr(m, "sinks") for m in model.modules())
+    if any(hasattr(m, "sinks") for m in model.modules()):
+        return False
+    attention = [m for m in model.modules() if type(m).__name__.endswith("Attention")]
+    return bool(attention) and all(isinstance(getattr(m, "layer_idx", None), int) for m in attention)
 
 
 class NodeStore:

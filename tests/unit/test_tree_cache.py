@@ -59,6 +59,9 @@ def test_models_it_does_not_compute_keep_the_cached_rows():
     sinks = _model("llama", attn="sdpa")
     sinks.model.model.layers[0].self_attn.sinks = torch.nn.Parameter(torch.zeros(4))  # gpt-oss-style sinks
     assert not tree_ok(sinks.model)
+    unknown = _model("llama", attn="sdpa")
+    del unknown.model.model.layers[1].self_attn.layer_idx  # an attention module that does not know its layer
+    assert not tree_ok(unknown.model)
     eng = Engine(capped.model, pad_id=0)
     with torch.inference_mode():
         ext, _ = eng.begin([(5, 9)])
