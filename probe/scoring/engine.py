@@ -158,14 +158,18 @@ class Engine:
         if blocks is not None and self._blocks_ok():
             from probe.scoring.packed import attention_blocks
 
-            # the decoder's own: a composite model's other towers keep their attention
-            target = self.decoder if hasattr(self.decoder, "set_attn_implementation") else self.model
-            with attention_blocks(target, blocks):
+            with attention_blocks(self._attention_owner, blocks):
                 return self._decoder(input_ids=ids, attention_mask=mask, position_ids=pos,
                                      use_cache=False).last_hidden_state
         with sdpa_preference(self.attention_backends if ids.is_cuda else None):
             out = self._decoder(input_ids=ids, attention_mask=mask, position_ids=pos, use_cache=False)
         return out.last_hidden_state
+
+    @property
+    def _attention_owner(self) -> Any:
+        """What a pass switches the attention implementation of: the decoder's own, so a composite model's
+        other towers keep theirs (the whole model where the decoder cannot switch alone)."""
+        return self.decoder if hasattr(self.decoder, "set_attn_implementation") else self.model
 
     def _blocks_ok(self) -> bool:
         """Whether this pass's attention runs block by block: asked for, and the model's attention is SDPA
@@ -328,8 +332,7 @@ class Engine:
         # a 4-D mask goes to the attention as it is (transformers builds none); frontier_attention ignores it
         mask = torch.zeros((1, 1, n, n), dtype=self.compute_dtype, device=self.device)
         self.tokens_run += n
-        target = self.decoder if hasattr(self.decoder, "set_attn_implementation") else self.model
-        with frontier_on(plan), attention_implementation(target, FRONTIER_ATTENTION):
+        with frontier_on(plan), attention_implementation(self._attention_owner, FRONTIER_ATTENTION):
             out = self._decoder(input_ids=ids, attention_mask=mask, position_ids=pos, use_cache=False)
         return self.logits(out.last_hidden_state[0]), list(range(first, first + n))  # no device sync
 
