@@ -11,8 +11,9 @@ own rule.
 A metric's **hybrid interval** (:func:`hybrid_metric`): the metric is
 recomputed ``n_boot`` times with each prompt's tail shares redrawn
 (:func:`drawn_shares`); the 2.5 and 97.5 percentiles are the 95 % interval.
-A prompt draws few tails (2 at HBB's 32-token answers), so its own draws say
-little about how often its tail reads an answer at all. That rate is shared
+A prompt draws few tails (as few as 2 where the head spends most of the
+budget), so its own draws say little about how often its tail reads an
+answer at all. That rate is shared
 across the prompts of a run (:class:`TailPool`, empirical Bayes): each
 redraw first draws the pooled rate from the run's tail draws, then each
 prompt's rate from its own draws with the pool as prior (weighted by how much
