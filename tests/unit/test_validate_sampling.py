@@ -496,6 +496,44 @@ def test_verdict_and_power_by_hand():
     # sd 0.5 (draws 0 / 1): 2.80 x 0.5; no spread: 0; one draw: NaN
     assert detectable_difference([0.0, 1.0] * 500) == pytest.approx(2.8016 * 0.50025, rel=1e-3)
     assert detectable_difference([0.3] * 10) == pytest.approx(0.0, abs=1e-12) and math.isnan(detectable_difference([0.3]))
+    # a wider (joint) range detects less: z of 99 % two-sided is 2.576
+    assert detectable_difference([0.0, 1.0] * 500, 0.99) == pytest.approx((2.5758 + 0.8416) * 0.50025, rel=1e-3)
+
+
+def test_joint_ranges_hold_all_metrics_together():
+    """Eight independent metrics: ranges of 95 % each miss together in 34 % of draws; the joint ranges hold all
+    eight in 95 % (on these draws and on fresh ones), each at a per-metric level near Sidak's 0.95^(1/8)."""
+    from probe.studies.sampling_check.check import chance_outside, joint_ranges
+
+    rng = np.random.default_rng(1)
+    draws = {f"m{i}": list(rng.normal(size=20000)) for i in range(8)}
+    draws["n m"] = [3] * 20000
+    ranges, each = joint_ranges(draws)
+    assert 1 - 0.05 / 8 >= each >= 0.95 ** (1 / 8) - 0.002
+    assert chance_outside(draws, ranges, 1)["chance_any_outside"] == pytest.approx(0.05, abs=0.004)
+    fresh = {m: list(rng.normal(size=20000)) for m in draws if not m.startswith("n")}
+    assert chance_outside(fresh, ranges, 1)["chance_any_outside"] == pytest.approx(0.05, abs=0.01)
+    # count metrics keep their plain range
+    assert ranges["n m"] == (3.0, 3.0)
+
+
+def test_joint_ranges_of_metrics_that_move_together_stay_at_95():
+    """Metrics that are one quantity (perfectly correlated) need no widening; one metric, none to join; a
+    metric without finite draws is not tested; a NaN draw counts as inside."""
+    from probe.studies.sampling_check.check import joint_ranges
+
+    base = list(np.linspace(0.0, 1.0, 1001))
+    same = {"a": base, "b": [2 * x for x in base], "c": [float("nan")] * 1001}
+    ranges, each = joint_ranges(same)
+    assert each == 0.95
+    assert ranges["a"] == pytest.approx((0.025, 0.975), abs=1e-3) and ranges["b"] == pytest.approx((0.05, 1.95), abs=2e-3)
+    assert all(math.isnan(x) for x in ranges["c"])
+    assert joint_ranges({"a": base, "n": [1] * 1001})[1] == 0.95
+    # two metrics that miss in different draws (b is a turned half way): each range must widen to Bonferroni's
+    # 97.5 %, no further
+    apart = {"a": base, "b": base[500:] + base[:500]}
+    _ranges, each = joint_ranges(apart)
+    assert 0.974 <= each <= 0.975 + 1e-12
 
 
 def test_chance_of_misses_by_hand():
@@ -542,3 +580,6 @@ def test_report_states_the_chance_of_misses():
                                      "seed": 0, "n_boot": 10}, [], {}, summary)
     md = report_markdown(check)
     assert "Metrics outside their range: 2 of 8." in md and "in 33.4 % of runs" in md and "2 or more in 5.8 %" in md
+    summary.update(range_level_each=0.9912, chance_any_outside=0.05)
+    md = report_markdown(check)
+    assert "all 8 together in 95 % of runs, each metric's range its central 99.1 %" in md and "in 5.0 % of runs" in md

@@ -29,11 +29,15 @@ benchmark:
    interval (bootstrap over units - instance, item or context pair - each with
    its own K sampled answers), and whether the exact paper-equivalent value
    lies inside it;
-6. the verdict: the range the sampled value would fall in (95 % of draws) if
-   the exact side were the truth, drawing each prompt's K answers from it on
-   the same prompts (:func:`~probe.studies.sampling_check.check.predicted_range`),
-   with the test's power stated as the smallest difference it detects (80 %
-   power, 5 % level). A bootstrap of the sampled answers cannot produce an
+6. the verdict: the ranges the sampled values would fall in if the exact side
+   were the truth, drawing each prompt's K answers from it on the same prompts
+   (:func:`~probe.studies.sampling_check.check.predicted_draws`). The ranges are
+   joint (:func:`~probe.studies.sampling_check.check.joint_ranges`): all the
+   metrics lie inside together in 95 % of draws, so the verdict, which fails
+   when any one metric leaves, is one test at the 5 % level, not one per metric
+   (eight ranges of 95 % each would fail a right exact side in a third of runs).
+   The test's power is stated as the smallest difference it detects (80 %
+   power, at each metric's range level). A bootstrap of the sampled answers cannot produce an
    answer the sample missed, so for a rare count its interval is too narrow;
    this range is not. The unit bootstrap stays, for information. A prompt
    whose sampled answers parse where the enumeration found no parse is a

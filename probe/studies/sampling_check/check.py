@@ -21,7 +21,7 @@ from probe.scoring.hybrid import wilson
 from probe.tasks.paper_check import PaperCheck, PromptCase, Scored
 
 __all__ = ["SamplingCheck", "answer_tokens", "chance_outside", "checked_tasks", "detectable_difference", "inside",
-           "outside_certified", "paper_check_of", "parse_mass_interval", "predicted_draws", "predicted_range",
+           "joint_ranges", "outside_certified", "paper_check_of", "parse_mass_interval", "predicted_draws", "predicted_range",
            "prompt_row", "redrawn", "run_check", "tv_distance"]
 
 
@@ -264,20 +264,66 @@ def outside_certified(paper: PaperCheck, case: PromptCase) -> bool:
     return any(not (h - eps <= p <= h + r + eps) for h, p in zip(head, point))
 
 
-#: z of a two-sided 5 % test plus z of 80 % power: a true shift of this many standard deviations of the
-#: same-prompts draws is detected four times in five
-_POWER_Z = 1.959964 + 0.841621
+#: z of 80 % power: a true shift of (z of the test + this) standard deviations of the same-prompts draws is
+#: detected four times in five
+_POWER_Z80 = 0.841621
 
 
-def detectable_difference(draws: Sequence[float]) -> float:
-    """The smallest shift of a metric the same-prompts test detects with 80 % power at the 5 % level, from its
-    draws under the exact side (normal approximation: ``(z_0.975 + z_0.8) x sd``); NaN without spread.
+def detectable_difference(draws: Sequence[float], level: float = 0.95) -> float:
+    """The smallest shift of a metric the same-prompts test detects with 80 % power, from its draws under the
+    exact side (normal approximation: ``(z_(1 - (1 - level) / 2) + z_0.8) x sd``), where ``level`` is the
+    metric's own range level (:func:`joint_ranges`); NaN without spread.
 
     >>> round(detectable_difference([0.0, 1.0] * 50), 3)
     1.408
     """
+    from scipy.stats import norm
+
     v = np.asarray([x for x in draws if x == x], float)
-    return float(_POWER_Z * v.std(ddof=1)) if v.size > 1 else math.nan
+    z = float(norm.ppf(1.0 - (1.0 - level) / 2.0)) + _POWER_Z80
+    return float(z * v.std(ddof=1)) if v.size > 1 else math.nan
+
+
+def joint_ranges(draws: dict[str, list[float]], level: float = 0.95, resolution: float = 0.0,
+                 steps: int = 40) -> tuple[dict[str, tuple[float, float]], float]:
+    """Ranges that hold every tested metric at once in ``level`` of the exact side's draws, and the one
+    per-metric level they share.
+
+    The verdict fails when any metric leaves its range, so ranges of 95 % each would fail a right exact side
+    in up to 1 - 0.95^n of runs (35 % for 8 metrics). Each metric's range is its central range at a common
+    per-metric level: the smallest on an even grid from ``level`` to the Bonferroni level
+    ``1 - (1 - level) / n`` at which at least ``level`` of the draws have every tested metric inside (metrics
+    move together, so it is usually below Bonferroni's; Bonferroni's when the grid never reaches ``level``).
+    Tested metrics and "inside" are as in :func:`chance_outside`; the others get their central ``level``
+    range.
+
+    >>> d = {"a": [float(i) for i in range(1001)], "b": [float(i) for i in range(1001)], "n a": [1] * 1001}
+    >>> r, each = joint_ranges(d)
+    >>> each, r["a"] == r["b"]
+    (0.95, True)
+    """
+    ranges = {m: percentile_ci(v, level) for m, v in draws.items()}
+    names = [m for m in ranges if not m.startswith("n") and all(math.isfinite(x) for x in ranges[m])]
+    n = min((len(draws[m]) for m in names), default=0)
+    if len(names) < 2 or n == 0:
+        return ranges, level
+    values = {m: np.asarray(draws[m][:n], float) for m in names}
+    bonferroni = 1.0 - (1.0 - level) / len(names)
+    for each in np.linspace(level, bonferroni, steps + 1):
+        trial = {m: percentile_ci(values[m], float(each)) for m in names}
+        out = np.zeros(n, bool)
+        for m in names:
+            lo, hi = trial[m]
+            v = values[m]
+            # a NaN draw is inside, as in :func:`chance_outside`; a draw on an end stays in despite the
+            # quantile's interpolation rounding
+            slack = resolution + 1e-12 * (1.0 + max(abs(lo), abs(hi)))
+            out |= np.isfinite(v) & ((v < lo - slack) | (v > hi + slack))
+        if 1.0 - out.mean() >= level - 1e-12:
+            ranges.update(trial)
+            return ranges, float(each)
+    ranges.update({m: percentile_ci(values[m], bonferroni) for m in names})
+    return ranges, float(bonferroni)
 
 
 def run_check(task: str, runner: Any, *, n_prompts: int = 100, k: int = 20, seed: int = 0,
@@ -330,12 +376,14 @@ def run_check(task: str, runner: Any, *, n_prompts: int = 100, k: int = 20, seed
         for m, v in paper.metrics(brows).items():
             boots[m].append(v)
     # the verdict: the exact side's prediction of the sampled value on these very prompts, and its power
+    res = 1.0 / (k * len(cases))
     pdraws = predicted_draws(paper, units, k, rng, n_boot)
-    predicted = {m: percentile_ci(v) for m, v in pdraws.items()}
+    # ranges that hold all the metrics together in 95 % of runs: the verdict is one test, not one per metric
+    predicted, level_each = joint_ranges(pdraws, resolution=res)
     # with hybrid prompts, the same range with the exact side's own tail uncertainty too (its 95 % interval)
     tdraws = predicted_draws(paper, units, k, rng, n_boot, tail=True) \
         if any(has_draws(c.meta.get("parsed")) for c in cases) else {}
-    with_tail = {m: percentile_ci(v) for m, v in tdraws.items()}
+    with_tail, tail_level_each = joint_ranges(tdraws, resolution=res) if tdraws else ({}, 0.95)
     agg = {}
     for m, v in sampled.items():
         if m.startswith("n"):
@@ -344,19 +392,22 @@ def run_check(task: str, runner: Any, *, n_prompts: int = 100, k: int = 20, seed
         lo, hi = percentile_ci(boots[m])
         ex = exact.get(m, math.nan)
         agg[m] = {"exact": ex, "sampled": v, "ci_low": lo, "ci_high": hi,
-                  "exact_inside": inside(ex, lo, hi, 1.0 / (k * len(cases))),
+                  "exact_inside": inside(ex, lo, hi, res),
                   "exact_same_prompts": exact_same.get(m),
                   **({"predicted_low": predicted[m][0], "predicted_high": predicted[m][1],
-                      "sampled_inside_predicted": inside(v, *predicted[m], 1.0 / (k * len(cases))),
-                      "detectable_difference": detectable_difference(pdraws[m])}
+                      "sampled_inside_predicted": inside(v, *predicted[m], res),
+                      "detectable_difference": detectable_difference(pdraws[m], level_each),
+                      # the metric's own central 95 % range, for information (the verdict's is joint)
+                      "predicted_95_low": percentile_ci(pdraws[m])[0], "predicted_95_high": percentile_ci(pdraws[m])[1]}
                      if m in predicted else {}),
                   **({"tail_low": with_tail[m][0], "tail_high": with_tail[m][1],
-                      "sampled_inside_tail": inside(v, *with_tail[m], 1.0 / (k * len(cases))),
+                      "sampled_inside_tail": inside(v, *with_tail[m], res),
                       # the verdict's power where the tail's range is the verdict
-                      "tail_detectable_difference": detectable_difference(tdraws[m])}
+                      "tail_detectable_difference": detectable_difference(tdraws[m], tail_level_each),
+                      "tail_95_low": percentile_ci(tdraws[m])[0], "tail_95_high": percentile_ci(tdraws[m])[1]}
                      if m in with_tail else {}),
                   **({"baseline": baseline.get(m, math.nan),
-                      "baseline_inside": inside(baseline.get(m, math.nan), lo, hi, 1.0 / (k * len(cases)))}
+                      "baseline_inside": inside(baseline.get(m, math.nan), lo, hi, res)}
                      if has_base else {})}
     deltas = np.array([r["abs_delta"] for r in rows], float)
     noise = np.array([r["noise_delta"] for r in rows], float)
@@ -384,7 +435,9 @@ def run_check(task: str, runner: Any, *, n_prompts: int = 100, k: int = 20, seed
         "verdict": _verdict(agg),
         # how often the verdict's ranges miss by chance alone: several metrics at 95 % each fail a right
         # exact side now and then, and a reader needs that rate to weigh a failed verdict
-        **chance_outside(tdraws or pdraws, with_tail or predicted, _n_outside(agg), 1.0 / (k * len(cases))),
+        **chance_outside(tdraws or pdraws, with_tail or predicted, _n_outside(agg), res),
+        # the per-metric level of the verdict's ranges (:func:`joint_ranges`)
+        "range_level_each": tail_level_each if tdraws else level_each,
     }
     settings.update({"k": k, "seed": seed, "n_boot": n_boot, "batch_size": batch_size})
     summary["seconds"] = {"exact_scoring_and_items": round(t1 - t0, 1), "generation": round(t2 - t1, 1),

@@ -84,13 +84,16 @@ def report_markdown(check: SamplingCheck) -> str:
     lines += ["", "Sampled interval: 2.5-97.5 % of the bootstrap over units with replacement, each unit with its own K "
               "sampled answers; \"exact inside\" allows one generation's worth, 1 / (K x prompts)."]
     if pred:
-        lines += ["", "The exact side's K-sample range: where the sampled value falls in 95 % of draws if the "
+        lines += ["", "The exact side's K-sample range: where the sampled values fall if the "
                       "enumerated distributions are the truth, on these same prompts (per prompt, how many of the "
                       "K generations parse and what they say, drawn from its parse distribution). It holds the "
                       "prompts fixed, as both sides read the same prompts, and sees a rare answer a unit bootstrap "
-                      "of the sampled answers cannot. It is the verdict; the sampled interval is for information. "
-                      "Smallest difference detected: the shift of the metric this test finds with 80 % power at "
-                      "the 5 % level, (1.96 + 0.84) x the standard deviation of its draws."]
+                      "of the sampled answers cannot. The ranges are joint: all the metrics lie inside together in "
+                      "95 % of draws, so the verdict, which fails when any one leaves, is a single test at the 5 % "
+                      "level (each metric's own central 95 % range is in check.json, `predicted_95_low` / "
+                      "`predicted_95_high`). It is the verdict; the sampled interval is for information. "
+                      "Smallest difference detected: the shift of a metric this test finds with 80 % power, "
+                      "(z of its range's level + 0.84) x the standard deviation of its draws."]
     if tail:
         lines += ["", "With the hybrid tail's uncertainty: the same range, each draw first drawing every hybrid "
                       "prompt's tail shares as the hybrid's 95 % interval does (the rate at which "
@@ -127,8 +130,11 @@ def generation_kinds(check: SamplingCheck, top: int = 4) -> dict[tuple[bool, boo
 def _chance_line(s: dict) -> str:
     """How surprising the count of metrics outside their ranges is when the exact side is right."""
     n, out = int(s["n_tested"]), int(s["n_outside_range"])
+    each = s.get("range_level_each")
+    how = (f"the ranges hold all {n} together in 95 % of runs, each metric's range its central "
+           f"{100 * each:.1f} %" if each is not None and n > 1 else "each range is 95 %")
     line = (f"Metrics outside their range: {out} of {n}. If the exact side is right, at least one of {n} falls "
-            f"outside in {_pct(s['chance_any_outside'])} of runs (each range is 95 %)")
+            f"outside in {_pct(s['chance_any_outside'])} of runs ({how})")
     if out > 1:
         line += f", {out} or more in {_pct(s['chance_as_many_outside'])}"
     return line + "."
