@@ -298,6 +298,30 @@ class Engine:
         plain = self._layer_kinds <= {"full_attention", "sliding_attention"} and len(devices) == 1
         return NodeStore(ext.cache, ext.mask) if plain and tree_ok(self.model) else None
 
+    def tree_store_of(self, blocks: list[torch.Tensor], longest: int) -> Any:
+        """A :class:`~probe.scoring.tree_cache.NodeStore` of prompts given as key/value blocks ``[2, layers,
+        kv_heads, length, head_dim]`` (:meth:`Extension.own`), for sequences of at most ``longest`` tokens
+        (prompt and continuation); None where :meth:`extend_tree` would not be exact for them: the cases of
+        :meth:`tree_store`, or a sliding window shorter than ``longest`` (the store attends to every column)."""
+        from probe.scoring.tree_cache import NodeStore
+
+        if not blocks or len({b.device for b in blocks}) != 1 or not self.tree_fits(longest):
+            return None
+        return NodeStore.of_blocks(blocks)
+
+    def tree_fits(self, longest: int) -> bool:
+        """Whether :meth:`extend_tree` is exact for this model on sequences of at most ``longest`` tokens: its
+        attention is one :func:`~probe.scoring.tree_cache.frontier_attention` computes
+        (:func:`~probe.scoring.tree_cache.tree_ok`), its layers attend (no other kind), and no sliding window
+        is shorter than ``longest`` (the store attends to every column)."""
+        from probe.scoring.tree_cache import tree_ok
+
+        if not self._layer_kinds <= {"full_attention", "sliding_attention"}:
+            return False
+        if self.window is not None and longest > self.window:
+            return False
+        return tree_ok(self.model)
+
     def extend_tree(self, store: Any, tokens: list[int], prompts: list[int], paths: list[list[int]],
                     positions: list[int]) -> tuple[torch.Tensor, list[int]]:
         """One token after each of several paths of ``store``'s prompts, in one pass and without a cache copy

@@ -186,8 +186,9 @@ def complete_tails(lm: Any, requests: Sequence[Any], dists: Sequence[Any], spec:
 
     Per request (with a :class:`~probe.scoring.parse_schema.TailSpec`): as many draws as :func:`tail_budget`
     allows (none when the enumeration closed), each a frontier entry in proportion to its mass completed with
-    the sampler chain to the tail's budget and parsed. The draws of every request advance together, up to
-    ``batch_size`` rows a forward pass (:func:`complete_rows`). Seeded by the tail's seed and the request id,
+    the sampler chain to the tail's budget and parsed. The draws of every request advance together
+    (:func:`complete_rows`): over one key/value store where the model allows, as many rows a pass as
+    :data:`TAIL_BATCH_TOKENS` holds; else up to ``batch_size`` rows, each with a cache. Seeded by the tail's seed and the request id,
     and each draw has its own stream, so the same request gives the same draws in any batch or order."""
     import zlib
 
@@ -216,9 +217,12 @@ def complete_tails(lm: Any, requests: Sequence[Any], dists: Sequence[Any], spec:
             rows.append(TailRow(ids, kv, first, path, below, draw_generator(seed, j), r.parser, r.decided, max_new))
             owner.append(k)
     t0 = time.perf_counter()
-    longest = max((len(r.prompt) + r.max_new for r in rows), default=1)
-    # rows a pass: ``batch_size``, fewer for long budgets (HBB's 2048 tokens) so the batch's cache stays small
-    rows_a_pass = max(1, min(int(batch_size), TAIL_BATCH_TOKENS // longest))
+    longest = max((len(r.prompt) + max(r.max_new, len(r.path)) for r in rows), default=1)
+    # rows a pass: ``batch_size``, fewer for long budgets (HBB's 2048 tokens) so the batch's cache stays small;
+    # over one store the rows share their prompts' vectors and a pass costs its live rows only, so the memory
+    # rule alone (fewer, larger passes: a small pass reads all the weights for a few tokens)
+    cap = TAIL_BATCH_TOKENS // longest
+    rows_a_pass = max(1, cap if engine.tree_fits(longest) else min(int(batch_size), cap))
     answers, used = complete_rows(engine, rows, chain, eos, lm.tokenizer, rows_a_pass)
     seconds = time.perf_counter() - t0
     per: list[list] = [[] for _ in requests]
@@ -294,7 +298,20 @@ def complete_rows(engine: Any, rows: Sequence[TailRow], chain: Any, eos: set[int
     step = max(1, int(batch_size))
     for a in range(0, len(rows), step):
         chunk = [_Draw(r) for r in rows[a:a + step]]
-        _advance(engine, chunk, chain, eos, tokenizer)
+        # one key/value store where the model allows: the prompts are read where they are, shared frontier
+        # paths run once, and nothing is copied when a draw ends (else a cache per row)
+        prompts: dict[int, int] = {}  # a prompt's vectors (shared by its draws) -> its row in the store
+        blocks = []
+        for d in chunk:
+            if id(d.row.kv) not in prompts:
+                prompts[id(d.row.kv)] = len(blocks)
+                blocks.append(d.row.kv)
+        longest = max(len(d.row.prompt) + max(d.row.max_new, len(d.row.path)) for d in chunk)
+        store = engine.tree_store_of(blocks, longest)
+        if store is not None:
+            _advance_tree(engine, store, chunk, [prompts[id(d.row.kv)] for d in chunk], chain, eos, tokenizer)
+        else:
+            _advance(engine, chunk, chain, eos, tokenizer)
         for i, d in enumerate(chunk, start=a):
             answers[i], tokens[i] = d.row.parser(_text(tokenizer, d.path, eos)), d.fed
     return answers, tokens
@@ -359,6 +376,66 @@ def _advance(engine: Any, draws: list[_Draw], chain: Any, eos: set[int], tokeniz
                 draws[i].fed += 1
                 if draws[i].fed == len(draws[i].path):
                     logits[i] = out[k]
+
+
+def _advance_tree(engine: Any, store: Any, draws: list[_Draw], prompt_of: list[int], chain: Any, eos: set[int],
+                  tokenizer: Any) -> None:
+    """:func:`_advance` over one key/value store (:meth:`~probe.scoring.engine.Engine.extend_tree`): the
+    draws' frontier paths first, a level a pass, each distinct path prefix of a prompt once (its forward
+    token counted to the first draw that needs it); then every live draw samples and feeds one token a pass.
+    A draw's tokens and answer are those of :func:`_advance` (the same logits up to float rounding)."""
+    import torch
+
+    logits = torch.stack([d.row.first for d in draws])
+    nodes: list[list[int]] = [[] for _ in draws]  # each draw's fed tokens' indices in the store
+    with torch.inference_mode():
+        made: dict[tuple[int, tuple[int, ...]], int] = {}  # (prompt, path prefix) -> its node
+        for level in range(max(len(d.path) for d in draws)):
+            need: dict[tuple[int, tuple[int, ...]], int] = {}  # new prefixes -> the first draw that needs it
+            for i, d in enumerate(draws):
+                if len(d.path) > level:
+                    key = (prompt_of[i], tuple(d.path[: level + 1]))
+                    if key not in made and key not in need:
+                        need[key] = i
+            keys = list(need)
+            out, at = engine.extend_tree(store, [k[1][-1] for k in keys], [k[0] for k in keys],
+                                         [nodes[need[k]] for k in keys],
+                                         [len(draws[need[k]].row.prompt) + level for k in keys])
+            out = out.float().cpu()
+            row_of = {k: j for j, k in enumerate(keys)}
+            for k, j in row_of.items():
+                made[k] = at[j]
+                draws[need[k]].fed += 1
+            for i, d in enumerate(draws):
+                if len(d.path) > level:
+                    key = (prompt_of[i], tuple(d.path[: level + 1]))
+                    nodes[i].append(made[key])
+                    if len(d.path) == level + 1:  # a prefix of this length is made at this level only
+                        logits[i] = out[row_of[key]]
+        live = list(range(len(draws)))
+        while live:
+            ready = []
+            for i in live:
+                d = draws[i]
+                d.done = d.done or (d.fresh and _finished(d, eos, tokenizer))
+                d.fresh = False
+                if not d.done:
+                    ready.append(i)
+            if ready:
+                _sample(draws, ready, logits[ready], chain)
+                for i in ready:  # a row at its end needs no further pass
+                    draws[i].done = _finished(draws[i], eos, tokenizer)
+            live = [i for i in live if not draws[i].done]
+            if not live:
+                break
+            out, at = engine.extend_tree(store, [draws[i].path[-1] for i in live], [prompt_of[i] for i in live],
+                                         [nodes[i] for i in live],
+                                         [len(draws[i].row.prompt) + len(draws[i].path) - 1 for i in live])
+            out = out.float().cpu()
+            for k, i in enumerate(live):
+                nodes[i].append(at[k])
+                draws[i].fed += 1
+                logits[i] = out[k]
 
 
 def _sample(draws: list[_Draw], ready: list[int], logits: Any, chain: Any) -> None:

@@ -75,6 +75,24 @@ class NodeStore:
         self.node_keys: list[torch.Tensor | None] = [None] * len(layers)
         self.node_values: list[torch.Tensor | None] = [None] * len(layers)
 
+    @classmethod
+    def of_blocks(cls, blocks: list[torch.Tensor]) -> "NodeStore":
+        """A store of prompts given as key/value blocks ``[2, layers, kv_heads, length, head_dim]`` (one per
+        prompt, as :meth:`probe.scoring.engine.Extension.own` exports them), left-padded into one cache."""
+        from types import SimpleNamespace
+
+        width = max(b.shape[-2] for b in blocks)
+        first = blocks[0]
+        n_layers, heads, dim = first.shape[1], first.shape[2], first.shape[4]
+        kv = torch.zeros((2, n_layers, len(blocks), heads, width, dim), dtype=torch.float32, device=first.device)
+        valid = torch.zeros((len(blocks), width), dtype=torch.bool, device=first.device)
+        for b, block in enumerate(blocks):
+            n = block.shape[-2]
+            kv[:, :, b, :, width - n:] = block.float()
+            valid[b, width - n:] = True
+        layers = [SimpleNamespace(keys=kv[0, li], values=kv[1, li]) for li in range(n_layers)]
+        return cls(SimpleNamespace(layers=layers), valid)
+
     def reserve(self, extra: int) -> torch.Tensor:
         """Indices for ``extra`` new nodes, on the store's device (growing the store when needed); they are
         ``count`` before the call onwards."""

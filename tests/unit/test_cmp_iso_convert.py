@@ -43,7 +43,7 @@ def test_sentence_pairs_skip_identical_and_braces():
 def test_writer_round_trip(tmp_path):
     pairs, _ = convert_sentence_pairs([("a", "S one.", "A one."), ("b", "S two.", "A two.")], "demo")
     path = write_csv(pairs, tmp_path / "demo.csv")
-    rows = list(csv.DictReader(open(path, encoding="utf-8")))
+    rows = list(csv.DictReader(path.read_text(encoding="utf-8").splitlines()))
     assert [(r["context_pair_id"], r["task_type"], r["is_focused_p"]) for r in rows[:3]] == [
         ("0", "iso", "True"), ("1", "iso", "True"), ("0", "iso", "False")]
     assert rows[4]["target_1"] == "stereo" and rows[4]["target_2"] == "anti"
@@ -191,7 +191,7 @@ def _variations(pair_prompt):
 def test_multi_prompt_rows_load(tmp_path):
     pairs, _ = convert_sentence_pairs([("a", "S one.", "A one.")], "demo")
     path = write_csv(pairs, tmp_path / "one.csv")
-    rows = list(csv.DictReader(open(path, encoding="utf-8")))
+    rows = list(csv.DictReader(path.read_text(encoding="utf-8").splitlines()))
     by_key = {(r["task_type"], r["is_focused_p"]): r for r in rows}
     prompts = {("iso", "True"): pairs[0].iso_t, ("iso", "False"): pairs[0].iso_t_prime,
                ("cmp", "True"): pairs[0].cmp_t_first, ("cmp", "False"): pairs[0].cmp_t_prime_first}

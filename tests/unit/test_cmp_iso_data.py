@@ -141,7 +141,8 @@ def test_iso_question_fallback():
 
 
 def test_converter_on_real_bbq(shared_data):
-    rows = [json.loads(line) for line in open(shared_data / "bbq" / "data" / "Religion.jsonl", encoding="utf-8")][:40]
+    text = (shared_data / "bbq" / "data" / "Religion.jsonl").read_text(encoding="utf-8")
+    rows = [json.loads(line) for line in text.splitlines()][:40]
     pairs, stats = convert_items(rows, benchmark="bbq-religion")
     assert stats.n_pairs == 20 and stats.skipped == {"condition_disambig": 20}
     try:  # the shared BBQItem class, when present

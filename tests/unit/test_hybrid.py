@@ -129,7 +129,8 @@ def test_cached_completer_samples_the_tail_without_bias(tiny_lm, one_torch_threa
                               prompt_cache=head.prompt_cache, batch_size=7)
     # draws advancing together, 7 a pass: each has its own stream, so the same answers as one at a time
     assert batched.complete(picks) == [one(h) for h in picks]
-    assert batched.tokens == one.tokens > 0
+    # draws that share a frontier path run it once over the store
+    assert 0 < batched.tokens <= one.tokens
     done = CachedCompleter(tiny_lm, ids, chain, 3, _first, None, eos_ids(tiny_lm), seed=3,
                            prompt_cache=head.prompt_cache)
     m = 1500
@@ -181,6 +182,48 @@ def test_a_longer_tail_budget_leaves_the_cut_branches_open(tiny_lm, one_torch_th
     for s, d in zip(short, long):
         assert d.residual > s.residual + 0.1  # the cut branches are open, not parsed
         assert abs(d.total() - 1.0) < 1e-6 and d.hybrid["n_tail"] > 0 and d.hybrid["max_new_tokens"] == 6
+
+
+def test_tail_draws_over_the_store_are_the_per_row_caches_draws(tiny_lm, one_torch_thread, monkeypatch):
+    """The tail's draws over one key/value store (``Engine.tree_store_of``) are the draws of a cache per row: the
+    same texts token for token (the logits agree to float rounding), from shared and unshared frontier paths,
+    to a longer budget; shared path prefixes run once, so fewer forward tokens; a sliding window shorter than
+    the draws keeps the per-row caches."""
+    from probe.scoring.engine import Engine
+    from probe.scoring.hybrid import CachedCompleter
+    from probe.scoring.parse_exact import _encode, eos_ids, parse_exact, run_parse_requests
+
+    chain = SamplerChain(temperature=1.5, top_k=6, repetition_penalty=1.3)
+    prompt = "Who has item 3? Answer:"
+    head = parse_exact(tiny_lm, [prompt], chain, max_new_tokens=3, parser=_first, residual=0.0, max_nodes=3,
+                       prune=1e-3, frontier=True)[0]
+    ids = _encode(tiny_lm.tokenizer, prompt)
+    picks = [x[1] for x in head.frontier[:12]] * 2  # repeated paths: shared prefixes
+
+    def texts(batch):
+        c = CachedCompleter(tiny_lm, ids, chain, 7, lambda t: t, None, eos_ids(tiny_lm), seed=5,
+                            prompt_cache=head.prompt_cache, batch_size=batch)
+        return c.complete(picks), c.tokens
+
+    store_texts, store_tokens = texts(24)
+    with monkeypatch.context() as m:
+        m.setattr(Engine, "tree_store_of", lambda self, blocks, longest: None)
+        row_texts, row_tokens = texts(24)
+    assert store_texts == row_texts and len(set(store_texts)) > 3
+    assert store_tokens < row_tokens
+    assert texts(5)[0] == store_texts  # other chunks: the same draws
+    # whole requests (several prompts in one store), against the per-row caches
+    a = run_parse_requests(tiny_lm, _requests(tail_max=6))
+    with monkeypatch.context() as m:
+        m.setattr(Engine, "tree_store_of", lambda self, blocks, longest: None)
+        b = run_parse_requests(tiny_lm, _requests(tail_max=6))
+    assert [x.hybrid["tail"] for x in a] == [x.hybrid["tail"] for x in b]
+    assert all(x.hybrid["tokens"] <= y.hybrid["tokens"] for x, y in zip(a, b))
+    engine = Engine(tiny_lm.model, pad_id=0)
+    block = head.prompt_cache[0]
+    assert engine.tree_store_of([block], 10) is not None
+    engine.window = 8  # a sliding window shorter than prompt + tail: not modelled by the store
+    assert engine.tree_store_of([block], 10) is None and engine.tree_store_of([block], 8) is not None
 
 
 def test_hybrid_records_resume_byte_identically(tiny_lm, tmp_path, one_torch_thread):

@@ -48,6 +48,12 @@ def test_frontier_passes_equal_plain_forwards(arch):
                 for got, ids in zip(logits, seqs))
     assert worst <= TOL, f"{arch}: max |frontier pass - plain forward| = {worst:.3g}"
     assert store.count == 8 and at2 == [3, 4, 5, 6]
+    # the hybrid tail's store, from the prompts' exported vectors: the same first pass
+    with torch.inference_mode():
+        exported = eng.tree_store_of(ext.own(), 9)
+        if exported is not None:
+            again, _ = eng.extend_tree(exported, [8, 10, 9], [0, 0, 2], [[], [], []], [6, 6, 3])
+            assert float((again - first).abs().max()) <= 1e-5
 
 
 def test_models_it_does_not_compute_keep_the_cached_rows():
