@@ -313,7 +313,7 @@ def complete_rows(engine: Any, rows: Sequence[TailRow], chain: Any, eos: set[int
         else:
             _advance(engine, chunk, chain, eos, tokenizer)
         for i, d in enumerate(chunk, start=a):
-            answers[i], tokens[i] = d.row.parser(_text(tokenizer, d.path, eos)), d.fed
+            answers[i], tokens[i] = d.row.parser(_text(tokenizer, d.path, eos)), d.spent
     return answers, tokens
 
 
@@ -322,6 +322,7 @@ class _Draw:
 
     def __init__(self, row: TailRow) -> None:
         self.row, self.path, self.fed, self.below = row, list(row.path), 0, row.below
+        self.spent = 0  # forward tokens counted to this draw (a shared path prefix: to the first that needs it)
         self.done, self.fresh = False, True  # fresh: not yet checked for its end
 
 
@@ -352,18 +353,7 @@ def _advance(engine: Any, draws: list[_Draw], chain: Any, eos: set[int], tokeniz
         ext = engine.extension([[d.row.kv] for d in draws])
         live = list(range(len(draws)))  # the rows of ``ext``, in order
         while live:
-            ready = []
-            for i in live:
-                d = draws[i]
-                if d.fed == len(d.path):
-                    d.done = d.done or (d.fresh and _finished(d, eos, tokenizer))
-                    d.fresh = False
-                    if not d.done:
-                        ready.append(i)
-            if ready:
-                _sample(draws, ready, logits[ready], chain)
-                for i in ready:  # a row at its end needs no further pass
-                    draws[i].done = _finished(draws[i], eos, tokenizer)
+            _sample_step(draws, live, logits, chain, eos, tokenizer)
             keep = [k for k, i in enumerate(live) if not draws[i].done]
             if len(keep) < len(live):
                 index = torch.tensor(keep, dtype=torch.long)
@@ -374,6 +364,7 @@ def _advance(engine: Any, draws: list[_Draw], chain: Any, eos: set[int], tokeniz
             out = engine.extend(ext, [draws[i].path[draws[i].fed] for i in live]).float().cpu()
             for k, i in enumerate(live):
                 draws[i].fed += 1
+                draws[i].spent += 1
                 if draws[i].fed == len(draws[i].path):
                     logits[i] = out[k]
 
@@ -405,26 +396,18 @@ def _advance_tree(engine: Any, store: Any, draws: list[_Draw], prompt_of: list[i
             row_of = {k: j for j, k in enumerate(keys)}
             for k, j in row_of.items():
                 made[k] = at[j]
-                draws[need[k]].fed += 1
+                draws[need[k]].spent += 1
             for i, d in enumerate(draws):
                 if len(d.path) > level:
                     key = (prompt_of[i], tuple(d.path[: level + 1]))
                     nodes[i].append(made[key])
                     if len(d.path) == level + 1:  # a prefix of this length is made at this level only
                         logits[i] = out[row_of[key]]
+        for d in draws:
+            d.fed = len(d.path)
         live = list(range(len(draws)))
         while live:
-            ready = []
-            for i in live:
-                d = draws[i]
-                d.done = d.done or (d.fresh and _finished(d, eos, tokenizer))
-                d.fresh = False
-                if not d.done:
-                    ready.append(i)
-            if ready:
-                _sample(draws, ready, logits[ready], chain)
-                for i in ready:  # a row at its end needs no further pass
-                    draws[i].done = _finished(draws[i], eos, tokenizer)
+            _sample_step(draws, live, logits, chain, eos, tokenizer)
             live = [i for i in live if not draws[i].done]
             if not live:
                 break
@@ -435,7 +418,25 @@ def _advance_tree(engine: Any, store: Any, draws: list[_Draw], prompt_of: list[i
             for k, i in enumerate(live):
                 nodes[i].append(at[k])
                 draws[i].fed += 1
+                draws[i].spent += 1
                 logits[i] = out[k]
+
+
+def _sample_step(draws: list[_Draw], live: list[int], logits: Any, chain: Any, eos: set[int], tokenizer: Any) -> None:
+    """One sampled token for every live draw whose path is all fed and that is not finished (checked once
+    before its first sample, and after each), in place; ``logits``: each draw's next-token logits."""
+    ready = []
+    for i in live:
+        d = draws[i]
+        if d.fed == len(d.path):
+            d.done = d.done or (d.fresh and _finished(d, eos, tokenizer))
+            d.fresh = False
+            if not d.done:
+                ready.append(i)
+    if ready:
+        _sample(draws, ready, logits[ready], chain)
+        for i in ready:  # a row at its end needs no further pass
+            draws[i].done = _finished(draws[i], eos, tokenizer)
 
 
 def _sample(draws: list[_Draw], ready: list[int], logits: Any, chain: Any) -> None:
