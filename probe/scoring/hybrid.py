@@ -188,8 +188,9 @@ def complete_tails(lm: Any, requests: Sequence[Any], dists: Sequence[Any], spec:
     allows (none when the enumeration closed), each a frontier entry in proportion to its mass completed with
     the sampler chain to the tail's budget and parsed. The draws of every request advance together
     (:func:`complete_rows`): over one key/value store where the model allows, as many rows a pass as
-    :data:`TAIL_BATCH_TOKENS` holds; else up to ``batch_size`` rows, each with a cache. Seeded by the tail's seed and the request id,
-    and each draw has its own stream, so the same request gives the same draws in any batch or order."""
+    :data:`TAIL_BATCH_TOKENS` holds; else up to ``batch_size`` rows, each with a cache. Seeded by the tail's
+    seed and the request id, and each draw has its own stream, so the same request gives the same draws in any
+    batch or order."""
     import zlib
 
     import numpy as np

@@ -526,7 +526,8 @@ def test_joint_ranges_of_metrics_that_move_together_stay_at_95():
     same = {"a": base, "b": [2 * x for x in base], "c": [float("nan")] * 1001}
     ranges, each = joint_ranges(same)
     assert each == 0.95
-    assert ranges["a"] == pytest.approx((0.025, 0.975), abs=1e-3) and ranges["b"] == pytest.approx((0.05, 1.95), abs=2e-3)
+    assert ranges["a"] == pytest.approx((0.025, 0.975), abs=1e-3)
+    assert ranges["b"] == pytest.approx((0.05, 1.95), abs=2e-3)
     assert all(math.isnan(x) for x in ranges["c"])
     assert joint_ranges({"a": base, "n": [1] * 1001})[1] == 0.95
     # two metrics that miss in different draws (b is a turned half way): each range must widen to Bonferroni's

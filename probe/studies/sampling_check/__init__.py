@@ -37,9 +37,9 @@ benchmark:
    when any one metric leaves, is one test at the 5 % level, not one per metric
    (eight ranges of 95 % each would fail a right exact side in a third of runs).
    The test's power is stated as the smallest difference it detects (80 %
-   power, at each metric's range level). A bootstrap of the sampled answers cannot produce an
-   answer the sample missed, so for a rare count its interval is too narrow;
-   this range is not. The unit bootstrap stays, for information. A prompt
+   power, at each metric's range level). A bootstrap of the sampled answers
+   cannot produce an answer the sample missed, so for a rare count its
+   interval is too narrow; this range is not. The unit bootstrap stays, for information. A prompt
    whose sampled answers parse where the enumeration found no parse is a
    miss (|Δ| = 1), never left out.
 

@@ -21,8 +21,8 @@ from probe.scoring.hybrid import wilson
 from probe.tasks.paper_check import PaperCheck, PromptCase, Scored
 
 __all__ = ["SamplingCheck", "answer_tokens", "chance_outside", "checked_tasks", "detectable_difference", "inside",
-           "joint_ranges", "outside_certified", "paper_check_of", "parse_mass_interval", "predicted_draws", "predicted_range",
-           "prompt_row", "redrawn", "run_check", "tv_distance"]
+           "joint_ranges", "outside_certified", "paper_check_of", "parse_mass_interval", "predicted_draws",
+           "predicted_range", "prompt_row", "redrawn", "run_check", "tv_distance"]
 
 
 def paper_check_of(task: str) -> tuple[Any, PaperCheck]:
@@ -398,13 +398,13 @@ def run_check(task: str, runner: Any, *, n_prompts: int = 100, k: int = 20, seed
                       "sampled_inside_predicted": inside(v, *predicted[m], res),
                       "detectable_difference": detectable_difference(pdraws[m], level_each),
                       # the metric's own central 95 % range, for information (the verdict's is joint)
-                      "predicted_95_low": percentile_ci(pdraws[m])[0], "predicted_95_high": percentile_ci(pdraws[m])[1]}
+                      **dict(zip(("predicted_95_low", "predicted_95_high"), percentile_ci(pdraws[m])))}
                      if m in predicted else {}),
                   **({"tail_low": with_tail[m][0], "tail_high": with_tail[m][1],
                       "sampled_inside_tail": inside(v, *with_tail[m], res),
                       # the verdict's power where the tail's range is the verdict
                       "tail_detectable_difference": detectable_difference(tdraws[m], tail_level_each),
-                      "tail_95_low": percentile_ci(tdraws[m])[0], "tail_95_high": percentile_ci(tdraws[m])[1]}
+                      **dict(zip(("tail_95_low", "tail_95_high"), percentile_ci(tdraws[m])))}
                      if m in with_tail else {}),
                   **({"baseline": baseline.get(m, math.nan),
                       "baseline_inside": inside(baseline.get(m, math.nan), lo, hi, res)}
@@ -433,8 +433,8 @@ def run_check(task: str, runner: Any, *, n_prompts: int = 100, k: int = 20, seed
                                         r["exact_probs"] is None for r in rows)),
         "n_accepted_outside_interval": int(sum(r.get("accepted_inside_interval") is False for r in rows)),
         "verdict": _verdict(agg),
-        # how often the verdict's ranges miss by chance alone: several metrics at 95 % each fail a right
-        # exact side now and then, and a reader needs that rate to weigh a failed verdict
+        # how often the verdict's ranges miss by chance alone (about 5 %: they are joint), and how often as
+        # many metrics as observed do: a reader weighs a failed verdict with them
         **chance_outside(tdraws or pdraws, with_tail or predicted, _n_outside(agg), res),
         # the per-metric level of the verdict's ranges (:func:`joint_ranges`)
         "range_level_each": tail_level_each if tdraws else level_each,
