@@ -46,7 +46,7 @@ def main() -> None:
     spec = SamplingSpec(float(t), float(p))
     import probe.scoring.hybrid as hybrid
 
-    store_of = Engine.tree_store_of
+    store_of, fits = Engine.tree_store_of, Engine.tree_fits
     complete_tails = hybrid.complete_tails
     tail_cpu = [0.0]
 
@@ -61,13 +61,15 @@ def main() -> None:
     tails = {}
     for rep in range(args.repeats):
         for mode in ("store", "rows"):
-            Engine.tree_store_of = store_of if mode == "store" else (lambda self, blocks, longest: None)
+            if mode == "rows":  # the per-row caches as a model without the store runs them (64 rows a pass)
+                Engine.tree_store_of = lambda self, blocks, longest: None
+                Engine.tree_fits = lambda self, longest: False
             try:
                 c0, tail_cpu[0] = time.process_time(), 0.0
                 dists = _hybrid(lm, preqs, spec, int(k), args.max_new, 0.01, None)
                 cpu = time.process_time() - c0
             finally:
-                Engine.tree_store_of = store_of
+                Engine.tree_store_of, Engine.tree_fits = store_of, fits
             tails[mode] = [d.hybrid["tail"] for d in dists]
             print(json.dumps({"repeat": rep, "mode": mode, "T": spec.temperature, "top_p": spec.top_p, "K": int(k),
                               "prompts": len(dists), "tail_draws": sum(d.hybrid["n_tail"] for d in dists),
