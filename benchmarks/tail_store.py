@@ -4,7 +4,7 @@ The same hybrid parse stage (``benchmarks/parse_exact_cost.py --hybrid``: Implic
 exact head to ``K x max_new / 2`` nodes, then tail draws within the K samples' tokens) runs twice per repeat,
 in turns: with the tail's draws over one store (``Engine.tree_store_of``, the default where the model allows)
 and with a cache per row (the store switched off). The head is the same in both. Per run: the tail's wall
-and CPU seconds, its forward tokens, process CPU seconds of the whole stage, and whether the draws' answers
+and CPU seconds, its forward tokens and passes, process CPU seconds of the whole stage, and whether the draws' answers
 are the same.
 
     python benchmarks/tail_store.py --prompts 12 --threads 1
@@ -48,14 +48,23 @@ def main() -> None:
 
     store_of, fits = Engine.tree_store_of, Engine.tree_fits
     complete_tails = hybrid.complete_tails
-    tail_cpu = [0.0]
+    tail_cpu, tail_passes, in_tail = [0.0], [0], [False]
+    decoder = Engine._decoder
+
+    def counting(self, **kw):  # the tail's forward passes
+        tail_passes[0] += in_tail[0]
+        return decoder(self, **kw)
 
     def timed(*a, **kw):  # the tail's own process CPU seconds (tail_seconds is wall time)
         c = time.process_time()
+        in_tail[0] = True
         try:
             return complete_tails(*a, **kw)
         finally:
+            in_tail[0] = False
             tail_cpu[0] += time.process_time() - c
+
+    Engine._decoder = counting
 
     hybrid.complete_tails = timed
     tails = {}
@@ -65,7 +74,7 @@ def main() -> None:
                 Engine.tree_store_of = lambda self, blocks, longest: None
                 Engine.tree_fits = lambda self, longest: False
             try:
-                c0, tail_cpu[0] = time.process_time(), 0.0
+                c0, tail_cpu[0], tail_passes[0] = time.process_time(), 0.0, 0
                 dists = _hybrid(lm, preqs, spec, int(k), args.max_new, 0.01, None)
                 cpu = time.process_time() - c0
             finally:
@@ -73,7 +82,7 @@ def main() -> None:
             tails[mode] = [d.hybrid["tail"] for d in dists]
             print(json.dumps({"repeat": rep, "mode": mode, "T": spec.temperature, "top_p": spec.top_p, "K": int(k),
                               "prompts": len(dists), "tail_draws": sum(d.hybrid["n_tail"] for d in dists),
-                              "tail_tokens": sum(d.hybrid["tokens"] for d in dists),
+                              "tail_tokens": sum(d.hybrid["tokens"] for d in dists), "tail_passes": tail_passes[0],
                               "tail_wall_s": round(sum(getattr(d, "tail_seconds", 0.0) for d in dists), 3),
                               "tail_cpu_s": round(tail_cpu[0], 2), "stage_cpu_s": round(cpu, 2),
                               **({"same_answers_as_rows": tails["store"] == tails["rows"]} if mode == "rows" else {})}),
