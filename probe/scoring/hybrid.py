@@ -372,55 +372,44 @@ def _advance(engine: Any, draws: list[_Draw], chain: Any, eos: set[int], tokeniz
 
 def _advance_tree(engine: Any, store: Any, draws: list[_Draw], prompt_of: list[int], chain: Any, eos: set[int],
                   tokenizer: Any) -> None:
-    """:func:`_advance` over one key/value store (:meth:`~probe.scoring.engine.Engine.extend_tree`): the
-    draws' frontier paths first, a level a pass, each distinct path prefix of a prompt once (its forward
-    token counted to the first draw that needs it); then every live draw samples and feeds one token a pass.
+    """:func:`_advance` over one key/value store (:meth:`~probe.scoring.engine.Engine.extend_tree`), step for
+    step: each pass, every live draw feeds its next token (of its frontier path, or the one it just sampled).
+    Draws move in lockstep (the k-th pass feeds every draw's k-th token), so draws whose sequences agree so far
+    feed the same token after the same node in the same pass: it runs once, counted to the first of them.
     A draw's tokens and answer are those of :func:`_advance` (the same logits up to float rounding)."""
     import torch
 
     logits = torch.stack([d.row.first for d in draws])
-    nodes: list[list[int]] = [[] for _ in draws]  # each draw's fed tokens' indices in the store
+    last = [-1 - p for p in prompt_of]  # each draw's last node in the store (-1 - its prompt row: none yet)
+    nodes: list[list[int]] = [[] for _ in draws]
     with torch.inference_mode():
-        made: dict[tuple[int, tuple[int, ...]], int] = {}  # (prompt, path prefix) -> its node
-        for level in range(max(len(d.path) for d in draws)):
-            need: dict[tuple[int, tuple[int, ...]], int] = {}  # new prefixes -> the first draw that needs it
-            for i, d in enumerate(draws):
-                if len(d.path) > level:
-                    key = (prompt_of[i], tuple(d.path[: level + 1]))
-                    if key not in made and key not in need:
-                        need[key] = i
-            keys = list(need)
-            out, at = engine.extend_tree(store, [k[1][-1] for k in keys], [k[0] for k in keys],
-                                         [nodes[need[k]] for k in keys],
-                                         [len(draws[need[k]].row.prompt) + level for k in keys])
-            out = out.float().cpu()
-            row_of = {k: j for j, k in enumerate(keys)}
-            for k, j in row_of.items():
-                made[k] = at[j]
-                draws[need[k]].spent += 1
-            for i, d in enumerate(draws):
-                if len(d.path) > level:
-                    key = (prompt_of[i], tuple(d.path[: level + 1]))
-                    nodes[i].append(made[key])
-                    if len(d.path) == level + 1:  # a prefix of this length is made at this level only
-                        logits[i] = out[row_of[key]]
-        for d in draws:
-            d.fed = len(d.path)
         live = list(range(len(draws)))
         while live:
             _sample_step(draws, live, logits, chain, eos, tokenizer)
             live = [i for i in live if not draws[i].done]
             if not live:
                 break
-            out, at = engine.extend_tree(store, [draws[i].path[-1] for i in live], [prompt_of[i] for i in live],
-                                         [nodes[i] for i in live],
-                                         [len(draws[i].row.prompt) + len(draws[i].path) - 1 for i in live])
+            made: dict[tuple[int, int], int] = {}  # (last node, token) -> its row in this pass
+            first: list[int] = []  # per row, the draw it is counted to
+            for i in live:
+                key = (last[i], draws[i].path[draws[i].fed])
+                if key not in made:
+                    made[key] = len(first)
+                    first.append(i)
+            out, at = engine.extend_tree(store, [draws[i].path[draws[i].fed] for i in first],
+                                         [prompt_of[i] for i in first], [nodes[i] for i in first],
+                                         [len(draws[i].row.prompt) + draws[i].fed for i in first])
             out = out.float().cpu()
-            for k, i in enumerate(live):
-                nodes[i].append(at[k])
-                draws[i].fed += 1
+            for i in first:
                 draws[i].spent += 1
-                logits[i] = out[k]
+            for i in live:
+                d = draws[i]
+                row = made[(last[i], d.path[d.fed])]
+                last[i] = at[row]
+                nodes[i].append(at[row])
+                d.fed += 1
+                if d.fed == len(d.path):
+                    logits[i] = out[row]
 
 
 def _sample_step(draws: list[_Draw], live: list[int], logits: Any, chain: Any, eos: set[int], tokenizer: Any) -> None:
