@@ -291,12 +291,12 @@ class Engine:
     def tree_store(self, ext: "Extension") -> Any:
         """The :class:`probe.scoring.tree_cache.NodeStore` of prompts run by :meth:`begin` (their cache, used
         as it is), for :meth:`extend_tree`; None where the model's attention is not one
-        :func:`~probe.scoring.tree_cache.frontier_attention` computes exactly (then :meth:`extend` it is)."""
-        from probe.scoring.tree_cache import NodeStore, tree_ok
+        :func:`~probe.scoring.tree_cache.frontier_attention` computes exactly (then :meth:`extend` it is). No
+        window check: the enumeration refuses a prompt plus budget longer than the model's sliding window."""
+        from probe.scoring.tree_cache import NodeStore
 
         devices = {layer.keys.device for layer in ext.cache.layers}
-        plain = self._layer_kinds <= {"full_attention", "sliding_attention"} and len(devices) == 1
-        return NodeStore(ext.cache, ext.mask) if plain and tree_ok(self.model) else None
+        return NodeStore(ext.cache, ext.mask) if len(devices) == 1 and self.tree_fits(0) else None
 
     def tree_store_of(self, blocks: list[torch.Tensor], longest: int) -> Any:
         """A :class:`~probe.scoring.tree_cache.NodeStore` of prompts given as key/value blocks ``[2, layers,
