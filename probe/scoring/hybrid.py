@@ -219,7 +219,7 @@ def complete_tails(lm: Any, requests: Sequence[Any], dists: Sequence[Any], spec:
             owner.append(k)
     t0 = time.perf_counter()
     longest = max((len(r.prompt) + max(r.max_new, len(r.path)) for r in rows), default=1)
-    # rows a pass: ``batch_size``, fewer for long budgets (HBB's 2048 tokens) so the batch's cache stays small;
+    # rows a pass: ``batch_size``, fewer for long budgets (2048-token answers) so the batch's cache stays small;
     # over one store the rows share their prompts' vectors and a pass costs its live rows only, so the memory
     # rule alone (fewer, larger passes: a small pass reads all the weights for a few tokens)
     cap = TAIL_BATCH_TOKENS // longest
