@@ -39,7 +39,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-__all__ = ["DEFAULT_ANSWER_TARGET", "answer_target", "RESIDUAL_POLICY", "uncertified_warning", "interval_text", "conditional_vertices", "point_conditional", "point_masses", "mass_bounds", "uncertified",
+__all__ = ["DEFAULT_ANSWER_TARGET", "answer_target", "RESIDUAL_POLICY", "uncertified_warning", "interval_text", "conditional_vertices", "point_answer", "point_conditional", "point_masses", "mass_bounds", "uncertified",
            "ratio_range", "share_range", "interval_mean", "contains"]
 
 #: the one rule for the point estimate, as summaries state it (``docs/scoring.md``, "One residual policy")
@@ -75,6 +75,18 @@ def point_masses(probs: Sequence[float], residual: float) -> np.ndarray:
     p = np.asarray(probs, dtype=float)
     kept = 1.0 - float(residual)
     return p / kept if kept > _TINY else np.zeros_like(p)
+
+
+def point_answer(parsed: Any) -> dict[str, float]:
+    """A parse record's answer masses under the point rule (:func:`point_masses`): each enumerated answer's
+    ``p_a / (1 - residual)``; empty when nothing was enumerated. The chance one sample reads as ``a``, as
+    the published numbers count it (a sampling check's parse rate is their sum, not the head's lower bound).
+
+    >>> point_answer({"probs": {"0": 0.3, "2": 0.2}, "residual": 0.5})
+    {'0': 0.6, '2': 0.4}
+    """
+    kept = 1.0 - float(parsed["residual"])
+    return {str(k): float(v) / kept for k, v in parsed["probs"].items()} if kept > _TINY else {}
 
 
 def point_conditional(probs: Sequence[float]) -> np.ndarray | None:

@@ -3,6 +3,7 @@ against sample_generate, the aggregate rules, and one end-to-end run on the tiny
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 
@@ -380,6 +381,52 @@ def test_hbb_judges_the_hybrid_value_where_the_head_parses_nothing(tiny_lm, shar
         assert not outside_certified(paper, c)
         row, _d = prompt_row(paper, c, ["a) The man.", "b) The woman.", "no"], np.random.default_rng(0))
         assert not row["miss"] and row["abs_delta"] == pytest.approx(0.5)
+
+
+@pytest.mark.parametrize("name, n_prompts", [("implicitbbq", 2), ("cmp_iso", 4)])
+def test_the_parse_rate_follows_the_published_residual_rule(tiny_lm, shared_data, monkeypatch, name, n_prompts):
+    """Where enumeration leaves a residual and no tail draws, the exact side's chance that one sample parses
+    is the published point rule's (the residual answered in the enumerated mix, ``p / (1 - r)``), not the
+    head's lower bound: sampling parses the residual too. The answer given a parse is the head's mix."""
+    from probe.runs.runner import RunOptions, Runner, load
+    from probe.studies.sampling_check.check import _cases, outside_certified, paper_check_of, prompt_row
+
+    opts = RunOptions(progress=False)
+    runner = Runner(load(tiny_lm, opts), opts)
+    real = runner.parse
+    task, paper = paper_check_of(name)
+    keys: dict[str, list[str]] = {}
+
+    def head_with_residual(reqs, *a, **k):
+        out = real(reqs, *a, **k)
+        # per prompt, its first two answers at 0.3 and 0.1 of the mass, 0.2 of it not enumerated
+        return {i: {**d, "probs": dict(zip(keys[i][:2], (0.3, 0.1))), "residual": 0.2, "hybrid": None}
+                for i, d in out.items()}
+
+    monkeypatch.setattr(runner, "parse", head_with_residual)
+    # the answer keys are known once the requests are: let the parse see them first
+    real_requests, real_config = paper.requests, paper.config
+
+    def requests(*a, **k):
+        reqs = real_requests(*a, **k)
+        for r in reqs:
+            keys[r.id] = [str(i) for i in range(3)] if name == "implicitbbq" else list(r.labels)
+        return reqs
+
+    def zero_shot(*a, **k):  # few-shot prompts are longer than the tiny model's context
+        cfg = real_config(*a, **k)
+        return dataclasses.replace(cfg, strategies=["zero_shot"]) if name == "implicitbbq" else cfg
+
+    monkeypatch.setattr(paper, "requests", requests)
+    monkeypatch.setattr(paper, "config", zero_shot)
+    got, _settings = _cases(task, paper, runner, n_prompts, 0, 4)
+    assert got
+    for c in got:
+        assert c.exact_mass == pytest.approx(0.4 / 0.8)
+        assert c.exact[:2] == pytest.approx([0.75, 0.25]) and sum(c.exact) == pytest.approx(1.0)
+        assert not outside_certified(paper, c)
+        row, _d = prompt_row(paper, c, ["x"], np.random.default_rng(0))
+        assert row["exact_counted_share"] == pytest.approx(0.5) and row["exact_residual"] == pytest.approx(0.2)
 
 
 def test_a_hybrid_prompt_whose_draws_read_nothing_is_judged_on_its_interval():

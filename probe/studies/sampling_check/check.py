@@ -146,12 +146,16 @@ def prompt_row(paper: PaperCheck, c: PromptCase, gen: list[str], rng: np.random.
     miss = d is not None and c.exact is None and lo_hi is None
     delta = 1.0 if miss else tv_distance(d, c.exact) if d is not None and c.exact is not None else math.nan
     base = c.meta.get("baseline")
+    rec = c.meta.get("parsed")
+    residual = c.meta.get("parse_residual", rec.get("residual") if isinstance(rec, dict) else None)
     return {
         "baseline_probs": base,
         "baseline_abs_delta": tv_distance(d, base) if d is not None and base is not None else math.nan,
         "id": c.id, "unit": c.unit, "options": list(c.options),
         "accepted_share": n_acc / k, "counted_share": float(np.mean(counted)),
         "exact_counted_share": c.exact_mass,
+        # the mass the enumeration left (its point rule answers it in the enumerated mix)
+        "exact_residual": None if residual is None else float(residual),
         "accepted_not_counted": int(sum(x is not None and not y for x, y in zip(parsed, counted))),
         "counted_not_accepted": int(sum(x is None and y for x, y in zip(parsed, counted))),
         "sampled_probs": None if d is None else [float(x) for x in d],

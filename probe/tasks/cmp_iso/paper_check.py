@@ -65,6 +65,7 @@ class PaperCheck(_Base):
                                  "settings": [dict(x) for x in self.settings_list], **budget})
 
     def cases(self, scored: Scored) -> list[PromptCase]:
+        from probe.metrics.certified import point_answer
         from probe.metrics.hybrid import hybrid_probs
 
         self.tokenizer = scored.tokenizer
@@ -77,8 +78,9 @@ class PaperCheck(_Base):
             probs = [float(x) for x in e["probs"]] if e else None
             ok = probs is not None and all(math.isfinite(x) for x in probs) and mass > 0
             d = scored.parsed[rec.id]
-            # the published run's answer: with the hybrid (the default) the exact head plus its sampled tail
-            answer = hybrid_probs(d, lambda x: x["probs"])
+            # the published run's answer: with the hybrid (the default) the exact head plus its sampled tail;
+            # without tail draws the residual answered in the enumerated mix (the published rule)
+            answer = hybrid_probs(d, point_answer)
             raw = [float(answer.get(x, 0.0)) for x in req.labels]
             acc = math.fsum(raw)
             m = rec.meta

@@ -23,8 +23,9 @@ import pandas as pd
 
 def _renormalised(d: Mapping[str, Any]) -> dict[str, float]:
     """The residual policy's answer (the enumerated mix), for questions without tail draws."""
-    kept = 1.0 - float(d["residual"])
-    return {k: float(v) / kept for k, v in d["probs"].items()} if kept > 0 else {}
+    from probe.metrics.certified import point_answer
+
+    return point_answer(d)
 
 
 def hybrid_counts(config: Any, records: pd.DataFrame, inst: pd.DataFrame, certified: Mapping[str, Any]

@@ -94,6 +94,7 @@ class PaperCheck(_Base):
                 if r.meta.get("context_kind") in ("explicit", "implicit")]
 
     def cases(self, scored: Scored) -> list[PromptCase]:
+        from probe.metrics.certified import point_answer
         from probe.tasks.bbq.records import sampled_option_probs
 
         self.parse_stats = parse_stats(scored.parsed)
@@ -103,7 +104,10 @@ class PaperCheck(_Base):
             owner = [int(o) for o in rec.meta["owner"]]
             old = sampled_option_probs("oneword", owner, e) if e else None
             d = scored.parsed[rec.id]
-            raw = [float(d["probs"].get(str(i), 0.0)) for i in range(3)]
+            # the chance one sample reads each answer, by the published numbers' residual rule (the
+            # enumerated mix): the head alone is its lower bound, and sampling parses the residual too
+            answer = point_answer(d)
+            raw = [float(answer.get(str(i), 0.0)) for i in range(3)]
             acc = math.fsum(raw)
             cases.append(PromptCase(id=rec.id, unit=rec.meta["item_id"], prompt=req.prompt,
                                     options=tuple(rec.meta["answers"]),
