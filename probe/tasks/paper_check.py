@@ -61,7 +61,8 @@ class PromptCase:
     exact: list[float] | None = None
     #: the chance one sample is each option as the exact estimator counts it (HBB's estimator needs it)
     exact_raw: list[float] | None = None
-    #: the chance one sample is counted at all
+    #: the chance one sample is counted at all (parse-exact: by the published residual rule, the residual
+    #: answered in the enumerated mix, :func:`probe.metrics.certified.point_answer`)
     exact_mass: float = 0.0
     #: the record's meta and whatever the task's check needs beside it
     meta: dict = field(default_factory=dict)
