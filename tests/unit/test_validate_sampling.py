@@ -221,6 +221,9 @@ def test_check_end_to_end_tiny(tiny_lm, shared_data, tmp_path):
     assert 0 <= agg["exact"] <= 1
     # the verdict is the same-prompts test, with its power; the sampled side is transformers' at HBB's settings
     assert "predicted_low" in agg and "detectable_difference" in agg and s["verdict"] in ("pass", "fail", "n/a")
+    # where the sampled value falls among the exact side's draws, for pooling seeds
+    assert 0.0 <= agg["sampled_quantile"] <= 1.0
+    assert ("tail_sampled_quantile" in agg) == (s["n_hybrid"] > 0)
     assert ("tail_low" in agg) == ("tail_detectable_difference" in agg) == (s["n_hybrid"] > 0)
     assert check.settings["top_k"] == 50 and check.settings["repetition_penalty"] == 1.2
     # the exact side is the published estimator on the same sampler (parse_exact, the authors' top-k and penalty,
@@ -631,3 +634,18 @@ def test_report_states_the_chance_of_misses():
     summary.update(range_level_each=0.9912, chance_any_outside=0.05)
     md = report_markdown(check)
     assert "all 8 together in 95 % of runs, each metric's range its central 99.1 %" in md and "in 5.0 % of runs" in md
+
+
+def test_draw_quantile_is_uniform_for_a_value_drawn_like_the_draws():
+    """A sampled value drawn as the exact side's draws are falls anywhere among them with equal chance, so the
+    seeds' quantiles pool (their probits add); ties count half, the ends are 0 and 1."""
+    from scipy.stats import kstest
+
+    from probe.studies.sampling_check.check import draw_quantile
+
+    rng = np.random.default_rng(3)
+    draws = rng.binomial(40, 0.3, 2000) / 40  # ties, as a share of K answers has
+    q = [draw_quantile(float(v), draws) for v in rng.binomial(40, 0.3, 400) / 40]
+    assert abs(np.mean(q) - 0.5) < 0.03 and kstest(q, "uniform").pvalue > 0.001
+    assert draw_quantile(-1.0, draws) == 0.0 and draw_quantile(2.0, draws) == 1.0
+    assert draw_quantile(0.3, [0.3, 0.3]) == 0.5 and math.isnan(draw_quantile(math.nan, draws))

@@ -20,9 +20,10 @@ from probe.metrics.stats import percentile_ci, resample_clusters
 from probe.scoring.hybrid import wilson
 from probe.tasks.paper_check import PaperCheck, PromptCase, Scored
 
-__all__ = ["SamplingCheck", "answer_tokens", "chance_outside", "checked_tasks", "detectable_difference", "inside",
-           "joint_ranges", "outside_certified", "paper_check_of", "parse_mass_interval", "predicted_draws",
-           "predicted_range", "prompt_row", "redrawn", "run_check", "tv_distance"]
+__all__ = ["SamplingCheck", "answer_tokens", "chance_outside", "checked_tasks", "detectable_difference",
+           "draw_quantile", "inside", "joint_ranges", "outside_certified", "paper_check_of",
+           "parse_mass_interval", "predicted_draws", "predicted_range", "prompt_row", "redrawn", "run_check",
+           "tv_distance"]
 
 
 def paper_check_of(task: str) -> tuple[Any, PaperCheck]:
@@ -268,6 +269,20 @@ def outside_certified(paper: PaperCheck, case: PromptCase) -> bool:
     return any(not (h - eps <= p <= h + r + eps) for h, p in zip(head, point))
 
 
+def draw_quantile(value: float, draws: Sequence[float]) -> float:
+    """Where ``value`` falls among ``draws`` (NaN draws left out): the share below it plus half the share
+    equal to it (mid-rank), so a value drawn like them is uniform on [0, 1] and seeds' quantiles pool; NaN
+    when the value or every draw is NaN.
+
+    >>> draw_quantile(2.0, [1.0, 2.0, 3.0, 4.0]), draw_quantile(0.0, [1.0, float("nan")]), draw_quantile(5.0, [1.0])
+    (0.375, 0.0, 1.0)
+    """
+    v = np.asarray([x for x in draws if x == x], float)
+    if value != value or v.size == 0:
+        return math.nan
+    return float(((v < value).sum() + 0.5 * (v == value).sum()) / v.size)
+
+
 #: z of 80 % power: a true shift of (z of the test + this) standard deviations of the same-prompts draws is
 #: detected four times in five
 _POWER_Z80 = 0.841621
@@ -401,6 +416,9 @@ def run_check(task: str, runner: Any, *, n_prompts: int = 100, k: int = 20, seed
                   **({"predicted_low": predicted[m][0], "predicted_high": predicted[m][1],
                       "sampled_inside_predicted": inside(v, *predicted[m], res),
                       "detectable_difference": detectable_difference(pdraws[m], level_each),
+                      # where the sampled value falls among the exact side's draws (0.5: at their median):
+                      # uniform when the exact side is right, so seeds pool (experiments/*/pool_seeds.py)
+                      "sampled_quantile": draw_quantile(v, pdraws[m]),
                       # the metric's own central 95 % range, for information (the verdict's is joint)
                       **dict(zip(("predicted_95_low", "predicted_95_high"), percentile_ci(pdraws[m])))}
                      if m in predicted else {}),
@@ -408,6 +426,7 @@ def run_check(task: str, runner: Any, *, n_prompts: int = 100, k: int = 20, seed
                       "sampled_inside_tail": inside(v, *with_tail[m], res),
                       # the verdict's power where the tail's range is the verdict
                       "tail_detectable_difference": detectable_difference(tdraws[m], tail_level_each),
+                      "tail_sampled_quantile": draw_quantile(v, tdraws[m]),
                       **dict(zip(("tail_95_low", "tail_95_high"), percentile_ci(tdraws[m])))}
                      if m in with_tail else {}),
                   **({"baseline": baseline.get(m, math.nan),
