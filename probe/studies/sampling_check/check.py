@@ -462,7 +462,7 @@ def run_check(task: str, runner: Any, *, n_prompts: int = 100, k: int = 20, seed
         # the per-metric level of the verdict's ranges (:func:`joint_ranges`)
         "range_level_each": tail_level_each if tdraws else level_each,
     }
-    settings.update({"k": k, "seed": seed, "n_boot": n_boot, "batch_size": batch_size})
+    settings.update({"k": k, "seed": seed, "n_boot": n_boot, "batch_size": batch_size, "n_prompts": n_prompts})
     summary["seconds"] = {"exact_scoring_and_items": round(t1 - t0, 1), "generation": round(t2 - t1, 1),
                           "parse_and_bootstrap": round(time.perf_counter() - t2, 1)}
     return SamplingCheck(task, str(getattr(lm, "name", "")), settings, rows, agg, summary)
