@@ -49,6 +49,10 @@ def register(groups: dict) -> None:
                    "its hybrid tail reads further, the tail's; the report states it)")
     p.add_argument("--gen-batch-size", type=bounded_int(1, None), default=32,
                    help="unused: each prompt's K samples are one generate call (kept for old command lines)")
+    p.add_argument("--prompts-per-call", type=bounded_int(1, MAX_PROMPTS), default=1,
+                   help="prompts sharing one generate call on the sampled side (default 1: each prompt's samples "
+                   "depend on it alone). On a GPU a call's rows cost about as much as one, so long answers need "
+                   "more (e.g. 64 for HBB's 2048 tokens); the samples are as random, but not the same ones")
     p.add_argument("--n-boot", type=bounded_int(1, None), default=1000,
                    help="bootstrap draws for the sampled 95%% interval (default 1000)")
     add_threads_arg(p)
@@ -80,7 +84,8 @@ def run(args: argparse.Namespace) -> int:
     check_output_dir(args.output)
     runner = Runner(load(args.model, options), options)
     check = run_check(args.task, runner, n_prompts=args.n_prompts, k=args.k, seed=args.seed,
-                      max_new_tokens=args.max_new_tokens, batch_size=args.gen_batch_size, n_boot=args.n_boot)
+                      max_new_tokens=args.max_new_tokens, batch_size=args.gen_batch_size, n_boot=args.n_boot,
+                      prompts_per_call=args.prompts_per_call)
     check.model = str(args.model)
     out = args.output
     check_parents(out / "check.json", out)

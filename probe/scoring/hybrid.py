@@ -36,11 +36,37 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Hashable, Sequence
 
 __all__ = ["HybridEstimate", "hybrid_from_tail", "tail_budget", "draw_tail", "LMCompleter", "CachedCompleter",
-           "complete_tails", "opens_at_budget", "stop_target"]
+           "complete_tails", "opens_at_budget", "stop_target", "tail_tokens"]
 
 _Z95 = 1.959963984540054
 #: positions (prompt + budget) a batch of tail draws holds at most: 64 rows of short answers, fewer long ones
 TAIL_BATCH_TOKENS = 1 << 15
+#: on a GPU the batch grows to what its free memory holds (:func:`tail_tokens`), up to this many rows
+TAIL_MAX_ROWS = 4096
+
+
+def tail_tokens(model: Any, free: int | None = None) -> int:
+    """Positions (prompt + budget) one batch of tail draws may hold: :data:`TAIL_BATCH_TOKENS` on a CPU; on a GPU
+    as many as ``HEADROOM`` of its free memory holds (``free``: bytes to plan for, default the device's), each
+    position's keys and values over every layer plus one layer's gathered, head-expanded copy. A draw runs
+    long answers (HBB's 2048 tokens) a token a pass, so a pass of a few rows leaves a GPU idle; a batch
+    that still runs out of memory is halved and run again (:func:`complete_rows`)."""
+    import torch
+
+    from probe.scoring.memory import HEADROOM, ModelShape, free_bytes
+
+    device = next((p.device for p in model.parameters()), torch.device("cpu"))
+    if device.type != "cuda" and free is None:
+        return TAIL_BATCH_TOKENS
+    try:
+        shape = ModelShape.of(model)
+    except (AttributeError, TypeError, ValueError, ZeroDivisionError):
+        return TAIL_BATCH_TOKENS
+    free = free_bytes(device) if free is None else int(free)
+    if not free:
+        return TAIL_BATCH_TOKENS
+    per = shape.kv_bytes_per_token + 2 * 2 * shape.n_heads * shape.head_dim * shape.dtype_bytes
+    return max(TAIL_BATCH_TOKENS, int(HEADROOM * free - shape.head_reserve) // max(1, per))
 
 
 @dataclass(frozen=True)
@@ -222,7 +248,7 @@ def complete_tails(lm: Any, requests: Sequence[Any], dists: Sequence[Any], spec:
     # rows a pass: ``batch_size``, fewer for long budgets (2048-token answers) so the batch's cache stays small;
     # over one store the rows share their prompts' vectors and a pass costs its live rows only, so the memory
     # rule alone (fewer, larger passes: a small pass reads all the weights for a few tokens)
-    cap = TAIL_BATCH_TOKENS // longest
+    cap = min(TAIL_MAX_ROWS, tail_tokens(lm.model) // longest)
     rows_a_pass = max(1, cap if engine.tree_fits(longest) else min(int(batch_size), cap))
     answers, used = complete_rows(engine, rows, chain, eos, lm.tokenizer, rows_a_pass)
     seconds = time.perf_counter() - t0
@@ -293,29 +319,67 @@ def complete_rows(engine: Any, rows: Sequence[TailRow], chain: Any, eos: set[int
 
     The rows of a batch advance together, one :meth:`~probe.scoring.engine.Engine.extend` a step: a row
     first runs its frontier path a token a step, then samples. A row leaves the batch at an
-    end-of-sequence id, its budget, or once ``decided(text)`` (no continuation changes the answer)."""
+    end-of-sequence id, its budget, or once ``decided(text)`` (no continuation changes the answer). A batch
+    that runs out of device memory runs again in halves (each draw restarted from its stream's start, so the
+    draws do not change), and the smaller batches stay."""
     answers: list[Any] = [None] * len(rows)
     tokens = [0] * len(rows)
-    step = max(1, int(batch_size))
-    for a in range(0, len(rows), step):
-        chunk = [_Draw(r) for r in rows[a:a + step]]
-        # one key/value store where the model allows: the prompts are read where they are, shared frontier
-        # paths run once, and nothing is copied when a draw ends (else a cache per row)
-        prompts: dict[int, int] = {}  # a prompt's vectors (shared by its draws) -> its row in the store
-        blocks = []
-        for d in chunk:
-            if id(d.row.kv) not in prompts:
-                prompts[id(d.row.kv)] = len(blocks)
-                blocks.append(d.row.kv)
-        longest = max(len(d.row.prompt) + max(d.row.max_new, len(d.row.path)) for d in chunk)
-        store = engine.tree_store_of(blocks, longest)
-        if store is not None:
-            _advance_tree(engine, store, chunk, [prompts[id(d.row.kv)] for d in chunk], chain, eos, tokenizer)
-        else:
-            _advance(engine, chunk, chain, eos, tokenizer)
-        for i, d in enumerate(chunk, start=a):
-            answers[i], tokens[i] = d.row.parser(_text(tokenizer, d.path, eos)), d.spent
+    step, a = max(1, int(batch_size)), 0
+    while a < len(rows):
+        states = [r.gen.get_state() for r in rows[a:a + step]]
+        try:
+            done = _complete_batch(engine, rows[a:a + step], chain, eos, tokenizer)
+        except (RuntimeError, MemoryError) as exc:
+            from probe.scoring.scorer import is_oom
+
+            if step == 1 or not is_oom(exc):
+                raise
+            done = None
+        if done is None:
+            # out of memory: the batch again in halves, each draw from where its stream started (the same
+            # draws), and the smaller batches from then on; the failed batch's tensors are freed first (out
+            # of the except block, whose traceback still holds them)
+            for r, st in zip(rows[a:a + step], states):
+                r.gen.set_state(st)
+            _free_device_memory()
+            step = max(1, min(step, len(rows) - a) // 2)
+            continue
+        for i, (ans, t) in enumerate(done, start=a):
+            answers[i], tokens[i] = ans, t
+        a += len(done)
     return answers, tokens
+
+
+def _free_device_memory() -> None:
+    """What a failed batch left in the allocator, returned before the smaller batches run."""
+    import gc
+
+    import torch
+
+    gc.collect()
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()
+
+
+def _complete_batch(engine: Any, rows: Sequence[TailRow], chain: Any, eos: set[int], tokenizer: Any
+                    ) -> list[tuple[Any, int]]:
+    """One batch of :func:`complete_rows`: per row its answer and forward tokens."""
+    chunk = [_Draw(r) for r in rows]
+    # one key/value store where the model allows: the prompts are read where they are, shared frontier
+    # paths run once, and nothing is copied when a draw ends (else a cache per row)
+    prompts: dict[int, int] = {}  # a prompt's vectors (shared by its draws) -> its row in the store
+    blocks = []
+    for d in chunk:
+        if id(d.row.kv) not in prompts:
+            prompts[id(d.row.kv)] = len(blocks)
+            blocks.append(d.row.kv)
+    longest = max(len(d.row.prompt) + max(d.row.max_new, len(d.row.path)) for d in chunk)
+    store = engine.tree_store_of(blocks, longest)
+    if store is not None:
+        _advance_tree(engine, store, chunk, [prompts[id(d.row.kv)] for d in chunk], chain, eos, tokenizer)
+    else:
+        _advance(engine, chunk, chain, eos, tokenizer)
+    return [(d.row.parser(_text(tokenizer, d.path, eos)), d.spent) for d in chunk]
 
 
 class _Draw:

@@ -149,11 +149,12 @@ def test_multi_model_run_refuses_a_foreign_run_directory_before_any_work(tmp_pat
     (["--k", "0"], "--k"),
     (["--n-boot", "0"], "--n-boot"),
     (["--gen-batch-size", "0"], "--gen-batch-size"),
+    (["--prompts-per-call", "0"], "--prompts-per-call"),
     (["--seed", "-1"], "--seed"),
     (["--max-new-tokens", "0"], "--max-new-tokens"),
     (["--n-prompts", "10000000"], "10,000"),
     (["--n-prompts", "０"], "--n-prompts"),
-], ids=["threads-0", "k-0", "n-boot-0", "gen-batch-size-0", "seed-negative", "max-new-tokens-0",
+], ids=["threads-0", "k-0", "n-boot-0", "gen-batch-size-0", "prompts-per-call-0", "seed-negative", "max-new-tokens-0",
         "n-prompts-capped", "n-prompts-full-width"])
 def test_validate_options_are_checked_before_the_model_loads(tmp_path, model_dir, capsys, no_model_load,
                                                              extra, needle):

@@ -226,6 +226,67 @@ def test_tail_draws_over_the_store_are_the_per_row_caches_draws(tiny_lm, one_tor
     assert engine.tree_store_of([block], 10) is None and engine.tree_store_of([block], 8) is not None
 
 
+def test_a_tail_batch_out_of_memory_runs_again_in_halves_with_the_same_draws(tiny_lm, one_torch_thread,
+                                                                              monkeypatch):
+    """A batch of tail draws that runs out of device memory (here: after it has advanced, so the draws' streams
+    moved) runs again in halves, each draw from its stream's start: the same answers as batches that fit (the
+    forward tokens differ: smaller batches share fewer path prefixes); an error that is not an allocation
+    failure is not retried."""
+    import torch
+
+    import probe.scoring.hybrid as hybrid
+    from probe.scoring.parse_exact import run_parse_requests
+
+    def answers(dists):
+        return [{k: v for k, v in x.to_dict()["hybrid"].items() if k != "tokens"} for x in dists]
+
+    want = answers(run_parse_requests(tiny_lm, _requests(tail_max=6)))
+    real = hybrid._complete_batch
+    sizes: list[int] = []
+
+    def small_memory(engine, rows, *a):
+        sizes.append(len(rows))
+        out = real(engine, rows, *a)
+        if len(rows) > 3:
+            raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
+        return out
+
+    monkeypatch.setattr(hybrid, "_complete_batch", small_memory)
+    got = answers(run_parse_requests(tiny_lm, _requests(tail_max=6)))
+    # halved from the batch that failed (57 rows, 28, 14, 7, 3), then batches of 3 to the end
+    assert got == want and sizes[:5] == [sizes[0], sizes[0] // 2, sizes[0] // 4, sizes[0] // 8, 3]
+    assert sizes[0] > 3 and set(sizes[5:]) <= {1, 2, 3}
+
+    def broken(engine, rows, *a):
+        raise RuntimeError("CUDA error: device-side assert triggered")
+
+    monkeypatch.setattr(hybrid, "_complete_batch", broken)
+    with pytest.raises(RuntimeError, match="device-side"):
+        run_parse_requests(tiny_lm, _requests(tail_max=6))
+
+
+def test_tail_batches_grow_to_a_gpus_free_memory():
+    """On a CPU the tail's batch holds TAIL_BATCH_TOKENS positions; planned for a GPU's free memory it holds what
+    HEADROOM of it takes, per position the keys and values of every layer plus one layer's head-expanded copy
+    (never less than the CPU's)."""
+    from types import SimpleNamespace
+
+    import torch
+
+    from probe.scoring.hybrid import TAIL_BATCH_TOKENS, tail_tokens
+    from probe.scoring.memory import HEADROOM
+
+    cfg = SimpleNamespace(hidden_size=576, num_attention_heads=9, num_key_value_heads=3, head_dim=64,
+                          intermediate_size=1536, num_hidden_layers=30, vocab_size=49152,
+                          _attn_implementation="sdpa")
+    model = SimpleNamespace(config=cfg, parameters=lambda: iter([torch.zeros(1, dtype=torch.bfloat16)]))
+    assert tail_tokens(model) == TAIL_BATCH_TOKENS
+    per = 2 * 30 * 3 * 64 * 2 + 2 * 2 * 9 * 64 * 2  # keys and values of 30 layers + one layer's expanded copy
+    free = 100 * 2**30
+    assert tail_tokens(model, free=free) == int(HEADROOM * free - 3 * 256 * 49152 * 4) // per  # ~3.9M positions
+    assert tail_tokens(model, free=2**20) == TAIL_BATCH_TOKENS
+
+
 def test_hybrid_records_resume_byte_identically(tiny_lm, tmp_path, one_torch_thread):
     from probe.runs.runner import Runner
 

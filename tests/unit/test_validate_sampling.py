@@ -328,6 +328,25 @@ def test_judge_samples_with_transformers_not_probes_sampler(tiny_lm, monkeypatch
         assert texts == [tok.decode(row, skip_special_tokens=True)] * 2
 
 
+def test_judge_with_several_prompts_a_call_pads_left_and_keeps_each_prompts_texts(tiny_lm):
+    """Prompts sharing a generate call (left-padded, K rows each): with top-k 1 each prompt's texts are its own
+    greedy ones, as alone, so padding moves no row onto another's prompt; one prompt a call is the default's
+    stream exactly; a call's samples are reproducible and K per prompt, in the prompts' order."""
+    from probe.studies.sampling_check.judge import judge_texts, sampler_settings
+
+    prompts = ["Hello there", "The man who lived in the old house by the river", "A", "The woman"]
+    settings = sampler_settings(None, 1.0, 1.0)
+    alone = judge_texts(tiny_lm, prompts, 2, 1, {**settings, "top_k": 1}, 6)
+    shared = judge_texts(tiny_lm, prompts, 2, 1, {**settings, "top_k": 1}, 6, prompts_per_call=3)
+    assert shared == alone and len({t[0] for t in alone}) > 1
+    assert judge_texts(tiny_lm, prompts, 3, 0, settings, 5, prompts_per_call=1) == judge_texts(
+        tiny_lm, prompts, 3, 0, settings, 5)
+    seen: list[int] = []
+    a = judge_texts(tiny_lm, prompts, 3, 0, settings, 5, prompts_per_call=4, progress=seen.append)
+    assert [len(x) for x in a] == [3] * 4 and seen == [4]
+    assert a == judge_texts(tiny_lm, prompts, 3, 0, settings, 5, prompts_per_call=4)
+
+
 def test_judge_runs_each_papers_sampler_explicitly():
     from probe.errors import ProbeError
     from probe.studies.sampling_check.judge import generate_kwargs, sampler_settings

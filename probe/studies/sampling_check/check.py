@@ -347,9 +347,10 @@ def joint_ranges(draws: dict[str, list[float]], level: float = 0.95, resolution:
 
 def run_check(task: str, runner: Any, *, n_prompts: int = 100, k: int = 20, seed: int = 0,
               max_new_tokens: int | None = None, batch_size: int = 32, n_boot: int = 1000,
-              progress: bool = False) -> SamplingCheck:
+              progress: bool = False, prompts_per_call: int = 1) -> SamplingCheck:
     """Run the sampling check for ``task`` (a task whose ``paper_check()`` is not None, :func:`checked_tasks`)
-    with a :class:`probe.runs.runner.Runner`."""
+    with a :class:`probe.runs.runner.Runner`; ``prompts_per_call``: prompts sharing one generate call on the
+    sampled side (:func:`probe.studies.sampling_check.judge.judge_texts`)."""
     the_task, paper = paper_check_of(task)
     if k < 1 or n_prompts < 1:
         raise ProbeError("probe validate sampling: --k and --n-prompts must be positive")
@@ -362,7 +363,7 @@ def run_check(task: str, runner: Any, *, n_prompts: int = 100, k: int = 20, seed
     from probe.studies.sampling_check.judge import judge_texts
 
     per_case = judge_texts(lm, [c.prompt for c in cases], k, seed, settings, int(settings["max_new_tokens"]),
-                           keys=[c.id for c in cases])
+                           keys=[c.id for c in cases], prompts_per_call=prompts_per_call)
     texts = [t for gen in per_case for t in gen]
     t2 = time.perf_counter()
     rng = np.random.default_rng(seed)
@@ -462,7 +463,8 @@ def run_check(task: str, runner: Any, *, n_prompts: int = 100, k: int = 20, seed
         # the per-metric level of the verdict's ranges (:func:`joint_ranges`)
         "range_level_each": tail_level_each if tdraws else level_each,
     }
-    settings.update({"k": k, "seed": seed, "n_boot": n_boot, "batch_size": batch_size, "n_prompts": n_prompts})
+    settings.update({"k": k, "seed": seed, "n_boot": n_boot, "batch_size": batch_size, "n_prompts": n_prompts,
+                     "prompts_per_call": int(prompts_per_call)})
     summary["seconds"] = {"exact_scoring_and_items": round(t1 - t0, 1), "generation": round(t2 - t1, 1),
                           "parse_and_bootstrap": round(time.perf_counter() - t2, 1)}
     return SamplingCheck(task, str(getattr(lm, "name", "")), settings, rows, agg, summary)

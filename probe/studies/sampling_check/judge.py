@@ -71,13 +71,18 @@ def _eos(model: Any, tokenizer: Any) -> set[int]:
 
 
 def judge_texts(lm: Any, prompts: Sequence[str], k: int, seed: int, settings: Mapping[str, Any],
-                max_new_tokens: int, keys: Sequence[str] | None = None) -> list[list[str]]:
-    """K generations per prompt from ``lm.model.generate`` (one call per prompt, K rows after one shared
-    prompt pass, :func:`prompt_cache`;
-    torch's generator seeded from ``seed`` and the prompt's key, default the prompt itself, so a prompt's
-    samples do not depend on the others).
+                max_new_tokens: int, keys: Sequence[str] | None = None, prompts_per_call: int = 1,
+                progress: Any = None) -> list[list[str]]:
+    """K generations per prompt from ``lm.model.generate``.
+
+    With ``prompts_per_call`` 1 (the default), one call per prompt, K rows after one shared prompt pass
+    (:func:`prompt_cache`), torch's generator seeded from ``seed`` and the prompt's key (default the prompt
+    itself), so a prompt's samples do not depend on the others. With more, that many prompts share a call
+    (left-padded, K rows each, the generator seeded from ``seed`` and the call's keys): a GPU runs the rows
+    of a call for about the cost of one, so long answers (HBB's 2048 tokens) fit in minutes, but a prompt's
+    samples then depend on which prompts share its call (they are as random, not the same ones).
     A generation ends where generate ends it; its new tokens up to the first EOS are decoded without special
-    tokens, as the exact side decodes."""
+    tokens, as the exact side decodes. ``progress``: called with the prompts done after each call."""
     import torch
 
     from probe.scoring.tokens import wants_special_tokens
@@ -87,21 +92,30 @@ def judge_texts(lm: Any, prompts: Sequence[str], k: int, seed: int, settings: Ma
     eos = _eos(model, tok)
     pad = tok.pad_token_id if tok.pad_token_id is not None else (min(eos) if eos else 0)
     kw = generate_kwargs(settings, max_new_tokens)
+    keys = list(keys if keys is not None else prompts)
+    step = max(1, int(prompts_per_call))
     out: list[list[str]] = []
     with torch.inference_mode():
-        for prompt, key in zip(prompts, keys if keys is not None else prompts):
-            ids = tok(prompt, add_special_tokens=wants_special_tokens(tok, prompt))["input_ids"]
-            x = torch.tensor([ids], dtype=torch.long, device=device)
-            cache = prompt_cache(model, x, k)
-            xs = x.repeat(k, 1)
-            torch.manual_seed(zlib.crc32(f"{seed}:{key}".encode()))
-            seqs = model.generate(xs, attention_mask=torch.ones_like(xs), pad_token_id=pad,
+        for at in range(0, len(prompts), step):
+            ids = [tok(p, add_special_tokens=wants_special_tokens(tok, p))["input_ids"] for p in prompts[at:at + step]]
+            width = max(len(x) for x in ids)
+            # left padding: every row's new tokens start at the same column, as generate expects
+            x = torch.tensor([[pad] * (width - len(r)) + r for r in ids], dtype=torch.long, device=device)
+            mask = torch.tensor([[0] * (width - len(r)) + [1] * len(r) for r in ids], dtype=torch.long, device=device)
+            cache = prompt_cache(model, x, k) if len(ids) == 1 else None
+            xs, ms = x.repeat_interleave(k, dim=0), mask.repeat_interleave(k, dim=0)
+            torch.manual_seed(zlib.crc32(f"{seed}:{chr(0).join(keys[at:at + step])}".encode()))
+            seqs = model.generate(xs, attention_mask=ms, pad_token_id=pad,
                                   **({"past_key_values": cache} if cache is not None else {}), **kw)
-            texts = []
-            for row in seqs[:, len(ids):].tolist():
-                cut = next((i for i, t in enumerate(row) if t in eos), len(row))
-                texts.append(tok.decode(row[:cut], skip_special_tokens=True))
-            out.append(texts)
+            rows = seqs[:, width:].tolist()
+            for i in range(len(ids)):
+                texts = []
+                for row in rows[i * k:(i + 1) * k]:
+                    cut = next((j for j, t in enumerate(row) if t in eos), len(row))
+                    texts.append(tok.decode(row[:cut], skip_special_tokens=True))
+                out.append(texts)
+            if progress is not None:
+                progress(len(out))
     return out
 
 

@@ -24,6 +24,8 @@ def report_markdown(check: SamplingCheck) -> str:
              f"K = {s['k']} samples per prompt, {s['n_prompts']} prompts in {s['n_units']} units "
              f"({st['unit']}), seed {st['seed']}, {st['n_boot']} bootstrap draws."
              + (f" Sampled by {st['sampled_by']}." if "sampled_by" in st else "")
+             + (f" {st['prompts_per_call']} prompts a generate call (a prompt's samples depend on the prompts "
+                "sharing its call)." if st.get("prompts_per_call", 1) > 1 else "")
              + (" Exact side: " + ", ".join(f"parse_{k} {v}" for k, v in st["parse"].items()) + "."
                 if st.get("parse") else ""), "",
              "| quantity | value |", "|---|---|",
