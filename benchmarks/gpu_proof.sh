@@ -18,6 +18,10 @@
 #   bash benchmarks/gpu_proof.sh engine  # old (level-by-level) vs new (packed) engine, 8B shape, bf16, one call
 #                                        #     < 6 min: time, passes, share of peak, busy share (device events
 #                                        #     only), syncs per call, max |delta|, OOM back-off (gpu_engine.py)
+#   bash benchmarks/gpu_proof.sh hbb-check  # `probe validate sampling hbb` at the authors' 2048-token answers on
+#                                        #     SmolLM2 (the GGUF above, or MODEL=...), seeds in SEEDS (default
+#                                        #     "0 1"), 100 questions, K = 20, 64 prompts a generate call; each
+#                                        #     seed under CHECK_TIMEOUT (default 280 s): $OUT/hbb_check_s<seed>/
 #
 # Every figure goes to $OUT (default ./gpu-proof-out): <part>.json, <part>.log, env.txt.
 set -uo pipefail
@@ -67,22 +71,35 @@ EOF
 } > "$OUT/env-$PART.txt" 2>&1
 cat "$OUT/env-$PART.txt"
 
+# SmolLM2's GGUF, put together from the pieces carried so far ($GG); fails when they are not all here
+smollm2_gguf() {
+  GG="$KEEP/SmolLM2-135M-Instruct.Q4_1.gguf"
+  [ -f "$GG" ] && return 0
+  cat "$KEEP"/smollm2.gguf.part* > "$GG.tmp" 2>/dev/null
+  if (cd "$KEEP" && echo "$(cut -d' ' -f1 gguf.sha256 2>/dev/null)  $GG.tmp" | sha256sum -c --quiet - 2>/dev/null); then
+    mv "$GG.tmp" "$GG"
+  else
+    echo "SmolLM2's GGUF is incomplete here (pieces: $(ls "$KEEP" | grep -c part)): real-weight part skipped"
+    return 1
+  fi
+}
+
 case "$PART" in
+  hbb-check)
+    if [ -z "${MODEL:-}" ]; then smollm2_gguf || exit 3; MODEL=$GG; fi
+    for seed in ${SEEDS:-0 1}; do
+      # float32: the two sides' forwards differ by float rounding only, far below 20 samples' noise
+      timeout "${CHECK_TIMEOUT:-280}" python3 -m probe validate sampling hbb --model "$MODEL" --device "$DEVICE" \
+        --dtype float32 --n-prompts 100 --k 20 --seed "$seed" --prompts-per-call "${PROMPTS_PER_CALL:-64}" \
+        --output "$OUT/hbb_check_s$seed" $EXTRA 2>&1 | tee "$OUT/hbb_check_s$seed.log"
+    done
+    ;;
   shape)
     timeout "${SHAPE_TIMEOUT:-400}" python3 benchmarks/gpu.py --device "$DEVICE" --dtypes bfloat16 --real none \
       --tokenizer "$KEEP/tokenizer" ${SHAPE_FLAGS:---oom --parse-exact} --json "$OUT/shape.json" $EXTRA 2>&1 | tee "$OUT/shape.log"
     ;;
   real)
-    GG="$KEEP/SmolLM2-135M-Instruct.Q4_1.gguf"
-    if [ ! -f "$GG" ]; then
-      cat "$KEEP"/smollm2.gguf.part* > "$GG.tmp" 2>/dev/null
-      if (cd "$KEEP" && echo "$(cut -d' ' -f1 gguf.sha256)  $GG.tmp" | sha256sum -c --quiet -); then
-        mv "$GG.tmp" "$GG"
-      else
-        echo "SmolLM2's GGUF is incomplete here (pieces: $(ls "$KEEP" | grep -c part)): real-weight part skipped"
-        exit 3
-      fi
-    fi
+    smollm2_gguf || exit 3
     timeout "${REAL_TIMEOUT:-240}" python3 benchmarks/gpu.py --device "$DEVICE" --skip-shape --real "$GG" \
       --tokenizer "$KEEP/tokenizer" --parse-exact --skip-quantized --json "$OUT/real.json" $EXTRA 2>&1 | tee "$OUT/real.log"
     ;;
@@ -97,5 +114,5 @@ case "$PART" in
       --tokenizer "$KEEP/tokenizer" --repeats 1 --parse-exact --parse-prompts 12 --parse-max-nodes 200 \
       --parse-settings 0.1:1.0:20,0.7:0.9:20 --json "$OUT/shape.json" ${SHAPE_EXTRA:-} 2>&1 | tee "$OUT/shape.log"
     ;;
-  *) echo "unknown part $PART (shape | real | engine | all)"; exit 2 ;;
+  *) echo "unknown part $PART (shape | real | engine | all | hbb-check)"; exit 2 ;;
 esac
