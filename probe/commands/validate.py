@@ -52,7 +52,7 @@ def register(groups: dict) -> None:
     p.add_argument("--prompts-per-call", type=bounded_int(1, MAX_PROMPTS), default=1,
                    help="prompts sharing one generate call on the sampled side (default 1: each prompt's samples "
                    "depend on it alone). On a GPU a call's rows cost about as much as one, so long answers need "
-                   "more (e.g. 64 for HBB's 2048 tokens); the samples are as random, but not the same ones")
+                   "more (e.g. 64 for 2048-token answers); the samples are as random, but not the same ones")
     p.add_argument("--n-boot", type=bounded_int(1, None), default=1000,
                    help="bootstrap draws for the sampled 95%% interval (default 1000)")
     add_threads_arg(p)
