@@ -78,8 +78,8 @@ def judge_texts(lm: Any, prompts: Sequence[str], k: int, seed: int, settings: Ma
     With ``prompts_per_call`` 1 (the default), one call per prompt, K rows after one shared prompt pass
     (:func:`prompt_cache`), torch's generator seeded from ``seed`` and the prompt's key (default the prompt
     itself), so a prompt's samples do not depend on the others. With more, that many prompts share a call
-    (left-padded, K rows each, the generator seeded from ``seed`` and the call's keys): a GPU runs the rows
-    of a call for about the cost of one, so long answers (HBB's 2048 tokens) fit in minutes, but a prompt's
+    (left-padded, K rows each, the generator seeded from ``seed`` and the call's keys): a GPU runs a call's
+    rows side by side, so long answers (2048 tokens) take one call's steps for many prompts, but a prompt's
     samples then depend on which prompts share its call (they are as random, not the same ones).
     A generation ends where generate ends it; its new tokens up to the first EOS are decoded without special
     tokens, as the exact side decodes. ``progress``: called with the prompts done after each call."""
