@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import math
 import time
+import warnings
 from dataclasses import dataclass, field
 from typing import Any, Callable, Hashable, Sequence
 
@@ -342,7 +343,10 @@ def complete_rows(engine: Any, rows: Sequence[TailRow], chain: Any, eos: set[int
             for r, st in zip(rows[a:a + step], states):
                 r.gen.set_state(st)
             _free_device_memory()
-            step = max(1, min(step, len(rows) - a) // 2)
+            failed, step = min(step, len(rows) - a), max(1, min(step, len(rows) - a) // 2)
+            # said as the scorer's back-off says it: the run goes on, slower, with the same numbers
+            warnings.warn(f"out of memory with {failed} tail draws in one batch; continuing with at most {step} "
+                          "(the draws are unchanged)", RuntimeWarning, stacklevel=2)
             continue
         for i, (ans, t) in enumerate(done, start=a):
             answers[i], tokens[i] = ans, t
