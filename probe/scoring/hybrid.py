@@ -50,7 +50,7 @@ def tail_tokens(model: Any, free: int | None = None) -> int:
     """Positions (prompt + budget) one batch of tail draws may hold: :data:`TAIL_BATCH_TOKENS` on a CPU; on a GPU
     as many as ``HEADROOM`` of its free memory holds (``free``: bytes to plan for, default the device's), each
     position's keys and values over every layer plus one layer's gathered, head-expanded copy. A draw runs
-    long answers (HBB's 2048 tokens) a token a pass, so a pass of a few rows leaves a GPU idle; a batch
+    long answers (2048 tokens) a token a pass, so a pass of a few rows leaves a GPU idle; a batch
     that still runs out of memory is halved and run again (:func:`complete_rows`)."""
     import torch
 
