@@ -95,6 +95,10 @@ class Engine:
         #: BlockMask, which skips the tiles it hides whole; compiled on first use; models whose class supports
         #: it, full attention only, else "sdpa"). docs/scoring.md, "The attention kernel".
         self.attention_kernel = "blocks" if self.device.type == "cpu" else "sdpa"
+        if self.device.type == "cpu":
+            from probe.scoring.host_memory import keep_freed_memory
+
+            keep_freed_memory()  # process-wide, once: freed pass temporaries stay for the next layer
         self._layer_kinds = layer_kinds(self.config)
         self.window = int(self.config.sliding_window) if "sliding_attention" in self._layer_kinds else None
 
