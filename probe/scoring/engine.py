@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import math
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -202,8 +203,9 @@ class Engine:
         for a, b, pa, pb in chunks:
             logits = self.logits(picked[a:b])  # [chunk, vocab] float32
             at, tok = _on(pair_pos[pa:pb] - a, logits.device), _on(pair_tok[pa:pb], logits.device)
-            fins.append(torch.isfinite(logits).all(dim=-1))
-            lps.append(logits[at, tok] - torch.logsumexp(logits, dim=-1)[at])
+            finite, norm = finite_and_logsumexp(logits)
+            fins.append(finite)
+            lps.append(logits[at, tok] - norm[at])
             if sampling:
                 sampled.append(block_logprobs(logits, at, tok, sampling))
         parts = [torch.cat(lps).double(), torch.cat(fins).double()]
@@ -456,8 +458,8 @@ class Engine:
             chunk = wanted[c : c + HEAD_CHUNK]
             h = hidden[torch.tensor([w[0] for w in chunk]), torch.tensor([w[1] for w in chunk])]
             logits = self.logits(h)
-            finite = torch.isfinite(logits).all(dim=-1).tolist()
-            norm = torch.logsumexp(logits, dim=-1)
+            finite_rows, norm = finite_and_logsumexp(logits)
+            finite = finite_rows.tolist()
             sampled = target_logprobs(logits, [w[2] for w in chunk], sampling) if sampling else []
             # every target of the chunk gathered at once: one device-to-host copy per chunk, not per position
             at = [k for k, w in enumerate(chunk) for _ in w[2]]
@@ -563,6 +565,18 @@ def _takes_mask_per_kind(decoder: Any) -> bool:
     except (OSError, TypeError):
         return False
     return "attention_mask, dict)" in src
+
+
+def finite_and_logsumexp(logits: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per row of ``logits [n, vocab]``: whether every logit is finite, and the row's logsumexp, bit for bit
+    ``torch.isfinite(logits).all(-1)`` and ``torch.logsumexp(logits, -1)``, from one reduction to the
+    maximum. A row's logits are all finite iff its largest and its smallest are (the maximum is NaN when
+    one is NaN), so the check reads the row twice instead of writing four [n, vocab] temporaries; the
+    logsumexp is PyTorch's own steps (an infinite maximum shifts by 0) on that maximum."""
+    top = logits.amax(dim=-1)
+    finite = torch.isfinite(top) & torch.isfinite(logits.amin(dim=-1))
+    shift = top.masked_fill(top.abs() == math.inf, 0)
+    return finite, torch.sum((logits - shift.unsqueeze(-1)).exp_(), dim=-1).log_().add_(shift)
 
 
 def input_device(model: Any) -> torch.device:
