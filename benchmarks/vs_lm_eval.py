@@ -314,6 +314,7 @@ def main() -> None:
         torch.set_num_threads(args.threads)
 
     from probe.models import load_model
+    from probe.scoring import host_memory
 
     lm = load_model(args.model)
     counter = PassCounter(lm.model)
@@ -364,7 +365,8 @@ def main() -> None:
     per_token = max(abs(p - l) / len(x) for p, l, (_, x) in zip(prb, lme, splits))
     f64 = float64_errors(lm, pairs, {"probe": prb, "lm_eval": lme, "naive": nai}, args.f64_check) if args.f64_check else {}
     print(f"machine: {platform.machine()} {os.cpu_count()} cpus, load {os.getloadavg()[0]:.1f}, torch {torch.__version__}, "
-          f"{torch.get_num_threads()} threads; model {lm.name} ({lm.info()['n_parameters'] / 1e6:.1f} M parameters)")
+          f"{torch.get_num_threads()} threads; model {lm.name} ({lm.info()['n_parameters'] / 1e6:.1f} M parameters); "
+          f"host memory {host_memory.state()} (docs/scoring.md, \"Host memory on a CPU\": the whole process)")
     print(f"BBQ: {len(items)} questions ({args.categories}; ambiguous + disambiguated), each as 3 answer texts "
           f"+ 3 letters = {len(pairs)} (context, continuation) pairs, {unshared_tokens} tokens unshared")
     print(f"token splits differing between probe and lm-eval: {mismatches}; probe boundary merges: "
@@ -422,7 +424,7 @@ def main() -> None:
 
     if args.json:
         args.json.write_text(json.dumps({
-            "model": lm.info(), "threads": torch.get_num_threads(), "n_questions": len(items), "n_pairs": len(pairs),
+            "model": lm.info(), "threads": torch.get_num_threads(), "host_memory": host_memory.state(), "n_questions": len(items), "n_pairs": len(pairs),
             "seconds": times, "seconds_runs": dict(runs), "forward_passes": {k: v[0] for k, v in passes.items()},
             "tokens_padded": {k: v[1] for k, v in passes.items()}, "probe_tokens_run": tokens_run,
             "max_abs_diff": diffs, "max_abs_diff_per_token": per_token, "float64_errors": f64,
