@@ -4,7 +4,7 @@ A packed pass on a CPU allocates and frees the same large temporaries in every l
 three rows x 1,668 tokens x 1,536 floats, 31 MB, several times a layer). glibc's ``malloc`` hands such
 blocks back to the kernel when they are freed (``munmap``, or trimming the heap's top past 128 KiB), so
 the next layer's block of the same size is new memory again, and every page of it faults in and is zeroed
-before the kernel writes to it: on that workload, 10-15 % of the pass's time went on first touches.
+before the layer writes to it: on that workload, 10-15 % of the pass's time went on first touches.
 :func:`keep_freed_memory` raises glibc's two thresholds with ``mallopt`` so freed blocks up to 32 MiB stay
 in the heap, and the heap's free top up to 1 GiB is kept: the next layer reuses warm pages.
 
