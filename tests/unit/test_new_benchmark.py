@@ -79,6 +79,9 @@ def test_report_and_sampling_check_end_to_end(plugin, tmp_path, one_torch_thread
     opts = RunOptions(progress=False)
     runner = Runner(load(tiny_named("tiny-a", 0), opts), opts)
     check = run_check("tinybbq", runner, n_prompts=8, k=3, n_boot=20, seed=0)
+    # the progress bar changes nothing computed
+    again = run_check("tinybbq", runner, n_prompts=8, k=3, n_boot=20, seed=0, progress=True)
+    assert again.prompts == check.prompts and again.aggregate == check.aggregate
     assert check.settings["temperature"] == 0.7 and check.settings["unit"] == "scenario"
     assert check.summary["n_prompts"] == 8 and check.summary["n_generations"] == 24
     assert set(check.aggregate) == {"Acc_amb", "S_amb", "n"}

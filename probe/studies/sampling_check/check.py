@@ -350,7 +350,8 @@ def run_check(task: str, runner: Any, *, n_prompts: int = 100, k: int = 20, seed
               progress: bool = False, prompts_per_call: int = 1) -> SamplingCheck:
     """Run the sampling check for ``task`` (a task whose ``paper_check()`` is not None, :func:`checked_tasks`)
     with a :class:`probe.runs.runner.Runner`; ``prompts_per_call``: prompts sharing one generate call on the
-    sampled side (:func:`probe.studies.sampling_check.judge.judge_texts`)."""
+    sampled side (:func:`probe.studies.sampling_check.judge.judge_texts`); ``progress``: a bar over the
+    sampled side's prompts."""
     the_task, paper = paper_check_of(task)
     if k < 1 or n_prompts < 1:
         raise ProbeError("probe validate sampling: --k and --n-prompts must be positive")
@@ -362,8 +363,18 @@ def run_check(task: str, runner: Any, *, n_prompts: int = 100, k: int = 20, seed
         raise ProbeError(f"probe validate sampling {task}: the sample has no prompts")
     from probe.studies.sampling_check.judge import judge_texts
 
-    per_case = judge_texts(lm, [c.prompt for c in cases], k, seed, settings, int(settings["max_new_tokens"]),
-                           keys=[c.id for c in cases], prompts_per_call=prompts_per_call)
+    bar = None
+    if progress:  # the sampled side is the check's long part (K generations a prompt)
+        from tqdm.auto import tqdm
+
+        bar = tqdm(total=len(cases), unit="prompt", desc="sampling", leave=False)
+    try:
+        per_case = judge_texts(lm, [c.prompt for c in cases], k, seed, settings, int(settings["max_new_tokens"]),
+                               keys=[c.id for c in cases], prompts_per_call=prompts_per_call,
+                               progress=None if bar is None else (lambda done: bar.update(done - bar.n)))
+    finally:
+        if bar is not None:
+            bar.close()
     texts = [t for gen in per_case for t in gen]
     t2 = time.perf_counter()
     rng = np.random.default_rng(seed)
