@@ -4,7 +4,7 @@ One process, one model, the BBQ requests of ``vs_lm_eval.py`` (48 questions with
 ``--quick``): the same ``Scorer`` scores them with ``Engine.attention_kernel =
 "sdpa"`` (SDPA over each whole row, every masked pair computed) and ``"blocks"``
 (SDPA per subtree against its own keys and the stems above it:
-``probe.scoring.packed.block_attention``), alternating, ``--repeats`` times each.
+``probe.scoring.engine.packed.block_attention``), alternating, ``--repeats`` times each.
 Prints CPU seconds per run, the pass's shape and blocks, and the largest
 difference between the two kernels' log-likelihoods.
 
@@ -23,7 +23,8 @@ import vs_lm_eval  # noqa: E402  (its import sets the offline environment, PROBE
 import limit_model  # noqa: E402
 import torch  # noqa: E402
 
-from probe.scoring import Scorer, packed  # noqa: E402
+from probe.scoring import Scorer  # noqa: E402
+from probe.scoring.engine import packed  # noqa: E402
 
 
 def main() -> None:
@@ -46,7 +47,7 @@ def main() -> None:
         shapes.append((a.ids.shape, sum(len(b) for b in a.blocks), a.computed))
         return a
 
-    import probe.scoring.scorer as scorer_module
+    import probe.scoring.engine.driver as scorer_module
 
     scorer_module.arrays = spy
     scorer = Scorer(lm, batch_size=16)

@@ -59,8 +59,8 @@ def main(argv: list[str] | None = None) -> dict:
         scorer.packed = packed
         widths: list[int] = []
         if packed:
-            real = scorer._packed_pass
-            scorer._packed_pass = lambda a, *rest: (widths.append(a.ids.shape[1]), real(a, *rest))[1]
+            real = scorer.driver._packed_pass
+            scorer.driver._packed_pass = lambda a, *rest: (widths.append(a.ids.shape[1]), real(a, *rest))[1]
         got[label] = scorer.score(reqs, capture=spec)
         out[f"{label}_row_widths"] = widths
     enc = Scorer(lm).encode

@@ -48,7 +48,7 @@ import torch  # noqa: E402
 from torch.overrides import TorchFunctionMode  # noqa: E402
 
 from probe.scoring import Scorer  # noqa: E402
-from probe.scoring.memory import ModelShape, fit_token_budget  # noqa: E402
+from probe.scoring.engine.memory import ModelShape, fit_token_budget  # noqa: E402
 
 BUDGET = 16_384
 NO_ROW_CAP = 1 << 30
@@ -89,7 +89,7 @@ class PassShapes:
     def __init__(self, scorer: Any) -> None:
         self.passes: list[dict[str, int]] = []
         self._h = scorer.engine.decoder.register_forward_pre_hook(self._hook, with_kwargs=True)
-        real = scorer._packed_pass
+        real = scorer.driver._packed_pass
 
         def packed_pass(a, *rest):
             rows, width = a.ids.shape
@@ -97,7 +97,7 @@ class PassShapes:
                                 "new": rows * width - a.padded, "cached": 0, "packed": 1})
             return real(a, *rest)
 
-        scorer._packed_pass = packed_pass
+        scorer.driver._packed_pass = packed_pass
 
     def _hook(self, module: Any, args: tuple, kwargs: dict) -> None:
         ids, mask = kwargs["input_ids"], kwargs["attention_mask"]
@@ -220,7 +220,7 @@ def host_ms_per_1k(lm: Any, reqs: list, packed: bool, repeats: int = 5) -> dict[
         encoded = [scorer.encode(r) for r in reqs]
         device = [0.0, 0]  # seconds, nesting depth (run_packed calls _decoder: counted once)
         eng = scorer.engine
-        for name in ("run_packed", "read_packed", "_decoder", "_read"):
+        for name in ("run_packed", "read_packed", "_decoder", "read"):
             setattr(eng, name, _timed(getattr(eng, name), device))
         t = time.perf_counter()
         scorer._compute(encoded, progress=False)

@@ -243,7 +243,7 @@ def hbb_workload(tok: Any, concepts: int, sg_n: int) -> dict[str, Any]:
                   for c in load_default(cfg.data_dir)[0] if c.concept_id in used}
     sg = sg_requests(unique_questions(items), tok, variations, chat_template=cfg.chat_template,
                      system=cfg.sg_system_prompt)
-    from probe.scoring.sampling import as_specs
+    from probe.scoring.sampler.sampling import as_specs
 
     return {"instances": len(items), "questions": len(unique_questions(items)), "mcq": mcq, "sg": sg,
             "sampling": as_specs(task.sampling(cfg))}
@@ -256,7 +256,7 @@ def measure(lm: Any, reqs: list, device: str, sampling: tuple = (), capture: Any
 
     scorer = scorer or Scorer(lm, batch_size="auto", token_budget="auto")
     scorer.score(reqs[: min(8, len(reqs))], sampling=sampling, capture=capture)  # warm-up: kernels, allocator
-    scorer.engine.tokens_run = scorer.engine.forward_passes = 0
+    scorer.engine.reset_counts()
     reset_peak(device)
     results, seconds = timed(device, lambda: scorer.score(reqs, sampling=sampling, capture=capture))
     tokens = scorer.engine.tokens_run

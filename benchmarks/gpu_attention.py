@@ -53,7 +53,7 @@ def chunked(lm: Any, workloads: dict[str, tuple[list, tuple]], device: str, peak
     scorer.score(workloads["bbq"][0][:8])  # warm-up: kernels load, allocator warms
     out: dict[str, Any] = {}
     for label, (reqs, sampling) in workloads.items():
-        scorer.engine.tokens_run = scorer.engine.forward_passes = 0
+        scorer.engine.reset_counts()
         parts = [reqs[i:i + chunk] for i in range(0, len(reqs), chunk)]
         got, seconds = gpu.timed(device, lambda: [scorer.score(x, sampling=sampling) for x in parts])
         m = {"unique_tokens": scorer.engine.tokens_run, "scored_positions": limit_model.scored_positions(scorer, reqs),
@@ -73,7 +73,7 @@ def repeats(lm: Any, reqs: list, device: str, peak: dict, context: Any, n: int =
         positions = limit_model.scored_positions(scorer, reqs)
         times, shares = [], []
         for _ in range(n):
-            scorer.engine.tokens_run = scorer.engine.forward_passes = 0
+            scorer.engine.reset_counts()
             results, seconds = gpu.timed(device, lambda: scorer.score(reqs))
             m = {"unique_tokens": scorer.engine.tokens_run, "scored_positions": positions, "seconds": seconds}
             times.append(seconds)

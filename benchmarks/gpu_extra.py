@@ -66,7 +66,7 @@ def oom_part(lm: Any, reqs: list, reference: list, device: str, margin_gib: floa
             warnings.simplefilter("always")
             results = scorer.score(reqs)
         back_offs = sum("out of memory" in str(w.message) for w in caught)
-        rows, tokens = scorer._row_cap, scorer._budget_cap
+        rows, tokens = scorer.driver.row_cap, scorer.driver.budget_cap
         same_caps = Scorer(lm, batch_size=rows, token_budget=tokens).score(reqs)
     finally:
         torch.cuda.set_per_process_memory_fraction(1.0)
@@ -76,7 +76,7 @@ def oom_part(lm: Any, reqs: list, reference: list, device: str, margin_gib: floa
         passes_before = scorer.engine.counts().get("forward_passes", 0)
         scorer.score(reqs)
         scorer.score(reqs)
-        grown = {"rows": scorer._row_cap, "tokens": scorer._budget_cap,
+        grown = {"rows": scorer.driver.row_cap, "tokens": scorer.driver.budget_cap,
                  "passes": scorer.engine.counts().get("forward_passes", 0) - passes_before}
     except Exception as exc:  # noqa: BLE001 - report it; the recovery figures above still stand
         grown = {"failed": f"{type(exc).__name__}: {str(exc)[:300]}"}

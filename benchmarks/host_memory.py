@@ -1,4 +1,4 @@
-"""glibc keeping freed blocks (probe.scoring.host_memory) on and off: the same BBQ pass, its time and its scores.
+"""glibc keeping freed blocks (probe.scoring.engine.host_memory) on and off: the same BBQ pass, its time and its scores.
 
 Each setting runs in its own process (the setting is process-wide and set once): the BBQ requests of
 ``vs_lm_eval.py --quick`` scored ``--calls`` times by one ``Scorer``, after one warm-up call. Printed per
@@ -34,7 +34,8 @@ def child(args: argparse.Namespace) -> None:
     import vs_lm_eval as bench
 
     from probe.models import load_model
-    from probe.scoring import Scorer, host_memory
+    from probe.scoring import Scorer
+    from probe.scoring.engine import host_memory
 
     torch.set_num_threads(args.threads)
     lm = load_model(args.model)

@@ -143,7 +143,7 @@ def variant_scaling(
         unshared = sum(len(s.ids) for r in reqs for s in scorer.encode(r).sequences)
         best = float("inf")
         for _ in range(reps):
-            scorer.engine.tokens_run = scorer.engine.forward_passes = 0
+            scorer.engine.reset_counts()
             t = time.perf_counter()
             scorer.score(reqs)
             best = min(best, time.perf_counter() - t)

@@ -9,7 +9,7 @@ sampler (the prompt run once, its cache shared by the K rows, ``--max-new`` toke
     python benchmarks/parse_exact_cost.py --prompts 12 --threads 1 --hybrid
 
 ``--hybrid``: the parse stage as the tasks run it where the tree does not close: the exact head to half the
-K samples' tokens (``K x max_new / 2`` nodes), then tail draws (:mod:`probe.scoring.hybrid`) within the K
+K samples' tokens (``K x max_new / 2`` nodes), then tail draws (:mod:`probe.scoring.parse.hybrid`) within the K
 samples' forward tokens; its tokens count the head's passes and the draws' (the prompt's vectors are reused).
 
 Prompts: ImplicitBBQ zero-shot one-word prompts (ambiguous and disambiguated,
@@ -72,8 +72,8 @@ def cost_rows(lm, preqs: list, settings: str, *, max_new: int, residual: float, 
     from probe.scoring.generate import sample_shared_prefix
     from probe.scoring.engine import Engine
     from probe.scoring.generate import generation_seed
-    from probe.scoring.parse_exact import parse_exact
-    from probe.scoring.sampling import SamplingSpec
+    from probe.scoring.parse.exact import parse_exact
+    from probe.scoring.sampler.sampling import SamplingSpec
 
     prompts = [r.prompt for r in preqs]
     parsers = [r.parser for r in preqs]
@@ -84,7 +84,7 @@ def cost_rows(lm, preqs: list, settings: str, *, max_new: int, residual: float, 
 
     def counting(self, **kw):  # forward tokens of the enumeration: non-pad input positions of every pass
         mask = kw["attention_mask"]
-        if mask.dim() == 4:  # a frontier pass over the store (probe.scoring.tree_cache): one row, no padding
+        if mask.dim() == 4:  # a frontier pass over the store (probe.scoring.engine.tree_cache): one row, no padding
             counted["tokens"] += int(kw["input_ids"].numel())
         else:
             counted["tokens"] += int(mask[:, -kw["input_ids"].shape[1]:].sum())
@@ -145,8 +145,8 @@ def _hybrid(lm, preqs: list, spec, k: int, max_new: int, residual: float, answer
     draws within ``k x max_new`` forward tokens per prompt (seeded)."""
     import dataclasses
 
-    from probe.scoring.parse_exact import run_parse_requests
-    from probe.scoring.parse_schema import TailSpec
+    from probe.scoring.parse.exact import run_parse_requests
+    from probe.scoring.parse.schema import TailSpec
 
     reqs = [dataclasses.replace(r, temperature=spec.temperature, top_p=spec.top_p, max_new_tokens=max_new,
                                 residual=residual, answer_residual=answer_residual, max_nodes=k * max_new // 2,

@@ -2,9 +2,9 @@
 
 Two measurements, one process:
 
-- ``cost``: the time of :func:`probe.scoring.sampler_chain.step_distribution` for
+- ``cost``: the time of :func:`probe.scoring.sampler.chain.step_distribution` for
   ``--rows`` paths over a ``--vocab`` vocabulary (random float32 logits), as a
-  ratio to :func:`probe.scoring.sampling.sampling_distribution` on the same
+  ratio to :func:`probe.scoring.sampler.sampling.sampling_distribution` on the same
   logits (the per-step distribution ``parse_exact`` uses now), for T / top-p
   alone, for the HBB open-weight chain (top-k 50, repetition penalty 1.2 over a
   ``--history``-token path) and for a chain with every step on; random logits of
@@ -40,8 +40,8 @@ def _time(fn, repeat: int) -> float:
 def cost(rows: int, vocab: int, history: int, repeat: int, scale: float) -> None:
     import torch
 
-    from probe.scoring.sampler_chain import SamplerChain, TokenHistory, step_distribution
-    from probe.scoring.sampling import SamplingSpec, sampling_distribution
+    from probe.scoring.sampler.chain import SamplerChain, TokenHistory, step_distribution
+    from probe.scoring.sampler.sampling import SamplingSpec, sampling_distribution
 
     gen = torch.Generator().manual_seed(0)
     x = torch.randn(rows, vocab, generator=gen) * scale
@@ -64,7 +64,7 @@ def effect(model: str, n: int) -> None:
     from probe.data.hbb import unique_questions
     from probe.models import load_model
     from probe.prompts.hbb import mcq_requests
-    from probe.scoring.sampler_chain import SamplerChain, TokenHistory, step_distribution
+    from probe.scoring.sampler.chain import SamplerChain, TokenHistory, step_distribution
     from probe.scoring.tokens import wants_special_tokens
     from probe.tasks.hbb.task import HBBConfig, HBBTask
     from probe.tasks.paper_samplers import preset

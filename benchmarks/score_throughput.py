@@ -80,7 +80,7 @@ def main() -> None:
     ref = naive(lm, scorer, requests)
     t_naive = time.perf_counter() - t
 
-    scorer.engine.tokens_run = scorer.engine.forward_passes = 0
+    scorer.engine.reset_counts()
     t = time.perf_counter()
     results = scorer.score(requests)
     t_probe = time.perf_counter() - t

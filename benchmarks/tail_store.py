@@ -38,13 +38,13 @@ def main() -> None:
 
     from probe.models import load_model
     from probe.scoring.engine import Engine
-    from probe.scoring.sampling import SamplingSpec
+    from probe.scoring.sampler.sampling import SamplingSpec
 
     lm = load_model(args.model, device="cpu", dtype="float32")
     preqs = implicitbbq_parse_requests(lm.tokenizer, args.prompts)
     t, p, k = args.setting.split(":")
     spec = SamplingSpec(float(t), float(p))
-    import probe.scoring.hybrid as hybrid
+    import probe.scoring.parse.hybrid as hybrid
 
     store_of, fits = Engine.tree_store_of, Engine.tree_fits
     complete_tails = hybrid.complete_tails

@@ -240,7 +240,7 @@ def hbb_part(lm: Any, counter: PassCounter, args: argparse.Namespace) -> dict:
     reqs = mcq_requests(questions, lm.tokenizer)
     scorer.score(reqs[:1])
     counter.reset()
-    scorer.engine.tokens_run = 0
+    scorer.engine.reset_counts()
     _, t_label = timed(lambda: scorer.score(reqs))
     label = {"questions": len(questions), "seconds": t_label, "forward_passes": counter.calls,
              "tokens_padded": counter.tokens, "tokens_run": scorer.engine.tokens_run,
@@ -314,7 +314,7 @@ def main() -> None:
         torch.set_num_threads(args.threads)
 
     from probe.models import load_model
-    from probe.scoring import host_memory
+    from probe.scoring.engine import host_memory
 
     lm = load_model(args.model)
     counter = PassCounter(lm.model)
@@ -344,7 +344,7 @@ def main() -> None:
             runs["naive"].append(t)
             passes["naive"] = (counter.calls, counter.tokens)
         counter.reset()
-        scorer.engine.tokens_run = scorer.engine.forward_passes = 0
+        scorer.engine.reset_counts()
         res, t = timed(lambda: scorer.score(reqs))
         runs["probe"].append(t)
         passes["probe"] = (counter.calls, counter.tokens)

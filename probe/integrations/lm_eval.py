@@ -57,7 +57,6 @@ import torch
 
 from probe.models.fingerprint import model_fingerprint
 from probe.scoring.cache import ENGINE_VERSION, ScoreCache
-from probe.scoring.engine import Engine
 from probe.scoring.requests import ContinuationRequest
 from probe.scoring.scorer import Scorer
 from probe.scoring.tokens import Encoded, Sequence
@@ -84,49 +83,13 @@ def register() -> None:
         model_registry.register(MODEL_NAME)(ProbeLM)
 
 
-class _GreedyEngine(Engine):
-    """probe's engine that also keeps, per row it reads, the argmax token at each scored position
-    (what ``HFLM`` compares with the continuation for ``is_greedy``)."""
-
-    def __init__(self, model: Any, pad_id: int) -> None:
-        super().__init__(model, pad_id)
-        self.greedy: dict[tuple[tuple[int, ...], int], tuple[int, ...]] = {}
-        self._argmax: list[list[int]] | None = None
-
-    def logits(self, hidden: torch.Tensor) -> torch.Tensor:
-        out = super().logits(hidden)
-        if self._argmax is not None:
-            self._argmax.append(out.argmax(dim=-1).tolist())  # first index on ties, as torch/HFLM
-        return out
-
-    def _read(self, hidden: torch.Tensor, rows: list, starts: list[int], sampling: tuple = ()) -> list:
-        self._argmax = []
-        try:
-            outputs = super()._read(hidden, rows, starts, sampling)
-            flat = [t for chunk in self._argmax for t in chunk]
-        finally:
-            self._argmax = None
-        # Engine._read unembeds the wanted positions row by row (a row's label position first, then
-        # its scored tokens in order), so the argmaxes split into consecutive runs, one per row.
-        k = 0
-        for row, out in zip(rows, outputs):
-            k += 1 if row.label_ids else 0
-            n = len(out.token_logprobs)
-            self.greedy[(row.ids, row.score_from)] = tuple(flat[k : k + n])
-            k += n
-        if k != len(flat):
-            raise RuntimeError(f"probe.integrations.lm_eval: {len(flat)} positions unembedded but {k} scores read; "
-                               "Engine._read's layout changed, update _GreedyEngine")
-        return outputs
-
-
 class _TokenScorer(Scorer):
     """A Scorer whose requests arrive already tokenized (lm-eval tokenized them): ``encode``
     returns the prepared :class:`Encoded` of a request id instead of applying probe's joining rule."""
 
     def __init__(self, lm: Any, **kwargs: Any) -> None:
-        super().__init__(lm, **kwargs)
-        self.engine = _GreedyEngine(lm.model, pad_id=self.engine.pad_id)
+        # the engine keeps each scored position's argmax token (HFLM's is_greedy compares the continuation)
+        super().__init__(lm, keep_greedy=True, **kwargs)
         self.prepared: dict[str, Encoded] = {}
 
     def encode(self, request: Any) -> Encoded:
@@ -162,7 +125,7 @@ class ProbeLM(HFLM):
         most rows and padded tokens per scoring forward pass (the Scorer's; an
         out-of-memory error halves the rows for the rest of the run). ``auto``
         (the default, as for ``probe run``): 16 rows / 8192 tokens on the CPU,
-        sized from free memory on a GPU (:func:`probe.scoring.memory.plan`).
+        sized from free memory on a GPU (:func:`probe.scoring.engine.memory.plan`).
     score_cache:
         a path: scores (and greedy flags) kept in a :class:`probe.scoring.cache.ScoreCache`
         keyed on the model fingerprint and exact token ids, so a rerun scores only new rows.

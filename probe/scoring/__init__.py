@@ -19,7 +19,7 @@ from probe.scoring.requests import (
     Result,
     softmax,
 )
-from probe.scoring.sampling import SampledContinuation, SampledLabel, SamplingSpec
+from probe.scoring.sampler.sampling import SampledContinuation, SampledLabel, SamplingSpec
 
 if TYPE_CHECKING:
     from probe.scoring.scorer import Scorer

@@ -61,7 +61,7 @@ from probe.errors import ProbeError
 from probe.scoring.engine import RowOutput
 
 #: Bump when the engine's numerics change (cached values of older engines are then not reused).
-ENGINE_VERSION = 2  # 2: packed passes (probe.scoring.packed): float rounding differs from the level path
+ENGINE_VERSION = 2  # 2: packed passes (probe.scoring.engine.packed): float rounding differs from the level path
 FORMAT = 2  # layout of the sqlite file and of a stored value (2: values carry a keyed MAC)
 KEY_BYTES = 32
 MAC_BYTES = 16

@@ -31,7 +31,7 @@ from typing import Any, Callable, ContextManager, Protocol
 import numpy as np
 import torch
 
-from probe.scoring.batching import Node
+from probe.scoring.engine.batching import Node
 from probe.scoring.engine import Row
 
 
@@ -118,7 +118,7 @@ class Taps:
 
     def pass_at(self, places: list[tuple[Node, int, int]]):
         """While one packed pass runs: gather the needed tokens of each ``(node, row, column of the
-        node's first token)`` (probe.scoring.packed)."""
+        node's first token)`` (probe.scoring.engine.packed)."""
         return self._gathering([(r, c + t - n.start, n.ids[: t + 1])
                                 for n, r, c in places for t in self.need.get(id(n), ())])
 

@@ -17,7 +17,7 @@ from typing import Any, Callable, Mapping, Sequence
 import torch
 
 from probe.io import stable_hash
-from probe.scoring.parse_schema import check_prompt_request
+from probe.scoring.requests import check_prompt_request
 from probe.scoring.tokens import wants_special_tokens
 
 
@@ -48,12 +48,12 @@ def sample_generate(
 ) -> list[str]:
     """Sampled continuations of ``prompts``; ``seeds[i]`` seeds prompt ``i``'s own random stream.
 
-    Each step draws from the distribution :func:`probe.scoring.sampling.sampling_distribution`
+    Each step draws from the distribution :func:`probe.scoring.sampler.sampling.sampling_distribution`
     defines (``softmax(logits / T)``, cut to the nucleus, ties by lower token id), by
     inverting its CDF (in token-id order) at one uniform number from the prompt's own CPU
     generator: the draw depends on nothing else in the batch and not on the device.
     """
-    from probe.scoring.sampling import SamplingSpec
+    from probe.scoring.sampler.sampling import SamplingSpec
 
     if len(seeds) != len(prompts):
         raise ValueError(f"sample_generate: {len(seeds)} seeds for {len(prompts)} prompts")
@@ -71,7 +71,7 @@ class _RowSampler:
         self.generators = [torch.Generator().manual_seed(int(s) % (1 << 63)) for s in seeds]
 
     def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
-        from probe.scoring.sampling import sampling_distribution
+        from probe.scoring.sampler.sampling import sampling_distribution
 
         dist = sampling_distribution(scores.float(), self.spec)  # float64, [batch, vocab]
         cum = torch.cumsum(dist, dim=-1)
@@ -94,7 +94,7 @@ def sample_shared_prefix(lm: Any, prompts: Sequence[str], seeds: Sequence[Sequen
     text is cut at the first end-of-sequence token. :func:`run_generation` with
     ``share_prefix=True`` (``Runner.generate``) takes this path.
     """
-    from probe.scoring.sampling import SamplingSpec
+    from probe.scoring.sampler.sampling import SamplingSpec
 
     tok = lm.tokenizer
     engine, config, eos, pad = _decoding(lm)  # the prompt's pass and each step: the engine's extension

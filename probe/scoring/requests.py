@@ -128,7 +128,7 @@ class LabelResult:
     n_prompt_tokens: int
     finite: bool = True  # False when the logits held NaN/inf: never average such a result
     meta: Mapping[str, Any] = field(default_factory=dict, hash=False, compare=False)
-    #: per requested SamplingSpec, a probe.scoring.sampling.SampledLabel (empty: exact scores only)
+    #: per requested SamplingSpec, a probe.scoring.sampler.sampling.SampledLabel (empty: exact scores only)
     sampling: tuple[Any, ...] = ()
     #: with ``Scorer.score(capture=...)``: ``{'{hook}@{position}': float32 [d_model]}`` (else empty)
     activations: Mapping[str, Any] = field(default_factory=dict, hash=False, compare=False, repr=False)
@@ -149,7 +149,7 @@ class ContinuationResult:
     n_prompt_tokens: int
     finite: bool = True
     meta: Mapping[str, Any] = field(default_factory=dict, hash=False, compare=False)
-    #: per requested SamplingSpec, a probe.scoring.sampling.SampledContinuation (empty: exact scores only)
+    #: per requested SamplingSpec, a probe.scoring.sampler.sampling.SampledContinuation (empty: exact scores only)
     sampling: tuple[Any, ...] = ()
     #: with ``Scorer.score(capture=...)``: ``{'{hook}@{position}': float32 [d_model]}`` (else empty)
     activations: Mapping[str, Any] = field(default_factory=dict, hash=False, compare=False, repr=False)
@@ -199,3 +199,19 @@ def _check_common(request_id: object, prompt: object) -> None:
         raise ValueError("request has an empty or non-string 'id'")
     if not isinstance(prompt, str) or not prompt:
         raise ValueError(f"request {request_id!r}: field 'prompt' is empty or not a string")
+
+
+def check_prompt_request(kind: str, request_id: Any, prompt: Any, max_new_tokens: Any) -> None:
+    """The checks every request that generates after a prompt shares (parse and generation requests): a
+    non-empty string id and prompt, at least one new token; a ValueError naming the request and field.
+
+    >>> check_prompt_request("generation", "q1", "Q:", 0)
+    Traceback (most recent call last):
+    ValueError: generation request 'q1': max_new_tokens must be >= 1
+    """
+    if not isinstance(request_id, str) or not request_id:
+        raise ValueError(f"{kind} request has an empty or non-string 'id'")
+    if not isinstance(prompt, str) or not prompt:
+        raise ValueError(f"{kind} request {request_id!r}: field 'prompt' is empty")
+    if not isinstance(max_new_tokens, int) or max_new_tokens < 1:
+        raise ValueError(f"{kind} request {request_id!r}: max_new_tokens must be >= 1")

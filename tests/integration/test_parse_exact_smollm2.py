@@ -15,8 +15,8 @@ import pytest
 import torch
 
 from probe.prompts.chat import render_prompt
-from probe.scoring.parse_exact import parse_exact
-from probe.scoring.sampling import SamplingSpec
+from probe.scoring.parse.exact import parse_exact
+from probe.scoring.sampler.sampling import SamplingSpec
 
 pytestmark = pytest.mark.integration
 

@@ -15,8 +15,8 @@ import pytest
 import torch
 
 from probe.scoring import ContinuationRequest, LabelRequest, PerplexityRequest, Scorer
-from probe.scoring import memory
-from probe.scoring.memory import BatchPlan, ModelShape, fit_token_budget, plan
+from probe.scoring.engine import memory
+from probe.scoring.engine.memory import BatchPlan, ModelShape, fit_token_budget, plan
 
 
 @pytest.fixture(scope="module")
@@ -74,7 +74,7 @@ def _reads(scorer: Scorer) -> collections.Counter:
     """Counts how often each unique row is read (unembedded) by the scorer's engine: in packed passes
     (handed out once per call) and in level passes."""
     seen: collections.Counter = collections.Counter()
-    real, real_hand_out = scorer.engine.read, scorer._hand_out
+    real, real_hand_out = scorer.engine.read, scorer.driver._hand_out
 
     def read(hidden, rows, starts, index=None, sampling=()):
         seen.update((r.ids, r.score_from) for r in rows)
@@ -85,7 +85,7 @@ def _reads(scorer: Scorer) -> collections.Counter:
         return real_hand_out(reads, outputs)
 
     scorer.engine.read = read
-    scorer._hand_out = hand_out
+    scorer.driver._hand_out = hand_out
     return seen
 
 
@@ -169,7 +169,7 @@ def test_auto_under_a_simulated_memory_limit_scores_every_request_once(tiny_lm, 
         got = scorer.score(reqs)
 
     assert limit.refused > 0 and limit.largest <= LIMIT
-    assert scorer._budget_cap < scorer.token_budget and scorer._row_cap < scorer.batch_size  # shrunk for good
+    assert scorer.driver.budget_cap < scorer.token_budget and scorer.driver.row_cap < scorer.batch_size  # shrunk for good
     rows = scorer.rows([scorer.encode(r) for r in reqs])
     assert len(reads) == len(rows) and set(reads.values()) == {1}  # every unique sequence read exactly once
     assert [r.id for r in got] == [r.id for r in reqs]
@@ -215,7 +215,7 @@ def test_the_runner_writes_every_record_once_under_the_limit(tiny_lm, monkeypatc
 
 def test_generation_batch_size_of_a_plan():
     """Generation has no back-off: an automatic GPU plan gives it at most 64 rows; the CPU keeps 16."""
-    from probe.scoring.memory import generation_batch_size
+    from probe.scoring.engine.memory import generation_batch_size
 
     gpu = BatchPlan(50_000, 50_000, "auto", "auto", "cuda:0")
     assert generation_batch_size(gpu) == 24  # 50,000 // 2048
@@ -285,7 +285,7 @@ def test_out_of_memory_in_the_read_is_backed_off_like_the_forward(tiny_lm):
     scorer.engine.read_packed = read
     with pytest.warns(RuntimeWarning, match="out of memory"):
         got = scorer.score(reqs)
-    assert refused["n"] >= 1 and scorer._row_cap < 16
+    assert refused["n"] >= 1 and scorer.driver.row_cap < 16
     assert set(reads.values()) == {1}
     assert [r.id for r in got] == [r.id for r in reqs]
     assert max(abs(a - b) for a, b in zip(_values(want), _values(got))) <= 1e-4

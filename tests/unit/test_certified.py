@@ -178,7 +178,7 @@ def test_bbq_interval_is_a_point_without_residual():
 
 def test_parsed_table_prints_the_certified_interval_beside_the_ci():
     from probe.tasks.implicitbbq.certify import certified_summary
-    from probe.tasks.implicitbbq.results import parsed_tables
+    from probe.tasks.implicitbbq.summary import parsed_tables
     from probe.tasks.implicitbbq.tables import KINDS, summarize
 
     rng = np.random.default_rng(4)

@@ -127,7 +127,7 @@ def test_generation_through_the_engine_equals_transformers_generate_with_its_pro
     from transformers import LogitsProcessorList
 
     from probe.scoring.generate import _RowSampler, sample_generate
-    from probe.scoring.sampling import SamplingSpec
+    from probe.scoring.sampler.sampling import SamplingSpec
 
     model, tok = tiny_lm.model, tiny_lm.tokenizer
     before = copy.deepcopy(model.generation_config)

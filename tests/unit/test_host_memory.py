@@ -1,4 +1,4 @@
-"""glibc keeps the blocks a CPU pass frees (probe.scoring.host_memory): when it is set, in what order, and
+"""glibc keeps the blocks a CPU pass frees (probe.scoring.engine.host_memory): when it is set, in what order, and
 when it is left alone."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-import probe.scoring.host_memory as hm
+import probe.scoring.engine.host_memory as hm
 from probe.scoring.engine import Engine, pad_id_of
 
 
@@ -100,7 +100,7 @@ def test_an_engine_on_a_cpu_asks_and_the_provenance_says(fresh, tiny_lm):
 def test_an_engine_does_not_ask_off_a_cpu(fresh, tiny_lm, monkeypatch):
     import torch
 
-    import probe.scoring.engine as engine
+    import probe.scoring.engine.forward as engine
 
     monkeypatch.setattr(engine, "input_device", lambda model: torch.device("meta"))
     Engine(tiny_lm.model, pad_id=pad_id_of(tiny_lm.tokenizer))

@@ -1,4 +1,4 @@
-"""The hybrid estimator (probe.scoring.hybrid): exact head + sampled tail, on a toy tree with a known answer."""
+"""The hybrid estimator (probe.scoring.parse.hybrid): exact head + sampled tail, on a toy tree with a known answer."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ import math
 import numpy as np
 import pytest
 
-from probe.scoring.hybrid import draw_tail, hybrid_from_tail, tail_budget, wilson
-from probe.scoring.sampler_chain import SamplerChain
+from probe.scoring.parse.hybrid import draw_tail, hybrid_from_tail, tail_budget, wilson
+from probe.scoring.sampler.chain import SamplerChain
 
 # a toy generation tree: leaf path -> (probability, answer); the "head" is the first three leaves
 LEAVES = {"aa": (0.30, "A"), "ab": (0.10, "B"), "b": (0.20, None), "ca": (0.15, "A"), "cb": (0.05, "B"),
@@ -76,10 +76,10 @@ def test_no_draws_gives_the_certified_interval_and_the_budget_rule():
 
 
 def test_parse_exact_frontier_is_the_residual_and_the_lm_tail_completes(tiny_lm):
-    from probe.scoring.hybrid import LMCompleter
-    from probe.scoring.parse_exact import _encode, eos_ids, parse_exact
-    from probe.scoring.sampler_chain import SamplerChain
-    from probe.scoring.sampling import SamplingSpec
+    from probe.scoring.parse.hybrid import LMCompleter
+    from probe.scoring.parse.exact import _encode, eos_ids, parse_exact
+    from probe.scoring.sampler.chain import SamplerChain
+    from probe.scoring.sampler.sampling import SamplingSpec
 
     spec = SamplingSpec(1.0, 1.0)
     parser = lambda t: (t.strip()[:1] or None)  # noqa: E731
@@ -107,8 +107,8 @@ def test_cached_completer_samples_the_tail_without_bias(tiny_lm, one_torch_threa
     """Head + sampled tail, on the tiny model with the whole sampler (top-k, repetition penalty): over many
     draws the estimate reaches the fully enumerated answer (within 4 standard errors), and every draw is a
     completion the tree holds (the estimate stays inside the certified interval)."""
-    from probe.scoring.hybrid import CachedCompleter
-    from probe.scoring.parse_exact import _encode, eos_ids, parse_exact
+    from probe.scoring.parse.hybrid import CachedCompleter
+    from probe.scoring.parse.exact import _encode, eos_ids, parse_exact
 
     chain = SamplerChain(temperature=1.5, top_k=6, repetition_penalty=1.3)
     prompt = "Who has item 3? Answer:"
@@ -144,7 +144,7 @@ def test_cached_completer_samples_the_tail_without_bias(tiny_lm, one_torch_threa
 
 
 def _requests(seed=0, samples=20, max_nodes=4, tail_max=None):
-    from probe.scoring.parse_schema import ParseRequest, TailSpec
+    from probe.scoring.parse.schema import ParseRequest, TailSpec
 
     chain = SamplerChain(temperature=1.2, top_k=8, repetition_penalty=1.2)
     prompts = ["Who has item 3? Answer:", "The cat sat on the", "Hello there"]
@@ -153,7 +153,7 @@ def _requests(seed=0, samples=20, max_nodes=4, tail_max=None):
 
 
 def test_hybrid_requests_are_seeded_within_budget_and_exact_when_closed(tiny_lm, one_torch_thread):
-    from probe.scoring.parse_exact import run_parse_requests
+    from probe.scoring.parse.exact import run_parse_requests
 
     a = run_parse_requests(tiny_lm, _requests())
     b = run_parse_requests(tiny_lm, _requests()[::-1])[::-1]  # another order and batch: the same draws
@@ -175,7 +175,7 @@ def test_hybrid_requests_are_seeded_within_budget_and_exact_when_closed(tiny_lm,
 def test_a_longer_tail_budget_leaves_the_cut_branches_open(tiny_lm, one_torch_thread):
     """The tail's own budget (HBB: the authors' 2048 tokens): branches the enumeration cut at its budget are not
     parsed there but stay in the residual, and the tail samples them on to the longer budget."""
-    from probe.scoring.parse_exact import run_parse_requests
+    from probe.scoring.parse.exact import run_parse_requests
 
     short = run_parse_requests(tiny_lm, _requests(max_nodes=None))
     long = run_parse_requests(tiny_lm, _requests(max_nodes=None, tail_max=6))
@@ -190,8 +190,8 @@ def test_tail_draws_over_the_store_are_the_per_row_caches_draws(tiny_lm, one_tor
     to a longer budget; shared path prefixes run once, so fewer forward tokens; a sliding window shorter than
     the draws keeps the per-row caches."""
     from probe.scoring.engine import Engine
-    from probe.scoring.hybrid import CachedCompleter
-    from probe.scoring.parse_exact import _encode, eos_ids, parse_exact, run_parse_requests
+    from probe.scoring.parse.hybrid import CachedCompleter
+    from probe.scoring.parse.exact import _encode, eos_ids, parse_exact, run_parse_requests
 
     chain = SamplerChain(temperature=1.5, top_k=6, repetition_penalty=1.3)
     prompt = "Who has item 3? Answer:"
@@ -234,8 +234,8 @@ def test_a_tail_batch_out_of_memory_runs_again_in_halves_with_the_same_draws(tin
     failure is not retried."""
     import torch
 
-    import probe.scoring.hybrid as hybrid
-    from probe.scoring.parse_exact import run_parse_requests
+    import probe.scoring.parse.hybrid as hybrid
+    from probe.scoring.parse.exact import run_parse_requests
 
     def answers(dists):
         return [{k: v for k, v in x.to_dict()["hybrid"].items() if k != "tokens"} for x in dists]
@@ -274,8 +274,8 @@ def test_tail_batches_grow_to_a_gpus_free_memory():
 
     import torch
 
-    from probe.scoring.hybrid import TAIL_BATCH_TOKENS, tail_tokens
-    from probe.scoring.memory import HEADROOM
+    from probe.scoring.parse.hybrid import TAIL_BATCH_TOKENS, tail_tokens
+    from probe.scoring.engine.memory import HEADROOM
 
     cfg = SimpleNamespace(hidden_size=576, num_attention_heads=9, num_key_value_heads=3, head_dim=64,
                           intermediate_size=1536, num_hidden_layers=30, vocab_size=49152,

@@ -5,7 +5,7 @@ from collections import Counter
 import pytest
 
 from probe.tasks.implicitbbq.implicit_text import load_cue_table, load_exclusions, person_agreement, person_rewrite
-from probe.tasks.bbq.answers import load_unknown_answers
+from probe.tasks.bbq.answer_forms import load_unknown_answers
 from probe.tasks.implicitbbq.data import DIMENSIONS, build_implicitbbq, count_table, format_count_table
 from probe.tasks.bbq.items import SETTINGS
 

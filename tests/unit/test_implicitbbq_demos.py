@@ -9,8 +9,8 @@ import pytest
 
 from probe.tasks.implicitbbq.data import DIMENSIONS, build_implicitbbq
 from probe.tasks.implicitbbq.fewshot_sets import AUDIT_SKIP, demo_role, make_demo_sets, set_balance
-from probe.tasks.bbq.answers import load_unknown_answers
-from probe.tasks.bbq.answers import option_forms
+from probe.tasks.bbq.answer_forms import load_unknown_answers
+from probe.tasks.bbq.answer_forms import option_forms
 from probe.tasks.implicitbbq.fewshot import DemoSets, load_demo_sets
 
 

@@ -4,7 +4,7 @@ import pytest
 
 from probe.errors import ProbeError
 from probe.tasks import get
-from probe.tasks.implicitbbq.sample import strategy_samples
+from probe.tasks.implicitbbq.selection import strategy_samples
 
 
 @pytest.fixture(scope="module")

@@ -10,7 +10,7 @@ from probe.tasks.bbq.items import BBQItem
 from probe.errors import InputError
 from probe.tasks.bbq.prompts import (PreparedPrompt, cot_final_prompt, oneword_options, prepare, system_text, to_probs,
                                      token_distinct, user_text)
-from probe.tasks.bbq.answers import answer_forms, display_answer, drop_contained, option_forms
+from probe.tasks.bbq.answer_forms import answer_forms, display_answer, drop_contained, option_forms
 from probe.tasks.implicitbbq.fewshot import DemoSets, load_demo_sets
 
 

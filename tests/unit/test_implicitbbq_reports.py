@@ -51,7 +51,7 @@ def test_report_captions_name_the_cluster_unit(tmp_path):
     """Issue #23: every ImplicitBBQ caption with a CI says it is clustered and by which unit."""
     from probe.tasks.implicitbbq.sections import implicitbbq_section
     from probe.reports.compare.runs import Run
-    from probe.tasks.implicitbbq.results import CI_UNIT
+    from probe.tasks.implicitbbq.summary import CI_UNIT
 
     summary = {"by_strategy": summarize(_records(), n_boot=20), "ci": {"unit": CI_UNIT}}
     run = Run(path=tmp_path, task="implicitbbq", model="m", config={"n_boot": 20}, summary=summary,

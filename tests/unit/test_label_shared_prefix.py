@@ -9,7 +9,7 @@ import math
 import pytest
 
 from probe.scoring import LabelRequest, Scorer
-from probe.scoring.sampling import SamplingSpec
+from probe.scoring.sampler.sampling import SamplingSpec
 from probe.scoring.tokens import shared_prefix
 from tests import reference
 

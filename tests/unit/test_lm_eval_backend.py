@@ -207,7 +207,7 @@ def test_score_cache_reuses_scores_and_greedy_flags(tiny_lm, tmp_path, one_torch
     first = ProbeLM(tiny_lm, score_cache=str(path))
     want = _ll(first, pairs)
     second = ProbeLM(tiny_lm, score_cache=str(path))
-    second.scorer.engine.tokens_run = 0
+    second.scorer.engine.reset_counts()
     assert _ll(second, pairs) == want
     assert second.scorer.engine.tokens_run == 0  # nothing ran: scores and greedy flags came from the file
     assert second.scorer.cache.stats.hits >= 2 * len(pairs)
@@ -220,7 +220,7 @@ def test_score_cache_without_greedy_flags_reruns_for_them(tiny_lm, tmp_path, one
     want = _ll(ProbeLM(tiny_lm, score_cache=str(path)), pairs)
     again = ProbeLM(tiny_lm, score_cache=str(path))
     monkeypatch.setattr(type(again), "_cached_greedy", lambda self, rows: {})
-    again.scorer.engine.tokens_run = 0
+    again.scorer.engine.reset_counts()
     assert _ll(again, pairs) == want
     assert again.scorer.engine.tokens_run > 0
 

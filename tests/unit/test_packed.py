@@ -6,9 +6,9 @@ import numpy as np
 import pytest
 import torch
 
-from probe.scoring.batching import build_tree
+from probe.scoring.engine.batching import build_tree
 from probe.scoring.engine import Row
-from probe.scoring.packed import (MAX_ROWS, Pass, arrays, flatten, layout, pack, read_plan, row_tokens,
+from probe.scoring.engine.packed import (MAX_ROWS, Pass, arrays, flatten, layout, pack, read_plan, row_tokens,
                                   subtree_tokens, tree_mask)
 
 # two rows sharing (1, 2, 3): the root segment runs once, then each leaf's own tokens
@@ -145,7 +145,7 @@ def test_row_length_follows_the_model_width(d_model, budget, want):
 
 
 def test_byte_keys_sort_as_the_token_tuples_and_neighbours_share_exact_prefixes():
-    from probe.scoring.batching import _neighbours, token_bytes
+    from probe.scoring.engine.batching import _neighbours, token_bytes
 
     rng = np.random.default_rng(3)
     seqs = [tuple(int(x) for x in rng.integers(0, 3, rng.integers(0, 6))) for _ in range(200)]
@@ -166,7 +166,7 @@ def test_byte_keys_sort_as_the_token_tuples_and_neighbours_share_exact_prefixes(
 
 
 def test_the_prefix_tree_does_not_depend_on_the_comparison_block(monkeypatch):
-    from probe.scoring import batching
+    from probe.scoring.engine import batching
 
     rng = np.random.default_rng(5)
     rows = [Row(tuple(int(x) for x in rng.integers(0, 3, 12)), 10) for _ in range(60)]
@@ -196,7 +196,7 @@ def test_sdpa_preference_is_applied_and_none_is_a_no_op():
 def test_tree_block_mask_sees_exactly_what_the_dense_tree_mask_sees():
     """The FlexAttention form of the tree mask: its mask function, at every (query, key) pair of a packed
     row with padding, agrees with the dense additive mask."""
-    from probe.scoring.packed import tree_block_mask
+    from probe.scoring.engine.packed import tree_block_mask
 
     rows = [Row(tuple(np.random.default_rng(k).integers(0, 9, 5 + k % 4)), 3) for k in range(12)]
     [p] = pack([flatten(n) for n in build_tree(rows, min_shared=1)], 64, 1024, 8)
@@ -237,7 +237,7 @@ def test_attention_blocks_hold_every_key_a_query_sees(monkeypatch, split, block_
     """The blocks of a packed pass (random trees, cut rows, padding): every real column is the query of
     exactly one block, and every key the tree mask lets it see is among that block's context and own
     columns, so attention over those keys is the row's attention."""
-    import probe.scoring.packed as packed
+    import probe.scoring.engine.packed as packed
 
     monkeypatch.setattr(packed, "BLOCK_SPLIT", split)
     rng = np.random.default_rng(split)
@@ -262,7 +262,7 @@ def test_attention_blocks_hold_every_key_a_query_sees(monkeypatch, split, block_
 def test_block_attention_equals_the_whole_row_and_is_the_cpu_default():
     """The packed pass attended block by block (the CPU default for SDPA models) gives the scores of the
     whole-row pass, through the block function, in one pass; the model's implementation is restored."""
-    import probe.scoring.packed as packed
+    import probe.scoring.engine.packed as packed
     from probe.scoring import Scorer
     from probe.scoring.requests import ContinuationRequest
     from tests.tiny import tiny_lm

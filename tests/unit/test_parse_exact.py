@@ -7,8 +7,8 @@ import math
 import pytest
 import torch
 
-from probe.scoring.parse_exact import ParseDistribution, ParseRequest, eos_ids, parse_exact, run_parse_requests
-from probe.scoring.sampling import SamplingSpec, sampling_distribution
+from probe.scoring.parse.exact import ParseDistribution, ParseRequest, eos_ids, parse_exact, run_parse_requests
+from probe.scoring.sampler.sampling import SamplingSpec, sampling_distribution
 
 PROMPTS = ["Who has item 3? Answer:", "<|im_start|>user\nWho was it?<|im_end|>\n<|im_start|>assistant\n",
            "The cat sat on the"]

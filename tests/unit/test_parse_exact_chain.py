@@ -16,9 +16,9 @@ from transformers.generation.logits_process import (
     TopPLogitsWarper,
 )
 
-from probe.scoring.parse_exact import ParseRequest, eos_ids, parse_exact, run_parse_requests
-from probe.scoring.sampler_chain import SamplerChain
-from probe.scoring.sampling import SamplingSpec
+from probe.scoring.parse.exact import ParseRequest, eos_ids, parse_exact, run_parse_requests
+from probe.scoring.sampler.chain import SamplerChain
+from probe.scoring.sampler.sampling import SamplingSpec
 
 PROMPTS = ["Who has item 3? Answer:", "<|im_start|>user\nWho was it?<|im_end|>\n<|im_start|>assistant\n",
            "The cat sat on the"]

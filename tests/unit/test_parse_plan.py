@@ -29,7 +29,7 @@ def test_closed_trees_count_at_their_size_open_ones_at_their_limit():
 
 
 def test_calibration_runs_the_real_enumeration(tiny_lm):
-    from probe.scoring.parse_exact import ParseRequest
+    from probe.scoring.parse.exact import ParseRequest
 
     reqs = [ParseRequest(id=f"q{i}", prompt=f"Question {i}: yes or no?", max_new_tokens=2, temperature=0.1,
                          top_p=1.0, parser_name="first", parser=lambda t: t.strip()[:1] or None, max_nodes=500)
@@ -41,7 +41,7 @@ def test_calibration_runs_the_real_enumeration(tiny_lm):
 
 def test_an_open_tree_adds_its_tail_draws():
     from probe.runs.plan import tail_tokens
-    from probe.scoring.parse_schema import TailSpec
+    from probe.scoring.parse.schema import TailSpec
 
     hyb = SimpleNamespace(max_nodes=120, prompt="p", max_new_tokens=8, tail=TailSpec(25))
     # K x 8 = 200 tokens, 120 spent on nodes: 10 whole draws of 8 tokens are left
@@ -61,8 +61,8 @@ def test_an_open_tree_adds_its_tail_draws():
 
 def test_calibration_times_a_few_tail_draws(tiny_lm, one_torch_thread):
     from probe.runs.plan import PARSE_CALIBRATION_DRAWS
-    from probe.scoring.parse_exact import ParseRequest
-    from probe.scoring.parse_schema import TailSpec
+    from probe.scoring.parse.exact import ParseRequest
+    from probe.scoring.parse.schema import TailSpec
 
     reqs = [ParseRequest(id=f"q{i}", prompt=f"Question {i}: yes or no?", max_new_tokens=3, temperature=1.5,
                          top_p=1.0, parser_name="first", parser=lambda t: t.strip()[:1] or None, residual=0.0,

@@ -10,7 +10,7 @@ import functools
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from probe.tasks.cmp_iso.answers import authors_label
+from probe.tasks.cmp_iso.parse import authors_label
 from probe.tasks.hbb.parse import hbb_decided, parse_hbb_choice
 from probe.tasks.implicitbbq.parse import oneword_decided, parse_oneword
 

@@ -1,4 +1,4 @@
-"""The whole sampler per path (probe.scoring.sampler_chain) against transformers' own logits processors,
+"""The whole sampler per path (probe.scoring.sampler.chain) against transformers' own logits processors,
 transformers' generate, a plain-Python reference of the OpenAI penalties and of vLLM's order, the
 SamplingSpec it must reproduce bit for bit, and hand-computed cases."""
 
@@ -21,7 +21,7 @@ from transformers.generation.logits_process import (
     TopPLogitsWarper,
 )
 
-from probe.scoring.sampler_chain import (
+from probe.scoring.sampler.chain import (
     SamplerChain,
     TokenHistory,
     processed_logits,
@@ -29,7 +29,7 @@ from probe.scoring.sampler_chain import (
     sample_next,
     step_distribution,
 )
-from probe.scoring.sampling import SamplingSpec, sampling_distribution
+from probe.scoring.sampler.sampling import SamplingSpec, sampling_distribution
 
 TOL = 1e-6
 INF = math.inf

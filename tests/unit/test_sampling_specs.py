@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from probe.scoring import ContinuationRequest, LabelRequest, LabelResult, SamplingSpec, Scorer
-from probe.scoring.sampling import sampled_label, sampling_distribution, target_logprobs
+from probe.scoring.sampler.sampling import sampled_label, sampling_distribution, target_logprobs
 
 TOL = 1e-5
 SPECS = (SamplingSpec(0.7, 0.9), SamplingSpec(1.0), SamplingSpec(1.5, 0.95), SamplingSpec(0.3, 0.5),
@@ -211,7 +211,7 @@ def test_top_p_one_is_the_plain_tempered_softmax():
 def test_helpers_agree_with_each_other(monkeypatch, top):
     """target_logprobs (edge by rank, top-k first then a full sort where unsure) equals the log of
     sampling_distribution (a full sort, the nucleus scattered back), ties at the top-k edge included."""
-    from probe.scoring import sampling
+    from probe.scoring.sampler import sampling
 
     monkeypatch.setattr(sampling, "_TOP", top)
     g = torch.Generator().manual_seed(1)
@@ -363,7 +363,7 @@ def test_cli_temperature_and_top_p(tmp_path, model_dir):
 def test_nucleus_from_candidates_is_the_full_ranking_bit_for_bit(monkeypatch, scale, ties):
     """One row's nucleus ranked from its top candidates equals the whole-vocabulary ranking exactly (ties
     at the candidates' edge included); where the candidates hold too little mass the full sort runs."""
-    import probe.scoring.sampling as S
+    import probe.scoring.sampler.sampling as S
 
     used = []
     real = S._nucleus_from_candidates

@@ -89,7 +89,7 @@ def test_identical_requests_are_computed_once(tiny_lm):
     scorer = Scorer(tiny_lm)
     scorer.score([LabelRequest("a", prompt, ("A", "B"))])
     once = scorer.engine.tokens_run
-    scorer.engine.tokens_run = 0
+    scorer.engine.reset_counts()
     res = scorer.score([LabelRequest(str(i), prompt, ("A", "B")) for i in range(5)])
     assert scorer.engine.tokens_run == once
     assert len({r.logprobs for r in res}) == 1
@@ -181,7 +181,7 @@ def _paths(nodes, prefix=()):
 
 
 def test_prefix_tree_covers_every_row_and_ignores_order():
-    from probe.scoring.batching import build_tree
+    from probe.scoring.engine.batching import build_tree
     from probe.scoring.engine import Row
 
     rng = random.Random(0)
@@ -252,7 +252,7 @@ def test_out_of_memory_backs_off_and_keeps_results(tiny_lm, monkeypatch):
     with pytest.warns(RuntimeWarning, match="out of memory"):
         got = scorer.score(reqs)
     # halved; what no longer fits a pass ran level by level (a single tree) or in smaller packed passes
-    assert scorer._budget_cap <= seen[0] // 2 and len(seen) > 1 and all(n < seen[0] for n in seen[1:])
+    assert scorer.driver.budget_cap <= seen[0] // 2 and len(seen) > 1 and all(n < seen[0] for n in seen[1:])
     assert _max_diff(want, got) <= TOL
 
 
@@ -261,7 +261,7 @@ def test_allocation_failure_as_runtime_error_backs_off_and_caps_grow_back(tiny_l
     OutOfMemoryError, and after a run of good passes the caps double back towards the plan."""
     import torch
 
-    from probe.scoring import scorer as scorer_mod
+    from probe.scoring.engine import driver as scorer_mod
 
     reqs = _requests(tiny_lm)
     want = Scorer(tiny_lm, batch_size=8).score(reqs)
@@ -281,8 +281,8 @@ def test_allocation_failure_as_runtime_error_backs_off_and_caps_grow_back(tiny_l
         got = scorer.score(reqs)
     assert failed["n"] == 1 and _max_diff(want, got) <= TOL
     for _ in range(12):  # good passes: the caps double back up to the plan, never past it
-        scorer._grow()
-    assert (scorer._row_cap, scorer._budget_cap) == (scorer.batch_size, scorer.token_budget)
+        scorer.driver._grow()
+    assert (scorer.driver.row_cap, scorer.driver.budget_cap) == (scorer.batch_size, scorer.token_budget)
 
     def broken(*a, **k):
         raise RuntimeError("shape mismatch")  # any other RuntimeError is not swallowed

@@ -7,8 +7,8 @@ import re
 
 import pytest
 
-from probe.scoring.parse_exact import parse_exact
-from probe.scoring.sampling import SamplingSpec
+from probe.scoring.parse.exact import parse_exact
+from probe.scoring.sampler.sampling import SamplingSpec
 
 PROMPTS = ["Who has item 3? Answer:", "The cat sat on the", "One two three"]
 
@@ -19,7 +19,7 @@ def first_char(text: str):
 
 
 def test_enumeration_reports_every_pass_inside_one_group(tiny_lm, monkeypatch, capsys):
-    import probe.scoring.parse_exact as pe
+    import probe.scoring.parse.exact as pe
 
     seen: list[tuple[int, int, str]] = []
     real = pe._Progress.on_pass

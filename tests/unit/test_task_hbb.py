@@ -19,7 +19,7 @@ from probe.runs.runner import RunOptions
 from probe.runs.task_run import run_task
 from probe.tasks import get
 from probe.tasks.hbb import HBBConfig
-from probe.tasks.hbb.join import instance_frame, question_probs
+from probe.tasks.hbb.records import instance_frame, question_probs
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -167,7 +167,7 @@ def test_tables_carry_titles_and_take_the_model_name():
     import pandas as pd
 
     from probe.tasks.hbb.tables import report_markdown, run_tables, with_model
-    from probe.tasks.hbb.join import LABELS
+    from probe.tasks.hbb.records import LABELS
 
     df = pd.DataFrame({"category": "race", "descriptor_type": 1, "S": [30.0, 5.0], "direction": [1.0, -1.0],
                        "concept_id": [0, 1], "identity_1": "a", "identity_2": "b", "hbb_p1": [0.9, 0.5],
@@ -389,7 +389,7 @@ def test_sg_variations_file(tmp_path, tiny_lm, data):
 
 def test_non_finite_records_never_become_answers(descriptors):
     """A record marked non-finite gives NaN S (invalid), and stays out of the MCQ diagnostics' shares."""
-    from probe.tasks.hbb.join import mcq_diagnostics
+    from probe.tasks.hbb.records import mcq_diagnostics
 
     concept = HBBConcept(0, "[[X]] sat.", "[[X]] ran.", "[[X]] slept.", "c1", "c2", "age")
     [inst] = [i for i in build_instances([concept], descriptors, categories=("ses",)) if i.descriptor_type == 1]

@@ -10,9 +10,9 @@ import pytest
 from probe.tasks.bbq.items import BBQItem
 from probe.errors import ProbeError
 from probe.tasks import get
-from probe.tasks.implicitbbq import results
+from probe.tasks.implicitbbq import summary as results
 from probe.tasks.implicitbbq.task import ImplicitBBQConfig, request_id
-from probe.tasks.implicitbbq.sample import Selection, select, stratified_sample, unit_key
+from probe.tasks.implicitbbq.selection import Selection, select, stratified_sample, unit_key
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -1,4 +1,4 @@
-"""parse_exact's frontier passes over one key/value store (probe.scoring.tree_cache): the same next-token
+"""parse_exact's frontier passes over one key/value store (probe.scoring.engine.tree_cache): the same next-token
 logits as a plain forward over prompt + path, on tiny random models of several architecture families, and the
 same enumeration as the cached rows it replaces."""
 
@@ -9,7 +9,7 @@ import torch
 
 from probe.models import LoadedModel
 from probe.scoring.engine import Engine, pad_id_of
-from probe.scoring.tree_cache import tree_ok
+from probe.scoring.engine.tree_cache import tree_ok
 from tests.unit.test_architecture_parity import ARCHITECTURES, _model
 
 TOL = 1e-4
@@ -77,8 +77,8 @@ def test_models_it_does_not_compute_keep_the_cached_rows():
 def test_the_enumeration_is_the_same_over_the_store(tiny_lm, monkeypatch):
     """Over the store or with a cache per row: the same nodes, the same masses (float rounding apart), the same
     exported prompt vectors for the hybrid's tail."""
-    from probe.scoring.parse_exact import _Enumerator, parse_exact
-    from probe.scoring.sampling import SamplingSpec
+    from probe.scoring.parse.exact import _Enumerator, parse_exact
+    from probe.scoring.sampler.sampling import SamplingSpec
 
     prompts = ["The cat sat on the", "Who was there? Answer:", "A b c d e f g"]
 

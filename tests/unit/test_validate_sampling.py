@@ -304,7 +304,7 @@ def test_judge_samples_with_transformers_not_probes_sampler(tiny_lm, monkeypatch
     the settings reach transformers' own warpers; the same seed gives the same samples."""
     import torch
 
-    import probe.scoring.sampling as sampling
+    import probe.scoring.sampler.sampling as sampling
     from probe.studies.sampling_check.judge import judge_texts, sampler_settings
 
     def forbidden(*_a, **_k):
@@ -454,7 +454,7 @@ def test_the_parse_rate_follows_the_published_residual_rule(tiny_lm, shared_data
 def test_a_hybrid_prompt_whose_draws_read_nothing_is_judged_on_its_interval():
     """Head and 2 tail draws read nothing, residual 0.9: the parsed mass is not known to be 0 (Wilson upper
     bound of 0 / 2 x 0.9), so a sampled parse is no miss; the redrawn answers give both letters width."""
-    from probe.scoring.hybrid import wilson
+    from probe.scoring.parse.hybrid import wilson
     from probe.studies.sampling_check.check import parse_mass_interval, prompt_row, redrawn
 
     h = _HBB()

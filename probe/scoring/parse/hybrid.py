@@ -1,12 +1,12 @@
 """Exact head, sampled tail: the parsed answer's distribution where the generation tree does not close.
 
-:func:`~probe.scoring.parse_exact.parse_exact` enumerates the most probable
+:func:`~probe.scoring.parse.exact.parse_exact` enumerates the most probable
 generations exactly and leaves a ``residual`` it did not reach: the open
 frontier (branches queued but not expanded) and the pruned children (below
 the pruning mass). The hybrid estimator keeps the head and estimates the tail
 by sampling: draw a frontier entry in proportion to its mass, complete it with
 the paper's sampler (the whole chain per path:
-:func:`~probe.scoring.sampler_chain.step_distribution`), parse it. The
+:func:`~probe.scoring.sampler.chain.step_distribution`), parse it. The
 frontier partitions the tail, so a draw is a sample of the generation
 *conditional on lying in the tail*, and for every answer ``a``::
 
@@ -54,7 +54,7 @@ def tail_tokens(model: Any, free: int | None = None) -> int:
     that still runs out of memory is halved and run again (:func:`complete_rows`)."""
     import torch
 
-    from probe.scoring.memory import HEADROOM, ModelShape, free_bytes
+    from probe.scoring.engine.memory import HEADROOM, ModelShape, free_bytes
 
     device = next((p.device for p in model.parameters()), torch.device("cpu"))
     if device.type != "cuda" and free is None:
@@ -155,7 +155,7 @@ def draw_tail(frontier: Sequence[tuple[float, Any]], complete: Callable[[Any, An
 
 
 class LMCompleter:
-    """Completes a tail entry with a model and a :class:`~probe.scoring.sampler_chain.SamplerChain`, step by
+    """Completes a tail entry with a model and a :class:`~probe.scoring.sampler.chain.SamplerChain`, step by
     step (one full forward a token: slow, simple, exact per path), and parses the text.
 
     A handle is ``(path, below)``: the generated ids so far, and for a pruned entry the step probability
@@ -173,7 +173,7 @@ class LMCompleter:
     def __call__(self, handle: tuple[Sequence[int], float | None], rng: Any = None) -> Any:
         import torch
 
-        from probe.scoring.sampler_chain import TokenHistory, sample_next, step_distribution
+        from probe.scoring.sampler.chain import TokenHistory, sample_next, step_distribution
 
         path, below = list(handle[0]), handle[1]
         with torch.inference_mode():
@@ -197,7 +197,7 @@ def opens_at_budget(request: Any) -> bool:
 
 
 def stop_target(residual: float, answer_residual: float | None, accepted: float) -> float:
-    """The residual a prompt's enumeration stops at (as :func:`~probe.scoring.parse_exact.parse_exact` sets it):
+    """The residual a prompt's enumeration stops at (as :func:`~probe.scoring.parse.exact.parse_exact` sets it):
     at or below it the prompt is exact and draws no tail.
 
     >>> stop_target(0.01, None, 0.5), stop_target(0.01, 0.05, 0.2), stop_target(0.01, 0.05, 0.0)
@@ -211,7 +211,7 @@ def stop_target(residual: float, answer_residual: float | None, accepted: float)
 def complete_tails(lm: Any, requests: Sequence[Any], dists: Sequence[Any], spec: Any, batch_size: int = 64) -> None:
     """Draw each hybrid request's tail and set its distribution's ``hybrid`` (in place; the frontier is dropped).
 
-    Per request (with a :class:`~probe.scoring.parse_schema.TailSpec`): as many draws as :func:`tail_budget`
+    Per request (with a :class:`~probe.scoring.parse.schema.TailSpec`): as many draws as :func:`tail_budget`
     allows (none when the enumeration closed), each a frontier entry in proportion to its mass completed with
     the sampler chain to the tail's budget and parsed. The draws of every request advance together
     (:func:`complete_rows`): over one key/value store where the model allows, as many rows a pass as
@@ -223,7 +223,7 @@ def complete_tails(lm: Any, requests: Sequence[Any], dists: Sequence[Any], spec:
     import numpy as np
 
     from probe.scoring.engine import Engine, pad_id_of
-    from probe.scoring.sampler_chain import SamplerChain
+    from probe.scoring.sampler.chain import SamplerChain
     from probe.scoring.tokens import eos_ids, prompt_ids
 
     chain = spec if isinstance(spec, SamplerChain) else SamplerChain.from_spec(spec)
@@ -501,7 +501,7 @@ def _sample(draws: list[_Draw], ready: list[int], logits: Any, chain: Any) -> No
     """One sampled token for each ready row, each from its own generator."""
     import torch
 
-    from probe.scoring.sampler_chain import TokenHistory, sample_next, step_distribution
+    from probe.scoring.sampler.chain import TokenHistory, sample_next, step_distribution
 
     history = TokenHistory.from_ids([draws[i].row.prompt for i in ready], [draws[i].path for i in ready])
     probs = step_distribution(logits, chain, history).probs

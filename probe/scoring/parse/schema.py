@@ -1,6 +1,6 @@
 """The parse stage's schema: :class:`ParseRequest` (a prompt whose parsed answer under sampling a task
 needs) and :class:`ParseDistribution` (that answer's certified distribution). No torch; the
-enumeration is :func:`probe.scoring.parse_exact.parse_exact`, which re-exports both.
+enumeration is :func:`probe.scoring.parse.exact.parse_exact`, which re-exports both.
 
 >>> d = ParseDistribution({"A": 0.6, "B": 0.3}, rejected=0.05, residual=0.05, nodes=12, prompt_tokens=30)
 >>> [round(x, 4) for x in d.normalized(["A", "B"])]
@@ -13,12 +13,14 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Callable, ClassVar, Hashable, Sequence
 
-__all__ = ["ParseDistribution", "ParseRequest", "TailSpec", "check_parse_settings", "check_prompt_request"]
+from probe.scoring.requests import check_prompt_request
+
+__all__ = ["ParseDistribution", "ParseRequest", "TailSpec", "check_parse_settings"]
 
 
 @dataclass(frozen=True)
 class TailSpec:
-    """The hybrid estimator's sampled tail for one parse request (:mod:`probe.scoring.hybrid`).
+    """The hybrid estimator's sampled tail for one parse request (:mod:`probe.scoring.parse.hybrid`).
 
     ``samples``: the K samples the paper draws per prompt; head and tail together spend at most their forward
     tokens (``samples x max_new_tokens``). ``max_new_tokens``: the tail's generation budget when it is longer
@@ -58,7 +60,7 @@ class ParseDistribution:
     top: list[tuple[str, float, Any]] = field(default_factory=list)
     #: the tail the enumeration left, ``(mass, (path, below))`` (only when asked for; never serialised)
     frontier: list = field(default_factory=list, repr=False, compare=False)
-    #: the hybrid estimate (exact head + sampled tail, :meth:`probe.scoring.hybrid.HybridEstimate.to_dict`),
+    #: the hybrid estimate (exact head + sampled tail, :meth:`probe.scoring.parse.hybrid.HybridEstimate.to_dict`),
     #: only for a request with a :class:`TailSpec`
     hybrid: dict | None = field(default=None, repr=False, compare=False)
     #: the prompt's key / value vectors and next-token logits, kept with the frontier for the tail's draws
@@ -106,7 +108,7 @@ class ParseRequest:
     so a changed parser is a changed request on resume. ``meta``: fields the
     task's aggregate reads back; ``record_id``: the scored record this
     distribution belongs to (default: ``id``). ``sampler``: the paper's whole
-    sampler (a :class:`~probe.scoring.sampler_chain.SamplerChain` whose
+    sampler (a :class:`~probe.scoring.sampler.chain.SamplerChain` whose
     temperature and top-p are the request's), None for temperature / top-p only.
     ``tail``: the hybrid estimator's sampled tail (:class:`TailSpec`), None: exact only.
     """
@@ -164,19 +166,3 @@ def check_parse_settings(max_new_tokens: Any, residual: Any, max_nodes: Any, ans
     if answer_residual is not None and not (isinstance(answer_residual, (int, float))
                                             and not isinstance(answer_residual, bool) and 0 < answer_residual <= 1):
         raise ValueError(f"parse_answer_residual must be in (0, 1] or null, got {answer_residual!r}")
-
-
-def check_prompt_request(kind: str, request_id: Any, prompt: Any, max_new_tokens: Any) -> None:
-    """The checks every request that generates after a prompt shares (parse and generation requests): a
-    non-empty string id and prompt, at least one new token; a ValueError naming the request and field.
-
-    >>> check_prompt_request("generation", "q1", "Q:", 0)
-    Traceback (most recent call last):
-    ValueError: generation request 'q1': max_new_tokens must be >= 1
-    """
-    if not isinstance(request_id, str) or not request_id:
-        raise ValueError(f"{kind} request has an empty or non-string 'id'")
-    if not isinstance(prompt, str) or not prompt:
-        raise ValueError(f"{kind} request {request_id!r}: field 'prompt' is empty")
-    if not isinstance(max_new_tokens, int) or max_new_tokens < 1:
-        raise ValueError(f"{kind} request {request_id!r}: max_new_tokens must be >= 1")

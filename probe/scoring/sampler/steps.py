@@ -1,9 +1,9 @@
-"""The steps of a :class:`~probe.scoring.sampler_chain.SamplerChain` on a batch of float64 scores.
+"""The steps of a :class:`~probe.scoring.sampler.chain.SamplerChain` on a batch of float64 scores.
 
 Each step takes scores ``z`` (``[n, vocab]``) and the chains' numbers as
 ``[n, 1]`` columns (:class:`Params`); ``chains`` are ``SamplerChain`` objects and
 ``history`` a ``TokenHistory`` (not imported: the chain module imports this one).
-The rules and their sources are in :mod:`probe.scoring.sampler_chain`.
+The rules and their sources are in :mod:`probe.scoring.sampler.chain`.
 """
 
 from __future__ import annotations

@@ -9,11 +9,11 @@ sequences ``generate`` can produce::
 :func:`parse_exact` enumerates that tree of generations best-first by path
 probability. Each step's distribution is the paper's whole sampler applied with
 that node's own token history (prompt + path):
-:func:`~probe.scoring.sampler_chain.step_distribution` of a
-:class:`~probe.scoring.sampler_chain.SamplerChain`, so repetition, frequency and
+:func:`~probe.scoring.sampler.chain.step_distribution` of a
+:class:`~probe.scoring.sampler.chain.SamplerChain`, so repetition, frequency and
 presence penalties, top-k and min-p are exact per path. A
-:class:`~probe.scoring.sampling.SamplingSpec` (or a chain that sets only
-temperature and top-p) takes :func:`~probe.scoring.sampling.sampling_distribution`,
+:class:`~probe.scoring.sampler.sampling.SamplingSpec` (or a chain that sets only
+temperature and top-p) takes :func:`~probe.scoring.sampler.sampling.sampling_distribution`,
 the same numbers bit for bit; a branch ends at one of
 the model's end-of-sequence ids (its generation config, as ``generate`` uses)
 or after ``max_new_tokens`` tokens, or earlier when ``decided(text)`` says no
@@ -32,7 +32,7 @@ Cost: one forward token per expanded node. The prompt runs once; a node's key /
 value vectors are written once into the group's store, and a batch of frontier
 nodes, from all prompts of a group, runs as one pass in which each token
 attends to its prompt's cache and its path's vectors, nothing copied
-(:mod:`probe.scoring.tree_cache`). A model whose attention that pass does not
+(:mod:`probe.scoring.engine.tree_cache`). A model whose attention that pass does not
 compute exactly (eager, soft-capped, attention sinks) runs the batch as a
 left-padded pass over a cache of prompt + path per row, like batched
 generation. At a low temperature the tree is a few dozen
@@ -52,7 +52,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Hashable, Sequence
 
 # The schema lives in parse_schema (no torch); re-exported here, where callers import it.
-from probe.scoring.parse_schema import ParseDistribution, ParseRequest
+from probe.scoring.parse.schema import ParseDistribution, ParseRequest
 from probe.scoring.tokens import eos_ids  # noqa: F401 (public here too, as before)
 from probe.scoring.tokens import prompt_ids as _encode
 
@@ -124,8 +124,8 @@ def parse_exact(
 
 
 def _check_arguments(spec: Any, max_new_tokens: int, residual: float, answer_residual: float | None) -> None:
-    from probe.scoring.sampler_chain import SamplerChain
-    from probe.scoring.sampling import SamplingSpec
+    from probe.scoring.sampler.chain import SamplerChain
+    from probe.scoring.sampler.sampling import SamplingSpec
 
     if not isinstance(spec, (SamplingSpec, SamplerChain)):
         raise TypeError("parse_exact: spec must be a SamplingSpec or a SamplerChain")
@@ -211,7 +211,7 @@ def _per_prompt(value: Any, n: int, name: str) -> list:
 @dataclass
 class _Node:
     """An expanded node: its parent (-1: the prompt), its path, and its keys and values: ``kv``
-    ``[2, L, H, D]`` kept apart, or ``at``, its index in the group's store (:mod:`probe.scoring.tree_cache`)."""
+    ``[2, L, H, D]`` kept apart, or ``at``, its index in the group's store (:mod:`probe.scoring.engine.tree_cache`)."""
 
     parent: int
     path: tuple[int, ...]
@@ -265,7 +265,7 @@ class _Enumerator:
 
     #: called after each forward pass with (nodes in it, prompts of the group finished): the progress bar
     on_pass: Callable[[int, int], None] | None = None
-    #: frontier passes over one key/value store (:mod:`probe.scoring.tree_cache`) where the model allows it;
+    #: frontier passes over one key/value store (:mod:`probe.scoring.engine.tree_cache`) where the model allows it;
     #: else each row gets a cache of its prompt and path (:meth:`~probe.scoring.engine.Engine.extension`)
     use_tree = True
 
@@ -428,10 +428,10 @@ class _Enumerator:
         """The node's next-token distribution (float64 ``[vocab]``): the sampler applied with the node's own
         history, the prompt's ids and the path's (penalties count them, as ``generate`` does per sequence)."""
         if self.plain is not None:  # temperature / top-p only: the SamplingSpec's numbers, bit for bit
-            from probe.scoring.sampling import sampling_distribution
+            from probe.scoring.sampler.sampling import sampling_distribution
 
             return sampling_distribution(logits.float().cpu(), self.plain)
-        from probe.scoring.sampler_chain import TokenHistory, step_distribution
+        from probe.scoring.sampler.chain import TokenHistory, step_distribution
 
         history = TokenHistory.from_ids([s.prompt], [path]) if self.spec.uses_history else None
         return step_distribution(logits.float().cpu().unsqueeze(0), self.spec, history).probs[0]
@@ -471,7 +471,7 @@ class _Enumerator:
 def frontier_of(s: _State) -> list[tuple[float, tuple[tuple[int, ...], float | None]]]:
     """The tail a prompt's enumeration left, as ``(mass, (path, below))`` entries that partition it: each open
     branch (its path, ``below`` None) and each expanded node's pruned children (the node's path, ``below``
-    the step probability under which a child was pruned); for :mod:`probe.scoring.hybrid`."""
+    the step probability under which a child was pruned); for :mod:`probe.scoring.parse.hybrid`."""
     out = []
     for neg, _, parent, token in s.heap:
         path = (s.nodes[parent].path if parent >= 0 else ()) + (token,)
@@ -484,7 +484,7 @@ def frontier_of(s: _State) -> list[tuple[float, tuple[tuple[int, ...], float | N
 
 def _plain_spec(spec: Any) -> Any:
     """The :class:`SamplingSpec` of ``spec`` when it sets only temperature and top-p (else None)."""
-    from probe.scoring.sampler_chain import SamplerChain
+    from probe.scoring.sampler.chain import SamplerChain
 
     if not isinstance(spec, SamplerChain):
         return spec
@@ -505,9 +505,9 @@ def _chain(s: _State, node: int) -> list[int]:
 def run_parse_requests(lm: Any, requests: Sequence[ParseRequest], *, batch_size: int = 32, top: int = 10,
                        progress: bool = False) -> list[ParseDistribution]:
     """:func:`parse_exact` over requests with possibly different settings (grouped, order kept)."""
-    from probe.scoring.sampling import SamplingSpec
+    from probe.scoring.sampler.sampling import SamplingSpec
 
-    from probe.scoring.hybrid import complete_tails, opens_at_budget
+    from probe.scoring.parse.hybrid import complete_tails, opens_at_budget
 
     out: list[ParseDistribution | None] = [None] * len(requests)
     groups: dict[tuple, list[int]] = {}

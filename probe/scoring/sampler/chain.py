@@ -35,7 +35,7 @@ the batch (rows may carry different chains). The arithmetic runs in float64.
    ``torch.sort``, which is not stable: on the CPU it kept the higher ids of a
    5-token tie and the lower ids of a 5000-token tie (checked on torch 2.13), so
    no fixed rule can match it; probe's rule is the one
-   :mod:`probe.scoring.sampling` states;
+   :mod:`probe.scoring.sampler.sampling` states;
 5. **min-p** (``MinPLogitsWarper``, after top-p): a token is removed when its
    probability under what is left is below ``min_p`` times the top token's.
 
@@ -60,7 +60,7 @@ import math
 from dataclasses import dataclass, fields
 from typing import Any, Iterable, Mapping, Sequence
 
-from probe.scoring.sampler_steps import Params, penalised, truncated
+from probe.scoring.sampler.steps import Params, penalised, truncated
 
 ORDERS = ("transformers", "vllm")
 
@@ -165,12 +165,12 @@ class SamplerChain:
     # -- other forms of the same sampler -------------------------------------------------------------
     @classmethod
     def from_spec(cls, spec: Any) -> "SamplerChain":
-        """The chain of a :class:`~probe.scoring.sampling.SamplingSpec` (temperature, top-p): same numbers."""
+        """The chain of a :class:`~probe.scoring.sampler.sampling.SamplingSpec` (temperature, top-p): same numbers."""
         return cls(temperature=spec.temperature, top_p=spec.top_p)
 
     def to_spec(self) -> Any:
-        """The :class:`~probe.scoring.sampling.SamplingSpec` of a chain that only sets temperature and top-p."""
-        from probe.scoring.sampling import SamplingSpec
+        """The :class:`~probe.scoring.sampler.sampling.SamplingSpec` of a chain that only sets temperature and top-p."""
+        from probe.scoring.sampler.sampling import SamplingSpec
 
         extra = [s for s in self.steps() if s not in ("temperature", "top_p")]
         if extra:
@@ -291,7 +291,7 @@ class StepDistribution:
 
     ``probs``: the distribution (exactly 0 outside the kept set; for a chain that
     only sets temperature and top-p, bit-identical to
-    :func:`~probe.scoring.sampling.sampling_distribution`); ``logprobs``: the same in
+    :func:`~probe.scoring.sampler.sampling.sampling_distribution`); ``logprobs``: the same in
     log space (``-inf`` outside; no underflow at low temperatures); ``kept``: the kept
     set; ``kept_logmass``: log of the mass the kept set has under the penalised,
     tempered softmax before any cut (0 when nothing is cut).

@@ -1,7 +1,7 @@
 """The engine's input: a unique sequence to run, and the shared-prefix rule.
 
-Its own module, below the engine, the prefix tree (:mod:`probe.scoring.batching`) and the packed pass
-(:mod:`probe.scoring.packed`), so that the three import it without importing each other in a circle.
+Its own module, below the engine, the prefix tree (:mod:`probe.scoring.engine.batching`) and the packed pass
+(:mod:`probe.scoring.engine.packed`), so that the three import it without importing each other in a circle.
 """
 
 from __future__ import annotations

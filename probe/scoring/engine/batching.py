@@ -28,7 +28,7 @@ from itertools import chain
 
 import numpy as np
 
-from probe.scoring.rows import Row
+from probe.scoring.engine.rows import Row
 
 MIN_SHARED = 16  # a shared segment must save at least this many tokens to be worth a tree level
 PAD_SLACK = 1.3  # a pass may hold at most 30% padding (once it has 4 rows)
@@ -72,7 +72,7 @@ def _cap(row: Row) -> int:
 def build_tree(rows: list[Row], min_shared: int = MIN_SHARED, share: bool = True) -> list[Node]:
     """The top-level nodes of the prefix tree over ``rows`` (``share=False``: one leaf per row).
 
-    >>> from probe.scoring.rows import Row
+    >>> from probe.scoring.engine.rows import Row
     >>> rows = [Row((1, 2, 3, 4, 5, 6), 5), Row((1, 2, 3, 4, 7, 8), 5)]
     >>> [(n.start, n.end, len(n.children)) for n in build_tree(rows, min_shared=2)]
     [(0, 4, 2)]

@@ -1,6 +1,6 @@
 """The packed pass: whole prefix trees in one padding-free forward pass, with a tree mask.
 
-Each top-level node of the prefix tree (:mod:`probe.scoring.batching`: a shared
+Each top-level node of the prefix tree (:mod:`probe.scoring.engine.batching`: a shared
 context, then its branches) is written once, depth first, into a *row*:
 
 - every token carries its real position in its own sequence (``position_ids``);
@@ -43,8 +43,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from probe.scoring.batching import Node
-from probe.scoring.rows import Row
+from probe.scoring.engine.batching import Node
+from probe.scoring.engine.rows import Row
 
 #: rows per pass stay below 65,536: SDPA's launch grid fails above it, and past 65,536 query
 #: positions with a mask it has returned wrong values (pytorch #146704, #162588)
@@ -431,7 +431,7 @@ def block_attention(module: Any, query: torch.Tensor, key: torch.Tensor, value: 
     blocks = _BLOCKS.get()
     rows, _, width, _ = query.shape
     if blocks is None or len(blocks) != rows:
-        raise RuntimeError("block attention needs the pass's blocks (probe.scoring.packed.attention_blocks)")
+        raise RuntimeError("block attention needs the pass's blocks (probe.scoring.engine.packed.attention_blocks)")
     out = query.new_zeros(rows, width, query.shape[1], value.shape[-1])  # sdpa's [rows, width, heads, dim]
     for r, row in enumerate(blocks):
         for s, e, ctx in row:

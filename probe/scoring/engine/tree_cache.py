@@ -1,6 +1,6 @@
 """The enumeration's frontier passes over one key/value store, without copying a cache.
 
-:mod:`probe.scoring.parse_exact` expands a batch of frontier nodes per forward
+:mod:`probe.scoring.parse.exact` expands a batch of frontier nodes per forward
 pass; each node is one new token after its prompt and its path. Run as batched
 generation, every row needs its prompt's and its path's keys and values in a
 cache of its own, so each pass copies a prompt's vectors into every row
@@ -138,7 +138,7 @@ def frontier_attention(module: Any, query: torch.Tensor, key: torch.Tensor, valu
     head_dim]``; the result ``[1, queries, heads, head_dim]`` as transformers' SDPA returns it."""
     plan = _PASS.get()
     if plan is None:
-        raise RuntimeError("frontier attention needs the pass's plan (probe.scoring.tree_cache.frontier_on)")
+        raise RuntimeError("frontier attention needs the pass's plan (probe.scoring.engine.tree_cache.frontier_on)")
     if kwargs.get("softcap") or kwargs.get("s_aux") is not None:
         raise RuntimeError("frontier attention does not model soft-capped scores or attention sinks")
     store, layer = plan.store, int(module.layer_idx)
