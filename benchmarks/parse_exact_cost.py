@@ -73,6 +73,7 @@ def cost_rows(lm, preqs: list, settings: str, *, max_new: int, residual: float, 
     from probe.scoring.engine import Engine
     from probe.scoring.generate import generation_seed
     from probe.scoring.parse.exact import parse_exact
+    from probe.scoring.parse.schema import ParseSettings
     from probe.scoring.sampler.sampling import SamplingSpec
 
     prompts = [r.prompt for r in preqs]
@@ -105,9 +106,9 @@ def cost_rows(lm, preqs: list, settings: str, *, max_new: int, residual: float, 
                 if hybrid:
                     dists = _hybrid(lm, preqs, spec, int(k), max_new, residual, answer_residual)
                 else:
-                    dists = parse_exact(lm, prompts, spec, max_new_tokens=max_new, parser=parsers,
-                                        decided=oneword_decided, residual=residual, max_nodes=max_nodes,
-                                        answer_residual=answer_residual)
+                    settings = ParseSettings(max_new, residual=residual, max_nodes=max_nodes,
+                                             answer_residual=answer_residual)
+                    dists = parse_exact(lm, prompts, spec, parsers, settings, decided=oneword_decided)
                 sync()
                 # the tail draws run on the engine too: their passes are in the count already
                 done[key] = (dists, time.process_time() - c0, time.perf_counter() - w0, counted["tokens"])

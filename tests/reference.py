@@ -5,7 +5,11 @@ Tokenization is written out here too (prompt, then " " + option), not taken from
 
 from __future__ import annotations
 
+from typing import Any, Callable, Sequence
+
 import torch
+
+from probe.scoring.sampler.chain import TokenHistory, sample_next, step_distribution
 
 
 def _special(tok, text: str) -> bool:
@@ -62,3 +66,33 @@ def result_numbers(result) -> list[float]:
     if hasattr(result, "options"):
         return [x for t in result.token_logprobs for x in t]
     return list(result.token_logprobs)
+
+
+class LMCompleter:
+    """The hybrid tail's test oracle (no cache, no batching): completes a tail entry with a model and a :class:`~probe.scoring.sampler.chain.SamplerChain`, step by
+    step (one full forward a token: slow, simple, exact per path), and parses the text.
+
+    A handle is ``(path, below)``: the generated ids so far, and for a pruned entry the step probability
+    ``below`` under which pruning left a child out (the first drawn token is restricted to those children;
+    None for an open frontier entry, whose path already ends with its child)."""
+
+    def __init__(self, lm: Any, prompt_ids: Sequence[int], chain: Any, max_new_tokens: int,
+                 parser: Callable[[str], Any], eos: set[int], seed: int = 0) -> None:
+        self.lm, self.prompt, self.chain = lm, list(prompt_ids), chain
+        self.max_new, self.parser, self.eos = int(max_new_tokens), parser, set(eos)
+        self.gen = torch.Generator().manual_seed(int(seed))
+
+    def __call__(self, handle: tuple[Sequence[int], float | None], rng: Any = None) -> Any:
+        path, below = list(handle[0]), handle[1]
+        with torch.inference_mode():
+            while len(path) < self.max_new and not (path and path[-1] in self.eos):
+                ids = torch.tensor([self.prompt + path], dtype=torch.long, device=self.lm.model.device)
+                logits = self.lm.model(input_ids=ids).logits[:, -1].float().cpu()
+                dist = step_distribution(logits, self.chain, TokenHistory.from_ids([self.prompt], [path]))
+                probs = dist.probs
+                if below is not None:  # a pruned entry: only the children pruning left out
+                    probs = torch.where(probs < below, probs, torch.zeros_like(probs))
+                    below = None
+                path.append(int(sample_next(probs, self.gen)[0]))
+        text = self.lm.tokenizer.decode([t for t in path if t not in self.eos], skip_special_tokens=True)
+        return self.parser(text)

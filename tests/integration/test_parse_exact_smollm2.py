@@ -16,6 +16,7 @@ import torch
 
 from probe.prompts.chat import render_prompt
 from probe.scoring.parse.exact import parse_exact
+from probe.scoring.parse.schema import ParseSettings
 from probe.scoring.sampler.sampling import SamplingSpec
 
 pytestmark = pytest.mark.integration
@@ -55,7 +56,7 @@ def test_agrees_with_generate(smollm2, one_torch_thread, spec, max_nodes):
     lm = smollm2
     questions = QUESTIONS if spec.temperature < 0.5 else QUESTIONS[:2]  # the wide tree: two prompts suffice
     prompts = [render_prompt(lm.tokenizer, q) for q in questions]
-    exact = parse_exact(lm, prompts, spec, max_new_tokens=10, parser=first_word, residual=0.01, max_nodes=max_nodes)
+    exact = parse_exact(lm, prompts, spec, first_word, ParseSettings(10, residual=0.01, max_nodes=max_nodes))
     for i, (prompt, d) in enumerate(zip(prompts, exact)):
         assert abs(d.total() - 1.0) < 1e-6
         if spec.temperature == 0.1:

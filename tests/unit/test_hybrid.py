@@ -76,15 +76,16 @@ def test_no_draws_gives_the_certified_interval_and_the_budget_rule():
 
 
 def test_parse_exact_frontier_is_the_residual_and_the_lm_tail_completes(tiny_lm):
-    from probe.scoring.parse.hybrid import LMCompleter
+    from tests.reference import LMCompleter
     from probe.scoring.parse.exact import _encode, eos_ids, parse_exact
+    from probe.scoring.parse.schema import ParseSettings
     from probe.scoring.sampler.chain import SamplerChain
     from probe.scoring.sampler.sampling import SamplingSpec
 
     spec = SamplingSpec(1.0, 1.0)
     parser = lambda t: (t.strip()[:1] or None)  # noqa: E731
-    d = parse_exact(tiny_lm, ["Hello there"], spec, max_new_tokens=3, parser=parser, residual=0.0, max_nodes=4,
-                    prune=1e-4, frontier=True)[0]
+    d = parse_exact(tiny_lm, ["Hello there"], spec, parser,
+                    ParseSettings(3, residual=0.0, max_nodes=4, prune=1e-4, frontier=True))[0]
     assert d.residual > 0 and d.frontier
     assert math.fsum(m for m, _ in d.frontier) == pytest.approx(d.residual, abs=1e-9)
     done = LMCompleter(tiny_lm, _encode(tiny_lm.tokenizer, "Hello there"), SamplerChain.from_spec(spec), 3, parser,
@@ -107,14 +108,15 @@ def test_cached_completer_samples_the_tail_without_bias(tiny_lm, one_torch_threa
     """Head + sampled tail, on the tiny model with the whole sampler (top-k, repetition penalty): over many
     draws the estimate reaches the fully enumerated answer (within 4 standard errors), and every draw is a
     completion the tree holds (the estimate stays inside the certified interval)."""
-    from probe.scoring.parse.hybrid import CachedCompleter
+    from probe.scoring.parse.tail import CachedCompleter
     from probe.scoring.parse.exact import _encode, eos_ids, parse_exact
+    from probe.scoring.parse.schema import ParseSettings
 
     chain = SamplerChain(temperature=1.5, top_k=6, repetition_penalty=1.3)
     prompt = "Who has item 3? Answer:"
-    full = parse_exact(tiny_lm, [prompt], chain, max_new_tokens=3, parser=_first, residual=0.0, prune=0.0)[0]
-    head = parse_exact(tiny_lm, [prompt], chain, max_new_tokens=3, parser=_first, residual=0.0, max_nodes=3,
-                       prune=1e-3, frontier=True)[0]
+    full = parse_exact(tiny_lm, [prompt], chain, _first, ParseSettings(3, residual=0.0, prune=0.0))[0]
+    head = parse_exact(tiny_lm, [prompt], chain, _first,
+                       ParseSettings(3, residual=0.0, max_nodes=3, prune=1e-3, frontier=True))[0]
     assert head.residual > 0.3  # a tail worth estimating
     ids = _encode(tiny_lm.tokenizer, prompt)
     done = CachedCompleter(tiny_lm, ids, chain, 3, _first, None, eos_ids(tiny_lm), seed=3,
@@ -190,13 +192,14 @@ def test_tail_draws_over_the_store_are_the_per_row_caches_draws(tiny_lm, one_tor
     to a longer budget; shared path prefixes run once, so fewer forward tokens; a sliding window shorter than
     the draws keeps the per-row caches."""
     from probe.scoring.engine import Engine
-    from probe.scoring.parse.hybrid import CachedCompleter
+    from probe.scoring.parse.tail import CachedCompleter
     from probe.scoring.parse.exact import _encode, eos_ids, parse_exact, run_parse_requests
+    from probe.scoring.parse.schema import ParseSettings
 
     chain = SamplerChain(temperature=1.5, top_k=6, repetition_penalty=1.3)
     prompt = "Who has item 3? Answer:"
-    head = parse_exact(tiny_lm, [prompt], chain, max_new_tokens=3, parser=_first, residual=0.0, max_nodes=3,
-                       prune=1e-3, frontier=True)[0]
+    head = parse_exact(tiny_lm, [prompt], chain, _first,
+                       ParseSettings(3, residual=0.0, max_nodes=3, prune=1e-3, frontier=True))[0]
     ids = _encode(tiny_lm.tokenizer, prompt)
     picks = [x[1] for x in head.frontier[:12]] * 2  # repeated paths: shared prefixes
 
@@ -234,7 +237,7 @@ def test_a_tail_batch_out_of_memory_runs_again_in_halves_with_the_same_draws(tin
     failure is not retried."""
     import torch
 
-    import probe.scoring.parse.hybrid as hybrid
+    import probe.scoring.parse.tail as hybrid
     from probe.scoring.parse.exact import run_parse_requests
 
     def answers(dists):

@@ -8,6 +8,8 @@ import pytest
 import torch
 
 from probe.scoring.parse.exact import ParseDistribution, ParseRequest, eos_ids, parse_exact, run_parse_requests
+
+from probe.scoring.parse.schema import ParseSettings
 from probe.scoring.sampler.sampling import SamplingSpec, sampling_distribution
 
 PROMPTS = ["Who has item 3? Answer:", "<|im_start|>user\nWho was it?<|im_end|>\n<|im_start|>assistant\n",
@@ -51,8 +53,8 @@ def lm(tiny_lm):
 
 @pytest.mark.parametrize("spec,max_new", [(SamplingSpec(40.0, 0.05), 3), (SamplingSpec(1.0, 0.9), 4)])
 def test_matches_brute_force(lm, spec, max_new):
-    res = parse_exact(lm, PROMPTS, spec, max_new_tokens=max_new, parser=first_char, residual=0.0, prune=0.0,
-                      batch_size=5, prompt_batch=2)
+    res = parse_exact(lm, PROMPTS, spec, first_char,
+                      ParseSettings(max_new, residual=0.0, prune=0.0, batch_size=5, prompt_batch=2))
     for prompt, d in zip(PROMPTS, res):
         ref = brute_force(lm, prompt, spec, max_new, first_char)
         assert d.residual == pytest.approx(0.0, abs=1e-9)
@@ -66,8 +68,8 @@ def test_matches_brute_force(lm, spec, max_new):
 def test_bound_holds_with_residual(lm):
     """Pruned and stopped early: every answer's true probability lies in [p, p + residual]."""
     spec = SamplingSpec(40.0, 0.05)
-    exact = parse_exact(lm, PROMPTS, spec, max_new_tokens=3, parser=first_char, residual=0.0, prune=0.0)
-    rough = parse_exact(lm, PROMPTS, spec, max_new_tokens=3, parser=first_char, residual=0.2, prune=1e-3)
+    exact = parse_exact(lm, PROMPTS, spec, first_char, ParseSettings(3, residual=0.0, prune=0.0))
+    rough = parse_exact(lm, PROMPTS, spec, first_char, ParseSettings(3, residual=0.2, prune=1e-3))
     for e, r in zip(exact, rough):
         assert abs(r.total() - 1.0) < 1e-6
         assert r.nodes <= e.nodes
@@ -79,8 +81,7 @@ def test_bound_holds_with_residual(lm):
 
 def test_max_nodes_caps_work_and_reports_residual(lm):
     spec = SamplingSpec(40.0, 0.1)
-    d = parse_exact(lm, PROMPTS[:1], spec, max_new_tokens=4, parser=first_char, residual=0.0, max_nodes=7,
-                    batch_size=3)[0]
+    d = parse_exact(lm, PROMPTS[:1], spec, first_char, ParseSettings(4, residual=0.0, max_nodes=7, batch_size=3))[0]
     assert d.nodes <= 7
     assert d.residual > 0
     assert abs(d.total() - 1.0) < 1e-6
@@ -88,10 +89,10 @@ def test_max_nodes_caps_work_and_reports_residual(lm):
 
 def test_batch_and_group_invariance(lm):
     spec = SamplingSpec(40.0, 0.05)
-    a = parse_exact(lm, PROMPTS, spec, max_new_tokens=3, parser=first_char, residual=0.0, prune=0.0,
-                    batch_size=1, prompt_batch=1)
-    b = parse_exact(lm, PROMPTS, spec, max_new_tokens=3, parser=first_char, residual=0.0, prune=0.0,
-                    batch_size=64, prompt_batch=3)
+    a = parse_exact(lm, PROMPTS, spec, first_char,
+                    ParseSettings(3, residual=0.0, prune=0.0, batch_size=1, prompt_batch=1))
+    b = parse_exact(lm, PROMPTS, spec, first_char,
+                    ParseSettings(3, residual=0.0, prune=0.0, batch_size=64, prompt_batch=3))
     for x, y in zip(a, b):
         assert set(x.probs) == set(y.probs)
         for k in x.probs:
@@ -100,9 +101,9 @@ def test_batch_and_group_invariance(lm):
 
 def test_decided_closes_branches_without_changing_the_answer(lm):
     spec = SamplingSpec(40.0, 0.05)
-    full = parse_exact(lm, PROMPTS, spec, max_new_tokens=3, parser=first_char, residual=0.0, prune=0.0)
-    early = parse_exact(lm, PROMPTS, spec, max_new_tokens=3, parser=first_char, residual=0.0, prune=0.0,
-                        decided=lambda t: bool(t.strip()))
+    full = parse_exact(lm, PROMPTS, spec, first_char, ParseSettings(3, residual=0.0, prune=0.0))
+    early = parse_exact(lm, PROMPTS, spec, first_char,
+                        ParseSettings(3, residual=0.0, prune=0.0), decided=lambda t: bool(t.strip()))
     for f, e in zip(full, early):
         assert e.nodes <= f.nodes
         for k in f.probs:
@@ -113,27 +114,26 @@ def test_token_id_prompts_and_per_prompt_parsers(lm):
     tok = lm.tokenizer
     ids = tok(PROMPTS[0])["input_ids"]
     spec = SamplingSpec(1.0)
-    by_text = parse_exact(lm, [PROMPTS[0]], spec, max_new_tokens=2, parser=first_char, residual=0.0, prune=0.0)[0]
-    by_ids = parse_exact(lm, [ids, ids], spec, max_new_tokens=2, parser=[first_char, lambda t: None],
-                         residual=0.0, prune=0.0)
+    by_text = parse_exact(lm, [PROMPTS[0]], spec, first_char, ParseSettings(2, residual=0.0, prune=0.0))[0]
+    by_ids = parse_exact(lm, [ids, ids], spec, [first_char, lambda t: None], ParseSettings(2, residual=0.0, prune=0.0))
     assert by_ids[0].probs == pytest.approx(by_text.probs, abs=1e-6)
     assert by_ids[1].probs == {} and by_ids[1].rejected == pytest.approx(1.0)
 
 
 def test_bad_arguments(lm):
     with pytest.raises(TypeError):
-        parse_exact(lm, PROMPTS, {"temperature": 1.0}, max_new_tokens=2, parser=first_char)
+        parse_exact(lm, PROMPTS, {"temperature": 1.0}, first_char, ParseSettings(2))
     with pytest.raises(ValueError, match="max_new_tokens"):
-        parse_exact(lm, PROMPTS, SamplingSpec(1.0), max_new_tokens=0, parser=first_char)
+        parse_exact(lm, PROMPTS, SamplingSpec(1.0), first_char, ParseSettings(0))
     with pytest.raises(ValueError, match="parsers for"):
-        parse_exact(lm, PROMPTS, SamplingSpec(1.0), max_new_tokens=2, parser=[first_char])
+        parse_exact(lm, PROMPTS, SamplingSpec(1.0), [first_char], ParseSettings(2))
     with pytest.raises(ValueError, match="residual"):
-        parse_exact(lm, PROMPTS, SamplingSpec(1.0), max_new_tokens=2, parser=first_char, residual=1.0)
+        parse_exact(lm, PROMPTS, SamplingSpec(1.0), first_char, ParseSettings(2, residual=1.0))
 
 
 def test_top_generations_are_sorted_and_counted(lm):
-    d = parse_exact(lm, PROMPTS[:1], SamplingSpec(40.0, 0.05), max_new_tokens=3, parser=first_char, residual=0.0,
-                    prune=0.0, top=4)[0]
+    d = parse_exact(lm, PROMPTS[:1], SamplingSpec(40.0, 0.05), first_char,
+                    ParseSettings(3, residual=0.0, prune=0.0, top=4))[0]
     masses = [m for _, m, _ in d.top]
     assert len(d.top) == 4 and masses == sorted(masses, reverse=True)
     js = d.to_dict(top=2)
@@ -144,7 +144,7 @@ def test_requests_group_by_setting(lm):
     reqs = [ParseRequest(f"r{i}", p, 2, t, 1.0, "first-char", first_char) for i, (p, t) in
             enumerate([(PROMPTS[0], 1.0), (PROMPTS[1], 2.0), (PROMPTS[2], 1.0)])]
     out = run_parse_requests(lm, reqs)
-    alone = parse_exact(lm, [PROMPTS[1]], SamplingSpec(2.0), max_new_tokens=2, parser=first_char)[0]
+    alone = parse_exact(lm, [PROMPTS[1]], SamplingSpec(2.0), first_char, ParseSettings(2))[0]
     assert out[1].probs == pytest.approx(alone.probs, abs=1e-6)
     assert all(isinstance(d, ParseDistribution) for d in out)
 
@@ -175,10 +175,9 @@ def rare_answer(text: str):
 
 def test_answer_residual_certifies_the_distribution_given_a_parse(lm):
     spec = SamplingSpec(40.0, 0.05)
-    exact = parse_exact(lm, PROMPTS, spec, max_new_tokens=3, parser=rare_answer, residual=0.0, prune=0.0)
-    loose = parse_exact(lm, PROMPTS, spec, max_new_tokens=3, parser=rare_answer, residual=0.05, prune=0.0)
-    tight = parse_exact(lm, PROMPTS, spec, max_new_tokens=3, parser=rare_answer, residual=0.05, prune=0.0,
-                        answer_residual=0.5)
+    exact = parse_exact(lm, PROMPTS, spec, rare_answer, ParseSettings(3, residual=0.0, prune=0.0))
+    loose = parse_exact(lm, PROMPTS, spec, rare_answer, ParseSettings(3, residual=0.05, prune=0.0))
+    tight = parse_exact(lm, PROMPTS, spec, rare_answer, ParseSettings(3, residual=0.05, answer_residual=0.5, prune=0.0))
     targets = []
     for e, lo, ti in zip(exact, loose, tight):
         accepted = sum(ti.probs.values())
@@ -192,7 +191,7 @@ def test_answer_residual_certifies_the_distribution_given_a_parse(lm):
     assert sum(t.nodes for t in tight) > sum(x.nodes for x in loose)  # the test's prompts needed the extra work
     assert 0.025 < max(targets) < 0.05  # a prompt whose target is relative (neither the floor nor residual)
     with pytest.raises(ValueError, match="answer_residual"):
-        parse_exact(lm, PROMPTS, spec, max_new_tokens=2, parser=first_char, answer_residual=0.0)
+        parse_exact(lm, PROMPTS, spec, first_char, ParseSettings(2, answer_residual=0.0))
 
 
 def test_answer_residual_is_part_of_the_digest_only_when_set():

@@ -17,6 +17,8 @@ from transformers.generation.logits_process import (
 )
 
 from probe.scoring.parse.exact import ParseRequest, eos_ids, parse_exact, run_parse_requests
+
+from probe.scoring.parse.schema import ParseSettings
 from probe.scoring.sampler.chain import SamplerChain
 from probe.scoring.sampler.sampling import SamplingSpec
 
@@ -103,8 +105,8 @@ CHAINS = [
 @pytest.mark.parametrize("chain", CHAINS, ids=lambda c: c.describe())
 def test_every_path_equals_transformers_processors(lm, chain):
     max_new = 3
-    res = parse_exact(lm, PROMPTS, chain, max_new_tokens=max_new, parser=whole_text, residual=0.0, prune=0.0,
-                      batch_size=5, prompt_batch=2)
+    res = parse_exact(lm, PROMPTS, chain, whole_text,
+                      ParseSettings(max_new, residual=0.0, prune=0.0, batch_size=5, prompt_batch=2))
     for prompt, d in zip(PROMPTS, res):
         ref = brute_force(lm, prompt, chain, max_new)
         assert d.residual == pytest.approx(0.0, abs=1e-9) and abs(d.total() - 1.0) < 1e-6
@@ -116,10 +118,9 @@ def test_every_path_equals_transformers_processors(lm, chain):
 
 def test_the_penalty_changes_the_answer(lm):
     """The repetition penalty is not a no-op here: the same tree without it differs by more than the tolerance."""
-    with_penalty = parse_exact(lm, PROMPTS[:1], CHAINS[0], max_new_tokens=3, parser=whole_text, residual=0.0,
-                               prune=0.0)[0]
-    without = parse_exact(lm, PROMPTS[:1], SamplerChain(temperature=0.8, top_k=6), max_new_tokens=3,
-                          parser=whole_text, residual=0.0, prune=0.0)[0]
+    with_penalty = parse_exact(lm, PROMPTS[:1], CHAINS[0], whole_text, ParseSettings(3, residual=0.0, prune=0.0))[0]
+    without = parse_exact(lm, PROMPTS[:1], SamplerChain(temperature=0.8, top_k=6), whole_text,
+                          ParseSettings(3, residual=0.0, prune=0.0))[0]
     diff = max(abs(with_penalty.probs.get(t, 0.0) - without.probs.get(t, 0.0))
                for t in set(with_penalty.probs) | set(without.probs))
     assert diff > 1e-3
@@ -127,9 +128,9 @@ def test_the_penalty_changes_the_answer(lm):
 
 @pytest.mark.parametrize("t,p", [(0.7, 0.9), (1.0, 1.0), (40.0, 0.05)])
 def test_a_temperature_top_p_chain_is_the_sampling_spec_bit_for_bit(lm, t, p):
-    kw = dict(max_new_tokens=3, parser=whole_text, residual=0.01, max_nodes=40, batch_size=4)
-    old = parse_exact(lm, PROMPTS, SamplingSpec(t, p), **kw)
-    new = parse_exact(lm, PROMPTS, SamplerChain(temperature=t, top_p=p, order="vllm"), **kw)
+    settings = ParseSettings(3, residual=0.01, max_nodes=40, batch_size=4)
+    old = parse_exact(lm, PROMPTS, SamplingSpec(t, p), whole_text, settings)
+    new = parse_exact(lm, PROMPTS, SamplerChain(temperature=t, top_p=p, order="vllm"), whole_text, settings)
     for a, b in zip(old, new):
         assert a.to_dict() == b.to_dict()
 
@@ -140,8 +141,8 @@ def test_requests_carry_the_chain_and_group_by_it(lm):
             ParseRequest("b", PROMPTS[0], 2, 0.8, 1.0, "whole", whole_text, residual=0.0)]
     assert reqs[0].spec_key != reqs[1].spec_key
     out = run_parse_requests(lm, reqs)
-    alone = parse_exact(lm, [PROMPTS[0]], chain, max_new_tokens=2, parser=whole_text, residual=0.0)[0]
-    plain = parse_exact(lm, [PROMPTS[0]], SamplingSpec(0.8), max_new_tokens=2, parser=whole_text, residual=0.0)[0]
+    alone = parse_exact(lm, [PROMPTS[0]], chain, whole_text, ParseSettings(2, residual=0.0))[0]
+    plain = parse_exact(lm, [PROMPTS[0]], SamplingSpec(0.8), whole_text, ParseSettings(2, residual=0.0))[0]
     assert out[0].to_dict() == alone.to_dict() and out[1].to_dict() == plain.to_dict()
     with pytest.raises(ValueError, match="disagrees"):
         ParseRequest("c", PROMPTS[0], 2, 0.7, 1.0, "whole", whole_text, sampler=chain)

@@ -8,6 +8,8 @@ import re
 import pytest
 
 from probe.scoring.parse.exact import parse_exact
+
+from probe.scoring.parse.schema import ParseSettings
 from probe.scoring.sampler.sampling import SamplingSpec
 
 PROMPTS = ["Who has item 3? Answer:", "The cat sat on the", "One two three"]
@@ -30,8 +32,8 @@ def test_enumeration_reports_every_pass_inside_one_group(tiny_lm, monkeypatch, c
 
     monkeypatch.setattr(pe._Progress, "on_pass", spy)
     # one group of three prompts (prompt_batch=8): before, the bar moved once, at the group's end
-    res = parse_exact(tiny_lm, PROMPTS, SamplingSpec(1.0, 0.9), max_new_tokens=3, parser=first_char,
-                      residual=0.0, prune=0.0, batch_size=4, prompt_batch=8, progress=True)
+    res = parse_exact(tiny_lm, PROMPTS, SamplingSpec(1.0, 0.9), first_char,
+                      ParseSettings(3, residual=0.0, prune=0.0, batch_size=4, prompt_batch=8, progress=True))
     assert len(res) == 3 and len(seen) >= 3  # several forward passes, each reported
     nodes = [n for _, n, _ in seen]
     assert nodes == sorted(nodes) and nodes[-1] == sum(d.nodes for d in res)  # nodes counted as they grow
@@ -43,7 +45,7 @@ def test_enumeration_reports_every_pass_inside_one_group(tiny_lm, monkeypatch, c
 
 
 def test_enumeration_without_progress_reports_nothing(tiny_lm, capsys):
-    parse_exact(tiny_lm, PROMPTS[:1], SamplingSpec(1.0, 0.9), max_new_tokens=2, parser=first_char, progress=False)
+    parse_exact(tiny_lm, PROMPTS[:1], SamplingSpec(1.0, 0.9), first_char, ParseSettings(2, progress=False))
     assert "enumerating" not in capsys.readouterr().err
 
 

@@ -77,7 +77,8 @@ def test_models_it_does_not_compute_keep_the_cached_rows():
 def test_the_enumeration_is_the_same_over_the_store(tiny_lm, monkeypatch):
     """Over the store or with a cache per row: the same nodes, the same masses (float rounding apart), the same
     exported prompt vectors for the hybrid's tail."""
-    from probe.scoring.parse.exact import _Enumerator, parse_exact
+    from probe.scoring.parse.exact import Enumerator, parse_exact
+    from probe.scoring.parse.schema import ParseSettings
     from probe.scoring.sampler.sampling import SamplingSpec
 
     prompts = ["The cat sat on the", "Who was there? Answer:", "A b c d e f g"]
@@ -87,9 +88,9 @@ def test_the_enumeration_is_the_same_over_the_store(tiny_lm, monkeypatch):
 
     out = {}
     for tree in (True, False):
-        monkeypatch.setattr(_Enumerator, "use_tree", tree)
-        out[tree] = parse_exact(tiny_lm, prompts, SamplingSpec(1.0, 0.9), max_new_tokens=4, parser=first_char,
-                                residual=0.0, prune=0.0, max_nodes=300, batch_size=16, frontier=True)
+        monkeypatch.setattr(Enumerator, "use_tree", tree)
+        out[tree] = parse_exact(tiny_lm, prompts, SamplingSpec(1.0, 0.9), first_char,
+                                ParseSettings(4, residual=0.0, max_nodes=300, prune=0.0, batch_size=16, frontier=True))
     for a, b in zip(out[True], out[False]):
         assert a.nodes == b.nodes and abs(a.residual - b.residual) < 1e-6
         assert set(a.probs) == set(b.probs) and all(abs(a.probs[k] - b.probs[k]) < 1e-6 for k in a.probs)

@@ -15,7 +15,62 @@ from typing import Any, Callable, ClassVar, Hashable, Sequence
 
 from probe.scoring.requests import check_prompt_request
 
-__all__ = ["ParseDistribution", "ParseRequest", "TailSpec", "check_parse_settings"]
+__all__ = ["ParseDistribution", "ParseRequest", "ParseSettings", "TailSpec", "check_parse_settings"]
+
+
+@dataclass(frozen=True)
+class ParseSettings:
+    """How far :func:`~probe.scoring.parse.exact.parse_exact` enumerates, and how it batches.
+
+    ``max_new_tokens``: the generation budget. ``residual``: stop a prompt once the mass not enumerated is at
+    most this. ``max_nodes``: most forward tokens per prompt (None: no limit). ``answer_residual``: also go on
+    until the residual is at most this fraction of the prompt's parsed mass (``sum(probs)``), so the answer
+    *given* that the parser returned one is certified to about this precision (a paper that samples until an
+    answer parses reads that conditional, about which an absolute ``residual`` says little where few
+    generations parse); never below ``residual * answer_residual`` (nor past ``max_nodes``). ``prune``:
+    children below this path mass are not expanded and count as residual (None: the smallest stopping
+    residual / 1000). ``batch_size``: nodes per forward pass; ``prompt_batch``: prompts enumerated together
+    (their caches held at once); ``top``: most probable generations kept per prompt. ``frontier``: also give
+    each result the tail it left (:func:`~probe.scoring.parse.tree.frontier_of`), for the hybrid estimator;
+    ``open_at_budget``: a branch reaching ``max_new_tokens`` undecided is not parsed but left open (residual,
+    in the frontier), for a tail sampled to a longer budget. ``progress``: a bar over the prompts.
+    ``tail_batch``: most rows a pass of the hybrid's tail draws where each row needs its own cache.
+
+    >>> ParseSettings(8, residual=0.01).pruning()
+    1e-05
+    >>> ParseSettings(0)
+    Traceback (most recent call last):
+    ValueError: parse_exact: max_new_tokens must be >= 1, got 0
+    """
+
+    max_new_tokens: int
+    residual: float = 0.01
+    max_nodes: int | None = None
+    answer_residual: float | None = None
+    prune: float | None = None
+    batch_size: int = 32
+    prompt_batch: int = 16
+    top: int = 10
+    frontier: bool = False
+    open_at_budget: bool = False
+    progress: bool = False
+    tail_batch: int = 64
+
+    def __post_init__(self) -> None:
+        if self.max_new_tokens < 1:
+            raise ValueError(f"parse_exact: max_new_tokens must be >= 1, got {self.max_new_tokens!r}")
+        if not 0 <= self.residual < 1:
+            raise ValueError(f"parse_exact: residual must be in [0, 1), got {self.residual!r}")
+        if self.answer_residual is not None and not 0 < self.answer_residual <= 1:
+            raise ValueError(f"parse_exact: answer_residual must be in (0, 1], got {self.answer_residual!r}")
+
+    def pruning(self) -> float:
+        """The pruning mass: ``prune``, else the smallest stopping residual / 1000 (children below it are not
+        worth a pass)."""
+        if self.prune is not None:
+            return float(self.prune)
+        smallest = self.residual * self.answer_residual if self.answer_residual is not None else self.residual
+        return smallest / 1000
 
 
 @dataclass(frozen=True)
