@@ -121,15 +121,12 @@ def _generate(lm: Any, prompts: Sequence[str], max_new_tokens: int, batch_size: 
     order = sorted(range(len(prompts)), key=lambda i: -len(prompts[i]))
     results: list[str] = [""] * len(prompts)
     batches = [order[i : i + batch_size] for i in range(0, len(order), batch_size)]
-    bar = None
-    if progress:  # counted in prompts, not batches: a batch of long generations can take minutes
-        from tqdm.auto import tqdm
-
-        bar = tqdm(total=len(prompts), desc="generating", unit="prompt", leave=False)
+    bar = _GenerationBar(len(prompts), max_new_tokens) if progress else None
     for idx in batches:
         encs = [tuple(tok(prompts[i], add_special_tokens=wants_special_tokens(tok, prompts[i]))["input_ids"])
                 for i in idx]
-        new = _decode(engine, config, encs, max_new_tokens, eos, pad, sampler(idx) if sampler is not None else None)
+        new = _decode(engine, config, encs, max_new_tokens, eos, pad, sampler(idx) if sampler is not None else None,
+                      on_step=bar.step if bar is not None else None)
         for j, i in enumerate(idx):
             text = tok.decode(new[j], skip_special_tokens=True)
             for s in stop:
@@ -137,10 +134,36 @@ def _generate(lm: Any, prompts: Sequence[str], max_new_tokens: int, batch_size: 
                     text = text[: text.index(s)]
             results[i] = text
         if bar is not None:
-            bar.update(len(idx))
+            bar.batch_done(len(idx))
     if bar is not None:
         bar.close()
     return results
+
+
+class _GenerationBar:
+    """The generation stage's bar, in token steps (every row of a batch, every step), so it moves while a
+    batch of long generations runs (minutes on a CPU), with the prompts finished beside it. A batch that
+    ends early (every row reached its end-of-sequence token) moves the bar past the steps it did not need."""
+
+    def __init__(self, n_prompts: int, max_new_tokens: int) -> None:
+        from tqdm.auto import tqdm  # here: tqdm only for a call with a progress bar
+
+        self.n, self.max_new, self.done, self.in_batch = n_prompts, max_new_tokens, 0, 0
+        self.bar = tqdm(total=n_prompts * max_new_tokens, desc="generating", unit="tok", leave=False)
+        self.bar.set_postfix_str(f"0/{n_prompts} prompts", refresh=False)
+
+    def step(self, rows: int) -> None:
+        self.in_batch += rows
+        self.bar.update(rows)
+
+    def batch_done(self, rows: int) -> None:
+        self.bar.update(rows * self.max_new - self.in_batch)
+        self.in_batch = 0
+        self.done += rows
+        self.bar.set_postfix_str(f"{self.done}/{self.n} prompts")
+
+    def close(self) -> None:
+        self.bar.close()
 
 
 def _decoding(lm: Any) -> tuple[Any, Any, list[int], int]:
@@ -175,10 +198,11 @@ def _greedy_config(model: Any, tok: Any) -> tuple[Any, list[int]]:
 
 
 def _decode(engine: Any, config: Any, prompts: list[tuple[int, ...]], max_new_tokens: int, eos: list[int],
-            pad: int, sampler: Any, repeat: int = 1) -> list[list[int]]:
+            pad: int, sampler: Any, repeat: int = 1, on_step: Callable[[int], None] | None = None) -> list[list[int]]:
     """The new tokens of each prompt (ending at its end-of-sequence token, padded after it), decoded
     greedily after transformers' logits processors for ``config`` (:func:`_greedy_config`) and ``sampler``;
-    ``repeat``: rows per prompt, the prompt's pass run once and its cache repeated (consecutive rows)."""
+    ``repeat``: rows per prompt, the prompt's pass run once and its cache repeated (consecutive rows);
+    ``on_step(rows)``: called after each step with the batch's row count (a progress bar)."""
     from probe.scoring.engine import left_pad
 
     ids, _, _ = left_pad(list(prompts), pad)
@@ -200,6 +224,8 @@ def _decode(engine: Any, config: Any, prompts: list[tuple[int, ...]], max_new_to
         pick = torch.where(done, torch.full_like(done, pad, dtype=torch.long), scores.argmax(dim=-1))
         seqs = torch.cat([seqs, pick[:, None]], dim=1)
         done |= torch.isin(pick, eos_t)
+        if on_step is not None:
+            on_step(seqs.shape[0])
         if bool(done.all()) or step == max_new_tokens - 1:
             break
         logits = engine.extend(ext, pick.tolist())

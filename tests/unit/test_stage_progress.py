@@ -88,3 +88,29 @@ def test_gemma_assembly_is_announced_once(tmp_path, monkeypatch, capsys):
     assert err.count("\n") == 1 and "assembling gemma-3-270m" in err and "once" in err
     builtin_gguf_path("gemma3-270m")  # assembled: nothing to announce
     assert capsys.readouterr().err == ""
+
+
+def test_generation_bar_moves_within_a_batch(tiny_lm, monkeypatch):
+    """The generation bar counts token steps: it moves at every step of a batch, not only when the batch ends
+    (a batch of long chains of thought runs for minutes on a CPU), and ends at prompts x budget."""
+    import probe.scoring.generate as gen
+    from probe.scoring.generate import greedy_generate
+
+    events = []
+    real_step, real_done = gen._GenerationBar.step, gen._GenerationBar.batch_done
+    monkeypatch.setattr(gen._GenerationBar, "step", lambda self, rows: (events.append(("step", rows)),
+                                                                        real_step(self, rows))[1])
+    monkeypatch.setattr(gen._GenerationBar, "batch_done", lambda self, rows: (events.append(("done", rows)),
+                                                                              real_done(self, rows))[1])
+    bars = []
+    real_init = gen._GenerationBar.__init__
+
+    def init(self, n, max_new):
+        real_init(self, n, max_new)
+        bars.append(self)
+
+    monkeypatch.setattr(gen._GenerationBar, "__init__", init)
+    greedy_generate(tiny_lm, PROMPTS, max_new_tokens=5, batch_size=len(PROMPTS), progress=True)
+    steps_before_done = [e for e in events[: events.index(("done", len(PROMPTS)))] if e[0] == "step"]
+    assert len(steps_before_done) >= 2 and all(rows == len(PROMPTS) for _, rows in steps_before_done)
+    assert bars[0].bar.n == len(PROMPTS) * 5 and bars[0].done == len(PROMPTS)
