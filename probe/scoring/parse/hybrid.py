@@ -32,12 +32,18 @@ from __future__ import annotations
 
 import math
 import time
+import zlib
 from dataclasses import dataclass, field
 from typing import Any, Callable, Hashable, Sequence
 
+import numpy as np
+
+from probe.scoring.engine import Engine, pad_id_of
 from probe.scoring.parse.tail import (  # noqa: F401  (TAIL_BATCH_TOKENS: public here too, as before)
     TAIL_BATCH_TOKENS, TAIL_MAX_ROWS, TailRow, complete_rows, draw_generator, pick_frontier, prompt_vectors,
     tail_tokens)
+from probe.scoring.sampler.chain import SamplerChain
+from probe.scoring.tokens import eos_ids, prompt_ids
 
 __all__ = ["HybridEstimate", "hybrid_from_tail", "tail_budget", "draw_tail", "complete_tails", "opens_at_budget",
            "stop_target"]
@@ -118,8 +124,6 @@ def draw_tail(frontier: Sequence[tuple[float, Any]], complete: Callable[[Any, An
               rng: Any) -> list[Any]:
     """``n`` tail answers: each draws a frontier entry ``(mass, handle)`` in proportion to its mass and
     returns ``complete(handle, rng)`` (the entry's generation completed by sampling, parsed)."""
-    import numpy as np
-
     if n <= 0 or not frontier:
         return []
     mass = np.asarray([m for m, _ in frontier], dtype=float)
@@ -157,16 +161,39 @@ def complete_tails(lm: Any, requests: Sequence[Any], dists: Sequence[Any], spec:
     :class:`~probe.scoring.parse.schema.ParseSettings`; default 64), each with a cache. Seeded by the tail's
     seed and the request id, and each draw has its own stream, so the same request gives the same draws in any
     batch or order."""
-    import zlib
-
-    import numpy as np
-
-    from probe.scoring.engine import Engine, pad_id_of
-    from probe.scoring.sampler.chain import SamplerChain
-    from probe.scoring.tokens import eos_ids, prompt_ids
-
     chain = spec if isinstance(spec, SamplerChain) else SamplerChain.from_spec(spec)
-    eos, engine = eos_ids(lm), Engine(lm.model, pad_id=pad_id_of(lm.tokenizer))
+    engine = Engine(lm.model, pad_id=pad_id_of(lm.tokenizer))
+    rows, owner, spent = _tail_rows(lm, engine, requests, dists)
+    t0 = time.perf_counter()
+    longest = max((len(r.prompt) + max(r.max_new, len(r.path)) for r in rows), default=1)
+    # rows a pass: ``tail_batch``, fewer for long budgets (2048-token answers) so the batch's cache stays small;
+    # over one store the rows share their prompts' vectors and a pass costs its live rows only, so the memory
+    # rule alone (fewer, larger passes: a small pass reads all the weights for a few tokens)
+    cap = min(TAIL_MAX_ROWS, tail_tokens(lm.model) // longest)
+    batch_size = settings.tail_batch if settings is not None else 64
+    rows_a_pass = max(1, cap if engine.tree_fits(longest) else min(int(batch_size), cap))
+    answers, used = complete_rows(engine, rows, chain, eos_ids(lm), lm.tokenizer, rows_a_pass)
+    seconds = time.perf_counter() - t0
+    per: list[list] = [[] for _ in requests]
+    for k, a, t in zip(owner, answers, used):
+        per[k].append(a)
+        spent[k] += t
+    for k, (r, d) in enumerate(zip(requests, dists)):
+        draws = per[k]
+        max_new = int(r.tail.max_new_tokens or r.max_new_tokens)
+        out = hybrid_from_tail(d.probs, d.residual, draws).to_dict()
+        d.hybrid = {**out, "rejected": d.rejected + (d.residual * out["tail"].get("none", 0) / len(draws)
+                                                     if draws else 0.0),
+                    "tokens": spent[k] if draws else 0, "max_new_tokens": max_new}
+        d.frontier, d.prompt_cache = [], None
+        # the plan's calibration reads it (never recorded): this request's share of the batched draws' time
+        d.tail_seconds = seconds * sum(t for o, t in zip(owner, used) if o == k) / max(1, sum(used))
+
+
+def _tail_rows(lm: Any, engine: Engine, requests: Sequence[Any], dists: Sequence[Any]
+               ) -> tuple[list[TailRow], list[int], list[int]]:
+    """Every request's tail draws as rows (each a frontier entry picked in proportion to its mass, with its own
+    generator), the request each row belongs to, and per request the forward tokens its prompt cost."""
     rows: list[TailRow] = []
     owner: list[int] = []
     spent = [0] * len(requests)
@@ -183,27 +210,4 @@ def complete_tails(lm: Any, requests: Sequence[Any], dists: Sequence[Any], spec:
         for j, (path, below) in enumerate(pick_frontier(d.frontier, n, rng)):
             rows.append(TailRow(ids, kv, first, path, below, draw_generator(seed, j), r.parser, r.decided, max_new))
             owner.append(k)
-    t0 = time.perf_counter()
-    longest = max((len(r.prompt) + max(r.max_new, len(r.path)) for r in rows), default=1)
-    # rows a pass: ``batch_size``, fewer for long budgets (2048-token answers) so the batch's cache stays small;
-    # over one store the rows share their prompts' vectors and a pass costs its live rows only, so the memory
-    # rule alone (fewer, larger passes: a small pass reads all the weights for a few tokens)
-    cap = min(TAIL_MAX_ROWS, tail_tokens(lm.model) // longest)
-    batch_size = settings.tail_batch if settings is not None else 64
-    rows_a_pass = max(1, cap if engine.tree_fits(longest) else min(int(batch_size), cap))
-    answers, used = complete_rows(engine, rows, chain, eos, lm.tokenizer, rows_a_pass)
-    seconds = time.perf_counter() - t0
-    per: list[list] = [[] for _ in requests]
-    for k, a, t in zip(owner, answers, used):
-        per[k].append(a)
-        spent[k] += t
-    for k, (r, d) in enumerate(zip(requests, dists)):
-        draws = per[k]
-        max_new = int(r.tail.max_new_tokens or r.max_new_tokens)
-        out = hybrid_from_tail(d.probs, d.residual, draws).to_dict()
-        d.hybrid = {**out, "rejected": d.rejected + (d.residual * out["tail"].get("none", 0) / len(draws)
-                                                     if draws else 0.0),
-                    "tokens": spent[k] if draws else 0, "max_new_tokens": max_new}
-        d.frontier, d.prompt_cache = [], None
-        # the plan's calibration reads it (never recorded): this request's share of the batched draws' time
-        d.tail_seconds = seconds * sum(t for o, t in zip(owner, used) if o == k) / max(1, sum(used))
+    return rows, owner, spent
