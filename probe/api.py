@@ -75,23 +75,34 @@ def evaluate(model: Any, task: "str | Sequence[str]", *, limit: int | float | No
     ``task, model, subgroup, metric, estimator, value, ci_low, ci_high, n, n_clusters``), ``.output`` and, with
     ``capture``, ``.activations`` (``ids`` = the record ids, ``arrays[key]`` ``[n_records, d_model]``).
     """
-    from probe.tasks import get
-
     from probe.runs.task_run import check_limit
 
     limit = check_limit(limit)  # an item count, or a fraction of the items as lm-eval's
     tasks = [t.strip() for t in task.split(",") if t.strip()] if isinstance(task, str) else [str(t) for t in task]
     models = list(model) if isinstance(model, (list, tuple)) else [model]
     if len(tasks) > 1 or len(models) > 1:
-        from probe.runs.multi import run_many, task_configs
+        return _evaluate_many(tasks, models, limit, output, config, options)
+    return _evaluate_one(tasks[0], models[0], limit, output, config, options)
 
-        if config is not None:
-            raise ProbeError("config= is for one task; give several tasks their options as keywords")
-        run_values, task_values = split_options(options)
-        configs = task_configs(tasks, task_values, source="options")
-        run_opts = options_from(run_values) if run_values else RunOptions(progress=False)
-        return run_many(tasks, models, limit=limit, output=output, options=run_opts, configs=configs)
-    task, model = tasks[0], models[0]
+
+def _evaluate_many(tasks: list[str], models: list[Any], limit: int | float | None, output: str | Path | None,
+                   config: Any, options: Mapping[str, Any]) -> "Evaluations":
+    """:func:`evaluate` for several tasks and/or models: each task's config from the keyword options."""
+    from probe.runs.multi import run_many, task_configs
+
+    if config is not None:
+        raise ProbeError("config= is for one task; give several tasks their options as keywords")
+    run_values, task_values = split_options(options)
+    configs = task_configs(tasks, task_values, source="options")
+    run_opts = options_from(run_values) if run_values else RunOptions(progress=False)
+    return run_many(tasks, models, limit=limit, output=output, options=run_opts, configs=configs)
+
+
+def _evaluate_one(task: str, model: Any, limit: int | float | None, output: str | Path | None, config: Any,
+                  options: Mapping[str, Any]) -> Evaluation:
+    """:func:`evaluate` for one task on one model: ``config``, or one built from the task's keyword options."""
+    from probe.tasks import get
+
     t = get(task)
     run_values, task_values = split_options(options)
     if config is None:

@@ -153,14 +153,7 @@ def resolve(encoder: Any, encoded: Any, positions: Sequence[PositionSpec], *,
     """
     request = encoded.request
     if isinstance(request, PerplexityRequest):
-        # a text scored for its perplexity (HBB-SG, CrowS-Pairs (b)): "last" is its last token, read in a
-        # capture-only row over the whole sequence (the scored row need not feed its final token)
-        other = [p.name for p in positions if p.kind != "last"]
-        if other:
-            raise ValueError(f"request {request.id!r}: a perplexity request is captured at 'last' (its text's "
-                             f"last token) only, not {other}")
-        row = tuple(encoded.sequences[0].ids)
-        return CaptureTarget(row, {p.name: [len(row) - 1] for p in positions}, True)
+        return _perplexity_target(encoded, positions)
     if not isinstance(request, (LabelRequest, ContinuationRequest)):
         raise ValueError(f"request {request.id!r}: activations are captured for label and continuation "
                          f"requests only, not {type(request).__name__}")
@@ -174,22 +167,8 @@ def resolve(encoder: Any, encoded: Any, positions: Sequence[PositionSpec], *,
         if p.kind == "last":
             out[p.name] = [n - 1]
         elif p.kind == "label":
-            if answer_label is None:
-                raise ValueError(f"request {request.id!r}: field 'answer_label' is needed for the 'label' position")
-            choices = request.labels if isinstance(request, LabelRequest) else request.options
-            if answer_label not in choices:
-                raise ValueError(f"request {request.id!r}: field 'answer_label' {answer_label!r} "
-                                 f"is not one of {list(choices)}")
-            k = choices.index(answer_label)
-            if isinstance(request, LabelRequest):
-                # the label's first scored token appended to the prompt: a capture-only row, whose
-                # prompt part the tree shares with the scored row (causal: the scores are unchanged)
-                # (the row may extend past the prompt by a whitespace token all labels share: tokens.py rule 4)
-                row, extra = encoded.sequences[0].ids + (encoded.label_variants[k][0],), True
-                out[p.name] = [len(row) - 1]
-            else:
-                row = encoded.sequences[k].ids  # that option's row: its token n is the option's first token
-                out[p.name] = [n]
+            row, out[p.name], capture_only = _label_row(encoded, answer_label)
+            extra = extra or capture_only
         else:
             value = fields.get(p.field) if fields else None
             if value in (None, ""):
@@ -204,6 +183,38 @@ def resolve(encoder: Any, encoded: Any, positions: Sequence[PositionSpec], *,
                 raise ValueError(f"request {request.id!r}: field {p.field!r}: {value!r} is not in the prompt")
             out[p.name] = toks[-1:] if p.kind == "span" else toks
     return CaptureTarget(tuple(row), out, extra)
+
+
+def _perplexity_target(encoded: Any, positions: Sequence[PositionSpec]) -> CaptureTarget:
+    """A text scored for its perplexity (HBB-SG, CrowS-Pairs (b)): "last" is its last token, read in a
+    capture-only row over the whole sequence (the scored row need not feed its final token)."""
+    other = [p.name for p in positions if p.kind != "last"]
+    if other:
+        raise ValueError(f"request {encoded.request.id!r}: a perplexity request is captured at 'last' (its text's "
+                         f"last token) only, not {other}")
+    row = tuple(encoded.sequences[0].ids)
+    return CaptureTarget(row, {p.name: [len(row) - 1] for p in positions}, True)
+
+
+def _label_row(encoded: Any, answer_label: str | None) -> tuple[tuple[int, ...], list[int], bool]:
+    """The ``label`` position of a label or continuation request: the row it is read in, its index there, and
+    whether that row is a capture-only one (a label request's)."""
+    request = encoded.request
+    if answer_label is None:
+        raise ValueError(f"request {request.id!r}: field 'answer_label' is needed for the 'label' position")
+    choices = request.labels if isinstance(request, LabelRequest) else request.options
+    if answer_label not in choices:
+        raise ValueError(f"request {request.id!r}: field 'answer_label' {answer_label!r} "
+                         f"is not one of {list(choices)}")
+    k = choices.index(answer_label)
+    if isinstance(request, LabelRequest):
+        # the label's first scored token appended to the prompt: a capture-only row, whose
+        # prompt part the tree shares with the scored row (causal: the scores are unchanged)
+        # (the row may extend past the prompt by a whitespace token all labels share: tokens.py rule 4)
+        row = encoded.sequences[0].ids + (encoded.label_variants[k][0],)
+        return row, [len(row) - 1], True
+    # that option's row: its token n is the option's first token
+    return encoded.sequences[k].ids, [encoded.n_prompt_tokens], False
 
 
 def _prompt_offsets(tok: Any, r: Any, prompt_ids: tuple[int, ...]) -> tuple[str, list[tuple[int, int]]]:

@@ -79,6 +79,22 @@ def randomization_test(
     Raises ``ValueError`` on shape mismatch, empty input or NaN values (a
     NaN would silently drop out of the statistic in some iterations only).
     """
+    xa, ya = _paired_rows(x, y, n_iter)
+    n = xa.shape[0]
+    inverse, n_blocks = _block_index(blocks, n)
+    rng = np.random.default_rng(seed)
+    swaps = rng.random((n_iter, n_blocks)) < swap_p  # one draw per block per iteration
+    masks = swaps[:, inverse]  # (n_iter, n_rows)
+    observed, null = _null_distribution(xa, ya, statistic, masks)
+    # a tolerance so that ties with the observed value count as "as extreme" despite rounding
+    tol = 1e-12 * max(1.0, abs(observed))
+    count = int(np.sum(np.abs(null) >= abs(observed) - tol))
+    return RandomizationResult(observed, (count + 1) / (n_iter + 1), n_iter, n, n_blocks)
+
+
+def _paired_rows(x: np.ndarray | Sequence[float], y: np.ndarray | Sequence[float],
+                 n_iter: int) -> tuple[np.ndarray, np.ndarray]:
+    """``x`` and ``y`` as float arrays, checked as :func:`randomization_test` needs them."""
     xa, ya = np.asarray(x, dtype=float), np.asarray(y, dtype=float)
     if xa.shape != ya.shape:
         raise ValueError(f"x and y must have the same shape, got {xa.shape} and {ya.shape}")
@@ -88,33 +104,34 @@ def randomization_test(
         raise ValueError("randomization_test: x or y holds NaN")
     if n_iter < 1:
         raise ValueError(f"n_iter must be >= 1, got {n_iter}")
-    n = xa.shape[0]
+    return xa, ya
+
+
+def _block_index(blocks: np.ndarray | Sequence | None, n: int) -> tuple[np.ndarray, int]:
+    """Each row's block (0 .. n_blocks - 1) and the number of blocks; every row its own block without ``blocks``."""
     if blocks is None:
-        inverse, n_blocks = np.arange(n), n
-    else:
-        b = np.asarray(blocks)
-        if b.shape[0] != n:
-            raise ValueError(f"blocks must have one id per row ({n}), got {b.shape[0]}")
-        _, inverse = np.unique(b, return_inverse=True)
-        n_blocks = int(inverse.max()) + 1
-    rng = np.random.default_rng(seed)
-    swaps = rng.random((n_iter, n_blocks)) < swap_p  # one draw per block per iteration
-    masks = swaps[:, inverse]  # (n_iter, n_rows)
+        return np.arange(n), n
+    b = np.asarray(blocks)
+    if b.shape[0] != n:
+        raise ValueError(f"blocks must have one id per row ({n}), got {b.shape[0]}")
+    _, inverse = np.unique(b, return_inverse=True)
+    return inverse, int(inverse.max()) + 1
+
+
+def _null_distribution(xa: np.ndarray, ya: np.ndarray, statistic: Callable[[np.ndarray], float] | None,
+                       masks: np.ndarray) -> tuple[float, np.ndarray]:
+    """The observed difference and its value under each iteration's swaps (``masks``: iterations x rows)."""
+    n = xa.shape[0]
     if statistic is None:
         diff = (xa - ya).reshape(n, -1).mean(axis=1)  # row contribution to mean(x) - mean(y)
-        observed = float(diff.mean())
-        null = np.where(masks, -diff, diff).mean(axis=1)
-    else:
-        observed = float(statistic(xa)) - float(statistic(ya))
-        null = np.empty(n_iter)
-        shape = (n,) + (1,) * (xa.ndim - 1)
-        for i in range(n_iter):
-            m = masks[i].reshape(shape)
-            null[i] = float(statistic(np.where(m, ya, xa))) - float(statistic(np.where(m, xa, ya)))
-    # a tolerance so that ties with the observed value count as "as extreme" despite rounding
-    tol = 1e-12 * max(1.0, abs(observed))
-    count = int(np.sum(np.abs(null) >= abs(observed) - tol))
-    return RandomizationResult(observed, (count + 1) / (n_iter + 1), n_iter, n, n_blocks)
+        return float(diff.mean()), np.where(masks, -diff, diff).mean(axis=1)
+    observed = float(statistic(xa)) - float(statistic(ya))
+    null = np.empty(masks.shape[0])
+    shape = (n,) + (1,) * (xa.ndim - 1)
+    for i in range(masks.shape[0]):
+        m = masks[i].reshape(shape)
+        null[i] = float(statistic(np.where(m, ya, xa))) - float(statistic(np.where(m, xa, ya)))
+    return observed, null
 
 
 def kendall_tau(a: Sequence[float], b: Sequence[float]) -> tuple[float, float]:

@@ -74,17 +74,33 @@ def bootstrap_ci(
     arr = np.asarray(data)
     if arr.ndim == 0:
         raise ValueError("bootstrap_ci: data must have at least one axis (rows = items)")
-    if not 0.0 < level < 1.0:
-        raise ValueError(f"bootstrap_ci: level must be in (0, 1), got {level}")
-    if n_boot < 1:
-        raise ValueError(f"bootstrap_ci: n_boot must be >= 1, got {n_boot}")
-    n = arr.shape[0]
-    if n < MIN_UNITS:  # the small-sample rule (probe.metrics.small_sample)
+    _check_level_and_draws("bootstrap_ci", level, n_boot)
+    if arr.shape[0] < MIN_UNITS:  # the small-sample rule (probe.metrics.small_sample)
         return (math.nan, math.nan)
+    boots = _row_bootstrap(arr, statistic, n_boot, seed, level)
+    finite = boots[np.isfinite(boots)]
+    if finite.size < max(1, boots.size // 2):
+        return (math.nan, math.nan)
+    alpha = (1.0 - level) / 2.0
+    lo, hi = np.quantile(finite, [alpha, 1.0 - alpha])
+    return (float(lo), float(hi))
 
+
+def _check_level_and_draws(name: str, level: float, n_boot: int) -> None:
+    """``ValueError`` (naming the function ``name``) unless ``level`` is in (0, 1) and ``n_boot`` >= 1."""
+    if not 0.0 < level < 1.0:
+        raise ValueError(f"{name}: level must be in (0, 1), got {level}")
+    if n_boot < 1:
+        raise ValueError(f"{name}: n_boot must be >= 1, got {n_boot}")
+
+
+def _row_bootstrap(arr: np.ndarray, statistic: Callable[[np.ndarray], float], n_boot: int, seed: int,
+                   level: float) -> np.ndarray:
+    """The bootstrap distribution of ``statistic`` over resampled rows of ``arr`` (:func:`bootstrap_ci`'s draws,
+    by :func:`scipy.stats.bootstrap`), as floats."""
     # scipy resamples each argument along `axis`; we pass row indices and let the
     # statistic see whole rows, which works for any number of columns.
-    index = np.arange(n)
+    index = np.arange(arr.shape[0])
 
     def _stat(idx: np.ndarray) -> float:
         return float(statistic(arr[idx.astype(int)]))
@@ -102,13 +118,7 @@ def bootstrap_ci(
             confidence_level=level,
             random_state=np.random.default_rng(seed),
         ).bootstrap_distribution
-    boots = np.asarray(boots, dtype=float)
-    finite = boots[np.isfinite(boots)]
-    if finite.size < max(1, boots.size // 2):
-        return (math.nan, math.nan)
-    alpha = (1.0 - level) / 2.0
-    lo, hi = np.quantile(finite, [alpha, 1.0 - alpha])
-    return (float(lo), float(hi))
+    return np.asarray(boots, dtype=float)
 
 
 def cluster_bootstrap_ci(
@@ -149,20 +159,23 @@ def cluster_bootstrap_ci(
     arr = np.asarray(data)
     if len(clusters) != arr.shape[0]:
         raise ValueError(f"cluster_bootstrap_ci: {len(clusters)} cluster ids for {arr.shape[0]} rows")
-    if not 0.0 < level < 1.0:
-        raise ValueError(f"cluster_bootstrap_ci: level must be in (0, 1), got {level}")
-    if n_boot < 1:
-        raise ValueError(f"cluster_bootstrap_ci: n_boot must be >= 1, got {n_boot}")
+    _check_level_and_draws("cluster_bootstrap_ci", level, n_boot)
     if draw not in ("ids", "counts"):
         raise ValueError(f"cluster_bootstrap_ci: draw must be 'ids' or 'counts', got {draw!r}")
     members = cluster_members(clusters, "sorted" if draw == "counts" else "first")
-    nan2 = (math.nan, math.nan)
-    g = len(members)
-    if g < MIN_UNITS:  # the small-sample rule (probe.metrics.small_sample)
-        return {name: nan2 for name in statistics}
-    rng = np.random.default_rng(seed)
+    if len(members) < MIN_UNITS:  # the small-sample rule (probe.metrics.small_sample)
+        return {name: (math.nan, math.nan) for name in statistics}
+    boots = _cluster_bootstrap(arr, members, statistics, n_boot, np.random.default_rng(seed), draw)
+    return {name: percentile_ci(values, level, min_finite=max(1, n_boot // 2)) for name, values in boots.items()}
+
+
+def _cluster_bootstrap(arr: np.ndarray, members: Sequence[np.ndarray],
+                       statistics: Mapping[str, Callable[[np.ndarray], float]], n_boot: int, rng: np.random.Generator,
+                       draw: Literal["ids", "counts"]) -> dict[str, np.ndarray]:
+    """Each statistic's bootstrap distribution over ``n_boot`` resamples of the clusters ``members``
+    (:func:`cluster_bootstrap_ci`'s draws, read from ``rng``)."""
     # "counts": one multinomial draw per resample gives every cluster's multiplicity.
-    weights = cluster_weights(rng, g, n_boot) if draw == "counts" else None
+    weights = cluster_weights(rng, len(members), n_boot) if draw == "counts" else None
     boots = {name: np.empty(n_boot) for name in statistics}
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # empty denominators in a resample give NaN, dropped below
@@ -174,7 +187,7 @@ def cluster_bootstrap_ci(
             sample = arr[idx]
             for name, fn in statistics.items():
                 boots[name][b] = float(fn(sample))
-    return {name: percentile_ci(values, level, min_finite=max(1, n_boot // 2)) for name, values in boots.items()}
+    return boots
 
 
 def cluster_members(clusters: Sequence[Hashable], order: Literal["first", "sorted"] = "first") -> list[np.ndarray]:

@@ -94,7 +94,7 @@ def resolve_device(device: str = "auto") -> str:
     """``auto``: ``cuda`` when a CUDA GPU is visible, else ``cpu``; an explicit device is checked.
 
     Apple's ``mps`` is used only when asked for: it has no float64, which the
-    sampling-equivalent scores (:mod:`probe.scoring.sampling`) compute in.
+    sampling-equivalent scores (:mod:`probe.scoring.sampler.sampling`) compute in.
     """
     import torch
 
@@ -167,51 +167,13 @@ def load_model(
     ``LoadedModel.device`` / ``.dtype`` (and in ``info()``, the provenance);
     what was asked for, ``device_requested`` / ``dtype_requested``.
     """
-    import torch
-
     asked_device, asked_dtype = device, dtype
     device = _resolve_device(device)
     dtype_name, torch_dtype = _resolve_dtype(dtype, device)
-    quantization = "8bit" if load_in_8bit else "4bit" if load_in_4bit else None
-    if load_in_8bit and load_in_4bit:
-        raise ModelLoadError("choose one of load_in_8bit and load_in_4bit")
-    if quantization and not torch.cuda.is_available():
-        raise ModelLoadError(
-            f"load_in_{quantization} uses bitsandbytes, which needs a CUDA GPU; none is available here. "
-            "Use dtype float32/bfloat16 on CPU."
-        )
-
-    file_sha = weights_format = None
-    source = name_or_path
-    kind = check_model_source(name_or_path, allow_pickle_weights)
-    if kind in ("builtin", "gguf"):
-        from probe.models.gguf_info import file_type
-
-        gguf = builtin_gguf_path(name_or_path) if kind == "builtin" else Path(name_or_path).expanduser()
-        model_dir, file_sha = converted_gguf_dir(gguf)
-        source = str(gguf) if kind == "builtin" else str(gguf.resolve())
-        weights_format = " ".join(x for x in ("GGUF", file_type(gguf)) if x)
-    else:  # a local directory, or a hub id resolved through the hub or its local cache
-        model_dir = Path(name_or_path).expanduser() if kind == "dir" else name_or_path
-
-    kwargs: dict[str, Any] = {"trust_remote_code": trust_remote_code, "revision": revision}
-    if not allow_pickle_weights:
-        kwargs["use_safetensors"] = True  # never unpickle weights unless asked
-    if attn_implementation:
-        kwargs["attn_implementation"] = attn_implementation
-    if quantization:
-        from transformers import BitsAndBytesConfig
-
-        kwargs["quantization_config"] = (
-            BitsAndBytesConfig(load_in_8bit=True)
-            if load_in_8bit
-            else BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_compute_dtype=torch_dtype)
-        )
-        # one device unless a device_map is asked for: `--device cuda:1` (or a launcher rank's GPU) is kept,
-        # never spread over every visible GPU
-        kwargs["device_map"] = device_map or {"": single_device(device)}
-    elif device_map is not None:
-        kwargs["device_map"] = device_map
+    quantization = _quantization(load_in_8bit, load_in_4bit)
+    model_dir, source, file_sha, weights_format = _weights_source(name_or_path, allow_pickle_weights)
+    kwargs = _load_kwargs(trust_remote_code, revision, allow_pickle_weights, attn_implementation, quantization,
+                          load_in_8bit, torch_dtype, device, device_map)
     model, tokenizer = _from_pretrained(model_dir, torch_dtype, kwargs, name_or_path)
     if "device_map" not in kwargs:
         model.to(device)
@@ -234,6 +196,65 @@ def load_model(
         dtype_requested=asked_dtype,
         weights_format=weights_format,
     )
+
+
+def _quantization(load_in_8bit: bool, load_in_4bit: bool) -> str | None:
+    """``8bit``, ``4bit`` or None, as asked; an error for both, or for either without a CUDA GPU."""
+    import torch
+
+    quantization = "8bit" if load_in_8bit else "4bit" if load_in_4bit else None
+    if load_in_8bit and load_in_4bit:
+        raise ModelLoadError("choose one of load_in_8bit and load_in_4bit")
+    if quantization and not torch.cuda.is_available():
+        raise ModelLoadError(
+            f"load_in_{quantization} uses bitsandbytes, which needs a CUDA GPU; none is available here. "
+            "Use dtype float32/bfloat16 on CPU."
+        )
+    return quantization
+
+
+def _weights_source(name_or_path: str, allow_pickle_weights: bool) -> tuple[Path | str, str, str | None, str | None]:
+    """Where :func:`load_model` reads ``name_or_path`` from (a directory, or a hub id), the source it records,
+    the GGUF file's sha256 and its weights format (None but for a GGUF file or a built-in)."""
+    file_sha = weights_format = None
+    source = name_or_path
+    kind = check_model_source(name_or_path, allow_pickle_weights)
+    if kind in ("builtin", "gguf"):
+        from probe.models.gguf_info import file_type
+
+        gguf = builtin_gguf_path(name_or_path) if kind == "builtin" else Path(name_or_path).expanduser()
+        model_dir, file_sha = converted_gguf_dir(gguf)
+        source = str(gguf) if kind == "builtin" else str(gguf.resolve())
+        weights_format = " ".join(x for x in ("GGUF", file_type(gguf)) if x)
+    else:  # a local directory, or a hub id resolved through the hub or its local cache
+        model_dir = Path(name_or_path).expanduser() if kind == "dir" else name_or_path
+    return model_dir, source, file_sha, weights_format
+
+
+def _load_kwargs(trust_remote_code: bool, revision: str | None, allow_pickle_weights: bool,
+                 attn_implementation: str | None, quantization: str | None, load_in_8bit: bool, torch_dtype: Any,
+                 device: str, device_map: str | dict | None) -> dict[str, Any]:
+    """:func:`load_model`'s keyword arguments to ``from_pretrained`` (weights format, attention, quantization,
+    device map)."""
+    kwargs: dict[str, Any] = {"trust_remote_code": trust_remote_code, "revision": revision}
+    if not allow_pickle_weights:
+        kwargs["use_safetensors"] = True  # never unpickle weights unless asked
+    if attn_implementation:
+        kwargs["attn_implementation"] = attn_implementation
+    if quantization:
+        from transformers import BitsAndBytesConfig
+
+        kwargs["quantization_config"] = (
+            BitsAndBytesConfig(load_in_8bit=True)
+            if load_in_8bit
+            else BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_compute_dtype=torch_dtype)
+        )
+        # one device unless a device_map is asked for: `--device cuda:1` (or a launcher rank's GPU) is kept,
+        # never spread over every visible GPU
+        kwargs["device_map"] = device_map or {"": single_device(device)}
+    elif device_map is not None:
+        kwargs["device_map"] = device_map
+    return kwargs
 
 
 def check_model_source(name_or_path: str, allow_pickle_weights: bool = False) -> str:
@@ -261,6 +282,34 @@ def check_model_source(name_or_path: str, allow_pickle_weights: bool = False) ->
         return "hub"
     _check_model_dir(path, allow_pickle_weights)
     return "dir"
+
+
+def check_model_resolvable(name_or_path: str, allow_pickle_weights: bool = False) -> str:
+    """:func:`check_model_source`, and for a hub id that it can be found without loading anything: a valid
+    repo id and, with the hub offline (``HF_HUB_OFFLINE=1``), its ``config.json`` in the local Hugging Face cache.
+    A run over several models checks every one so before the first loads; a :class:`ModelLoadError` naming the
+    model otherwise."""
+    kind = check_model_source(name_or_path, allow_pickle_weights)
+    if kind != "hub":
+        return kind
+    from huggingface_hub import try_to_load_from_cache
+    from huggingface_hub.utils import HFValidationError, validate_repo_id
+
+    from probe.errors import did_you_mean
+
+    name = str(name_or_path)
+    where = f"built-in names: {', '.join(BUILTINS)}; or a local model directory, a .gguf file, or a hub id"
+    try:
+        validate_repo_id(name)
+    except HFValidationError:
+        raise ModelLoadError(f"cannot load model {name!r}{did_you_mean(name, BUILTINS)}: no such file or "
+                             f"directory, and not a valid hub id ({where})") from None
+    offline = os.environ.get("HF_HUB_OFFLINE", "").strip().upper() in ("1", "ON", "YES", "TRUE")
+    if offline and not isinstance(try_to_load_from_cache(name, "config.json"), str):
+        raise ModelLoadError(f"cannot load model {name!r}{did_you_mean(name, BUILTINS)}: not on disk, and not in "
+                             f"the local Hugging Face cache while the hub is offline (HF_HUB_OFFLINE=1); nothing "
+                             f"was loaded ({where})")
+    return kind
 
 
 PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".ckpt", ".pkl")

@@ -130,29 +130,11 @@ def build_report(runs: Sequence[Run], output: str | Path, n_boot: int = 2000, se
         from probe.reports.headline import headline_section
 
         sections.append(headline_section(headline))
-    for task in tasks:
-        trs = groups[task]
-        if progress:
-            progress(f"{task}: {len(trs)} run(s)")
-        lay = lays[task]
-        items = lay.section(trs, out, context)
-        # the papers' own (sampled) estimators, each beside the exact table it mirrors
-        if lay.paper_tables is not None:
-            items = paper_layouts.insert_beside(items, lay.paper_tables(trs, params_b))
-        paired, note = paired_tables(task, trs, n_boot, seed, lay)
-        models = ", ".join(r.label for r in trs)
-        intro = f"{len(trs)} run(s): {models}." + (f" {note}" if note else "")
-        sections.append(Section(task, lay.title, intro, items + paired))
+    sections += [_task_section(task, groups[task], lays[task], out, context, n_boot, seed, params_b, progress)
+                 for task in tasks]
     runs_table = _runs_table(runs)
     all_items = [runs_table] + [it for s in sections for it in s.items]
-    names = [it.name for it in all_items]
-    dup = sorted({n for n in names if names.count(n) > 1})
-    if dup:  # two labels that slug alike: keep files apart
-        seen: dict[str, int] = {}
-        for it in all_items:
-            if it.name in dup:
-                seen[it.name] = seen.get(it.name, 0) + 1
-                it.name = f"{it.name}_{seen[it.name]}"
+    _unique_names(all_items)
     for it in all_items:
         if isinstance(it, Table):
             write_table(it, out)
@@ -174,6 +156,34 @@ def build_report(runs: Sequence[Run], output: str | Path, n_boot: int = 2000, se
     }
     write_json_atomic(out / "manifest.json", manifest)
     return manifest
+
+
+def _task_section(task: str, trs: Sequence[Run], lay: TaskLayout, out: Path, context: ReportContext, n_boot: int,
+                  seed: int, params_b: Mapping[str, float] | None,
+                  progress: Callable[[str], None] | None) -> Section:
+    """One task's section: its layout's items, the papers' estimators beside them, the paired comparisons."""
+    if progress:
+        progress(f"{task}: {len(trs)} run(s)")
+    items = lay.section(trs, out, context)
+    # the papers' own (sampled) estimators, each beside the exact table it mirrors
+    if lay.paper_tables is not None:
+        items = paper_layouts.insert_beside(items, lay.paper_tables(trs, params_b))
+    paired, note = paired_tables(task, trs, n_boot, seed, lay)
+    models = ", ".join(r.label for r in trs)
+    intro = f"{len(trs)} run(s): {models}." + (f" {note}" if note else "")
+    return Section(task, lay.title, intro, items + paired)
+
+
+def _unique_names(items: Sequence[Any]) -> None:
+    """Number the items whose names clash (``name_1``, ``name_2``, in order), in place."""
+    names = [it.name for it in items]
+    dup = sorted({n for n in names if names.count(n) > 1})
+    if dup:  # two labels that slug alike: keep files apart
+        seen: dict[str, int] = {}
+        for it in items:
+            if it.name in dup:
+                seen[it.name] = seen.get(it.name, 0) + 1
+                it.name = f"{it.name}_{seen[it.name]}"
 
 
 def _markdown(title: str, intro: str, sections: Sequence[Section], runs_table: Table) -> str:

@@ -31,8 +31,8 @@ benchmark:
    lies inside it;
 6. the verdict: the ranges the sampled values would fall in if the exact side
    were the truth, drawing each prompt's K answers from it on the same prompts
-   (:func:`~probe.studies.sampling_check.check.predicted_draws`). The ranges are
-   joint (:func:`~probe.studies.sampling_check.check.joint_ranges`): all the
+   (:func:`~probe.studies.sampling_check.ranges.predicted_draws`). The ranges are
+   joint (:func:`~probe.studies.sampling_check.ranges.joint_ranges`): all the
    metrics lie inside together in 95 % of draws, so the verdict, which fails
    when any one metric leaves, is one test at the 5 % level, not one per metric
    (eight ranges of 95 % each would fail a right exact side in a third of runs).
@@ -43,8 +43,9 @@ benchmark:
    whose sampled answers parse where the enumeration found no parse is a
    miss (|Δ| = 1), never left out.
 
-Modules: :mod:`.check` (:func:`run_check`), :mod:`.judge` (the sampled side), :mod:`.report`
-(:func:`report_markdown`).
+Modules: :mod:`.check` (:func:`run_check`), :mod:`.exact` (the exact side), :mod:`.judge` (the sampled
+side), :mod:`.rows` (one prompt's row), :mod:`.aggregate` (the aggregate and summary), :mod:`.ranges`
+(the verdict's ranges), :mod:`.report` (:func:`report_markdown`).
 The papers' parsers live with their tasks (each task's ``paper_check`` module).
 """
 

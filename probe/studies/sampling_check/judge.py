@@ -1,7 +1,7 @@
 """The sampling check's sampled side: transformers' own ``generate``, independent of probe's sampler.
 
 The exact side (``parse_exact``, the scored label probabilities) computes each
-step's distribution with probe's :func:`~probe.scoring.sampling.sampling_distribution`
+step's distribution with probe's :func:`~probe.scoring.sampler.sampling.sampling_distribution`
 and stops at probe's end-of-sequence rule. A judge that sampled with the same
 code could not see a mistake there (a nucleus cut, a top-k, an EOS id). So the
 K generations per prompt come from ``model.generate(do_sample=True)``, with
