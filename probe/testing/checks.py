@@ -1,11 +1,14 @@
-"""The contract every task passes, built-in or not: :func:`check_task` (as scikit-learn's ``check_estimator``).
+"""The contract every task passes, built-in or not: its checks, run by :func:`probe.testing.check_task` and
+:func:`probe.testing.parametrize_with_checks` (:mod:`probe.testing.contract`).
 
 Each check is a short function over one :class:`_Case` (the task, its quick config and a model) and fails with
-a :class:`TaskCheckError` naming the task, the check and what is wrong. In order:
+a :class:`TaskCheckError` saying what is wrong. What the checks share (the config, the items, the requests, a
+run) is made once, on first use, so each check stands alone: a check whose input failed to build fails naming
+it, and every other check still runs. The checks:
 
 - ``declaration``: ``name`` (lower case, digits, ``_``), ``description``, ``Config`` (a frozen
-  :class:`~probe.tasks.base.TaskConfig` dataclass, the type ``Task[ConfigT, ItemT]`` names), ``strata_names``,
-  ``unit_name``, ``metric_notes``;
+  :class:`~probe.tasks.base.TaskConfig` dataclass, the type ``Task[ConfigT, ItemT]`` names), the four facets
+  and their declarations (``selection.names``, ``selection.unit_name``, ``reporting.metric_notes``);
 - ``config``: the default config builds; an unknown key is refused naming it; configs are frozen and
   JSON-plain (provenance records them);
 - ``selection``: ``items`` is not empty; ``strata`` and ``units`` give one entry per item; ``select`` is
@@ -16,11 +19,11 @@ a :class:`TaskCheckError` naming the task, the check and what is wrong. In order
   columns (:data:`~probe.tasks.base.FRAME_COLUMNS`), a JSON summary naming the task, the flat results, the
   files every run writes and a report that opens with its headline;
 - ``resume``: a second run into the same directory scores nothing and changes no record byte;
-- ``hooks``: ``results`` rows, ``report_layout``, ``paper_check``, ``report_warnings``,
-  ``representation_labels``, ``capture_item`` answer with the types the contract names.
+- ``hooks``: ``reporting.results`` rows, ``reporting.layout``, ``paper.check``, ``reporting.warnings``,
+  ``analyses.representation_labels``, ``analyses.capture_item`` answer with the types the contract names.
 
-A task whose data is not on this machine (``data_files`` names a missing file) is skipped with
-:class:`unittest.SkipTest` (pytest reports it as skipped).
+A task whose data is not on this machine (``data_files`` names a missing file) skips the checks that need its
+items (:class:`unittest.SkipTest`; pytest reports them as skipped).
 """
 
 from __future__ import annotations
@@ -28,38 +31,83 @@ from __future__ import annotations
 import dataclasses
 import json
 import re
-import tempfile
 import unittest
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence, Union
 
 from probe.errors import ProbeError
 from probe.tasks.base import FRAME_COLUMNS, Task, TaskConfig
+from probe.tasks.facets import Analyses, Paper, Reporting, Selection
 
-__all__ = ["CHECKS", "TaskCheckError", "check_task"]
+__all__ = ["CHECKS", "TaskCheckError"]
+
+#: what ``expected_failures`` may be: check name -> reason, or a function of the task giving that map
+ExpectedFailures = Union[Mapping[str, str], Callable[[Any], Mapping[str, str]], None]
 
 
 class TaskCheckError(AssertionError):
     """A task broke its contract: the message names the task, the check and what is wrong."""
 
 
-@dataclass
 class _Case:
-    """One task under check: its quick config (:meth:`~probe.tasks.base.Task.check_case`), the model and what
-    the checks found so far."""
+    """One task under check: its quick config (:meth:`~probe.tasks.base.Task.check_case`), the model, the run
+    directory, and what the checks share, each made once on first use (:meth:`shared`)."""
 
-    task: Task
-    values: Mapping[str, Any]
-    limit: int | None
-    model: Any
-    output: Path
-    options: Any
-    config: Any = None
-    pool: Sequence[Any] = ()
-    selected: Sequence[Any] = ()
-    requests: list = field(default_factory=list)
-    evaluation: Any = None
+    def __init__(self, task: Task, values: Mapping[str, Any], limit: int | None, model: Any, output: Path,
+                 options: Any) -> None:
+        self.task, self.values, self.limit, self.model = task, values, limit, model
+        self.output, self.options = output, options
+        self._made: dict[str, tuple[bool, Any]] = {}
+
+    def shared(self, what: str, make: Callable[[], Any]) -> Any:
+        """``make()`` once: its value, or its error again (a check that needs it fails naming ``what``)."""
+        if what not in self._made:
+            try:
+                self._made[what] = (True, make())
+            except unittest.SkipTest as exc:
+                self._made[what] = (False, exc)
+            except Exception as exc:
+                error = TaskCheckError(f"{what}: {_say(exc)}")
+                error.__cause__ = exc  # the traceback of what failed, for whoever debugs it
+                self._made[what] = (False, error)
+        ok, value = self._made[what]
+        if ok:
+            return value
+        raise value
+
+    @property
+    def config(self) -> Any:
+        return self.shared("the quick config", lambda: self.task.make_config(dict(self.values)))
+
+    @property
+    def pool(self) -> Sequence[Any]:
+        return self.shared("items()", self._items)
+
+    @property
+    def selected(self) -> Sequence[Any]:
+        return self.shared("select()", lambda: self.task.selection.select(self.config, self.pool, self.limit))
+
+    @property
+    def evaluation(self) -> Any:
+        return self.shared("the run", self._run)
+
+    def _items(self) -> Sequence[Any]:
+        missing = [str(p) for p in self.task.data_files(self.config) if not Path(p).exists()]
+        if missing:
+            raise unittest.SkipTest(f"{self.task.name}: its data is not on this machine ({', '.join(missing[:3])}); "
+                                    "`probe data fetch` gets it")
+        return self.task.items(self.config)
+
+    def _run(self) -> Any:
+        from probe.runs.task_run import run_task
+
+        self.pool  # noqa: B018 - skips here when the data is not on this machine
+        return run_task(self.task, self.config, self.model, output=self.output / "run", limit=self.limit,
+                        options=self.options)
+
+
+def _say(exc: BaseException) -> str:
+    return str(exc) if isinstance(exc, TaskCheckError) else f"{type(exc).__name__}: {exc}"
 
 
 def _expect(ok: Any, what: str) -> None:
@@ -78,7 +126,7 @@ def _json(obj: Any, what: str) -> str:
 
 
 def check_declaration(case: _Case) -> None:
-    """What the registry, ``probe tasks`` and ``--set`` read from the task class."""
+    """What the registry, ``probe tasks`` and ``--set`` read from the task class, and its facets."""
     task = case.task
     _expect(isinstance(task.name, str) and re.fullmatch(r"[a-z][a-z0-9_]*", task.name),
             f"name must be lower case letters, digits and _ (got {task.name!r})")
@@ -90,12 +138,16 @@ def check_declaration(case: _Case) -> None:
     declared = _config_type(type(task))
     _expect(declared is None or issubclass(cfg, declared),
             f"Config {cfg.__name__} is not the config type the class names (Task[{declared}, ...])")
-    _expect(isinstance(task.strata_names, tuple) and all(isinstance(s, str) for s in task.strata_names),
-            f"strata_names must be a tuple of names (got {task.strata_names!r})")
-    _expect(isinstance(task.unit_name, str) and task.unit_name, "unit_name is empty")
-    _expect(isinstance(task.metric_notes, Mapping)
-            and all(isinstance(k, str) and isinstance(v, str) for k, v in task.metric_notes.items()),
-            "metric_notes must map metric names to texts")
+    for facet, kind in (("selection", Selection), ("paper", Paper), ("reporting", Reporting),
+                        ("analyses", Analyses)):
+        _expect(isinstance(getattr(task, facet), kind), f"{facet} must be a {kind.__name__} (probe.tasks.facets)")
+    names = task.selection.names
+    _expect(isinstance(names, tuple) and all(isinstance(s, str) for s in names),
+            f"selection.names must be a tuple of names (got {names!r})")
+    _expect(isinstance(task.selection.unit_name, str) and task.selection.unit_name, "selection.unit_name is empty")
+    notes = task.reporting.metric_notes
+    _expect(isinstance(notes, Mapping) and all(isinstance(k, str) and isinstance(v, str) for k, v in notes.items()),
+            "reporting.metric_notes must map metric names to texts")
 
 
 def check_config(case: _Case) -> None:
@@ -111,44 +163,39 @@ def check_config(case: _Case) -> None:
         _expect("no_such_key_for_check" in str(exc), f"the error for an unknown key does not name it: {exc}")
     else:
         raise TaskCheckError("make_config accepted an unknown key")
-    case.config = task.make_config(dict(case.values))
-    name = dataclasses.fields(case.config)[0].name if dataclasses.fields(case.config) else None
+    config = case.config
+    name = dataclasses.fields(config)[0].name if dataclasses.fields(config) else None
     if name is not None:
         try:
-            setattr(case.config, name, getattr(case.config, name))
+            setattr(config, name, getattr(config, name))
         except dataclasses.FrozenInstanceError:
             pass
         else:
             raise TaskCheckError(f"a {task.Config.__name__} can be changed after it is made (not frozen)")
-    _json(plain(case.config), "the config (as provenance.json records it)")
-    missing = [str(p) for p in task.data_files(case.config) if not Path(p).exists()]
-    if missing:
-        raise unittest.SkipTest(f"{task.name}: its data is not on this machine ({', '.join(missing[:3])}); "
-                                "`probe data fetch` gets it")
+    _json(plain(config), "the config (as provenance.json records it)")
 
 
 def check_selection(case: _Case) -> None:
     """Items, their strata and units, and the ``--limit`` selection."""
-    task, config = case.task, case.config
-    case.pool = pool = task.items(config)
+    sel, config, pool = case.task.selection, case.config, case.pool
     _expect(len(pool) > 0, "items() gave no items")
-    strata = task.strata(config, pool)
-    _expect(len(strata) == len(pool), f"strata() gave {len(strata)} entries for {len(pool)} items")
-    _expect(all(isinstance(s, tuple) and len(s) == len(task.strata_names) for s in strata),
-            f"each strata() entry must be a tuple of {len(task.strata_names)} value(s) (strata_names)")
-    units = task.units(config, pool)
-    _expect(units is None or len(units) == len(pool), "units() must give one key per item (or None)")
-    case.selected = task.select(config, pool, case.limit)
-    _expect(len(case.selected) > 0, f"select(limit={case.limit}) selected nothing")
-    _expect(list(task.select(config, pool, case.limit)) == list(case.selected), "select() is not deterministic")
-    _json(task.coverage(config, task.select(config, pool, None), case.selected, case.limit), "coverage()")
+    strata = sel.strata(config, pool)
+    _expect(len(strata) == len(pool), f"selection.strata() gave {len(strata)} entries for {len(pool)} items")
+    _expect(all(isinstance(s, tuple) and len(s) == len(sel.names) for s in strata),
+            f"each selection.strata() entry must be a tuple of {len(sel.names)} value(s) (selection.names)")
+    units = sel.units(config, pool)
+    _expect(units is None or len(units) == len(pool), "selection.units() must give one key per item (or None)")
+    selected = case.selected
+    _expect(len(selected) > 0, f"selection.select(limit={case.limit}) selected nothing")
+    _expect(list(sel.select(config, pool, case.limit)) == list(selected), "selection.select() is not deterministic")
+    _json(sel.coverage(config, sel.select(config, pool, None), selected, case.limit), "selection.coverage()")
 
 
 def check_requests(case: _Case) -> None:
     """Requests of every stage: unique ids, known kinds, JSON meta, the same when asked twice."""
     task, config, items, tok = case.task, case.config, case.selected, case.model.tokenizer
-    gens = task.generation_requests(config, items, tok)
-    _unique([g.id for g in gens], "generation_requests()")
+    gens = task.paper.generation_requests(config, items, tok)
+    _unique([g.id for g in gens], "paper.generation_requests()")
     _expect(all(g.kind == "generation" and isinstance(g.prompt, str) and g.max_new_tokens > 0 for g in gens),
             "a generation request needs a prompt and max_new_tokens > 0")
     texts = {g.id: "" for g in gens} if gens else None  # what the run's plan counts with, before the chains exist
@@ -161,21 +208,18 @@ def check_requests(case: _Case) -> None:
         _json(dict(r.meta), f"request {r.id!r}'s meta")
     _expect(task.requests(config, items, tok, texts) == reqs,
             "requests() differ when asked twice (a resumed run would refuse its own records)")
-    parse = task.parse_requests(config, items, tok)
-    _unique([p.id for p in parse], "parse_requests()")
+    parse = task.paper.parse_requests(config, items, tok)
+    _unique([p.id for p in parse], "paper.parse_requests()")
     ids = {r.id for r in reqs}
     _expect(all(p.id in ids for p in parse), "a parse request's id must be a scoring request's id")
-    _expect(isinstance(task.sampling(config), tuple), "sampling() must return a tuple of specs")
-    case.requests = reqs
+    _expect(isinstance(task.paper.sampling(config), tuple), "paper.sampling() must return a tuple of specs")
 
 
 def check_run(case: _Case) -> None:
     """A run through the Runner into a run directory: records, frame, summary, results, files, report."""
     from probe.runs.results import COLUMNS
-    from probe.runs.task_run import run_task
 
-    out = case.output / "run"
-    e = run_task(case.task, case.config, case.model, output=out, limit=case.limit, options=case.options)
+    out, e = case.output / "run", case.evaluation
     _expect(e.pending is None, f"the run did not finish: {e.pending}")
     lines = (out / "records.jsonl").read_text(encoding="utf-8").splitlines()
     _expect(len(lines) == len(e.records) == e.summary.get("n_records"),
@@ -185,7 +229,7 @@ def check_run(case: _Case) -> None:
     _expect(e.summary.get("task") == case.task.name, "summary['task'] is not the task's name")
     _json(e.summary, "the summary")
     _expect(list(e.results.columns) == COLUMNS and len(e.results) > 0,
-            "results() gave no row (every report opens with the task's headline metric)")
+            "reporting.results() gave no row (every report opens with the task's headline metric)")
     ci = e.results.dropna(subset=["ci_low", "ci_high"])  # an interval says how many units it resampled
     _expect(((ci.n_clusters >= 1) & (ci.n_clusters <= ci.n)).all(),
             "a results row with an interval needs 1 <= n_clusters <= n (the units its bootstrap resampled)")
@@ -193,19 +237,18 @@ def check_run(case: _Case) -> None:
         _expect((out / name).is_file(), f"the run wrote no {name}")
     _expect("Headline" in (out / "report.md").read_text(encoding="utf-8"), "report.md does not open with a headline")
     _expect(all(isinstance(k, str) for k in e.tables), "tables must be named by strings")
-    case.evaluation = e
 
 
 def check_resume(case: _Case) -> None:
     """The same run again: nothing scored, not a record byte changed, the same summary."""
     from probe.runs.task_run import run_task
 
+    first = case.evaluation
     out = case.output / "run"
     before = (out / "records.jsonl").read_bytes()
     again = run_task(case.task, case.config, case.model, output=out, limit=case.limit, options=case.options)
     _expect((out / "records.jsonl").read_bytes() == before, "a resumed run changed records.jsonl")
-    _expect(_json(again.summary, "summary") == _json(case.evaluation.summary, "summary"),
-            "a resumed run gave another summary")
+    _expect(_json(again.summary, "summary") == _json(first.summary, "summary"), "a resumed run gave another summary")
 
 
 def check_hooks(case: _Case) -> None:
@@ -215,24 +258,24 @@ def check_hooks(case: _Case) -> None:
 
     task, summary = case.task, case.evaluation.summary
     keys = {"subgroup", "metric", "estimator", "value", "ci_low", "ci_high", "n", "headline", "n_clusters"}
-    rows = task.results(case.config, summary)
-    _expect(all(keys <= set(r) for r in rows), f"each results() row needs the keys {sorted(keys)}")
-    _expect(any(r["headline"] for r in rows), "no results() row is marked as the headline")
-    layout = task.report_layout()
-    _expect(isinstance(getattr(layout, "title", None), str) and layout.title, "report_layout() has no title")
-    check = task.paper_check()
-    _expect(check is None or isinstance(check, PaperCheck), "paper_check() must give a PaperCheck or None")
-    warnings = task.report_warnings(summary)
+    rows = task.reporting.results(case.config, summary)
+    _expect(all(keys <= set(r) for r in rows), f"each reporting.results() row needs the keys {sorted(keys)}")
+    _expect(any(r["headline"] for r in rows), "no reporting.results() row is marked as the headline")
+    layout = task.reporting.layout()
+    _expect(isinstance(getattr(layout, "title", None), str) and layout.title, "reporting.layout() has no title")
+    check = task.paper.check()
+    _expect(check is None or isinstance(check, PaperCheck), "paper.check() must give a PaperCheck or None")
+    warnings = task.reporting.warnings(summary)
     _expect(isinstance(warnings, list) and all(isinstance(w, str) for w in warnings),
-            "report_warnings() must give a list of texts")
-    labels = task.representation_labels()
+            "reporting.warnings() must give a list of texts")
+    labels = task.analyses.representation_labels()
     _expect(labels is None or isinstance(labels, RepresentationLabels),
-            "representation_labels() must give RepresentationLabels or None")
+            "analyses.representation_labels() must give RepresentationLabels or None")
     try:
-        item = task.capture_item({"id": "not-a-task-line", "prompt": "Hello"}, case.model.tokenizer)
+        item = task.analyses.capture_item({"id": "not-a-task-line", "prompt": "Hello"}, case.model.tokenizer)
     except ValueError:
         item = None  # a bad line of the task's own format: said, not crashed on
-    _expect(item is None, "capture_item() took a plain prompt line for one of its own items")
+    _expect(item is None, "analyses.capture_item() took a plain prompt line for one of its own items")
 
 
 #: every check, in the order :func:`check_task` runs them
@@ -260,45 +303,15 @@ def _config_type(cls: type) -> type | None:
     return None
 
 
-# --------------------------------------------------------------------------- the entry point
+def _check_name(check: Callable[[_Case], None]) -> str:
+    return check.__name__.removeprefix("check_")
 
 
-def check_task(task: Task | str, model: Any = None, *, values: Mapping[str, Any] | None = None,
-               limit: int | None | str = "case", output: str | Path | None = None, options: Any = None) -> list[str]:
-    """Check ``task`` (a :class:`~probe.tasks.base.Task` or a registered name) against the task contract.
-
-    ``model``: a loaded model (default: :func:`probe.testing.tiny_lm`, a tiny random Llama built offline);
-    ``values`` / ``limit``: the quick run's config values and ``--limit`` (default: the task's own
-    :meth:`~probe.tasks.base.Task.check_case`); ``output``: a directory for the run (default: a temporary one);
-    ``options``: :class:`~probe.runs.options.RunOptions` (default: no progress bar, one thread).
-
-    Returns the names of the checks passed; raises :class:`TaskCheckError` (an ``AssertionError``) naming the
-    first check that failed, or :class:`unittest.SkipTest` when the task's data is not on this machine.
-
-    >>> from probe.testing import check_task
-    >>> check_task("demo")                                         # doctest: +SKIP
-    ['declaration', 'config', 'selection', 'requests', 'run', 'resume', 'hooks']
-    """
-    from probe.runs.options import RunOptions
-    from probe.tasks import get
-    from probe.testing.tiny import tiny_lm
-
-    task = get(task) if isinstance(task, str) else task
-    quick = task.check_case()
-    with tempfile.TemporaryDirectory(prefix="probe-check-") as tmp:
-        case = _Case(task, dict(quick.values if values is None else values), quick.limit if limit == "case" else limit,
-                     model if model is not None else tiny_lm(), Path(output) if output is not None else Path(tmp),
-                     options or RunOptions(progress=False, threads=1))
-        passed = []
-        for check in CHECKS:
-            name = check.__name__.removeprefix("check_")
-            try:
-                check(case)
-            except unittest.SkipTest:
-                raise
-            except TaskCheckError as exc:
-                raise TaskCheckError(f"check_task({task.name!r}) failed {name}: {exc}") from None
-            except Exception as exc:  # the task's own error, named with the check it broke
-                raise TaskCheckError(f"check_task({task.name!r}) failed {name}: {type(exc).__name__}: {exc}") from exc
-            passed.append(name)
-    return passed
+def _expected(task: Any, expected_failures: ExpectedFailures) -> dict[str, str]:
+    """Check name -> reason for ``task``; a name that is no check is an error (a typo would hide nothing)."""
+    found = dict((expected_failures(task) if callable(expected_failures) else expected_failures) or {})
+    unknown = sorted(set(found) - {_check_name(c) for c in CHECKS})
+    if unknown:
+        raise ValueError(f"expected_failures names no check: {', '.join(unknown)} (the checks: "
+                         f"{', '.join(_check_name(c) for c in CHECKS)})")
+    return found

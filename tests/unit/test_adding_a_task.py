@@ -3,11 +3,14 @@
 A copy of a real task folder (the demo's: task, data, report layout, command, package data) under a new name,
 outside ``probe/``, plus one entry in :data:`probe.tasks.BUILTIN` (as a new built-in's line would add it) must
 give a task that the registry lists, ``probe --help`` and its own command know, ``probe report`` lays out with the
-folder's own section, and that passes the public contract test: nothing else in the package is edited.
+folder's own section, and that passes the public contract test: nothing else in the package is edited. The task
+it adds writes fewer than eight methods (the narrow task contract: three stages and the optional facets' few
+hooks it needs).
 """
 
 from __future__ import annotations
 
+import inspect
 import re
 import shutil
 import sys
@@ -16,6 +19,7 @@ from pathlib import Path
 import pytest
 
 from probe.tasks import BUILTIN, available, command_modules, get
+from probe.testing import parametrize_with_checks
 
 PROBE = Path(__file__).resolve().parents[2] / "probe"
 SOURCE = "demo"  # the folder copied: small, self-contained (it imports BBQ's pieces from their owner)
@@ -59,8 +63,24 @@ def test_report_uses_the_copied_folders_section(new_task):
     assert layout.title == get(SOURCE).report_layout().title != generic_layout(NEW).title
 
 
-def test_a_copied_folder_passes_the_contract_test(new_task, tmp_path):
-    from probe.testing import check_task
+@parametrize_with_checks([NEW])  # looked up when its first check runs: after the fixture registered it
+def test_a_copied_folder_passes_the_contract_test(new_task, task, check, tiny_lm):
+    check(tiny_lm)
 
-    passed = check_task(new_task, output=tmp_path / "run")
-    assert {"declaration", "config", "run", "resume", "hooks"} <= set(passed)
+
+def written_methods(task) -> list[str]:
+    """The methods the task's own code writes: on its class and its facets' classes, not on probe's bases."""
+    from probe.tasks.base import Task
+
+    def own(cls: type) -> list[str]:
+        return [f"{k.__name__}.{name}" for k in cls.__mro__ if not k.__module__.startswith(("probe.tasks.", "typing"))
+                and k not in (object, Task) for name, v in vars(k).items() if inspect.isfunction(v)]
+
+    return own(type(task)) + [m for facet in ("selection", "paper", "reporting", "analyses")
+                              for m in own(type(getattr(task, facet)))]
+
+
+def test_the_added_task_writes_fewer_than_eight_methods(new_task):
+    written = written_methods(new_task)
+    assert len(written) < 8, written
+    assert {"DemoTask.items", "DemoTask.requests", "DemoTask.aggregate"} <= set(written)  # the three stages

@@ -1,8 +1,10 @@
-"""The public task contract test, ``probe.testing.check_task``: every registered task and the docs' example
-plugins pass it, and a task that breaks the contract is told which check it broke."""
+"""The public task contract test: ``probe.testing.parametrize_with_checks`` gives every registered task and the
+docs' example plugins one test per check; ``check_task`` reports every check a task broke, not the first; a
+declared expected failure is marked xfail."""
 
 from __future__ import annotations
 
+import importlib
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -12,26 +14,39 @@ import pytest
 from probe.scoring.requests import LabelRequest
 from probe.tasks import available
 from probe.tasks.base import Aggregate, CheckCase, Task, TaskConfig
-from probe.testing import TaskCheckError, check_task
+from probe.testing import CHECKS, TaskCheckError, check_task, parametrize_with_checks, task_checks
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "docs" / "examples"
+NAMES = [c.__name__.removeprefix("check_") for c in CHECKS]
 
 
-@pytest.mark.parametrize("name", list(available()))
-def test_every_registered_task_passes_check_task(name, tiny_lm, tmp_path):
-    assert check_task(name, tiny_lm, output=tmp_path) == [
-        "declaration", "config", "selection", "requests", "run", "resume", "hooks"]
-
-
-@pytest.mark.parametrize("folder, module, cls", [("probe_tinybbq", "tinybbq", "TinyBBQTask"),
-                                                 ("probe_pairs", "probe_pairs", "PairsTask")])
-def test_the_docs_example_plugins_pass_check_task(folder, module, cls, tiny_lm, tmp_path, monkeypatch):
-    monkeypatch.syspath_prepend(str(EXAMPLES / folder))
-    mod = __import__(module)
+def _example(folder: str, module: str, cls: str) -> Task:
+    """A docs example plugin's task, imported from its folder (sys.path and sys.modules left as they were)."""
+    where = str(EXAMPLES / folder)
+    sys.path.insert(0, where)
     try:
-        assert "hooks" in check_task(getattr(mod, cls)(), tiny_lm, output=tmp_path)
+        return getattr(importlib.import_module(module), cls)()
     finally:
-        sys.modules.pop(module, None)
+        sys.path.remove(where)
+        for name in [n for n, m in sys.modules.items() if str(getattr(m, "__file__", "") or "").startswith(where)]:
+            del sys.modules[name]  # the example's own modules only
+
+
+@parametrize_with_checks(list(available()))
+def test_every_registered_task_keeps_the_contract(task, check, tiny_lm):
+    check(tiny_lm)
+
+
+@parametrize_with_checks([_example("probe_tinybbq", "tinybbq", "TinyBBQTask"),
+                          _example("probe_pairs", "probe_pairs", "PairsTask")])
+def test_the_docs_example_plugins_keep_the_contract(task, check, tiny_lm):
+    check(tiny_lm)
+
+
+def test_one_test_per_task_and_check():
+    params = parametrize_with_checks(["demo", "bbq"]).args[1]
+    assert [p.id for p in params] == [f"{t}-{c}" for t in ("demo", "bbq") for c in NAMES]
+    assert not any(p.marks for p in params)
 
 
 @dataclass(frozen=True)
@@ -59,9 +74,41 @@ class _Twice(Task[_Config, int]):
         return Aggregate({})
 
 
-def test_a_broken_task_is_told_the_check_it_broke(tiny_lm):
-    with pytest.raises(TaskCheckError, match=r"check_task\('twice'\) failed requests: .*duplicate id 'same'"):
+#: what _Twice breaks, and why: the checks that need its requests or its run
+TWICE_FAILS = {"requests": "its request ids repeat", "run": "the runner refuses repeated ids",
+               "resume": "there is no run to resume", "hooks": "there is no run to read"}
+
+
+def test_a_broken_task_is_told_every_check_it_broke(tiny_lm):
+    with pytest.raises(TaskCheckError) as err:
         check_task(_Twice(), tiny_lm)
+    lines = str(err.value).splitlines()
+    assert [line.split(":")[0] for line in lines] == [f"check_task('twice') failed {c}" for c in TWICE_FAILS]
+    assert "duplicate id 'same'" in lines[0]
+
+
+def test_declared_failures_are_not_raised(tiny_lm):
+    assert check_task(_Twice(), tiny_lm, expected_failures=TWICE_FAILS) == ["declaration", "config", "selection"]
+    with pytest.raises(ValueError, match="names no check: reqests"):
+        check_task(_Twice(), tiny_lm, expected_failures={"reqests": "a typo"})
+
+
+@parametrize_with_checks([_Twice()], expected_failures=TWICE_FAILS)
+def test_declared_failures_are_marked_xfail(task, check, tiny_lm):
+    check(tiny_lm)
+
+
+def test_the_xfail_marks_carry_the_reasons():
+    params = parametrize_with_checks([_Twice()], expected_failures=lambda task: TWICE_FAILS).args[1]
+    reasons = {p.id.split("-")[1]: [m.kwargs["reason"] for m in p.marks] for p in params}
+    assert reasons == {c: [TWICE_FAILS[c]] if c in TWICE_FAILS else [] for c in NAMES}
+
+
+def test_the_checks_of_a_task_share_one_run(tiny_lm):
+    checks = task_checks("demo", tiny_lm)
+    for check in checks:
+        check()
+    assert len({id(c.subject.case()) for c in checks}) == 1
 
 
 def test_a_config_that_is_not_a_task_config_is_refused(tiny_lm):
