@@ -4,12 +4,17 @@ Builds a fresh virtual environment, installs probe with the newest releases
 that ``pyproject.toml``'s ranges admit (torch stays the CPU build of the lock:
 it is the only build on this machine's disk, and a CUDA build is several GB),
 then prints which packages moved against ``requirements/cpu.lock`` and runs
-the unit suite and the architecture parity tests there. It never touches the
+the unit suite there: it holds the architecture parity tests and the
+architecture sweep (``tests/unit/test_architecture_sweep.py``), which builds
+every decoder-only family of the *installed* transformers tiny and checks that
+each score equals a plain forward or the model is refused in one line, so a new
+release's new families and changed ones are measured too. It never touches the
 environment it is started from.
 
     python tools/drift.py                       # venv under /tmp, report on stdout
     python tools/drift.py --report drift.json   # also as JSON
     python tools/drift.py --tests tests/unit/test_architecture_parity.py   # a quicker subset
+    python tools/drift.py --tests tests/unit/test_architecture_sweep.py    # the sweep on the newest transformers
 
 Exit status: 0 when every selected test passed, 1 when a test failed, 2 when
 the environment could not be built. docs/reliability.md says what to do with

@@ -17,7 +17,8 @@ from typing import Any, Callable
 import numpy as np
 import torch
 
-from probe.scoring.engine.batching import Node, plan_passes
+from probe.scoring.engine.batching import Node, build_tree, plan_passes
+from probe.scoring.engine.capabilities import check_length
 from probe.scoring.engine.forward import HEAD_CHUNK, Engine, RowOutput
 from probe.scoring.engine.packed import Pass, ReadPlan, arrays, layout, pack, read_plan, row_tokens, upload
 from probe.scoring.engine.rows import Row
@@ -48,6 +49,7 @@ class Driver:
         sliding = getattr(engine.config, "sliding_window", None)
         self._sliding = int(sliding) if sliding else None
         self._equal = False
+        self._plain = False  # the call in progress runs each row alone (the model's capabilities say so)
         self._sampling: tuple = ()  # the sampling specs of the call in progress
         self._taps: Any = None  # the activation capture of the call in progress
 
@@ -62,8 +64,14 @@ class Driver:
         self.engine.counters.add(tokens_raw=raw_tokens)
         self._equal = equal_widths
         longest = max((len(n.row.ids) for n in _leaves(tree)), default=0)
+        if self.engine.device.type == "cuda":
+            check_length(self.engine.capabilities.model_type, longest)
         passes = None
-        if self.packed and self.engine.packable(longest) is None:
+        # a model no shared-prefix path computes exactly runs each row alone (capabilities.py)
+        self._plain = self.engine.capabilities.scoring_path == "plain"
+        if self._plain:
+            tree = build_tree([n.row for n in _leaves(tree)], share=False)
+        elif self.packed and self.engine.packable(longest) is None:
             passes = layout(tree, self._row_target(), self.budget_cap, self.row_cap)
             tree = [f.places[0][0] for p in passes for row in p.trees for f in row]  # the rows' own trees
         if taps is not None:
@@ -316,8 +324,8 @@ class Driver:
         return [(cache2, mask2, part)] if keep else []
 
     def _passes(self, nodes: list[Node], cache_width: int) -> list[list[int]]:
-        return plan_passes(nodes, min(self.batch_size, self.row_cap), self.budget_cap, cache_width,
-                           equal_widths=self._equal)
+        rows = 1 if self._plain else min(self.batch_size, self.row_cap)  # plain: each row alone, unpadded
+        return plan_passes(nodes, rows, self.budget_cap, cache_width, equal_widths=self._equal)
 
     def _back_off(self, rows: int, tokens: int | None = None) -> None:
         """After an out-of-memory error with ``rows`` sequences (``tokens`` padded tokens, cache columns

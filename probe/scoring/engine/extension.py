@@ -14,6 +14,8 @@ from typing import Any
 import torch
 from transformers import DynamicCache
 
+from probe.errors import ProbeError
+from probe.scoring.engine.capabilities import NO_CACHE
 from probe.hf_compat import cache_kwargs, output_cache
 from probe.scoring.engine.packed import attention_implementation
 from probe.scoring.engine.tree_cache import FRONTIER_ATTENTION, FrontierPass, NodeStore, frontier_on, tree_ok
@@ -24,7 +26,12 @@ class Extending:
 
     def begin(self, prompts: list[tuple[int, ...]]) -> tuple["Extension", torch.Tensor]:
         """Run ``prompts`` once (left-padded, :func:`left_pad`); their :class:`Extension` and the float32
-        next-token logits ``[rows, vocab]`` after each prompt's last token."""
+        next-token logits ``[rows, vocab]`` after each prompt's last token. A model whose state padding would
+        enter (capabilities' ``extend``) takes prompts of one length only (no padding)."""
+        why = self.capabilities.extend
+        if why and (len({len(p) for p in prompts}) > 1 or why == NO_CACHE):
+            raise ProbeError(f"{self.capabilities.model_type}: {why}; extend prompts of one length at a time "
+                             "(batch size 1)")
         cache, mask, hidden = self.run_prefixes(list(prompts), with_hidden=True)
         return Extension(cache, mask, [len(p) for p in prompts]), self.logits(hidden[:, -1])
 
@@ -82,7 +89,7 @@ class Extending:
         attention is one :func:`~probe.scoring.engine.tree_cache.frontier_attention` computes
         (:func:`~probe.scoring.engine.tree_cache.tree_ok`), its layers attend (no other kind), and no sliding window
         is shorter than ``longest`` (the store attends to every column)."""
-        if not self._layer_kinds <= {"full_attention", "sliding_attention"}:
+        if self.capabilities.tree or not self._layer_kinds <= {"full_attention", "sliding_attention"}:
             return False
         if self.window is not None and longest > self.window:
             return False
@@ -137,7 +144,13 @@ class Extension:
     def own(self) -> list[torch.Tensor]:
         """Each row's keys and values without its padding, ``[2, layers, heads, length, head_dim]`` (copies
         of those columns only)."""
-        width, layers = self.mask.shape[1], self.cache.layers
+        width, layers = self.mask.shape[1], getattr(self.cache, "layers", None)
+        if not layers or not all(isinstance(getattr(layer, "keys", None), torch.Tensor) for layer in layers):
+            raise ProbeError("this model's cache holds more than keys and values (state-space or recurrent "
+                             "layers): its rows cannot be kept and rebuilt apart")
+        if len({tuple(t.shape[1:]) for layer in layers for t in (layer.keys, layer.values)}) > 1:
+            raise ProbeError("this model's keys and values differ in width or length by layer (latent attention, "
+                             "per-layer head sizes or windowed caches): its rows cannot be kept as one block")
         return [torch.stack([torch.stack([layer.keys[b, :, width - n:] for layer in layers]),
                              torch.stack([layer.values[b, :, width - n:] for layer in layers])])
                 for b, n in enumerate(self.lengths)]

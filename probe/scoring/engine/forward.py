@@ -24,6 +24,7 @@ import torch
 from transformers import DynamicCache
 
 from probe.hf_compat import cache_kwargs, output_cache
+from probe.scoring.engine.capabilities import decoder_of, engine_capabilities  # noqa: F401  (decoder_of: public here too)
 from probe.scoring.engine.caches import (  # noqa: F401  (left_pad, pad_id_of: public here too, as before)
     cache_bytes, left_pad, merge_caches, pad_id_of, select_rows)
 from probe.scoring.engine.counters import Counters
@@ -63,16 +64,19 @@ class Engine(Extending):
 
     def __init__(self, model: Any, pad_id: int, keep_greedy: bool = False) -> None:
         self.model = model
-        self.decoder = model.get_decoder()
+        self.decoder = decoder_of(model)
         self.head = model.get_output_embeddings()
         self.config = model.config.get_text_config() if hasattr(model.config, "get_text_config") else model.config
         self.pad_id = pad_id
         #: where the inputs go: the input embedding's device (with a ``device_map`` the model spans several
         #: devices: later layers, their KV caches and the head may live elsewhere; see :func:`select_rows`)
         self.device = input_device(model)
-        self.softcap = getattr(self.config, "final_logit_softcapping", None)
+        # the head's transforms in each family's spelling (RecurrentGemma's cap, Inkling's muP divisor)
+        self.softcap = getattr(self.config, "final_logit_softcapping", None) or getattr(
+            self.config, "logits_soft_cap", None)
         self.logit_scale = getattr(self.config, "logit_scale", None)  # Cohere-style multiplier
-        self.logits_scaling = getattr(self.config, "logits_scaling", None)  # Granite-style divisor
+        self.logits_scaling = getattr(self.config, "logits_scaling", None) or getattr(  # Granite-style divisor
+            self.config, "logits_mup_width_multiplier", None)
         #: what the hardware sees (passes, tokens, copies), added to by the engine only; :meth:`counts` reads it
         self.counters = Counters()
         #: with ``keep_greedy``: per row key ``(ids, score_from)``, the argmax token at each scored position
@@ -93,6 +97,9 @@ class Engine(Extending):
             keep_freed_memory()  # process-wide, once: freed pass temporaries stay for the next layer
         self._layer_kinds = layer_kinds(self.config)
         self.window = int(self.config.sliding_window) if "sliding_attention" in self._layer_kinds else None
+        #: which paths are exact for this model (:mod:`probe.scoring.engine.capabilities`): the driver's choice
+        #: of packed, level or plain, the tree store and batched extension follow it
+        self.capabilities = engine_capabilities(self)
 
     def counts(self) -> dict[str, int]:
         """Forward passes, tokens computed and raw tokens so far (``computed / raw`` is what sharing saves),
@@ -116,6 +123,8 @@ class Engine(Extending):
     def packable(self, max_position: int) -> str | None:
         """Why a packed pass over positions up to ``max_position`` would not be exact for this model
         (None: it is). See docs/scoring.md, "The packed pass"."""
+        if self.capabilities.packed:
+            return self.capabilities.packed
         if self.greedy is not None:  # argmax tokens are read on the level path only
             return "the engine keeps greedy tokens"
         attn = str(getattr(self.config, "_attn_implementation", None) or "eager")
@@ -139,7 +148,15 @@ class Engine(Extending):
 
     @property
     def compute_dtype(self) -> torch.dtype:
-        """The dtype the attention scores (and so an additive mask) have: the input embedding's."""
+        """The dtype the attention scores (and so an additive mask) have: the queries', i.e. the first
+        attention module's weights' (the input embedding's where none is found: an embedding kept in float32
+        beside half-precision layers must not set the mask's)."""
+        for module in self.decoder.modules():
+            if type(module).__name__.endswith("Attention"):
+                weight = next((p for p in module.parameters() if p.dtype.is_floating_point and p.ndim >= 2), None)
+                if weight is not None:
+                    return weight.dtype
+                break
         emb = self.model.get_input_embeddings() if hasattr(self.model, "get_input_embeddings") else None
         weight = getattr(emb, "weight", None)
         if isinstance(weight, torch.Tensor) and weight.dtype.is_floating_point:

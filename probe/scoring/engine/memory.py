@@ -76,7 +76,7 @@ class ModelShape:
         d_model = int(getattr(cfg, "hidden_size", 0) or getattr(cfg, "n_embd", 0) or 0)
         n_heads = int(getattr(cfg, "num_attention_heads", 0) or getattr(cfg, "n_head", 0) or 1)
         n_kv = int(getattr(cfg, "num_key_value_heads", 0) or n_heads)
-        head_dim = int(getattr(cfg, "head_dim", 0) or (d_model // n_heads if d_model else 0))
+        head_dim = widest_head(cfg, int(getattr(cfg, "head_dim", 0) or (d_model // n_heads if d_model else 0)))
         d_ff = int(getattr(cfg, "intermediate_size", 0) or getattr(cfg, "n_inner", 0) or 4 * d_model)
         n_layers = int(getattr(cfg, "num_hidden_layers", 0) or getattr(cfg, "n_layer", 0) or 1)
         vocab = int(getattr(cfg, "vocab_size", 0) or 0)
@@ -109,6 +109,21 @@ class ModelShape:
     def head_reserve(self) -> int:
         """The float32 unembedding of one chunk: logits, their exp for the log-sum-exp, the result."""
         return 3 * HEAD_CHUNK * self.vocab * 4
+
+
+def widest_head(cfg: Any, head_dim: int) -> int:
+    """The widest attention head of any layer: ``head_dim``, a global layers' ``global_head_dim`` and the
+    per-layer overrides (``per_layer_config``, Gemma 4), so a budget sized by it holds every layer's keys.
+
+    >>> from types import SimpleNamespace
+    >>> widest_head(SimpleNamespace(per_layer_config={"05": {"head_dim": 512}}, global_head_dim=None), 256)
+    512
+    """
+    dims = [head_dim, int(getattr(cfg, "global_head_dim", 0) or 0)]
+    per_layer = getattr(cfg, "per_layer_config", None)
+    if isinstance(per_layer, dict):
+        dims += [int(v.get("head_dim", 0) or 0) for v in per_layer.values() if isinstance(v, dict)]
+    return max(dims)
 
 
 def model_devices(model: Any) -> list[torch.device]:
