@@ -1,23 +1,28 @@
-"""File-system safety below every layer: a lock that cannot be turned against its user, checks of the folders
-above an output, and OS errors that name their file.
+"""File-system safety below every layer: the one gate before every write, a lock that cannot be turned against
+its user, checks of the folders above an output, and OS errors that name their file.
 
-:class:`OutputLock` is the one writer per output (``<output>.lock``, ``DIR/.probe.lock``); :func:`check_parents`
-refuses an output under a plain file or a symbolic link loop before anything is written; :func:`naming` makes a
-full disk's error say which file it stopped. :mod:`probe.io` re-exports all three.
+:func:`check_output` is what every write passes first (:func:`probe.io.write_atomic`, :class:`probe.io.RecordWriter`,
+and each command's checks before a model loads): nothing is written through a symbolic link, over a directory or a
+device, or under ``/proc``, ``/sys`` or ``/dev``. :class:`OutputLock` is the one writer per output
+(``<output>.lock``, ``DIR/.probe.lock``); :func:`check_parents` refuses an output under a plain file or a symbolic
+link loop before anything is written; :func:`naming` makes a full disk's error say which file it stopped.
+:mod:`probe.io` re-exports them.
 """
 
 from __future__ import annotations
 
 import contextlib
 import errno
+import json
 import os
 import stat
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Iterable, Iterator
 
 from probe.errors import InputError, ProbeError
 
-__all__ = ["OutputLock", "check_lock_free", "check_locks", "check_parents", "naming"]
+__all__ = ["OutputLock", "check_lock_free", "check_links", "check_locks", "check_output", "check_owned_dir",
+           "check_parents", "json_has", "naming", "open_append"]
 
 
 @contextlib.contextmanager
@@ -54,6 +59,161 @@ def check_parents(path: str | Path, what: str | Path | None = None) -> None:
         if not stat.S_ISDIR(st.st_mode):
             raise InputError(what or path, None, None, f"cannot write here: {parent} is a file, not a directory")
         return
+
+
+#: trees where a write reaches the kernel or a device, never a file a run can resume: refused up front
+NOT_STORAGE = ("/proc", "/sys", "/dev")
+#: ... except the memory-backed file systems under ``/dev``, which are storage
+_STORAGE_UNDER_DEV = ("/dev/shm",)
+
+
+def _under(path: Path, roots: tuple[str, ...]) -> str | None:
+    return next((r for r in roots if path == Path(r) or Path(r) in path.parents), None)
+
+
+def _not_storage(path: Path) -> str | None:
+    """The tree of :data:`NOT_STORAGE` that ``path`` lies in, as spelled or once its links are resolved."""
+    spelled = Path(os.path.abspath(path))
+    try:
+        real = path.resolve()
+    except (OSError, RuntimeError):  # a link loop: check_parents names it
+        real = spelled
+    for p in (spelled, real):
+        root = _under(p, NOT_STORAGE)
+        if root is not None and _under(p, _STORAGE_UNDER_DEV) is None:
+            return root
+    return None
+
+
+def check_output(path: str | Path, what: str | Path | None = None, *, folder: bool = False) -> Path:
+    """The one gate before probe writes ``path`` (a file; with ``folder``, a directory it writes into): returns
+    ``path``, or raises an :class:`InputError` naming it, with nothing written or followed, when
+
+    - it lies under ``/proc``, ``/sys`` or ``/dev`` (``/dev/null`` included; ``/dev/shm`` is storage);
+    - a folder above it is a plain file or a symbolic link loop (:func:`check_parents`);
+    - a symbolic link is there (written through, it would overwrite or create a file elsewhere; removed, it
+      would lose the user's link): refused as the lock path's is, dangling or not;
+    - a directory is there where a file goes, a file where a directory goes, or a device, pipe or socket.
+
+    :func:`probe.io.write_atomic` and :class:`probe.io.RecordWriter` call it before every write; each command
+    calls it on its outputs before any model loads.
+
+    >>> import tempfile, os
+    >>> d = tempfile.mkdtemp()
+    >>> os.symlink("/etc/hostname", os.path.join(d, "out.jsonl"))
+    >>> try:
+    ...     check_output(os.path.join(d, "out.jsonl"))
+    ... except InputError as exc:
+    ...     "symbolic link" in str(exc)
+    True
+    """
+    path = Path(path)
+    root = _not_storage(path)
+    if root is not None:
+        raise InputError(what or path, None, None, f"cannot write under {root} (the kernel's or a device's files, "
+                         "not storage); choose an output on a disk")
+    check_parents(path, what)
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return path
+    except OSError as exc:
+        raise InputError(what or path, None, None, f"cannot write here: {exc.strerror}") from None
+    _refuse_over(path, st, what, folder)
+    return path
+
+
+def _refuse_over(path: Path, st: os.stat_result, what: str | Path | None, folder: bool) -> None:
+    """An :class:`InputError` when what is at ``path`` (its ``lstat``: ``st``) is not what an output may replace."""
+    where = path if what is None or str(what) == str(path) else f"{what} ({path})"
+    if stat.S_ISLNK(st.st_mode):
+        raise InputError(where, None, None, f"is a symbolic link (to {os.readlink(path)}); probe never writes "
+                         "through a link at an output path. Remove the link if you did not make it, or choose "
+                         "another output")
+    if folder and not stat.S_ISDIR(st.st_mode):
+        raise InputError(where, None, None, "exists and is not a directory; give a directory as the output")
+    if not folder and stat.S_ISDIR(st.st_mode):
+        raise InputError(where, None, None, "output path exists and is a directory, not a file")
+    if not folder and not stat.S_ISREG(st.st_mode):
+        raise InputError(where, None, None, "exists and is not a plain file (a device, pipe or socket); "
+                         "choose an output file on a disk")
+
+
+def check_links(folder: str | Path, prefix: str = "", recursive: bool = False) -> None:
+    """Refuse, before anything is written, a symbolic link in ``folder`` (names starting with ``prefix``;
+    with ``recursive``, anywhere below it, links never followed): every file there is one a run may write
+    (records, sidecars, reports, shards), and probe never writes through a link. Absent: nothing to check."""
+    try:
+        entries = list(os.scandir(folder))
+    except OSError:  # absent or not a folder: check_output says which
+        return
+    for entry in sorted(entries, key=lambda e: e.name):
+        if not entry.name.startswith(prefix):
+            continue
+        if entry.is_symlink():
+            _refuse_over(Path(entry.path), os.lstat(entry.path), None, False)
+        elif recursive and entry.is_dir(follow_symlinks=False):
+            check_links(entry.path, recursive=True)
+
+
+def check_owned_dir(out: str | Path, writes: Iterable[str], ours: Any, what: str) -> Path:
+    """``out`` may take a command's files ``writes`` (names at its top; a folder among them is checked below
+    too): absent, or a directory where none of them is there or ``ours(out)`` says probe wrote them. Refused
+    with one line, nothing written, before any model loads: a file, a link or a path under /proc, /sys or /dev
+    at ``out``; a link at one of ``writes``; one of them present in a folder that is not ``what``.
+
+    >>> import tempfile, pathlib
+    >>> d = pathlib.Path(tempfile.mkdtemp())
+    >>> _ = (d / "report.md").write_text("my notes")
+    >>> try:
+    ...     check_owned_dir(d, ["report.md"], lambda out: False, "a probe report")
+    ... except InputError as exc:
+    ...     "not a probe report" in str(exc)
+    True
+    """
+    out = check_output(out, folder=True)
+    if not out.exists():
+        return out
+    present = []
+    for name in writes:
+        path = check_output(out / name, folder=(out / name).is_dir() and not (out / name).is_symlink())
+        if path.is_dir():
+            check_links(path, recursive=True)
+        if path.exists():
+            present.append(name)
+    if present and not ours(out):
+        shown = ", ".join(present[:3]) + (", ..." if len(present) > 3 else "")
+        raise InputError(out, None, None, f"holds {shown} but is not {what}: probe would overwrite them. Choose "
+                         "a new output directory, or move those files away")
+    return out
+
+
+def json_has(path: str | Path, *keys: str) -> bool:
+    """Whether ``path`` is a plain file holding a JSON object with every one of ``keys`` (a probe file's mark).
+
+    >>> json_has("/nonexistent.json", "task")
+    False
+    """
+    path = Path(path)
+    try:
+        if path.is_symlink() or not path.is_file():
+            return False
+        obj = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError, RecursionError):
+        return False
+    return isinstance(obj, dict) and all(k in obj for k in keys)
+
+
+def open_append(path: str | Path) -> Any:
+    """``path`` opened for appending text (created if absent), never through a symbolic link (``O_NOFOLLOW``:
+    a link planted after the checks fails the open instead of being followed)."""
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | _NOFOLLOW, 0o666)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            check_output(path)
+        raise
+    return os.fdopen(fd, "a", encoding="utf-8")
 
 
 def _lock_key(path: Path) -> str:

@@ -21,7 +21,8 @@ from typing import Any, Iterable, Iterator, Mapping
 
 from probe.errors import InputError, ProbeError
 # re-exported: every layer takes them from probe.io
-from probe.fs import OutputLock, check_lock_free, check_locks, check_parents, naming  # noqa: F401
+from probe.fs import (OutputLock, check_links, check_lock_free, check_locks, check_output,  # noqa: F401
+                      check_owned_dir, check_parents, json_has, naming, open_append)
 
 
 def dumps(obj: Any) -> str:
@@ -78,17 +79,16 @@ class RecordWriter:
     def __init__(self, path: str | Path, key: str = "id") -> None:
         self.path = Path(path)
         self.key = key
-        if self.path.exists() and not self.path.is_file():
-            raise InputError(self.path, None, None, "output path exists and is not a file (a directory?)")
-        check_parents(self.path)
+        check_output(self.path)  # no link, directory or device at the path; nothing under /proc, /sys, /dev
         self.path.parent.mkdir(parents=True, exist_ok=True)
         # one writer per output: a second process is refused before it reads or appends anything
         self._lock = OutputLock(self.path.with_name(self.path.name + ".lock"), str(self.path))
         self._lock.__enter__()
         try:
             self.records, good = read_records(self.path)
+            check_records(self.path, key=key, read=(self.records, good))  # another file's lines: refused, untouched
             if self.path.exists() and self.path.stat().st_size != good:
-                with open(self.path, "r+b") as f:  # drop the torn tail so appends stay line-aligned
+                with open_append(self.path) as f:  # drop the torn tail so appends stay line-aligned
                     f.truncate(good)
             self._drop_duplicates()
             self.done: set[str] = {str(r[key]) for r in self.records if key in r}
@@ -146,7 +146,7 @@ class RecordWriter:
         try:
             with naming(self.path):
                 if self._fh is None:
-                    self._fh = open(self.path, "a", encoding="utf-8")
+                    self._fh = open_append(self.path)
                 self._fh.write(text)
                 self._fh.flush()
                 os.fsync(self._fh.fileno())
@@ -186,8 +186,9 @@ class RecordWriter:
 
 
 def write_atomic(path: str | Path, text: str) -> None:
-    """Write a whole file so readers see the old or the new content, never half."""
-    path = Path(path)
+    """Write a whole file so readers see the old or the new content, never half; never over a link, a
+    directory or a device, nor under /proc, /sys or /dev (:func:`probe.fs.check_output`)."""
+    path = check_output(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
@@ -201,6 +202,36 @@ def write_atomic(path: str | Path, text: str) -> None:
         if os.path.exists(tmp):
             os.unlink(tmp)
         raise
+
+
+def check_records(path: str | Path, task: str | None = None, key: str = "id", hint: str = "",
+                  read: tuple[list[dict], int] | None = None) -> None:
+    """``path`` may take probe's records (of ``task``, when given): absent, empty, or a file whose every line is
+    a probe record (a JSON object with ``key``, ``task`` and ``kind``, ``task`` the one given). A torn last line,
+    what a crash leaves, is allowed. Anything else (the user's own file, another command's or task's records, a
+    link, a directory) is an :class:`InputError` naming the file and the line, the file untouched: a run never
+    appends to or truncates a file that is not its own. ``hint``: what the refusal adds (e.g. ``--overwrite``);
+    ``read``: :func:`read_records` of ``path`` when the caller has it.
+    """
+    path = check_output(path)
+    if not path.exists():
+        return
+    fix = hint or "choose another output, or move the file away"
+    records, good = read if read is not None else read_records(path)
+    if not records:
+        with open(path, "rb") as f:
+            head = f.read(4096)
+        torn = not head or (head.startswith(b'{"') and b"\n" not in head)  # empty, or a first record cut off
+        if not torn:
+            raise InputError(path, None, None, f"exists and is not a probe records file; {fix}")
+    for n, rec in enumerate(records, start=1):
+        missing = [k for k in (key, "task", "kind") if k not in rec]
+        if key not in rec or (task is not None and missing):
+            raise InputError(path, n, None, f"not a probe record (no {missing[0]!r} field): this file is not "
+                             f"probe's output; {fix}")
+        if task is not None and rec["task"] != task:
+            raise InputError(path, n, "task", f"holds records of {rec['task']!r}, not of {task!r}: another "
+                             f"command's or task's output; {fix}")
 
 
 def _umask() -> int:

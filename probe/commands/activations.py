@@ -135,9 +135,7 @@ def record(model: Any, input_path: Any, output: Path, capture: Any = ("blocks.*.
                              backend="tl" if backend == "tl" else "hf", shard=shard)
     except ValueError as exc:  # a bad --device, --threads, ...: one line, before the model loads
         raise ProbeError(f"probe activations: {exc}") from None
-    from probe.io import check_locks
-
-    check_locks(output)  # a link at the store's lock path: refused before the model loads
+    check_store_dir(output)  # a link, a user's folder or another command's records: refused before the model loads
     lm = load(model, options)
     if backend == "auto":  # tl where the architecture is supported, else hf (with_backend says why)
         lm = with_backend(lm, "auto", copy=False)
@@ -174,6 +172,24 @@ def record(model: Any, input_path: Any, output: Path, capture: Any = ("blocks.*.
             "keys": len(spec.keys), "backend": backend_name(lm.model), **({"items_folded": folded} if folded else {})}
 
 
+#: what the store writes at its top (``probe.activations.store``; the records and their input check)
+STORE_FILES = ("manifest.json", "items.jsonl", "shards", RECORDS, RECORDS + ".input.json")
+
+
+def check_store_dir(output: Path) -> None:
+    """``output`` may take an activation store: absent, empty, or a store (its manifest or records there). A link
+    at the store, in it or beside it (its shard stores), a user's folder or records of another command are
+    refused with one line, before the model loads."""
+    from probe.io import check_links, check_locks, check_owned_dir, check_records, json_has
+
+    check_locks(output)  # a link at the store's lock path
+    check_owned_dir(output, STORE_FILES, lambda out: json_has(out / "manifest.json", "keys")
+                    or (out / RECORDS).is_file(), "an activation store")
+    check_links(output, recursive=True)
+    check_links(output.parent, output.name + ".")
+    check_records(output / RECORDS, "activations", hint="choose another --output directory")
+
+
 def _shard_items(output: Path) -> int:
     """Items held by the shard stores beside ``output`` (a plain run folds complete sets into it)."""
     from probe.activations.shards import shard_stores
@@ -204,14 +220,14 @@ def _stored(store: Path) -> int:
 
 def task_item_reader(tokenizer: Any, chat_template: bool = True, strategy: str = "zero_shot") -> Any:
     """``line -> CaptureItem | None``: the first registered task that reads ``line`` in its own item format
-    (:meth:`probe.tasks.base.Task.capture_item`), None for a prompt item."""
+    (:meth:`probe.tasks.facets.Analyses.capture_item`), None for a prompt item."""
     from probe.tasks import available, get
 
     tasks = [get(name) for name in available()]
 
     def read(line: Any) -> Any:
         for task in tasks:
-            item = task.capture_item(line, tokenizer, chat_template=chat_template, strategy=strategy)
+            item = task.analyses.capture_item(line, tokenizer, chat_template=chat_template, strategy=strategy)
             if item is not None:
                 return item
         return None

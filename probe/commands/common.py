@@ -144,9 +144,9 @@ def add_sampling_args(p: argparse.ArgumentParser) -> None:
 
 
 def sampling_specs(args: argparse.Namespace) -> tuple:
-    """The :class:`probe.scoring.sampling.SamplingSpec` s of ``--temperature`` / ``--top-p`` (none without them)."""
+    """The :class:`probe.scoring.sampler.sampling.SamplingSpec` s of ``--temperature`` / ``--top-p`` (none without them)."""
     from probe.errors import ProbeError
-    from probe.scoring.sampling import SamplingSpec
+    from probe.scoring.sampler.sampling import SamplingSpec
 
     temps = getattr(args, "temperature", None) or ()
     top_p = getattr(args, "top_p", None)

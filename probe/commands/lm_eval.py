@@ -81,11 +81,28 @@ def lm_eval_namespace(args: argparse.Namespace) -> argparse.Namespace:
     if "pretrained" in model_args and str(model_args["pretrained"]) != str(name):
         raise ProbeError(f"--model {name!r} and --model_args pretrained={model_args['pretrained']!r} disagree; give one")
     model_args["pretrained"] = name
+    check_output_path(getattr(args, "output_path", None))
     args.model = "probe"
     args.model_args = model_args
     if not getattr(args, "device", None):
         args.device = "auto"  # lm-eval's default is cuda:0, which fails on a machine without a GPU
     return args
+
+
+def check_output_path(path: Any) -> None:
+    """lm-eval's ``--output_path``, before the model loads: no link at it or inside it (lm-eval would write
+    through one), nothing under /proc, /sys or /dev; a ``.json`` path is a file, anything else a folder."""
+    if not path:
+        return
+    from pathlib import Path
+
+    from probe.io import check_links, check_output
+
+    path = Path(path)
+    folder = path.suffix != ".json" or path.is_dir()
+    check_output(path, folder=folder)
+    if folder:
+        check_links(path, recursive=True)
 
 
 def run_lm_eval(args: argparse.Namespace) -> int:

@@ -62,7 +62,12 @@ def register(groups: dict) -> None:
                    help="print the whole report (report.md), not only the headline, the warnings and the paths")
     p.add_argument("--set", dest="sets", action="append", default=[], metavar="KEY=VALUE",
                    help="set a task config field or run option (YAML value), e.g. --set threshold=10; repeatable")
-    g = p.add_argument_group("model and runner (override the config)")
+    _add_runner_args(p.add_argument_group("model and runner (override the config)"))
+    p.set_defaults(func=run)
+
+
+def _add_runner_args(g: Any) -> None:
+    """The run options of ``probe run``, each overriding the config's."""
     g.add_argument("--device", default=None,
                    help="auto, cpu, cuda, cuda:N or mps (default: auto = the GPU when one is visible, else the CPU)")
     g.add_argument("--dtype", default=None, choices=["float32", "bfloat16", "float16", "auto"],
@@ -103,7 +108,6 @@ def register(groups: dict) -> None:
                    help="hf: the Hugging Face module, plain torch hooks (default); tl: the same module wrapped by a "
                         "TransformerLens 4.x TransformerBridge, so --capture hooks are its own hook points "
                         "(e.g. blocks.3.hook_resid_post, blocks.3.ln1.hook_normalized); eager attention")
-    p.set_defaults(func=run)
 
 
 def _limit(text: str) -> int | float:
@@ -179,59 +183,25 @@ def _split(text: str) -> list[str]:
 
 
 def run(args: argparse.Namespace) -> int:
-    from probe.api import split_options
-    from probe.errors import did_you_mean
     from probe.models.builtins import DEFAULT_MODEL
     from probe.runs.multi import run_many, slug, task_configs
-    from probe.runs.runner import RUN_KEYS, options_from
-    from probe.tasks import get
+    from probe.runs.runner import options_from
+    from probe.api import split_options
 
-    if args.target and args.tasks:
-        raise ProbeError("name the task(s) once: positionally (probe run TASK,TASK) or with --tasks, not both")
-    target = args.target or args.tasks
-    if not target:
-        raise ProbeError("name a task (probe run TASK), several (probe run TASK,TASK) or a YAML config; "
-                         "`probe tasks` lists the tasks")
-    from probe.tasks import available
-
-    # a task name is a task, also when a file of that name lies in the working directory
-    is_config = target.endswith((".yaml", ".yml")) or (Path(target).is_file() and target not in available())
-    values: dict[str, Any] = read_config(Path(target)) if is_config else {"task": target}
-    source = target if is_config else f"task {target!r}"
-    values.update(parse_sets(args.sets))
-    cli = {k: v for k, v in vars(args).items() if v is not None and k in RUN_KEYS}
-    margs = _model_args(args.model_args)
-    bad = [k for k in margs if k not in MODEL_ARGS]
-    if bad:
-        raise ProbeError(f"--model_args: unknown key(s) {', '.join(bad)}"
-                         + "".join(did_you_mean(k, MODEL_ARGS) for k in bad)
-                         + f"; known: {', '.join(MODEL_ARGS)}")
-    pretrained = margs.pop("pretrained", None)
-    values.update({MODEL_ARGS[k]: v for k, v in margs.items()})
-    values.update(cli)
+    values, source = _values(args)
     task_value = values.pop("task")
     task_names = [str(t) for t in task_value] if isinstance(task_value, list) else _split(str(task_value))
+    from probe.tasks import get
+
     for name in task_names:
         get(name)  # an unknown name fails here, with a did-you-mean, before any model loads
     if args.chat_template is not None:
         values["chat_template"] = args.chat_template
-    models = values.pop("models", None)
-    model = values.pop("model", None)
+    names = _model_names(args, values, source) or [DEFAULT_MODEL]
     output = values.pop("output", None)
-    if args.model and not (args.model in ("hf", "huggingface", "probe") and pretrained):
-        models, model = _split(args.model), None
-    if pretrained:
-        models, model = [str(pretrained)], None
-    if models is not None and model is not None:
-        raise ProbeError(f"{source}: give `model` or `models`, not both")
-    if models is not None and (not isinstance(models, list) or not models):
-        raise ProbeError(f"{source}: `models` must be a non-empty list")
     run_values, task_values = split_options(values)
-    if "chat_template" in task_values and len(task_names) > 1:
-        pass  # every built-in task has chat_template; task_configs gives it to those that do
     configs = task_configs(task_names, task_values, source=source)
     options = options_from(run_values)
-    names = [str(m) for m in models] if models is not None else [str(model or DEFAULT_MODEL)]
     base = args.output or (Path(output) if output else None)
     many = len(names) > 1 or len(task_names) > 1
     if base is None:
@@ -254,6 +224,56 @@ def run(args: argparse.Namespace) -> int:
         _print_combined(done, result.report, args.verbose)
         print(f"wrote the combined report: {result.report}/report.html, report.md, results.csv", file=sys.stderr)
     return 0
+
+
+def _values(args: argparse.Namespace) -> tuple[dict[str, Any], str]:
+    """The run's settings, later ones overriding: the config file (or the task named), ``--set``, lm-eval's
+    ``--model_args`` (its ``pretrained`` kept as ``_pretrained``), the command line's run options; and what
+    to name them by in errors."""
+    from probe.errors import did_you_mean
+    from probe.runs.runner import RUN_KEYS
+    from probe.tasks import available
+
+    if args.target and args.tasks:
+        raise ProbeError("name the task(s) once: positionally (probe run TASK,TASK) or with --tasks, not both")
+    target = args.target or args.tasks
+    if not target:
+        raise ProbeError("name a task (probe run TASK), several (probe run TASK,TASK) or a YAML config; "
+                         "`probe tasks` lists the tasks")
+    # a task name is a task, also when a file of that name lies in the working directory
+    is_config = target.endswith((".yaml", ".yml")) or (Path(target).is_file() and target not in available())
+    values: dict[str, Any] = read_config(Path(target)) if is_config else {"task": target}
+    source = target if is_config else f"task {target!r}"
+    values.update(parse_sets(args.sets))
+    margs = _model_args(args.model_args)
+    bad = [k for k in margs if k not in MODEL_ARGS]
+    if bad:
+        raise ProbeError(f"--model_args: unknown key(s) {', '.join(bad)}"
+                         + "".join(did_you_mean(k, MODEL_ARGS) for k in bad)
+                         + f"; known: {', '.join(MODEL_ARGS)}")
+    values["_pretrained"] = margs.pop("pretrained", None)
+    values.update({MODEL_ARGS[k]: v for k, v in margs.items()})
+    values.update({k: v for k, v in vars(args).items() if v is not None and k in RUN_KEYS})
+    return values, source
+
+
+def _model_names(args: argparse.Namespace, values: dict[str, Any], source: str) -> list[str] | None:
+    """The models to run (popped from ``values``): ``--model`` (lm-eval's ``--model hf`` with ``pretrained``
+    names none), ``--model_args pretrained=``, else the config's ``model`` or ``models``; None: the default."""
+    pretrained = values.pop("_pretrained", None)
+    models = values.pop("models", None)
+    model = values.pop("model", None)
+    if args.model and not (args.model in ("hf", "huggingface", "probe") and pretrained):
+        models, model = _split(args.model), None
+    if pretrained:
+        models, model = [str(pretrained)], None
+    if models is not None and model is not None:
+        raise ProbeError(f"{source}: give `model` or `models`, not both")
+    if models is not None and (not isinstance(models, list) or not models):
+        raise ProbeError(f"{source}: `models` must be a non-empty list")
+    if models is not None:
+        return [str(m) for m in models]
+    return [str(model)] if model else None
 
 
 def _print_combined(runs: list, where: Path, verbose: bool) -> None:

@@ -21,6 +21,7 @@ def register(groups: dict) -> None:
     )
     p.add_argument("--input", required=True, type=Path)
     p.add_argument("--output", required=True, type=Path)
+    add_overwrite_arg(p)
     add_input_limit_args(p)
     add_model_args(p)
     add_threads_arg(p)
@@ -36,6 +37,7 @@ def register(groups: dict) -> None:
     )
     q.add_argument("--input", required=True, type=Path)
     q.add_argument("--output", required=True, type=Path)
+    add_overwrite_arg(q)
     add_input_limit_args(q)
     add_model_args(q)
     add_threads_arg(q)
@@ -43,11 +45,17 @@ def register(groups: dict) -> None:
     q.set_defaults(func=run_perplexity)
 
 
+def add_overwrite_arg(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--overwrite", action="store_true",
+                   help="replace an existing --output file (and its .input.json and .provenance.json) instead of "
+                   "resuming it; without it, a file that is not this command's records is refused, untouched")
+
+
 def run_score(args: argparse.Namespace) -> int:
     from probe.errors import InputError
     from probe.prompts.items import PromptStyle, read_score_items
 
-    _check_locks(args)
+    _check_output(args, "score")
     # every line's JSON and fields are checked before the model loads (plain text: no tokenizer needed);
     # the rendering through the chat template and the token counts are checked once it is loaded
     limits = input_limits(args)
@@ -72,7 +80,7 @@ def run_perplexity(args: argparse.Namespace) -> int:
     from probe.errors import InputError
     from probe.prompts.items import read_perplexity_items
 
-    _check_locks(args)
+    _check_output(args, "perplexity")
     lines: list[int] = []
     requests = read_perplexity_items(args.input, lines, **input_limits(args))
     if not requests:
@@ -86,13 +94,23 @@ def run_perplexity(args: argparse.Namespace) -> int:
     return _score_file(args, runner, requests, "perplexity", "text(s)")
 
 
-def _check_locks(args: argparse.Namespace) -> None:
-    """A link at ``<output>.lock`` (or a shard's lock), or this run's lock held by another process, is refused
-    before the input is read or the model loads."""
-    from probe.io import check_lock_free, check_locks
+def _check_output(args: argparse.Namespace, command: str) -> None:
+    """Refused before the input is read or the model loads, the file untouched: an output that is not this
+    command's records (the user's own file, another command's; unless ``--overwrite``), a link at the output, its
+    sidecars, shards or locks, a path under /proc, /sys or /dev, or this run's lock held by another process."""
+    from probe.errors import ProbeError
+    from probe.io import check_links, check_lock_free, check_locks, check_output, check_records
     from probe.runs.shard import detect
 
     output = args.output
+    if args.overwrite and getattr(args, "shard", None) is not None:
+        raise ProbeError("--overwrite replaces the output of a whole run; run it without --shard (then shard)")
+    if args.overwrite:
+        check_output(output)
+    else:
+        check_records(output, command, hint="choose another --output, move the file away, or pass --overwrite "
+                      "to replace it")
+    check_links(output.parent, output.name + ".")
     check_locks(output.parent, output.name + ".")
     shard = getattr(args, "shard", None)
     if detect().is_main:  # the process that takes the lock (as _score_file below)
@@ -105,7 +123,8 @@ def _runner(args: argparse.Namespace):
     from probe.runs.runner import Runner, load
 
     options = run_options(args)
-    check_model_before_load(args.output, args.model)  # another model's output: refused before this one loads
+    if not args.overwrite:  # another model's output: refused before this one loads (--overwrite replaces it)
+        check_model_before_load(args.output, args.model)
     return Runner(load(args.model, options), options)
 
 
@@ -121,6 +140,8 @@ def _score_file(args: argparse.Namespace, runner, requests, command: str, noun: 
     lock = (OutputLock(args.output.with_name(args.output.name + shard + ".lock"), str(args.output) + shard)
             if runner.procs.is_main else contextlib.nullcontext())
     with runner, lock:  # one writer per output, from the first record to the provenance
+        if args.overwrite and runner.procs.is_main:
+            _remove_output(args.output)
         prov = _drop_provenance(args.output) if runner.procs.is_main else None
         before = _count(args.output)
         from probe.runs.sharding import ShardPending
@@ -146,6 +167,15 @@ def _count(path: Path) -> int:
     from probe.io import read_records
 
     return len(read_records(path)[0]) if path.is_file() else 0
+
+
+def _remove_output(output: Path) -> None:
+    """``--overwrite``: the output and its input check go (a link there was refused before the model loaded)."""
+    from probe.io import check_output
+    from probe.runs.resume import input_sidecar
+
+    for path in (output, input_sidecar(output)):
+        check_output(path).unlink(missing_ok=True)
 
 
 def _drop_provenance(output: Path) -> Path:

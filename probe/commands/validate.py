@@ -62,20 +62,23 @@ def register(groups: dict) -> None:
     p.set_defaults(func=run)
 
 
-def check_output_dir(out: Path) -> None:
-    """``--output`` can be a directory: absent or a directory, no file above it (checked before the model loads)."""
-    from probe.errors import ProbeError
-    from probe.io import check_parents
+#: the files the check writes into ``--output``
+CHECK_FILES = ("check.json", "prompts.csv", "report.md")
 
-    if out.exists() and not out.is_dir():
-        raise ProbeError(f"{out} exists and is not a directory; give a directory as --output")
-    check_parents(out / "check.json", out)
+
+def check_output_dir(out: Path) -> None:
+    """``--output`` can take the check (before the model loads): absent, or a directory holding none of its files
+    or an earlier check's; no file or link at it or at its files, no file above it, nothing under /proc, /sys, /dev."""
+    from probe.io import check_owned_dir, json_has
+
+    check_owned_dir(out, CHECK_FILES, lambda d: json_has(d / "check.json", "task", "settings", "prompts", "aggregate"),
+                    "the output of an earlier probe validate sampling")
 
 
 def run(args: argparse.Namespace) -> int:
     import pandas as pd
 
-    from probe.io import check_parents, write_atomic, write_json_atomic
+    from probe.io import write_atomic, write_json_atomic
     from probe.runs.runner import Runner, load
     from probe.studies.sampling_check import paper_check_of, report_markdown, run_check
 
@@ -88,7 +91,7 @@ def run(args: argparse.Namespace) -> int:
                       prompts_per_call=args.prompts_per_call)
     check.model = str(args.model)
     out = args.output
-    check_parents(out / "check.json", out)
+    check_output_dir(out)  # again: the folder may have changed during the check
     out.mkdir(parents=True, exist_ok=True)
     write_json_atomic(out / "check.json", check.to_dict())
     cols = ["id", "unit", "accepted_share", "counted_share", "exact_counted_share", "accepted_not_counted",

@@ -26,7 +26,9 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["apply_template", "fold_system", "has_chat_template", "render_prompt"]
+from probe.errors import ProbeError
+
+__all__ = ["ChatTemplateError", "apply_template", "fold_system", "has_chat_template", "render_prompt"]
 
 
 def has_chat_template(tokenizer: Any) -> bool:
@@ -70,14 +72,42 @@ def render_prompt(
 def apply_template(tokenizer: Any, messages: list[dict], **kwargs: Any) -> str:
     """``messages`` through the tokenizer's chat template, as text (``add_generation_prompt=True`` unless
     ``kwargs`` say otherwise). A template that rejects a ``system`` role gets the system text folded into
-    the first user turn (:func:`fold_system`) and is applied again; every other error propagates."""
+    the first user turn (:func:`fold_system`) and is applied again. A template that fails to render, or that
+    transformers' sandbox refuses (attribute access to Python internals, a huge ``range``), is a
+    :class:`ChatTemplateError` naming the model and the template's error: one line, before anything is scored.
+
+    >>> class Hostile:
+    ...     name_or_path = "m"
+    ...     def apply_chat_template(self, messages, **kw):
+    ...         raise OverflowError("Range too big. The sandbox blocks ranges larger than MAX_RANGE (100000).")
+    >>> try:
+    ...     apply_template(Hostile(), [{"role": "user", "content": "Hi"}])
+    ... except ChatTemplateError as exc:
+    ...     str(exc).split(":")[0]
+    "model 'm'"
+    """
     kw = {"tokenize": False, "add_generation_prompt": True, **kwargs}
     try:
         return tokenizer.apply_chat_template(messages, **kw)
     except Exception as exc:  # jinja raises TemplateError for "System role not supported"
         if not any(m["role"] == "system" for m in messages) or "system" not in str(exc).lower():
-            raise
-    return tokenizer.apply_chat_template(fold_system(messages), **kw)
+            raise ChatTemplateError.of(tokenizer, exc) from None
+    try:
+        return tokenizer.apply_chat_template(fold_system(messages), **kw)
+    except Exception as exc:
+        raise ChatTemplateError.of(tokenizer, exc) from None
+
+
+class ChatTemplateError(ProbeError):
+    """A model's chat template that cannot render a prompt: what the template raised, with the model named."""
+
+    @classmethod
+    def of(cls, tokenizer: Any, exc: BaseException) -> "ChatTemplateError":
+        name = getattr(tokenizer, "name_or_path", None) or "(unnamed)"
+        what = " ".join(str(exc).split())[:300] or "no message"
+        return cls(f"model {str(name)!r}: its chat template cannot render a prompt ({type(exc).__name__}: {what}); "
+                   "nothing was scored. Fix the template (tokenizer_config.json or chat_template.jinja in the model "
+                   "folder), or score plain text with --no-chat-template")
 
 
 def fold_system(messages: list[dict]) -> list[dict]:

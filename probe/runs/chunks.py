@@ -19,7 +19,7 @@ The policy:
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from typing import Any, Callable, Iterable, Sequence
 
 
 def group_chunks(requests: Sequence[Any], size: int) -> list[list[Any]]:
@@ -47,3 +47,20 @@ def group_chunks(requests: Sequence[Any], size: int) -> list[list[Any]]:
     if current:
         chunks.append(current)
     return chunks
+
+
+def write_chunks(writer: Any, todo: Sequence[list], make: Callable[[list], Iterable[dict]], done: set[str],
+                 bar: Any = None) -> int:
+    """Score each chunk of ``todo`` whole and append its records not in ``done``; returns how many were added.
+
+    A chunk is scored whole even when part of it is recorded, as in one process, so its batches (and hence
+    its numbers) are the same."""
+    scored = 0
+    for part in todo:
+        recs = [rec for rec in make(part) if str(rec["id"]) not in done]
+        before = len(writer.done)
+        writer.write_many(recs)
+        scored += len(writer.done) - before
+        if bar:
+            bar.update(len(recs))
+    return scored

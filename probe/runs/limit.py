@@ -61,7 +61,7 @@ def resolve_limit(task: Task, config: Any, limit: int | float | None, pool: Sequ
     if not isinstance(limit, float):
         return limit
     pool = task.items(config) if pool is None else pool
-    return max(1, math.ceil(len(task.select(config, pool, None)) * limit))
+    return max(1, math.ceil(len(task.selection.select(config, pool, None)) * limit))
 
 
 def check_smaller_limit(task: Task, config: Any, limit: int | None, out: Path, pool: Sequence[Any] | None = None,
@@ -86,8 +86,8 @@ def check_smaller_limit(task: Task, config: Any, limit: int | None, out: Path, p
     if isinstance(before, int) and before <= limit:
         return  # a larger limit: the run goes on from the records already there
     pool = task.items(config) if pool is None else pool
-    items = task.select(config, pool, limit) if items is None else items
-    earlier = task.select(config, pool, before if isinstance(before, int) or before is None else None)
+    items = task.selection.select(config, pool, limit) if items is None else items
+    earlier = task.selection.select(config, pool, before if isinstance(before, int) or before is None else None)
     if len(earlier) <= len(items):
         return  # a larger limit: the run goes on from the records already there
     wanted = f"--limit {before}" if before is not None else "no --limit"
@@ -108,11 +108,11 @@ def select_coverage(task: Task, config: Any, pool: Sequence[Any], items: Sequenc
     from probe.tasks.stratify import coverage_line
 
     try:
-        cov = task.coverage(config, task.select(config, pool, None), items, limit)
+        cov = task.selection.coverage(config, task.selection.select(config, pool, None), items, limit)
     except Exception as exc:  # a third-party task's strata must not stop the run
         print(f"{task.name}: coverage not computed ({exc.__class__.__name__}: {exc})", file=sys.stderr)
         return None
     if isinstance(asked, float):
         cov["limit_fraction"] = asked
-    print(coverage_line(task.name, cov, terms=dict(getattr(task, "terms", None) or {})), file=sys.stderr)
+    print(coverage_line(task.name, cov, terms=dict(task.reporting.terms or {})), file=sys.stderr)
     return cov

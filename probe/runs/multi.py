@@ -123,12 +123,12 @@ def _check_before_load(tasks: Sequence[Any], models: Sequence[Any], dirs: _RunDi
     """Every model source, task data set and run directory checked before any model loads: a missing built-in or
     path, a data set not fetched, another model's run, or a smaller ``--limit`` than a finished run's fails now,
     not after the models before it ran."""
-    from probe.models.loader import check_model_source
+    from probe.models.loader import check_model_resolvable
     from probe.runs.task_run import check_data_before_load
 
-    for model in models:
+    for model in models:  # on disk, built in, or a hub id the hub (or, offline, its cache) has: not loaded yet
         if isinstance(model, (str, Path)):
-            check_model_source(str(model), options.allow_pickle_weights)
+            check_model_resolvable(str(model), options.allow_pickle_weights)
     for task in tasks:  # a task whose data set is missing: said before the first model loads
         check_data_before_load(task, configs[task.name])
     if dirs.base is None:
@@ -138,6 +138,10 @@ def _check_before_load(tasks: Sequence[Any], models: Sequence[Any], dirs: _RunDi
     from probe.runs.task_run import check_models_before_load, check_run_dir, check_smaller_limit, run_lock
 
     main = detect().is_main
+    if len(tasks) * len(models) > 1:  # the combined report's folder: nobody's own report.md is overwritten
+        from probe.runs.results import check_report_dir
+
+        check_report_dir(dirs.base)
 
     for model in models:
         for task in tasks:
@@ -145,7 +149,7 @@ def _check_before_load(tasks: Sequence[Any], models: Sequence[Any], dirs: _RunDi
             check_locks(out)  # a link at a lock path: refused now, not after the models before it ran
             if main:  # another process writing this run directory: said now, naming its pid
                 check_lock_free(*run_lock(out, options.shard))
-            check_run_dir(out)
+            check_run_dir(out, task.name)
             check_models_before_load(out, model)
             if limit is not None and not options.shard:  # a smaller --limit: refused before loading
                 check_smaller_limit(task, configs[task.name], limit, out)

@@ -39,14 +39,14 @@ class RunOptions:
     trust_remote_code: bool = False
     #: read pickle weights (``*.bin``, ``*.pt``) when a model has no safetensors; pickles can run code
     allow_pickle_weights: bool = False
-    #: ``auto``: from the model's shape and the device's free memory (probe.scoring.memory; CPU: 16 / 8192)
+    #: ``auto``: from the model's shape and the device's free memory (probe.scoring.engine.memory; CPU: 16 / 8192)
     batch_size: int | str = "auto"
     token_budget: int | str = "auto"
     chunk_size: int = 1024  # requests per durable chunk (see probe.runs.chunks)
     score_cache: str | None = None  # SQLite score cache path
     threads: int | None = None  # torch CPU threads (None: torch's default)
     progress: bool = True
-    #: sampling specs (probe.scoring.sampling.SamplingSpec, or {temperature, top_p} mappings): every
+    #: sampling specs (probe.scoring.sampler.sampling.SamplingSpec, or {temperature, top_p} mappings): every
     #: label / continuation record then also carries its sampling-equivalent scores ("sampling")
     sampling: tuple[Any, ...] = ()
     #: greedy agreement (probe.runs.agreement): tokens to decode greedily after each label request's
@@ -68,7 +68,7 @@ class RunOptions:
     shard: str | None = None
 
     def __post_init__(self) -> None:
-        from probe.scoring.sampling import as_specs
+        from probe.scoring.sampler.sampling import as_specs
 
         object.__setattr__(self, "sampling", as_specs(self.sampling))
         cap = self.capture

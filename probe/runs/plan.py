@@ -169,7 +169,7 @@ def parse_node_seconds(lm: Any, parse_left: Sequence[Any], batch_size: int) -> P
     apart. Deterministic (seeded); the result is discarded. None when it cannot run."""
     import dataclasses
 
-    from probe.scoring.parse_exact import run_parse_requests
+    from probe.scoring.parse.exact import run_parse_requests
 
     cap = PARSE_CALIBRATION_NODES
     k = max(1, min(int(batch_size), PARSE_CALIBRATION_PROMPTS, len(parse_left)))
@@ -217,7 +217,7 @@ def _calibration_request(r: Any, cap: int) -> Any:
 
 def tail_tokens(r: Any, nodes: float) -> float:
     """The forward tokens a hybrid request's tail may spend after ``nodes`` enumerated nodes: what is left of the
-    K samples' tokens, in whole draws (:func:`probe.scoring.hybrid.tail_budget`); 0 without a tail."""
+    K samples' tokens, in whole draws (:func:`probe.scoring.parse.hybrid.tail_budget`); 0 without a tail."""
     tail = getattr(r, "tail", None)
     if tail is None:
         return 0.0

@@ -52,7 +52,7 @@ def provenance(lm: Any = None, config: Any = None, data_files: Iterable[str | Pa
         import torch
 
         info["torch_threads"] = torch.get_num_threads()
-        from probe.scoring.host_memory import state
+        from probe.scoring.engine.host_memory import state
 
         info["host_memory"] = state()  # glibc keeps freed blocks on a CPU (changes time, not numbers)
         info["cuda"] = torch.cuda.get_device_name(0) if torch.cuda.is_available() else None

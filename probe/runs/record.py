@@ -66,7 +66,7 @@ class Record:
         from probe.scoring.requests import ContinuationResult, LabelResult
 
         meta = dict(getattr(result, "meta", None) or {})
-        # sampling-equivalent scores (probe.scoring.sampling): only present when specs were asked
+        # sampling-equivalent scores (probe.scoring.sampler.sampling): only present when specs were asked
         # for, so records of exact runs are unchanged
         sampled = [s.to_dict() for s in getattr(result, "sampling", ())]
         extra = {"sampling": sampled} if sampled else {}

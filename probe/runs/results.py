@@ -1,7 +1,7 @@
 """A run's numbers as one flat table, its headline, its warnings, and its own report.
 
 - :func:`results_frame`: every metric of a summary as rows ``task, model, subgroup, metric, estimator,
-  value, ci_low, ci_high, n, n_clusters`` (each task's :meth:`~probe.tasks.base.Task.results`), written as
+  value, ci_low, ci_high, n, n_clusters`` (each task's ``reporting.results``), written as
   ``results.csv`` and returned as ``Evaluation.results``;
 - :func:`headline_table`: the main metric per model x task with its CI and n (the first section of
   every report);
@@ -28,12 +28,12 @@ def result_rows(task: Any, config: Any, summary: Mapping[str, Any]) -> list[dict
     """The task's flat rows (with ``headline``) plus ``task``, ``model`` and, for a metric the task notes
     (``metric_notes``), ``note``; none when the task gives none."""
     try:
-        rows = task.results(config, summary)
+        rows = task.reporting.results(config, summary)
     except Exception:  # a task's summary it cannot read (an older run) must not stop the report
         rows = []
     model = str(summary.get("model", ""))
-    notes = getattr(task, "metric_notes", {}) or {}
-    terms = dict(getattr(task, "terms", {}) or {})
+    notes = task.reporting.metric_notes or {}
+    terms = dict(task.reporting.terms or {})
     return [{"task": task.name, "model": model, **r, "terms": terms,
              **({"note": notes[m]} if (m := str(r.get("metric", "")).rsplit(".", 1)[-1]) in notes else {})}
             for r in rows]
@@ -73,7 +73,7 @@ def write_run_report(task: Any, config: Any, output: str | Path, summary: Mappin
     try:
         build_report(load_runs([out]), target, n_boot=200, headline=headline, warnings=warnings,
                      title=f"probe report: {task.name}, {summary.get('model', '')}",
-                     layouts={task.name: task.report_layout()})
+                     layouts={task.name: task.reporting.layout()})
     except Exception as exc:  # the records and summary are written; a report failure must not fail the run
         import sys
 
@@ -95,9 +95,9 @@ def _one_report(out: Path, target: Path, block: str, heading: str) -> None:
     headline and warnings on top, else the built Markdown moves up with its figure links rewritten."""
     import os
 
-    from probe.io import write_atomic
+    from probe.io import check_output, write_atomic
 
-    html = out / "report.html"
+    html = check_output(out / "report.html")
     own_html = html.is_file() and "<title>probe report: " not in html.read_text(encoding="utf-8", errors="replace")
     if own_html:
         (target / "report.html").unlink(missing_ok=True)
@@ -119,18 +119,18 @@ def _one_report(out: Path, target: Path, block: str, heading: str) -> None:
 def _task_warnings(task: Any, summary: Mapping[str, Any]) -> list[str]:
     """The task's own report warnings (none when its summary is one it cannot read, e.g. an older run's)."""
     try:
-        return list(task.report_warnings(summary))
+        return list(task.reporting.warnings(summary))
     except Exception:
         return []
 
 
 def task_layouts(names: Iterable[str]) -> dict[str, Any]:
-    """Each named task's report section (its ``report_layout()``); a task not installed here is left out
+    """Each named task's report section (its ``reporting.layout()``); a task not installed here is left out
     (its runs get their own tables)."""
     from probe.tasks import available, get
 
     known = available()
-    return {n: get(n).report_layout() for n in dict.fromkeys(names) if n in known}
+    return {n: get(n).reporting.layout() for n in dict.fromkeys(names) if n in known}
 
 
 def run_headline(task: Any, config: Any, summary: Mapping[str, Any],
@@ -139,7 +139,7 @@ def run_headline(task: Any, config: Any, summary: Mapping[str, Any],
     rows = result_rows(task, config, summary)
     for row in rows:
         row["model"] = label or row["model"]
-    return rows, report_warnings(summary, rows, _task_warnings(task, summary), getattr(task, "terms", None))
+    return rows, report_warnings(summary, rows, _task_warnings(task, summary), task.reporting.terms)
 
 
 def print_run(evaluation: Any, verbose: bool) -> None:
@@ -185,6 +185,23 @@ def headline_of(runs: Sequence[Any]) -> tuple["pd.DataFrame", list[str], "pd.Dat
     return headline_table(rows), grouped_warnings(named), results_frame(rows)
 
 
+#: what a report writes at the top of its directory
+REPORT_FILES = ("report.html", "report.md", "results.csv", "manifest.json", "tables", "figures")
+
+
+def check_report_dir(output: str | Path) -> None:
+    """``output`` may take a report (:func:`probe.io.check_owned_dir`): absent, empty, or a folder whose report
+    files a probe report (its ``manifest.json``) or a probe run wrote; a link there, or a user's own
+    ``report.md``, is refused before anything is read or written."""
+    from probe.io import check_owned_dir, json_has
+
+    def ours(out: Path) -> bool:  # a report's manifest, or a run's records and their input check
+        return (json_has(out / "manifest.json", "title", "runs", "tables", "figures")
+                or (out / "records.jsonl.input.json").is_file())
+
+    check_owned_dir(output, REPORT_FILES, ours, "a probe report or run directory")
+
+
 def combined_report(run_dirs: Sequence[str | Path], output: str | Path, n_boot: int = 2000, seed: int = 0,
                     params_b: Mapping[str, float] | None = None, title: str | None = None,
                     progress: Any = None) -> dict[str, Any]:
@@ -193,6 +210,7 @@ def combined_report(run_dirs: Sequence[str | Path], output: str | Path, n_boot: 
     from probe.io import write_atomic
     from probe.reports.compare import build_report, load_runs
 
+    check_report_dir(output)
     runs = load_runs(run_dirs)
     layouts = task_layouts(r.task for r in runs)
     for r in runs:  # paired units read up front: a record the task cannot read fails before any output

@@ -172,7 +172,7 @@ class Runner:
 
     def sampling_specs(self, extra: Sequence[Any] = ()) -> tuple[Any, ...]:
         """The run options' sampling specs, then ``extra`` ones not already among them (order kept)."""
-        from probe.scoring.sampling import as_specs
+        from probe.scoring.sampler.sampling import as_specs
 
         specs = list(self.options.sampling)
         for spec in as_specs(tuple(extra)):
@@ -188,7 +188,7 @@ class Runner:
         A sampled generation's record also carries its temperature, top_p and seed.
         ``share_prefix``: many samples of one prompt share its forward pass (same texts; give them one ``group``)."""
         from probe.scoring.generate import run_generation
-        from probe.scoring.memory import generation_batch_size
+        from probe.scoring.engine.memory import generation_batch_size
 
         show = self.options.progress if progress is None else progress
 
@@ -207,11 +207,11 @@ class Runner:
 
     def parse(self, requests: Sequence[Any], output: str | Path | None = None, task: str = "parse",
               progress: bool | None = None, top: int = 10) -> dict[str, dict] | ShardPending:
-        """The parsed answer's distribution under sampling for :class:`~probe.scoring.parse_exact.ParseRequest` s
-        (:func:`~probe.scoring.parse_exact.parse_exact`), recorded and resumed like scores (``parsed.jsonl``);
+        """The parsed answer's distribution under sampling for :class:`~probe.scoring.parse.exact.ParseRequest` s
+        (:func:`~probe.scoring.parse.exact.parse_exact`), recorded and resumed like scores (``parsed.jsonl``);
         returns ``{id: record}``, each record with ``probs``, ``rejected``, ``residual``, ``nodes`` and the
         ``top`` most probable enumerated generations."""
-        from probe.scoring.parse_exact import run_parse_requests
+        from probe.scoring.parse.exact import run_parse_requests
 
         show = self.options.progress if progress is None else progress
         batch = self.scorer.batch_size

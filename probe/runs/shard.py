@@ -317,7 +317,7 @@ def score_sharded(runner: Any, requests: Sequence[Any], output: Path, procs: Pro
     :class:`process_group`. Records equal those of a one-process run with the
     same ``chunk`` (the same chunks are scored whole by the same code).
     """
-    from probe.runs.chunks import group_chunks
+    from probe.runs.chunks import group_chunks, write_chunks
     from probe.io import RecordWriter
 
     if chunk < 1:
@@ -435,20 +435,3 @@ def shared_records(output: Path, procs: Processes) -> list[dict]:
     import json
 
     return [json.loads(line) for line in data.decode("utf-8").splitlines() if line.strip()]
-
-
-def write_chunks(writer: Any, todo: Sequence[list], make: Callable[[list], Iterable[dict]], done: set[str],
-                 bar: Any = None) -> int:
-    """Score each chunk of ``todo`` whole and append its records not in ``done``; returns how many were added.
-
-    A chunk is scored whole even when part of it is recorded, as in one process, so its batches (and hence
-    its numbers) are the same."""
-    scored = 0
-    for part in todo:
-        recs = [rec for rec in make(part) if str(rec["id"]) not in done]
-        before = len(writer.done)
-        writer.write_many(recs)
-        scored += len(writer.done) - before
-        if bar:
-            bar.update(len(recs))
-    return scored

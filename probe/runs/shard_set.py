@@ -116,9 +116,10 @@ def score_shard(runner: Any, requests: Sequence[Any], output: Path, shard: Shard
     before). The manifest is written before the first record (``complete``
     false) and again after the last (``complete`` true).
     """
-    from probe.io import RecordWriter, read_records, write_json_atomic
+    from probe.io import RecordWriter, open_append, read_records, write_json_atomic
     from probe.runs.resume import check_input
-    from probe.runs.shard import rank_chunks, record_order, shard_path, write_chunks
+    from probe.runs.chunks import write_chunks
+    from probe.runs.shard import rank_chunks, record_order, shard_path
 
     if runner.procs.distributed:
         raise ProbeError(f"--shard {shard} runs one process of a job array, without a process group; under "
@@ -160,7 +161,7 @@ def score_shard(runner: Any, requests: Sequence[Any], output: Path, shard: Shard
         scored += write_chunks(writer, todo, make, done, bar)
         if bar:
             bar.close()
-    path.touch(exist_ok=True)  # a shard dealt no chunk (fewer chunks than shards) still leaves its (empty) file
+    open_append(path).close()  # a shard dealt no chunk (fewer chunks than shards) still leaves its (empty) file
     write_json_atomic(man, {**manifest, "complete": True, **_content(path),
                             "timing": _add_timing(earlier.get("timing", {}), runner.timing),
                             "engine": _add_counts(earlier.get("engine", {}),
@@ -301,6 +302,7 @@ def _prepare(output: Path, runner: Any = None, requests: Sequence[Any] | None = 
         return _Fold(result, [])
     members = [m for count in sorted(complete) for m in complete[count]]
     first_path, first = members[0]
+    _check_target(output, first_path)
     sidecar = input_sidecar(output)
     old = _read_json(sidecar) if sidecar.is_file() else None
     in_output = {str(rec["id"]) for _, rec, _ in _read(output)} if output.is_file() else set()
@@ -340,6 +342,18 @@ def _prepare(output: Path, runner: Any = None, requests: Sequence[Any] | None = 
             check_input(path, ids, requests, runner, write=False)
     side = {"format": 1, "model": model, "requests": digests, **({"sampling": sampling} if sampling else {})}
     return _Fold(result, members, side, order, complete)
+
+
+def _check_target(output: Path, shard: Path) -> None:
+    """The output a fold writes is probe's: absent, or records of the shards' task; a link at it or its
+    sidecars, or a user's file there, is refused before anything is folded (:func:`probe.io.check_records`)."""
+    from probe.io import check_links, check_records
+    from probe.runs.shard import _read
+
+    task = next((rec.get("task") for _, rec, _ in _read(shard)), None)
+    check_records(output, task if isinstance(task, str) else None, hint="nothing was folded; move it away to "
+                  "fold the shards into a new output")
+    check_links(output.parent, output.name + ".")
 
 
 def _apply(plan: _Fold) -> FoldResult:

@@ -85,7 +85,7 @@ def select(task: Task, config: Any, limit: int | float | None, out: Path | None,
     refused here, before the model loads."""
     pool = task.items(config)
     asked, limit = limit, resolve_limit(task, config, limit, pool)
-    items = task.select(config, pool, limit)
+    items = task.selection.select(config, pool, limit)
     if not items:
         raise ProbeError(f"task {task.name!r}: no items selected (check the data, the limit and the config)")
     coverage = select_coverage(task, config, pool, items, limit, asked)
@@ -97,7 +97,7 @@ def select(task: Task, config: Any, limit: int | float | None, out: Path | None,
 def plan(run: RunState) -> None:
     """The requests (the generations first, when the task generates), and the plan printed before any work."""
     task, config, tok = run.task, run.config, run.runner.lm.tokenizer
-    run.gen_requests = task.generation_requests(config, run.items, tok)
+    run.gen_requests = task.paper.generation_requests(config, run.items, tok)
     run.requests = None if run.gen_requests else task.requests(config, run.items, tok, None)
     if run.runner.procs.is_main:
         for line in _plan(task, config, run.items, run.gen_requests, run.requests, run.runner, run.out):
@@ -134,7 +134,7 @@ def score(run: RunState) -> ShardPending | None:
         if run.options.log_samples and runner.shard is None else None
     try:
         records = runner.score(requests, run.path("records.jsonl"), task=task.name,
-                               sampling=task.sampling(run.config), samples=log)
+                               sampling=task.paper.sampling(run.config), samples=log)
         if isinstance(records, ShardPending):
             return records
         run.records = records
@@ -152,7 +152,7 @@ def score(run: RunState) -> ShardPending | None:
 def parse(run: RunState) -> ShardPending | None:
     """The parsed answer's distribution under the paper's sampling (``parsed.jsonl``), when the task has one."""
     runner, task = run.runner, run.task
-    run.parse_requests = task.parse_requests(run.config, run.items, runner.lm.tokenizer)
+    run.parse_requests = task.paper.parse_requests(run.config, run.items, runner.lm.tokenizer)
     if not run.parse_requests:
         return None
     parsed = runner.parse(run.parse_requests, run.path("parsed.jsonl"), task=task.name)
@@ -224,7 +224,7 @@ def write(run: RunState, result: Aggregate, summary: dict[str, Any], t_start: fl
         write_json_atomic(out / "timing.json", _timing(out / "timing.json", work, time.perf_counter() - t_start))
         for name in ("report.md", "report.html"):  # the task's own (rewritten) or the report's below
             (out / name).unlink(missing_ok=True)
-        task.report(config, Aggregate(summary, result.tables), out)
+        task.reporting.write(config, Aggregate(summary, result.tables), out)
         write_json_atomic(out / "provenance.json", _provenance(run, work))
         results = write_run_report(task, config, out, summary)
         print(f"{task.name}: {len(run.records)} record(s) in {out / 'records.jsonl'}{runner.cache_note()}",
@@ -288,7 +288,7 @@ def _plan(task: Task, config: Any, items: Sequence[Any], gen_requests: Sequence[
     """The plan printed before any work (:mod:`probe.runs.plan`): the generations still to make and how to
     skip them, the requests and tokens still to score, and an estimated time from a short calibration."""
     from probe.runs import plan
-    from probe.scoring.memory import generation_batch_size
+    from probe.scoring.engine.memory import generation_batch_size
 
     tok = runner.lm.tokenizer
     gen_done = _ids_in(out / "generations.jsonl") if out is not None and gen_requests else set()
@@ -304,7 +304,7 @@ def _plan(task: Task, config: Any, items: Sequence[Any], gen_requests: Sequence[
     n_left = sum(r.id not in done for r in requests) if requests else 0
     chain = {g.id: int(getattr(g, "max_new_tokens", 0) or 0) for g in gen_left}
     try:
-        parse = task.parse_requests(config, items, tok)
+        parse = task.paper.parse_requests(config, items, tok)
     except Exception:  # noqa: BLE001 - the run itself builds them again and says what is wrong
         parse = []
     parse_done = _ids_in(out / "parsed.jsonl") if out is not None and parse else set()
@@ -325,7 +325,7 @@ def _plan(task: Task, config: Any, items: Sequence[Any], gen_requests: Sequence[
         parse_s = plan.parse_seconds(rates, parse_left, prompt_tokens, per_node)
     return plan.plan_lines(task.name, len(items), len(requests or []), n_left, tokens, rates,
                            gen_total=len(gen_requests), gen_left=gen_left, gen_seconds=gen_seconds,
-                           note=task.generation_note(config) if gen_requests else "",
+                           note=task.paper.generation_note(config) if gen_requests else "",
                            exact=exact or not gen_requests, parse_total=len(parse), parse_left=parse_left,
                            parse_s=parse_s)
 

@@ -5,7 +5,7 @@ Outputs in the run directory (when one is given):
 - ``records.jsonl`` (+ ``records.jsonl.input.json``, the model and input check);
 - ``generations.jsonl`` when the task generates first (chain-of-thought);
 - ``parsed.jsonl`` when the task has the paper's sampling + parsing enumerated exactly
-  (:meth:`probe.tasks.base.Task.parse_requests`): per prompt the parsed answer's
+  (:meth:`probe.tasks.facets.Paper.parse_requests`): per prompt the parsed answer's
   distribution, rejected and residual mass, and the most probable generations;
 - ``samples.jsonl`` with ``log_samples``: what the model saw, per request (:mod:`probe.runs.samples`);
 - ``summary.json``; ``tables/*.md|csv``; the task's report files;
@@ -86,7 +86,7 @@ def run_task(task: Task, config: Any, model: Any, output: str | Path | None = No
         check_data_before_load(task, config)
     if out is not None and (runner.procs if runner else detect()).is_main:
         check_locks(out)  # a link at a lock path: one line now, before the data set is built
-        check_run_dir(out)
+        check_run_dir(out, task.name)
         if runner is None:
             check_models_before_load(out, model)
         # a --shard job writes only its own shard files: it holds its shard's lock, the folding run the directory's
@@ -108,6 +108,8 @@ def run_lock(out: Path, shard: Any = None) -> tuple[Path, str]:
 
 #: files that mark a directory as (part of) a run: a re-run resumes there
 RUN_FILES = ("records.jsonl", "records.jsonl.input.json", "generations.jsonl")
+#: the files a run appends records to: each must hold this task's records before a run appends to it
+RECORD_FILES = ("records.jsonl", "generations.jsonl", "parsed.jsonl", "agreement.jsonl", "samples.jsonl")
 
 
 def check_models_before_load(out: Path, model: Any) -> None:
@@ -128,19 +130,25 @@ def check_data_before_load(task: Task, config: Any) -> None:
                              "(`probe data fetch`) or point PROBE_DATA at a copy")
 
 
-def check_run_dir(out: Path) -> None:
-    """``out`` may take a run: absent, empty, or already a run's directory (a resume). A file, or a folder
-    holding other files (whose ``report.md``, ``summary.json`` or ``tables/`` a run would overwrite), is refused."""
+def check_run_dir(out: Path, task: str | None = None) -> None:
+    """``out`` may take a run (of ``task``): absent, empty, or already a run's directory (a resume). Refused, before
+    any model loads and with nothing written: a file or a link at ``out``, a path under /proc, /sys or /dev, a
+    folder holding other files (whose ``report.md``, ``summary.json`` or ``tables/`` a run would overwrite), a
+    link anywhere inside (a run never writes through one), a records file of another task or not probe's."""
+    from probe.io import check_links, check_output, check_records
+
+    check_output(out, folder=True)
     if not out.exists():
         return
-    if not out.is_dir():
-        raise ProbeError(f"{out} exists and is not a directory; give a run directory as the output")
     names = {p.name for p in out.iterdir() if not p.name.startswith(LOCK_FILE)}
     if names and not names & set(RUN_FILES) and not any(n.startswith(("records.jsonl.", "generations.jsonl."))
                                                          for n in names):
         shown = ", ".join(sorted(names)[:3]) + (", ..." if len(names) > 3 else "")
         raise ProbeError(f"{out} holds files but no probe run ({shown}); a run there would overwrite its "
                          "report.md, summary.json and tables/. Choose a new output directory, or empty this one")
+    check_links(out, recursive=True)
+    for name in RECORD_FILES:
+        check_records(out / name, task, hint="choose a new output directory for this run")
 
 
 def _run_task(task: Task, config: Any, model: Any, out: Path | None, limit: int | float | None, options: RunOptions,

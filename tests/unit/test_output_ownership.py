@@ -132,7 +132,7 @@ def test_kernel_and_device_paths_are_refused_before_the_model_loads(tmp_path, sc
     assert no_load == []
 
 
-def test_overwrite_replaces_a_user_s_file(tmp_path, scene, model_dir, capsys):
+def test_overwrite_replaces_a_user_s_file(tmp_path, scene, model_dir, other_model_dir, capsys):
     work, _ = scene
     out = work / "out.jsonl"
     out.write_text(PRECIOUS)
@@ -142,6 +142,9 @@ def test_overwrite_replaces_a_user_s_file(tmp_path, scene, model_dir, capsys):
     assert _score(model_dir, work / "items.jsonl", out) == 0  # a resume of its own records
     assert _score(model_dir, work / "items.jsonl", out, "--overwrite") == 0  # starts over: the same records
     assert out.read_text() == first
+    assert _score(other_model_dir, work / "items.jsonl", out) == 1  # another model's: refused without it
+    assert _score(other_model_dir, work / "items.jsonl", out, "--overwrite") == 0
+    assert out.read_text() != first and len(out.read_text().splitlines()) == 1
 
 
 def test_a_torn_first_record_is_still_resumed(tmp_path, scene, model_dir):

@@ -3,6 +3,7 @@ transformers' sandbox, and a multi-model run whose later model can be neither fo
 
 from __future__ import annotations
 
+import copy
 import json
 import shutil
 from pathlib import Path
@@ -32,7 +33,7 @@ def test_render_prompt_names_the_model_and_the_template_error(template):
     from probe.prompts.chat import ChatTemplateError, render_prompt
     from tests.tiny import tiny_tokenizer
 
-    tok = tiny_tokenizer()
+    tok = copy.deepcopy(tiny_tokenizer())  # the cached one is shared by every test
     tok.chat_template = template
     tok.name_or_path = "my-model"
     with pytest.raises(ChatTemplateError) as info:
