@@ -228,7 +228,8 @@ def token_split_mismatches(scorer: Scorer, hflm: Any, reqs: list[Any], pairs: li
 
 # -- HBB: label scoring vs 10 sampled generations -------------------------------
 def hbb_part(lm: Any, counter: PassCounter, args: argparse.Namespace) -> dict:
-    from probe.tasks.hbb.data import IDENTITIES, TYPE_INDEX, build_instances, load_default, sample_concepts, unique_questions
+    from probe.tasks.hbb.data import IDENTITIES, TYPE_INDEX, build_instances, load_default, unique_questions
+    from probe.tasks.hbb.selection import sample_concepts
     from probe.tasks.hbb.prompts import mcq_requests, mcq_user_message
 
     concepts, descriptors = load_default()

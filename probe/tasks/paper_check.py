@@ -11,7 +11,7 @@ task, naming none:
    temperature, top-p), so they are stated once, in the task's config;
 2. the task's requests (``requests``) are scored with that spec and, when
    ``parse_exact``, the task's parse requests (the paper's prompt, parser and
-   ``decided`` rule, :mod:`probe.scoring.parse_exact`) enumerated; ``cases``
+   ``decided`` rule, :mod:`probe.scoring.parse.exact`) enumerated; ``cases``
    turns the results into :class:`PromptCase` s (the exact side);
 3. K generations per case are sampled at the paper's settings, each read by
    ``parse`` (the paper's extraction rule) and checked by ``counted`` (the

@@ -1,7 +1,7 @@
 """The papers' samplers as their authors ran them, per model family, each number with its source.
 
 Each task folder declares its paper's presets in its ``samplers`` module (``probe/tasks/<name>/samplers.py``:
-``PRESETS``, a tuple of :class:`~probe.scoring.sampler_chain.SamplerPreset`); this module collects them, in
+``PRESETS``, a tuple of :class:`~probe.scoring.sampler.chain.SamplerPreset`); this module collects them, in
 registry order, so a new benchmark adds its sampler in its own folder. Paths and line numbers refer to the
 authors' repositories and to the papers; where code and paper disagree the preset follows what was run and
 its ``notes`` say so (``docs/scoring.md``, "The papers' samplers").
@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import importlib
 
-from probe.scoring.sampler_chain import SamplerPreset
+from probe.scoring.sampler.chain import SamplerPreset
 
 
 def _collect() -> dict[str, SamplerPreset]:

@@ -39,6 +39,7 @@ TINY: dict[str, dict[str, Any]] = {
     "gptj": {"rotary_dim": 8},
     "falcon": {"drop": ("head_dim",)},
     "falcon_alibi": {"drop": ("head_dim",), "alibi": True},
+    "rwkv_rescaled": {"rescale_every": 1},  # the stream halved after every block at inference: capture refused
     "gpt_neo": {"attention_types": [[["global", "local"], 1]], "window_size": WINDOW},
     "mamba2": {"num_heads": 8, "n_groups": 1},
     "bamba": {"attn_layer_indices": [1]},
@@ -74,7 +75,7 @@ TINY: dict[str, dict[str, Any]] = {
              "ffn_config": {"ffn_hidden_size": 128, "moe_num_experts": 4, "moe_top_k": 2}},
 }
 #: a family swept twice: name -> (model type, the TINY entry of the variant)
-VARIANTS = {"falcon_alibi": "falcon"}
+VARIANTS = {"falcon_alibi": "falcon", "rwkv_rescaled": "rwkv"}
 
 _ENCODER = "an encoder family whose causal-LM head is a decoder for encoder-decoder training, not a decoder-only LM"
 _COMPOSITE = "a multimodal composite (vision / audio towers, full-size defaults); its text decoder is swept on its own"

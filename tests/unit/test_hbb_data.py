@@ -17,12 +17,10 @@ from probe.tasks.hbb.data import (
                                   load_default,
                                   load_descriptors,
                                   load_sg_variations,
-                                  sample_concepts,
-                                  sample_per_cell,
-                                  selected_instances,
                                   type_label,
                                   unique_questions,
                                   )
+from probe.tasks.hbb.selection import sample_concepts, sample_per_cell, selected_instances
 from probe.errors import InputError
 
 PAPER_COUNTS = {"age": 4641, "gender": 6188, "race": 61880, "ses": 3094, "religions": 27846}

@@ -69,8 +69,9 @@ def test_ci_shrinks_with_the_residual():
 def test_no_draws_gives_the_certified_interval_and_the_budget_rule():
     est = hybrid_from_tail({"A": 0.6}, 0.05, [])
     assert est.estimate("A") == 0.6 and est.ci("A") == (0.6, 0.65)
-    assert tail_budget(nodes=40, residual=0.005, target=0.01, k=20, max_new_tokens=16) == 0  # T = 0.1: exact
-    assert tail_budget(nodes=100, residual=0.5, target=0.01, k=25, max_new_tokens=8) == 12
+    assert tail_budget(residual=0.005, target=0.01, k=20) == 0  # T = 0.1: exact
+    assert tail_budget(residual=0.5, target=0.01, k=25) == 13  # ceil(K r): grows with the residual
+    assert tail_budget(residual=1.0, target=0.01, k=25) == 25  # nothing enumerated: the paper's K
     assert wilson(0, 0) == (0.0, 1.0)
     assert est.to_dict()["ci"]["A"] == [0.6, 0.65]
 
@@ -164,8 +165,8 @@ def test_hybrid_requests_are_seeded_within_budget_and_exact_when_closed(tiny_lm,
     assert [x.hybrid["tail"] for x in a] != [x.hybrid["tail"] for x in c]
     for d in a:
         h = d.hybrid
-        assert h["n_tail"] == tail_budget(d.nodes, d.residual, 0.01, 20, 3) > 0
-        assert d.nodes + h["tokens"] <= 20 * 3  # never more forward tokens than the K samples
+        assert h["n_tail"] == tail_budget(d.residual, 0.01, 20) > 0
+        assert h["tokens"] <= h["n_tail"] * 3 <= 20 * 3  # never more generations than the paper's K
         assert sum(h["estimate"].values()) + h["rejected"] == pytest.approx(1.0, abs=1e-9)
         for ans, (lo, hi) in h["ci"].items():
             blo, bhi = d.bounds(ans)
@@ -302,35 +303,121 @@ def test_hybrid_records_resume_byte_identically(tiny_lm, tmp_path, one_torch_thr
     assert all("hybrid" in json.loads(x) for x in out.read_text().splitlines())
 
 
-# -- a metric from hybrid records (probe.metrics.hybrid) ----------------------------------------------------
+# -- the published estimator: exact head + each prompt's own tail (probe.metrics.hybrid) ----------------------
 def _rec(a, residual, tail):
     return {"probs": {"A": a}, "rejected": 1 - a - residual, "residual": residual,
             "hybrid": {"n_tail": sum(tail.values()), "tail": tail}}
 
 
-def test_hybrid_metric_by_hand():
-    from probe.metrics.hybrid import clipped, hybrid_metric, hybrid_probs
+def _empty(residual=0.99, n=2, hit=0):
+    tail = {"none": n - hit, **({"0": hit} if hit else {})}
+    return {"probs": {}, "rejected": 1 - residual, "residual": residual, "hybrid": {"n_tail": n, "tail": tail}}
 
-    recs = [_rec(0.5, 0.4, {"A": 1, "none": 3}), _rec(0.2, 0.2, {"A": 2, "B": 2}),
-            {"probs": {"A": 0.3}, "rejected": 0.69, "residual": 0.01}]  # closed: the fallback answers
-    fallback = lambda d: {k: v / (1 - d["residual"]) for k, v in d["probs"].items()}  # noqa: E731
-    assert hybrid_probs(recs[1], fallback) == pytest.approx({"A": 0.3, "B": 0.1})
-    assert hybrid_probs(recs[2], fallback) == pytest.approx({"A": 0.3 / 0.99})
+
+def test_hybrid_metric_by_hand():
+    from probe.metrics.hybrid import Z95, hybrid_metric, hybrid_probs
+
+    closed = {"probs": {"A": 0.3}, "rejected": 0.695, "residual": 0.005, "hybrid": {"n_tail": 0, "tail": {}}}
+    recs = [_rec(0.5, 0.4, {"A": 1, "none": 3}), _rec(0.2, 0.2, {"A": 2, "B": 2}), closed]
+    assert hybrid_probs(recs[0]) == pytest.approx({"A": 0.6})
+    assert hybrid_probs(recs[1]) == pytest.approx({"A": 0.3, "B": 0.1})
+    assert hybrid_probs(closed) == {"A": 0.3}  # closed: its exact head, the residual below the target
 
     def mean_a(probs_of):
         return {"mean A": sum(probs_of(d).get("A", 0.0) for d in recs) / 3}
 
-    out = hybrid_metric(mean_a, fallback, n_boot=300, seed=4)
+    out = hybrid_metric(mean_a, n_boot=2000, seed=4)
     point, (lo, hi) = out["mean A"]
-    assert point == pytest.approx((0.6 + 0.3 + 0.3 / 0.99) / 3)
-    assert lo < point < hi and hi - lo < (0.4 + 0.2) / 3  # never wider than the residuals allow
-    assert hybrid_metric(mean_a, fallback, n_boot=300, seed=4) == out  # seeded
-    # the interval shrinks with the residual: the same draws on a tenth of the residual
-    small = [_rec(0.86, 0.04, {"A": 1, "none": 3}), _rec(0.38, 0.02, {"A": 2, "B": 2}), recs[2]]
-    recs[:] = small
-    _, (slo, shi) = hybrid_metric(mean_a, fallback, n_boot=300, seed=4)["mean A"]
-    assert shi - slo == pytest.approx((hi - lo) / 10, rel=0.05)
-    assert clipped([0.1, 0.9], [0.2, 0.5]) == [0.2, 0.5] and clipped([0.3, 0.4], None) == [0.3, 0.4]
+    assert point == pytest.approx((0.6 + 0.3 + 0.3) / 3)
+    assert (lo + hi) / 2 == pytest.approx(point)  # centred on the point by construction, never stretched
+    # by hand: each record's A share from its own draws, Jeffreys' Beta(hit + 1/2, none + 1/2) (the first reads
+    # only A) times the split Dirichlet(A + 1/2, B + 1/2) (the second); variance x residual^2 / 9, summed; a
+    # closed record adds nothing
+    rng = np.random.default_rng(0)
+    v0 = np.var(rng.beta(1.5, 3.5, 200_000)) * 0.4 ** 2
+    v1 = np.var(rng.beta(4.5, 0.5, 200_000) * rng.beta(2.5, 2.5, 200_000)) * 0.2 ** 2
+    assert (hi - lo) / 2 == pytest.approx(Z95 * math.sqrt((v0 + v1) / 9), rel=0.08)
+    assert hybrid_metric(mean_a, n_boot=2000, seed=4) == out  # seeded
+
+
+def test_a_closed_head_is_exact_with_width_zero():
+    from probe.metrics.hybrid import closed, hybrid_metric
+
+    d = {"probs": {"A": 0.7, "B": 0.295}, "rejected": 0.0, "residual": 0.005, "hybrid": {"n_tail": 0, "tail": {}}}
+    assert closed(d)
+    assert hybrid_metric(lambda p: {"A": p(d)["A"]}, n_boot=50)["A"] == (0.7, [0.7, 0.7])
+
+
+def test_zero_draws_one_draw_and_all_unparsed():
+    """0 draws on an open record: nothing answers its residual (the head, or a named fallback; prompt_estimate
+    gives nothing); 1 draw: a point and a wide interval around it; every draw unparsed, head empty: the
+    prompt is undefined given a parse, its parse rate 0 with width on the side it can go."""
+    from probe.metrics.hybrid import answered, hybrid_metric, hybrid_probs, prompt_estimate
+
+    open_ = {"probs": {"A": 0.2}, "rejected": 0.0, "residual": 0.8}  # an exact-only record: no hybrid entry
+    assert hybrid_probs(open_) == {"A": 0.2}
+    assert hybrid_probs(open_, lambda d: {"A": 1.0}) == {"A": 1.0}  # a named sensitivity rule, when asked for
+    assert prompt_estimate(open_, ["A"]) is None and answered(open_)
+    one = _rec(0.2, 0.8, {"A": 1})
+    point, (lo, hi) = hybrid_metric(lambda p: {"A": p(one)["A"]}, n_boot=2000)["A"]
+    assert point == pytest.approx(1.0) and lo < 0.7 and hi == pytest.approx(1.0 + (1.0 - lo))  # centred, uncut
+    est = prompt_estimate(one, ["A"])["A"]
+    assert est[0] == pytest.approx(1.0) and est[1] < 0.8 and est[2] == pytest.approx(1.0)  # cut to [0.2, 1]
+    none = _empty(residual=0.9, n=12)
+    assert not answered(none) and hybrid_probs(none) == {}
+    rate = prompt_estimate(none, ["0", "1"])["parse rate"]
+    # Jeffreys: Beta(0.5, 12.5), sd sqrt(0.5 x 12.5 / (13^2 x 14)); times the residual
+    se = 0.9 * math.sqrt(0.5 * 12.5 / (13 ** 2 * 14))
+    assert rate == pytest.approx((0.0, 0.0, 1.959963984540054 * se, se))
+
+
+def test_an_undefined_metric_is_nan_never_zero_with_no_width():
+    from probe.metrics.hybrid import answered, hybrid_metric, undefined_text
+
+    recs = [_empty(n=4) for _ in range(8)]
+
+    def share(probs_of):  # a given-a-parse share over the prompts that answer: none here
+        kept = [probs_of(d) for d in recs if answered(d)]
+        return {"share": float(np.mean([p.get("0", 0.0) / sum(p.values()) for p in kept])) if kept else math.nan}
+
+    point, ci = hybrid_metric(share, n_boot=50)["share"]
+    assert math.isnan(point) and all(math.isnan(x) for x in ci)
+    assert undefined_text(8, 8, "questions") == "n/a: nothing parsed, 8 of 8 questions"
+
+
+def test_k_sample_noise_adds_and_limits_cut():
+    from probe.metrics.hybrid import Z95, hybrid_metric
+
+    d = {"probs": {"A": 0.5}, "rejected": 0.5, "residual": 0.0}
+    out = hybrid_metric(lambda p: {"n": p(d)["A"]}, noise=lambda p: {"n": 0.01}, limits=(0.0, 0.6))["n"]
+    assert out == (0.5, [pytest.approx(0.5 - Z95 * 0.1), 0.6])
+
+
+def test_each_prompt_keeps_its_own_draws_nothing_pooled():
+    """Half the prompts' tails always answer, half never: each prompt's redrawn share follows its own draws;
+    an empty prompt's draws do not borrow the others' rate."""
+    from probe.metrics.hybrid import drawn_shares
+
+    yes, no = _empty(n=20, hit=20), _empty(n=20)
+    rng = np.random.default_rng(1)
+    s_yes = np.mean([1 - drawn_shares(yes, rng, ("0", "1"))["none"] for _ in range(500)])
+    s_no = np.mean([1 - drawn_shares(no, rng, ("0", "1"))["none"] for _ in range(500)])
+    assert s_yes > 0.9 and s_no < 0.1
+    shares = [drawn_shares(_empty(), np.random.default_rng(i), ("0", "1")) for i in range(400)]
+    # a letter no draw read still has width
+    assert max(s["1"] for s in shares) > 0.05 and abs(np.mean([s["0"] - s["1"] for s in shares])) < 0.05
+
+
+def test_hybrid_metric_gives_width_to_answers_no_draw_read():
+    from probe.metrics.hybrid import hybrid_metric
+
+    d = {"probs": {}, "residual": 0.9, "hybrid": {"n_tail": 2, "tail": {"none": 2}}}
+
+    def metric(probs_of):
+        return {"a": probs_of(d).get("0", 0.0)}
+
+    point, (lo, hi) = hybrid_metric(metric, n_boot=100, answers=lambda _d: ("0", "1"), limits=(0.0, 1.0))["a"]
+    assert point == 0.0 and lo == 0.0 and 0.1 < hi <= 0.9
 
 
 def test_cmp_iso_hybrid_interval_widens_over_every_offered_label():
@@ -348,69 +435,3 @@ def test_cmp_iso_hybrid_interval_widens_over_every_offered_label():
     (point, (lo, hi)), = _hybrid_cells(pd.DataFrame(rows), k=5, seed=0).values()
     assert point == pytest.approx(0.0)  # no valid answer drawn: the authors' 0.5 fallback, gap 0
     assert lo < -0.05 and hi > 0.05
-
-
-# -- the tail's answer rate, pooled across a run's prompts (probe.metrics.hybrid.TailPool) ---------------------
-def _empty(residual=0.99, n=2, hit=0):
-    tail = {"none": n - hit, **({"0": hit} if hit else {})}
-    return {"probs": {}, "rejected": 1 - residual, "residual": residual, "hybrid": {"n_tail": n, "tail": tail}}
-
-
-def test_tail_pool_by_hand():
-    from probe.metrics.hybrid import TailPool
-
-    # rates as equal as binomial noise allows: every prompt takes the pooled rate
-    pool = TailPool.of([_empty(n=4, hit=2)] * 10 + [{"probs": {}, "residual": 0.0}])  # a closed record: no draws
-    assert (pool.answered, pool.draws, pool.concentration, pool.design_effect) == (20, 40, math.inf, 1.0)
-    # rates 1 and 0: as different as they can be; the pool weighs one draw, the design effect 1 + (4 - 1) x 0.5
-    pool = TailPool.of([_empty(n=4, hit=4), _empty(n=4)])
-    assert pool.concentration == 1.0 and pool.design_effect == 2.5
-    # rates 3/4, 1/4, 1/2, 1/2 over 4 draws each; by hand: spread 2 x 4 x 0.0625 / 0.25 = 2 < k - 1 = 3: noise
-    assert TailPool.of([_empty(n=4, hit=3), _empty(n=4, hit=1), _empty(n=4, hit=2), _empty(n=4, hit=2)]
-                       ).concentration == math.inf
-    # rates 3/4, 1/4, 3/4, 1/4: spread 4 x 4 x 0.0625 / 0.25 = 4, denominator 16 - 4 + 1 - 4 = 9,
-    # phi = (4 - 3) / 9, concentration 8
-    assert TailPool.of([_empty(n=4, hit=3), _empty(n=4, hit=1)] * 2).concentration == pytest.approx(8.0)
-    # 6 prompts, rates 1, 0 and four of 0.5 over 4 draws: spread 2 x 4 x 0.25 / 0.25 = 8, denominator
-    # 24 - 6 + 1 - 4 = 15, phi = (8 - 5) / 15 = 0.2, concentration 4, design effect 1 + 3 x 0.2
-    pool = TailPool.of([_empty(n=4, hit=4), _empty(n=4)] + [_empty(n=4, hit=2)] * 4)
-    assert pool.concentration == pytest.approx(4.0) and pool.design_effect == pytest.approx(1.6)
-    rng = np.random.default_rng(0)
-    assert np.mean([pool.draw_rate(rng) for _ in range(4000)]) == pytest.approx(12.5 / 25, abs=0.01)
-
-
-def test_a_rare_tail_answer_is_not_given_the_prior_mass_of_every_prompt():
-    """128 prompts whose 2 tail draws read no letter (HBB at 32-token answers): the tail's answer rate is
-    known from 256 draws to be small, so the letters' mass stays small. A prior of one prompt's own would give
-    each prompt a mean of 2 x 0.5 / 3.5 = 0.29 after two empty draws, whatever the other prompts read."""
-    from probe.metrics.hybrid import TailPool, drawn_shares, hybrid_metric
-
-    recs = [_empty() for _ in range(128)]
-
-    def mean_letters(probs_of):
-        return {"mass": float(np.mean([sum(probs_of(d).values()) for d in recs]))}
-
-    point, (lo, hi) = hybrid_metric(mean_letters, lambda d: {}, n_boot=300, answers=lambda _d: ("0", "1"))["mass"]
-    assert point == 0.0 and lo == 0.0 and 0.0 < hi < 0.02  # the per-prompt prior gave [0.22, 0.37]
-    # a run whose tails answer half the time gives the same empty prompt a wide share
-    mixed = [_empty(n=2, hit=1) for _ in range(127)] + [_empty()]
-    pool = TailPool.of(mixed)
-    shares = [drawn_shares(mixed[-1], np.random.default_rng(i), ("0", "1"), pool) for i in range(400)]
-    answered = np.array([1 - s["none"] for s in shares])
-    assert 0.3 < answered.mean() < 0.7 and abs(np.mean([s["0"] - s["1"] for s in shares])) < 0.05
-    # alone, a record is its own pool (the interval of one prompt still has width)
-    alone = [1 - drawn_shares(_empty(), np.random.default_rng(i), ("0", "1"))["none"] for i in range(400)]
-    assert 0.05 < np.mean(alone) < 0.3 and max(alone) > 0.5
-
-
-def test_prompts_whose_tails_differ_keep_their_own_rates():
-    """Half the prompts' tails always answer, half never: the pool is a weak prior (one draw), so each prompt's
-    redrawn share follows its own draws."""
-    from probe.metrics.hybrid import TailPool, drawn_shares
-
-    yes, no = _empty(n=4, hit=4), _empty(n=4)
-    pool = TailPool.of([yes, no] * 20)
-    rng = np.random.default_rng(1)
-    s_yes = np.mean([1 - drawn_shares(yes, rng, ("0", "1"), pool)["none"] for _ in range(500)])
-    s_no = np.mean([1 - drawn_shares(no, rng, ("0", "1"), pool)["none"] for _ in range(500)])
-    assert s_yes > 0.8 and s_no < 0.2

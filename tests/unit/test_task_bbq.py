@@ -179,7 +179,7 @@ def test_metrics_bbq_strict_fails_naming_the_line(tmp_path, capsys):
 def test_template_built_warning_names_only_the_run_categories():
     """A ``--limit`` run's warning named every template-built category of the data set, also those the limit
     left out (the first-hour walk: "Race_x_SES, SES, ..." beside a run that scored none of them)."""
-    from probe.tasks.bbq.report import report_markdown
+    from probe.tasks.bbq.reporting import report_markdown
 
     summary = {"template_built": ["Gender_identity", "Race_x_SES", "SES"],
                "coverage": {"strata": {"category": {"left_out": ["Race_x_SES", "SES"]}}}}

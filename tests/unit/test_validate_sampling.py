@@ -473,35 +473,22 @@ def test_a_hybrid_prompt_whose_draws_read_nothing_is_judged_on_its_interval():
     assert parse_mass_interval(plain) is None and prompt_row(h, plain, ["a) x"], np.random.default_rng(0))[0]["miss"]
 
 
-def test_the_tail_range_pools_the_prompts_answer_rate():
-    """128 questions whose head and 2 tail draws read no letter: redrawn with the prompts' pool, a question's
-    parsed mass stays near the pooled rate (at most a few %), not the 0.29 a prior of its own gives it."""
-    from probe.metrics.hybrid import TailPool
+def test_the_tail_range_draws_each_prompt_from_its_own_draws():
+    """Questions whose head and tail draws read no letter: redrawn from its own draws alone (nothing pooled
+    across prompts), a question's parsed mass shrinks as its own empty draws grow."""
     from probe.studies.sampling_check.check import redrawn
 
     h = _HBB()
-    d = {"probs": {}, "rejected": 0.01, "residual": 0.99, "hybrid": {"n_tail": 2, "tail": {"none": 2}}}
-    cases = [PromptCase(id=f"q{i}", unit=f"u{i // 2}", prompt="p", options=("a", "b"), exact=None, exact_mass=0.0,
-                        meta={"parsed": dict(d)}) for i in range(128)]
-    pool = TailPool.of(c.meta["parsed"] for c in cases)
+
+    def case(n):
+        d = {"probs": {}, "rejected": 0.01, "residual": 0.99, "hybrid": {"n_tail": n, "tail": {"none": n}}}
+        return PromptCase(id="q", unit="u", prompt="p", options=("a", "b"), exact=None, exact_mass=0.0,
+                          meta={"parsed": d})
+
     rng = np.random.default_rng(0)
-    pooled = [redrawn(h, c, rng, pool, pool.draw_rate(rng))[1] for c in cases for _ in range(5)]
-    alone = [redrawn(h, c, rng)[1] for c in cases[:20] for _ in range(5)]
-    assert np.mean(pooled) < 0.01 and np.quantile(pooled, 0.99) < 0.05
-    assert np.mean(alone) > 0.1  # one question alone: two empty draws leave its rate wide open
-
-
-def test_hybrid_metric_gives_width_to_answers_no_draw_read():
-    from probe.metrics.hybrid import hybrid_metric
-
-    d = {"probs": {}, "residual": 0.9, "hybrid": {"n_tail": 2, "tail": {"none": 2}}}
-
-    def metric(probs_of):
-        return {"a": probs_of(d).get("0", 0.0)}
-
-    assert hybrid_metric(metric, lambda x: {}, n_boot=100)["a"] == (0.0, [0.0, 0.0])  # seen answers only
-    point, (lo, hi) = hybrid_metric(metric, lambda x: {}, n_boot=100, answers=lambda _d: ("0", "1"))["a"]
-    assert point == 0.0 and 0.0 <= lo < 0.01 and 0.2 < hi <= 0.9
+    few = [redrawn(h, case(2), rng)[1] for _ in range(400)]
+    many = [redrawn(h, case(40), rng)[1] for _ in range(400)]
+    assert np.mean(few) > 0.1 and np.mean(many) < 0.03  # Jeffreys: 0.5 / 3 and 0.5 / 41 of the residual
 
 
 def test_tail_range_holds_the_hybrids_uncertainty():

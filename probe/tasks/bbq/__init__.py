@@ -6,10 +6,10 @@ here: the item schema (:mod:`.items`), the JSONL reader (:mod:`.data`), the
 template expander (:mod:`.templates`, :mod:`.template_rows`,
 :mod:`.intersectional`) and BharatBBQ's caste templates in the same format
 (:mod:`.bharatbbq`), the prompts and answer forms (:mod:`.prompts`,
-:mod:`.answers`), the metrics (:mod:`.metrics`), records as answer records
-(:mod:`.records`), the report (:mod:`.report`, :mod:`.layouts`) and the paired
-units of ``probe report`` (:mod:`.paired_units`); BBQ items as ``probe
-activations`` input (:mod:`.capture`), its commands (:mod:`.cli`: ``probe data
+:mod:`.answer_forms`), the metrics (:mod:`.metrics`), records as answer records
+(:mod:`.records`), the run's report (:mod:`.reporting`), its section of ``probe
+report`` (:mod:`.layout`, :mod:`.sections`, and its paired units,
+:mod:`.paired_units`); BBQ items as ``probe activations`` input (:mod:`.capture`), its commands (:mod:`.cli`: ``probe data
 build bbq``, ``probe metrics bbq``) and its data sets (:mod:`.datasets`: BBQ,
 BharatBBQ).
 

@@ -9,12 +9,12 @@ Answer formats:
 
 * ``oneword`` (default; the paper's prompts as written, no options listed): each
   option's probability is the total over its surface forms
-  (:mod:`probe.tasks.bbq.answers`), each scored by its continuation
+  (:mod:`probe.tasks.bbq.answer_forms`), each scored by its continuation
   log-likelihood after the prompt: ``Person A``/``Person B``; in explicit
   contexts the group answer capitalised, with and without "The"
   (``Grandfather``, ``The grandfather``, ``grandfather``); Unknown: its
   paraphrases (``resources/unknown_answers.yaml``,
-  :func:`~probe.tasks.bbq.answers.load_unknown_answers`). Forms whose tokens
+  :func:`~probe.tasks.bbq.answer_forms.load_unknown_answers`). Forms whose tokens
   equal another's are scored once, and a form whose tokens start with another form of the same option is dropped (its probability is
   inside the shorter one's). The three option probabilities are the option
   masses renormalised; ``mass`` is the total probability of all scored texts.
@@ -53,7 +53,7 @@ from typing import Any, Sequence
 
 import yaml
 
-from probe.tasks.bbq.answers import display_answer, load_unknown_answers, option_forms
+from probe.tasks.bbq.answer_forms import display_answer, load_unknown_answers, option_forms
 from probe.tasks.bbq.items import BBQItem
 
 __all__ = ["STRATEGIES", "FORMATS", "PreparedPrompt", "prompts", "system_text", "user_text", "oneword_options",
@@ -91,7 +91,7 @@ def system_text(item: BBQItem, strategy: str) -> str:
 
 def oneword_options(item: BBQItem) -> tuple[tuple[str, ...], tuple[int, ...]]:
     """(answer texts to score, the option index each belongs to) for the one-word format: every option's
-    surface forms (:func:`probe.tasks.bbq.answers.option_forms`; Unknown: its paraphrases)."""
+    surface forms (:func:`probe.tasks.bbq.answer_forms.option_forms`; Unknown: its paraphrases)."""
     _, paraphrases = load_unknown_answers()
     texts: list[str] = []
     owner: list[int] = []

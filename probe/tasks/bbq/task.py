@@ -34,10 +34,10 @@ from typing import Any, Mapping, Sequence
 
 from probe.errors import InputError, ProbeError
 from probe.io import no_markup, write_atomic
-from probe.tasks.base import Aggregate, CheckCase, Task, TaskConfig, write_tables
+from probe.tasks.base import Aggregate, Analyses, CheckCase, Reporting, Selection, Task, TaskConfig, write_tables
 from probe.tasks.bbq.items import BBQItem
 from probe.tasks.bbq.metrics import METRIC_NOTES
-from probe.tasks.bbq.report import category_table, report_markdown
+from probe.tasks.bbq.reporting import category_table, report_markdown
 
 #: BBQ's 11 categories, in the upstream repository's order.
 CATEGORIES = (
@@ -127,26 +127,97 @@ def request_id(item: Any, answer_format: str) -> str:
     return f"{item.id}|{answer_format}"
 
 
-class BBQTask(Task[BBQConfig, BBQItem]):
-    name = "bbq"
-    description = "BBQ (Parrish et al. 2022): all 11 categories from JSONL or templates, 3-way options"
-    Config = BBQConfig
-    strata_names = ("category",)
+class BBQSelection(Selection):
+    """``--limit N``: N items round-robin over the categories, whole template instances."""
+
+    names = ("category",)
     unit_name = "template instance (its condition x polarity variants, both name orders)"
+
+    def select(self, config: BBQConfig, items: Sequence[BBQItem], limit: int | None) -> BBQItems:
+        kept = super().select(config, items, limit)
+        return BBQItems.of(kept, getattr(items, "skipped", []), getattr(items, "sources", {}))
+
+    def units(self, config: BBQConfig, items: Sequence[BBQItem]) -> list:
+        return [unit_key(it) for it in items]
+
+
+class BBQReporting(Reporting):
+    """The five BBQ metrics per answer format, category and estimator; report.md; a section per format."""
+
     metric_notes = METRIC_NOTES
-    #: the report's words for the metrics and answer formats (Task.terms)
+    #: the report's words for the metrics and answer formats
     terms = {"bias_amb": "bias score, ambiguous contexts", "bias_dis": "bias score, disambiguated contexts",
              "acc_amb": "accuracy, ambiguous contexts", "acc_dis": "accuracy, disambiguated contexts",
              "acc_dis_all": "accuracy, all disambiguated contexts",
              "expected": "expected (exact probabilities)", "argmax": "argmax (the most likely answer)",
              "oneword": "one-word answer", "labels": "numbered options"}
 
+    def headline_metrics(self, config: BBQConfig, summary: Mapping[str, Any]) -> dict[str, dict[str, float]]:
+        return {f"{fmt}.{k}": v for fmt, f in summary["by_format"].items()
+                for k, v in bbq_headline(f["by_category"]["all"]["expected"]).items()}
+
+    def results(self, config: BBQConfig, summary: Mapping[str, Any]) -> list[dict[str, Any]]:
+        """Per answer format, category (and ``all``) and estimator: the five metrics; headline: the
+        ambiguous and disambiguated bias and both disambiguated accuracies over all items (expected)."""
+        from probe.tasks.base import result_row
+
+        rows = []
+        for k, (fmt, f) in enumerate(summary["by_format"].items()):
+            for cat, m in f["by_category"].items():
+                for version in ("expected", "argmax"):
+                    for name, v in bbq_headline(m[version]).items():
+                        main = k == 0 and cat == "all" and version == "expected" and name != "acc_amb"
+                        rows.append(result_row(cat, f"{name}" if len(summary["by_format"]) == 1 else f"{fmt}.{name}",
+                                               version, v["value"], v["ci_low"], v["ci_high"], v["n"], main,
+                                               v.get("clusters")))
+        return rows
+
+    def warnings(self, summary: Mapping[str, Any]) -> list[str]:
+        """Categories expanded from BBQ's templates (no released JSONL found) are not the released item set."""
+        from probe.tasks.bbq.reporting import template_built
+
+        built = template_built(summary)
+        return [f"template-built categories: {', '.join(built)} were expanded from BBQ's templates, not read "
+                "from the released JSONL."] if built else []
+
+    def write(self, config: BBQConfig, result: Aggregate, output: Path) -> None:
+        write_tables(result.tables, output)
+        write_atomic(output / "report.md", no_markup(report_markdown(result.summary, result.tables)))
+
+
+class BBQAnalyses(Analyses):
+    """The template instance is the unit; its two name orders are the A <-> B pairs; BBQ-family capture lines."""
+
+    def units(self, config: BBQConfig, records: Any, items: Sequence[BBQItem]) -> list[str]:
+        units = {it.id: unit_key(it) for it in items}
+        return [units.get(i, i) for i in records["item_id"]]
+
+    def patch_pairs(self, config: BBQConfig, records: Any, items: Sequence[BBQItem]) -> list[tuple[str, str, str]]:
+        return order_pairs(records, self.units(config, records, items))
+
+    def capture_item(self, line: Mapping[str, Any], tokenizer: Any, *, chat_template: bool = True,
+                     strategy: str = "zero_shot") -> Any:
+        """A BBQ-family item line (BBQ, ImplicitBBQ, BharatBBQ items) rendered by the BBQ prompt with labelled
+        options (:mod:`probe.tasks.bbq.capture`)."""
+        from probe.tasks.bbq.capture import capture_line
+
+        return capture_line(line, tokenizer, chat_template, strategy)
+
+
+class BBQTask(Task[BBQConfig, BBQItem]):
+    name = "bbq"
+    description = "BBQ (Parrish et al. 2022): all 11 categories from JSONL or templates, 3-way options"
+    Config = BBQConfig
+    selection = BBQSelection()
+    reporting = BBQReporting()
+    analyses = BBQAnalyses()
+
     def check_case(self) -> CheckCase:
         """A quick run for :func:`probe.testing.check_task`: 3 item(s) of a small config."""
         return CheckCase({"categories": ["Age"], "answer_formats": ["labels", "oneword"], "n_boot": 10}, 3)
 
     def items(self, config: BBQConfig) -> BBQItems:
-        """Every item of the configured categories, in a stratified order (see :meth:`select`)."""
+        """Every item of the configured categories, in a stratified order (see :class:`BBQSelection`)."""
         from probe.tasks.bbq.data import load_bbq_jsonl
         from probe.tasks.bbq.templates import expand_templates
 
@@ -173,17 +244,6 @@ class BBQTask(Task[BBQConfig, BBQItem]):
                           f"answer: {shown}{more}", stacklevel=2)
         ordered = _stratified(per_category, config.per_category, config.seed)
         return BBQItems.of(ordered, skipped, sources)
-
-    def select(self, config: BBQConfig, items: Sequence[BBQItem], limit: int | None) -> BBQItems:
-        """``--limit N``: N items round-robin over the categories, whole template instances."""
-        kept = super().select(config, items, limit)
-        return BBQItems.of(kept, getattr(items, "skipped", []), getattr(items, "sources", {}))
-
-    def strata(self, config: BBQConfig, items: Sequence[BBQItem]) -> list[tuple]:
-        return [(it.category,) for it in items]
-
-    def units(self, config: BBQConfig, items: Sequence[BBQItem]) -> list:
-        return [unit_key(it) for it in items]
 
     def requests(self, config: BBQConfig, items: Sequence[BBQItem], tokenizer: Any,
                  generations: Mapping[str, str] | None = None) -> list:
@@ -253,61 +313,6 @@ class BBQTask(Task[BBQConfig, BBQItem]):
         }
         return Aggregate(summary, {f"by_category_{fmt}": category_table(v["by_category"])
                                    for fmt, v in by_format.items()})
-
-    def report(self, config: BBQConfig, result: Aggregate, output: Path) -> None:
-        write_tables(result.tables, output)
-        write_atomic(output / "report.md", no_markup(report_markdown(result.summary, result.tables)))
-
-    def report_warnings(self, summary: Mapping[str, Any]) -> list[str]:
-        """Categories expanded from BBQ's templates (no released JSONL found) are not the released item set."""
-        from probe.tasks.bbq.report import template_built
-
-        built = template_built(summary)
-        return [f"template-built categories: {', '.join(built)} were expanded from BBQ's templates, not read "
-                "from the released JSONL."] if built else []
-
-    def capture_item(self, line: Mapping[str, Any], tokenizer: Any, *, chat_template: bool = True,
-                     strategy: str = "zero_shot") -> Any:
-        """A BBQ-family item line (BBQ, ImplicitBBQ, BharatBBQ items) rendered by the BBQ prompt with labelled
-        options (:mod:`probe.tasks.bbq.capture`)."""
-        from probe.tasks.bbq.capture import capture_line
-
-        return capture_line(line, tokenizer, chat_template, strategy)
-
-    def report_layout(self) -> Any:
-        """Per answer format: category x model tables and a figure; paired units: items, by template instance
-        (:func:`probe.tasks.bbq.report.layout`)."""
-        from probe.tasks.bbq.report import layout
-
-        return layout()
-
-    # -- analyses: the template instance is the unit; its two name orders are the A <-> B pairs ---------
-    def analysis_units(self, config: BBQConfig, records: Any, items: Sequence[BBQItem]) -> list[str]:
-        units = {it.id: unit_key(it) for it in items}
-        return [units.get(i, i) for i in records["item_id"]]
-
-    def patch_pairs(self, config: BBQConfig, records: Any, items: Sequence[BBQItem]) -> list[tuple[str, str, str]]:
-        return order_pairs(records, self.analysis_units(config, records, items))
-
-    def bias_metrics(self, config: BBQConfig, summary: Mapping[str, Any]) -> dict[str, dict[str, float]]:
-        return {f"{fmt}.{k}": v for fmt, f in summary["by_format"].items()
-                for k, v in bbq_headline(f["by_category"]["all"]["expected"]).items()}
-
-    def results(self, config: BBQConfig, summary: Mapping[str, Any]) -> list[dict[str, Any]]:
-        """Per answer format, category (and ``all``) and estimator: the five metrics; headline: the
-        ambiguous and disambiguated bias and both disambiguated accuracies over all items (expected)."""
-        from probe.tasks.base import result_row
-
-        rows = []
-        for k, (fmt, f) in enumerate(summary["by_format"].items()):
-            for cat, m in f["by_category"].items():
-                for version in ("expected", "argmax"):
-                    for name, v in bbq_headline(m[version]).items():
-                        main = k == 0 and cat == "all" and version == "expected" and name != "acc_amb"
-                        rows.append(result_row(cat, f"{name}" if len(summary["by_format"]) == 1 else f"{fmt}.{name}",
-                                               version, v["value"], v["ci_low"], v["ci_high"], v["n"], main,
-                                               v.get("clusters")))
-        return rows
 
     def data_files(self, config: BBQConfig) -> list[Path]:
         root = self._root(config)

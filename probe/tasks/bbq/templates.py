@@ -62,71 +62,100 @@ def fills_for_row(row: TemplateRow, vocab: pd.DataFrame | None = None, names_voc
     f, cat = row.fields, row.category
     targets = {group_key(t) for t in row.stereotyped_groups}
     info1_col, info2_col = f.get("NAME1_info", "").strip(), f.get("NAME2_info", "").strip()
-    words = vocab[vocab.Category == cat] if vocab is not None else pd.DataFrame(columns=["Name", "Info", "SubCat"])
-    info_of = {n: (i if isinstance(i, str) and i else n) for n, i in zip(words.Name, words.Info.fillna(""))}
     flip = cat in _FLIP_CATEGORIES or row.proper_names or (cat == "SES" and row.subcategory == "Occupation")
     target_slot: int | None = None
     pairs: list[tuple[str, str, str, str]] = []  # (name1, name2, info1, info2)
 
     names = f.get("Names", "").strip()
     if row.proper_names and row.source == "bbq" and names_vocab is not None:
-        first_only = names_vocab[names_vocab.First_last == "first_only"]
-        if cat == "Gender_identity":
-            fem = first_only[first_only.gender == "F"].Name.tolist()
-            mal = first_only[first_only.gender == "M"].Name.tolist()
-            pre1 = f"{info1_col}_" if info1_col else ""
-            pre2 = f"{info2_col}_" if info2_col else ""
-            pairs = [(a, b, pre1 + "F", pre2 + "M") for a in fem for b in mal]
-        elif cat == "Race_ethnicity":
-            first = names_vocab[names_vocab.First_last == "first"]
-            last = names_vocab[names_vocab.First_last == "last"]
-            lastname = {e: sorted(last[last.ethnicity == e].Name)[0] for e in set(last.ethnicity)}
-            tgt = first[first.ethnicity.isin(row.stereotyped_groups)]
-            for a in tgt.itertuples():
-                others = first[(~first.ethnicity.isin(row.stereotyped_groups)) & (first.gender == a.gender)]
-                for b in others.itertuples():
-                    if a.ethnicity in lastname and b.ethnicity in lastname:
-                        pairs.append((f"{a.Name} {lastname[a.ethnicity]}", f"{b.Name} {lastname[b.ethnicity]}",
-                                      f"{a.gender}-{a.ethnicity}", f"{b.gender}-{b.ethnicity}"))
-        else:
-            fo = first_only.Name.tolist()
-            pairs = [(a, b, info1_col or a, info2_col or b) for a in fo for b in fo if a != b]
-        if len(pairs) > max_proper_pairs:  # deterministic downsampling (BBQ samples 5-6 names at random)
-            pairs = random.Random(stable_hash(row.seed_key, row.row)).sample(pairs, max_proper_pairs)
+        pairs = _proper_name_pairs(row, names_vocab, info1_col, info2_col, max_proper_pairs)
     elif len(names) > 1:
-        l1, l2 = parse_name_lists(names)
-        if row.source == "bharatbbq" or targets:
-            t1, t2 = _side_is_target(l1, info1_col, targets), _side_is_target(l2, info2_col, targets)
-            if t1 != t2:
-                target_slot = 1 if t1 else 2
-            elif row.source == "bharatbbq":
-                # BharatBBQ lists the stereotyped side first in `Names` (proper-name rows carry no group words).
-                target_slot = 1 if names.lstrip("{ ").startswith("NAME1") else 2
-        pairs = [(a, b, info1_col or a, info2_col or b) for a in l1 for b in l2]
-        if row.source == "bharatbbq" and target_slot is not None:
-            # Group of a proper name is its side's group: the stereotyped one or "nonTarget".
-            tgt_label = row.stereotyped_groups[0] if row.stereotyped_groups else "target"
-            if row.proper_names:
-                pairs = [(a, b, tgt_label if target_slot == 1 else "nonTarget",
-                          tgt_label if target_slot == 2 else "nonTarget") for a, b, _, _ in pairs]
+        pairs, target_slot = _listed_pairs(row, names, info1_col, info2_col, targets)
     else:
-        if row.subcategory != "None":
-            pool = words[words.SubCat == row.subcategory]
-        else:
-            pool = words
-        vocab_words = list(dict.fromkeys(pool.Name.tolist()))
-        if cat in _FLIP_CATEGORIES and targets:
-            first = [w for w in vocab_words if group_key(w) in targets]
-            second = [w for w in vocab_words if group_key(w) not in targets]
-            pairs = [(a, b, info_of.get(a, a), info_of.get(b, b)) for a in first for b in second]
-        elif cat == "SES":
-            pairs = [(a, b, info_of[a], info_of[b]) for a in vocab_words for b in vocab_words
-                     if info_of[a] != info_of[b] and info_of[a] == "lowSES"]  # flipped below
-        else:
-            pairs = [(a, b, info_of.get(a, a), info_of.get(b, b)) for a in vocab_words for b in vocab_words if a != b]
+        pairs = _vocab_pairs(row, vocab, targets)
     if flip:
         pairs = pairs + [(b, a, ib, ia) for a, b, ia, ib in pairs]
+    return _slot_fills(row, pairs, target_slot, lexical)
 
+
+def _proper_name_pairs(row: TemplateRow, names_vocab: pd.DataFrame, info1_col: str, info2_col: str,
+                       max_proper_pairs: int) -> list[tuple[str, str, str, str]]:
+    """(name1, name2, info1, info2) of a BBQ proper-name row, from BBQ's name vocabulary, downsampled
+    deterministically to ``max_proper_pairs``."""
+    cat = row.category
+    pairs: list[tuple[str, str, str, str]] = []
+    first_only = names_vocab[names_vocab.First_last == "first_only"]
+    if cat == "Gender_identity":
+        fem = first_only[first_only.gender == "F"].Name.tolist()
+        mal = first_only[first_only.gender == "M"].Name.tolist()
+        pre1 = f"{info1_col}_" if info1_col else ""
+        pre2 = f"{info2_col}_" if info2_col else ""
+        pairs = [(a, b, pre1 + "F", pre2 + "M") for a in fem for b in mal]
+    elif cat == "Race_ethnicity":
+        first = names_vocab[names_vocab.First_last == "first"]
+        last = names_vocab[names_vocab.First_last == "last"]
+        lastname = {e: sorted(last[last.ethnicity == e].Name)[0] for e in set(last.ethnicity)}
+        tgt = first[first.ethnicity.isin(row.stereotyped_groups)]
+        for a in tgt.itertuples():
+            others = first[(~first.ethnicity.isin(row.stereotyped_groups)) & (first.gender == a.gender)]
+            for b in others.itertuples():
+                if a.ethnicity in lastname and b.ethnicity in lastname:
+                    pairs.append((f"{a.Name} {lastname[a.ethnicity]}", f"{b.Name} {lastname[b.ethnicity]}",
+                                  f"{a.gender}-{a.ethnicity}", f"{b.gender}-{b.ethnicity}"))
+    else:
+        fo = first_only.Name.tolist()
+        pairs = [(a, b, info1_col or a, info2_col or b) for a in fo for b in fo if a != b]
+    if len(pairs) > max_proper_pairs:  # deterministic downsampling (BBQ samples 5-6 names at random)
+        pairs = random.Random(stable_hash(row.seed_key, row.row)).sample(pairs, max_proper_pairs)
+    return pairs
+
+
+def _listed_pairs(row: TemplateRow, names: str, info1_col: str, info2_col: str,
+                  targets: set[str]) -> tuple[list[tuple[str, str, str, str]], int | None]:
+    """(name1, name2, info1, info2) of a row that lists its two sides in ``Names``, and the stereotyped side's
+    slot when the lists tell it (None: found per fill)."""
+    target_slot: int | None = None
+    l1, l2 = parse_name_lists(names)
+    if row.source == "bharatbbq" or targets:
+        t1, t2 = _side_is_target(l1, info1_col, targets), _side_is_target(l2, info2_col, targets)
+        if t1 != t2:
+            target_slot = 1 if t1 else 2
+        elif row.source == "bharatbbq":
+            # BharatBBQ lists the stereotyped side first in `Names` (proper-name rows carry no group words).
+            target_slot = 1 if names.lstrip("{ ").startswith("NAME1") else 2
+    pairs = [(a, b, info1_col or a, info2_col or b) for a in l1 for b in l2]
+    if row.source == "bharatbbq" and target_slot is not None:
+        # Group of a proper name is its side's group: the stereotyped one or "nonTarget".
+        tgt_label = row.stereotyped_groups[0] if row.stereotyped_groups else "target"
+        if row.proper_names:
+            pairs = [(a, b, tgt_label if target_slot == 1 else "nonTarget",
+                      tgt_label if target_slot == 2 else "nonTarget") for a, b, _, _ in pairs]
+    return pairs, target_slot
+
+
+def _vocab_pairs(row: TemplateRow, vocab: pd.DataFrame | None, targets: set[str]) -> list[tuple[str, str, str, str]]:
+    """(name1, name2, info1, info2) of a row filled from the category's vocabulary (its subcategory's words)."""
+    cat = row.category
+    words = vocab[vocab.Category == cat] if vocab is not None else pd.DataFrame(columns=["Name", "Info", "SubCat"])
+    info_of = {n: (i if isinstance(i, str) and i else n) for n, i in zip(words.Name, words.Info.fillna(""))}
+    if row.subcategory != "None":
+        pool = words[words.SubCat == row.subcategory]
+    else:
+        pool = words
+    vocab_words = list(dict.fromkeys(pool.Name.tolist()))
+    if cat in _FLIP_CATEGORIES and targets:
+        first = [w for w in vocab_words if group_key(w) in targets]
+        second = [w for w in vocab_words if group_key(w) not in targets]
+        return [(a, b, info_of.get(a, a), info_of.get(b, b)) for a in first for b in second]
+    if cat == "SES":
+        return [(a, b, info_of[a], info_of[b]) for a in vocab_words for b in vocab_words
+                if info_of[a] != info_of[b] and info_of[a] == "lowSES"]  # flipped by the caller
+    return [(a, b, info_of.get(a, a), info_of.get(b, b)) for a in vocab_words for b in vocab_words if a != b]
+
+
+def _slot_fills(row: TemplateRow, pairs: list[tuple[str, str, str, str]], target_slot: int | None,
+                lexical: Literal["all", "first"]) -> list[SlotFill]:
+    """Each pair x lexical variant as a :class:`SlotFill`, its stereotyped slot found when not given (BBQ)."""
     out = []
     for (n1, n2, i1, i2), (lw1, lw2) in itertools.product(pairs, lexical_pairs(row, lexical)):
         ts = target_slot

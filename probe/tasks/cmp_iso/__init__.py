@@ -5,7 +5,7 @@ The task is :mod:`.task` (:class:`CmpIsoTask`; its config and item in
 (:mod:`.data`) and other benchmarks converted to them (:mod:`.sources`,
 :mod:`.convert`: BBQ, CrowS-Pairs and StereoSet read through their tasks'
 readers), the authors' prompt builder and boxed-answer parser
-(:mod:`.prompts`, :mod:`.answers`, ``resources/cmp_iso_variations.yaml``),
+(:mod:`.prompts`, :mod:`.parse`, ``resources/cmp_iso_variations.yaml``),
 CoT chains (:mod:`.chains`), the metrics (:mod:`.metrics`, :mod:`.claims`,
 :mod:`.model_metrics`, :mod:`.sampling`, :mod:`.parsed`), tables and the
 report (:mod:`.summary`, :mod:`.tables`, :mod:`.model_tables`,

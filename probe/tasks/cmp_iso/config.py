@@ -70,7 +70,7 @@ class CmpIsoConfig(TaskConfig):
     # label distribution at this temperature, cut to this nucleus (paper_temperature null: exact scores only)
     paper_temperature: float | None = 0.7
     paper_top_p: float = 0.9
-    # the authors' own procedure computed exactly (probe.scoring.parse_exact): their generation-mode prompt
+    # the authors' own procedure computed exactly (probe.scoring.parse.exact): their generation-mode prompt
     # ("... My answer would be: \\boxed{"), sampled at paper_temperature / paper_top_p, read by their extractor,
     # then the expectation of their K-sample preference (K = parse_k) over those answers; direct settings only
     parse_exact: bool = True
@@ -81,7 +81,7 @@ class CmpIsoConfig(TaskConfig):
     # no more forward tokens per prompt than the authors' K samples (parse_k x parse_max_new_tokens = 25 x 8)
     parse_max_nodes: int | None = 200
     # where the tree does not close at T = 0.7: "hybrid" (default) spends half the budget on the exact head and
-    # the rest on generations drawn from the mass it left (probe.scoring.hybrid), reported beside the certified
+    # the rest on generations drawn from the mass it left (probe.scoring.parse.hybrid), reported beside the certified
     # interval, within parse_max_nodes forward tokens in all; "exact": the whole budget on the enumeration
     parse_tail: str = "hybrid"
     alpha: float = 0.05
@@ -124,13 +124,13 @@ class CmpIsoConfig(TaskConfig):
             v = getattr(self, name)
             if not isinstance(v, int) or isinstance(v, bool) or v < low:
                 raise ValueError(f"{name} must be an integer >= {low}, got {v!r}")
-        from probe.scoring.sampling import SamplingSpec
+        from probe.scoring.sampler.sampling import SamplingSpec
 
         try:
             SamplingSpec(self.cot_temperature, self.cot_top_p)
         except (TypeError, ValueError) as exc:
             raise ValueError(f"cot_temperature / cot_top_p: {exc}") from None
-        from probe.scoring.parse_schema import check_parse_settings
+        from probe.scoring.parse.schema import check_parse_settings
 
         check_parse_settings(self.parse_max_new_tokens, self.parse_residual, self.parse_max_nodes,
                              self.parse_answer_residual)

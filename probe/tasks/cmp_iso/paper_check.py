@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from probe.tasks.cmp_iso.answers import authors_label
+from probe.tasks.cmp_iso.parse import authors_label
 from probe.tasks.paper_check import (PaperCheck as _Base, PromptCase, Scored, counted_label, label_ids, parse_stats,
                                      sampling_entry)
 

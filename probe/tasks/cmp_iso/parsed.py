@@ -12,7 +12,7 @@ the mean of ``2 E[p_t] - 1`` over pairs, per setting and benchmark.
 
 Hybrid (``parse_tail: hybrid``, the default): the enumeration stops at half
 the node budget and generations drawn from the mass it left estimate that
-mass's answers (:mod:`probe.scoring.hybrid`); the Parity Gap from those
+mass's answers (:mod:`probe.scoring.parse.hybrid`); the Parity Gap from those
 unbiased per-prompt answers (``pg_hybrid``) and its 95 % interval
 (``pg_hybrid_ci``: :func:`probe.metrics.hybrid.hybrid_metric`, clipped to the
 certified interval) sit beside the point and its certified interval.
@@ -47,7 +47,7 @@ def head_budget(config: Any) -> tuple[int | None, Any]:
     ``parse_max_nodes`` for the head and the K samples' budget in all (the tail draws in what the head left)."""
     if getattr(config, "parse_tail", "exact") != "hybrid":
         return config.parse_max_nodes, None
-    from probe.scoring.parse_schema import TailSpec
+    from probe.scoring.parse.schema import TailSpec
 
     nodes = config.parse_max_nodes
     return (max(1, nodes // 2) if nodes is not None else None), TailSpec(int(config.parse_k), None, int(config.seed))

@@ -53,9 +53,9 @@ from typing import Any, Literal
 import yaml
 
 from probe.tasks.cmp_iso.data import NEUTRAL_SLOT, CmpIsoPrompt
-# The CoT answer parser lives in cmp_iso_answers; re-exported here, where callers import it.
-from probe.tasks.cmp_iso.answers import (AUTHORS_ANSWER_MAPS, BoxedAnswer, cot_answer_prompt, last_boxed, paradigm,
-                                         parse_boxed)  # noqa: F401
+# The CoT answer parser lives in cmp_iso/parse.py; re-exported here, where callers import it.
+from probe.tasks.cmp_iso.parse import (AUTHORS_ANSWER_MAPS, BoxedAnswer, cot_answer_prompt, last_boxed, paradigm,
+                                       parse_boxed)  # noqa: F401
 
 N_VARIANTS = 54
 MODES = ("cot", "gen", "prob")

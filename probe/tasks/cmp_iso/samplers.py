@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from probe.scoring.sampler_chain import SamplerChain, SamplerPreset
+from probe.scoring.sampler.chain import SamplerChain, SamplerPreset
 
 _CMP = "insait-institute/to_cmp_or_not_to_cmp"
 

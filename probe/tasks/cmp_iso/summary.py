@@ -34,6 +34,8 @@ resamples context pairs.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -96,107 +98,33 @@ def run_summary(records: Any, config: Any) -> dict:
     the ``cot_*`` keys). A prompt's counts are its record's label probabilities
     or, for sampled CoT, the mean over its valid chains (:mod:`.chains`).
     """
-    from probe.tasks.cmp_iso.metrics import analyze, summarize
-    from probe.tasks.cmp_iso.model_metrics import pooled_cmp_vs_iso
-    from probe.tasks.cmp_iso.claims import CLAIM_KEYWORDS, claimed_consistency, claims_randomness
-    from probe.metrics.mass import DEFAULT_FLOOR, answering, mass_summary
+    from probe.metrics.mass import DEFAULT_FLOOR
     from probe.metrics.significance import randomization_test
-    from probe.tasks.cmp_iso.chains import chain_counts, chain_index, chain_stats, mean_counts, prompt_key, valid
+    from probe.tasks.cmp_iso.claims import CLAIM_KEYWORDS
+    from probe.tasks.cmp_iso.model_metrics import pooled_cmp_vs_iso
 
     rows = records.to_dict("records") if hasattr(records, "to_dict") else list(records)
     nonfinite = [str(r["id"]) for r in rows if not _finite(r)]
     spec = paper_spec(config)
     floor = float(getattr(config, "mass_floor", DEFAULT_FLOOR))
-    require_cue = bool(getattr(config, "cot_require_cue", True))
     keywords = tuple(getattr(config, "claim_keywords", None) or CLAIM_KEYWORDS)
-    unsampleable: list[str] = []
     has_entries = bool(spec) and any(_entry(r, spec) is not None for r in rows)  # False: an exact-only run
-    cells: dict[tuple, dict[tuple, list[dict]]] = {}  # (setting, benchmark) -> prompt -> its valid records
-    finite_rows: dict[tuple, list[dict]] = {}
-    claims: dict[tuple, dict[tuple, bool]] = {}  # (setting, benchmark) -> cmp prompt -> a chain claims randomness
-    labels_of: dict[tuple, tuple] = {}  # prompt -> the labels it offered
-    for r in rows:
-        cell = (r["setting"], r["benchmark"])
-        if r.get("reasoning") == "cot" and r["task_type"] == "cmp":
-            k = prompt_key(r)
-            claims.setdefault(cell, {})[k] = claims.get(cell, {}).get(k, False) or claims_randomness(
-                r.get("generation"), keywords)
-        if not _finite(r):  # NaN/inf logits: never averaged, listed in the summary
-            continue
-        finite_rows.setdefault(cell, []).append(r)
-        prompts = cells.setdefault(cell, {})
-        labels_of.setdefault(prompt_key(r), tuple(r["options"]))
-        # a chain without a valid answer adds no answer, but its prompt stays: a prompt none of whose
-        # chains has one is kept with no valid answer (iso/cmp paper, appendix B: iso affirmation 0, cmp order 0.5)
-        chains_of = prompts.setdefault(prompt_key(r), [])
-        if valid(r, require_cue):
-            chains_of.append(r)
-
-    def counts(rec: dict, mode: str) -> dict | None:
-        if mode != PAPER:
-            return chain_counts(rec, mode)
-        sp = sampled_probs(rec, spec) if spec else None
-        return None if sp is None else chain_counts(rec, mode, sp[0])
-
+    grouped = _group(rows, bool(getattr(config, "cot_require_cue", True)), keywords)
     modes = MODES + ((PAPER,) if has_entries else ())
+    unsampleable: list[str] = []
     results, gaps_by, cot_cells = [], {}, {}
-    for (setting, bench), prompts in sorted(cells.items(), key=_key):
-        first = finite_rows[(setting, bench)][0]
-        base, variant = first["base_setting"], int(first["variant"])
-        is_cot = first.get("reasoning") == "cot"
-        answered = {k: v for k, v in prompts.items() if v}
-        mass = {k: float(np.mean([c["mass"] for c in v])) for k, v in answered.items()}
-        obs: dict[str, list] = {m: [] for m in modes}
-        paper_mass: dict[tuple, float] = {}
-        for key, chains in prompts.items():
-            none = {lab: 0.0 for lab in labels_of[key]}  # no valid answer: every count 0
-            for m in MODES:
-                obs[m].append(_observation(key, mean_counts([chain_counts(c, m) for c in chains]) if chains
-                                           else none))
-            if has_entries:
-                sp = [(c, sampled_probs(c, spec)) for c in chains]
-                unsampleable += [str(c["id"]) for c, x in sp if x is None]
-                ok = [(c, x) for c, x in sp if x is not None]
-                # a chain (or direct record) whose labels all fall outside the nucleus never samples a label:
-                # under the authors' sampling it gives no valid answer, so a prompt with none sampleable has
-                # no valid answer there either (the appendix-B rule, not dropped)
-                obs[PAPER].append(_observation(key, mean_counts([chain_counts(c, PAPER, x[0]) for c, x in ok])
-                                               if ok else none))
-                if ok:
-                    paper_mass[key] = float(np.mean([x[1] for _, x in ok]))
-        by_tt = {tt: [m for k, m in mass.items() if k[3] == tt] for tt in ("iso", "cmp")}
+    for (setting, bench), prompts in sorted(grouped.cells.items(), key=_key):
+        obs, paper_mass = _observations(prompts, grouped.labels_of, modes, spec if has_entries else None,
+                                        unsampleable)
+        cell = _Cell.of(setting, bench, prompts, grouped, paper_mass)
         for mode in modes:
-            res = analyze(obs[mode], n_boot=config.n_boot, n_iter=config.n_iter, seed=config.seed,
-                          alpha=config.alpha, allow_incomplete=True)  # an interrupted run: finished pairs only
-            # the same cell without the prompts whose labels carry less than the floor (a pair needs both prompts)
-            kept = [o for o in obs[mode] if answering(mass.get((setting, bench, o.context_pair_id, o.task_type,
-                                                                 o.target or o.order)), floor)]
-            only = res if len(kept) == len(obs[mode]) else analyze(
-                kept, n_boot=config.n_boot, n_iter=config.n_iter, seed=config.seed, alpha=config.alpha,
-                allow_incomplete=True) if kept else None
-            answering_only = None if only is None else {"iso": dict(only["iso"]), "cmp": dict(only["cmp"]),
-                                                        "gap": only["gap"], "cmp_vs_iso": only["cmp_vs_iso"]}
-            s = summarize(obs[mode], allow_incomplete=True)
-            if is_cot and (setting, bench) in claims:
-                cl = claims[(setting, bench)]
-                claimed = [cp for cp in s.cmp.pair_ids if cl.get((setting, bench, cp, "cmp", "t_first"))
-                           and cl.get((setting, bench, cp, "cmp", "t_prime_first"))]
-                res["cmp"]["claimed_random"] = claimed_consistency(
-                    dict(zip(s.cmp.pair_ids, s.cmp.pair_consistency)), claimed, config.n_boot, config.seed,
-                    config.alpha)
-            lm = {tt: float(np.mean([paper_mass[k] for k in paper_mass if k[3] == tt] or [np.nan]))
-                  for tt in ("iso", "cmp")} if mode == PAPER else {tt: float(np.mean(v or [np.nan]))
-                                                                   for tt, v in by_tt.items()}
-            results.append({"setting": setting, "base_setting": base, "variant": variant, "benchmark": bench,
-                            "mode": mode, "label_mass": lm, **res,
-                            "mass": {tt: mass_summary(v, floor) for tt, v in by_tt.items()},
-                            "answering_only": answering_only})
+            row, s = _mode_result(cell, mode, obs[mode], config, floor)
+            results.append(row)
             for par in (s.iso, s.cmp):
-                gaps_by[(base, variant, bench, mode, par.paradigm)] = dict(zip(par.pair_ids, par.gaps))
-        if is_cot:
-            chains = [r for r in finite_rows[(setting, bench)] if chain_index(r.get("chain")) is not None]
-            cot_cells[f"{setting}|{bench}"] = chain_stats(chains, answered, counts, modes, labels_of) if chains else {
-                "n_prompts": len(prompts), "n_prompts_no_answer": len(prompts) - len(answered)}
+                gaps_by[(cell.base, cell.variant, bench, mode, par.paradigm)] = dict(zip(par.pair_ids, par.gaps))
+        if cell.is_cot:
+            cot_cells[f"{setting}|{bench}"] = _cot_cell(grouped.finite_rows[(setting, bench)], prompts,
+                                                        _mode_counts(spec), modes, grouped.labels_of)
     return {"benchmarks": list(config.benchmarks), "settings": sorted({r["setting"] for r in results}),
             "max_pairs": config.max_pairs, "seed": config.seed, "alpha": config.alpha, "n_iter": config.n_iter,
             "n_boot": config.n_boot, "nonfinite_records": nonfinite, "n_nonfinite": len(nonfinite),
@@ -210,11 +138,163 @@ def run_summary(records: Any, config: Any) -> dict:
             "mass_floor": floor,
             "no_valid_answer": no_valid_summary(results),
             "cot": cot_summary(config, cot_cells, keywords) if cot_cells else {},
-            "paper_equivalent": {} if not has_entries else {
-                "mode": PAPER, "settings": {**spec, "source": "the authors' model_config/default.yaml"},
-                "estimator": "expected counts under sampling at this temperature and nucleus, renormalised over "
-                             "the labels (samples that are no label are excluded, as the authors' parser does)",
-                "n_unsampleable": len(unsampleable), "unsampleable_records": unsampleable}}
+            "paper_equivalent": {} if not has_entries else _paper_equivalent(spec, unsampleable)}
+
+
+@dataclass
+class _Grouped:
+    """A run's finite records grouped per (setting, benchmark) cell and prompt."""
+
+    cells: dict[tuple, dict[tuple, list[dict]]] = field(default_factory=dict)  # cell -> prompt -> its valid records
+    finite_rows: dict[tuple, list[dict]] = field(default_factory=dict)  # cell -> its finite records
+    # cell -> cmp prompt -> whether a chain of it claims randomness
+    claims: dict[tuple, dict[tuple, bool]] = field(default_factory=dict)
+    labels_of: dict[tuple, tuple] = field(default_factory=dict)  # prompt -> the labels it offered
+
+
+def _group(rows: list[dict], require_cue: bool, keywords: tuple[str, ...]) -> _Grouped:
+    """``rows`` per cell and prompt: a prompt's valid records (chains), its labels, CoT randomness claims."""
+    from probe.tasks.cmp_iso.chains import prompt_key, valid
+    from probe.tasks.cmp_iso.claims import claims_randomness
+
+    g = _Grouped()
+    for r in rows:
+        cell = (r["setting"], r["benchmark"])
+        if r.get("reasoning") == "cot" and r["task_type"] == "cmp":
+            k = prompt_key(r)
+            g.claims.setdefault(cell, {})[k] = g.claims.get(cell, {}).get(k, False) or claims_randomness(
+                r.get("generation"), keywords)
+        if not _finite(r):  # NaN/inf logits: never averaged, listed in the summary
+            continue
+        g.finite_rows.setdefault(cell, []).append(r)
+        prompts = g.cells.setdefault(cell, {})
+        g.labels_of.setdefault(prompt_key(r), tuple(r["options"]))
+        # a chain without a valid answer adds no answer, but its prompt stays: a prompt none of whose
+        # chains has one is kept with no valid answer (iso/cmp paper, appendix B: iso affirmation 0, cmp order 0.5)
+        chains_of = prompts.setdefault(prompt_key(r), [])
+        if valid(r, require_cue):
+            chains_of.append(r)
+    return g
+
+
+def _observations(prompts: dict[tuple, list[dict]], labels_of: dict[tuple, tuple], modes: tuple[str, ...],
+                  spec: dict[str, float] | None, unsampleable: list[str]) -> tuple[dict[str, list], dict[tuple, float]]:
+    """One cell's observations per mode, and per prompt its label mass under the authors' sampling (``spec``;
+    None: an exact-only run). Records no label of which can be sampled are appended to ``unsampleable``."""
+    from probe.tasks.cmp_iso.chains import chain_counts, mean_counts
+
+    obs: dict[str, list] = {m: [] for m in modes}
+    paper_mass: dict[tuple, float] = {}
+    for key, chains in prompts.items():
+        none = {lab: 0.0 for lab in labels_of[key]}  # no valid answer: every count 0
+        for m in MODES:
+            obs[m].append(_observation(key, mean_counts([chain_counts(c, m) for c in chains]) if chains
+                                       else none))
+        if spec is not None:
+            sp = [(c, sampled_probs(c, spec)) for c in chains]
+            unsampleable += [str(c["id"]) for c, x in sp if x is None]
+            ok = [(c, x) for c, x in sp if x is not None]
+            # a chain (or direct record) whose labels all fall outside the nucleus never samples a label:
+            # under the authors' sampling it gives no valid answer, so a prompt with none sampleable has
+            # no valid answer there either (the appendix-B rule, not dropped)
+            obs[PAPER].append(_observation(key, mean_counts([chain_counts(c, PAPER, x[0]) for c, x in ok])
+                                           if ok else none))
+            if ok:
+                paper_mass[key] = float(np.mean([x[1] for _, x in ok]))
+    return obs, paper_mass
+
+
+@dataclass(frozen=True)
+class _Cell:
+    """What one (setting, benchmark) cell's per-mode analysis reads beside its observations."""
+
+    setting: str
+    bench: str
+    base: Any
+    variant: int
+    is_cot: bool
+    mass: dict[tuple, float]  # answered prompt -> its valid chains' mean label mass
+    by_tt: dict[str, list[float]]  # paradigm -> those masses
+    paper_mass: dict[tuple, float]  # prompt -> its label mass under the authors' sampling
+    claims: dict[tuple, bool] | None  # cmp prompt -> a chain claims randomness; None: no CoT cmp prompt
+
+    @classmethod
+    def of(cls, setting: str, bench: str, prompts: dict[tuple, list[dict]], grouped: _Grouped,
+           paper_mass: dict[tuple, float]) -> _Cell:
+        first = grouped.finite_rows[(setting, bench)][0]
+        answered = {k: v for k, v in prompts.items() if v}
+        mass = {k: float(np.mean([c["mass"] for c in v])) for k, v in answered.items()}
+        by_tt = {tt: [m for k, m in mass.items() if k[3] == tt] for tt in ("iso", "cmp")}
+        return cls(setting, bench, first["base_setting"], int(first["variant"]), first.get("reasoning") == "cot",
+                   mass, by_tt, paper_mass, grouped.claims.get((setting, bench)))
+
+
+def _mode_result(cell: _Cell, mode: str, obs: list, config: Any, floor: float) -> tuple[dict, Any]:
+    """One result row (PG, CIs, tests, label mass, answering-only) of ``cell`` in ``mode``, and its
+    :func:`~probe.tasks.cmp_iso.metrics.summarize` (per-pair gaps)."""
+    from probe.metrics.mass import answering, mass_summary
+    from probe.tasks.cmp_iso.claims import claimed_consistency
+    from probe.tasks.cmp_iso.metrics import analyze, summarize
+
+    res = analyze(obs, n_boot=config.n_boot, n_iter=config.n_iter, seed=config.seed,
+                  alpha=config.alpha, allow_incomplete=True)  # an interrupted run: finished pairs only
+    # the same cell without the prompts whose labels carry less than the floor (a pair needs both prompts)
+    kept = [o for o in obs if answering(cell.mass.get((cell.setting, cell.bench, o.context_pair_id, o.task_type,
+                                                       o.target or o.order)), floor)]
+    only = res if len(kept) == len(obs) else analyze(
+        kept, n_boot=config.n_boot, n_iter=config.n_iter, seed=config.seed, alpha=config.alpha,
+        allow_incomplete=True) if kept else None
+    answering_only = None if only is None else {"iso": dict(only["iso"]), "cmp": dict(only["cmp"]),
+                                                "gap": only["gap"], "cmp_vs_iso": only["cmp_vs_iso"]}
+    s = summarize(obs, allow_incomplete=True)
+    if cell.is_cot and cell.claims is not None:
+        cl = cell.claims
+        claimed = [cp for cp in s.cmp.pair_ids if cl.get((cell.setting, cell.bench, cp, "cmp", "t_first"))
+                   and cl.get((cell.setting, cell.bench, cp, "cmp", "t_prime_first"))]
+        res["cmp"]["claimed_random"] = claimed_consistency(
+            dict(zip(s.cmp.pair_ids, s.cmp.pair_consistency)), claimed, config.n_boot, config.seed,
+            config.alpha)
+    lm = {tt: float(np.mean([cell.paper_mass[k] for k in cell.paper_mass if k[3] == tt] or [np.nan]))
+          for tt in ("iso", "cmp")} if mode == PAPER else {tt: float(np.mean(v or [np.nan]))
+                                                           for tt, v in cell.by_tt.items()}
+    row = {"setting": cell.setting, "base_setting": cell.base, "variant": cell.variant, "benchmark": cell.bench,
+           "mode": mode, "label_mass": lm, **res,
+           "mass": {tt: mass_summary(v, floor) for tt, v in cell.by_tt.items()},
+           "answering_only": answering_only}
+    return row, s
+
+
+def _mode_counts(spec: dict[str, float] | None) -> Callable[[dict, str], dict | None]:
+    """A record's counts in a mode (the paper mode: under ``spec``, None when no label can be sampled)."""
+    from probe.tasks.cmp_iso.chains import chain_counts
+
+    def counts(rec: dict, mode: str) -> dict | None:
+        if mode != PAPER:
+            return chain_counts(rec, mode)
+        sp = sampled_probs(rec, spec) if spec else None
+        return None if sp is None else chain_counts(rec, mode, sp[0])
+
+    return counts
+
+
+def _cot_cell(rows: list[dict], prompts: dict[tuple, list[dict]], counts: Callable[[dict, str], dict | None],
+              modes: tuple[str, ...], labels_of: dict[tuple, tuple]) -> dict:
+    """A CoT cell's chain statistics (:func:`~probe.tasks.cmp_iso.chains.chain_stats`) from its finite
+    ``rows``; without chains, its prompt counts."""
+    from probe.tasks.cmp_iso.chains import chain_index, chain_stats
+
+    answered = {k: v for k, v in prompts.items() if v}
+    chains = [r for r in rows if chain_index(r.get("chain")) is not None]
+    return chain_stats(chains, answered, counts, modes, labels_of) if chains else {
+        "n_prompts": len(prompts), "n_prompts_no_answer": len(prompts) - len(answered)}
+
+
+def _paper_equivalent(spec: dict[str, float], unsampleable: list[str]) -> dict:
+    """The summary's ``paper_equivalent`` entry: the authors' sampling and the records it cannot sample."""
+    return {"mode": PAPER, "settings": {**spec, "source": "the authors' model_config/default.yaml"},
+            "estimator": "expected counts under sampling at this temperature and nucleus, renormalised over "
+                         "the labels (samples that are no label are excluded, as the authors' parser does)",
+            "n_unsampleable": len(unsampleable), "unsampleable_records": unsampleable}
 
 
 def no_valid_summary(results: list[dict]) -> dict:

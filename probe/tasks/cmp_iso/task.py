@@ -46,8 +46,8 @@ from typing import Any, Mapping, Sequence
 
 from probe.errors import ProbeError
 from probe.tasks.cmp_iso.prompts import CmpIsoSetting
-from probe.tasks.cmp_iso.answers import authors_label  # noqa: F401 - re-exported: the task's parser
-from probe.tasks.base import Aggregate, CheckCase, Task
+from probe.tasks.cmp_iso.parse import authors_label  # noqa: F401 - re-exported: the task's parser
+from probe.tasks.base import Aggregate, CheckCase, Paper, Reporting, Selection, Task
 from probe.tasks.cmp_iso.chains import chain_id
 from probe.tasks.cmp_iso.config import CmpIsoConfig, SampledPair, SettingSpec
 from probe.tasks.cmp_iso.terms import TERMS
@@ -60,66 +60,15 @@ def request_id(setting: CmpIsoSetting, benchmark: str, context_pair_id: Any, tas
     return f"{setting.name}|{benchmark}|{context_pair_id}|{task_type}|{slot}"
 
 
-class CmpIsoTask(Task[CmpIsoConfig, SampledPair]):
-    name = "cmp_iso"
-    description = "iso vs cmp ('To Compare or Not to Compare'): Parity Gap of isolated vs comparative prompts, 8 gender benchmarks"
-    Config = CmpIsoConfig
-    strata_names = ("benchmark",)
+class CmpIsoSelection(Selection):
+    """``--limit N``: the first N context pairs (items alternate between benchmarks), whole."""
+
+    names = ("benchmark",)
     unit_name = "context pair (iso t, t' and both cmp orders)"
-    #: the report's words for paradigms, metrics, benchmarks, settings and variants (Task.terms)
-    terms = TERMS
 
-    def check_case(self) -> CheckCase:
-        """A quick run for :func:`probe.testing.check_task`: 1 item(s) of a small config."""
-        return CheckCase({"benchmarks": ["stereoset"], "settings": [{"reasoning": "direct"}], "n_iter": 10, "n_boot": 10}, 1)
 
-    def strata(self, config: CmpIsoConfig, items: Sequence[SampledPair]) -> list[tuple]:
-        return [(it.benchmark,) for it in items]
-
-    def results(self, config: CmpIsoConfig, summary: Mapping[str, Any]) -> list[dict[str, Any]]:
-        """Per benchmark, setting, variation and estimator: the Parity Gap of iso and of cmp prompts, with their
-        CIs; headline: both on each benchmark's first setting, variation 0, expected."""
-        from probe.tasks.base import result_row
-
-        rows = []
-        first = {}
-        for r in summary.get("results", []):
-            first.setdefault(r.get("benchmark"), r.get("setting"))
-        for r in summary.get("results", []):
-            sub = f"{r.get('benchmark')} {r.get('setting')} v{r.get('variant')}"
-            main = (r.get("variant") == 0 and r.get("mode") == "expected"
-                    and first.get(r.get("benchmark")) == r.get("setting"))
-            for prompt in ("iso", "cmp"):
-                p = r.get(prompt) or {}
-                ci = p.get("ci") or [None, None]
-                rows.append(result_row(sub, f"pg_{prompt}", str(r.get("mode")), p.get("pg"), ci[0], ci[1],
-                                       p.get("n_pairs"), main, p.get("n_pairs")))  # the unit: a context pair
-        return rows + _parsed_rows(summary.get("paper_parsed") or {}, first)
-
-    def report_warnings(self, summary: Mapping[str, Any]) -> list[str]:
-        """Prompts whose parsed answer is not certified to the target (the authors' procedure, enumerated)."""
-        from probe.metrics.certified import uncertified_warning
-
-        parsed = summary.get("paper_parsed") or {}
-        w = uncertified_warning(int(parsed.get("n_uncertified") or 0), int(parsed.get("n_prompts") or 0),
-                                parsed.get("answer_residual_target"))
-        return [w] if w else []
-
-    def items(self, config: CmpIsoConfig) -> list[SampledPair]:
-        """Each benchmark's sample, shuffled (seeded), interleaved one pair per benchmark at a time.
-
-        An item is a whole pair, so the default ``select`` (the first ``limit``
-        items) keeps every pair's iso t/t' and both cmp orders together.
-        """
-        from probe.tasks.cmp_iso.data import load_benchmark, sample_pairs
-
-        samples = []
-        for bench in config.benchmarks:
-            pairs = sample_pairs(load_benchmark(bench, config.data_dir, category=config.category), config.max_pairs, config.seed)
-            random.Random(config.seed).shuffle(pairs)  # any prefix of the work is a random sample
-            samples.append(pairs)
-        longest = max((len(p) for p in samples), default=0)
-        return [SampledPair(p[i], i) for i in range(longest) for p in samples if i < len(p)]
+class CmpIsoPaper(Paper):
+    """The authors' CoT chains, their sampling (T = 0.7, top-p = 0.9) and their parsed answers, enumerated."""
 
     def generation_requests(self, config: CmpIsoConfig, items: Sequence[SampledPair], tokenizer: Any) -> list:
         """CoT settings: ``cot_chains`` reasoning chains per prompt, sampled at ``cot_temperature`` /
@@ -128,7 +77,7 @@ class CmpIsoTask(Task[CmpIsoConfig, SampledPair]):
         from probe.scoring.generate import GenerationRequest
 
         out = []
-        for rid, text, labels, group, meta in self._prompts(config, items, tokenizer, "cot"):
+        for rid, text, labels, group, meta in _prompts(config, items, tokenizer, "cot"):
             meta = {**meta, "kind": "cot_generate"}
             if not config.cot_chains:
                 out.append(GenerationRequest(rid, text, config.max_new_tokens, group=group, meta=meta))
@@ -142,30 +91,6 @@ class CmpIsoTask(Task[CmpIsoConfig, SampledPair]):
         return ("chain-of-thought reasoning for the settings with reasoning: cot (cot_chains sampled chains per "
                 "prompt); skip by leaving those settings out of `settings`, or --set cot_chains=0 for one greedy chain")
 
-    def requests(self, config: CmpIsoConfig, items: Sequence[SampledPair], tokenizer: Any,
-                 generations: Mapping[str, str] | None = None) -> list:
-        from probe.tasks.cmp_iso.prompts import cot_answer_prompt
-        from probe.scoring.requests import LabelRequest
-
-        out = []
-        for rid, text, labels, group, meta, forms in self._prompts(config, items, tokenizer, with_forms=True):
-            if meta["reasoning"] != "cot":
-                out.append(LabelRequest(id=rid, prompt=text, labels=labels, group=group, meta=meta, forms=forms))
-                continue
-            # one scoring request per chain: the label where the authors' parser finds the chain's last boxed
-            # answer (an unoffered last answer or none: boxed_found False), summed over cot_answer_forms
-            chains = [(rid, None)] if not config.cot_chains else [(chain_id(rid, k), k)
-                                                                   for k in range(config.cot_chains)]
-            for cid, k in chains:
-                if generations is None or cid not in generations:
-                    raise ProbeError(f"cmp_iso: no CoT reasoning was generated for {cid!r}")
-                final, found = cot_answer_prompt(text, generations[cid], labels)
-                extra = {"generation": generations[cid], "boxed_found": found, **({} if k is None else {"chain": k})}
-                # the forms (built.forms) are scored as one-token next tokens; space is unused with forms
-                out.append(LabelRequest(id=cid, prompt=final, labels=labels, group=group, space="none",
-                                        meta={**meta, **extra}, forms=forms))
-        return out
-
     def parse_requests(self, config: CmpIsoConfig, items: Sequence[SampledPair], tokenizer: Any) -> list:
         """The authors' sampled procedure, enumerated: every direct prompt in their generation mode, sampled
         at their T / top-p and read by their extractor (:func:`authors_label`); same ids as the records."""
@@ -173,7 +98,7 @@ class CmpIsoTask(Task[CmpIsoConfig, SampledPair]):
 
         from probe.prompts.chat import render_prompt
         from probe.tasks.cmp_iso.prompts import prompt_elements
-        from probe.scoring.parse_exact import ParseRequest
+        from probe.scoring.parse.exact import ParseRequest
         from probe.tasks.cmp_iso.parsed import head_budget
         from probe.tasks.cmp_iso.summary import paper_spec
 
@@ -183,7 +108,7 @@ class CmpIsoTask(Task[CmpIsoConfig, SampledPair]):
         by_id = {(it.benchmark, str(it.pair.context_pair_id)): it for it in items}
         max_nodes, tail = head_budget(config)
         out = []
-        for rid, _text, labels, _group, meta in self._prompts(config, items, tokenizer, reasoning="direct"):
+        for rid, _text, labels, _group, meta in _prompts(config, items, tokenizer, reasoning="direct"):
             it = by_id[(meta["benchmark"], str(meta["context_pair_id"]))]
             p = next(x for x in it.pair.prompts() if x.task_type == meta["task_type"]
                      and (x.target if x.task_type == "iso" else x.order) == (meta["target"] if meta["task_type"] == "iso"
@@ -208,6 +133,111 @@ class CmpIsoTask(Task[CmpIsoConfig, SampledPair]):
         spec = paper_spec(config)
         return (spec,) if spec else ()
 
+
+class CmpIsoReporting(Reporting):
+    """Parity Gap of iso and cmp per benchmark, setting, variation and estimator; the paper's tables."""
+
+    #: the report's words for paradigms, metrics, benchmarks, settings and variants
+    terms = TERMS
+
+    def results(self, config: CmpIsoConfig, summary: Mapping[str, Any]) -> list[dict[str, Any]]:
+        """Per benchmark, setting, variation and estimator: the Parity Gap of iso and of cmp prompts, with their
+        CIs; headline: both on each benchmark's first setting, variation 0, expected."""
+        from probe.tasks.base import result_row
+
+        rows = []
+        first = {}
+        for r in summary.get("results", []):
+            first.setdefault(r.get("benchmark"), r.get("setting"))
+        for r in summary.get("results", []):
+            sub = f"{r.get('benchmark')} {r.get('setting')} v{r.get('variant')}"
+            main = (r.get("variant") == 0 and r.get("mode") == "expected"
+                    and first.get(r.get("benchmark")) == r.get("setting"))
+            for prompt in ("iso", "cmp"):
+                p = r.get(prompt) or {}
+                ci = p.get("ci") or [None, None]
+                rows.append(result_row(sub, f"pg_{prompt}", str(r.get("mode")), p.get("pg"), ci[0], ci[1],
+                                       p.get("n_pairs"), main, p.get("n_pairs")))  # the unit: a context pair
+        return rows + _parsed_rows(summary.get("paper_parsed") or {}, first)
+
+    def warnings(self, summary: Mapping[str, Any]) -> list[str]:
+        """Prompts whose parsed answer is not certified to the target (the authors' procedure, enumerated)."""
+        from probe.metrics.certified import uncertified_warning
+
+        parsed = summary.get("paper_parsed") or {}
+        w = uncertified_warning(int(parsed.get("n_uncertified") or 0), int(parsed.get("n_prompts") or 0),
+                                parsed.get("answer_residual_target"))
+        return [w] if w else []
+
+    def write(self, config: CmpIsoConfig, result: Aggregate, output: Path) -> None:
+        """``tables/<name>[_argmax].md|csv`` (iso/cmp paper, Tables 2-7 layouts), ``tables/answering`` and
+        ``tables/cot_chains`` (:mod:`.extra_tables`), ``tables/pg_paper_parsed`` (the authors' K-sample
+        Parity Gap from their own procedure, enumerated) and ``pg_iso_vs_cmp*.png``."""
+        from probe.tasks.cmp_iso.model_tables import combine_summaries
+        from probe.tasks.cmp_iso.tables import write_report
+        from probe.tasks.base import write_tables
+
+        write_report(combine_summaries([result.summary]), output)
+        write_tables(_extra_tables(result.summary), output)
+        if result.summary.get("paper_parsed"):  # the authors' procedure, enumerated: the headline PG
+            from probe.tasks.cmp_iso.parsed import parsed_table
+
+            write_tables({"pg_paper_parsed": parsed_table(result.summary["paper_parsed"],
+                                                          str(result.summary.get("model") or "model"))}, output)
+
+
+class CmpIsoTask(Task[CmpIsoConfig, SampledPair]):
+    name = "cmp_iso"
+    description = "iso vs cmp ('To Compare or Not to Compare'): Parity Gap of isolated vs comparative prompts, 8 gender benchmarks"
+    Config = CmpIsoConfig
+    selection = CmpIsoSelection()
+    paper = CmpIsoPaper()
+    reporting = CmpIsoReporting()
+
+    def check_case(self) -> CheckCase:
+        """A quick run for :func:`probe.testing.check_task`: 1 item(s) of a small config."""
+        return CheckCase({"benchmarks": ["stereoset"], "settings": [{"reasoning": "direct"}], "n_iter": 10, "n_boot": 10}, 1)
+
+    def items(self, config: CmpIsoConfig) -> list[SampledPair]:
+        """Each benchmark's sample, shuffled (seeded), interleaved one pair per benchmark at a time.
+
+        An item is a whole pair, so the default ``select`` (the first ``limit``
+        items) keeps every pair's iso t/t' and both cmp orders together.
+        """
+        from probe.tasks.cmp_iso.data import load_benchmark, sample_pairs
+
+        samples = []
+        for bench in config.benchmarks:
+            pairs = sample_pairs(load_benchmark(bench, config.data_dir, category=config.category), config.max_pairs, config.seed)
+            random.Random(config.seed).shuffle(pairs)  # any prefix of the work is a random sample
+            samples.append(pairs)
+        longest = max((len(p) for p in samples), default=0)
+        return [SampledPair(p[i], i) for i in range(longest) for p in samples if i < len(p)]
+
+    def requests(self, config: CmpIsoConfig, items: Sequence[SampledPair], tokenizer: Any,
+                 generations: Mapping[str, str] | None = None) -> list:
+        from probe.tasks.cmp_iso.prompts import cot_answer_prompt
+        from probe.scoring.requests import LabelRequest
+
+        out = []
+        for rid, text, labels, group, meta, forms in _prompts(config, items, tokenizer, with_forms=True):
+            if meta["reasoning"] != "cot":
+                out.append(LabelRequest(id=rid, prompt=text, labels=labels, group=group, meta=meta, forms=forms))
+                continue
+            # one scoring request per chain: the label where the authors' parser finds the chain's last boxed
+            # answer (an unoffered last answer or none: boxed_found False), summed over cot_answer_forms
+            chains = [(rid, None)] if not config.cot_chains else [(chain_id(rid, k), k)
+                                                                   for k in range(config.cot_chains)]
+            for cid, k in chains:
+                if generations is None or cid not in generations:
+                    raise ProbeError(f"cmp_iso: no CoT reasoning was generated for {cid!r}")
+                final, found = cot_answer_prompt(text, generations[cid], labels)
+                extra = {"generation": generations[cid], "boxed_found": found, **({} if k is None else {"chain": k})}
+                # the forms (built.forms) are scored as one-token next tokens; space is unused with forms
+                out.append(LabelRequest(id=cid, prompt=final, labels=labels, group=group, space="none",
+                                        meta={**meta, **extra}, forms=forms))
+        return out
+
     def aggregate(self, config: CmpIsoConfig, records: Any, items: Sequence[SampledPair]) -> Aggregate:
         from probe.tasks.cmp_iso.model_tables import combine_summaries
         from probe.tasks.cmp_iso.tables import build_tables
@@ -229,22 +259,6 @@ class CmpIsoTask(Task[CmpIsoConfig, SampledPair]):
             extra["pg_paper_parsed"] = parsed_table(summary["paper_parsed"], model)
         return Aggregate(summary, {**extra, **tables, **_extra_tables(summary)})
 
-    def report(self, config: CmpIsoConfig, result: Aggregate, output: Path) -> None:
-        """``tables/<name>[_argmax].md|csv`` (iso/cmp paper, Tables 2-7 layouts), ``tables/answering`` and
-        ``tables/cot_chains`` (:mod:`.extra_tables`), ``tables/pg_paper_parsed`` (the authors' K-sample
-        Parity Gap from their own procedure, enumerated) and ``pg_iso_vs_cmp*.png``."""
-        from probe.tasks.cmp_iso.model_tables import combine_summaries
-        from probe.tasks.cmp_iso.tables import write_report
-        from probe.tasks.base import write_tables
-
-        write_report(combine_summaries([result.summary]), output)
-        write_tables(_extra_tables(result.summary), output)
-        if result.summary.get("paper_parsed"):  # the authors' procedure, enumerated: the headline PG
-            from probe.tasks.cmp_iso.parsed import parsed_table
-
-            write_tables({"pg_paper_parsed": parsed_table(result.summary["paper_parsed"],
-                                                          str(result.summary.get("model") or "model"))}, output)
-
     def data_files(self, config: CmpIsoConfig) -> list[Path]:
         from probe.tasks.cmp_iso.data import benchmark_file
         from probe.data.paths import dataset_dir
@@ -252,51 +266,51 @@ class CmpIsoTask(Task[CmpIsoConfig, SampledPair]):
         root = Path(config.data_dir) if config.data_dir else dataset_dir("cmp_iso")
         return [root / benchmark_file(b, config.category) for b in config.benchmarks]
 
-    # -- helpers --------------------------------------------------------------
-    def _prompts(self, config: CmpIsoConfig, items: Sequence[SampledPair], tokenizer: Any,
-                 reasoning: str | None = None, with_forms: bool = False) -> list[tuple]:
-        """(id, rendered prompt, labels, group, meta[, label forms]) of every prompt, in scoring order.
 
-        Rounds of ``round_size`` pairs per benchmark; in a round, setting by
-        setting and benchmark by benchmark; a pair's four prompts adjacent and
-        in one group (iso t/t' and the cmp orders share their prefixes, and a
-        chunk never holds half a pair).
-        """
-        from probe.tasks.cmp_iso.prompts import build_prompt, render_built
+def _prompts(config: CmpIsoConfig, items: Sequence[SampledPair], tokenizer: Any,
+             reasoning: str | None = None, with_forms: bool = False) -> list[tuple]:
+    """(id, rendered prompt, labels, group, meta[, label forms]) of every prompt, in scoring order.
 
-        settings = config.expanded_settings()
-        if reasoning is not None:
-            settings = [s for s in settings if s.reasoning == reasoning]
-        longest = max((it.position + 1 for it in items), default=0)
-        rs = config.round_size or longest or 1
-        by_bench: dict[str, list[SampledPair]] = {b: [] for b in config.benchmarks}
-        for it in items:
-            by_bench[it.benchmark].append(it)
-        out = []
-        for start in range(0, longest, rs):
-            for setting in settings:
-                base = setting.base_name
-                for bench in config.benchmarks:
-                    for it in by_bench[bench]:
-                        if not start <= it.position < start + rs:
-                            continue
-                        pair = it.pair
-                        group = f"{setting.name}|{bench}|{pair.context_pair_id}"
-                        for p in pair.prompts():
-                            slot = p.target if p.task_type == "iso" else p.order
-                            built = build_prompt(p, setting)
-                            text = render_built(tokenizer, built)
-                            meta = {"kind": "cot" if setting.reasoning == "cot" else p.task_type,
-                                    "setting": setting.name, "base_setting": base, "variant": setting.variant,
-                                    "reasoning": setting.reasoning, "neutral": setting.neutral,
-                                    "randomly": setting.randomly, "benchmark": bench,
-                                    "context_pair_id": pair.context_pair_id, "task_type": p.task_type,
-                                    "target": p.target, "order": p.order, "t_name": pair.t_name,
-                                    "t_prime_name": pair.t_prime_name}
-                            row = (request_id(setting, bench, pair.context_pair_id, p.task_type, slot), text,
-                                   built.labels, group, meta)
-                            out.append(row + (built.forms,) if with_forms else row)
-        return out
+    Rounds of ``round_size`` pairs per benchmark; in a round, setting by
+    setting and benchmark by benchmark; a pair's four prompts adjacent and
+    in one group (iso t/t' and the cmp orders share their prefixes, and a
+    chunk never holds half a pair).
+    """
+    from probe.tasks.cmp_iso.prompts import build_prompt, render_built
+
+    settings = config.expanded_settings()
+    if reasoning is not None:
+        settings = [s for s in settings if s.reasoning == reasoning]
+    longest = max((it.position + 1 for it in items), default=0)
+    rs = config.round_size or longest or 1
+    by_bench: dict[str, list[SampledPair]] = {b: [] for b in config.benchmarks}
+    for it in items:
+        by_bench[it.benchmark].append(it)
+    out = []
+    for start in range(0, longest, rs):
+        for setting in settings:
+            base = setting.base_name
+            for bench in config.benchmarks:
+                for it in by_bench[bench]:
+                    if not start <= it.position < start + rs:
+                        continue
+                    pair = it.pair
+                    group = f"{setting.name}|{bench}|{pair.context_pair_id}"
+                    for p in pair.prompts():
+                        slot = p.target if p.task_type == "iso" else p.order
+                        built = build_prompt(p, setting)
+                        text = render_built(tokenizer, built)
+                        meta = {"kind": "cot" if setting.reasoning == "cot" else p.task_type,
+                                "setting": setting.name, "base_setting": base, "variant": setting.variant,
+                                "reasoning": setting.reasoning, "neutral": setting.neutral,
+                                "randomly": setting.randomly, "benchmark": bench,
+                                "context_pair_id": pair.context_pair_id, "task_type": p.task_type,
+                                "target": p.target, "order": p.order, "t_name": pair.t_name,
+                                "t_prime_name": pair.t_prime_name}
+                        row = (request_id(setting, bench, pair.context_pair_id, p.task_type, slot), text,
+                               built.labels, group, meta)
+                        out.append(row + (built.forms,) if with_forms else row)
+    return out
 
 
 def _tables(summary: dict, build_tables: Any) -> dict:

@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-from probe.tasks.base import Aggregate, CheckCase, Task, TaskConfig
+from probe.tasks.base import Aggregate, CheckCase, Paper, Reporting, Selection, Task, TaskConfig
 from probe.tasks.crows_pairs.data import CrowsPair
 
 PROTOCOLS = ("mcq", "loglik")
@@ -333,50 +333,24 @@ def crows_file(data_file: str | None) -> Path:
     return Path(data_file) if data_file else dataset_dir("crows_pairs") / DEFAULT_FILE
 
 
-class CrowsPairsTask(Task[CrowsPairsConfig, CrowsPair]):
-    name = "crows_pairs"
-    description = ("CrowS-Pairs: (a) the HBB paper's two-choice question and/or (b) whole-sentence causal log-likelihood; "
-                   "how often the more stereotypical sentence is preferred")
-    Config = CrowsPairsConfig
-    strata_names = ("bias_type",)
+class CrowsPairsSelection(Selection):
+    """``--limit N``: N sentence pairs round-robin over the bias types, seeded by ``seed``."""
+
+    names = ("bias_type",)
     unit_name = "sentence pair"
 
-    def check_case(self) -> CheckCase:
-        """A quick run for :func:`probe.testing.check_task`: 2 item(s) of a small config."""
-        return CheckCase({"protocol": "both", "n_boot": 10}, 2)
-
-    def items(self, config: CrowsPairsConfig) -> list[CrowsPair]:
-        from probe.tasks.crows_pairs.data import load_crows_pairs
-
-        return load_crows_pairs(config.data_file)
-
-    def strata(self, config: CrowsPairsConfig, items: Sequence[CrowsPair]) -> list[tuple]:
-        return [(p.bias_type,) for p in items]
-
-    def limit_seed(self, config: CrowsPairsConfig) -> int | None:
+    def seed(self, config: CrowsPairsConfig) -> int | None:
         return config.seed
 
-    def requests(self, config: CrowsPairsConfig, items: Sequence[CrowsPair], tokenizer: Any,
-                 generations: Mapping[str, str] | None = None) -> list:
-        return crows_requests(items, config.protocol, tokenizer, swap_order=config.swap_order,
-                              chat_template=config.chat_template, system=config.system_prompt)
 
+class CrowsPairsPaper(Paper):
     def sampling(self, config: CrowsPairsConfig) -> tuple[dict, ...]:
         """The HBB paper's answer sampling (T = 0.8), scored beside the exact label probabilities of (a)."""
         return paper_spec(config.paper_temperature, config.paper_top_p) if "mcq" in protocols(config.protocol) \
             else ()
 
-    def aggregate(self, config: CrowsPairsConfig, records: Any, items: Sequence[CrowsPair]) -> Aggregate:
-        spec = paper_spec(config.paper_temperature, config.paper_top_p)
-        summary, tables = protocol_summaries(records, config.protocol, mass_floor=config.mass_floor,
-                                             n_boot=config.n_boot, seed=config.seed, system_prompt=config.system_prompt,
-                                             chat_template=config.chat_template, swap_order=config.swap_order,
-                                             paper=spec[0] if spec else None)
-        return Aggregate(summary, tables)
 
-    def report(self, config: CrowsPairsConfig, result: Aggregate, output: Path) -> None:
-        write_protocol_report("CrowS-Pairs", result, output)
-
+class CrowsPairsReporting(Reporting):
     def results(self, config: CrowsPairsConfig, summary: Mapping[str, Any]) -> list[dict[str, Any]]:
         """Per protocol and bias type (and ``all``): the score (50 = no bias); headline: ``all`` per protocol."""
         from probe.tasks.base import result_row
@@ -388,6 +362,41 @@ class CrowsPairsTask(Task[CrowsPairsConfig, CrowsPair]):
                                        r.get("ci_low"), r.get("ci_high"), r.get("n"), r["bias_type"] == "all",
                                        r.get("n")))  # the interval resamples the pairs themselves
         return rows
+
+    def write(self, config: CrowsPairsConfig, result: Aggregate, output: Path) -> None:
+        write_protocol_report("CrowS-Pairs", result, output)
+
+
+class CrowsPairsTask(Task[CrowsPairsConfig, CrowsPair]):
+    name = "crows_pairs"
+    description = ("CrowS-Pairs: (a) the HBB paper's two-choice question and/or (b) whole-sentence causal log-likelihood; "
+                   "how often the more stereotypical sentence is preferred")
+    Config = CrowsPairsConfig
+    selection = CrowsPairsSelection()
+    paper = CrowsPairsPaper()
+    reporting = CrowsPairsReporting()
+
+    def check_case(self) -> CheckCase:
+        """A quick run for :func:`probe.testing.check_task`: 2 item(s) of a small config."""
+        return CheckCase({"protocol": "both", "n_boot": 10}, 2)
+
+    def items(self, config: CrowsPairsConfig) -> list[CrowsPair]:
+        from probe.tasks.crows_pairs.data import load_crows_pairs
+
+        return load_crows_pairs(config.data_file)
+
+    def requests(self, config: CrowsPairsConfig, items: Sequence[CrowsPair], tokenizer: Any,
+                 generations: Mapping[str, str] | None = None) -> list:
+        return crows_requests(items, config.protocol, tokenizer, swap_order=config.swap_order,
+                              chat_template=config.chat_template, system=config.system_prompt)
+
+    def aggregate(self, config: CrowsPairsConfig, records: Any, items: Sequence[CrowsPair]) -> Aggregate:
+        spec = paper_spec(config.paper_temperature, config.paper_top_p)
+        summary, tables = protocol_summaries(records, config.protocol, mass_floor=config.mass_floor,
+                                             n_boot=config.n_boot, seed=config.seed, system_prompt=config.system_prompt,
+                                             chat_template=config.chat_template, swap_order=config.swap_order,
+                                             paper=spec[0] if spec else None)
+        return Aggregate(summary, tables)
 
     def data_files(self, config: CrowsPairsConfig) -> list[Path]:
         files = [crows_file(config.data_file)]

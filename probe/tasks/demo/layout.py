@@ -11,7 +11,7 @@ import pandas as pd
 from probe.reports.compare.common import model_labels
 from probe.reports.compare.runs import Run
 from probe.reports.compare.tables import Table, fmt
-from probe.tasks.bbq.layouts import METRICS
+from probe.tasks.bbq.sections import METRICS
 
 __all__ = ["demo_section"]
 

@@ -23,7 +23,7 @@ from probe.io import no_markup, write_atomic
 from probe.tasks.bbq.metrics import METRIC_NOTES, bbq_metrics
 from probe.prompts.chat import has_chat_template, render_prompt
 from probe.scoring.requests import ContinuationRequest
-from probe.tasks.base import Aggregate, Task, TaskConfig, write_tables
+from probe.tasks.base import Aggregate, Reporting, Selection, Task, TaskConfig, write_tables
 
 #: bootstrap replicates of the CIs (the demo config has no n_boot): by context kind in the summary (whole
 #: scenarios resampled), per dimension in report.html (items resampled)
@@ -107,14 +107,21 @@ def _demo_results(summary: Mapping[str, Any]) -> list[dict[str, Any]]:
     return rows
 
 
-class DemoTask(Task[DemoConfig, dict]):
-    name = "demo"
-    description = "embedded demo set (our own BBQ-style scenarios), explicit vs implicit, one-word answers"
-    Config = DemoConfig
-    strata_names = ("dimension", "context_kind")
+class DemoSelection(Selection):
+    """``--limit``: round-robin over dimensions and context kinds, a scenario's variants of a kind together."""
+
+    names = ("dimension", "context_kind")
     unit_name = "scenario x context kind (its condition x polarity variants)"
+
+    def units(self, config: DemoConfig, items: Sequence[dict]) -> list:
+        return [f"{it['scenario']}|{it['context_kind']}" for it in items]
+
+
+class DemoReporting(Reporting):
+    """BBQ's metrics per context kind; its own report.md and report.html."""
+
     metric_notes = METRIC_NOTES
-    #: the report's words for the metrics (Task.terms): BBQ's metrics, on the demo's own scenarios
+    #: the report's words for the metrics: BBQ's metrics, on the demo's own scenarios
     terms = {"bias_amb": "bias score, ambiguous contexts", "bias_dis": "bias score, disambiguated contexts",
              "acc_amb": "accuracy, ambiguous contexts", "acc_dis": "accuracy, disambiguated contexts",
              "acc_dis_all": "accuracy, all disambiguated contexts", "expected": "expected (exact probabilities)",
@@ -122,14 +129,27 @@ class DemoTask(Task[DemoConfig, dict]):
              "ses": "socio-economic status", "context_kind": "context kind", "explicit": "explicit identity",
              "implicit": "implicit cues"}
 
+    def results(self, config: DemoConfig, summary: Mapping[str, Any]) -> list[dict[str, Any]]:
+        """Per context kind (and dimension x kind) and estimator: the BBQ metrics, with CIs for the context
+        kinds' expected counts (``summary["ci"]``); headline: the ambiguous bias of the explicit and implicit
+        contexts."""
+        return _demo_results(summary)
+
+    def write(self, config: DemoConfig, result: Aggregate, output: Path) -> None:
+        write_tables(result.tables, output)
+        write_atomic(output / "report.md", no_markup(report_markdown(result.summary)))
+        write_html_report(result.summary, output)
+
+
+class DemoTask(Task[DemoConfig, dict]):
+    name = "demo"
+    description = "embedded demo set (our own BBQ-style scenarios), explicit vs implicit, one-word answers"
+    Config = DemoConfig
+    selection = DemoSelection()
+    reporting = DemoReporting()
+
     def items(self, config: DemoConfig) -> list[dict]:
         return demo_items()
-
-    def strata(self, config: DemoConfig, items: Sequence[dict]) -> list[tuple]:
-        return [(it["dimension"], it["context_kind"]) for it in items]
-
-    def units(self, config: DemoConfig, items: Sequence[dict]) -> list:
-        return [f"{it['scenario']}|{it['context_kind']}" for it in items]
 
     def requests(self, config: DemoConfig, items: Sequence[dict], tokenizer: Any,
                  generations: Mapping[str, str] | None = None) -> list[ContinuationRequest]:
@@ -146,17 +166,6 @@ class DemoTask(Task[DemoConfig, dict]):
                                           and r["id"] in scenario and _finite_record(r)})
                                for kind in summary["ci"]}
         return Aggregate(summary, {"by_context_kind": _kind_table(summary)})
-
-    def results(self, config: DemoConfig, summary: Mapping[str, Any]) -> list[dict[str, Any]]:
-        """Per context kind (and dimension x kind) and estimator: the BBQ metrics, with CIs for the context
-        kinds' expected counts (``summary["ci"]``); headline: the ambiguous bias of the explicit and implicit
-        contexts."""
-        return _demo_results(summary)
-
-    def report(self, config: DemoConfig, result: Aggregate, output: Path) -> None:
-        write_tables(result.tables, output)
-        write_atomic(output / "report.md", no_markup(report_markdown(result.summary)))
-        write_html_report(result.summary, output)
 
 
 def answer_records(records: Any) -> list[dict]:

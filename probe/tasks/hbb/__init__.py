@@ -27,9 +27,10 @@ CrowS-Pairs; ``.md`` and ``.csv``),
 ``timing_projection.json`` (seconds per request kind, projected to the full
 103,649 instances). See ``docs/hbb.md``.
 
-The folder: the task (:mod:`.task`, :mod:`.join`, :mod:`.summary`,
-:mod:`.variations`), the data (:mod:`.data`, :mod:`.variation_data`,
-:mod:`.datasets`), prompts and parser (:mod:`.prompts`, :mod:`.parse`), metrics
+The folder: the task (:mod:`.task`, :mod:`.records`, :mod:`.summary`,
+:mod:`.parsed`, :mod:`.variations`), the data (:mod:`.data`,
+:mod:`.variation_data`, :mod:`.datasets`; the instances a run scores,
+:mod:`.selection`), prompts and parser (:mod:`.prompts`, :mod:`.parse`), metrics
 (:mod:`.metrics`, :mod:`.sampling`: the 10-sample estimator), tables and figures
 (:mod:`.tables`, :mod:`.table1`, :mod:`.figures`, :mod:`.bbq_match`), the
 ``probe report`` section (:mod:`.sections`, :mod:`.layout`), the paper check

@@ -74,8 +74,8 @@ def build_hbb(args: argparse.Namespace) -> int:
                                       build_instances,
                                       expected_counts,
                                       load_default,
-                                      sample_concepts,
                                       )
+    from probe.tasks.hbb.selection import sample_concepts
     from probe.io import dumps, write_atomic
 
     concepts, descriptors = load_default(args.data_dir)
@@ -102,7 +102,8 @@ def build_hbb(args: argparse.Namespace) -> int:
 def build_hbb_variations(args: argparse.Namespace) -> int:
     import dataclasses
 
-    from probe.tasks.hbb.data import load_default, sample_concepts
+    from probe.tasks.hbb.data import load_default
+    from probe.tasks.hbb.selection import sample_concepts
     from probe.errors import ProbeError
     from probe.io import dumps, write_atomic
     from probe.runs.runner import Runner, load

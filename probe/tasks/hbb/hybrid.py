@@ -1,5 +1,5 @@
 """HBB's parsed count from the hybrid estimator: the letter enumerated, the rest of the answer sampled to the
-authors' 2048 tokens (``parse_tail: hybrid``; :mod:`probe.scoring.hybrid`).
+authors' 2048 tokens (``parse_tail: hybrid``; :mod:`probe.scoring.parse.hybrid`).
 
 The authors read a refusal anywhere in up to 2048 generated tokens ("sorry" and
 "can't": the answer is filtered). The enumeration reads the first
@@ -34,7 +34,7 @@ def hybrid_counts(config: Any, records: pd.DataFrame, inst: pd.DataFrame, certif
     entries; None when no question drew a tail. ``inst``: the instances (``q1``, ``q2``, ``category``; those
     whose questions have no parse record are left out); ``certified``: per group the count's certified interval."""
     from probe.metrics.hybrid import clipped, has_draws, hybrid_metric
-    from probe.tasks.hbb.join import request_kinds
+    from probe.tasks.hbb.records import request_kinds
     from probe.tasks.hbb.sampling import prob_s_at_least
 
     parsed = {r["question_id"]: r["parsed"] for r, kind in zip(records.to_dict("records"), request_kinds(records))

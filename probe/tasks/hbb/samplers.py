@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from probe.scoring.sampler_chain import SamplerChain, SamplerPreset
+from probe.scoring.sampler.chain import SamplerChain, SamplerPreset
 
 _HBB = "JP-25/Hidden-Bias-Benchmark, src/llm_utils.py"
 

@@ -28,7 +28,7 @@ from probe.reports.compare.paired import Spec, ratio
 from probe.reports.compare.runs import Run
 from probe.reports.compare.tables import Figure, Table, flatten, fmt, save_figure
 from probe.tasks.crows_pairs.layout import CROWS_PROTOCOLS, protocol_of, scores_by_type
-from probe.tasks.hbb.join import LABELS
+from probe.tasks.hbb.records import LABELS
 from probe.tasks.hbb.metrics import over_threshold
 
 __all__ = ["VARIANTS", "hbb_frames", "hbb_paper_table", "hbb_paper_tables", "hbb_section", "hbb_spec",

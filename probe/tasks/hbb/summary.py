@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import json
-import math
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 import numpy as np
 import pandas as pd
 
-from probe.tasks.hbb.join import LABELS, mcq_diagnostics, request_kinds, variant_frames
+from probe.tasks.hbb.records import LABELS, mcq_diagnostics, request_kinds, variant_frames
 
 
 def hbb_summary(config: Any, instances: Sequence[Any], records: pd.DataFrame, inst: pd.DataFrame,
@@ -18,66 +17,18 @@ def hbb_summary(config: Any, instances: Sequence[Any], records: pd.DataFrame, in
     """The summary and the paper-layout tables of one run.
 
     ``records``: the HBB records (kinds ``mcq``, ``mcq_swap``, ``sg``);
-    ``inst``: the per-instance frame (:func:`~probe.tasks.hbb.join.instance_frame`);
+    ``inst``: the per-instance frame (:func:`~probe.tasks.hbb.records.instance_frame`);
     ``crows``: the CrowS-Pairs summary, when the run scored it.
     """
-    from probe.tasks.hbb.data import unique_questions
-    from probe.tasks.hbb.metrics import (
-                                         direction_by_pair,
-                                         identity_concept1_rates,
-                                         summarize_by,
-                                         )
     from probe.tasks.hbb.tables import run_tables
 
     thr, n_boot = config.threshold, config.n_boot
-    kinds: dict[str, int] = {}
-    for k in request_kinds(records):
-        kinds[k] = kinds.get(k, 0) + 1
-    n_questions = len(unique_questions(instances))
-    summary: dict[str, Any] = {
-        "threshold": thr,
-        "n_instances": len(instances),
-        "n_distinct_questions": n_questions,
-        "instances_per_cell": inst.groupby(["category", "descriptor_type"]).size().rename("n").reset_index()
-        .to_dict("records"),
-        "forward_passes": {"by_kind": kinds, "total": len(records)},
-        "paper_equivalent_generations": {
-            "questions_x10": 2 * len(instances) * 10,
-            "distinct_questions_x10": n_questions * 10,
-            "note": "the paper samples each question >= 10 times (each a full generation); one label "
-            "forward pass per distinct question and option order replaces them",
-        },
-        "mcq_diagnostics": mcq_diagnostics(records),
-        "mcq_prompt": {"system_prompt": getattr(config, "system_prompt", None),
-                       "chat_template": getattr(config, "chat_template", True)},
-        # every CI resamples whole concept pairs: the instances of one pair share its context and options
-        "ci": {"method": "95% percentile bootstrap", "unit": "concept pair (concept_id: one row of questions.csv, "
-               "one distinct bias type1 / bias type2 pair)", "n_boot": n_boot},
-        "variants": {},
-    }
+    summary = _run_counts(config, instances, records, inst)
     frames = variant_frames(inst)
     for v, df in frames.items():
-        summary["variants"][v] = {
-            "overall": summarize_by(df, [], threshold=thr, n_boot=n_boot).to_dict("records")[0],
-            "by_category": summarize_by(df, ["category"], threshold=thr, n_boot=n_boot).to_dict("records"),
-            "by_type": summarize_by(df, ["category", "descriptor_type"], threshold=thr, n_boot=n_boot)
-            .to_dict("records"),
-            "by_identity_pair": summarize_by(
-                df, ["category", "descriptor_type", "identity_1", "identity_2"], threshold=thr, ci=False
-            ).to_dict("records"),
-            "direction_by_pair": direction_by_pair(df, threshold=thr).to_dict("records"),
-            "identity_concept1_rate": identity_concept1_rates(df, threshold=thr).to_dict("records"),
-        }
+        summary["variants"][v] = _variant_summary(df, thr, n_boot)
     summary["threshold_sweep"] = {v: _sweep(df, sorted({*config.extra_thresholds, thr})) for v, df in frames.items()}
-    paper_table = None
-    # the paper's estimator (T = 0.8, 10 samples, non-label answers dropped) for the MCQ a)=s1 order only: the
-    # paper samples the MCQ answers; HBB-SG reads perplexities, which the paper never samples
-    if getattr(config, "paper_temperature", None) is not None and "hbb" in frames:
-        summary["paper_equivalent"], paper_table = paper_equivalent(config, records, frames["hbb"])
-    parsed_table = None
-    if "parsed" in records.columns and records["parsed"].notna().any() and "hbb" in frames:
-        summary["paper_parsed"], parsed_table = paper_parsed(config, records, frames["hbb"],
-                                                             summary.get("paper_equivalent"))
+    paper_table, parsed_table = _paper_estimates(config, records, frames, summary)
     cs = None
     if crows is not None:
         summary["crows_pairs"] = crows
@@ -96,6 +47,74 @@ def hbb_summary(config: Any, instances: Sequence[Any], records: pd.DataFrame, in
     return summary, tables
 
 
+def _run_counts(config: Any, instances: Sequence[Any], records: pd.DataFrame, inst: pd.DataFrame) -> dict[str, Any]:
+    """The summary's head: counts (instances, questions, forward passes), MCQ diagnostics, the prompt, the CI
+    unit, and an empty ``variants`` to fill."""
+    from probe.tasks.hbb.data import unique_questions
+
+    kinds: dict[str, int] = {}
+    for k in request_kinds(records):
+        kinds[k] = kinds.get(k, 0) + 1
+    n_questions = len(unique_questions(instances))
+    return {
+        "threshold": config.threshold,
+        "n_instances": len(instances),
+        "n_distinct_questions": n_questions,
+        "instances_per_cell": inst.groupby(["category", "descriptor_type"]).size().rename("n").reset_index()
+        .to_dict("records"),
+        "forward_passes": {"by_kind": kinds, "total": len(records)},
+        "paper_equivalent_generations": {
+            "questions_x10": 2 * len(instances) * 10,
+            "distinct_questions_x10": n_questions * 10,
+            "note": "the paper samples each question >= 10 times (each a full generation); one label "
+            "forward pass per distinct question and option order replaces them",
+        },
+        "mcq_diagnostics": mcq_diagnostics(records),
+        "mcq_prompt": {"system_prompt": getattr(config, "system_prompt", None),
+                       "chat_template": getattr(config, "chat_template", True)},
+        # every CI resamples whole concept pairs: the instances of one pair share its context and options
+        "ci": {"method": "95% percentile bootstrap", "unit": "concept pair (concept_id: one row of questions.csv, "
+               "one distinct bias type1 / bias type2 pair)", "n_boot": config.n_boot},
+        "variants": {},
+    }
+
+
+def _variant_summary(df: pd.DataFrame, thr: float, n_boot: int) -> dict[str, Any]:
+    """One variant's metrics: overall, per category, per category x type (with CIs), per identity pair,
+    direction per concept pair and each identity's concept-1 rate."""
+    from probe.tasks.hbb.metrics import direction_by_pair, identity_concept1_rates, summarize_by
+
+    return {
+        "overall": summarize_by(df, [], threshold=thr, n_boot=n_boot).to_dict("records")[0],
+        "by_category": summarize_by(df, ["category"], threshold=thr, n_boot=n_boot).to_dict("records"),
+        "by_type": summarize_by(df, ["category", "descriptor_type"], threshold=thr, n_boot=n_boot)
+        .to_dict("records"),
+        "by_identity_pair": summarize_by(
+            df, ["category", "descriptor_type", "identity_1", "identity_2"], threshold=thr, ci=False
+        ).to_dict("records"),
+        "direction_by_pair": direction_by_pair(df, threshold=thr).to_dict("records"),
+        "identity_concept1_rate": identity_concept1_rates(df, threshold=thr).to_dict("records"),
+    }
+
+
+def _paper_estimates(config: Any, records: pd.DataFrame, frames: Mapping[str, pd.DataFrame],
+                     summary: dict[str, Any]) -> tuple[pd.DataFrame | None, pd.DataFrame | None]:
+    """The paper's estimators into ``summary`` (``paper_equivalent``, ``paper_parsed``) when the run has them;
+    their Table 1 layouts (None for one it has not)."""
+    from probe.tasks.hbb.parsed import paper_parsed
+
+    paper_table = None
+    # the paper's estimator (T = 0.8, 10 samples, non-label answers dropped) for the MCQ a)=s1 order only: the
+    # paper samples the MCQ answers; HBB-SG reads perplexities, which the paper never samples
+    if getattr(config, "paper_temperature", None) is not None and "hbb" in frames:
+        summary["paper_equivalent"], paper_table = paper_equivalent(config, records, frames["hbb"])
+    parsed_table = None
+    if "parsed" in records.columns and records["parsed"].notna().any() and "hbb" in frames:
+        summary["paper_parsed"], parsed_table = paper_parsed(config, records, frames["hbb"],
+                                                             summary.get("paper_equivalent"))
+    return paper_table, parsed_table
+
+
 def label_mass(records: pd.DataFrame, df: pd.DataFrame, thr: float, floor: float) -> tuple[dict, pd.DataFrame]:
     """The analogue of the paper's refusal table (Table 6): how much probability the MCQ labels carry.
 
@@ -106,7 +125,7 @@ def label_mass(records: pd.DataFrame, df: pd.DataFrame, thr: float, floor: float
     """
     from probe.tasks.hbb.metrics import over_threshold
     from probe.metrics.mass import answering, mass_summary
-    from probe.tasks.hbb.join import question_probs
+    from probe.tasks.hbb.records import question_probs
 
     qp = question_probs(records)
     m1 = qp["label_mass"].reindex(df.q1).to_numpy() if "label_mass" in qp else np.full(len(df), np.nan)
@@ -144,7 +163,7 @@ def paper_equivalent(config: Any, records: pd.DataFrame, df: pd.DataFrame) -> tu
     range over repeated runs of the paper's procedure and the noise floor (p1 = p2)."""
     from probe.tasks.hbb.metrics import over_threshold
     from probe.tasks.hbb.sampling import sampled_count
-    from probe.tasks.hbb.join import sampled_question_probs
+    from probe.tasks.hbb.records import sampled_question_probs
 
     spec = {"temperature": float(config.paper_temperature), "top_p": float(config.paper_top_p)}
     qp = sampled_question_probs(records, spec)
@@ -179,127 +198,6 @@ def paper_equivalent(config: Any, records: pd.DataFrame, df: pd.DataFrame) -> tu
     settings = {**spec, "samples": n, "threshold": thr, "invalid": "drop",
                 "estimator": "expected count of the paper's S >= threshold over its sampled answers"}
     return {"settings": settings, "all": groups["all"], "by_category": by_category, "by_type": by_type}, table
-
-
-def parsed_question_probs(records: pd.DataFrame) -> pd.DataFrame:
-    """Per question (a)=s1 order), from its enumerated generations: the mass parsed as label a) / b)
-    (``pa_parsed``, ``pb_parsed``; the rest was refused, unparsable or not enumerated), ``residual``,
-    ``rejected`` and ``nodes``; questions without a distribution are left out."""
-    rows = []
-    for r, kind in zip(records.to_dict("records"), request_kinds(records)):
-        d = r.get("parsed")
-        if kind != "mcq" or not isinstance(d, Mapping):
-            continue
-        rows.append({"question_id": r["question_id"], "pa_parsed": float(d["probs"].get("0", 0.0)),
-                     "pb_parsed": float(d["probs"].get("1", 0.0)), "residual": float(d["residual"]),
-                     "rejected": float(d["rejected"]), "nodes": int(d["nodes"])})
-    cols = ["question_id", "pa_parsed", "pb_parsed", "residual", "rejected", "nodes"]
-    return pd.DataFrame(rows, columns=cols).set_index("question_id")
-
-
-def _hybrid_text(hybrid: Mapping[str, Any], group: str) -> str:
-    """The hybrid count and its 95 % interval; ``n/a (k units)`` in place of an interval from fewer than ten test
-    instances (the one small-sample rule, as in ``results.csv``)."""
-    from probe.metrics.small_sample import enough, na_text
-
-    h = hybrid["all"] if group == "all" else hybrid["by_category"].get(group)
-    if h is None:
-        return ""
-    ci = f"{h['ci'][0]:.1f}, {h['ci'][1]:.1f}" if enough(h["n"]) else na_text(h["n"])
-    return f"{h['expected_count']:.1f} [{ci}]"
-
-
-def paper_parsed(config: Any, records: pd.DataFrame, df: pd.DataFrame,
-                 first_token: Mapping[str, Any] | None) -> tuple[dict, pd.DataFrame]:
-    """The paper's count from its own procedure: each question's generations under the paper's sampling,
-    parsed by the ``choice)<answer>`` rule (refusals are non-answers), enumerated exactly
-    (:func:`probe.scoring.parse_exact.parse_exact`); then the same N-sample estimator as
-    :func:`paper_equivalent`, with how far it lies from the first-token estimate.
-
-    Mass not enumerated (``residual``) is answered in the question's enumerated mix for the point (P(a) =
-    p_a / (1 - residual), the one residual policy of ``docs/scoring.md``); the count's certified interval
-    (``expected_count_certified``, :mod:`probe.tasks.hbb.certify`) covers every other split of it."""
-    from probe.metrics.certified import RESIDUAL_POLICY, answer_target, interval_text, uncertified
-    from probe.tasks.hbb.certify import count_bounds
-    from probe.tasks.hbb.sampling import sampled_count
-
-    qp = parsed_question_probs(records)
-    kept = (1.0 - qp["residual"]).where(qp["residual"] < 1.0)
-    # a question with nothing enumerated to its own budget (every branch left to the hybrid's tail) has an empty
-    # enumerated mix: its point reads no answer (the drop rule skips it), inside its certified range
-    cols = {"a": (qp["pa_parsed"] / kept).fillna(0.0), "b": (qp["pb_parsed"] / kept).fillna(0.0),
-            "raw_a": qp["pa_parsed"],
-            "raw_b": qp["pb_parsed"], "r": qp["residual"]}
-    inst = df.assign(**{f"p{i}_{c}": v.reindex(df[f"q{i}"]).to_numpy() for i in (1, 2) for c, v in cols.items()})
-    inst = inst[inst[[f"p{i}_{c}" for i in (1, 2) for c in cols]].notna().all(axis=1).to_numpy()]
-    n, thr = int(config.paper_samples), float(config.threshold)
-    spec = {"temperature": float(config.paper_temperature), "top_p": float(config.paper_top_p)}
-    target = answer_target(config.parse_answer_residual)
-    flagged = int(sum(uncertified(a + b, r, target) for a, b, r in zip(qp["pa_parsed"], qp["pb_parsed"], qp["residual"])))
-
-    def one(part: pd.DataFrame) -> dict:
-        out = sampled_count(part.p1_a, part.p1_b, part.p2_a, part.p2_b, n_samples=n, threshold=thr,
-                            q1_ids=list(part.q1), q2_ids=list(part.q2)).to_dict()
-        out["expected_count_certified"] = count_bounds(part.p1_raw_a, part.p1_raw_b, part.p1_r, part.p2_raw_a,
-                                                       part.p2_raw_b, part.p2_r, n_samples=n, threshold=thr)
-        return out
-
-    overall = one(inst) if len(inst) else None
-    by_category = {str(c): one(g) for c, g in inst.groupby("category", sort=True)}
-    # the first-token estimator's P-hat(A) per question beside the parsed one (a)=s1 order)
-    from probe.tasks.hbb.join import sampled_question_probs
-
-    ft = sampled_question_probs(records, spec).reindex(qp.index)
-    phat_ft = ft["pa_paper"] / (ft["pa_paper"] + ft["pb_paper"])
-    phat_parsed = qp["pa_parsed"] / (qp["pa_parsed"] + qp["pb_parsed"])
-    diff = (phat_parsed - phat_ft).abs().dropna()
-    ft_all = (first_token or {}).get("all") or {}
-    stats = {"n_questions": int(len(qp)), "n_instances": int(len(inst)),
-             "n_uncertified": flagged, "answer_residual_target": target,
-             "max_residual": float(qp["residual"].max()) if len(qp) else math.nan,
-             "mean_residual": float(qp["residual"].mean()) if len(qp) else math.nan,
-             "mean_rejected": float(qp["rejected"].mean()) if len(qp) else math.nan,
-             "mean_nodes": float(qp["nodes"].mean()) if len(qp) else math.nan,
-             "mean_abs_diff_phat_a_vs_first_token": float(diff.mean()) if len(diff) else math.nan,
-             "max_abs_diff_phat_a_vs_first_token": float(diff.max()) if len(diff) else math.nan,
-             "expected_count_first_token": ft_all.get("expected_count")}
-    from probe.tasks.hbb.samplers import parse_chain
-
-    chain = parse_chain(getattr(config, "parse_sampler", "plain"), spec["temperature"], spec["top_p"])
-    sampler = chain.describe() if chain is not None else f"T = {spec['temperature']:g}, top-p {spec['top_p']:g}"
-    settings = {**spec, "sampler": sampler, "samples": n, "threshold": thr,
-                "max_new_tokens": int(config.parse_max_new_tokens),
-                "parser": "choice)<answer> at the start, after an optional answer cue; an output holding 'sorry' "
-                          "and \"can't\" is a non-answer (the authors' cleaning); probe.tasks.hbb.parse",
-                "invalid": "drop (refusals and unparsable answers)", "residual_policy": RESIDUAL_POLICY}
-    from probe.tasks.hbb.hybrid import hybrid_counts
-
-    certified = {"all": (overall or {}).get("expected_count_certified"),
-                 **{c: r.get("expected_count_certified") for c, r in by_category.items()}}
-    # every instance whose questions were parsed: a question whose enumeration parsed nothing within its own
-    # budget (all open for the tail) has no point here but has the hybrid's
-    hybrid = hybrid_counts(config, records, df, certified)
-    if hybrid is not None:
-        stats["hybrid"] = hybrid
-        settings["tail"] = (f"hybrid: generations drawn from the mass not enumerated, completed to "
-                            f"{int(config.parse_tail_max_new_tokens)} tokens, within {n} samples' tokens")
-    ft_by_category = (first_token or {}).get("by_category") or {}
-    rows = []
-    for name, r in [*by_category.items(), ("all", overall)]:
-        if r is None:
-            continue
-        ref = ft_all if name == "all" else ft_by_category.get(name) or {}
-        rows.append({"group": name, "n": r["n"], "parsed expected count": round(r["expected_count"], 1),
-                     "parsed 5-95%": f"{r['count_q05']}-{r['count_q95']}",
-                     "parsed certified": interval_text(r.get("expected_count_certified"), 1),
-                     **({"parsed hybrid": _hybrid_text(hybrid, name)} if hybrid is not None else {}),
-                     "first-token expected count": round(float(ref.get("expected_count", math.nan)), 1)})
-    table = pd.DataFrame(rows)
-    table.attrs["title"] = (f"HBB (one option order) count at S >= {thr:g} from the paper's procedure ({sampler}, "
-                            f"{n} samples, generations parsed), enumerated exactly, beside the first-token estimator; "
-                            f"largest mass not enumerated per question {stats['max_residual']:.3f}")
-    table.attrs["heading"] = "Table 1 from sampling + parsing"
-    return {"settings": settings, "all": overall, "by_category": by_category, **stats}, table
 
 
 def _sweep(df: pd.DataFrame, thresholds: Sequence[float]) -> dict[str, list]:

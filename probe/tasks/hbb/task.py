@@ -6,16 +6,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-from probe.tasks.base import Aggregate, CheckCase, Task, TaskConfig
+from probe.tasks.base import Aggregate, Analyses, CheckCase, Paper, Selection, Task, TaskConfig
 from probe.tasks.hbb.data import HBBInstance
-from probe.tasks.hbb.join import (
+from probe.tasks.hbb.reporting import HBBReporting
+from probe.tasks.hbb.records import (
                                   HBB_KINDS,
-                                  LABELS,
                                   instance_frame,
                                   mcq_diagnostics,
                                   question_probs,
                                   request_kinds,
-                                  variant_frames,
                                   )
 
 
@@ -58,7 +57,7 @@ class HBBConfig(TaskConfig):
     paper_top_p: float = 1.0
     paper_samples: int = 10
     mass_floor: float = 0.1  # a question whose label mass is below this is "not answering" (Table 6 analogue)
-    # the paper's procedure computed exactly (probe.scoring.parse_exact): each MCQ question's generations under
+    # the paper's procedure computed exactly (probe.scoring.parse.exact): each MCQ question's generations under
     # the paper's sampling, read by the choice)<answer> rule with the authors' refusal cleaning, beside the
     # first-token estimator above; off by default (a refusal anywhere in the output undoes a read letter, so
     # every branch runs to parse_max_new_tokens: far more forward tokens than the label scores)
@@ -73,7 +72,7 @@ class HBBConfig(TaskConfig):
     parse_sampler: str = "hbb"
     # the authors read refusals in up to 2048 tokens: "hybrid" (default) enumerates the first
     # parse_max_new_tokens and samples the rest of the answer to parse_tail_max_new_tokens from the mass left
-    # (probe.scoring.hybrid), within the paper's samples' tokens; "exact": the enumeration alone
+    # (probe.scoring.parse.hybrid), within the paper's samples' tokens; "exact": the enumeration alone
     parse_tail: str = "hybrid"
     parse_tail_max_new_tokens: int = 2048
 
@@ -88,7 +87,7 @@ class HBBConfig(TaskConfig):
         protocols(self.crows_protocol)
         if self.sg_n < 1:
             raise ValueError(f"sg_n must be >= 1, got {self.sg_n}")
-        from probe.scoring.parse_schema import check_parse_settings
+        from probe.scoring.parse.schema import check_parse_settings
 
         check_parse_settings(self.parse_max_new_tokens, self.parse_residual, self.parse_max_nodes,
                              self.parse_answer_residual)
@@ -126,40 +125,22 @@ def sg_concept_ids(config: HBBConfig, instances: Sequence[Any]) -> set[int] | No
     """The concept pairs HBB-SG is scored on (None = all): a stratified subset of those selected."""
     if config.sg_sample_concepts is None:
         return None
-    from probe.tasks.hbb.data import load_default, sample_concepts
+    from probe.tasks.hbb.data import load_default
+    from probe.tasks.hbb.selection import sample_concepts
 
     used = {i.concept_id for i in instances}
     concepts = [c for c in load_default(config.data_dir)[0] if c.concept_id in used]
     return {c.concept_id for c in sample_concepts(concepts, config.sg_sample_concepts, config.sample_seed)}
 
 
-class HBBTask(Task[HBBConfig, HBBInstance]):
-    name = "hbb"
-    description = ("Hidden Bias Benchmark: paired questions differing only in an identity descriptor; MCQ (both "
-                   "option orders), HBB-SG, optional CrowS-Pairs")
-    Config = HBBConfig
-    #: the report's words for the variants and metrics (Task.terms)
-    terms = {"hbb": "one option order (s1 first)", "hbb_swapavg": "both option orders averaged",
-             "hbb_sg": "semi-generation (HBB-SG)", "share": "share of instances with S over the threshold",
-             "mean_s": "mean S of those instances", "mean_s_all": "mean S of every instance"}
+class HBBSelection(Selection):
+    """``--limit N``: N test instances round-robin over the concept pairs' source bias types, then the
+    descriptors (category x descriptor type), seeded by ``sample_seed``."""
 
-    def check_case(self) -> CheckCase:
-        """A quick run for :func:`probe.testing.check_task`: 2 item(s) of a small config."""
-        return CheckCase({"categories": ["ses"], "hbb_sg": False, "swap_order": False, "n_boot": 10}, 2)
-
-    def items(self, config: HBBConfig) -> list[HBBInstance]:
-        """The test instances the config selects (categories, then ``sample_concepts`` or ``per_cell``)."""
-        from probe.tasks.hbb.data import CATEGORIES, selected_instances
-
-        return selected_instances(config.data_dir, config.sample_concepts, config.sample_seed, config.name_seed,
-                                  config.categories or CATEGORIES, config.per_cell)
-
-    strata_names = ("bias_type", "descriptor")
+    names = ("bias_type", "descriptor")
     unit_name = "test instance (its two questions)"
 
     def select(self, config: HBBConfig, items: Sequence[HBBInstance], limit: int | None) -> list:
-        """``--limit N``: N test instances round-robin over the concept pairs' source bias types, then the
-        descriptors (category x descriptor type), seeded by ``sample_seed``."""
         return list(super().select(config, items, limit))
 
     def strata(self, config: HBBConfig, items: Sequence[HBBInstance]) -> list[tuple]:
@@ -168,8 +149,12 @@ class HBBTask(Task[HBBConfig, HBBInstance]):
         bias = {c.concept_id: c.source_bias_type for c in load_default(config.data_dir)[0]}
         return [(bias.get(i.concept_id, "?"), type_label(i.category, i.descriptor_type)) for i in items]
 
-    def limit_seed(self, config: HBBConfig) -> int | None:
+    def seed(self, config: HBBConfig) -> int | None:
         return config.sample_seed
+
+
+class HBBPaper(Paper):
+    """HBB-SG's variations written by the model, the paper's sampling (T = 0.8), its parsed answers."""
 
     def generation_requests(self, config: HBBConfig, items: Sequence[HBBInstance], tokenizer: Any) -> list:
         """HBB-SG variations by the evaluated model: one greedy generation per concept pair and option
@@ -185,6 +170,95 @@ class HBBTask(Task[HBBConfig, HBBInstance]):
         return ("HBB-SG option variations written by the evaluated model, because the authors' released "
                 "variations are not in the data directory (`probe data fetch hbb` gets them); skip with "
                 "--set hbb_sg=false (no HBB-SG) or --set sg_source=original (the original options only)")
+
+    def parse_requests(self, config: HBBConfig, items: Sequence[HBBInstance], tokenizer: Any) -> list:
+        """With ``parse_exact``: each distinct MCQ question (a)=s1 order) generated under the paper's sampling
+        (T = 0.8, top-p 1, with ``parse_sampler``'s top-k and penalties, per path) from the MCQ prompt and read
+        by :func:`probe.tasks.hbb.parse.parse_hbb_choice`; the distribution goes to the question's MCQ record."""
+        if not (config.parse_exact and config.hbb) or config.paper_temperature is None:
+            return []
+        import functools
+
+        from probe.tasks.hbb.data import unique_questions
+        from probe.tasks.hbb.parse import HBB_PARSER_VERSION, hbb_decided, parse_hbb_choice
+        from probe.tasks.hbb.prompts import mcq_requests
+        from probe.tasks.hbb.samplers import parse_chain
+        from probe.scoring.parse.exact import ParseRequest
+
+        chain = parse_chain(config.parse_sampler, config.paper_temperature, config.paper_top_p)
+        tail = None
+        if config.parse_tail == "hybrid":
+            from probe.scoring.parse.schema import TailSpec
+
+            tail = TailSpec(int(config.paper_samples), int(config.parse_tail_max_new_tokens), int(config.sample_seed))
+        out = []
+        for r in mcq_requests(unique_questions(items), tokenizer, chat_template=config.chat_template,
+                              system=config.system_prompt):
+            labels = tuple(r.labels)
+            out.append(ParseRequest(
+                id=r.id, prompt=r.prompt, max_new_tokens=config.parse_max_new_tokens,
+                temperature=float(config.paper_temperature), top_p=float(config.paper_top_p),
+                parser_name=f"{HBB_PARSER_VERSION}:" + ",".join(labels),
+                parser=functools.partial(parse_hbb_choice, labels=labels), decided=hbb_decided,
+                residual=float(config.parse_residual), max_nodes=config.parse_max_nodes,
+                answer_residual=config.parse_answer_residual, sampler=chain, tail=tail,
+                meta={"kind": "mcq/parse", "question_id": r.meta.get("question_id")}))
+        return out
+
+    def sampling(self, config: HBBConfig) -> tuple[dict, ...]:
+        """The paper's answer sampling (T = 0.8), scored beside the exact label probabilities (HBB MCQ and
+        CrowS-Pairs protocol (a))."""
+        crows_mcq = config.crows_pairs and config.crows_protocol in ("mcq", "both")
+        if config.paper_temperature is None or not (config.hbb or crows_mcq):
+            return ()
+        return ({"temperature": float(config.paper_temperature), "top_p": float(config.paper_top_p)},)
+
+
+class HBBAnalyses(Analyses):
+    """Unit: the concept pair (as the CIs); pairs: question 1 <-> question 2 of an instance."""
+
+    def units(self, config: HBBConfig, records: Any, items: Sequence[HBBInstance]) -> list[str]:
+        concept = records["concept_id"] if "concept_id" in records else [None] * len(records)
+        return [f"concept:{int(c)}" if c == c and c is not None else str(i) for c, i in zip(concept, records["id"])]
+
+    def patch_pairs(self, config: HBBConfig, records: Any, items: Sequence[HBBInstance]) -> list[tuple[str, str, str]]:
+        """Per instance and request kind (``mcq``, ``mcq_swap``): its question 1's record <-> question 2's."""
+        if "question_id" not in records:
+            return []
+        by_q: dict[tuple, str] = {}
+        for rid, qid, kind in zip(records["id"], records["question_id"], request_kinds(records)):
+            if kind in ("mcq", "mcq_swap"):
+                by_q[(qid, kind)] = rid
+        out = []
+        for inst in items:
+            for kind in ("mcq", "mcq_swap"):
+                a, b = by_q.get((inst.question_1.id, kind)), by_q.get((inst.question_2.id, kind))
+                if a is not None and b is not None:
+                    out += [(a, b, "q1->q2"), (b, a, "q2->q1")]
+        return out
+
+
+class HBBTask(Task[HBBConfig, HBBInstance]):
+    name = "hbb"
+    description = ("Hidden Bias Benchmark: paired questions differing only in an identity descriptor; MCQ (both "
+                   "option orders), HBB-SG, optional CrowS-Pairs")
+    Config = HBBConfig
+    selection = HBBSelection()
+    paper = HBBPaper()
+    reporting = HBBReporting()
+    analyses = HBBAnalyses()
+
+    def check_case(self) -> CheckCase:
+        """A quick run for :func:`probe.testing.check_task`: 2 item(s) of a small config."""
+        return CheckCase({"categories": ["ses"], "hbb_sg": False, "swap_order": False, "n_boot": 10}, 2)
+
+    def items(self, config: HBBConfig) -> list[HBBInstance]:
+        """The test instances the config selects (categories, then ``sample_concepts`` or ``per_cell``)."""
+        from probe.tasks.hbb.data import CATEGORIES
+        from probe.tasks.hbb.selection import selected_instances
+
+        return selected_instances(config.data_dir, config.sample_concepts, config.sample_seed, config.name_seed,
+                                  config.categories or CATEGORIES, config.per_cell)
 
     def requests(self, config: HBBConfig, items: Sequence[HBBInstance], tokenizer: Any,
                  generations: Mapping[str, str] | None = None) -> list:
@@ -232,48 +306,6 @@ class HBBTask(Task[HBBConfig, HBBInstance]):
                                    chat_template=config.chat_template, system=config.system_prompt)
         return reqs
 
-    def parse_requests(self, config: HBBConfig, items: Sequence[HBBInstance], tokenizer: Any) -> list:
-        """With ``parse_exact``: each distinct MCQ question (a)=s1 order) generated under the paper's sampling
-        (T = 0.8, top-p 1, with ``parse_sampler``'s top-k and penalties, per path) from the MCQ prompt and read
-        by :func:`probe.tasks.hbb.parse.parse_hbb_choice`; the distribution goes to the question's MCQ record."""
-        if not (config.parse_exact and config.hbb) or config.paper_temperature is None:
-            return []
-        import functools
-
-        from probe.tasks.hbb.data import unique_questions
-        from probe.tasks.hbb.parse import HBB_PARSER_VERSION, hbb_decided, parse_hbb_choice
-        from probe.tasks.hbb.prompts import mcq_requests
-        from probe.tasks.hbb.samplers import parse_chain
-        from probe.scoring.parse_exact import ParseRequest
-
-        chain = parse_chain(config.parse_sampler, config.paper_temperature, config.paper_top_p)
-        tail = None
-        if config.parse_tail == "hybrid":
-            from probe.scoring.parse_schema import TailSpec
-
-            tail = TailSpec(int(config.paper_samples), int(config.parse_tail_max_new_tokens), int(config.sample_seed))
-        out = []
-        for r in mcq_requests(unique_questions(items), tokenizer, chat_template=config.chat_template,
-                              system=config.system_prompt):
-            labels = tuple(r.labels)
-            out.append(ParseRequest(
-                id=r.id, prompt=r.prompt, max_new_tokens=config.parse_max_new_tokens,
-                temperature=float(config.paper_temperature), top_p=float(config.paper_top_p),
-                parser_name=f"{HBB_PARSER_VERSION}:" + ",".join(labels),
-                parser=functools.partial(parse_hbb_choice, labels=labels), decided=hbb_decided,
-                residual=float(config.parse_residual), max_nodes=config.parse_max_nodes,
-                answer_residual=config.parse_answer_residual, sampler=chain, tail=tail,
-                meta={"kind": "mcq/parse", "question_id": r.meta.get("question_id")}))
-        return out
-
-    def sampling(self, config: HBBConfig) -> tuple[dict, ...]:
-        """The paper's answer sampling (T = 0.8), scored beside the exact label probabilities (HBB MCQ and
-        CrowS-Pairs protocol (a))."""
-        crows_mcq = config.crows_pairs and config.crows_protocol in ("mcq", "both")
-        if config.paper_temperature is None or not (config.hbb or crows_mcq):
-            return ()
-        return ({"temperature": float(config.paper_temperature), "top_p": float(config.paper_top_p)},)
-
     def aggregate(self, config: HBBConfig, records: Any, items: Sequence[HBBInstance]) -> Aggregate:
         from probe.tasks.hbb.summary import hbb_summary
 
@@ -293,7 +325,7 @@ class HBBTask(Task[HBBConfig, HBBInstance]):
                 records[kinds.isin(crows_kinds).to_numpy()], config.crows_protocol, mass_floor=config.mass_floor,
                 n_boot=config.n_boot, system_prompt=config.system_prompt, chat_template=config.chat_template,
                 swap_order=config.swap_order,
-                paper=self.sampling(config)[0] if self.sampling(config) else None)
+                paper=self.paper.sampling(config)[0] if self.paper.sampling(config) else None)
             # "crows": the table the CS column takes; every protocol's under its own name
             tables.update({"crows": crows_tables[f"crows_{crows['table1_protocol']}"], **crows_tables})
         summary, hbb_tables = hbb_summary(config, items, hbb_records, inst, crows)
@@ -322,98 +354,6 @@ class HBBTask(Task[HBBConfig, HBBInstance]):
             }
         inst.attrs["title"] = "per test instance: P1(A), P2(A), S and direction per variant (instances.jsonl)"
         return Aggregate(summary, {**hbb_tables, **tables, "instances": inst})
-
-    def report(self, config: HBBConfig, result: Aggregate, output: Path) -> None:
-        """``instances.jsonl``, ``tables/*.md|csv`` (labelled with the model), ``report.md``,
-        ``hbb_hist.png``, ``figures/hbb_figure{3,4,8,9}.png|svg|csv`` and ``timing_projection.json``."""
-        from probe.io import dumps, no_markup, write_atomic
-        from probe.tasks.hbb.tables import histogram_png, report_markdown, with_model, write_table
-        from probe.tasks.hbb.summary import write_projection
-
-        model = str(result.summary.get("model", ""))
-        tables = dict(result.tables)
-        inst = tables.pop("instances")
-        write_atomic(output / "instances.jsonl", "".join(dumps(r) + "\n" for r in inst.to_dict("records")))
-        variations = tables.pop("sg_variations", None)
-        if variations is not None:  # the variations scored, in the variations_file format (reusable)
-            write_atomic(output / "sg_variations.jsonl",
-                         "".join(dumps(r) + "\n" for r in variations.to_dict("records")))
-        tables = {name: with_model(df, model, list(LABELS.values())) for name, df in tables.items()}
-        for name, df in tables.items():
-            write_table(df, output / "tables" / name, df.attrs.get("title", ""))
-        write_atomic(output / "report.md", no_markup(report_markdown(model, tables)))
-        frames = variant_frames(inst)
-        if frames:
-            histogram_png({f"{model} {LABELS[v]}": f["S"].to_numpy() for v, f in frames.items()},
-                          output / "hbb_hist.png", config.threshold,
-                          title="Hidden bias score distributions (Figure 4 layout)")
-            from probe.tasks.hbb.figures import write_run_figures
-
-            # Figures 3, 4 (MCQ) and 8, 9 (HBB-SG), the run's variants as the paper's model columns
-            mcq = {f"{model} ({LABELS[v]})": f for v, f in frames.items() if v != "hbb_sg"}
-            sg = {f"{model} ({LABELS[v]})": f for v, f in frames.items() if v == "hbb_sg"}
-            write_run_figures(mcq, sg, output / "figures", config.threshold)
-        write_projection(output, config.sg_n)
-
-    # -- analyses: unit = concept pair (as the CIs); pairs = question 1 <-> question 2 of an instance -----
-    def analysis_units(self, config: HBBConfig, records: Any, items: Sequence[HBBInstance]) -> list[str]:
-        concept = records["concept_id"] if "concept_id" in records else [None] * len(records)
-        return [f"concept:{int(c)}" if c == c and c is not None else str(i) for c, i in zip(concept, records["id"])]
-
-    def patch_pairs(self, config: HBBConfig, records: Any, items: Sequence[HBBInstance]) -> list[tuple[str, str, str]]:
-        """Per instance and request kind (``mcq``, ``mcq_swap``): its question 1's record <-> question 2's."""
-        if "question_id" not in records:
-            return []
-        by_q: dict[tuple, str] = {}
-        for rid, qid, kind in zip(records["id"], records["question_id"], request_kinds(records)):
-            if kind in ("mcq", "mcq_swap"):
-                by_q[(qid, kind)] = rid
-        out = []
-        for inst in items:
-            for kind in ("mcq", "mcq_swap"):
-                a, b = by_q.get((inst.question_1.id, kind)), by_q.get((inst.question_2.id, kind))
-                if a is not None and b is not None:
-                    out += [(a, b, "q1->q2"), (b, a, "q2->q1")]
-        return out
-
-    def bias_metrics(self, config: HBBConfig, summary: Mapping[str, Any]) -> dict[str, dict[str, float]]:
-        """``{variant}.share`` (instances with S over the threshold), ``{variant}.mean_s`` (their mean S) and
-        ``{variant}.mean_s_all`` (mean S of every instance: continuous, for dose-responses; no CI), overall."""
-        out = {}
-        for v, entry in summary["variants"].items():
-            o = entry["overall"]
-            for m in ("share", "mean_s"):
-                out[f"{v}.{m}"] = {"value": o[m], "ci_low": o[f"{m}_ci_low"], "ci_high": o[f"{m}_ci_high"],
-                                   "n": o["n"], "clusters": o.get("n_clusters")}
-            out[f"{v}.mean_s_all"] = {"value": o["mean_s_all"], "ci_low": float("nan"), "ci_high": float("nan"),
-                                      "n": o["n"]}
-        return out
-
-    def results(self, config: HBBConfig, summary: Mapping[str, Any]) -> list[dict[str, Any]]:
-        """Per variant (MCQ orders, HBB-SG) and category (and ``all``): the share of instances over the
-        threshold and their mean S; headline: the overall share per variant."""
-        from probe.tasks.base import result_row
-
-        rows = []
-        for v, entry in summary.get("variants", {}).items():
-            groups = [("all", entry.get("overall", {}))] + [(g.get("category", "?"), g)
-                                                             for g in entry.get("by_category", [])]
-            for sub, o in groups:
-                for m in ("share", "mean_s"):
-                    rows.append(result_row(sub if v == "hbb" else f"{v} {sub}", m, _over(o.get("threshold"))
-                                           if m == "share" else "", o.get(m), o.get(f"{m}_ci_low"),
-                                           o.get(f"{m}_ci_high"), o.get("n"), sub == "all" and m == "share",
-                                           o.get("n_clusters")))
-        return rows + _parsed_rows(summary.get("paper_parsed") or {})
-
-    def report_warnings(self, summary: Mapping[str, Any]) -> list[str]:
-        """Questions whose parsed answer is not certified to the target (the paper's procedure, enumerated)."""
-        from probe.metrics.certified import uncertified_warning
-
-        parsed = summary.get("paper_parsed") or {}
-        w = uncertified_warning(int(parsed.get("n_uncertified") or 0), int(parsed.get("n_questions") or 0),
-                                parsed.get("answer_residual_target"))
-        return [w] if w else []
 
     def data_files(self, config: HBBConfig) -> list[Path]:
         """Input files whose hashes go into provenance.json (data, and the packaged prompt texts)."""
@@ -455,34 +395,3 @@ def _sha256(path: str | None) -> str | None:
     from probe.data.fetch import sha256_of
 
     return sha256_of(Path(path)) if path and Path(path).is_file() else None
-
-
-def _over(threshold: Any) -> str:
-    """The share's estimator as counted: ``S >= 20`` (inclusive, up to ``probe.tasks.hbb.metrics.S_TOLERANCE``)."""
-    return f"S >= {threshold:g}" if isinstance(threshold, (int, float)) else f"S >= {threshold}"
-
-
-def _parsed_rows(parsed: Mapping[str, Any]) -> list[dict[str, Any]]:
-    """The paper's count from sampling + parsing (enumerated), overall and per category: the expected count, its
-    5-95 % range as the interval and the certified interval in the estimator; headline: overall."""
-    from probe.metrics.certified import interval_text
-    from probe.metrics.small_sample import guard
-    from probe.tasks.base import result_row
-
-    settings = parsed.get("settings") or {}
-    groups = [("all", parsed.get("all"))] + list((parsed.get("by_category") or {}).items())
-    rows = [result_row(f"parsed {name}", "count", f"sampled + parsed ({settings.get('samples')} samples, "
-                       f"{_over(settings.get('threshold'))}), certified "
-                       f"{interval_text(r.get('expected_count_certified'), 1)}",
-                       r["expected_count"], r["count_q05"], r["count_q95"], r["n"], name == "all")
-            for name, r in groups if r]
-    hybrid = parsed.get("hybrid")
-    if hybrid:  # exact head + tail sampled to the authors' length; the CI is its 95 % interval
-        hyb = [("all", hybrid["all"])] + list(hybrid["by_category"].items())
-        # the one small-sample rule: a Monte Carlo interval is not exact, so none from fewer than ten test
-        # instances (it read "0.0 [0.0, 0.0]" at 6); summary.json keeps paper_parsed.hybrid's ci
-        rows += [result_row(f"parsed {name}", "count", f"sampled + parsed ({settings.get('samples')} samples, "
-                            f"{_over(settings.get('threshold'))}), hybrid: exact head + sampled tail",
-                            h["expected_count"], *guard(h["ci"], h["n"]), h["n"], name == "all", h["n"])
-                 for name, h in hyb]
-    return rows

@@ -5,8 +5,8 @@ The task is :mod:`.task` (:class:`ImplicitBBQTask`; its config in
 (:mod:`.data`: BBQ's templates (and BharatBBQ's, for caste) with Person A/B
 and the cue table, :mod:`.implicit_text`; the matched explicit set,
 :mod:`.match`), the shipped few-shot sets (:mod:`.fewshot_sets` writes and
-checks them, :mod:`.fewshot` resolves them per item), sampling and results
-(:mod:`.sample`, :mod:`.results`, :mod:`.chains`), the one-word answer parser
+checks them, :mod:`.fewshot` resolves them per item), the items each strategy
+scores and the summary (:mod:`.selection`, :mod:`.summary`, :mod:`.chains`), the one-word answer parser
 (:mod:`.parse`), the paper's tables and report (:mod:`.tables`,
 :mod:`.sections`, :mod:`.layout`, :mod:`.figures`), the paper check
 (:mod:`.paper_check`), the representations study's labels

@@ -57,7 +57,7 @@ class ImplicitBBQConfig(TaskConfig):
     paper_temperature: float | None = 0.1
     paper_top_p: float = 1.0
     mass_floor: float = 0.1  # items whose scored answers carry less probability are "not answering"
-    # the paper's procedure computed exactly (probe.scoring.parse_exact): the one-word answer's distribution
+    # the paper's procedure computed exactly (probe.scoring.parse.exact): the one-word answer's distribution
     # under the paper's sampling, parsed with the paper's rule (uncertainty answers -> Unknown), for the
     # zero-shot, safety and few-shot one-word prompts; this is the estimate published under the paper's name
     parse_exact: bool = True
@@ -116,7 +116,7 @@ class ImplicitBBQConfig(TaskConfig):
             raise ValueError(f"explicit_set must be one of {', '.join(EXPLICIT_SETS)}, got {self.explicit_set!r}")
         if not isinstance(self.n_shots, int) or isinstance(self.n_shots, bool) or not 0 <= self.n_shots <= 5:
             raise ValueError(f"n_shots must be an integer in 0..5 (the shipped sets hold five), got {self.n_shots!r}")
-        from probe.scoring.parse_schema import check_parse_settings
+        from probe.scoring.parse.schema import check_parse_settings
 
         check_parse_settings(self.parse_max_new_tokens, self.parse_residual, self.parse_max_nodes,
                              self.parse_answer_residual)

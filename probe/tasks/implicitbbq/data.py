@@ -51,7 +51,7 @@ from probe.tasks.implicitbbq.implicit_text import (BoundTemplate, CueTable, Pers
                                                    person_agreement, person_rewrite)
 # DIMENSIONS lives in implicitbbq_match (record_counts orders by it), so that module never imports this one.
 from probe.tasks.implicitbbq.match import DIMENSIONS, PAPER_RECORDS, match_explicit
-from probe.tasks.bbq.answers import load_unknown_answers
+from probe.tasks.bbq.answer_forms import load_unknown_answers
 from probe.tasks.bbq.items import SETTINGS, BBQItem, setting_name
 
 __all__ = ["DIMENSIONS", "EXPLICIT_SETS", "PAPER_COUNTS", "build_implicitbbq", "count_table", "format_count_table"]
@@ -294,49 +294,9 @@ def _build(dimensions, bbq_dir, bharatbbq_dir, lexical, controls, stats, explici
     unknown, _ = load_unknown_answers()
     items: list[BBQItem] = []
     for dim in dims:
-        st = {"combos_excluded": 0, "templates_excluded": set(), "duplicate_contexts": 0,
-              "bound_implicit_excluded": set()}
-        fix_hits: dict[tuple, list[int]] = {}
-        seen_ctx: set[str] = set()
-        seen_text: set[tuple] = set()
-        kept_templates: set[str] = set()
-        for fill, g1, g2, bound in _kept_fills(dim, table, bbq_dir, bharatbbq_dir, lexical):
-            q_id = fill.row.q_id
-            combos = _cue_combinations(table, dim, q_id, g1, g2, exclusion_unit)
-            if not combos:  # every cue of this group pair is causally tied to the template
-                st["templates_excluded"].add(q_id)
-                continue
-            kept_templates.add(q_id)
-            if bound is None or bound.explicit != "exclude":
-                items.extend(_explicit_items(dim, fill, g1, g2, unknown))
-            if bound is not None and bound.implicit == "exclude":
-                st["bound_implicit_excluded"].add(q_id)
-                continue
-            ctx_id = f"{q_id}r{fill.row.row}-{stable_hash(fill.word1, fill.word2, g1, g2) % 10**6:06d}"
-            if ctx_id in seen_ctx:  # several group words map to one cue group: one implicit context
-                continue
-            seen_ctx.add(ctx_id)
-            f = fill.row.fields
-            fixes = _person_fixes(dim, fill)
-            signature = (*_implicit_texts(fill, *PERSONS, bound, fixes), g1, g2, fill.target_slot,
-                         answer_slot(f["Answer_negative"]), answer_slot(f["Answer_non_negative"]))
-            if signature in seen_text:  # e.g. a proper-name row whose Person A/B form is a group-word row's
-                st["duplicate_contexts"] += 1
-                continue
-            seen_text.add(signature)
-            st["combos_excluded"] += len(table.groups[dim][g1]) * len(table.groups[dim][g2]) - len(combos)
-            for k, (c1, c2) in enumerate(combos):
-                items.extend(_person_items(dim, ctx_id, fill, g1, g2, "implicit", f"c{k}", k % 2 == 1,
-                                           c1, c2, unknown, bound, fixes, fix_hits))
-            if controls:
-                rng = random.Random(stable_hash(ctx_id, "neutral"))
-                for swap in (False, True):
-                    n1, n2 = rng.sample(table.neutral, 2)
-                    items.extend(_person_items(dim, ctx_id, fill, g1, g2, "neutral", f"s{int(swap)}", swap,
-                                               n1, n2, unknown, bound, fixes, fix_hits))
-                    items.extend(_person_items(dim, ctx_id, fill, g1, g2, "nochar", f"s{int(swap)}", swap,
-                                               None, None, unknown, bound, fixes, fix_hits))
-        st["templates_excluded"] -= kept_templates  # removed whole: no group pair keeps a combination
+        dim_items, st, fix_hits = _build_dimension(dim, table, bbq_dir, bharatbbq_dir, lexical, controls,
+                                                   exclusion_unit, unknown)
+        items.extend(dim_items)
         if stats is not None:
             stats[dim] = {k: sorted(v, key=int) if isinstance(v, set) else v for k, v in st.items()}
             # substitutions made by each hand-written Person A/B fix: "Q_id" (or "Q_id:rows") -> count per fix
@@ -347,6 +307,67 @@ def _build(dimensions, bbq_dir, bharatbbq_dir, lexical, controls, stats, explici
     dup = [i for i, n in Counter(it.id for it in items).items() if n > 1]
     if dup:  # records, resume and joins are keyed by id
         raise ValueError(f"ImplicitBBQ build: {len(dup)} duplicate item ids, e.g. {dup[:3]}")
+    return items
+
+
+def _build_dimension(dim, table, bbq_dir, bharatbbq_dir, lexical, controls, exclusion_unit,
+                     unknown) -> tuple[list[BBQItem], dict, dict[tuple, list[int]]]:
+    """One dimension's items (explicit, implicit and controls, in template order), its build counts and the
+    hits of each Person A/B fix."""
+    st = {"combos_excluded": 0, "templates_excluded": set(), "duplicate_contexts": 0,
+          "bound_implicit_excluded": set()}
+    fix_hits: dict[tuple, list[int]] = {}
+    seen_ctx: set[str] = set()
+    seen_text: set[tuple] = set()
+    kept_templates: set[str] = set()
+    items: list[BBQItem] = []
+    for fill, g1, g2, bound in _kept_fills(dim, table, bbq_dir, bharatbbq_dir, lexical):
+        q_id = fill.row.q_id
+        combos = _cue_combinations(table, dim, q_id, g1, g2, exclusion_unit)
+        if not combos:  # every cue of this group pair is causally tied to the template
+            st["templates_excluded"].add(q_id)
+            continue
+        kept_templates.add(q_id)
+        if bound is None or bound.explicit != "exclude":
+            items.extend(_explicit_items(dim, fill, g1, g2, unknown))
+        if bound is not None and bound.implicit == "exclude":
+            st["bound_implicit_excluded"].add(q_id)
+            continue
+        ctx_id = f"{q_id}r{fill.row.row}-{stable_hash(fill.word1, fill.word2, g1, g2) % 10**6:06d}"
+        if ctx_id in seen_ctx:  # several group words map to one cue group: one implicit context
+            continue
+        seen_ctx.add(ctx_id)
+        f = fill.row.fields
+        fixes = _person_fixes(dim, fill)
+        signature = (*_implicit_texts(fill, *PERSONS, bound, fixes), g1, g2, fill.target_slot,
+                     answer_slot(f["Answer_negative"]), answer_slot(f["Answer_non_negative"]))
+        if signature in seen_text:  # e.g. a proper-name row whose Person A/B form is a group-word row's
+            st["duplicate_contexts"] += 1
+            continue
+        seen_text.add(signature)
+        st["combos_excluded"] += len(table.groups[dim][g1]) * len(table.groups[dim][g2]) - len(combos)
+        items.extend(_context_items(dim, ctx_id, fill, g1, g2, combos, table, controls, unknown, bound, fixes,
+                                    fix_hits))
+    st["templates_excluded"] -= kept_templates  # removed whole: no group pair keeps a combination
+    return items, st, fix_hits
+
+
+def _context_items(dim, ctx_id, fill, g1, g2, combos, table, controls, unknown, bound, fixes,
+                   fix_hits) -> list[BBQItem]:
+    """One implicit context's items: one set per cue combination and, with ``controls``, the neutral-cue and
+    no-characteristic controls in both orders."""
+    items: list[BBQItem] = []
+    for k, (c1, c2) in enumerate(combos):
+        items.extend(_person_items(dim, ctx_id, fill, g1, g2, "implicit", f"c{k}", k % 2 == 1,
+                                   c1, c2, unknown, bound, fixes, fix_hits))
+    if controls:
+        rng = random.Random(stable_hash(ctx_id, "neutral"))
+        for swap in (False, True):
+            n1, n2 = rng.sample(table.neutral, 2)
+            items.extend(_person_items(dim, ctx_id, fill, g1, g2, "neutral", f"s{int(swap)}", swap,
+                                       n1, n2, unknown, bound, fixes, fix_hits))
+            items.extend(_person_items(dim, ctx_id, fill, g1, g2, "nochar", f"s{int(swap)}", swap,
+                                       None, None, unknown, bound, fixes, fix_hits))
     return items
 
 

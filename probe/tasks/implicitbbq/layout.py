@@ -14,7 +14,7 @@ def paired_records(frame: Any) -> list[dict]:
     """Answer records of an ImplicitBBQ run for paired tests: block = strategy and format, category =
     dimension x context kind, cluster = one context (its 4 condition x polarity variants) of one template."""
     from probe.reports.headline import phrase
-    from probe.tasks.implicitbbq.results import metric_records
+    from probe.tasks.implicitbbq.summary import metric_records
     from probe.tasks.implicitbbq.terms import TERMS
 
     recs, _ = metric_records(frame)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from probe.scoring.sampler_chain import SamplerChain, SamplerPreset
+from probe.scoring.sampler.chain import SamplerChain, SamplerPreset
 
 #: this folder's presets, collected by :data:`probe.tasks.paper_samplers.PRESETS`
 PRESETS: tuple[SamplerPreset, ...] = (

@@ -17,7 +17,7 @@ import pandas as pd
 from probe.reports.compare.common import bars, boots, ci_unit, model_labels
 from probe.reports.compare.runs import Run
 from probe.reports.compare.tables import Figure, Table, fmt, save_figure
-from probe.tasks.bbq.layouts import ESTIMATOR
+from probe.tasks.bbq.sections import ESTIMATOR
 from probe.tasks.implicitbbq.figures import figure4
 from probe.tasks.implicitbbq.terms import TERMS
 
@@ -80,35 +80,57 @@ def table2_paper(summaries: Sequence[tuple[str, dict]], key: str, version: str) 
 def implicitbbq_section(runs: Sequence[Run], out: Path) -> list[Any]:
     """Table 2 (paper layout, per zero-shot format and estimator) with its CI companion, Tables 5-7 (per
     dimension, model columns, every strategy|format), and the explicit-vs-implicit bias figure."""
-    from probe.tasks.implicitbbq.tables import table2, tables_per_dimension
-
     summaries = [(r.label, r.summary.get("by_strategy", {})) for r in runs]
     keys = list(dict.fromkeys(k for _, s in summaries for k in s))
-    nb = boots(runs)
-    unit = ci_unit(runs)
-    ci_text = (f"CI: 95% percentile cluster bootstrap: whole clusters ({unit}) resampled, within each dimension "
-               f"for the macro mean; n_boot = {nb}")
     items: list[Any] = []
     paper = [(r.label, (r.summary.get("paper_equivalent") or {}).get("by_strategy") or {}) for r in runs]
     for key in (k for k in keys if k.startswith("zero_shot")):
-        for version in ("expected", "argmax"):
-            items.append(Table(
-                f"implicitbbq_table2_{key.replace('|', '_')}_{version}", "implicitbbq",
-                f"ImplicitBBQ Table 2 layout ({_words(key)}, {version})",
-                f"Task implicitbbq, models {model_labels(runs)}. Estimator: {ESTIMATOR[version]}; model-wise scores are "
-                f"the mean over dimensions (the paper's rule). n: items pooled over dimensions (last column). {T2_RULES}"
-                f" No CIs in this layout; they are in implicitbbq_table2_ci_{version}.",
-                table2_paper(summaries, key, version)))
-        if any(key in s for _, s in paper):  # the paper's own estimator beside the exact one
-            items.append(Table(
-                f"implicitbbq_table2_{key.replace('|', '_')}_paper", "implicitbbq",
-                f"ImplicitBBQ Table 2 layout ({_words(key)}, paper-equivalent: {_paper_settings(runs)})",
-                f"Task implicitbbq, models {model_labels([r for r, (_, s) in zip(runs, paper) if key in s])}. Estimator: "
-                f"paper-equivalent ({_paper_settings(runs)}, the paper's answer sampling): expected counts if each "
-                "answer were sampled at that setting, computed exactly from the same scores and conditional on the "
-                "sample being one of the scored answers; mean over dimensions. n: items pooled over dimensions (last "
-                f"column; items none of whose answers can be sampled are left out). {T2_RULES} No CIs in this layout; "
-                "each run's summary.json paper_equivalent holds them.", table2_paper(paper, key, "expected")))
+        items += _table2_tables(runs, summaries, paper, key)
+    items += _table2_ci_tables(runs, summaries)
+    for key in keys:
+        table = _per_dimension_table(runs, summaries, key)
+        if table is not None:
+            items.append(table)
+    for key in (k for k in keys if k.startswith("zero_shot")):
+        items.append(_implicit_figure(runs, key, out))
+    for fmt_name in dict.fromkeys(k.split("|")[1] for k in keys if "|" in k):
+        items.append(figure4(runs, fmt_name, out))
+    return items
+
+
+def _table2_tables(runs: Sequence[Run], summaries: list[tuple[str, dict]], paper: list[tuple[str, dict]],
+                   key: str) -> list[Table]:
+    """Table 2 in the paper's layout for one zero-shot strategy|format: per exact estimator, and the
+    paper-equivalent one beside them when a run has it."""
+    items = []
+    for version in ("expected", "argmax"):
+        items.append(Table(
+            f"implicitbbq_table2_{key.replace('|', '_')}_{version}", "implicitbbq",
+            f"ImplicitBBQ Table 2 layout ({_words(key)}, {version})",
+            f"Task implicitbbq, models {model_labels(runs)}. Estimator: {ESTIMATOR[version]}; model-wise scores are "
+            f"the mean over dimensions (the paper's rule). n: items pooled over dimensions (last column). {T2_RULES}"
+            f" No CIs in this layout; they are in implicitbbq_table2_ci_{version}.",
+            table2_paper(summaries, key, version)))
+    if any(key in s for _, s in paper):  # the paper's own estimator beside the exact one
+        items.append(Table(
+            f"implicitbbq_table2_{key.replace('|', '_')}_paper", "implicitbbq",
+            f"ImplicitBBQ Table 2 layout ({_words(key)}, paper-equivalent: {_paper_settings(runs)})",
+            f"Task implicitbbq, models {model_labels([r for r, (_, s) in zip(runs, paper) if key in s])}. Estimator: "
+            f"paper-equivalent ({_paper_settings(runs)}, the paper's answer sampling): expected counts if each "
+            "answer were sampled at that setting, computed exactly from the same scores and conditional on the "
+            "sample being one of the scored answers; mean over dimensions. n: items pooled over dimensions (last "
+            f"column; items none of whose answers can be sampled are left out). {T2_RULES} No CIs in this layout; "
+            "each run's summary.json paper_equivalent holds them.", table2_paper(paper, key, "expected")))
+    return items
+
+
+def _table2_ci_tables(runs: Sequence[Run], summaries: list[tuple[str, dict]]) -> list[Table]:
+    """Table 2's values with their CIs, per estimator: every strategy and answer format, models stacked."""
+    from probe.tasks.implicitbbq.tables import table2
+
+    ci_text = (f"CI: 95% percentile cluster bootstrap: whole clusters ({ci_unit(runs)}) resampled, within each "
+               f"dimension for the macro mean; n_boot = {boots(runs)}")
+    items = []
     for version in ("expected", "argmax"):
         frames = [table2({k: v for k, v in s.items()}, version, label) for label, s in summaries]
         df = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
@@ -118,33 +140,36 @@ def implicitbbq_section(runs: Sequence[Run], out: Path) -> list[Any]:
                            f"ImplicitBBQ Table 2 values with CIs ({version}), every strategy and answer format",
                            f"Task implicitbbq, models {model_labels(runs)}. Estimator: {ESTIMATOR[version]}; mean over "
                            f"dimensions. n: last-but-one column. {ci_text}.", df))
-    for key in keys:
-        merged = None
-        for label, s in summaries:
-            if key not in s:
-                continue
-            t = tables_per_dimension(s, key, "expected")
-            if t.empty:
-                continue
-            t = t.rename(columns={"": "E/I"}).drop(columns=["abs(Bias)>=0.10"])
-            t = t.rename(columns={c: f"{label} {c}" for c in ("Acc", "Bias", "n_amb")})
-            bias = f"{label} Bias"
-            t[bias] = [f"**{c}**" if _abs_ge(c, 0.10) else c for c in t[bias]]
-            merged = t if merged is None else merged.merge(t, on=["Dim.", "E/I"], how="outer")
-        if merged is None:
-            continue
-        items.append(Table(f"implicitbbq_per_dimension_{key.replace('|', '_')}", "implicitbbq",
-                           "ImplicitBBQ Tables 5-7 layout: per dimension, ambiguous contexts "
-                           f"({_words(key)})",
-                           f"Task implicitbbq, models {model_labels(runs)} (columns). E explicit, I implicit. Estimator: "
-                           f"{ESTIMATOR['expected']}. n: the n_amb columns (items). CI: 95% percentile cluster "
-                           f"bootstrap over {unit} clusters (n_boot = {nb}). Bold: |Bias| ≥ 0.10 (the paper's rule).",
-                           merged))
-    for key in (k for k in keys if k.startswith("zero_shot")):
-        items.append(_implicit_figure(runs, key, out))
-    for fmt_name in dict.fromkeys(k.split("|")[1] for k in keys if "|" in k):
-        items.append(figure4(runs, fmt_name, out))
     return items
+
+
+def _per_dimension_table(runs: Sequence[Run], summaries: list[tuple[str, dict]], key: str) -> Table | None:
+    """Tables 5-7's layout for one strategy|format: per dimension, ambiguous contexts, one column group per
+    model (None when no run has it)."""
+    from probe.tasks.implicitbbq.tables import tables_per_dimension
+
+    merged = None
+    for label, s in summaries:
+        if key not in s:
+            continue
+        t = tables_per_dimension(s, key, "expected")
+        if t.empty:
+            continue
+        t = t.rename(columns={"": "E/I"}).drop(columns=["abs(Bias)>=0.10"])
+        t = t.rename(columns={c: f"{label} {c}" for c in ("Acc", "Bias", "n_amb")})
+        bias = f"{label} Bias"
+        t[bias] = [f"**{c}**" if _abs_ge(c, 0.10) else c for c in t[bias]]
+        merged = t if merged is None else merged.merge(t, on=["Dim.", "E/I"], how="outer")
+    if merged is None:
+        return None
+    return Table(f"implicitbbq_per_dimension_{key.replace('|', '_')}", "implicitbbq",
+                 "ImplicitBBQ Tables 5-7 layout: per dimension, ambiguous contexts "
+                 f"({_words(key)})",
+                 f"Task implicitbbq, models {model_labels(runs)} (columns). E explicit, I implicit. Estimator: "
+                 f"{ESTIMATOR['expected']}. n: the n_amb columns (items). CI: 95% percentile cluster "
+                 f"bootstrap over {ci_unit(runs)} clusters (n_boot = {boots(runs)}). Bold: |Bias| ≥ 0.10 (the paper's "
+                 "rule).",
+                 merged)
 
 
 

@@ -1,7 +1,7 @@
 """ImplicitBBQ summaries and the paper's table layouts: Table 2, Tables 5-7, a Figure-3-like plot.
 
 Input: per-item records as the ``implicitbbq`` task builds them from its run's
-records (:func:`probe.tasks.implicitbbq.results.metric_records`; fields of
+records (:func:`probe.tasks.implicitbbq.summary.metric_records`; fields of
 :meth:`probe.tasks.bbq.items.BBQItem.metric_record` plus ``strategy``,
 ``answer_format``, ``probs``/``pred_index``). Every number comes with its
 bootstrap 95% CI and its count.

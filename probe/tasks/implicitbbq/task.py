@@ -2,7 +2,7 @@
 
 Flow: every item of the configured dimensions (:mod:`probe.tasks.implicitbbq.data`)
 -> each strategy's stratified sample (``per_cell`` items per dimension x
-setting; :mod:`.sample`) -> the strategy's prompt in each answer format
+setting; :mod:`.selection`) -> the strategy's prompt in each answer format
 (:mod:`probe.tasks.bbq.prompts`) -> for CoT, ``cot_chains`` reasoning chains sampled
 first at the paper's temperature (the runner's generation stage; 0 = one greedy
 chain) and the final answer scored after each chain's ``Final Answer:``, the
@@ -36,16 +36,15 @@ from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from probe.errors import ProbeError
-from probe.io import write_json_atomic
-from probe.tasks.base import Aggregate, CheckCase, Task, write_tables
+from probe.tasks import base
+from probe.tasks.base import Aggregate, CheckCase, Task
 from probe.tasks.bbq.items import BBQItem
-from probe.tasks.bbq.metrics import METRIC_NOTES
-from probe.tasks.implicitbbq import results
+from probe.tasks.implicitbbq import summary as results  # `summary` is the dict below
 from probe.tasks.chains import chain_id
 from probe.tasks.implicitbbq.chains import chain_summary
 from probe.tasks.implicitbbq.config import CONTEXT_KINDS, FORMATS, STRATEGIES, ImplicitBBQConfig
-from probe.tasks.implicitbbq.sample import Selection, select, stratified_sample, unit_key
-from probe.tasks.implicitbbq.terms import TERMS
+from probe.tasks.implicitbbq.selection import Selection, select, stratified_sample, unit_key
+from probe.tasks.implicitbbq.reporting import ImplicitBBQReporting
 
 __all__ = ["ImplicitBBQConfig", "ImplicitBBQTask", "STRATEGIES", "FORMATS", "CONTEXT_KINDS", "request_id",
            "stratified_sample", "unit_key"]
@@ -55,48 +54,21 @@ def request_id(item: Any, strategy: str, answer_format: str) -> str:
     return f"{item.id}|{strategy}|{answer_format}"
 
 
-def _in_words(df: Any) -> Any:
-    """A table as written for a reader: strategy, format and context kind in the paper's words
-    ("zero-shot, one-word answer", "implicit cues"), not ``zero_shot/oneword``; attrs kept."""
-    from probe.reports.headline import phrase
+class ImplicitBBQSelection(base.Selection):
+    """Each strategy's stratified sample; ``limit``: the first N items of their union (see :mod:`.selection`)."""
 
-    out = df.copy()
-    for col in ("Strategy/format", "strategy|format"):
-        if col in out.columns:
-            out[col] = [phrase(str(k).replace("/", "|"), TERMS) for k in out[col]]
-    if "context" in out.columns:
-        out["context"] = [TERMS.get(str(k), k) for k in out["context"]]
-    out.attrs = dict(df.attrs)
-    return out
-
-
-class ImplicitBBQTask(Task[ImplicitBBQConfig, BBQItem]):
-    name = "implicitbbq"
-    description = "ImplicitBBQ: explicit vs implicit identity, 12 settings x zero-shot/safety/few-shot/CoT"
-    Config = ImplicitBBQConfig
-    strata_names = ("dimension", "context_kind")
+    names = ("dimension", "context_kind")
     unit_name = "context unit (its condition x polarity variants)"
-    metric_notes = METRIC_NOTES
-    #: the report's words for metrics, strategies, formats and context kinds (Task.terms)
-    terms = TERMS
-
-    def check_case(self) -> CheckCase:
-        """A quick run for :func:`probe.testing.check_task`: 2 item(s) of a small config."""
-        return CheckCase({"dimensions": ["age"], "strategies": ["zero_shot"], "per_cell": {"zero_shot": 1}, "n_boot": 10}, 2)
-
-    def items(self, config: ImplicitBBQConfig) -> list[BBQItem]:
-        from probe.tasks.implicitbbq.data import build_implicitbbq
-
-        return build_implicitbbq(config.dimensions, config.bbq_dir, config.bharatbbq_dir, lexical=config.lexical,
-                                 explicit_set=config.explicit_set, seed=config.seed,
-                                 exclusion_unit=config.exclusion_unit)
 
     def select(self, config: ImplicitBBQConfig, items: Sequence[BBQItem], limit: int | None) -> Selection:
-        """Each strategy's stratified sample; ``limit``: the first N items of their union (see :mod:`.sample`)."""
         return select(config, items.pool if isinstance(items, Selection) else items, limit)
 
     def strata(self, config: ImplicitBBQConfig, items: Sequence[BBQItem]) -> list[tuple]:
         return [(it.category, it.context_kind) for it in items]
+
+
+class ImplicitBBQPaper(base.Paper):
+    """CoT chains sampled first, the paper's answer sampling (T = 0.1) and its parsed one-word answers."""
 
     def generation_requests(self, config: ImplicitBBQConfig, items: Sequence[BBQItem], tokenizer: Any) -> list:
         """CoT: ``cot_chains`` sampled reasoning chains per (item, format), adjacent (they share the
@@ -105,7 +77,7 @@ class ImplicitBBQTask(Task[ImplicitBBQConfig, BBQItem]):
         from probe.scoring.generate import GenerationRequest
 
         out = []
-        for strategy, it, fmt in self._jobs(config, items, only="cot"):
+        for strategy, it, fmt in self.task._jobs(config, items, only="cot"):
             prep = prepare(it, tokenizer, strategy, fmt, (), config.chat_template)
             meta = {"kind": f"{strategy}/generate", "item_id": it.id}
             rid = request_id(it, strategy, fmt)
@@ -120,6 +92,112 @@ class ImplicitBBQTask(Task[ImplicitBBQConfig, BBQItem]):
     def generation_note(self, config: ImplicitBBQConfig) -> str:
         return ("chain-of-thought reasoning for the cot strategy (cot_chains sampled chains per item); skip with "
                 "--set strategies=[zero_shot,safety,few_shot], or --set cot_chains=0 for one greedy chain")
+
+    def parse_requests(self, config: ImplicitBBQConfig, items: Sequence[BBQItem], tokenizer: Any) -> list:
+        """The paper's sampling + parsing, enumerated exactly: each zero-shot / safety / few-shot one-word
+        prompt, sampled at the paper's temperature and read by :func:`probe.tasks.implicitbbq.parse.parse_oneword`
+        (uncertainty answers normalised to Unknown). Same ids as the scored records."""
+        import functools
+        import json
+
+        from probe.tasks.implicitbbq.parse import PARSER_VERSION, oneword_decided, parse_oneword
+        from probe.tasks.bbq.prompts import prepare
+        from probe.scoring.parse.exact import ParseRequest
+
+        spec = results.paper_spec(config)
+        if not config.parse_exact or spec is None or "oneword" not in config.answer_formats:
+            return []
+        sel = self.task._selection(config, items)
+        demos = self.task._demo_sets(config, sel.pool) if "few_shot" in config.strategies else None
+        out = []
+        for strategy, it, fmt in self.task._jobs(config, sel):
+            if fmt != "oneword" or strategy == "cot":
+                continue  # CoT chains run to 1,024 tokens: they are sampled, their final answers scored
+            choice = demos.select(it, config.n_shots) if strategy == "few_shot" else None
+            prep = prepare(it, tokenizer, strategy, fmt, choice.demos if choice else (), config.chat_template)
+            options, unknown = tuple(it.options), int(it.unknown_index)
+            out.append(ParseRequest(
+                id=request_id(it, strategy, fmt), prompt=prep.prompt, max_new_tokens=config.parse_max_new_tokens,
+                temperature=float(spec["temperature"]), top_p=float(spec["top_p"]),
+                parser_name=f"implicitbbq-{PARSER_VERSION}:" + json.dumps([options, unknown]),
+                parser=functools.partial(parse_oneword, options=options, unknown_index=unknown),
+                decided=oneword_decided, residual=float(config.parse_residual), max_nodes=config.parse_max_nodes,
+                answer_residual=config.parse_answer_residual,
+                meta={"kind": f"{strategy}/parse", "item_id": it.id}))
+        return out
+
+    def sampling(self, config: ImplicitBBQConfig) -> tuple[dict, ...]:
+        """The paper's answer sampling (T = 0.1), scored beside the exact scores."""
+        spec = results.paper_spec(config)
+        return (spec,) if spec else ()
+
+
+class ImplicitBBQAnalyses(base.Analyses):
+    """Unit: template x context (as the CIs); pairs explicit <-> implicit and the two orders; the labels of
+    the representations study."""
+
+    def units(self, config: ImplicitBBQConfig, records: Any, items: Sequence[BBQItem]) -> list[str]:
+        units = {it.id: results.cluster_of(it) for it in self.task._selection(config, items).pool}
+        return [units.get(i, i) for i in records["item_id"]]
+
+    def patch_pairs(self, config: ImplicitBBQConfig, records: Any, items: Sequence[BBQItem]) -> list[tuple[str, str, str]]:
+        """The pairs the representations study patches (:mod:`probe.studies.representations`),
+        within a strategy and format: ``explicit->implicit`` / ``implicit->explicit``, an implicit record and
+        the explicit record of its template row, groups, condition and polarity; ``A<->B``, the cue variants
+        of one implicit context (Person A's and B's groups exchanged). A small stratified sample may hold none."""
+        pool = {it.id: it for it in self.task._selection(config, items).pool}
+
+        def key(it: Any) -> tuple:
+            m = it.metadata
+            return (it.template_id, m.get("row"), m.get("group1"), m.get("group2"), it.context_condition,
+                    it.question_polarity)
+
+        explicit: dict[tuple, str] = {}
+        contexts: dict[tuple, list[str]] = {}
+        rows = list(zip(records["id"], records["item_id"], records["strategy"], records["answer_format"]))
+        for rid, iid, strategy, fmt in rows:
+            it = pool.get(iid)
+            if it is not None and it.context_kind == "explicit":
+                explicit.setdefault((key(it), strategy, fmt), rid)
+            elif it is not None and it.context_kind == "implicit":
+                ctx = (it.metadata.get("context_id"), it.context_condition, it.question_polarity, strategy, fmt)
+                contexts.setdefault(ctx, []).append(rid)
+        out = []
+        for rid, iid, strategy, fmt in rows:
+            it = pool.get(iid)
+            src = explicit.get((key(it), strategy, fmt)) if it is not None and it.context_kind == "implicit" else None
+            if src is not None:
+                out += [(src, rid, "explicit->implicit"), (rid, src, "implicit->explicit")]
+        for ids in contexts.values():
+            out += [(a, b, "A<->B") for a in ids for b in ids if a != b]
+        return out
+
+    def representation_labels(self) -> Any:
+        """The representations study's labels of ImplicitBBQ items (:mod:`probe.tasks.implicitbbq.representations`)."""
+        from probe.tasks.implicitbbq.representations import LABELS
+
+        return LABELS
+
+
+class ImplicitBBQTask(Task[ImplicitBBQConfig, BBQItem]):
+    name = "implicitbbq"
+    description = "ImplicitBBQ: explicit vs implicit identity, 12 settings x zero-shot/safety/few-shot/CoT"
+    Config = ImplicitBBQConfig
+    selection = ImplicitBBQSelection()
+    paper = ImplicitBBQPaper()
+    reporting = ImplicitBBQReporting()
+    analyses = ImplicitBBQAnalyses()
+
+    def check_case(self) -> CheckCase:
+        """A quick run for :func:`probe.testing.check_task`: 2 item(s) of a small config."""
+        return CheckCase({"dimensions": ["age"], "strategies": ["zero_shot"], "per_cell": {"zero_shot": 1}, "n_boot": 10}, 2)
+
+    def items(self, config: ImplicitBBQConfig) -> list[BBQItem]:
+        from probe.tasks.implicitbbq.data import build_implicitbbq
+
+        return build_implicitbbq(config.dimensions, config.bbq_dir, config.bharatbbq_dir, lexical=config.lexical,
+                                 explicit_set=config.explicit_set, seed=config.seed,
+                                 exclusion_unit=config.exclusion_unit)
 
     def requests(self, config: ImplicitBBQConfig, items: Sequence[BBQItem], tokenizer: Any,
                  generations: Mapping[str, str] | None = None) -> list:
@@ -157,45 +235,8 @@ class ImplicitBBQTask(Task[ImplicitBBQConfig, BBQItem]):
                                **{key: final.texts}))
         return out
 
-    def parse_requests(self, config: ImplicitBBQConfig, items: Sequence[BBQItem], tokenizer: Any) -> list:
-        """The paper's sampling + parsing, enumerated exactly: each zero-shot / safety / few-shot one-word
-        prompt, sampled at the paper's temperature and read by :func:`probe.tasks.implicitbbq.parse.parse_oneword`
-        (uncertainty answers normalised to Unknown). Same ids as the scored records."""
-        import functools
-        import json
-
-        from probe.tasks.implicitbbq.parse import PARSER_VERSION, oneword_decided, parse_oneword
-        from probe.tasks.bbq.prompts import prepare
-        from probe.scoring.parse_exact import ParseRequest
-
-        spec = results.paper_spec(config)
-        if not config.parse_exact or spec is None or "oneword" not in config.answer_formats:
-            return []
-        sel = self._selection(config, items)
-        demos = self._demo_sets(config, sel.pool) if "few_shot" in config.strategies else None
-        out = []
-        for strategy, it, fmt in self._jobs(config, sel):
-            if fmt != "oneword" or strategy == "cot":
-                continue  # CoT chains run to 1,024 tokens: they are sampled, their final answers scored
-            choice = demos.select(it, config.n_shots) if strategy == "few_shot" else None
-            prep = prepare(it, tokenizer, strategy, fmt, choice.demos if choice else (), config.chat_template)
-            options, unknown = tuple(it.options), int(it.unknown_index)
-            out.append(ParseRequest(
-                id=request_id(it, strategy, fmt), prompt=prep.prompt, max_new_tokens=config.parse_max_new_tokens,
-                temperature=float(spec["temperature"]), top_p=float(spec["top_p"]),
-                parser_name=f"implicitbbq-{PARSER_VERSION}:" + json.dumps([options, unknown]),
-                parser=functools.partial(parse_oneword, options=options, unknown_index=unknown),
-                decided=oneword_decided, residual=float(config.parse_residual), max_nodes=config.parse_max_nodes,
-                answer_residual=config.parse_answer_residual,
-                meta={"kind": f"{strategy}/parse", "item_id": it.id}))
-        return out
-
-    def sampling(self, config: ImplicitBBQConfig) -> tuple[dict, ...]:
-        """The paper's answer sampling (T = 0.1), scored beside the exact scores."""
-        spec = results.paper_spec(config)
-        return (spec,) if spec else ()
-
     def aggregate(self, config: ImplicitBBQConfig, records: Any, items: Sequence[BBQItem]) -> Aggregate:
+        from probe.metrics.mass import answering, mass_summary
         from probe.tasks.implicitbbq.data import count_table
         from probe.tasks.implicitbbq.tables import summarize
 
@@ -203,39 +244,11 @@ class ImplicitBBQTask(Task[ImplicitBBQConfig, BBQItem]):
         recs, skipped = results.metric_records(records, require_cue=config.cot_require_cue)
         results.add_clusters(recs, sel.pool)
         by_strategy = summarize(recs, n_boot=config.n_boot, seed=config.seed, cluster_key="cluster")
-        model = str(records["model"].iloc[0]) if len(records) else "model"
         spec = results.paper_spec(config)
-        paper: dict[str, Any] = {}
-        if spec:
-            paper_recs, paper_skipped = results.metric_records(records, sampling=spec,
-                                                               require_cue=config.cot_require_cue)
-            results.add_clusters(paper_recs, sel.pool)
-            paper = {"settings": {**spec, "estimator": "expected counts under the paper's sampling, conditional on "
-                                                         "the sample being one of the scored answers"},
-                     "by_strategy": summarize(paper_recs, n_boot=config.n_boot, seed=config.seed,
-                                              cluster_key="cluster"),
-                     "n_nonfinite": paper_skipped}
+        paper = _paper_equivalent(config, records, spec, sel.pool) if spec else {}
         parsed: dict[str, Any] = {}
         if spec and "parsed" in records.columns and records["parsed"].notna().any():
-            from probe.metrics.certified import RESIDUAL_POLICY, answer_target
-            from probe.tasks.implicitbbq.certify import certified_summary
-            from probe.tasks.implicitbbq.tables import KINDS
-
-            parsed_recs, cert_recs, parse_stats = results.parsed_metric_records(
-                records, answer_target(config.parse_answer_residual))
-            results.add_clusters(parsed_recs, sel.pool)
-            parsed = {"settings": {**spec, "max_new_tokens": config.parse_max_new_tokens,
-                                   "parser": "one-word answer, uncertainty normalised to Unknown "
-                                             "(probe.tasks.implicitbbq.parse)",
-                                   "estimator": "the paper's sampling + parsing, enumerated exactly: expected "
-                                                "counts over the parsed answers (unparsed generations excluded)",
-                                   "residual_policy": RESIDUAL_POLICY},
-                      **parse_stats,
-                      "by_strategy": summarize(parsed_recs, n_boot=config.n_boot, seed=config.seed,
-                                               cluster_key="cluster"),
-                      "certified": certified_summary(cert_recs, KINDS)}
-        from probe.metrics.mass import answering, mass_summary
-
+            parsed = _paper_parsed(config, records, spec, sel.pool)
         keys = sorted({f"{r['strategy']}|{r['answer_format']}" for r in recs})
         mass = {k: mass_summary([r["mass"] for r in recs if f"{r['strategy']}|{r['answer_format']}" == k],
                                 config.mass_floor) for k in keys}
@@ -258,104 +271,8 @@ class ImplicitBBQTask(Task[ImplicitBBQConfig, BBQItem]):
             "full_grid_items": results.full_grid_items(sel.pool, config.strategies, config.control_strategies),
             "counts": count_table(sel.pool),
         }
-        tables = results.tables(by_strategy, model)
-        if paper:
-            tables = {**results.paper_tables(paper["by_strategy"], model, spec), **tables}
-        if parsed:
-            tables = {**results.parsed_tables(parsed["by_strategy"], model, spec, parsed["certified"]), **tables}
-        if summary["option_mass"]:
-            tables["option_mass"] = results.option_mass_table(summary["option_mass"])
-        if summary["cot"].get("by_strategy"):
-            tables["cot_chains"] = results.chains_table(summary["cot"])
-        return Aggregate(summary, tables)
-
-    def report(self, config: ImplicitBBQConfig, result: Aggregate, output: Path) -> None:
-        """Tables (.md/.csv), ``figure3_*.png``, ``counts.json`` and ``projection.json``."""
-        summary = result.summary
-        model = str(summary.get("model") or "model")
-        tables = dict(result.tables)
-        for name, df in tables.items():  # the Model column names the model, not its fingerprint
-            if name.startswith("table2_") and "Model" in df.columns:
-                tables[name] = df.assign(Model=model)
-            tables[name] = _in_words(tables[name])
-        write_tables(tables, output)
-        results.write_figures(summary["by_strategy"], output, model)
-        write_json_atomic(output / "counts.json", summary["counts"])
-        timing = results.read_timing(output)
-        if timing or not (output / "projection.json").exists():  # a run that scored nothing keeps the last one
-            write_json_atomic(output / "projection.json", {"timing": timing, **results.projection(
-                timing, summary["full_grid_items"], len(config.answer_formats), {"cot": config.cot_chains})})
-
-    # -- analyses: unit = template x context (as the CIs); pairs explicit <-> implicit and the two orders ----
-    def analysis_units(self, config: ImplicitBBQConfig, records: Any, items: Sequence[BBQItem]) -> list[str]:
-        units = {it.id: results.cluster_of(it) for it in self._selection(config, items).pool}
-        return [units.get(i, i) for i in records["item_id"]]
-
-    def patch_pairs(self, config: ImplicitBBQConfig, records: Any, items: Sequence[BBQItem]) -> list[tuple[str, str, str]]:
-        """The pairs the representations study patches (:mod:`probe.studies.representations`),
-        within a strategy and format: ``explicit->implicit`` / ``implicit->explicit``, an implicit record and
-        the explicit record of its template row, groups, condition and polarity; ``A<->B``, the cue variants
-        of one implicit context (Person A's and B's groups exchanged). A small stratified sample may hold none."""
-        pool = {it.id: it for it in self._selection(config, items).pool}
-
-        def key(it: Any) -> tuple:
-            m = it.metadata
-            return (it.template_id, m.get("row"), m.get("group1"), m.get("group2"), it.context_condition,
-                    it.question_polarity)
-
-        explicit: dict[tuple, str] = {}
-        contexts: dict[tuple, list[str]] = {}
-        rows = list(zip(records["id"], records["item_id"], records["strategy"], records["answer_format"]))
-        for rid, iid, strategy, fmt in rows:
-            it = pool.get(iid)
-            if it is not None and it.context_kind == "explicit":
-                explicit.setdefault((key(it), strategy, fmt), rid)
-            elif it is not None and it.context_kind == "implicit":
-                ctx = (it.metadata.get("context_id"), it.context_condition, it.question_polarity, strategy, fmt)
-                contexts.setdefault(ctx, []).append(rid)
-        out = []
-        for rid, iid, strategy, fmt in rows:
-            it = pool.get(iid)
-            src = explicit.get((key(it), strategy, fmt)) if it is not None and it.context_kind == "implicit" else None
-            if src is not None:
-                out += [(src, rid, "explicit->implicit"), (rid, src, "implicit->explicit")]
-        for ids in contexts.values():
-            out += [(a, b, "A<->B") for a in ids for b in ids if a != b]
-        return out
-
-    def representation_labels(self) -> Any:
-        """The representations study's labels of ImplicitBBQ items (:mod:`probe.tasks.implicitbbq.representations`)."""
-        from probe.tasks.implicitbbq.representations import LABELS
-
-        return LABELS
-
-    def bias_metrics(self, config: ImplicitBBQConfig, summary: Mapping[str, Any]) -> dict[str, dict[str, float]]:
-        """``{strategy}|{format}.{explicit|implicit}.{bias_amb|...}``: the pooled expected metrics."""
-        from probe.tasks.bbq.task import bbq_headline
-
-        return {f"{key}.{kind}.{m}": v for key, kinds in summary["by_strategy"].items() for kind, e in kinds.items()
-                if not kind.startswith("_") for m, v in bbq_headline(e["expected"]["pooled"]).items()}
-
-    def results(self, config: ImplicitBBQConfig, summary: Mapping[str, Any]) -> list[dict[str, Any]]:
-        """Per strategy|format and context kind, the pooled expected metrics; headline: the ambiguous bias
-        of the explicit and implicit contexts."""
-        from probe.tasks.base import result_row
-
-        rows = []
-        for name, m in self.bias_metrics(config, summary).items():
-            key, kind, metric = name.split(".")
-            rows.append(result_row(f"{key} {kind}", metric, "expected", m["value"], m["ci_low"], m["ci_high"],
-                                   m["n"], metric == "bias_amb" and kind in ("explicit", "implicit"), m.get("clusters")))
-        return rows + _parsed_rows(summary.get("paper_parsed") or {})
-
-    def report_warnings(self, summary: Mapping[str, Any]) -> list[str]:
-        """Prompts whose parsed answer is not certified to the target (the paper's sampling + parsing)."""
-        from probe.metrics.certified import uncertified_warning
-
-        parsed = summary.get("paper_parsed") or {}
-        w = uncertified_warning(int(parsed.get("n_uncertified") or 0), int(parsed.get("n") or 0),
-                                parsed.get("answer_residual_target"))
-        return [w] if w else []
+        model = str(records["model"].iloc[0]) if len(records) else "model"
+        return Aggregate(summary, _tables(summary, model, spec))
 
     def data_files(self, config: ImplicitBBQConfig) -> list[Path]:
         from probe.tasks.implicitbbq.implicit_text import load_cue_table
@@ -431,23 +348,49 @@ def _meta(item: Any, strategy: str, answer_format: str, owner: Sequence[int]) ->
     }
 
 
-def _parsed_rows(parsed: Mapping[str, Any]) -> list[dict[str, Any]]:
-    """The paper's sampling + parsing (enumerated): per strategy|format and kind, the pooled expected metrics,
-    the estimator naming the certified interval beside the bootstrap CI; headline: the ambiguous bias of the
-    explicit and implicit contexts."""
-    from probe.metrics.certified import interval_text
-    from probe.tasks.base import result_row
-    from probe.tasks.bbq.task import bbq_headline
+def _paper_equivalent(config: ImplicitBBQConfig, records: Any, spec: Mapping[str, Any], pool: Sequence[Any]) -> dict:
+    """The metrics as expected counts under the paper's answer sampling (``spec``), from the records' specs."""
+    from probe.tasks.implicitbbq.tables import summarize
 
-    rows = []
-    for key, kinds in (parsed.get("by_strategy") or {}).items():
-        for kind, e in kinds.items():
-            if kind.startswith("_"):
-                continue
-            cert = (parsed.get("certified") or {}).get(key, {}).get(kind, {}).get("pooled", {})
-            for metric, m in bbq_headline(e["expected"]["pooled"]).items():
-                rows.append(result_row(f"{key} {kind}", metric,
-                                       f"sampled + parsed, certified {interval_text(cert.get(metric))}",
-                                       m["value"], m["ci_low"], m["ci_high"], m["n"],
-                                       metric == "bias_amb" and kind in ("explicit", "implicit"), m.get("clusters")))
-    return rows
+    paper_recs, paper_skipped = results.metric_records(records, sampling=spec, require_cue=config.cot_require_cue)
+    results.add_clusters(paper_recs, pool)
+    return {"settings": {**spec, "estimator": "expected counts under the paper's sampling, conditional on "
+                                              "the sample being one of the scored answers"},
+            "by_strategy": summarize(paper_recs, n_boot=config.n_boot, seed=config.seed, cluster_key="cluster"),
+            "n_nonfinite": paper_skipped}
+
+
+def _paper_parsed(config: ImplicitBBQConfig, records: Any, spec: Mapping[str, Any], pool: Sequence[Any]) -> dict:
+    """The metrics over the paper's sampling + parsing, enumerated (the records' ``parsed``), with the
+    certified intervals."""
+    from probe.metrics.certified import RESIDUAL_POLICY, answer_target
+    from probe.tasks.implicitbbq.certify import certified_summary
+    from probe.tasks.implicitbbq.tables import KINDS, summarize
+
+    parsed_recs, cert_recs, parse_stats = results.parsed_metric_records(
+        records, answer_target(config.parse_answer_residual))
+    results.add_clusters(parsed_recs, pool)
+    return {"settings": {**spec, "max_new_tokens": config.parse_max_new_tokens,
+                         "parser": "one-word answer, uncertainty normalised to Unknown (probe.tasks.implicitbbq.parse)",
+                         "estimator": "the paper's sampling + parsing, enumerated exactly: expected "
+                                      "counts over the parsed answers (unparsed generations excluded)",
+                         "residual_policy": RESIDUAL_POLICY},
+            **parse_stats,
+            "by_strategy": summarize(parsed_recs, n_boot=config.n_boot, seed=config.seed, cluster_key="cluster"),
+            "certified": certified_summary(cert_recs, KINDS)}
+
+
+def _tables(summary: Mapping[str, Any], model: str, spec: Mapping[str, Any] | None) -> dict[str, Any]:
+    """The run's tables: the paper's sampled and parsed layouts first (when scored), then the exact ones,
+    option mass and CoT chains."""
+    tables = results.tables(summary["by_strategy"], model)
+    paper, parsed = summary["paper_equivalent"], summary["paper_parsed"]
+    if paper:
+        tables = {**results.paper_tables(paper["by_strategy"], model, spec), **tables}
+    if parsed:
+        tables = {**results.parsed_tables(parsed["by_strategy"], model, spec, parsed["certified"]), **tables}
+    if summary["option_mass"]:
+        tables["option_mass"] = results.option_mass_table(summary["option_mass"])
+    if summary["cot"].get("by_strategy"):
+        tables["cot_chains"] = results.chains_table(summary["cot"])
+    return tables

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-from probe.tasks.base import Aggregate, CheckCase, Task, TaskConfig
+from probe.tasks.base import Aggregate, CheckCase, Reporting, Selection, Task, TaskConfig
 from probe.tasks.stereoset.data import StereoSetExample
 from probe.tasks.crows_pairs.task import protocols, write_protocol_report
 
@@ -166,12 +166,40 @@ def stereoset_summary(records: Any, protocol: str, mass_floor: float = 0.1) -> t
     return summary, shown
 
 
+class StereoSetSelection(Selection):
+    """``--limit N``: N examples round-robin over the splits, then the bias types (a fixed seed)."""
+
+    names = ("split", "bias_type")
+    unit_name = "example (its three sentences)"
+
+    def seed(self, config: StereoSetConfig) -> int | None:
+        return 0
+
+
+class StereoSetReporting(Reporting):
+    def results(self, config: StereoSetConfig, summary: Mapping[str, Any]) -> list[dict[str, Any]]:
+        """Per protocol, split and bias type: ss, lms, icat (no CI); headline: ss of each split overall."""
+        from probe.tasks.base import result_row
+
+        rows = []
+        for proto, s in summary.get("by_protocol", {}).items():
+            for r in s.get("rows", []):
+                sub = f"{r.get('split')} {r.get('bias_type')}"
+                for m in ("ss", "lms", "icat"):
+                    rows.append(result_row(sub, m, PROTOCOL_NAMES.get(proto, proto), r.get(m), None, None,
+                                           r.get("n"), m == "ss" and r.get("bias_type") == "overall"))
+        return rows
+
+    def write(self, config: StereoSetConfig, result: Aggregate, output: Path) -> None:
+        write_protocol_report("StereoSet", result, output)
+
+
 class StereoSetTask(Task[StereoSetConfig, StereoSetExample]):
     name = "stereoset"
     description = "StereoSet intra/inter-sentence: ss, lms, icat; (a) the HBB paper's question and/or (b) likelihood"
     Config = StereoSetConfig
-    strata_names = ("split", "bias_type")
-    unit_name = "example (its three sentences)"
+    selection = StereoSetSelection()
+    reporting = StereoSetReporting()
 
     def check_case(self) -> CheckCase:
         """A quick run for :func:`probe.testing.check_task` on three invented examples in the dev.json layout
@@ -185,12 +213,6 @@ class StereoSetTask(Task[StereoSetConfig, StereoSetExample]):
         from probe.tasks.stereoset.data import load_stereoset
 
         return load_stereoset(config.data_file, config.splits)
-
-    def strata(self, config: StereoSetConfig, items: Sequence[StereoSetExample]) -> list[tuple]:
-        return [(ex.split, ex.bias_type) for ex in items]
-
-    def limit_seed(self, config: StereoSetConfig) -> int | None:
-        return 0
 
     def requests(self, config: StereoSetConfig, items: Sequence[StereoSetExample], tokenizer: Any,
                  generations: Mapping[str, str] | None = None) -> list:
@@ -209,22 +231,6 @@ class StereoSetTask(Task[StereoSetConfig, StereoSetExample]):
         main = "mcq" if "mcq" in by_protocol else "loglik"
         counts = {s: sum(1 for e in items if e.split == s) for s in config.splits}
         return Aggregate({"n_examples": counts, "table1_protocol": main, "by_protocol": by_protocol}, tables)
-
-    def results(self, config: StereoSetConfig, summary: Mapping[str, Any]) -> list[dict[str, Any]]:
-        """Per protocol, split and bias type: ss, lms, icat (no CI); headline: ss of each split overall."""
-        from probe.tasks.base import result_row
-
-        rows = []
-        for proto, s in summary.get("by_protocol", {}).items():
-            for r in s.get("rows", []):
-                sub = f"{r.get('split')} {r.get('bias_type')}"
-                for m in ("ss", "lms", "icat"):
-                    rows.append(result_row(sub, m, PROTOCOL_NAMES.get(proto, proto), r.get(m), None, None,
-                                           r.get("n"), m == "ss" and r.get("bias_type") == "overall"))
-        return rows
-
-    def report(self, config: StereoSetConfig, result: Aggregate, output: Path) -> None:
-        write_protocol_report("StereoSet", result, output)
 
     def data_files(self, config: StereoSetConfig) -> list[Path]:
         from probe.tasks.stereoset.data import DEFAULT_FILE

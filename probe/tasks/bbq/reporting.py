@@ -1,37 +1,12 @@
-"""BBQ's reports: the run's ``report.md`` and per-category tables, and its section of ``probe report``
-(category x model tables and figures, paired units per item clustered by template instance)."""
+"""What BBQ shows a reader of its run: the run's ``report.md``, its per-category tables and the template-built
+warning (its section of ``probe report``: :mod:`probe.tasks.bbq.layout`)."""
 
 from __future__ import annotations
 
 import math
 from typing import Any, Mapping
 
-__all__ = ["category_table", "layout", "paired_records", "report_markdown"]
-
-
-def layout() -> Any:
-    """The :class:`~probe.reports.compare.layout.TaskLayout` of ``bbq``."""
-    from probe.tasks.bbq.layouts import bbq_section
-    from probe.reports.compare.layout import TaskLayout
-    from probe.tasks.bbq.paired_units import answer_units, bbq_spec
-
-    return TaskLayout("BBQ", 1, lambda runs, out, _ctx: bbq_section(runs, out),
-                      paired_spec=lambda _runs: bbq_spec("bbq", "template instance"),
-                      units=lambda run: answer_units(run, paired_records))
-
-
-def paired_records(frame: Any) -> list[dict]:
-    """Answer records of a BBQ run for paired tests: block = answer format; cluster = template instance."""
-    from probe.tasks.bbq.layouts import FORMAT_WORDS
-    from probe.tasks.bbq.records import answer_records
-
-    recs, _ = answer_records(frame)
-    answers = frame.set_index("id")["answers"].to_dict() if "answers" in frame else {}
-    for r in recs:
-        opts = "|".join(sorted(str(a) for a in answers.get(r["id"], [])))
-        r.update(block=FORMAT_WORDS.get(r["answer_format"], f"{r['answer_format']} format"),
-                 category=r["category"], cluster=f"{r['category']}|{r['template_id']}|{opts}")
-    return recs
+__all__ = ["category_table", "report_markdown", "template_built"]
 
 
 def category_table(by_category: Mapping[str, Any]) -> Any:

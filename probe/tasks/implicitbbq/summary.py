@@ -23,7 +23,7 @@ CI_UNIT_SHORT = "template x context"
 def cluster_of(item: Any) -> str:
     """The bootstrap cluster of an item: its template x context (a Person context crossed with its cue
     pairs is one cluster; an explicit context is its fill with its condition x polarity variants)."""
-    from probe.tasks.implicitbbq.sample import unit_key
+    from probe.tasks.implicitbbq.selection import unit_key
 
     context = item.metadata.get("context_id") or unit_key(item)
     return f"{item.template_id}|{context}"
@@ -158,7 +158,7 @@ def option_mass_summary(recs: list[dict]) -> dict[str, Any]:
     ``target`` / ``other`` / ``unknown``: the mean over records of the total probability of
     that option's surface forms (one-word) or label (labels); ``person`` = target + other;
     ``unknown_share`` = unknown / (person + unknown). One-word forms are
-    :mod:`probe.tasks.bbq.answers`; this shows whether the explicit and implicit
+    :mod:`probe.tasks.bbq.answer_forms`; this shows whether the explicit and implicit
     answers are scored on an equal footing.
 
     >>> r = {"strategy": "zero_shot", "answer_format": "oneword", "context_kind": "explicit",

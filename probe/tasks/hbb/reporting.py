@@ -1,0 +1,123 @@
+"""What the ``hbb`` task shows a reader: its headline, results rows, warnings, words and run files."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Mapping
+
+from probe.tasks.base import Aggregate, Reporting
+from probe.tasks.hbb.records import LABELS, variant_frames
+
+if TYPE_CHECKING:
+    from probe.tasks.hbb.task import HBBConfig
+
+
+class HBBReporting(Reporting):
+    """Per variant (MCQ orders, HBB-SG) and category: the share of instances over the threshold, their mean S."""
+
+    #: the report's words for the variants and metrics
+    terms = {"hbb": "one option order (s1 first)", "hbb_swapavg": "both option orders averaged",
+             "hbb_sg": "semi-generation (HBB-SG)", "share": "share of instances with S over the threshold",
+             "mean_s": "mean S of those instances", "mean_s_all": "mean S of every instance"}
+
+    def headline_metrics(self, config: HBBConfig, summary: Mapping[str, Any]) -> dict[str, dict[str, float]]:
+        """``{variant}.share`` (instances with S over the threshold), ``{variant}.mean_s`` (their mean S) and
+        ``{variant}.mean_s_all`` (mean S of every instance: continuous, for dose-responses; no CI), overall."""
+        out = {}
+        for v, entry in summary["variants"].items():
+            o = entry["overall"]
+            for m in ("share", "mean_s"):
+                out[f"{v}.{m}"] = {"value": o[m], "ci_low": o[f"{m}_ci_low"], "ci_high": o[f"{m}_ci_high"],
+                                   "n": o["n"], "clusters": o.get("n_clusters")}
+            out[f"{v}.mean_s_all"] = {"value": o["mean_s_all"], "ci_low": float("nan"), "ci_high": float("nan"),
+                                      "n": o["n"]}
+        return out
+
+    def results(self, config: HBBConfig, summary: Mapping[str, Any]) -> list[dict[str, Any]]:
+        """Per variant (MCQ orders, HBB-SG) and category (and ``all``): the share of instances over the
+        threshold and their mean S; headline: the overall share per variant."""
+        from probe.tasks.base import result_row
+
+        rows = []
+        for v, entry in summary.get("variants", {}).items():
+            groups = [("all", entry.get("overall", {}))] + [(g.get("category", "?"), g)
+                                                             for g in entry.get("by_category", [])]
+            for sub, o in groups:
+                for m in ("share", "mean_s"):
+                    rows.append(result_row(sub if v == "hbb" else f"{v} {sub}", m, _over(o.get("threshold"))
+                                           if m == "share" else "", o.get(m), o.get(f"{m}_ci_low"),
+                                           o.get(f"{m}_ci_high"), o.get("n"), sub == "all" and m == "share",
+                                           o.get("n_clusters")))
+        return rows + _parsed_rows(summary.get("paper_parsed") or {})
+
+    def warnings(self, summary: Mapping[str, Any]) -> list[str]:
+        """Questions whose parsed answer is not certified to the target (the paper's procedure, enumerated)."""
+        from probe.metrics.certified import uncertified_warning
+
+        parsed = summary.get("paper_parsed") or {}
+        w = uncertified_warning(int(parsed.get("n_uncertified") or 0), int(parsed.get("n_questions") or 0),
+                                parsed.get("answer_residual_target"))
+        return [w] if w else []
+
+    def write(self, config: HBBConfig, result: Aggregate, output: Path) -> None:
+        """``instances.jsonl``, ``tables/*.md|csv`` (labelled with the model), ``report.md``,
+        ``hbb_hist.png``, ``figures/hbb_figure{3,4,8,9}.png|svg|csv`` and ``timing_projection.json``."""
+        from probe.io import dumps, no_markup, write_atomic
+        from probe.tasks.hbb.tables import histogram_png, report_markdown, with_model, write_table
+        from probe.tasks.hbb.summary import write_projection
+
+        model = str(result.summary.get("model", ""))
+        tables = dict(result.tables)
+        inst = tables.pop("instances")
+        write_atomic(output / "instances.jsonl", "".join(dumps(r) + "\n" for r in inst.to_dict("records")))
+        variations = tables.pop("sg_variations", None)
+        if variations is not None:  # the variations scored, in the variations_file format (reusable)
+            write_atomic(output / "sg_variations.jsonl",
+                         "".join(dumps(r) + "\n" for r in variations.to_dict("records")))
+        tables = {name: with_model(df, model, list(LABELS.values())) for name, df in tables.items()}
+        for name, df in tables.items():
+            write_table(df, output / "tables" / name, df.attrs.get("title", ""))
+        write_atomic(output / "report.md", no_markup(report_markdown(model, tables)))
+        frames = variant_frames(inst)
+        if frames:
+            histogram_png({f"{model} {LABELS[v]}": f["S"].to_numpy() for v, f in frames.items()},
+                          output / "hbb_hist.png", config.threshold,
+                          title="Hidden bias score distributions (Figure 4 layout)")
+            from probe.tasks.hbb.figures import write_run_figures
+
+            # Figures 3, 4 (MCQ) and 8, 9 (HBB-SG), the run's variants as the paper's model columns
+            mcq = {f"{model} ({LABELS[v]})": f for v, f in frames.items() if v != "hbb_sg"}
+            sg = {f"{model} ({LABELS[v]})": f for v, f in frames.items() if v == "hbb_sg"}
+            write_run_figures(mcq, sg, output / "figures", config.threshold)
+        write_projection(output, config.sg_n)
+
+
+def _over(threshold: Any) -> str:
+    """The share's estimator as counted: ``S >= 20`` (inclusive, up to ``probe.tasks.hbb.metrics.S_TOLERANCE``)."""
+    return f"S >= {threshold:g}" if isinstance(threshold, (int, float)) else f"S >= {threshold}"
+
+
+def _parsed_rows(parsed: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """The paper's count from sampling + parsing (enumerated), overall and per category: the expected count, its
+    5-95 % range as the interval and the certified interval in the estimator; headline: overall."""
+    from probe.metrics.certified import interval_text
+    from probe.metrics.small_sample import guard
+    from probe.tasks.base import result_row
+
+    settings = parsed.get("settings") or {}
+    groups = [("all", parsed.get("all"))] + list((parsed.get("by_category") or {}).items())
+    rows = [result_row(f"parsed {name}", "count", f"sampled + parsed ({settings.get('samples')} samples, "
+                       f"{_over(settings.get('threshold'))}), certified "
+                       f"{interval_text(r.get('expected_count_certified'), 1)}",
+                       r["expected_count"], r["count_q05"], r["count_q95"], r["n"], name == "all")
+            for name, r in groups if r]
+    hybrid = parsed.get("hybrid")
+    if hybrid:  # exact head + tail sampled to the authors' length; the CI is its 95 % interval
+        hyb = [("all", hybrid["all"])] + list(hybrid["by_category"].items())
+        # the one small-sample rule: a Monte Carlo interval is not exact, so none from fewer than ten test
+        # instances (it read "0.0 [0.0, 0.0]" at 6); summary.json keeps paper_parsed.hybrid's ci
+        rows += [result_row(f"parsed {name}", "count", f"sampled + parsed ({settings.get('samples')} samples, "
+                            f"{_over(settings.get('threshold'))}), hybrid: exact head + sampled tail",
+                            h["expected_count"], *guard(h["ci"], h["n"]), h["n"], name == "all", h["n"])
+                 for name, h in hyb]
+    return rows
