@@ -219,7 +219,9 @@ def _task_records(cfg, n_pairs=4):
     pairs, _ = convert_items(items, benchmark="bbq")
     sampled = [SampledPair(p, i) for i, p in enumerate(pairs)]
     recs = []
-    for rid, _text, labels, _group, meta in TASK._prompts(cfg, sampled, _Plain()):
+    from probe.tasks.cmp_iso.task import _prompts
+
+    for rid, _text, labels, _group, meta in _prompts(cfg, sampled, _Plain()):
         bias = 0.8 if not meta["neutral"] else 0.7
         if meta["task_type"] == "iso":
             probs = [0.5, 0.5] + [0.0] * (len(labels) - 2)

@@ -3,14 +3,12 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Mapping
+from typing import Any, Mapping
 
-from probe.tasks.base import Aggregate, Reporting
+from probe.tasks.base import Aggregate, Reporting, TaskConfig
 from probe.tasks.hbb.records import LABELS, variant_frames
 
-if TYPE_CHECKING:
-    from probe.tasks.hbb.task import HBBConfig
-
+# configs are typed TaskConfig here: the task module (HBBConfig's home) imports this one
 
 class HBBReporting(Reporting):
     """Per variant (MCQ orders, HBB-SG) and category: the share of instances over the threshold, their mean S."""
@@ -20,7 +18,7 @@ class HBBReporting(Reporting):
              "hbb_sg": "semi-generation (HBB-SG)", "share": "share of instances with S over the threshold",
              "mean_s": "mean S of those instances", "mean_s_all": "mean S of every instance"}
 
-    def headline_metrics(self, config: HBBConfig, summary: Mapping[str, Any]) -> dict[str, dict[str, float]]:
+    def headline_metrics(self, config: TaskConfig, summary: Mapping[str, Any]) -> dict[str, dict[str, float]]:
         """``{variant}.share`` (instances with S over the threshold), ``{variant}.mean_s`` (their mean S) and
         ``{variant}.mean_s_all`` (mean S of every instance: continuous, for dose-responses; no CI), overall."""
         out = {}
@@ -33,7 +31,7 @@ class HBBReporting(Reporting):
                                       "n": o["n"]}
         return out
 
-    def results(self, config: HBBConfig, summary: Mapping[str, Any]) -> list[dict[str, Any]]:
+    def results(self, config: TaskConfig, summary: Mapping[str, Any]) -> list[dict[str, Any]]:
         """Per variant (MCQ orders, HBB-SG) and category (and ``all``): the share of instances over the
         threshold and their mean S; headline: the overall share per variant."""
         from probe.tasks.base import result_row
@@ -59,7 +57,7 @@ class HBBReporting(Reporting):
                                 parsed.get("answer_residual_target"))
         return [w] if w else []
 
-    def write(self, config: HBBConfig, result: Aggregate, output: Path) -> None:
+    def write(self, config: TaskConfig, result: Aggregate, output: Path) -> None:
         """``instances.jsonl``, ``tables/*.md|csv`` (labelled with the model), ``report.md``,
         ``hbb_hist.png``, ``figures/hbb_figure{3,4,8,9}.png|svg|csv`` and ``timing_projection.json``."""
         from probe.io import dumps, no_markup, write_atomic
