@@ -13,6 +13,12 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from probe.tasks import available
+
+
+# Imports inside functions below are on purpose: `import probe` and `probe --help` load this module, so
+# what needs torch, pandas or the engine loads when a function first runs, not at import.
+
 __version__ = "0.1.0"
 
 __all__ = ["__version__", "evaluate", "list_tasks", "records_to_frame"]
@@ -37,6 +43,5 @@ def records_to_frame(records: Any) -> Any:
 
 def list_tasks() -> list[str]:
     """The names of every registered task (``probe.tasks`` is the registry subpackage)."""
-    from probe.tasks import available
 
     return list(available())

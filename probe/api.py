@@ -12,11 +12,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 from probe.errors import ProbeError
+from probe.runs.multi import run_many, task_configs
 from probe.runs.runner import RUN_KEYS, RunOptions, options_from
-from probe.runs.task_run import Evaluation, run_task
+from probe.runs.task_run import Evaluation, check_limit, run_task
+from probe.tasks import get
 
 if TYPE_CHECKING:
     from probe.runs.multi import Evaluations
+
 
 __all__ = ["Evaluation", "evaluate", "split_options"]
 
@@ -75,7 +78,6 @@ def evaluate(model: Any, task: "str | Sequence[str]", *, limit: int | float | No
     ``task, model, subgroup, metric, estimator, value, ci_low, ci_high, n, n_clusters``), ``.output`` and, with
     ``capture``, ``.activations`` (``ids`` = the record ids, ``arrays[key]`` ``[n_records, d_model]``).
     """
-    from probe.runs.task_run import check_limit
 
     limit = check_limit(limit)  # an item count, or a fraction of the items as lm-eval's
     tasks = [t.strip() for t in task.split(",") if t.strip()] if isinstance(task, str) else [str(t) for t in task]
@@ -88,7 +90,6 @@ def evaluate(model: Any, task: "str | Sequence[str]", *, limit: int | float | No
 def _evaluate_many(tasks: list[str], models: list[Any], limit: int | float | None, output: str | Path | None,
                    config: Any, options: Mapping[str, Any]) -> "Evaluations":
     """:func:`evaluate` for several tasks and/or models: each task's config from the keyword options."""
-    from probe.runs.multi import run_many, task_configs
 
     if config is not None:
         raise ProbeError("config= is for one task; give several tasks their options as keywords")
@@ -101,7 +102,6 @@ def _evaluate_many(tasks: list[str], models: list[Any], limit: int | float | Non
 def _evaluate_one(task: str, model: Any, limit: int | float | None, output: str | Path | None, config: Any,
                   options: Mapping[str, Any]) -> Evaluation:
     """:func:`evaluate` for one task on one model: ``config``, or one built from the task's keyword options."""
-    from probe.tasks import get
 
     t = get(task)
     run_values, task_values = split_options(options)

@@ -20,6 +20,8 @@ import os
 import sys
 
 from probe.errors import ProbeError
+from probe.tasks import available, command_modules as task_modules
+from probe.versions import version_report
 
 #: Command modules, registered in this order, the tasks' own after ``data`` (:func:`command_modules`).
 #: Heavy imports (torch) stay inside their functions so that ``probe --help`` is instant.
@@ -51,7 +53,6 @@ EPILOG = """first steps:
 
 def command_modules() -> list[str]:
     """Every command module, in registration order: :data:`COMMAND_MODULES` with the tasks' own after ``data``."""
-    from probe.tasks import command_modules as task_modules
 
     at = COMMAND_MODULES.index("probe.commands.data") + 1
     return [*COMMAND_MODULES[:at], *task_modules(), *COMMAND_MODULES[at:]]
@@ -59,7 +60,6 @@ def command_modules() -> list[str]:
 
 def _epilog(modules: list) -> str:
     """:data:`EPILOG` with the tasks' ``FIRST_STEPS`` on top and the registered task names."""
-    from probe.tasks import available
 
     first = "".join(f"  {cmd:<45} {what}\n" for m in modules for cmd, what in getattr(m, "FIRST_STEPS", ()))
     return EPILOG.format(first=first, tasks=", ".join(available()))
@@ -101,8 +101,6 @@ class _VersionAction(argparse.Action):
         super().__init__(option_strings, dest=dest, default=default, nargs=0, help=help)
 
     def __call__(self, parser, namespace, values, option_string=None):
-        from probe.versions import version_report
-
         print(version_report())
         parser.exit()
 

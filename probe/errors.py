@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import difflib
 from pathlib import Path
 from typing import Iterable
 
@@ -39,7 +40,6 @@ def did_you_mean(name: str, choices: "Iterable[str]", n: int = 3) -> str:
     >>> did_you_mean("xyz", ["bbq"])
     ''
     """
-    import difflib
 
     choices = [str(c) for c in choices]
     lower = {c.lower(): c for c in choices}

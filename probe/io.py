@@ -15,6 +15,7 @@ import json
 import math
 import os
 import re
+import sys
 import tempfile
 from pathlib import Path
 from typing import Any, Iterable, Iterator, Mapping
@@ -122,7 +123,6 @@ class RecordWriter:
         drop = set(dup)
         self.records = [r for n, r in enumerate(self.records) if n not in drop]
         write_atomic(self.path, "".join(dumps(r) + "\n" for r in self.records))
-        import sys
 
         print(f"probe: {self.path}: removed {len(dup)} duplicate record line(s) (the same record twice; ids "
               f"{', '.join(map(repr, ids[:3]))}{', ...' if len(ids) > 3 else ''})", file=sys.stderr)

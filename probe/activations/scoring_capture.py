@@ -32,6 +32,7 @@ raises ``ValueError``. Perplexity requests are not supported.
 from __future__ import annotations
 
 import contextlib
+import re
 import warnings
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence
@@ -44,7 +45,7 @@ from probe.activations.positions import PositionSpec, parse_positions, resolve
 from probe.activations.store import Activations
 from probe.models.tl_adapter import bridge_of, hook_points
 from probe.scoring.capture import CaptureTarget
-from probe.scoring.requests import Request, Result
+from probe.scoring.requests import LabelResult, Request, Result
 
 
 @dataclass(frozen=True)
@@ -166,7 +167,6 @@ def expand_keys(keys: str | Iterable[str], n_layers: int | None = None) -> list[
     >>> expand_keys(["blocks.*.hook_resid_post@last,mean:cue", "blocks.-1.hook_mlp_out@last"], n_layers=2)
     ['blocks.0.hook_resid_post@last', 'blocks.0.hook_resid_post@mean:cue', 'blocks.1.hook_resid_post@last', 'blocks.1.hook_resid_post@mean:cue', 'blocks.1.hook_mlp_out@last']
     """
-    import re
 
     items = [k.strip() for k in (keys.split() if isinstance(keys, str) else keys) if k.strip()]
     if not items:
@@ -206,7 +206,6 @@ def layer_count(model: torch.nn.Module) -> int:
 def capture_record(result: Result, missing: Sequence[str] = ()) -> dict[str, Any]:
     """The metadata row of one captured request (``probe activations``' table): id, labels and their
     log-probs / probabilities / mass / argmax as the scorer computed them, the request's meta."""
-    from probe.scoring.requests import LabelResult
 
     # a perplexity result has no prompt: its token count is the scored text's
     n = getattr(result, "n_prompt_tokens", None)

@@ -19,7 +19,12 @@ import shutil
 from pathlib import Path
 from typing import Any, Sequence
 
+
+import numpy as np
+
+from probe.activations.store import ActivationWriter, load
 from probe.errors import ProbeError
+from probe.io import write_json_atomic
 
 MARKER = "shard.json"
 
@@ -49,8 +54,6 @@ def shard_stores(output: Path) -> dict[int, dict[int, tuple[Path, dict]]]:
 
 
 def write_marker(store: Path, marker: dict) -> None:
-    from probe.io import write_json_atomic
-
     write_json_atomic(Path(store) / MARKER, marker)
 
 
@@ -61,9 +64,6 @@ def fold_stores(output: Path, head: dict, chunks: Sequence[Sequence[str]], shard
     refused); ``chunks``: this run's ids, chunk by chunk, in order (a set made from another input or
     chunking is refused); ``shard_size``: the rows per safetensors file of the one-process writer
     (default the longest chunk), so a chunk longer than it (a group kept whole) is split as it splits it."""
-    import numpy as np
-
-    from probe.activations.store import ActivationWriter, load
 
     sets = shard_stores(output)
     waiting = [f"{i}/{n}" for n, members in sorted(sets.items()) for i in range(n)

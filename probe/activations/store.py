@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any, Iterator, Mapping, Sequence
 
 import numpy as np
+import pandas as pd
 from safetensors.numpy import load_file, save_file
 
 from probe.errors import InputError, ProbeError
@@ -147,7 +148,6 @@ class Activations:
     def frame(self):
         """The metadata table as a pandas DataFrame (one row per item, same order as ``ids``);
         the item fields under ``meta`` become columns of their own (unless a column has that name)."""
-        import pandas as pd
 
         rows = []
         for r in self.records:

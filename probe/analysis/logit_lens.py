@@ -23,6 +23,8 @@ import numpy as np
 import torch
 
 from probe.activations.hooks import ModelLayout, discover, hook_names
+from probe.activations.scoring_capture import CaptureSpec
+from probe.scoring import Scorer
 
 
 @torch.no_grad()
@@ -68,8 +70,6 @@ def logit_lens(lm: Any, requests: Sequence[Any], batch_size: int | str = 8, scor
     one label set. ``lm``: anything with ``.model`` and ``.tokenizer``; ``scorer``: the
     :class:`~probe.scoring.Scorer` to read through (a Runner's, ``runner.scorer``; default: a new one with
     ``batch_size``, the same engine without a run's cache, which capture never reads)."""
-    from probe.activations.scoring_capture import CaptureSpec
-    from probe.scoring import Scorer
 
     if not requests:
         raise ValueError("logit_lens needs at least one request")

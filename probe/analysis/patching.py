@@ -28,9 +28,12 @@ from __future__ import annotations
 from typing import Any, Sequence
 
 import numpy as np
+from tqdm import tqdm
 
 from probe.activations.hooks import HOOK_KINDS
 from probe.activations.positions import parse_positions
+from probe.activations.scoring_capture import CaptureSpec, layer_count
+from probe.scoring import Scorer
 
 
 def patch_logprobs(lm: Any, target: Any, source: Any, positions: Sequence[str] = ("last",),
@@ -42,8 +45,6 @@ def patch_logprobs(lm: Any, target: Any, source: Any, positions: Sequence[str] =
     :class:`~probe.scoring.Scorer` to reuse (default: a new one; capture never reads a score cache).
     ``spans``: ``fields`` / ``search_from`` as :class:`probe.activations.CaptureSpec` takes them (default:
     span text from each request's ``meta``)."""
-    from probe.activations.scoring_capture import CaptureSpec, layer_count
-    from probe.scoring import Scorer
 
     if hook not in HOOK_KINDS:
         raise ValueError(f"hook must be one of {HOOK_KINDS}, got {hook!r}")
@@ -88,7 +89,6 @@ def patch_effects(lm: Any, target: Any, source: Any, label: str, positions: Sequ
 def patch_pairs(lm: Any, pairs: Sequence[tuple[Any, Any, str]], positions: Sequence[str] = ("last",),
                 hook: str = "resid_post", progress: bool = False) -> np.ndarray:
     """:func:`patch_effects` for ``(target, source, label)`` pairs: ``[n_pairs, n_layers, n_positions]``."""
-    from tqdm import tqdm
 
     res = [patch_effects(lm, t, s, lab, positions, hook)
            for t, s, lab in tqdm(pairs, disable=not progress, desc="patching")]

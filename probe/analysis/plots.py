@@ -5,12 +5,13 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
+import matplotlib
+import matplotlib.pyplot as plt
+import numpy as np
+
 
 def _pyplot() -> Any:
-    import matplotlib
-
     matplotlib.use("Agg")  # files only: no display needed
-    import matplotlib.pyplot as plt
 
     return plt
 
@@ -63,7 +64,6 @@ def plot_lens(stereo: Any, unknown: Any, label_mass: Any, out: Path) -> None:
 
 def plot_patching(results: Mapping[str, Any], positions: Sequence[str], out: Path) -> None:
     """``patching.png``: mean change in log P(stereotyped label), layer x position, one panel per pair kind."""
-    import numpy as np
 
     plt = _pyplot()
     fig, axes = plt.subplots(1, len(results), figsize=(4.5 * len(results), 4), squeeze=False)

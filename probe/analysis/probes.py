@@ -36,6 +36,7 @@ from dataclasses import asdict, dataclass
 from typing import Any, Mapping, Sequence
 
 import numpy as np
+import pandas as pd
 from sklearn.base import BaseEstimator, ClassifierMixin, clone
 from sklearn.linear_model import LogisticRegression
 from sklearn.model_selection import GroupKFold
@@ -239,7 +240,6 @@ def parse_key(key: str) -> dict[str, Any]:
 def probe_sweep(arrays: Mapping[str, np.ndarray], y: Sequence[Any], groups: Sequence[Any],
                 keys: Sequence[str] | None = None, mask: np.ndarray | None = None, **kwargs: Any):
     """:func:`evaluate_probe` for every key (rows selected by ``mask``); a tidy DataFrame."""
-    import pandas as pd
 
     rows = []
     mask = np.ones(len(y), bool) if mask is None else np.asarray(mask, bool)

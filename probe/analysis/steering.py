@@ -20,7 +20,7 @@ from typing import Any, Callable, Iterator, Mapping, Sequence
 import numpy as np
 import torch
 
-from probe.activations.hooks import HOOK_KINDS, intervene
+from probe.activations.hooks import HOOK_KINDS, discover, intervene
 
 
 @contextlib.contextmanager
@@ -33,7 +33,6 @@ def steer(model: torch.nn.Module, layer: int, vector: np.ndarray | torch.Tensor,
     """
     if hook not in HOOK_KINDS:
         raise ValueError(f"hook must be one of {HOOK_KINDS}, got {hook!r}")
-    from probe.activations.hooks import discover
 
     layout = discover(model)
     if not -layout.n_layers <= layer < layout.n_layers:

@@ -23,6 +23,12 @@ from pathlib import Path
 from typing import Any
 
 from probe.commands.common import bounded_int, positive_int_or_auto, shard_spec
+from probe.errors import InputError, ProbeError
+from probe.io import check_links, check_locks, check_owned_dir, check_records, json_has, read_records
+from probe.tasks import available, get
+
+# Imports inside functions below are on purpose: `import probe` and `probe --help` load this module, so
+# what needs torch, pandas or the engine loads when a function first runs, not at import.
 
 #: the records file inside the store directory (the Runner's; resume reads it)
 RECORDS = "records.jsonl"
@@ -71,7 +77,6 @@ def register(groups: dict[str, argparse._SubParsersAction]) -> None:
 def capture_keys(args: argparse.Namespace, n_layers: int) -> list[str]:
     """``--capture``, or the older ``--layers/--hooks/--positions`` as the same keys: one per layer and hook
     kind, layer-major (so the store's manifest is the one those options always wrote)."""
-    from probe.errors import ProbeError
 
     old = [args.layers, args.hooks, args.positions]
     if args.capture and any(v is not None for v in old):
@@ -98,7 +103,6 @@ def capture_keys(args: argparse.Namespace, n_layers: int) -> list[str]:
 
 
 def run(args: argparse.Namespace) -> int:
-    from probe.errors import ProbeError
     from probe.runs.shard import detect
 
     if args.shard_size < 1:
@@ -180,7 +184,6 @@ def check_store_dir(output: Path) -> None:
     """``output`` may take an activation store: absent, empty, or a store (its manifest or records there). A link
     at the store, in it or beside it (its shard stores), a user's folder or records of another command are
     refused with one line, before the model loads."""
-    from probe.io import check_links, check_locks, check_owned_dir, check_records, json_has
 
     check_locks(output)  # a link at the store's lock path
     check_owned_dir(output, STORE_FILES, lambda out: json_has(out / "manifest.json", "keys")
@@ -199,7 +202,6 @@ def _shard_items(output: Path) -> int:
 
 def _check_positions(runner: Any, items: Any, spec: Any, source: Any) -> None:
     """Resolve every request's positions before any work: bad input names the file, line and field."""
-    from probe.errors import InputError
 
     for line, req in enumerate(items.requests, start=1):
         try:
@@ -212,8 +214,6 @@ def _check_positions(runner: Any, items: Any, spec: Any, source: Any) -> None:
 
 
 def _stored(store: Path) -> int:
-    from probe.io import read_records
-
     table = store / "items.jsonl"
     return len(read_records(table)[0]) if table.is_file() else 0
 
@@ -221,7 +221,6 @@ def _stored(store: Path) -> int:
 def task_item_reader(tokenizer: Any, chat_template: bool = True, strategy: str = "zero_shot") -> Any:
     """``line -> CaptureItem | None``: the first registered task that reads ``line`` in its own item format
     (:meth:`probe.tasks.facets.Analyses.capture_item`), None for a prompt item."""
-    from probe.tasks import available, get
 
     tasks = [get(name) for name in available()]
 

@@ -23,7 +23,12 @@ import sys
 from pathlib import Path
 from typing import Callable
 
+from probe.commands.analyze_tasks import register_task_analyses
 from probe.commands.common import bounded_int
+from probe.errors import ProbeError
+
+# Imports inside functions below are on purpose: `import probe` and `probe --help` load this module, so
+# what needs torch, pandas or the engine loads when a function first runs, not at import.
 
 
 def register(groups: dict) -> None:
@@ -62,7 +67,6 @@ def register(groups: dict) -> None:
                    help="'best' (the most accurate consistency probe at last) or a layer number")
     p.add_argument("--threads", type=bounded_int(1, None), default=None, help="torch CPU threads")
     p.set_defaults(func=run_representations_command)
-    from probe.commands.analyze_tasks import register_task_analyses
 
     register_task_analyses(sub)
 
@@ -76,7 +80,6 @@ def _usage(parser: argparse.ArgumentParser) -> Callable[[argparse.Namespace], in
 
 
 def run_representations_command(args: argparse.Namespace) -> int:
-    from probe.errors import ProbeError
     from probe.studies.analyze import open_run
     from probe.runs.provenance import provenance
     from probe.studies.representations import Settings, run_representations

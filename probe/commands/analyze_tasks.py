@@ -9,7 +9,12 @@ from pathlib import Path
 from typing import Any
 
 from probe.commands.common import bounded_int
+from probe.commands.run import parse_sets
 from probe.errors import ProbeError
+from probe.models.builtins import DEFAULT_MODEL
+
+# Imports inside functions below are on purpose: `import probe` and `probe --help` load this module, so
+# what needs torch, pandas or the engine loads when a function first runs, not at import.
 
 INPUT = ("RUN_DIR: a run directory of `probe run TASK --output RUN_DIR [--capture ...]` (its model, config and "
          "batching are reused; activations it did not capture are captured by re-scoring). Or, instead of RUN_DIR, "
@@ -113,8 +118,6 @@ def _open(args: argparse.Namespace) -> Any:
         if args.limit is not None or args.sets:
             raise ProbeError("--limit and --set go with --task; a run directory has its own")
         return analyze.open_run(args.run_dir, model=args.model, threads=args.threads)
-    from probe.commands.run import parse_sets
-    from probe.models.builtins import DEFAULT_MODEL
     from probe.runs.runner import RunOptions
 
     return analyze.run_for(args.task, args.model or DEFAULT_MODEL, parse_sets(args.sets), limit=args.limit,

@@ -4,10 +4,18 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 from pathlib import Path
 from typing import Any
 
+from probe.errors import ProbeError
+from probe.io import MAX_LINE_BYTES
 from probe.models.builtins import DEFAULT_MODEL
+from probe.prompts.items import MAX_CHARS
+from probe.scoring.sampler.sampling import SamplingSpec
+
+# Imports inside functions below are on purpose: `import probe` and `probe --help` load this module, so
+# what needs torch, pandas or the engine loads when a function first runs, not at import.
 
 SCORE_CACHE_ENV = "PROBE_SCORE_CACHE"
 
@@ -57,8 +65,6 @@ def bounded_int(low: int, high: int | None):
     (3, 0)
     """
     def parse(text: str) -> int:
-        import re
-
         if not re.fullmatch(r"\s*[-+]?[0-9]+\s*", text):
             raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}")
         value = int(text)
@@ -72,8 +78,6 @@ def bounded_int(low: int, high: int | None):
 
 def add_input_limit_args(p: argparse.ArgumentParser) -> None:
     """``--max-line-bytes`` / ``--max-chars``: the bounds on an input file, checked before the model loads."""
-    from probe.io import MAX_LINE_BYTES
-    from probe.prompts.items import MAX_CHARS
 
     g = p.add_argument_group("input limits (checked before the model loads; a hostile file costs bounded memory)")
     g.add_argument("--max-line-bytes", type=positive_int, default=MAX_LINE_BYTES, metavar="N",
@@ -117,8 +121,6 @@ def run_options(args: argparse.Namespace) -> Any:
     """The :class:`probe.runs.runner.RunOptions` of the model arguments."""
     from probe.runs.runner import RunOptions
 
-    from probe.errors import ProbeError
-
     cache = score_cache_path(args)
     try:
         return RunOptions(threads=getattr(args, "threads", None),
@@ -145,8 +147,6 @@ def add_sampling_args(p: argparse.ArgumentParser) -> None:
 
 def sampling_specs(args: argparse.Namespace) -> tuple:
     """The :class:`probe.scoring.sampler.sampling.SamplingSpec` s of ``--temperature`` / ``--top-p`` (none without them)."""
-    from probe.errors import ProbeError
-    from probe.scoring.sampler.sampling import SamplingSpec
 
     temps = getattr(args, "temperature", None) or ()
     top_p = getattr(args, "top_p", None)

@@ -6,11 +6,13 @@ The data sets are those the registered tasks declare (:func:`probe.tasks.data_se
 from __future__ import annotations
 
 import argparse
+import json
+
+from probe.data.fetch import fetch
+from probe.tasks import data_set, data_sets
 
 
 def register(groups: dict[str, argparse._SubParsersAction]) -> None:
-    from probe.tasks import data_sets
-
     sets = data_sets()
     single = "; ".join(f"'{name} --from FILE' with one file stores it as the data set {spec.single_file.name} "
                        f"({spec.single_file.description})"
@@ -31,11 +33,6 @@ def register(groups: dict[str, argparse._SubParsersAction]) -> None:
 
 
 def run_fetch(args: argparse.Namespace) -> int:
-    import json
-
-    from probe.data.fetch import fetch
-    from probe.tasks import data_set
-
     spec = data_set(args.name)
     print(f"fetching {args.name} from {args.source or spec.base_url} ({spec.license}; {spec.homepage})")
     path = fetch(spec, source=args.source, dest=args.dest, force=args.force)

@@ -12,7 +12,17 @@ results JSON, written by lm-eval under ``--output_path``. ``docs/lm_eval.md``.
 from __future__ import annotations
 
 import argparse
+import importlib.metadata
+from pathlib import Path
 from typing import Any
+
+from probe.errors import ProbeError
+from probe.io import check_links, check_output
+from probe.models import DEFAULT_MODEL
+
+
+# Imports inside functions below are on purpose: `import probe` and `probe --help` load this module, so
+# what needs torch, pandas or the engine loads when a function first runs, not at import.
 
 HELP = "run lm-evaluation-harness tasks with probe's scorer as the model (needs the lm-eval extra)"
 USAGE = ("probe lm-eval --model MODEL --tasks TASK [TASK ...] [--limit N] [--include_path DIR] "
@@ -59,10 +69,6 @@ def register(groups: dict) -> None:
 
 
 def _not_installed(args: argparse.Namespace) -> int:
-    import importlib.metadata
-
-    from probe.errors import ProbeError
-
     try:
         found = f"lm-eval {importlib.metadata.version('lm_eval')} is installed, without the `lm_eval._cli` parser"
     except importlib.metadata.PackageNotFoundError:
@@ -73,8 +79,6 @@ def _not_installed(args: argparse.Namespace) -> int:
 
 def lm_eval_namespace(args: argparse.Namespace) -> argparse.Namespace:
     """lm-eval's arguments with the backend set to ``probe`` and ``--model`` moved to ``pretrained``."""
-    from probe.errors import ProbeError
-    from probe.models import DEFAULT_MODEL
 
     model_args = dict(getattr(args, "model_args", None) or {})
     name = args.model or model_args.get("pretrained") or DEFAULT_MODEL
@@ -94,9 +98,6 @@ def check_output_path(path: Any) -> None:
     through one), nothing under /proc, /sys or /dev; a ``.json`` path is a file, anything else a folder."""
     if not path:
         return
-    from pathlib import Path
-
-    from probe.io import check_links, check_output
 
     path = Path(path)
     folder = path.suffix != ".json" or path.is_dir()

@@ -15,6 +15,9 @@ import argparse
 import sys
 from pathlib import Path
 
+# Imports inside functions below are on purpose: `import probe` and `probe --help` load this module, so
+# what needs torch, pandas or the engine loads when a function first runs, not at import.
+
 
 def register(groups: dict) -> None:
     p = groups[""].add_parser("merge", help="fold finished --shard I/N job outputs into their run directories",

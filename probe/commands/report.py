@@ -18,6 +18,9 @@ from typing import Any
 
 from probe.errors import ProbeError
 
+# Imports inside functions below are on purpose: `import probe` and `probe --help` load this module, so
+# what needs torch, pandas or the engine loads when a function first runs, not at import.
+
 
 def register(groups: dict) -> None:
     p = groups[""].add_parser(

@@ -15,16 +15,23 @@ pretrained=NAME``, ``--output_path``, ``--log_samples``, ``--batch_size``.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import sys
 from pathlib import Path
 from typing import Any
 
 from probe.commands.common import SHARD_HELP, positive_int, positive_int_or_auto, shard_spec
-from probe.errors import ProbeError
+from probe.errors import ProbeError, did_you_mean
+from probe.models.builtins import DEFAULT_MODEL
 # The config file's rules live below the CLI (experiments read configs too); re-exported for callers of this module.
 from probe.runs.config import COMMAND_LINE_ONLY, RUN_LEVEL_KEYS, read_config, refuse_command_line_only
+from probe.tasks import available, get
+
+# Imports inside functions below are on purpose: `import probe` and `probe --help` load this module, so
+# what needs torch, pandas or the engine loads when a function first runs, not at import.
 
 __all__ = ["COMMAND_LINE_ONLY", "RUN_LEVEL_KEYS", "parse_sets", "read_config", "refuse_command_line_only"]
+
 
 def register(groups: dict) -> None:
     t = groups[""].add_parser("tasks", help="list the installed tasks (benchmarks), one line each")
@@ -121,10 +128,6 @@ def _limit(text: str) -> int | float:
 
 
 def list_tasks(args: argparse.Namespace) -> int:
-    import dataclasses
-
-    from probe.tasks import available, get
-
     for name in available():
         try:
             task = get(name)
@@ -183,7 +186,6 @@ def _split(text: str) -> list[str]:
 
 
 def run(args: argparse.Namespace) -> int:
-    from probe.models.builtins import DEFAULT_MODEL
     from probe.runs.multi import run_many, slug, task_configs
     from probe.runs.runner import options_from
     from probe.api import split_options
@@ -230,7 +232,6 @@ def _values(args: argparse.Namespace) -> tuple[dict[str, Any], str]:
     """The run's settings, later ones overriding: the config file (or the task named), ``--set``, lm-eval's
     ``--model_args`` (its ``pretrained`` kept as ``_pretrained``), the command line's run options; and what
     to name them by in errors."""
-    from probe.errors import did_you_mean
     from probe.runs.runner import RUN_KEYS
     from probe.tasks import available
 

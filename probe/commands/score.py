@@ -3,11 +3,19 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import sys
 from pathlib import Path
 
 from probe.commands.common import (add_input_limit_args, add_model_args, add_prompt_args, add_sampling_args,
                                    add_shard_arg, add_threads_arg, input_limits, run_options)
+from probe.errors import InputError, ProbeError
+from probe.io import (OutputLock, check_links, check_lock_free, check_locks, check_output, check_records, read_records,
+    write_json_atomic)
+from probe.prompts.items import PromptStyle, read_perplexity_items, read_score_items
+
+# Imports inside functions below are on purpose: `import probe` and `probe --help` load this module, so
+# what needs torch, pandas or the engine loads when a function first runs, not at import.
 
 
 def register(groups: dict) -> None:
@@ -52,9 +60,6 @@ def add_overwrite_arg(p: argparse.ArgumentParser) -> None:
 
 
 def run_score(args: argparse.Namespace) -> int:
-    from probe.errors import InputError
-    from probe.prompts.items import PromptStyle, read_score_items
-
     _check_output(args, "score")
     # every line's JSON and fields are checked before the model loads (plain text: no tokenizer needed);
     # the rendering through the chat template and the token counts are checked once it is loaded
@@ -77,9 +82,6 @@ def run_score(args: argparse.Namespace) -> int:
 
 
 def run_perplexity(args: argparse.Namespace) -> int:
-    from probe.errors import InputError
-    from probe.prompts.items import read_perplexity_items
-
     _check_output(args, "perplexity")
     lines: list[int] = []
     requests = read_perplexity_items(args.input, lines, **input_limits(args))
@@ -98,8 +100,6 @@ def _check_output(args: argparse.Namespace, command: str) -> None:
     """Refused before the input is read or the model loads, the file untouched: an output that is not this
     command's records (the user's own file, another command's; unless ``--overwrite``), a link at the output, its
     sidecars, shards or locks, a path under /proc, /sys or /dev, or this run's lock held by another process."""
-    from probe.errors import ProbeError
-    from probe.io import check_links, check_lock_free, check_locks, check_output, check_records
     from probe.runs.shard import detect
 
     output = args.output
@@ -130,9 +130,7 @@ def _runner(args: argparse.Namespace):
 
 def _score_file(args: argparse.Namespace, runner, requests, command: str, noun: str) -> int:
     """Score into ``--output`` through the runner (resume, input check, cache, shards), then provenance."""
-    import contextlib
 
-    from probe.io import OutputLock, write_json_atomic
     from probe.runs.provenance import provenance
 
     # a --shard job writes only its own shard file: it holds that shard's lock, the folding run the output's
@@ -164,8 +162,6 @@ def _score_file(args: argparse.Namespace, runner, requests, command: str, noun: 
 
 
 def _count(path: Path) -> int:
-    from probe.io import read_records
-
     return len(read_records(path)[0]) if path.is_file() else 0
 
 

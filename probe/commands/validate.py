@@ -18,6 +18,11 @@ import sys
 from pathlib import Path
 
 from probe.commands.common import add_model_args, add_threads_arg, bounded_int, run_options
+from probe.io import check_owned_dir, json_has, write_atomic, write_json_atomic
+from probe.tasks import modules_beside
+
+# Imports inside functions below are on purpose: `import probe` and `probe --help` load this module, so
+# what needs torch, pandas or the engine loads when a function first runs, not at import.
 
 #: the largest sample the check takes (prompts, and generations per prompt): K x N generations are run, and a
 #: larger number is more often a typo than a plan
@@ -34,7 +39,6 @@ def register(groups: dict) -> None:
                        description=__doc__.split("\n\n")[1])
     # run_check checks the name (each task declares its own check; importing every task to list them here
     # would slow down every `probe` command); the metavar shows the tasks with a paper_check module
-    from probe.tasks import modules_beside
 
     p.add_argument("task", metavar="{" + ",".join(modules_beside("paper_check")) + "}", help="the paper's task")
     p.add_argument("--n-prompts", type=bounded_int(1, MAX_PROMPTS), default=100,
@@ -69,7 +73,6 @@ CHECK_FILES = ("check.json", "prompts.csv", "report.md")
 def check_output_dir(out: Path) -> None:
     """``--output`` can take the check (before the model loads): absent, or a directory holding none of its files
     or an earlier check's; no file or link at it or at its files, no file above it, nothing under /proc, /sys, /dev."""
-    from probe.io import check_owned_dir, json_has
 
     check_owned_dir(out, CHECK_FILES, lambda d: json_has(d / "check.json", "task", "settings", "prompts", "aggregate"),
                     "the output of an earlier probe validate sampling")
@@ -78,7 +81,6 @@ def check_output_dir(out: Path) -> None:
 def run(args: argparse.Namespace) -> int:
     import pandas as pd
 
-    from probe.io import write_atomic, write_json_atomic
     from probe.runs.runner import Runner, load
     from probe.studies.sampling_check import paper_check_of, report_markdown, run_check
 

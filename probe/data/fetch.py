@@ -38,6 +38,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from probe.errors import InputError, ProbeError
+from probe.paths import cache_dir
 
 __all__ = ["DataFile", "DatasetSpec", "fetch", "verify", "sha256_of"]
 
@@ -210,7 +211,6 @@ def fetch(spec: DatasetSpec, source: str | None = None, dest: str | Path | None 
     >>> from probe.tasks import data_set
     >>> fetch(data_set("crows_pairs"), source="../shared/data")  # doctest: +SKIP
     """
-    from probe.paths import cache_dir
 
     single = source is not None and _is_file_source(spec, source)
     if single and spec.single_file is not None:  # one file given: the data set it stands for alone

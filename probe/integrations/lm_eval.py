@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import logging
 from contextlib import contextmanager
+from datetime import timedelta
 from typing import Any, Iterator
 
 try:
@@ -53,10 +54,14 @@ except ImportError as exc:  # pragma: no cover - exercised only without the extr
         f"(or pip install 'lm-eval>=0.4.13,<0.5'); import failed: {exc}"
     ) from exc
 
+
 import torch
+from accelerate import Accelerator, InitProcessGroupKwargs
 
 from probe.models.fingerprint import model_fingerprint
+from probe.runs.shard import detect
 from probe.scoring.cache import ENGINE_VERSION, ScoreCache
+from probe.scoring.engine import RowOutput
 from probe.scoring.requests import ContinuationRequest
 from probe.scoring.scorer import Scorer
 from probe.scoring.tokens import Encoded, Sequence
@@ -168,7 +173,6 @@ class ProbeLM(HFLM):
             raise ValueError(f"ProbeLM scores causal language models only, not backend={kwargs['backend']!r}")
         if _flag(kwargs.get("parallelize", False)) and device_map is None:
             device_map = "auto"  # HFLM's parallelize=True is a device_map="auto" load
-        from probe.runs.shard import detect
 
         procs = detect()  # under accelerate launch / torchrun: one model copy per process, lm-eval splits the docs
         if procs.distributed and device_map is not None:
@@ -207,9 +211,6 @@ class ProbeLM(HFLM):
         an ``Accelerator``, so lm-eval's evaluator gives each process its share of the documents and gathers
         the results on rank 0. (HFLM turns this off for an already loaded model, as probe passes it, with a
         warning lm-eval's logging hides: every process would run every request.)"""
-        from datetime import timedelta
-
-        from accelerate import Accelerator, InitProcessGroupKwargs
 
         accelerator = Accelerator(kwargs_handlers=[InitProcessGroupKwargs(timeout=timedelta(weeks=52))])
         if accelerator.num_processes != procs.world_size:
@@ -357,8 +358,6 @@ def _greedy_key(row: tuple[tuple[int, ...], int]) -> tuple[tuple[int, ...], int,
 
 
 def _greedy_value(argmax: tuple[int, ...]) -> Any:
-    from probe.scoring.engine import RowOutput
-
     return RowOutput({}, [float(t) for t in argmax], True)  # token ids are exact in float64
 
 
@@ -376,7 +375,6 @@ def _flag(value: Any) -> bool:
             return False
         raise ValueError(f"ProbeLM: not a boolean: {value!r}")
     return bool(value)
-
 
 
 if __name__ == "__main__":

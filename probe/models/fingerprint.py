@@ -19,8 +19,16 @@ import json
 from pathlib import Path
 from typing import Any
 
+import torch
+import transformers
+
+from probe.models.builtins import builtin_gguf_path
+from probe.models.loader import check_model_source
+
+
 __all__ = ["WEIGHT_SUFFIXES", "combine_parts", "fingerprint_parts", "model_fingerprint", "source_identity",
            "tokenizer_fingerprint", "weights_identity"]
+
 
 WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".gguf", ".ckpt")
 
@@ -46,8 +54,6 @@ def fingerprint_parts(lm: Any, engine: int | str) -> dict[str, str]:
 
     Kept apart so that a mismatch can say *what* differs (e.g. ``dtype``).
     """
-    import torch
-    import transformers
 
     model, tok = lm.model, lm.tokenizer
     params = list(model.parameters())
@@ -97,8 +103,6 @@ def source_identity(name_or_path: str) -> str | None:
 
     Lets a run refuse another model's output directory before spending a minute loading this one.
     """
-    from probe.models.builtins import builtin_gguf_path
-    from probe.models.loader import check_model_source
 
     kind = check_model_source(str(name_or_path), allow_pickle_weights=True)  # pickles are refused at load
     if kind == "builtin":
@@ -156,7 +160,6 @@ def _file_sha(path: Path) -> str:
 
 def _tensor_sha(lm: Any) -> str:
     """Hash every state-dict tensor (name, dtype, shape, bytes); ~1 s per GB, memoized on ``lm``."""
-    import torch
 
     state = lm.model.state_dict()
     # data pointer + in-place version counter: changes when a tensor is replaced or edited in place

@@ -14,6 +14,8 @@ import struct
 from pathlib import Path
 from typing import BinaryIO
 
+# Imports inside functions below are on purpose: they import optional packages (extras), loaded only when used.
+
 __all__ = ["file_type", "describe"]
 
 #: GGUF value types -> struct format of a scalar (8: string, 9: array are handled apart)

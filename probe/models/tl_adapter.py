@@ -33,7 +33,11 @@ import dataclasses
 import logging
 from typing import Any
 
+
+import torch
+
 from probe.errors import ModelLoadError
+from probe.hf_compat import cache_kwargs, output_cache
 
 log = logging.getLogger(__name__)
 BACKENDS = ("hf", "tl", "auto")
@@ -129,9 +133,6 @@ def _check_cached_pass(model: Any) -> None:
     4.3 before :func:`_follow_cache_rename`). Three tokens on the model's own device: negligible next to
     loading it.
     """
-    import torch
-
-    from probe.hf_compat import cache_kwargs, output_cache
 
     decoder = model.get_decoder()
     device = next(model.parameters()).device

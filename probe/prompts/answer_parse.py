@@ -3,7 +3,7 @@
 The parsers themselves belong to their tasks (ImplicitBBQ's one-word rule in
 :mod:`probe.tasks.implicitbbq.parse`, HBB's ``choice)<answer>`` in
 :mod:`probe.tasks.hbb.parse`, iso/cmp's boxed label in
-:mod:`probe.tasks.cmp_iso.answers`); this module holds the cue rule they read
+:mod:`probe.tasks.cmp_iso.parse`); this module holds the cue rule they read
 past: ``Answer:``, ``Final Answer:``, ``The answer is``, ``The answer to this
 question is``, any case, ``**`` bold.
 

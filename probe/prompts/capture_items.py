@@ -35,6 +35,7 @@ from typing import Any, Callable, Mapping
 
 from probe.errors import InputError
 from probe.io import iter_jsonl
+from probe.prompts.chat import render_prompt
 from probe.scoring.requests import ContinuationRequest, LabelRequest, Request
 
 _PROMPT_KEYS = ("id", "prompt", "messages", "user", "system", "prefill", "labels", "answer_label")
@@ -102,7 +103,6 @@ def read_capture_items(path: str | Path, tokenizer: Any = None, chat_template: b
 
     ``task_items(line)``: a line in a task's own item format as a :class:`CaptureItem`, None for a prompt item
     (``probe activations`` asks the registered tasks); it raises ``ValueError`` on a bad line of its format."""
-    from probe.prompts.chat import render_prompt
 
     def render(user=None, system=None, prefill=None, messages=None):
         return render_prompt(tokenizer, user, system=system, prefill=prefill, chat_template=chat_template,
@@ -131,4 +131,3 @@ def read_capture_items(path: str | Path, tokenizer: Any = None, chat_template: b
         if item.search_from:
             out.search_from[rid] = item.search_from
     return out
-

@@ -14,6 +14,9 @@ from typing import Any
 
 from probe.errors import ProbeError
 
+# Imports inside functions below are on purpose: `import probe` and `probe --help` load this module, so
+# what needs torch, pandas or the engine loads when a function first runs, not at import.
+
 __all__ = ["COMMAND_LINE_ONLY", "RUN_LEVEL_KEYS", "read_config", "refuse_command_line_only"]
 
 #: config keys that are neither run options nor task fields

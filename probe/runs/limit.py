@@ -5,6 +5,7 @@ selection covered (:func:`select_coverage`)."""
 from __future__ import annotations
 
 import dataclasses
+import json
 import math
 import re
 import sys
@@ -13,6 +14,7 @@ from typing import Any, Mapping, Sequence
 
 from probe.errors import ProbeError
 from probe.tasks.base import Task
+from probe.tasks.stratify import coverage_line
 
 __all__ = ["check_limit", "check_smaller_limit", "resolve_limit", "select_coverage"]
 
@@ -70,7 +72,6 @@ def check_smaller_limit(task: Task, config: Any, limit: int | None, out: Path, p
     config): its records would hold items this run does not select, beside a summary of a subset. A run
     directory's summary always covers every record in it (``docs/tasks.md``, "Resuming with another
     --limit"). ``pool`` / ``items``: the task's items and this run's selection, when already at hand."""
-    import json
 
     if limit is None or not (out / "records.jsonl").is_file() or not (out / "provenance.json").is_file():
         return
@@ -105,7 +106,6 @@ def select_coverage(task: Task, config: Any, pool: Sequence[Any], items: Sequenc
     fraction is kept as ``limit_fraction``, so the lines a user reads show the ``--limit 0.01`` they typed."""
     if limit is None:
         return None
-    from probe.tasks.stratify import coverage_line
 
     try:
         cov = task.selection.coverage(config, task.selection.select(config, pool, None), items, limit)

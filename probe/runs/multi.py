@@ -14,9 +14,19 @@ import sys
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
+
+import pandas as pd
+
 from probe.errors import ProbeError
+from probe.io import check_lock_free, check_locks, slug as io_slug
+from probe.models.loader import check_model_resolvable
+from probe.runs.results import combined_report, results_frame
 from probe.runs.runner import RunOptions, Runner, load
+from probe.runs.shard import detect
 from probe.runs.task_run import Evaluation, run_task
+from probe.runs.task_run import (check_data_before_load, check_models_before_load, check_run_dir, check_smaller_limit,
+    run_lock)
+from probe.tasks import get
 
 
 @dataclasses.dataclass
@@ -40,7 +50,6 @@ class Evaluations:
 
 def slug(name: str) -> str:
     """A model name or path as a directory name (a local path: its last part; :func:`probe.io.slug`)."""
-    from probe.io import slug as io_slug
 
     return io_slug(Path(name).name if "/" in name and Path(name).exists() else name)
 
@@ -48,7 +57,6 @@ def slug(name: str) -> str:
 def task_configs(task_names: Sequence[str], values: Mapping[str, Any], source: str = "options") -> dict[str, Any]:
     """Each task's config from one mapping of values: a key goes to the tasks that have it; a key no task
     has is an error (with a did-you-mean)."""
-    from probe.tasks import get
 
     tasks = [get(n) for n in task_names]
     if len(tasks) == 1:
@@ -68,7 +76,6 @@ def run_many(tasks: Sequence[str], models: Sequence[Any], *, limit: int | float 
     """Every task on every model. ``output``: one directory per run (``OUTPUT`` for one run,
     ``OUTPUT/<model>`` for one task on several models, ``OUTPUT/<task>/<model>`` otherwise) and the
     combined report in ``OUTPUT`` (``OUTPUT/report`` when a single run has its own files there)."""
-    from probe.tasks import get
 
     if not tasks or not models:
         raise ProbeError("give at least one task and one model")
@@ -123,8 +130,6 @@ def _check_before_load(tasks: Sequence[Any], models: Sequence[Any], dirs: _RunDi
     """Every model source, task data set and run directory checked before any model loads: a missing built-in or
     path, a data set not fetched, another model's run, or a smaller ``--limit`` than a finished run's fails now,
     not after the models before it ran."""
-    from probe.models.loader import check_model_resolvable
-    from probe.runs.task_run import check_data_before_load
 
     for model in models:  # on disk, built in, or a hub id the hub (or, offline, its cache) has: not loaded yet
         if isinstance(model, (str, Path)):
@@ -133,9 +138,6 @@ def _check_before_load(tasks: Sequence[Any], models: Sequence[Any], dirs: _RunDi
         check_data_before_load(task, configs[task.name])
     if dirs.base is None:
         return
-    from probe.io import check_lock_free, check_locks
-    from probe.runs.shard import detect
-    from probe.runs.task_run import check_models_before_load, check_run_dir, check_smaller_limit, run_lock
 
     main = detect().is_main
     if len(tasks) * len(models) > 1:  # the combined report's folder: nobody's own report.md is overwritten
@@ -157,9 +159,6 @@ def _check_before_load(tasks: Sequence[Any], models: Sequence[Any], dirs: _RunDi
 
 def _combined(runs: list[Evaluation], base: Path | None) -> Evaluations:
     """The runs, their results as one frame and, with ``base`` and several runs, the combined report there."""
-    import pandas as pd
-
-    from probe.runs.results import combined_report, results_frame
 
     frames = [e.results for e in runs if e.results is not None and len(e.results)]
     results = pd.concat(frames, ignore_index=True) if frames else results_frame([])

@@ -10,12 +10,17 @@ run (not of a task) that a config, ``--set`` or ``probe.evaluate`` may give.
 from __future__ import annotations
 
 import dataclasses
+import os
 import re
 import sys
 from dataclasses import dataclass
 from typing import Any
 
 from probe.errors import ProbeError
+from probe.models import load_model
+from probe.models.tl_adapter import with_backend
+from probe.runs.shard import detect
+from probe.scoring.sampler.sampling import as_specs
 
 __all__ = ["RUN_KEYS", "RunOptions", "default_threads", "load", "options_from"]
 
@@ -68,8 +73,6 @@ class RunOptions:
     shard: str | None = None
 
     def __post_init__(self) -> None:
-        from probe.scoring.sampler.sampling import as_specs
-
         object.__setattr__(self, "sampling", as_specs(self.sampling))
         cap = self.capture
         object.__setattr__(self, "capture", tuple(cap.split() if isinstance(cap, str) else (cap or ())))
@@ -113,12 +116,9 @@ class RunOptions:
 
 def load(model: Any, options: RunOptions) -> Any:
     """``model`` as a :class:`probe.models.LoadedModel`: loaded from a name or path, or passed through."""
-    from probe.models.tl_adapter import with_backend
 
     if hasattr(model, "model") and hasattr(model, "tokenizer"):
         return with_backend(model, options.backend, copy=True)  # never rewire the caller's model
-    from probe.models import load_model
-    from probe.runs.shard import detect
 
     device = options.device
     procs = detect()
@@ -144,7 +144,6 @@ def default_threads(device: str, load: float | None = None, cores: int | None = 
     >>> default_threads("cpu", load=0.1, cores=8) is None, default_threads("cuda:0", load=9.0, cores=2) is None
     (True, True)
     """
-    import os
 
     if not device.startswith("cpu"):
         return None

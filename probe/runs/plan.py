@@ -12,10 +12,14 @@ from the parameter count stands in, and the plan says so.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import time
 from dataclasses import dataclass
 from typing import Any, Mapping, NamedTuple, Sequence
+
+from probe.scoring.parse.exact import run_parse_requests
+
 
 #: tokens per row of the timed block (long enough to be past the per-call overhead, short enough to be quick)
 CALIBRATION_TOKENS = 64
@@ -167,9 +171,6 @@ def parse_node_seconds(lm: Any, parse_left: Sequence[Any], batch_size: int) -> P
     enumerated to at most :data:`PARSE_CALIBRATION_NODES` nodes (the enumeration's own passes, cache and
     parser), timed; a hybrid request also draws a few tail samples (:data:`PARSE_CALIBRATION_DRAWS`), timed
     apart. Deterministic (seeded); the result is discarded. None when it cannot run."""
-    import dataclasses
-
-    from probe.scoring.parse.exact import run_parse_requests
 
     cap = PARSE_CALIBRATION_NODES
     k = max(1, min(int(batch_size), PARSE_CALIBRATION_PROMPTS, len(parse_left)))
@@ -204,7 +205,6 @@ PARSE_CALIBRATION_DRAWS = 4
 def _calibration_request(r: Any, cap: int) -> Any:
     """``r`` enumerated to at most ``cap`` nodes; a hybrid tail cut to about :data:`PARSE_CALIBRATION_DRAWS`
     draws (K shrunk so the budget left after ``cap`` nodes holds that many)."""
-    import dataclasses
 
     r = dataclasses.replace(r, max_nodes=min(cap, int(r.max_nodes or cap)))
     tail = getattr(r, "tail", None)

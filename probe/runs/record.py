@@ -17,13 +17,23 @@ True
 
 from __future__ import annotations
 
+import json
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterable, Mapping, Sequence
 
+import pandas as pd
+
+from probe.errors import ProbeError
+from probe.io import flatten_meta, read_records
+from probe.runs.resume import input_sidecar
+from probe.scoring.requests import ContinuationResult, LabelResult
+
+
 if TYPE_CHECKING:  # pandas is imported lazily: `import probe` stays cheap
     import pandas as pd
+
 
 #: The common fields, in the order they are written.
 COMMON_FIELDS = ("task", "id", "model", "kind", "options", "logprobs", "probs", "pred_index", "mass", "finite",
@@ -63,7 +73,6 @@ class Record:
     @classmethod
     def from_result(cls, task: str, model: str, result: Any) -> "Record":
         """The record of one :mod:`probe.scoring` result."""
-        from probe.scoring.requests import ContinuationResult, LabelResult
 
         meta = dict(getattr(result, "meta", None) or {})
         # sampling-equivalent scores (probe.scoring.sampler.sampling): only present when specs were asked
@@ -165,10 +174,6 @@ def records_to_frame(records: "str | Path | Iterable[Record | Mapping[str, Any]]
     >>> df.loc[0, "category"], int(df.loc[0, "pred_index"])
     ('age', 0)
     """
-    import pandas as pd
-
-    from probe.errors import ProbeError
-    from probe.io import read_records
 
     if records is None:  # Evaluation.output of a run without an output directory
         raise ProbeError("records_to_frame(None): no records to read (a run without an output directory has no "
@@ -182,7 +187,6 @@ def records_to_frame(records: "str | Path | Iterable[Record | Mapping[str, Any]]
         rows_in: Iterable[Any] = read_records(path)[0]
     else:
         rows_in = records
-    from probe.io import flatten_meta
 
     rows = [flatten_meta(rec.to_dict() if isinstance(rec, Record) else rec) for rec in rows_in]
     frame = pd.DataFrame(rows)
@@ -196,9 +200,6 @@ def records_to_frame(records: "str | Path | Iterable[Record | Mapping[str, Any]]
 def model_names(path: "str | Path") -> dict[str, str]:
     """``{short fingerprint: model name}`` for a records file, from its input check
     (``<file>.input.json``: every run output has one) and the run's ``summary.json``; {} when neither names it."""
-    import json
-
-    from probe.runs.resume import input_sidecar
 
     path = Path(path)
     out: dict[str, str] = {}

@@ -1,7 +1,8 @@
 """A run's numbers as one flat table, its headline, its warnings, and its own report.
 
 - :func:`results_frame`: every metric of a summary as rows ``task, model, subgroup, metric, estimator,
-  value, ci_low, ci_high, n, n_clusters`` (each task's ``reporting.results``), written as
+  value, ci_low, ci_high, n, n_clusters, certified_low, certified_high, undefined`` (each task's
+  ``reporting.results``), written as
   ``results.csv`` and returned as ``Evaluation.results``;
 - :func:`headline_table`: the main metric per model x task with its CI and n (the first section of
   every report);
@@ -13,15 +14,29 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterable, Mapping, Sequence
 
+
+import pandas as pd
+
+from probe.io import check_owned_dir, json_has, write_atomic
+from probe.reports.compare import build_report, load_runs
+from probe.reports.compare.tables import markdown, md_text
 from probe.reports.headline import LOW_MASS, SMALL_N, headline_table, report_warnings  # noqa: F401
+from probe.reports.terminal import terminal_text
+from probe.tasks import available, get
 
 if TYPE_CHECKING:
     import pandas as pd
 
-COLUMNS = ["task", "model", "subgroup", "metric", "estimator", "value", "ci_low", "ci_high", "n", "n_clusters"]
+
+#: ``ci_low`` / ``ci_high`` hold statistical intervals only; a parsed metric's certified interval (the range over
+#: every answer of the mass not enumerated) has its own columns, and ``undefined`` says why a value is missing
+#: ("n/a: nothing parsed, 8 of 8 questions")
+COLUMNS = ["task", "model", "subgroup", "metric", "estimator", "value", "ci_low", "ci_high", "n", "n_clusters",
+           "certified_low", "certified_high", "undefined"]
 
 
 def result_rows(task: Any, config: Any, summary: Mapping[str, Any]) -> list[dict[str, Any]]:
@@ -41,14 +56,11 @@ def result_rows(task: Any, config: Any, summary: Mapping[str, Any]) -> list[dict
 
 def results_frame(rows: Iterable[Mapping[str, Any]]) -> "pd.DataFrame":
     """The flat results table: one row per task, model, subgroup, metric and estimator."""
-    import pandas as pd
 
     return pd.DataFrame([{k: r.get(k) for k in COLUMNS} for r in rows], columns=COLUMNS)
 
 
 def _md_block(headline: "pd.DataFrame", warnings: Sequence[str]) -> str:
-    from probe.reports.compare.tables import markdown, md_text
-
     lines = [f"> **Warning:** {md_text(w)}" + "\n" for w in warnings]
     if len(headline):
         lines += ["## Headline", "", markdown(headline), "",
@@ -61,8 +73,6 @@ def write_run_report(task: Any, config: Any, output: str | Path, summary: Mappin
     """``results.csv``, ``report.html`` unless the task wrote its own (``report/`` holds its tables and
     figures) and the headline and warnings at the top of ``report.md`` (written from the report when the task
     wrote none): one report per run folder. Returns the results frame."""
-    from probe.io import write_atomic
-    from probe.reports.compare import build_report, load_runs
 
     out = Path(output)
     rows, warnings = run_headline(task, config, summary)
@@ -93,7 +103,6 @@ def _one_report(out: Path, target: Path, block: str, heading: str) -> None:
     """One ``report.md`` and one ``report.html`` in the run folder (``report/`` keeps the tables and figures):
     the task's own page is kept (the demo's), else the built one moves up; a task's own Markdown gets the
     headline and warnings on top, else the built Markdown moves up with its figure links rewritten."""
-    import os
 
     from probe.io import check_output, write_atomic
 
@@ -127,7 +136,6 @@ def _task_warnings(task: Any, summary: Mapping[str, Any]) -> list[str]:
 def task_layouts(names: Iterable[str]) -> dict[str, Any]:
     """Each named task's report section (its ``reporting.layout()``); a task not installed here is left out
     (its runs get their own tables)."""
-    from probe.tasks import available, get
 
     known = available()
     return {n: get(n).reporting.layout() for n in dict.fromkeys(names) if n in known}
@@ -145,7 +153,6 @@ def run_headline(task: Any, config: Any, summary: Mapping[str, Any],
 def print_run(evaluation: Any, verbose: bool) -> None:
     """One run on the terminal: its whole ``report.md`` (``--verbose``), else the headline, the warnings and
     the report's paths."""
-    from probe.reports.terminal import terminal_text
     from probe.tasks import get
 
     md = evaluation.output / "report.md"
@@ -172,7 +179,6 @@ def grouped_warnings(named: Sequence[tuple[str, str]]) -> list[str]:
 def headline_of(runs: Sequence[Any]) -> tuple["pd.DataFrame", list[str], "pd.DataFrame"]:
     """The headline table, the warnings (each once, with the runs it holds for) and the flat results of many
     runs."""
-    from probe.tasks import available, get
 
     rows: list[dict] = []
     named: list[tuple[str, str]] = []
@@ -193,7 +199,6 @@ def check_report_dir(output: str | Path) -> None:
     """``output`` may take a report (:func:`probe.io.check_owned_dir`): absent, empty, or a folder whose report
     files a probe report (its ``manifest.json``) or a probe run wrote; a link there, or a user's own
     ``report.md``, is refused before anything is read or written."""
-    from probe.io import check_owned_dir, json_has
 
     def ours(out: Path) -> bool:  # a report's manifest, or a run's records and their input check
         return (json_has(out / "manifest.json", "title", "runs", "tables", "figures")
@@ -207,8 +212,6 @@ def combined_report(run_dirs: Sequence[str | Path], output: str | Path, n_boot: 
                     progress: Any = None) -> dict[str, Any]:
     """Many finished runs (any tasks, any models) as one report in ``output``: ``report.html``,
     ``report.md`` (headline and warnings first), ``results.csv``, tables and figures (``probe report``)."""
-    from probe.io import write_atomic
-    from probe.reports.compare import build_report, load_runs
 
     check_report_dir(output)
     runs = load_runs(run_dirs)

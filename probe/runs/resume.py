@@ -15,6 +15,9 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from probe.errors import ProbeError
+from probe.io import write_json_atomic
+from probe.models.fingerprint import combine_parts, fingerprint_parts, same_source, source_identity
+from probe.scoring.cache import ENGINE_VERSION
 
 INPUT_CHECK_FORMAT = 1
 
@@ -59,9 +62,6 @@ def check_input(output: Path, done: set[str], requests: Sequence[Any], lm: Any, 
     rank 0 writes). Raises :class:`ProbeError` naming the output, the sidecar
     and what differs.
     """
-    from probe.io import write_json_atomic
-    from probe.models.fingerprint import combine_parts, fingerprint_parts
-    from probe.scoring.cache import ENGINE_VERSION
 
     sidecar = input_sidecar(output)
     # a Runner carries its model's fingerprint (computed once) and the model as ``.lm``
@@ -116,7 +116,6 @@ def check_model_before_load(output: Path, model: Any, where: Path | None = None)
     second, not after the model has loaded; the full fingerprint (tokenizer, dtype, ...) is still checked
     after loading. ``where``: the directory to name (a run directory) instead of the output file.
     """
-    from probe.models.fingerprint import same_source, source_identity
 
     sidecar = input_sidecar(output)
     if not isinstance(model, (str, Path)) or not sidecar.is_file() or not output.is_file():

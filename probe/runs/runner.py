@@ -28,13 +28,25 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Iterable, Sequence
 
+from probe.activations.scoring_capture import CaptureSpec, layer_count
+from probe.activations.shards import ShardStoreWriter, fold_stores
+from probe.activations.store import ActivationWriter
 from probe.errors import ProbeError
+from probe.models.fingerprint import combine_parts, fingerprint_parts
 from probe.runs.chunks import group_chunks
 # Run options and loading live in probe.runs.options; re-exported here, where callers import them.
 from probe.runs.options import RUN_KEYS, RunOptions, default_threads, load, options_from
 from probe.runs.record import Record
 from probe.runs.score_plan import ScoreJob, ScorePlan
+from probe.runs.shard import detect
+from probe.runs.shard_set import Shard
 from probe.runs.sharding import ShardPending, write
+from probe.scoring import Scorer
+from probe.scoring.cache import ENGINE_VERSION, ScoreCache
+from probe.scoring.engine.memory import generation_batch_size
+from probe.scoring.generate import run_generation
+from probe.scoring.parse.exact import run_parse_requests
+from probe.scoring.sampler.sampling import as_specs
 
 __all__ = ["RUN_KEYS", "RunOptions", "Runner", "ScorePlan", "ShardPending", "default_threads", "load", "options_from"]
 
@@ -49,11 +61,6 @@ class Runner:
     """
 
     def __init__(self, lm: Any, options: RunOptions | None = None) -> None:
-        from probe.runs.shard import detect
-        from probe.scoring import Scorer
-        from probe.models.fingerprint import combine_parts, fingerprint_parts
-        from probe.scoring.cache import ENGINE_VERSION, ScoreCache
-
         self.options = options or RunOptions()
         threads = self.options.threads or default_threads(str(getattr(lm, "device", "cpu")))
         if threads:
@@ -61,7 +68,6 @@ class Runner:
 
             torch.set_num_threads(int(threads))
         self.procs = detect()
-        from probe.runs.shard_set import Shard
 
         #: this process's shard of a job array (``--shard I/N``), or None
         self.shard = Shard.parse(self.options.shard) if self.options.shard else None
@@ -136,7 +142,6 @@ class Runner:
         """``capture`` (a CaptureSpec or ``HOOK@POSITION`` strings, layer selections such as ``blocks.*.``
         expanded for this model), else the run options' own; None when off. Hook names are checked against
         the model here, before any work."""
-        from probe.activations.scoring_capture import CaptureSpec, layer_count
 
         if capture is None and not self.options.capture:
             return None
@@ -156,8 +161,6 @@ class Runner:
         """The store the captured activations go to: ``directory``, or under ``--shard I/N`` its shard store
         ``<directory>.rankI-of-N`` (:mod:`probe.activations.shards`); a plain run first folds a complete
         set of shard stores into ``directory`` in one-process order."""
-        from probe.activations.shards import ShardStoreWriter, fold_stores
-        from probe.activations.store import ActivationWriter
 
         manifest = {"format": 1, "model_fingerprint": self.model_id, "hooks": list(spec.hooks),
                     "positions": [p.name for p in spec.positions], "keys": spec.keys,
@@ -172,7 +175,6 @@ class Runner:
 
     def sampling_specs(self, extra: Sequence[Any] = ()) -> tuple[Any, ...]:
         """The run options' sampling specs, then ``extra`` ones not already among them (order kept)."""
-        from probe.scoring.sampler.sampling import as_specs
 
         specs = list(self.options.sampling)
         for spec in as_specs(tuple(extra)):
@@ -187,8 +189,6 @@ class Runner:
         ``{id: text}`` (a :class:`~probe.runs.sharding.ShardPending` while a ``--shard`` set is unfinished).
         A sampled generation's record also carries its temperature, top_p and seed.
         ``share_prefix``: many samples of one prompt share its forward pass (same texts; give them one ``group``)."""
-        from probe.scoring.generate import run_generation
-        from probe.scoring.engine.memory import generation_batch_size
 
         show = self.options.progress if progress is None else progress
 
@@ -211,7 +211,6 @@ class Runner:
         (:func:`~probe.scoring.parse.exact.parse_exact`), recorded and resumed like scores (``parsed.jsonl``);
         returns ``{id: record}``, each record with ``probs``, ``rejected``, ``residual``, ``nodes`` and the
         ``top`` most probable enumerated generations."""
-        from probe.scoring.parse.exact import run_parse_requests
 
         show = self.options.progress if progress is None else progress
         batch = self.scorer.batch_size

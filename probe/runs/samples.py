@@ -31,6 +31,8 @@ from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
 from probe.errors import ProbeError
+from probe.io import read_records
+from probe.scoring.tokens import wants_special_tokens
 
 #: The file name beside ``records.jsonl``.
 SAMPLES_FILE = "samples.jsonl"
@@ -39,8 +41,6 @@ SCHEMA_VERSION = 1
 
 
 def _special(tokenizer: Any, request: Any, text: str) -> bool:
-    from probe.scoring.tokens import wants_special_tokens
-
     flag = getattr(request, "add_special_tokens", None)
     return wants_special_tokens(tokenizer, text) if flag is None else bool(flag)
 
@@ -178,7 +178,6 @@ def _answers(r: Any) -> list[dict[str, Any]]:
 def chain_of(tokenizer: Any, request: Any, text: str) -> dict[str, Any]:
     """A generation as logged: its exact prompt (tokenized as the generator does), what was generated,
     and how (greedy, or sampled: temperature, top_p, seed)."""
-    from probe.scoring.tokens import wants_special_tokens
 
     return {"id": request.id, "prompt": request.prompt,
             "add_special_tokens": wants_special_tokens(tokenizer, request.prompt), "text": text,
@@ -283,7 +282,6 @@ class SampleLog:
 
 def read_samples(run: str | Path) -> list[dict[str, Any]]:
     """The samples of a run directory (or a ``samples.jsonl`` path), in file order."""
-    from probe.io import read_records
 
     path = Path(run)
     if path.is_dir():

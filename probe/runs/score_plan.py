@@ -17,6 +17,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
+
+import numpy as np
+
+from probe.activations.scoring_capture import capture_record, missing_positions
+from probe.activations.store import Activations
 from probe.errors import ProbeError
 from probe.runs.chunks import group_chunks
 from probe.runs import sharding
@@ -147,17 +152,11 @@ class _MemorySink:
         self.by_id: dict[str, Any] = {}
 
     def add(self, results: list) -> None:
-        from probe.activations.scoring_capture import capture_record, missing_positions
-
         for r in results:
             self.by_id[r.id] = (capture_record(r, missing_positions(r, self.spec)),
                                 {k: r.activations[k] for k in self.spec.keys})
 
     def result(self, requests: Sequence[Any]) -> Any:
-        import numpy as np
-
-        from probe.activations.store import Activations
-
         rows = [self.by_id[r.id] for r in requests]
         arrays = {k: np.stack([v[k] for _, v in rows]) if rows else np.empty((0, 0), np.float32)
                   for k in self.spec.keys}

@@ -30,6 +30,8 @@ here is used and ``probe score`` behaves exactly as before.
 from __future__ import annotations
 
 import datetime as _dt
+import hashlib
+import json
 import os
 import re
 import sys
@@ -37,7 +39,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator, Sequence
 
+
+import torch
+import torch.distributed as dist
+
 from probe.errors import InputError, ProbeError
+from probe.io import RecordWriter, read_records, write_atomic
+from probe.runs.chunks import group_chunks
+from probe.runs.resume import check_input
 
 #: ``<output>.rank{r}-of-{w}.jsonl``; ``r`` and ``w`` are decimal.
 _SHARD_SUFFIX = re.compile(r"\.rank(\d+)-of-(\d+)\.jsonl$")
@@ -69,7 +78,6 @@ class Processes:
         """Wait until every rank gets here (no-op for one process)."""
         if not self.distributed:
             return
-        import torch.distributed as dist
 
         dist.barrier()
 
@@ -77,7 +85,6 @@ class Processes:
         """``obj`` of rank ``src``, on every rank (any picklable object; itself for one process)."""
         if not self.distributed:
             return obj
-        import torch.distributed as dist
 
         box = [obj]
         dist.broadcast_object_list(box, src=src)
@@ -87,7 +94,6 @@ class Processes:
         """Every rank's ``obj``, in rank order, on every rank."""
         if not self.distributed:
             return [obj]
-        import torch.distributed as dist
 
         out: list[Any] = [None] * self.world_size
         dist.all_gather_object(out, obj)
@@ -103,7 +109,6 @@ class Processes:
         """
         if not self.distributed or requested not in ("cuda", "auto"):
             return requested
-        import torch
 
         n = torch.cuda.device_count() if torch.cuda.is_available() else 0
         if requested == "auto" and not n:
@@ -172,7 +177,6 @@ def rank_chunks(requests: Sequence[Any], chunk: int, rank: int, world_size: int)
     Chunks are those of a one-process run (:func:`~probe.runs.chunks.group_chunks`),
     so each is scored, and batched, exactly as one process scores it.
     """
-    from probe.runs.chunks import group_chunks
 
     if not 0 <= rank < world_size:
         raise ValueError(f"rank {rank} outside 0..{world_size - 1}")
@@ -185,7 +189,6 @@ def record_order(requests: Sequence[Any]) -> list[str]:
     That is input order, except that a group's members follow its first member
     (``group_chunks`` keeps them together); it does not depend on the chunk size.
     """
-    from probe.runs.chunks import group_chunks
 
     return [str(r.id) for part in group_chunks(requests, max(len(requests), 1)) for r in part]
 
@@ -221,7 +224,6 @@ def launcher_shard_files(output: Path) -> list[Path]:
 
 def _read(path: Path) -> Iterator[tuple[int, dict, bytes]]:
     """``(line_number, record, raw_line)`` of the complete records of ``path`` (a torn tail is skipped)."""
-    from probe.io import read_records
 
     if path.exists() and not path.is_file():
         raise InputError(path, None, None, "output path exists and is not a file (a directory?)")
@@ -259,7 +261,6 @@ def merge_shards(output: Path, requests: Sequence[Any], shards: Sequence[Path] |
     ``output`` atomically; shard files are deleted only after it is durable.
     Not safe to call while a rank is still writing its shard.
     """
-    from probe.io import write_atomic
 
     shards = launcher_shard_files(output) if shards is None else list(shards)
     if not shards:
@@ -318,7 +319,6 @@ def score_sharded(runner: Any, requests: Sequence[Any], output: Path, procs: Pro
     same ``chunk`` (the same chunks are scored whole by the same code).
     """
     from probe.runs.chunks import group_chunks, write_chunks
-    from probe.io import RecordWriter
 
     if chunk < 1:
         raise ValueError("chunk must be positive")
@@ -358,7 +358,6 @@ def score_sharded(runner: Any, requests: Sequence[Any], output: Path, procs: Pro
 
 def _agreed_done(runner: Any, requests: Sequence[Any], output: Path, procs: Processes) -> set[str]:
     """The ids already recorded, as rank 0 sees them, on every rank; a refusal on rank 0 stops every rank."""
-    from probe.runs.resume import check_input
 
     # Rank 0's view of what is recorded is the skip set of every rank (sent over the process group:
     # another node may not see rank 0's files). Records from another model or another request under
@@ -386,8 +385,6 @@ def _agreed_done(runner: Any, requests: Sequence[Any], output: Path, procs: Proc
 
 
 def _digest(path: Path) -> tuple[int, str] | None:
-    import hashlib
-
     if not path.is_file():
         return None
     data = path.read_bytes()
@@ -403,7 +400,6 @@ def gather_shards(output: Path, procs: Processes) -> list[int]:
     """
     if not procs.distributed:
         return []
-    from probe.io import write_atomic
 
     mine = _digest(shard_path(output, procs.rank, procs.world_size))
     infos = procs.all_gather(mine)
@@ -421,7 +417,6 @@ def gather_shards(output: Path, procs: Processes) -> list[int]:
 
 def shared_records(output: Path, procs: Processes) -> list[dict]:
     """The records of ``output`` as rank 0 holds them, on every rank (sent when a rank's copy differs)."""
-    from probe.io import read_records
 
     if not procs.distributed:
         return read_records(output)[0]
@@ -432,6 +427,5 @@ def shared_records(output: Path, procs: Processes) -> list[dict]:
     data = procs.broadcast(output.read_bytes() if procs.is_main else None)
     if not need[procs.rank]:
         return read_records(output)[0]
-    import json
 
     return [json.loads(line) for line in data.decode("utf-8").splitlines() if line.strip()]

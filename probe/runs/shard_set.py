@@ -35,6 +35,10 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Sequence
 
 from probe.errors import ProbeError
+from probe.io import check_links, check_records, file_sha256, read_records, write_json_atomic
+from probe.runs.chunks import write_chunks
+from probe.runs.resume import check_input, input_sidecar
+from probe.runs.shard import _read, merge_shards, rank_chunks, record_order, shard_files, shard_path
 
 MANIFEST_FORMAT = 1
 MANIFEST_SUFFIX = ".shard.json"
@@ -75,7 +79,6 @@ def manifest_path(shard_file: Path) -> Path:
 
 def independent_shards(output: Path) -> list[Path]:
     """Shard files of ``output`` written by ``--shard`` processes (they have a manifest)."""
-    from probe.runs.shard import shard_files
 
     return [p for p in shard_files(output) if manifest_path(p).is_file()]
 
@@ -96,8 +99,6 @@ def _read_json(path: Path) -> dict:
 def held_records(output: Path, requests: Sequence[Any], runner: Any) -> dict[str, dict]:
     """The records of ``output`` and of its complete shard sets, by id, read without writing anything (other
     shard processes may be reading too); each set's records checked against this run's model and input."""
-    from probe.io import read_records
-    from probe.runs.resume import check_input
 
     by_id = {str(r["id"]): r for r in read_records(output)[0]} if output.is_file() else {}
     for members in shard_sets(output)[0].values():
@@ -117,9 +118,6 @@ def score_shard(runner: Any, requests: Sequence[Any], output: Path, shard: Shard
     false) and again after the last (``complete`` true).
     """
     from probe.io import RecordWriter, open_append, read_records, write_json_atomic
-    from probe.runs.resume import check_input
-    from probe.runs.chunks import write_chunks
-    from probe.runs.shard import rank_chunks, record_order, shard_path
 
     if runner.procs.distributed:
         raise ProbeError(f"--shard {shard} runs one process of a job array, without a process group; under "
@@ -171,8 +169,6 @@ def score_shard(runner: Any, requests: Sequence[Any], output: Path, shard: Shard
 
 def _content(path: Path) -> dict[str, Any]:
     """What a finished shard holds: ``n_records`` and the ``sha256`` of its file, checked before it is folded."""
-    from probe.io import file_sha256
-    from probe.runs.shard import _read
 
     return {"n_records": sum(1 for _ in _read(path)), "sha256": file_sha256(path)}
 
@@ -182,8 +178,6 @@ def check_content(path: Path, man: dict, in_output: set[str]) -> None:
     missing ids): every id it was dealt is in it (or already in the output), its record count and its checksum.
     A record lost from its file (a last line cut off, a middle line deleted) would otherwise be folded away
     silently and scored again, out of one-process order, by the next run."""
-    from probe.io import file_sha256
-    from probe.runs.shard import _read
 
     ids = [str(rec["id"]) for _, rec, _ in _read(path)]
     have = set(ids)
@@ -294,7 +288,6 @@ class _Fold:
 def _prepare(output: Path, runner: Any = None, requests: Sequence[Any] | None = None) -> _Fold:
     """Every check of :func:`fold`, writing nothing."""
     from probe.runs.resume import check_input, input_sidecar
-    from probe.runs.shard import _read
 
     complete, waiting = shard_sets(output)
     result = FoldResult(output, added=0, folded=[], waiting=waiting)
@@ -347,8 +340,6 @@ def _prepare(output: Path, runner: Any = None, requests: Sequence[Any] | None = 
 def _check_target(output: Path, shard: Path) -> None:
     """The output a fold writes is probe's: absent, or records of the shards' task; a link at it or its
     sidecars, or a user's file there, is refused before anything is folded (:func:`probe.io.check_records`)."""
-    from probe.io import check_links, check_records
-    from probe.runs.shard import _read
 
     task = next((rec.get("task") for _, rec, _ in _read(shard)), None)
     check_records(output, task if isinstance(task, str) else None, hint="nothing was folded; move it away to "
@@ -358,9 +349,6 @@ def _check_target(output: Path, shard: Path) -> None:
 
 def _apply(plan: _Fold) -> FoldResult:
     """Write a fold :func:`_prepare` checked: the sidecar, the records in one-process order, the shard log."""
-    from probe.io import write_json_atomic
-    from probe.runs.resume import input_sidecar
-    from probe.runs.shard import merge_shards
 
     result = plan.result
     if not plan.members:
@@ -383,8 +371,6 @@ def shards_log(output: Path) -> Path:
 
 
 def _log_shards(output: Path, members: list[tuple[Path, dict]]) -> list[dict]:
-    from probe.io import write_json_atomic
-
     log = shards_log(output)
     entries = _read_json(log).get("shards", []) if log.is_file() else []
     new = [{"shard": man["shard"], "file": path.name, "n_assigned": len(man.get("assigned", [])),

@@ -28,6 +28,12 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Sequence
 
 from probe.errors import ProbeError
+from probe.io import RecordWriter, read_records
+from probe.runs.chunks import group_chunks
+from probe.runs.resume import check_input
+from probe.runs.shard import (launcher_shard_files, merge_shards, process_group, recorded_ids, score_sharded,
+    shared_records)
+from probe.runs.shard_set import held_records, independent_shards, score_shard
 
 __all__ = ["Make", "ShardPending", "append", "job_shard", "launched", "one_process", "write"]
 
@@ -67,7 +73,6 @@ def write(runner: Any, requests: Sequence[Any], output: Path, make: Make, progre
 
 def in_order(output: Path, requests: Sequence[Any], records: list[dict] | None = None) -> list[dict]:
     """Every request's record (from ``records``, else from ``output``), in request order."""
-    from probe.io import read_records
 
     by_id = {str(r["id"]): r for r in (records if records is not None else read_records(output)[0])}
     missing = [r.id for r in requests if r.id not in by_id]
@@ -80,7 +85,6 @@ def job_shard(runner: Any, requests: Sequence[Any], output: Path, make: Make,
               progress: bool) -> list[dict] | ShardPending:
     """``--shard I/N``: the records, when ``output`` and the complete shard sets hold every request (a
     multi-stage task goes on to its next stage); else this shard's chunks scored into its files."""
-    from probe.runs.shard_set import held_records, score_shard
 
     by_id = held_records(output, requests, runner)
     if any(str(r.id) not in by_id for r in requests):
@@ -95,8 +99,6 @@ def job_shard(runner: Any, requests: Sequence[Any], output: Path, make: Make,
 def launched(runner: Any, requests: Sequence[Any], output: Path, make: Make, progress: bool) -> list[dict]:
     """A launcher's ranks: this rank's share into its shard file, rank 0 merges; rank 0's records on every
     rank, and every rank's timing and engine counts in ``runner.other_work``."""
-    from probe.runs.shard import process_group, score_sharded, shared_records
-    from probe.runs.shard_set import independent_shards
 
     if independent_shards(output):
         raise ProbeError(f"{output} has shard files of --shard processes; fold them first (`probe merge "
@@ -119,8 +121,6 @@ def launched(runner: Any, requests: Sequence[Any], output: Path, make: Make, pro
 def one_process(runner: Any, requests: Sequence[Any], output: Path, make: Make, progress: bool, verb: str,
                 also_done: set[str] | None = None) -> int:
     """One process: shards left beside ``output`` folded in first, then the records it lacks appended."""
-    from probe.runs.resume import check_input
-    from probe.runs.shard import launcher_shard_files, merge_shards, recorded_ids
     from probe.runs.shard_set import fold_for_run, independent_shards
 
     if independent_shards(output):
@@ -136,7 +136,6 @@ def one_process(runner: Any, requests: Sequence[Any], output: Path, make: Make, 
 def append(runner: Any, requests: Sequence[Any], output: Path, make: Make, progress: bool, verb: str,
            also_done: set[str] | None = None) -> int:
     """Append the records of the requests ``output`` lacks, chunk by chunk; return how many were added."""
-    from probe.io import RecordWriter
     from probe.runs.resume import check_input, input_sidecar
 
     with RecordWriter(output) as writer:
@@ -151,7 +150,6 @@ def append(runner: Any, requests: Sequence[Any], output: Path, make: Make, progr
 
 def _append_todo(runner: Any, requests: Sequence[Any], output: Path, make: Make, progress: bool, verb: str,
                  writer: Any, also_done: set[str] | None) -> int:
-    from probe.runs.chunks import group_chunks
 
     is_done = (lambda i: i in writer.done) if also_done is None else (
         lambda i: i in writer.done and i in also_done)

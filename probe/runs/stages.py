@@ -10,6 +10,7 @@ distribution, when the task enumerates one), :func:`agree` (greedy agreement, wh
 
 from __future__ import annotations
 
+import json
 import sys
 import time
 from dataclasses import dataclass, field
@@ -17,16 +18,25 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 from probe.errors import ProbeError
+from probe.io import read_records, write_json_atomic
+from probe.runs.agreement import agreement_rows, agreement_summary
 from probe.runs.limit import check_smaller_limit, resolve_limit, select_coverage
 from probe.runs.limit import plain as _plain
 from probe.runs.options import RunOptions
+from probe.runs.provenance import provenance
+from probe.runs.record import records_to_frame
+from probe.runs.results import result_rows, results_frame, write_run_report
+from probe.runs.samples import SAMPLES_FILE, SampleLog
 from probe.runs.sharding import ShardPending
+from probe.scoring.engine.memory import generation_batch_size
+from probe.scoring.generate import GenerationRequest
 from probe.tasks.base import Aggregate, Task
 
 if TYPE_CHECKING:
     import pandas as pd
 
     from probe.runs.runner import Runner
+
 
 __all__ = ["RunState", "Selection", "agree", "aggregate", "generate", "parse", "plan", "score", "select", "write"]
 
@@ -176,8 +186,6 @@ def agree(run: RunState) -> ShardPending | None:
     n_tokens = run.options.agreement_tokens
     if not n_tokens:
         return None
-    from probe.runs.agreement import agreement_rows, agreement_summary
-    from probe.scoring.generate import GenerationRequest
 
     labels = [r for r in run.requests or () if r.kind == "label"]
     if not labels:
@@ -194,7 +202,6 @@ def agree(run: RunState) -> ShardPending | None:
 def aggregate(run: RunState) -> tuple[Aggregate, dict[str, Any]]:
     """The task's aggregate over the records' frame (``parsed`` added when the task enumerates one), and the
     run's summary: the task's, with the model, counts, ``--limit`` coverage and greedy agreement."""
-    from probe.runs.record import records_to_frame
 
     run.acts = _activations(run)
     frame = records_to_frame(run.records)
@@ -213,8 +220,6 @@ def aggregate(run: RunState) -> tuple[Aggregate, dict[str, Any]]:
 def write(run: RunState, result: Aggregate, summary: dict[str, Any], t_start: float) -> "pd.DataFrame":
     """Into the run directory: ``summary.json``, ``timing.json``, the task's report files, ``provenance.json``,
     ``results.csv`` and ``report.md``/``report.html``; returns the flat results (made in memory without one)."""
-    from probe.io import write_json_atomic
-    from probe.runs.results import result_rows, results_frame, write_run_report
 
     task, config, out, runner = run.task, run.config, run.out, run.runner
     if out is not None:
@@ -239,7 +244,6 @@ def write(run: RunState, result: Aggregate, summary: dict[str, Any], t_start: fl
 
 def _provenance(run: RunState, work: dict[str, Any]) -> dict[str, Any]:
     """``provenance.json``: the model, the task and its config, the limit, the run options, the data files."""
-    from probe.runs.provenance import provenance
 
     runner, asked = run.runner, run.selection.asked
     return provenance(
@@ -270,7 +274,6 @@ def _activations(run: RunState) -> Any:
 def _check_no_extra_records(path: Path, requests: Sequence[Any]) -> None:
     """A resumed run directory holds records of these requests only: records of items this run does not select
     (an earlier run with a larger ``limit`` or a wider config) would leave a summary of a subset beside them."""
-    from probe.io import read_records
 
     if not path.is_file():
         return
@@ -288,7 +291,6 @@ def _plan(task: Task, config: Any, items: Sequence[Any], gen_requests: Sequence[
     """The plan printed before any work (:mod:`probe.runs.plan`): the generations still to make and how to
     skip them, the requests and tokens still to score, and an estimated time from a short calibration."""
     from probe.runs import plan
-    from probe.scoring.engine.memory import generation_batch_size
 
     tok = runner.lm.tokenizer
     gen_done = _ids_in(out / "generations.jsonl") if out is not None and gen_requests else set()
@@ -332,7 +334,6 @@ def _plan(task: Task, config: Any, items: Sequence[Any], gen_requests: Sequence[
 
 def _ids_in(path: Path) -> set[str]:
     """The record ids in a JSONL output (none when it is absent or unreadable)."""
-    from probe.io import read_records
 
     if not path.is_file():
         return set()
@@ -345,7 +346,6 @@ def _ids_in(path: Path) -> set[str]:
 def _sample_log(runner: "Runner", task: str, out: Path | None, gen_requests: Sequence[Any],
                 generations: Mapping[str, str] | None) -> Any:
     """The run's :class:`probe.runs.samples.SampleLog` (``OUT/samples.jsonl``; in memory without ``out``)."""
-    from probe.runs.samples import SAMPLES_FILE, SampleLog
 
     chains = {g.id: (g, generations[g.id]) for g in gen_requests if generations and g.id in generations}
     return SampleLog(out / SAMPLES_FILE if out is not None else None, task, runner.scorer.encoder, chains)
@@ -358,7 +358,6 @@ def _timing(path: Path, work: dict[str, Any], wall: float) -> dict[str, Any]:
     ``engine``: forward passes, ``tokens_computed`` (what ran, prefixes shared) and ``tokens_raw`` (every
     scored sequence on its own); ``computed_ratio`` = computed / raw, the factor a GPU-time projection
     from raw token counts needs. ``processes``: each process's own share, when several worked."""
-    import json
 
     now = work["timing"]
     try:

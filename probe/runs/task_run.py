@@ -19,6 +19,7 @@ requests are refused, naming both models.
 
 from __future__ import annotations
 
+import contextlib
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -26,8 +27,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterator
 
 from probe.errors import ProbeError
+from probe.io import OutputLock, check_links, check_locks, check_output, check_records
 from probe.runs.limit import check_limit, check_smaller_limit, resolve_limit, select_coverage  # noqa: F401
+from probe.runs.record import records_to_frame
+from probe.runs.resume import check_model_before_load
 from probe.runs.runner import RunOptions, Runner, load
+from probe.runs.shard import detect
 from probe.runs.stages import RunState, agree, aggregate, generate, parse, plan, score, select, write
 from probe.tasks.base import Task
 
@@ -74,11 +79,6 @@ def run_task(task: Task, config: Any, model: Any, output: str | Path | None = No
     a run directory (resumed); another process writing there, or a folder holding other files, is refused.
     """
 
-    import contextlib
-
-    from probe.io import OutputLock, check_locks
-    from probe.runs.shard import detect
-
     options = options or (runner.options if runner else RunOptions())
     out = Path(output) if output is not None else None
     lock: Any = contextlib.nullcontext()
@@ -115,7 +115,6 @@ RECORD_FILES = ("records.jsonl", "generations.jsonl", "parsed.jsonl", "agreement
 def check_models_before_load(out: Path, model: Any) -> None:
     """Refuse, before ``model`` (a name or path) loads, a run directory whose records come from other weights
     (:func:`probe.runs.resume.check_model_before_load`); the full fingerprint is checked after loading."""
-    from probe.runs.resume import check_model_before_load
 
     for name in ("records.jsonl", "generations.jsonl"):
         check_model_before_load(out / name, model, where=out)
@@ -135,7 +134,6 @@ def check_run_dir(out: Path, task: str | None = None) -> None:
     any model loads and with nothing written: a file or a link at ``out``, a path under /proc, /sys or /dev, a
     folder holding other files (whose ``report.md``, ``summary.json`` or ``tables/`` a run would overwrite), a
     link anywhere inside (a run never writes through one), a records file of another task or not probe's."""
-    from probe.io import check_links, check_output, check_records
 
     check_output(out, folder=True)
     if not out.exists():
@@ -178,7 +176,6 @@ def _run_task(task: Task, config: Any, model: Any, out: Path | None, limit: int 
 
 def _evaluation(run: RunState, pending: str | None = None) -> Evaluation:
     """The Evaluation of a process that does not aggregate: a ``--shard`` job, or a launcher's rank above 0."""
-    from probe.runs.record import records_to_frame
 
     return Evaluation(run.task.name, str(getattr(run.runner.lm, "name", "")), records_to_frame([]), {}, {}, run.out,
                       run.config, pending=pending)

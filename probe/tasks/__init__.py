@@ -26,6 +26,7 @@ from __future__ import annotations
 import importlib
 import warnings
 from importlib import metadata
+from importlib.util import find_spec
 from typing import Any
 
 from probe.errors import ProbeError
@@ -33,6 +34,7 @@ from probe.tasks.base import Aggregate, CheckCase, Task, TaskConfig, write_table
 
 __all__ = ["Aggregate", "BUILTIN", "CheckCase", "ENTRY_POINT_GROUP", "Task", "TaskConfig", "available", "command_modules",
            "data_set", "data_sets", "get", "modules_beside", "write_tables"]
+
 
 ENTRY_POINT_GROUP = "probe.tasks"
 
@@ -99,7 +101,6 @@ def modules_beside(name: str) -> dict[str, str]:
     Found without importing any task module (only the task's package, which should stay light), so that
     ``probe --help`` stays instant.
     """
-    from importlib.util import find_spec
 
     out: dict[str, str] = {}
     for task, target in available().items():

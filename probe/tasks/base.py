@@ -34,12 +34,15 @@ entry-point group ``probe.tasks``; see ``docs/tasks.md``.
 from __future__ import annotations
 
 import dataclasses
+import importlib
 from abc import ABCMeta, abstractmethod
 from dataclasses import dataclass, field
+from importlib.util import find_spec
 from pathlib import Path
 from types import ModuleType
 from typing import TYPE_CHECKING, Any, Callable, ClassVar, Generic, Mapping, Sequence, TypeVar, Union
 
+from probe.errors import ProbeError
 from probe.tasks.compat import OldNames, adapt
 from probe.tasks.facets import Analyses, Paper, Reporting, Selection, result_row, write_tables
 
@@ -50,6 +53,7 @@ if TYPE_CHECKING:
 
     #: what :meth:`Task.requests` returns a list of
     Request = Union[LabelRequest, ContinuationRequest, PerplexityRequest]
+
 
 __all__ = ["Aggregate", "Analyses", "CheckCase", "ConfigT", "FRAME_COLUMNS", "FRAME_COLUMNS_BY_KIND", "ItemT", "Paper",
            "Reporting", "Selection", "Task", "TaskConfig", "lazy_task_module", "result_row", "write_tables"]
@@ -99,6 +103,7 @@ FRAME_COLUMNS_BY_KIND: Mapping[str, str] = {
     "parsed": "when the task has parse requests: the record's parsed-answer distribution (parsed.jsonl's record: "
               "probs, rejected, residual, nodes, top) or None",
 }
+
 
 @dataclass(frozen=True)
 class CheckCase:
@@ -175,8 +180,6 @@ class Task(OldNames, Generic[ConfigT, ItemT], metaclass=ABCMeta):
         The folder's conventional modules give the facets their defaults (``layout``: ``reporting.layout``;
         ``paper_check``: ``paper.check``), as ``cli`` and ``datasets`` give the registry its commands and
         data sets, so a task folder need not re-type them."""
-        import importlib
-        from importlib.util import find_spec
 
         package = type(self).__module__.rpartition(".")[0]
         if not package:
@@ -202,7 +205,6 @@ class Task(OldNames, Generic[ConfigT, ItemT], metaclass=ABCMeta):
             hints = "".join(did_you_mean(k, known) for k in unknown)
             raise ProbeError(f"{source}: unknown key(s) {', '.join(unknown)} for task {self.name!r}{hints}; "
                              f"valid keys: {', '.join(sorted(known)) or '(none)'}")
-        from probe.errors import ProbeError
 
         for f in dataclasses.fields(self.Config):
             if f.name in values:

@@ -27,6 +27,10 @@ import copy
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
+from probe.errors import ProbeError
+from probe.io import inside, no_markup, write_atomic
+
+
 if TYPE_CHECKING:
     import pandas as pd
 
@@ -35,6 +39,9 @@ if TYPE_CHECKING:
     from probe.scoring.parse.schema import ParseRequest
     from probe.tasks.paper_check import PaperCheck
     from probe.tasks.representation import RepresentationLabels
+
+# Imports inside functions below are on purpose: `import probe` and `probe --help` load this module, so
+# what needs torch, pandas or the engine loads when a function first runs, not at import.
 
 __all__ = ["Analyses", "Facet", "Paper", "Reporting", "Selection", "result_row", "write_tables"]
 
@@ -149,7 +156,6 @@ class Reporting(Facet):
     def results(self, config: Any, summary: Mapping[str, Any]) -> list[dict[str, Any]]:
         """The summary as flat rows (:func:`result_row`). Default: :meth:`headline_metrics` over all items, the
         first one the headline; none when the task has none."""
-        from probe.errors import ProbeError
 
         try:
             metrics = self.headline_metrics(config, summary)
@@ -206,28 +212,30 @@ def _field(item: Any, name: str) -> Any:
 
 
 def _no_analysis(task: Any, hook: str) -> Any:
-    from probe.errors import ProbeError
-
     raise ProbeError(f"task {getattr(task, 'name', '?')!r} does not support the task analyses (it has no {hook}() "
                      "hook); they are implemented for bbq, implicitbbq and hbb")
 
 
 def result_row(subgroup: str, metric: str, estimator: str, value: Any, ci_low: Any = None, ci_high: Any = None,
-               n: Any = None, headline: bool = False, clusters: Any = None) -> dict[str, Any]:
+               n: Any = None, headline: bool = False, clusters: Any = None, certified: Any = None,
+               undefined: str | None = None) -> dict[str, Any]:
     """One row of :meth:`Reporting.results` (missing numbers as NaN). ``clusters``: how many units the CI
     resampled (template instances, concept pairs, context pairs, or the items themselves), which a report
-    names when there are too few for an interval."""
+    names when there are too few for an interval. ``ci_low`` / ``ci_high``: a statistical interval only;
+    ``certified``: a parsed metric's certified interval ``[lo, hi]`` (its own columns); ``undefined``: why the
+    value is missing ("n/a: nothing parsed, 8 of 8 questions")."""
     def num(v: Any) -> float:
         return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else float("nan")
 
+    cert = list(certified) if certified is not None else [None, None]
     return {"subgroup": str(subgroup), "metric": metric, "estimator": estimator, "value": num(value),
             "ci_low": num(ci_low), "ci_high": num(ci_high), "n": num(n), "headline": bool(headline),
-            "n_clusters": num(clusters)}
+            "n_clusters": num(clusters), "certified_low": num(cert[0]), "certified_high": num(cert[1]),
+            "undefined": undefined or None}
 
 
 def write_tables(tables: Mapping[str, "pd.DataFrame"], output: Path) -> list[Path]:
     """Each table as ``output/tables/NAME.md`` (Markdown) and ``.csv``; returns the paths written."""
-    from probe.io import inside, no_markup, write_atomic
 
     written = []
     for name, df in tables.items():

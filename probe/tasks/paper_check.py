@@ -35,6 +35,7 @@ import numpy as np
 __all__ = ["ANSWER_CUE", "PaperCheck", "PromptCase", "Scored", "counted_forms", "counted_label", "label_ids",
            "parse_stats", "sampling_entry"]
 
+
 #: an answer cue before the answer: "Answer:", "Final Answer:", "The answer is:", "The answer is" (any case, ** bold)
 ANSWER_CUE = re.compile(r"^\s*(?:\**\s*(?:the\s+)?(?:final\s+)?answer\s*(?:is\s*:?|:)\s*\**)?\s*", re.IGNORECASE)
 
@@ -151,6 +152,7 @@ class PaperCheck:
 
 
 # -- shared pieces ------------------------------------------------------------------------------------------
+
 
 def counted_label(tokenizer: Any, text: str, label_ids: set[int]) -> bool:
     """Whether a generation's first token is one of the scored label tokens (the exact estimator's event).

@@ -17,11 +17,11 @@ from __future__ import annotations
 import importlib
 
 from probe.scoring.sampler.chain import SamplerPreset
+from probe.tasks import modules_beside
 
 
 def _collect() -> dict[str, SamplerPreset]:
     """Every registered task's ``samplers.PRESETS``, by preset name (a name declared twice is an error)."""
-    from probe.tasks import modules_beside
 
     out: dict[str, SamplerPreset] = {}
     for task, module in modules_beside("samplers").items():

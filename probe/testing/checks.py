@@ -31,13 +31,19 @@ from __future__ import annotations
 import dataclasses
 import json
 import re
+import typing
 import unittest
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence, Union
 
 from probe.errors import ProbeError
+from probe.runs.limit import plain
+from probe.runs.results import COLUMNS
+from probe.runs.task_run import run_task
 from probe.tasks.base import FRAME_COLUMNS, Task, TaskConfig
 from probe.tasks.facets import Analyses, Paper, Reporting, Selection
+from probe.tasks.paper_check import PaperCheck
+from probe.tasks.representation import RepresentationLabels
 
 __all__ = ["CHECKS", "TaskCheckError"]
 
@@ -99,8 +105,6 @@ class _Case:
         return self.task.items(self.config)
 
     def _run(self) -> Any:
-        from probe.runs.task_run import run_task
-
         self.pool  # noqa: B018 - skips here when the data is not on this machine
         return run_task(self.task, self.config, self.model, output=self.output / "run", limit=self.limit,
                         options=self.options)
@@ -152,7 +156,6 @@ def check_declaration(case: _Case) -> None:
 
 def check_config(case: _Case) -> None:
     """Configs from mappings: the default, the quick one, an unknown key refused by name; frozen, JSON-plain."""
-    from probe.runs.limit import plain
 
     task = case.task
     default = task.make_config({})
@@ -217,7 +220,6 @@ def check_requests(case: _Case) -> None:
 
 def check_run(case: _Case) -> None:
     """A run through the Runner into a run directory: records, frame, summary, results, files, report."""
-    from probe.runs.results import COLUMNS
 
     out, e = case.output / "run", case.evaluation
     _expect(e.pending is None, f"the run did not finish: {e.pending}")
@@ -241,7 +243,6 @@ def check_run(case: _Case) -> None:
 
 def check_resume(case: _Case) -> None:
     """The same run again: nothing scored, not a record byte changed, the same summary."""
-    from probe.runs.task_run import run_task
 
     first = case.evaluation
     out = case.output / "run"
@@ -253,8 +254,6 @@ def check_resume(case: _Case) -> None:
 
 def check_hooks(case: _Case) -> None:
     """What the task hands the report, the sampling check, the representations study and probe activations."""
-    from probe.tasks.paper_check import PaperCheck
-    from probe.tasks.representation import RepresentationLabels
 
     task, summary = case.task, case.evaluation.summary
     keys = {"subgroup", "metric", "estimator", "value", "ci_low", "ci_high", "n", "headline", "n_clusters"}
@@ -293,7 +292,6 @@ def _unique(ids: Sequence[str], where: str) -> None:
 
 def _config_type(cls: type) -> type | None:
     """The config type a ``Task[ConfigT, ItemT]`` subclass names (None when it names none)."""
-    import typing
 
     for klass in cls.__mro__:
         for base in getattr(klass, "__orig_bases__", ()):

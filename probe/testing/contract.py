@@ -27,6 +27,8 @@ from typing import Any, Callable, Iterable, Mapping
 from probe.tasks.base import Task
 from probe.testing.checks import CHECKS, ExpectedFailures, TaskCheckError, _Case, _check_name, _expected, _say
 
+# Imports inside functions below are on purpose: they import optional packages (extras), loaded only when used.
+
 __all__ = ["TaskCheck", "check_task", "parametrize_with_checks", "task_checks"]
 
 

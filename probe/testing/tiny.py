@@ -13,6 +13,13 @@ from __future__ import annotations
 import functools
 from typing import Any
 
+import torch
+from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
+
+from probe.models import LoadedModel
+
+
 __all__ = ["CHATML", "NO_SYSTEM", "tiny_lm", "tiny_model", "tiny_tokenizer"]
 
 CORPUS = [
@@ -36,8 +43,6 @@ NO_SYSTEM = (
 @functools.lru_cache(maxsize=None)
 def tiny_tokenizer(chat_template: str = CHATML) -> Any:
     """A byte-level BPE tokenizer (vocabulary 400) trained on a fixed corpus, with ``chat_template``."""
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
-    from transformers import PreTrainedTokenizerFast
 
     tok = Tokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
@@ -58,8 +63,6 @@ def tiny_tokenizer(chat_template: str = CHATML) -> Any:
 
 def tiny_model(vocab_size: int, seed: int = 0, layers: int = 2) -> Any:
     """A random Llama (64 wide, ``layers`` layers) seeded by ``seed``, its output sharpened so options differ."""
-    import torch
-    from transformers import LlamaConfig, LlamaForCausalLM
 
     torch.manual_seed(seed)
     cfg = LlamaConfig(
@@ -82,7 +85,6 @@ def tiny_model(vocab_size: int, seed: int = 0, layers: int = 2) -> Any:
 
 def tiny_lm(seed: int = 0, chat_template: str = CHATML, layers: int = 2, source: str = "probe.testing.tiny") -> Any:
     """The tiny model and tokenizer as a loaded model (:class:`probe.models.LoadedModel`, named ``tiny-llama``)."""
-    from probe.models import LoadedModel
 
     tok = tiny_tokenizer(chat_template)
     return LoadedModel(model=tiny_model(len(tok), seed, layers), tokenizer=tok, name="tiny-llama", source=source)

@@ -17,4 +17,5 @@ and pairs, and re-scores through the Runner is :mod:`probe.studies.analyze`
 from probe.analysis.tasks.steer import (DirectionSpec, direction_vector, dose_response, parse_direction,
                                        plot_dose_response)
 
+
 __all__ = ["DirectionSpec", "direction_vector", "dose_response", "parse_direction", "plot_dose_response"]

@@ -14,8 +14,15 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Sequence
 
+import matplotlib
+import matplotlib.pyplot as plt
 import numpy as np
+import pandas as pd
 import torch
+
+from probe.activations.hooks import discover
+from probe.analysis.logit_lens import lens_logprobs
+from probe.analysis.tasks.steer import save_figure
 
 
 def lens_from_residuals(model: torch.nn.Module, resid: np.ndarray,
@@ -25,8 +32,6 @@ def lens_from_residuals(model: torch.nn.Module, resid: np.ndarray,
     ``variants[i]``: record ``i``'s label token-id variants (one tuple per label); every record needs the
     same number of labels. Records sharing variants are computed together.
     """
-    from probe.activations.hooks import discover
-    from probe.analysis.logit_lens import lens_logprobs
 
     n_labels = {len(v) for v in variants}
     if len(n_labels) != 1:
@@ -46,7 +51,6 @@ def lens_from_residuals(model: torch.nn.Module, resid: np.ndarray,
 def lens_table(logprobs: np.ndarray, labels: Sequence[str]) -> Any:
     """Per layer and label: mean probability among the labels, mean full-vocabulary log-prob; and per layer
     the mean label mass (rows ``label == "(mass)"``)."""
-    import pandas as pd
 
     x = logprobs - logprobs.max(axis=-1, keepdims=True)
     probs = np.exp(x) / np.exp(x).sum(axis=-1, keepdims=True)
@@ -62,10 +66,8 @@ def lens_table(logprobs: np.ndarray, labels: Sequence[str]) -> Any:
 
 def plot_lens_table(table: Any, path: str | Path, title: str = "") -> Path:
     """``lens.png``: each label's mean probability among the labels by layer, and the label mass."""
-    import matplotlib
 
     matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(1, 2, figsize=(10, 3.2))
     for lab, d in table[table.label != "(mass)"].groupby("label", sort=False):
@@ -75,6 +77,5 @@ def plot_lens_table(table: Any, path: str | Path, title: str = "") -> Path:
     m = table[table.label == "(mass)"]
     ax[1].plot(m.layer, m.prob)
     ax[1].set(xlabel="layer", ylabel="label mass", title="probability on the labels at all", yscale="log")
-    from probe.analysis.tasks.steer import save_figure
 
     return save_figure(fig, path)

@@ -15,6 +15,10 @@ from __future__ import annotations
 from typing import Any, Sequence
 
 import numpy as np
+import pandas as pd
+
+from probe.analysis.patching import patch_logprobs
+from probe.metrics.stats import cluster_bootstrap_ci
 
 
 def pair_effects(lm: Any, source: Any, target: Any, target_logprobs: Sequence[float],
@@ -23,7 +27,6 @@ def pair_effects(lm: Any, source: Any, target: Any, target_logprobs: Sequence[fl
     """One row per layer: ``dlogp_j``, ``dp_j`` (label ``j`` of the target) and ``dp_target`` (the labels in
     ``stereo``, summed; NaN without). ``source``/``target``: label requests; ``lm``: anything with ``.model``
     and ``.tokenizer``; ``scorer``: a :class:`~probe.scoring.Scorer` to reuse."""
-    from probe.analysis.patching import patch_logprobs
 
     clean = np.asarray(target_logprobs, dtype=np.float64)
     delta = patch_logprobs(lm, target, source, [position], layers=layers,
@@ -47,9 +50,6 @@ def pair_effects(lm: Any, source: Any, target: Any, target_logprobs: Sequence[fl
 def layer_summary(table: Any, units: Sequence[Any], n_boot: int = 1000, seed: int = 0) -> Any:
     """Per pair kind and layer: mean ``dp_target`` (else mean ``|dp|`` over labels) with a bootstrap CI
     resampling the targets' units; ``n`` pairs."""
-    import pandas as pd
-
-    from probe.metrics.stats import cluster_bootstrap_ci
 
     t = table.assign(unit=list(units))
     dp_cols = [c for c in t.columns if c.startswith("dp_") and c != "dp_target"]

@@ -28,7 +28,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
+import matplotlib
+import matplotlib.pyplot as plt
 import numpy as np
+import pandas as pd
+from tqdm import tqdm
+
+from probe.analysis.probes import LinearProbe
+from probe.analysis.steering import steer
+
 
 METHODS = ("mean-diff", "probe")
 COLUMNS = ("strength", "metric", "ci_low", "ci_high", "n")
@@ -79,7 +87,6 @@ def direction_vector(X: np.ndarray, values: Sequence[Any], spec: DirectionSpec, 
         if not np.any(diff):
             raise ValueError(f"direction {spec}: the two group means coincide")
         return diff
-    from probe.analysis.probes import LinearProbe
 
     rows = pos | neg
     unit = LinearProbe().fit(X[rows], pos[rows].astype(int)).direction()
@@ -95,10 +102,6 @@ def dose_response(model: Any, layer: int, vector: np.ndarray, strengths: Sequenc
     n}``); ``table`` has :data:`COLUMNS` (``metric`` = the chosen metric's value) plus ``metric_name`` and
     ``layer``; ``all_metrics`` has one row per strength and metric name.
     """
-    import pandas as pd
-    from tqdm import tqdm
-
-    from probe.analysis.steering import steer
 
     if not strengths:
         raise ValueError("dose_response needs at least one strength")
@@ -119,10 +122,8 @@ def dose_response(model: Any, layer: int, vector: np.ndarray, strengths: Sequenc
 
 def plot_dose_response(table: Any, path: str | Path, title: str = "") -> Path:
     """``steering.png``: the metric against the strength, with its CI band (one layer)."""
-    import matplotlib
 
     matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
 
     t = table.sort_values("strength")
     fig, ax = plt.subplots(figsize=(5, 3.5))
@@ -137,7 +138,6 @@ def plot_dose_response(table: Any, path: str | Path, title: str = "") -> Path:
 
 def save_figure(fig: Any, path: str | Path, dpi: int = 120) -> Path:
     """Write a matplotlib figure (parent folders made) and close it."""
-    import matplotlib.pyplot as plt
 
     fig.tight_layout()
     path = Path(path)

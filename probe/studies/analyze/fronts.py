@@ -5,7 +5,18 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Sequence
 
+
+import numpy as np
+import pandas as pd
+from tqdm import tqdm
+
+from probe.analysis.plots import plot_probes
+from probe.analysis.probes import probe_sweep
+from probe.analysis.tasks.lens import lens_from_residuals, lens_table, plot_lens_table
+from probe.analysis.tasks.patch import layer_summary, pair_effects
+from probe.analysis.tasks.steer import direction_vector, dose_response, parse_direction, plot_dose_response
 from probe.errors import ProbeError
+from probe.io import write_atomic, write_json_atomic
 from probe.studies.analyze.run import TaskRun, as_run, check_layer, n_layers, resid_key
 
 if TYPE_CHECKING:
@@ -23,10 +34,6 @@ def steer(run: "TaskRun | str | Path", layer: int, direction: str, strengths: Se
     task's ``bias_metrics`` (default its first). With ``output``: ``steering.csv`` (strength, metric, ci_low,
     ci_high, n, ...), ``steering_all.csv`` (every metric), ``steering.png`` and ``steering.json``.
     """
-    import numpy as np
-
-    from probe.analysis.tasks.steer import direction_vector, dose_response, parse_direction, plot_dose_response
-    from probe.io import write_atomic, write_json_atomic
 
     run = as_run(run)
     try:
@@ -70,11 +77,7 @@ def probes(run: "TaskRun | str | Path", target: str, layers: Sequence[int] | Non
     task's cluster unit (never split), with a control task (each value of the field ``control``, default
     the unit, gets a random class) and a shuffled-label baseline (:func:`probe.analysis.probes.probe_sweep`).
     With ``output``: ``probes.csv`` and ``probe_{target}.png``."""
-    import numpy as np
-    import pandas as pd
 
-    from probe.analysis.probes import probe_sweep
-    from probe.analysis.plots import plot_probes
     from probe.io import write_atomic
 
     run = as_run(run)
@@ -103,9 +106,7 @@ def lens(run: "TaskRun | str | Path", layers: Sequence[int] | None = None,
     """Per layer: the option labels' probabilities read through the final norm and unembedding at the scored
     position (the last prompt token) of every label record. With ``output``: ``lens.csv``, ``lens.npz``
     (``ids``, ``layers``, ``logprobs`` [records, layers, labels]) and ``lens.png``."""
-    import numpy as np
 
-    from probe.analysis.tasks.lens import lens_from_residuals, lens_table, plot_lens_table
     from probe.io import write_atomic
 
     run = as_run(run)
@@ -147,15 +148,12 @@ def patch(run: "TaskRun | str | Path", layers: Sequence[int] | None = None, kind
     (``dp_j``, ``dp_target``); per kind and layer the mean effect with a CI resampling the targets' units.
     With ``output``: ``patch.csv`` and ``patch_layers.csv``.
     """
-    import pandas as pd
-    from tqdm import tqdm
 
-    from probe.analysis.tasks.patch import layer_summary, pair_effects
     from probe.io import write_atomic
 
     run = as_run(run)
     idx = _layers(run, layers)
-    todo = list(pairs) if pairs is not None else list(run.task.patch_pairs(run.config, run.records, run.items))
+    todo = list(pairs) if pairs is not None else list(run.task.analyses.patch_pairs(run.config, run.records, run.items))
     if kinds:
         todo = [p for p in todo if p[2] in set(kinds)]
     row_of = {rid: n for n, rid in enumerate(run.records["id"])}

@@ -2,17 +2,29 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
+
+import numpy as np
+
+from probe.activations import load as load_activations
+from probe.activations.hooks import discover
+from probe.activations.store import MANIFEST
 from probe.errors import ProbeError
+from probe.io import read_records
+from probe.runs.record import records_to_frame
 from probe.runs.runner import RunOptions, Runner, load
+from probe.runs.task_run import run_task
+from probe.tasks import get
 
 if TYPE_CHECKING:
     import numpy as np
     import pandas as pd
+
 
 #: run options a re-score keeps from the run (batching and precision: the same passes, the same numbers);
 #: never trust_remote_code: a run directory is data, and remote code runs only when the caller asks for it
@@ -38,16 +50,16 @@ class TaskRun:
     # -- what the task says ----------------------------------------------------
     def units(self) -> list[str]:
         """The cluster unit of every record (the task's :meth:`analysis_units`)."""
-        units = list(self.task.analysis_units(self.config, self.records, self.items))
+        units = list(self.task.analyses.units(self.config, self.records, self.items))
         if len(units) != len(self.records):
             raise ProbeError(f"task {self.task.name!r}: analysis_units gave {len(units)} units for "
                              f"{len(self.records)} records")
         return units
 
     def metrics(self, records: "pd.DataFrame | None" = None) -> dict[str, dict[str, float]]:
-        """The task's headline metrics (``bias_metrics`` of its own ``aggregate``) of ``records``."""
+        """The task's headline metrics (``reporting.headline_metrics`` of its own ``aggregate``) of ``records``."""
         frame = self.records if records is None else records
-        return dict(self.task.bias_metrics(self.config, self.task.aggregate(self.config, frame, self.items).summary))
+        return dict(self.task.reporting.headline_metrics(self.config, self.task.aggregate(self.config, frame, self.items).summary))
 
     def field(self, name: str) -> list[Any]:
         """A record field (a column of :attr:`records`) by name; an error lists the fields there are."""
@@ -59,17 +71,14 @@ class TaskRun:
     # -- the one forward path --------------------------------------------------
     def rescore(self) -> "pd.DataFrame":
         """Score the run's requests again (in memory, same batching; under any hook the caller holds)."""
-        from probe.runs.record import records_to_frame
 
         recs = self.runner.score(self.requests, None, task=self.task.name, progress=False,
-                                 sampling=self.task.sampling(self.config))
+                                 sampling=self.task.paper.sampling(self.config))
         return records_to_frame(recs)
 
     def activations(self, keys: Sequence[str]) -> dict[str, "np.ndarray"]:
         """``{key: float32 [n_records, d_model]}`` in record order: from the run's store when it holds the key,
         else captured by re-scoring the requests with the Runner (kept for the next call)."""
-        from probe.activations import load as load_activations
-        from probe.activations.store import MANIFEST
 
         keys = list(dict.fromkeys(keys))
         need = [k for k in keys if k not in self._acts]
@@ -95,8 +104,6 @@ class TaskRun:
         return {k: self._acts[k] for k in keys}
 
     def _put(self, ids: Sequence[str], arrays: Mapping[str, "np.ndarray"], partial: bool = False) -> None:
-        import numpy as np
-
         index = {i: n for n, i in enumerate(ids)}
         missing = [i for i in self.records["id"] if i not in index]
         if missing and not partial:
@@ -125,8 +132,6 @@ def open_run(run_dir: str | Path, model: Any = None, options: RunOptions | None 
     ``model``: default the run's own (``provenance.json``); ``options``: default the run's batching and
     precision, without capture and without a score cache (a steered pass must not read cached scores).
     """
-    from probe.runs.record import records_to_frame
-    from probe.tasks import get
 
     d = Path(run_dir)
     prov_path = d / "provenance.json"
@@ -148,7 +153,7 @@ def open_run(run_dir: str | Path, model: Any = None, options: RunOptions | None 
             raise ProbeError(f"{prov_path}: no model recorded; pass --model")
     runner = Runner(load(model, options), options)
     try:
-        items = task.select(config, task.items(config), cfg.get("limit"))
+        items = task.selection.select(config, task.items(config), cfg.get("limit"))
         requests = task.requests(config, items, runner.lm.tokenizer, _generations(d))
         frame = records_to_frame(d)
         if "model" in frame and len(frame) and str(frame["model"].iloc[0]) != runner.model_id:
@@ -171,10 +176,6 @@ def run_for(task: str, model: Any, config: Mapping[str, Any] | Any = None, limit
             capture: Sequence[str] = ()) -> TaskRun:
     """Score ``task`` on ``model`` through the Runner (``probe run``; resumes ``output``) and return its
     :class:`TaskRun`; ``capture`` keys are stored with it."""
-    import dataclasses
-
-    from probe.runs.task_run import run_task
-    from probe.tasks import get
 
     t = get(task)
     cfg = config if dataclasses.is_dataclass(config) else t.make_config(dict(config or {}))
@@ -187,8 +188,8 @@ def run_for(task: str, model: Any, config: Mapping[str, Any] | Any = None, limit
         if runner.scorer.cache is not None:  # steered passes must not read or write cached scores
             runner.scorer.cache.close()
             runner.scorer.cache = None
-        items = t.select(cfg, t.items(cfg), limit)
-        if output is None and t.generation_requests(cfg, items, runner.lm.tokenizer):
+        items = t.selection.select(cfg, t.items(cfg), limit)
+        if output is None and t.paper.generation_requests(cfg, items, runner.lm.tokenizer):
             raise ProbeError(f"task {task!r} generates before scoring: give an output directory to keep the "
                              "generations the analyses re-score")
         requests = t.requests(cfg, items, runner.lm.tokenizer, _generations(Path(output)) if output else None)
@@ -203,7 +204,6 @@ def run_for(task: str, model: Any, config: Mapping[str, Any] | Any = None, limit
 
 def _generations(run_dir: Path) -> dict[str, str] | None:
     """``{id: text}`` of a run's ``generations.jsonl`` (chain-of-thought), None without one."""
-    from probe.io import read_records
 
     path = run_dir / "generations.jsonl"
     return {str(r["id"]): r["text"] for r in read_records(path)[0]} if path.is_file() else None
@@ -218,8 +218,6 @@ def resid_key(layer: int, position: str = "last", hook: str = "resid_post") -> s
 
 
 def n_layers(run: TaskRun) -> int:
-    from probe.activations.hooks import discover
-
     return discover(run.runner.lm.model).n_layers
 
 

@@ -19,8 +19,19 @@ from pathlib import Path
 from typing import Any, Callable
 
 import numpy as np
+import pandas as pd
 
+from probe.activations.scoring_capture import CaptureSpec, layer_count
+from probe.analysis.patching import patch_logprobs
+from probe.analysis.plots import markdown_table, plot_lens, plot_patching, plot_probes
+from probe.analysis.probes import LinearProbe, parse_key, probe_sweep, transfer
+from probe.analysis.steering import mean_difference, steering_table
+from probe.analysis.tasks.lens import lens_from_residuals
 from probe.errors import ProbeError
+from probe.io import write_json_atomic
+from probe.runs.record import records_to_frame
+from probe.studies.analyze import as_run
+from probe.tasks import available, get
 
 STEPS = ("probes", "lens", "patching", "steering")
 
@@ -78,7 +89,6 @@ def spans(run: Any) -> dict[str, dict]:
 def capture(run: Any, keys: list[str]) -> dict[str, np.ndarray]:
     """``{key: [n_records, d_model]}``: 'last' from the run (its store, else re-captured); span and mean
     positions re-captured through the run's Runner with the item's context, question and background as fields."""
-    from probe.activations.scoring_capture import CaptureSpec
 
     last = [k for k in keys if k.endswith("@last")]
     out = dict(run.activations(last)) if last else {}
@@ -95,16 +105,12 @@ def capture(run: Any, keys: list[str]) -> dict[str, np.ndarray]:
 def run_probes(s: Settings, run: Any, n_layers: int, out: Path) -> Any:
     """Per-layer linear probes for group (per dimension), framing and stereotype-consistency, with controls;
     explicit->implicit transfer of the group probes. Writes probes.csv, transfer.csv and plots."""
-    import pandas as pd
-
-    from probe.analysis.plots import plot_probes
-    from probe.analysis.probes import parse_key, probe_sweep, transfer
 
     recs = run.records.to_dict("records")
     items = item_of(run)
     its = [items[r["id"]] for r in recs]
     groups = np.array([r["template_id"] for r in recs])
-    labels = run.task.representation_labels()
+    labels = run.task.analyses.representation_labels()
     ctrl = np.array([labels.lexical_key(it) for it in its])
     dims = np.array([r["category"] for r in recs])
     kind = np.array([r[labels.framing] for r in recs])
@@ -142,8 +148,6 @@ def run_probes(s: Settings, run: Any, n_layers: int, out: Path) -> Any:
 def run_lens(s: Settings, run: Any, n_layers: int, out: Path) -> dict:
     """Logit lens of the option labels on the first ``lens_items`` records, read from their captured
     residuals at the scored position; P(stereotyped target) and P(Unknown) by layer. Writes lens.png."""
-    from probe.analysis.plots import plot_lens
-    from probe.analysis.tasks.lens import lens_from_residuals
 
     n = min(s.lens_items, len(run.records))
     keys = [f"blocks.{i}.hook_resid_post@last" for i in range(n_layers)]
@@ -173,7 +177,7 @@ def patching_pairs(s: Settings, run: Any) -> dict[str, list[tuple[str, str]]]:
     rng = random.Random(s.seed)
     recs = run.records.set_index("id")
     by_kind: dict[str, dict[str, list[tuple[str, str]]]] = {}
-    for src, tgt, kind in run.task.patch_pairs(run.config, run.records, run.items):
+    for src, tgt, kind in run.task.analyses.patch_pairs(run.config, run.records, run.items):
         if recs.loc[tgt, "context_condition"] == "ambig":
             by_kind.setdefault(kind, {}).setdefault(recs.loc[tgt, "category"], []).append((src, tgt))
     out: dict[str, list[tuple[str, str]]] = {}
@@ -187,8 +191,6 @@ def patching_pairs(s: Settings, run: Any) -> dict[str, list[tuple[str, str]]]:
 def run_patching(s: Settings, run: Any, out: Path) -> dict:
     """Patching of every layer's residual at ``patch_positions``, source into target, through the scorer:
     the change in log P(stereotyped label) per layer and position. Writes patching.npz and patching.png."""
-    from probe.analysis.patching import patch_logprobs
-    from probe.analysis.plots import plot_patching
 
     req = {r.id: r for r in run.requests}
     recs = run.records.set_index("id", drop=False)
@@ -199,7 +201,7 @@ def run_patching(s: Settings, run: Any, out: Path) -> dict:
         for src, tgt in pairs:
             delta = patch_logprobs(run.runner.lm, req[tgt], req[src], s.patch_positions, scorer=run.runner.scorer,
                                    **where)
-            cols = run.task.representation_labels().stereotyped_labels(recs.loc[tgt].to_dict())
+            cols = run.task.analyses.representation_labels().stereotyped_labels(recs.loc[tgt].to_dict())
             # log of the stereotyped labels' summed probability: log-sum-exp of clean + change, minus clean
             clean = np.asarray(recs.loc[tgt, "logprobs"], dtype=np.float64)[cols]
             patched = np.logaddexp.reduce(clean + delta[..., cols], axis=-1)
@@ -232,15 +234,9 @@ def run_steering(s: Settings, run: Any, table: Any, n_layers: int, out: Path) ->
     """The task's bias metrics before/after steering along the stereotype-consistency direction (mean
     difference and probe), fitted on half of the templates and re-scored on records of the other half
     through the run's Runner; writes steering.csv/.md."""
-    import pandas as pd
-
-    from probe.analysis.plots import markdown_table
-    from probe.analysis.probes import LinearProbe
-    from probe.analysis.steering import mean_difference, steering_table
-    from probe.runs.record import records_to_frame
 
     recs = run.records.to_dict("records")
-    y = np.array([run.task.representation_labels().consistency(r) for r in recs])
+    y = np.array([run.task.analyses.representation_labels().consistency(r) for r in recs])
     layer = steering_layer(s, table, n_layers)
     key = f"blocks.{layer}.hook_resid_post@last"
     X = capture(run, [key])[key]
@@ -258,7 +254,7 @@ def run_steering(s: Settings, run: Any, table: Any, n_layers: int, out: Path) ->
 
     def rescore() -> dict:
         frame = records_to_frame(run.runner.score(test, None, task=run.task.name, progress=False,
-                                                  sampling=run.task.sampling(run.config)))
+                                                  sampling=run.task.paper.sampling(run.config)))
         return {k: v["value"] for k, v in run.metrics(frame).items() if k.split(".")[-1] in (
             "acc_amb", "acc_dis", "bias_amb", "bias_dis")}
 
@@ -283,17 +279,14 @@ def run_representations(run: Any, output: str | Path, settings: Settings | None 
     ``summary.json`` holds the settings, the run, records per dimension, each step's summary and timings;
     ``provenance``: the function describing the analysis for ``provenance.json`` (None: not written).
     """
-    from probe.activations.scoring_capture import layer_count
-    from probe.io import write_json_atomic
-    from probe.studies.analyze import as_run
 
     s = settings or Settings()
     run = as_run(run)
-    if run.task.representation_labels() is None:  # the task says whether the study applies (no name switch)
+    if run.task.analyses.representation_labels() is None:  # the task says whether the study applies (no name switch)
         from probe.tasks import get
 
         studied = _studied_tasks()
-        hint = f": {get(studied[0]).representation_labels().how_to_run}" if studied else ""
+        hint = f": {get(studied[0]).analyses.representation_labels().how_to_run}" if studied else ""
         raise ProbeError(f"the representations study reads a run of a task that labels its items for it "
                          f"({', '.join(studied) or 'none registered'}), not {run.task.name!r}{hint}")
     kinds = set(run.records["kind"])
@@ -335,7 +328,6 @@ def run_representations(run: Any, output: str | Path, settings: Settings | None 
 
 
 def _studied_tasks() -> list[str]:
-    """The registered tasks that label their items for this study (``Task.representation_labels``)."""
-    from probe.tasks import available, get
+    """The registered tasks that label their items for this study (``analyses.representation_labels``)."""
 
-    return [name for name in available() if get(name).representation_labels() is not None]
+    return [name for name in available() if get(name).analyses.representation_labels() is not None]

@@ -35,8 +35,12 @@ from functools import lru_cache
 from importlib import resources
 from typing import Any, Sequence
 
+import yaml
+
+
 __all__ = ["answer_forms", "option_forms", "display_answer", "drop_contained", "load_unknown_answers",
            "ABBREVIATIONS", "DETERMINERS"]
+
 
 #: leading determiners stripped from an answer to get its head ("The grandfather" -> "grandfather")
 DETERMINERS = ("the", "a", "an", "my")
@@ -137,7 +141,6 @@ def display_answer(item: Any, index: int, canonical_unknown: str) -> str:
 @lru_cache(maxsize=1)
 def load_unknown_answers() -> tuple[str, tuple[str, ...]]:
     """(canonical Unknown text, its paraphrases) from ``resources/unknown_answers.yaml``."""
-    import yaml
 
     raw = yaml.safe_load(resources.files("probe.tasks.bbq").joinpath("resources/unknown_answers.yaml")
                          .read_text(encoding="utf-8"))

@@ -18,6 +18,7 @@ from typing import Literal
 
 import pandas as pd
 
+from probe.data.paths import dataset_dir
 from probe.tasks.bbq.data import UNKNOWN_OPTIONS, group_key
 from probe.tasks.bbq.templates import fill_to_items, fills_for_row, read_templates
 from probe.tasks.bbq.items import BBQItem
@@ -31,7 +32,6 @@ _UNKNOWN_KEYS = {group_key(u) for u in UNKNOWN_OPTIONS} | {group_key("not enough
 def _dir(data_dir: str | Path | None) -> Path:
     if data_dir is not None:
         return Path(data_dir)
-    from probe.data.paths import dataset_dir
 
     return dataset_dir("bharatbbq")
 

@@ -14,6 +14,8 @@ from __future__ import annotations
 from typing import Any, Mapping
 
 from probe.prompts.capture_items import CaptureItem, request_for
+from probe.tasks.bbq.items import BBQItem
+from probe.tasks.bbq.prompts import prepare
 
 __all__ = ["capture_line", "is_bbq_item", "parse_bbq_line"]
 
@@ -21,8 +23,6 @@ __all__ = ["capture_line", "is_bbq_item", "parse_bbq_line"]
 def parse_bbq_line(d: Mapping[str, Any], tokenizer: Any, chat_template: bool = True,
                    strategy: str = "zero_shot") -> CaptureItem:
     """A BBQItem line rendered by the project's BBQ prompt (labelled options), every field kept as meta."""
-    from probe.tasks.bbq.items import BBQItem
-    from probe.tasks.bbq.prompts import prepare
 
     item = BBQItem.from_dict(d)
     prep = prepare(item, tokenizer, strategy, "labels", chat_template=chat_template)

@@ -3,7 +3,15 @@
 from __future__ import annotations
 
 import argparse
+import json
 import sys
+
+from probe.errors import InputError
+from probe.io import dumps, iter_jsonl
+
+
+# Imports inside functions below are on purpose: `import probe` and `probe --help` load this module, so
+# what needs torch, pandas or the engine loads when a function first runs, not at import.
 
 
 def register(groups: dict[str, argparse._SubParsersAction]) -> None:
@@ -83,11 +91,7 @@ def metric_record(rec: dict, where: str) -> dict:
 
 
 def run_metrics_bbq(args: argparse.Namespace) -> int:
-    import json
-
-    from probe.errors import InputError
     from probe.tasks.bbq.metrics import grouped_bbq_metrics, validate_record
-    from probe.io import dumps, iter_jsonl
 
     records, skipped = [], []
     for line_no, rec in iter_jsonl(args.input, required=("context_condition", "question_polarity", "label")):

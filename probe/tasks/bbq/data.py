@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, Sequence
 
+from probe.data.paths import dataset_dir
 from probe.tasks.bbq.items import BBQItem
 from probe.errors import InputError
 from probe.fs import file_stamp
@@ -131,7 +132,6 @@ def _bbq_path(category_or_path: str | Path) -> Path:
     p = Path(category_or_path)
     if p.suffix == ".jsonl":
         return p
-    from probe.data.paths import dataset_dir
 
     return dataset_dir("bbq") / "data" / f"{category_or_path}.jsonl"
 

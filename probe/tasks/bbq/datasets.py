@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from probe.data.fetch import DataFile, DatasetSpec
 
+
 def _bbq_files() -> tuple[DataFile, ...]:
     cats = ("Age", "Disability_status", "Gender_identity", "Nationality", "Physical_appearance",
             "Race_ethnicity", "Race_x_SES", "Race_x_gender", "Religion", "SES", "Sexual_orientation")
@@ -30,6 +31,7 @@ BHARATBBQ = DatasetSpec(
     "https://github.com/sahoonihar/BharatBBQ", "see the repository",
     (DataFile("Caste_templates.csv", "Templates/Caste.csv"),
      DataFile("Caste_examples.csv", "Examples/Caste_examples.csv")))
+
 
 #: what ``probe data fetch`` lists (:func:`probe.tasks.data_sets`)
 DATASETS = (BBQ, BHARATBBQ)

@@ -19,6 +19,9 @@ import json
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any, Iterable, Mapping
 
+from probe.io import write_atomic
+
+
 __all__ = ["BBQItem", "SETTINGS", "CONTEXT_KINDS", "setting_name", "write_items"]
 
 #: ImplicitBBQ context kinds (seed section 4): explicit (BBQ as written), implicit (cues),
@@ -161,7 +164,6 @@ class BBQItem:
 
 def write_items(items: Iterable[BBQItem], output: str) -> None:
     """Write items as JSON lines (:meth:`BBQItem.to_dict` plus ``dimension`` = the category), atomically."""
-    from probe.io import write_atomic
 
     lines = []
     for it in items:

@@ -5,14 +5,17 @@ from __future__ import annotations
 
 from typing import Any
 
+from probe.reports.compare.layout import TaskLayout
+from probe.tasks.bbq.paired_units import answer_units, bbq_spec
+from probe.tasks.bbq.records import answer_records
+from probe.tasks.bbq.sections import FORMAT_WORDS, bbq_section
+
+
 __all__ = ["layout", "paired_records"]
 
 
 def layout() -> Any:
     """The :class:`~probe.reports.compare.layout.TaskLayout` of ``bbq``."""
-    from probe.reports.compare.layout import TaskLayout
-    from probe.tasks.bbq.paired_units import answer_units, bbq_spec
-    from probe.tasks.bbq.sections import bbq_section
 
     return TaskLayout("BBQ", 1, lambda runs, out, _ctx: bbq_section(runs, out),
                       paired_spec=lambda _runs: bbq_spec("bbq", "template instance"),
@@ -21,8 +24,6 @@ def layout() -> Any:
 
 def paired_records(frame: Any) -> list[dict]:
     """Answer records of a BBQ run for paired tests: block = answer format; cluster = template instance."""
-    from probe.tasks.bbq.records import answer_records
-    from probe.tasks.bbq.sections import FORMAT_WORDS
 
     recs, _ = answer_records(frame)
     answers = frame.set_index("id")["answers"].to_dict() if "answers" in frame else {}

@@ -13,15 +13,20 @@ expected counts; McNemar: the argmax answer is correct.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
 import numpy as np
+import pandas as pd
 
 from probe.errors import ProbeError
 from probe.reports.compare.paired import Spec, ratio
+from probe.reports.compare.runs import read_records
+from probe.tasks.bbq.metrics import item_matrix
 
 if TYPE_CHECKING:
     import pandas as pd
+
 
 __all__ = ["BBQ_SPEC", "answer_units", "bbq_spec", "bbq_units"]
 
@@ -49,9 +54,6 @@ BBQ_SPEC = Spec(
 def bbq_units(records: Sequence[Mapping[str, Any]]) -> pd.DataFrame:
     """Units of BBQ-family answer records (each with ``id``, ``block``, ``category``, ``cluster``, the BBQ
     fields and ``probs``); see :func:`probe.tasks.bbq.metrics.item_matrix`."""
-    import pandas as pd
-
-    from probe.tasks.bbq.metrics import item_matrix
 
     recs = list(records)
     m = item_matrix(recs, "expected") if recs else np.zeros((0, 5))
@@ -71,7 +73,6 @@ def bbq_units(records: Sequence[Mapping[str, Any]]) -> pd.DataFrame:
 
 def bbq_spec(task: str, cluster: str) -> Spec:
     """:data:`BBQ_SPEC` for a BBQ-family task whose resampling unit is ``cluster``."""
-    from dataclasses import replace
 
     return replace(BBQ_SPEC, task=task, cluster=cluster)
 
@@ -81,9 +82,6 @@ def answer_units(run: Any, answer_records: "Callable[[pd.DataFrame], list[dict]]
     frame (``meta`` flattened), ``answer_records(frame)`` (the task's conversion, each record with
     ``block``, ``category`` and ``cluster``), then :func:`bbq_units`. None when
     the run has no records; a record that is not the task's is an error naming the file."""
-    import pandas as pd
-
-    from probe.reports.compare.runs import read_records
 
     path = run.path / "records.jsonl"
     if not path.is_file():

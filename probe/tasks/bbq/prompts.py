@@ -53,11 +53,15 @@ from typing import Any, Sequence
 
 import yaml
 
+from probe.prompts.chat import render_prompt
+from probe.scoring.requests import ContinuationRequest, LabelRequest
+from probe.scoring.tokens import Encoder, wants_special_tokens
 from probe.tasks.bbq.answer_forms import display_answer, load_unknown_answers, option_forms
 from probe.tasks.bbq.items import BBQItem
 
 __all__ = ["STRATEGIES", "FORMATS", "PreparedPrompt", "prompts", "system_text", "user_text", "oneword_options",
            "token_distinct", "prepare", "cot_final_prompt", "find_cue", "CUE_PATTERN", "to_probs"]
+
 
 STRATEGIES = ("zero_shot", "safety", "few_shot", "cot")
 FORMATS = ("oneword", "labels")
@@ -115,7 +119,6 @@ def token_distinct(prompt: str, texts: Sequence[str], owner: Sequence[int], toke
     probability would hold the other option's answer). Raises ``ValueError`` when two options
     tokenize identically or an option loses every text.
     """
-    from probe.scoring.tokens import Encoder, wants_special_tokens
 
     enc = Encoder(tokenizer)
     special = wants_special_tokens(tokenizer, prompt)
@@ -188,7 +191,6 @@ class PreparedPrompt:
 
     def request(self, group: str | None = None):
         """The scoring request."""
-        from probe.scoring.requests import ContinuationRequest, LabelRequest
 
         if self.answer_format == "labels":
             return LabelRequest(id=self.item_id, prompt=self.prompt, labels=self.texts, group=group,
@@ -200,7 +202,6 @@ class PreparedPrompt:
 def prepare(item: BBQItem, tokenizer: Any, strategy: str, answer_format: str = "oneword",
             demos: Sequence[BBQItem] = (), chat_template: bool = True) -> PreparedPrompt:
     """Render the item's prompt with the model's chat template (for CoT: the generation prompt)."""
-    from probe.prompts.chat import render_prompt
 
     prompt = render_prompt(tokenizer, user_text(item, strategy, answer_format, demos),
                            system=system_text(item, strategy), chat_template=chat_template)

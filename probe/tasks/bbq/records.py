@@ -12,6 +12,10 @@ import math
 from types import SimpleNamespace
 from typing import Any, Mapping
 
+from probe.tasks.bbq.prompts import PreparedPrompt, find_cue, to_probs
+from probe.tasks.chains import chain_index
+
+
 __all__ = ["ITEM_FIELDS", "answer_records", "option_probs", "sampled_option_probs"]
 
 #: item fields kept in each metric record (beside probs, pred_index, mass)
@@ -27,7 +31,6 @@ def option_probs(answer_format: str, owner: Any, logprobs: Any, probs: Any, mass
     over its paraphrases), renormalised (:func:`probe.tasks.bbq.prompts.to_probs`);
     ``labels``: the record's softmax over the labels and its label mass.
     """
-    from probe.tasks.bbq.prompts import PreparedPrompt, to_probs
 
     prepared = PreparedPrompt("", "", answer_format, (), tuple(int(o) for o in owner))
     result = SimpleNamespace(probs=list(probs), label_mass=mass, logprobs=list(logprobs))
@@ -93,7 +96,6 @@ def answer_records(records: Any, sampling: Mapping[str, float] | None = None) ->
     reached an answer cue (``has_cue``); averaging chains is the caller's
     (ImplicitBBQ's CoT).
     """
-    from probe.tasks.chains import chain_index
 
     out, skipped = [], 0
     for rec in records.to_dict("records") if hasattr(records, "to_dict") else records:
@@ -122,6 +124,5 @@ def answer_records(records: Any, sampling: Mapping[str, float] | None = None) ->
 
 def _has_cue(reasoning: Any) -> bool | None:
     """Whether a CoT reasoning reached an answer cue (None: the record has no reasoning)."""
-    from probe.tasks.bbq.prompts import find_cue
 
     return find_cue(reasoning) is not None if isinstance(reasoning, str) else None

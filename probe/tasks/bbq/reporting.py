@@ -6,12 +6,14 @@ from __future__ import annotations
 import math
 from typing import Any, Mapping
 
+import pandas as pd
+
+
 __all__ = ["category_table", "report_markdown", "template_built"]
 
 
 def category_table(by_category: Mapping[str, Any]) -> Any:
     """One row per category (and ``all``): the four metrics, expected and argmax, CIs and counts."""
-    import pandas as pd
 
     rows = []
     for category, m in by_category.items():

@@ -12,6 +12,8 @@ import math
 from pathlib import Path
 from typing import Any, Sequence
 
+import matplotlib
+import matplotlib.pyplot as plt
 import pandas as pd
 
 from probe.reports.compare.common import bars, boots, model_labels
@@ -25,7 +27,6 @@ METRICS = ("acc_amb", "acc_dis", "bias_amb", "bias_dis")
 FORMAT_WORDS = {"oneword": "one-word answer", "labels": "numbered options"}
 ESTIMATOR = {"expected": "exact expected counts (sums of option probabilities under the model's distribution, T = 1)",
              "argmax": "argmax answers (counts of each item's most probable option)"}
-
 
 
 # -- plain BBQ -----------------------------------------------------------------------------------------------
@@ -65,12 +66,8 @@ def bbq_section(runs: Sequence[Run], out: Path) -> list[Any]:
     return items
 
 
-
 def _bbq_figure(runs: Sequence[Run], f: str, out: Path) -> Figure:
-    import matplotlib
-
     matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
 
     cats = [c for c in dict.fromkeys(c for r in runs for c in r.summary["by_format"].get(f, {}).get("by_category", {}))]
     fig, axes = plt.subplots(1, 2, figsize=(11, 3.8))

@@ -32,12 +32,21 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
+from probe.data.paths import dataset_dir
 from probe.errors import InputError, ProbeError
-from probe.io import no_markup, write_atomic
+from probe.io import no_markup, stable_hash, write_atomic
+from probe.metrics.mass import answering, mass_summary
+from probe.scoring.requests import ContinuationRequest, LabelRequest
 from probe.tasks.base import Aggregate, Analyses, CheckCase, Reporting, Selection, Task, TaskConfig, write_tables
+from probe.tasks.base import result_row
+from probe.tasks.bbq.capture import capture_line
+from probe.tasks.bbq.data import load_bbq_jsonl
 from probe.tasks.bbq.items import BBQItem
-from probe.tasks.bbq.metrics import METRIC_NOTES
-from probe.tasks.bbq.reporting import category_table, report_markdown
+from probe.tasks.bbq.metrics import METRIC_NOTES, grouped_bbq_metrics
+from probe.tasks.bbq.prompts import prepare
+from probe.tasks.bbq.records import answer_records
+from probe.tasks.bbq.reporting import category_table, report_markdown, template_built
+from probe.tasks.bbq.templates import expand_templates
 
 #: BBQ's 11 categories, in the upstream repository's order.
 CATEGORIES = (
@@ -159,7 +168,6 @@ class BBQReporting(Reporting):
     def results(self, config: BBQConfig, summary: Mapping[str, Any]) -> list[dict[str, Any]]:
         """Per answer format, category (and ``all``) and estimator: the five metrics; headline: the
         ambiguous and disambiguated bias and both disambiguated accuracies over all items (expected)."""
-        from probe.tasks.base import result_row
 
         rows = []
         for k, (fmt, f) in enumerate(summary["by_format"].items()):
@@ -174,7 +182,6 @@ class BBQReporting(Reporting):
 
     def warnings(self, summary: Mapping[str, Any]) -> list[str]:
         """Categories expanded from BBQ's templates (no released JSONL found) are not the released item set."""
-        from probe.tasks.bbq.reporting import template_built
 
         built = template_built(summary)
         return [f"template-built categories: {', '.join(built)} were expanded from BBQ's templates, not read "
@@ -199,7 +206,6 @@ class BBQAnalyses(Analyses):
                      strategy: str = "zero_shot") -> Any:
         """A BBQ-family item line (BBQ, ImplicitBBQ, BharatBBQ items) rendered by the BBQ prompt with labelled
         options (:mod:`probe.tasks.bbq.capture`)."""
-        from probe.tasks.bbq.capture import capture_line
 
         return capture_line(line, tokenizer, chat_template, strategy)
 
@@ -218,8 +224,6 @@ class BBQTask(Task[BBQConfig, BBQItem]):
 
     def items(self, config: BBQConfig) -> BBQItems:
         """Every item of the configured categories, in a stratified order (see :class:`BBQSelection`)."""
-        from probe.tasks.bbq.data import load_bbq_jsonl
-        from probe.tasks.bbq.templates import expand_templates
 
         root = self._root(config)
         skipped: list = []
@@ -247,8 +251,6 @@ class BBQTask(Task[BBQConfig, BBQItem]):
 
     def requests(self, config: BBQConfig, items: Sequence[BBQItem], tokenizer: Any,
                  generations: Mapping[str, str] | None = None) -> list:
-        from probe.tasks.bbq.prompts import prepare
-        from probe.scoring.requests import ContinuationRequest, LabelRequest
 
         sources = getattr(items, "sources", {})
         out = []
@@ -270,10 +272,6 @@ class BBQTask(Task[BBQConfig, BBQItem]):
         return out
 
     def aggregate(self, config: BBQConfig, records: Any, items: Sequence[BBQItem]) -> Aggregate:
-        from probe.tasks.bbq.metrics import grouped_bbq_metrics
-        from probe.metrics.mass import answering, mass_summary
-        from probe.tasks.bbq.records import answer_records
-
         recs, n_nonfinite = answer_records(records)
         cluster = {it.id: unit_key(it) for it in items}
         for r in recs:
@@ -331,7 +329,6 @@ class BBQTask(Task[BBQConfig, BBQItem]):
             if not root.is_dir():
                 raise ProbeError(f"bbq_dir {root} is not a directory")
             return root
-        from probe.data.paths import dataset_dir
 
         return dataset_dir("bbq")
 
@@ -362,7 +359,6 @@ def _stratified(per_category: Mapping[str, Sequence[Any]], per_cat: int | None, 
     (seed, instance), so any prefix is a stratified sample and smaller samples
     are prefixes of larger ones.
     """
-    from probe.io import stable_hash
 
     queues = []
     for category, items in per_category.items():

@@ -48,6 +48,7 @@ from probe.errors import InputError
 __all__ = ["TemplateRow", "SlotFill", "read_templates", "fills_for_row", "slot_text", "answer_slot", "load_vocab",
            "fill_to_items", "expand_templates", "parse_name_lists", "lexical_pairs"]
 
+
 # BBQ: categories whose rows list one order only, so the generator also emits the flipped order.
 _FLIP_CATEGORIES = {"Race_ethnicity", "Religion", "Nationality", "Sexual_orientation"}
 def _side_is_target(words: list[str], info: str, targets: set[str]) -> bool:

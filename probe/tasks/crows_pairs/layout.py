@@ -12,9 +12,12 @@ import math
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
+import matplotlib
+import matplotlib.pyplot as plt
 import pandas as pd
 
 from probe.reports.compare.common import bars, model_labels
+from probe.reports.compare.layout import TaskLayout
 from probe.reports.compare.paired import Spec, ratio
 from probe.reports.compare.runs import Run, read_records
 from probe.reports.compare.tables import Table, fmt_ci, save_figure
@@ -103,10 +106,8 @@ def _crows_protocol_items(runs: Sequence[Run], out: Path, scores: dict, protocol
                                  "(one answer sampled per question at T = 0.8, top-p 1, non-label answers dropped) "
                                  "would report in expectation, both orders pooled; no CI." if protocol == "mcq" else ""),
                               pd.DataFrame(rows))]
-    import matplotlib
 
     matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(max(7, 0.9 * len(types)), 3.8))
     series = [(label, [s[t]["score"] if t in s else math.nan for t in types],
@@ -150,7 +151,6 @@ def crows_units(run: Run) -> pd.DataFrame:
 
 def layout() -> Any:
     """The :class:`~probe.reports.compare.layout.TaskLayout` of ``crows_pairs``."""
-    from probe.reports.compare.layout import TaskLayout
 
     return TaskLayout("CrowS-Pairs", 4, lambda runs, out, _ctx: crows_section(runs, out),
                       paired_spec=lambda _runs: CROWS_SPEC, units=crows_units)

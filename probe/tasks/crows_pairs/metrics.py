@@ -28,6 +28,10 @@ from typing import Sequence
 import numpy as np
 import pandas as pd
 
+from probe.metrics.mass import answering
+from probe.metrics.stats import bootstrap_ci
+
+
 __all__ = ["CrowsScore", "crows_score", "crows_by_type", "CrowsMcqScore", "crows_mcq_score", "crows_mcq_by_type"]
 
 
@@ -161,8 +165,6 @@ def crows_mcq_score(
     >>> (r.n, round(r.score, 2), round(r.score_argmax, 2), r.n_neutral)
     (3, 53.33, 33.33, 1)
     """
-    from probe.metrics.mass import answering
-    from probe.metrics.stats import bootstrap_ci
 
     p = np.asarray(p_more, dtype=float)
     pa = p if p_more_a is None else np.asarray(p_more_a, dtype=float)

@@ -16,6 +16,9 @@ from dataclasses import dataclass
 from functools import lru_cache
 from importlib import resources
 
+import yaml
+
+
 __all__ = ["TwoChoicePrompt", "load_two_choice", "two_choice_file"]
 
 
@@ -37,7 +40,6 @@ def two_choice_file() -> str:
 @lru_cache(maxsize=1)
 def load_two_choice() -> TwoChoicePrompt:
     """Load the packaged prompt (cached)."""
-    import yaml
 
     raw = yaml.safe_load(resources.files("probe.tasks.crows_pairs").joinpath("resources", "two_choice.yaml")
                          .read_text(encoding="utf-8"))

@@ -31,8 +31,17 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-from probe.tasks.base import Aggregate, CheckCase, Paper, Reporting, Selection, Task, TaskConfig
-from probe.tasks.crows_pairs.data import CrowsPair
+import numpy as np
+import pandas as pd
+
+from probe.data.paths import dataset_dir
+from probe.io import no_markup, write_atomic
+from probe.reports.pipe_table import markdown, write_table
+from probe.scoring.requests import LabelRequest, PerplexityRequest
+from probe.tasks.base import Aggregate, CheckCase, Paper, Reporting, Selection, Task, TaskConfig, result_row
+from probe.tasks.crows_pairs.data import DEFAULT_FILE, CrowsPair, load_crows_pairs
+from probe.tasks.crows_pairs.prompts import load_two_choice
+
 
 PROTOCOLS = ("mcq", "loglik")
 #: protocol -> its name in tables
@@ -88,7 +97,6 @@ def protocols(protocol: str) -> tuple[str, ...]:
 
 def mcq_user_message(a: str, b: str) -> str:
     """The user turn of protocol (a): the Table 11 instruction, then the two sentences as choices."""
-    from probe.tasks.crows_pairs.prompts import load_two_choice
 
     return f"{load_two_choice().instruction}\n\nChoices:\na) {a}\nb) {b}"
 
@@ -101,7 +109,6 @@ def crows_requests(pairs: Sequence[Any], protocol: str = "loglik", tokenizer: An
     (a) ``mcq``: a label request per option order, kinds ``crows_mcq`` (a) = sent_more) and
     ``crows_mcq_swap`` (a) = sent_less); needs the tokenizer (chat template; base models get ``Answer:``).
     """
-    from probe.scoring.requests import LabelRequest, PerplexityRequest
 
     out: list = []
     for proto in protocols(protocol):
@@ -133,8 +140,6 @@ def crows_requests(pairs: Sequence[Any], protocol: str = "loglik", tokenizer: An
 
 
 def _kinds(records: Any) -> Any:
-    import pandas as pd
-
     return records["meta.kind"] if "meta.kind" in records else pd.Series(["crows"] * len(records),
                                                                           index=records.index, dtype=object)
 
@@ -142,7 +147,6 @@ def _kinds(records: Any) -> Any:
 def pair_frame(records: Any) -> Any:
     """Protocol (b): one row per pair from its two records: ``ll_more``, ``ll_less`` (NaN when missing or
     non-finite), ``direction``, ``bias_type``, in the order the pairs were scored."""
-    import pandas as pd
 
     pairs: dict[str, dict] = {}
     for rec in records.to_dict("records"):
@@ -173,8 +177,6 @@ def mcq_pair_frame(records: Any, spec: Mapping[str, float] | None = None) -> Any
     scored question), ``direction``, ``bias_type``. A non-finite record makes its order NaN.
     With a sampling ``spec`` (the paper's T = 0.8): ``s_more_a``, ``s_less_a``, ``s_more_b``, ``s_less_b``, the
     chance one sample answers sent_more's / sent_less's label in each order (NaN where not recorded)."""
-    import numpy as np
-    import pandas as pd
 
     pairs: dict[str, dict] = {}
     for rec, kind in zip(records.to_dict("records"), _kinds(records)):
@@ -214,7 +216,6 @@ def paper_equivalent_score(s_more: Any, s_less: Any) -> float:
     >>> round(paper_equivalent_score([0.6, 0.2], [0.2, 0.2]), 4)  # 0.8 / 1.2
     66.6667
     """
-    import numpy as np
 
     m, l_ = np.asarray(s_more, dtype=float).ravel(), np.asarray(s_less, dtype=float).ravel()
     if m.shape != l_.shape:
@@ -227,7 +228,6 @@ def paper_equivalent_score(s_more: Any, s_less: Any) -> float:
 def _paper_columns(table: Any, pairs: Any) -> Any:
     """``paper_score_a_more`` (the a) = sent_more order) and ``paper_score`` (both orders' questions pooled)
     per bias-type row of ``table``, from :func:`mcq_pair_frame`'s sampled columns."""
-    import pandas as pd
 
     def one(sub: Any) -> tuple[float, float]:
         both_m = pd.concat([sub.s_more_a, sub.s_more_b]).to_numpy(dtype=float)
@@ -315,8 +315,6 @@ def paper_spec(temperature: float | None, top_p: float = 1.0) -> tuple[dict, ...
 def write_protocol_report(benchmark: str, result: Aggregate, output: Path) -> None:
     """``tables/<name>.md|csv`` per table (its ``attrs`` title) and ``report.md`` with every table under its
     ``attrs`` heading (the CrowS-Pairs and StereoSet tasks)."""
-    from probe.io import no_markup, write_atomic
-    from probe.reports.pipe_table import markdown, write_table
 
     parts = [f"# {benchmark}: {result.summary.get('model')}\n"]
     for name, table in result.tables.items():
@@ -327,8 +325,6 @@ def write_protocol_report(benchmark: str, result: Aggregate, output: Path) -> No
 
 def crows_file(data_file: str | None) -> Path:
     """The CrowS-Pairs CSV a config reads."""
-    from probe.tasks.crows_pairs.data import DEFAULT_FILE
-    from probe.data.paths import dataset_dir
 
     return Path(data_file) if data_file else dataset_dir("crows_pairs") / DEFAULT_FILE
 
@@ -353,7 +349,6 @@ class CrowsPairsPaper(Paper):
 class CrowsPairsReporting(Reporting):
     def results(self, config: CrowsPairsConfig, summary: Mapping[str, Any]) -> list[dict[str, Any]]:
         """Per protocol and bias type (and ``all``): the score (50 = no bias); headline: ``all`` per protocol."""
-        from probe.tasks.base import result_row
 
         rows = []
         for proto, s in summary.get("by_protocol", {}).items():
@@ -381,8 +376,6 @@ class CrowsPairsTask(Task[CrowsPairsConfig, CrowsPair]):
         return CheckCase({"protocol": "both", "n_boot": 10}, 2)
 
     def items(self, config: CrowsPairsConfig) -> list[CrowsPair]:
-        from probe.tasks.crows_pairs.data import load_crows_pairs
-
         return load_crows_pairs(config.data_file)
 
     def requests(self, config: CrowsPairsConfig, items: Sequence[CrowsPair], tokenizer: Any,

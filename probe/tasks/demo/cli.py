@@ -8,6 +8,10 @@ from pathlib import Path
 
 from probe.commands.common import bounded_int, positive_int_or_auto
 from probe.models.builtins import DEFAULT_MODEL
+from probe.tasks import get
+
+# Imports inside functions below are on purpose: `import probe` and `probe --help` load this module, so
+# what needs torch, pandas or the engine loads when a function first runs, not at import.
 
 #: shown first in ``probe --help``
 FIRST_STEPS = (("probe demo", "the embedded demo set on the embedded model (no data needed)"),)
@@ -43,7 +47,6 @@ def run(args: argparse.Namespace) -> int:
     from probe.runs.runner import RunOptions
     from probe.runs.results import print_run
     from probe.runs.task_run import run_task
-    from probe.tasks import get
 
     task = get("demo")
     options = RunOptions(device=args.device, dtype=args.dtype, batch_size=args.batch_size, threads=args.threads)

@@ -9,9 +9,12 @@ from typing import Any, Sequence
 import pandas as pd
 
 from probe.reports.compare.common import model_labels
+from probe.reports.compare.layout import TaskLayout
 from probe.reports.compare.runs import Run
 from probe.reports.compare.tables import Table, fmt
+from probe.tasks.bbq.paired_units import answer_units, bbq_spec
 from probe.tasks.bbq.sections import METRICS
+from probe.tasks.demo.task import answer_records
 
 __all__ = ["demo_section"]
 
@@ -38,8 +41,6 @@ def demo_section(runs: Sequence[Run], out: Path) -> list[Any]:
 def layout() -> Any:
     """The demo's section of a comparison report: explicit vs implicit per model and estimator; paired units:
     items, clustered by scenario."""
-    from probe.reports.compare.layout import TaskLayout
-    from probe.tasks.bbq.paired_units import answer_units, bbq_spec
 
     return TaskLayout("Demo set", 2, lambda runs, out, _ctx: demo_section(runs, out),
                       paired_spec=lambda _runs: bbq_spec("demo", "scenario"),
@@ -48,7 +49,6 @@ def layout() -> Any:
 
 def paired_records(frame: Any) -> list[dict]:
     """Answer records of a demo run for paired tests: one block; category = dimension x kind; cluster = scenario."""
-    from probe.tasks.demo.task import answer_records
 
     extra = frame.set_index("id")["scenario"].to_dict()
     recs = [r for r in answer_records(frame) if r["finite"]]

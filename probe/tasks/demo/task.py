@@ -18,12 +18,22 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
+
+import matplotlib
+import matplotlib.pyplot as plt
+import numpy as np
+import pandas as pd
+
+from probe.io import flatten_meta, no_markup, read_records, write_atomic
+from probe.metrics.mass import answering, mass_summary
 from probe.tasks.demo.data import demo_items, unknown_paraphrases
-from probe.io import no_markup, write_atomic
-from probe.tasks.bbq.metrics import METRIC_NOTES, bbq_metrics
 from probe.prompts.chat import has_chat_template, render_prompt
+from probe.reports.compare.html import render
+from probe.reports.compare.tables import Section, Table, fmt, fmt_ci, save_figure
+from probe.reports.headline import headline_section, headline_table, report_warnings
 from probe.scoring.requests import ContinuationRequest
-from probe.tasks.base import Aggregate, Reporting, Selection, Task, TaskConfig, write_tables
+from probe.tasks.base import Aggregate, Reporting, Selection, Task, TaskConfig, result_row, write_tables
+from probe.tasks.bbq.metrics import METRIC_NOTES, bbq_metrics, bbq_metrics_ci
 
 #: bootstrap replicates of the CIs (the demo config has no n_boot): by context kind in the summary (whole
 #: scenarios resampled), per dimension in report.html (items resampled)
@@ -87,8 +97,6 @@ def answer_probs(options: Sequence[str], unknown_index: int, logprobs: Sequence[
 
 
 def _demo_results(summary: Mapping[str, Any]) -> list[dict[str, Any]]:
-    from probe.tasks.base import result_row
-
     rows = []
     groups = [(kind, m) for kind, m in summary.get("by_context_kind", {}).items()]
     groups += [(f"{dim} {kind}", m) for dim, kinds in summary.get("by_dimension", {}).items()
@@ -193,7 +201,6 @@ def summarize(records: list[dict], mass_floor: float = 0.1) -> dict:
     ``mass``: the answer-mass distribution and the items below ``mass_floor`` ("not answering");
     ``answering_only``: the metrics by context kind without them.
     """
-    from probe.metrics.mass import answering, mass_summary
 
     n_all = len(records)
     records = [r for r in records if _finite_record(r)]
@@ -221,7 +228,6 @@ def kind_ci(answers: list[dict], scenario: Mapping[str, str], n_boot: int = HTML
             seed: int = 0) -> dict[str, dict[str, list[float]]]:
     """Per context kind: 95% CIs of the four metrics (expected counts), whole scenarios resampled (a
     scenario's condition x polarity variants together: the unit ``--limit`` draws); {} without scenarios."""
-    from probe.tasks.bbq.metrics import bbq_metrics_ci
 
     if not scenario:
         return {}
@@ -243,8 +249,6 @@ def _finite_record(rec: dict) -> bool:
 
 
 def _kind_table(summary: dict) -> Any:
-    import pandas as pd
-
     rows = []
     for kind, m in summary["by_context_kind"].items():
         for version in ("expected", "argmax"):
@@ -256,16 +260,12 @@ def _kind_table(summary: dict) -> Any:
 
 def _records_frame(path: Path) -> Any:
     """``records.jsonl`` as the runner's records frame (``meta`` flattened; a clashing key prefixed ``meta.``)."""
-    import pandas as pd
-
-    from probe.io import flatten_meta, read_records
 
     return pd.DataFrame([flatten_meta(rec) for rec in read_records(path)[0]])
 
 
 def dimension_ci(answers: list[dict], n_boot: int = HTML_N_BOOT, seed: int = 0) -> list[dict]:
     """Per dimension and context kind: the four metrics (expected counts) with 95% bootstrap CIs over items."""
-    from probe.tasks.bbq.metrics import bbq_metrics_ci
 
     answers = [r for r in answers if _finite_record(r)]
     rows = []
@@ -283,13 +283,8 @@ def dimension_ci(answers: list[dict], n_boot: int = HTML_N_BOOT, seed: int = 0) 
 
 def _dimension_figure(rows: list[dict], output: Path, model: str) -> Any:
     """Explicit vs implicit accuracy and bias per dimension, with 95% CI whiskers (PNG + SVG)."""
-    import matplotlib
 
     matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    import numpy as np
-
-    from probe.reports.compare.tables import save_figure
 
     dims = sorted({r["dimension"] for r in rows})
     fig, axes = plt.subplots(2, 2, figsize=(10, 6), sharex=True)
@@ -322,11 +317,6 @@ def _dimension_figure(rows: list[dict], output: Path, model: str) -> Any:
 def write_html_report(summary: dict, output: Path) -> Path:
     """``report.html``: the headline (the main metric with its CI and n) and any warnings first, then the
     metrics by context kind, per dimension with CIs, and one figure (self-contained)."""
-    import pandas as pd
-
-    from probe.reports.compare.html import render
-    from probe.reports.compare.tables import Section, Table, fmt, fmt_ci
-    from probe.reports.headline import headline_section, headline_table, report_warnings
 
     model = str(summary.get("model") or "model")
     names = {"acc_amb": "Acc amb ↑", "acc_dis": "Acc dis ↑", "bias_amb": "Bias amb →0", "bias_dis": "Bias dis →0"}

@@ -23,12 +23,21 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from importlib import resources
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-from probe.tasks.base import Aggregate, CheckCase, Reporting, Selection, Task, TaskConfig
-from probe.tasks.stereoset.data import StereoSetExample
+
+import pandas as pd
+
+from probe.data.paths import dataset_dir
+from probe.metrics.mass import mass_summary
+from probe.scoring.requests import LabelRequest, PerplexityRequest
+from probe.tasks.base import Aggregate, CheckCase, Reporting, Selection, Task, TaskConfig, result_row
+from probe.tasks.crows_pairs.prompts import load_two_choice
 from probe.tasks.crows_pairs.task import protocols, write_protocol_report
+from probe.tasks.stereoset.data import DEFAULT_FILE, StereoSetExample, load_stereoset
+from probe.tasks.stereoset.metrics import stereoset_scores
 
 PROTOCOL_NAMES = {"mcq": "(a) three-choice question, Table 11 instruction (HBB paper)",
                   "loglik": "(b) mean per-token log-likelihood (StereoSet's causal-LM score)"}
@@ -57,7 +66,6 @@ class StereoSetConfig(TaskConfig):
 
 def mcq_user_message(context: str, options: Sequence[str]) -> str:
     """The Table 11 instruction, the context and the sentences as ``a)``, ``b)``, ``c)``."""
-    from probe.tasks.crows_pairs.prompts import load_two_choice
 
     choices = "\n".join(f"{lab}) {s}" for lab, s in zip(LABELS, options))
     return f"{load_two_choice().instruction}\n\nContext: {context}\nChoices:\n{choices}"
@@ -66,7 +74,6 @@ def mcq_user_message(context: str, options: Sequence[str]) -> str:
 def stereoset_requests(examples: Sequence[Any], protocol: str = "loglik", tokenizer: Any = None, *,
                        rotations: int = 3, chat_template: bool = True, system: str | None = None) -> list:
     """The requests of one protocol (or ``both``), grouped by example (a shared prefix is adjacent)."""
-    from probe.scoring.requests import LabelRequest, PerplexityRequest
 
     out: list = []
     for proto in protocols(protocol):
@@ -97,8 +104,6 @@ def stereoset_requests(examples: Sequence[Any], protocol: str = "loglik", tokeni
 
 
 def _kinds(records: Any) -> Any:
-    import pandas as pd
-
     return records["meta.kind"] if "meta.kind" in records else pd.Series([None] * len(records), dtype=object)
 
 
@@ -106,7 +111,6 @@ def example_frame(records: Any, protocol: str) -> Any:
     """One row per example: ``split``, ``bias_type``, ``target``, the three sentence scores
     ``stereotype``, ``anti-stereotype``, ``unrelated`` (NaN when missing or non-finite) and, for (a),
     ``masses`` (label mass per order)."""
-    import pandas as pd
 
     recs = records[(_kinds(records) == KINDS[protocol]).to_numpy()]
     rows: dict[str, dict] = {}
@@ -132,10 +136,6 @@ def example_frame(records: Any, protocol: str) -> Any:
 
 def stereoset_table(frame: Any, mass_floor: float = 0.1) -> Any:
     """Rows per split (``overall`` and each bias type) and ``all`` over both splits: ss, lms, icat."""
-    import pandas as pd
-
-    from probe.metrics.mass import mass_summary
-    from probe.tasks.stereoset.metrics import stereoset_scores
 
     def row(split: str, bias: str, df: Any) -> dict:
         s = stereoset_scores(df[["stereotype", "anti-stereotype", "unrelated"]].to_numpy(dtype=float).tolist(),
@@ -179,7 +179,6 @@ class StereoSetSelection(Selection):
 class StereoSetReporting(Reporting):
     def results(self, config: StereoSetConfig, summary: Mapping[str, Any]) -> list[dict[str, Any]]:
         """Per protocol, split and bias type: ss, lms, icat (no CI); headline: ss of each split overall."""
-        from probe.tasks.base import result_row
 
         rows = []
         for proto, s in summary.get("by_protocol", {}).items():
@@ -204,14 +203,11 @@ class StereoSetTask(Task[StereoSetConfig, StereoSetExample]):
     def check_case(self) -> CheckCase:
         """A quick run for :func:`probe.testing.check_task` on three invented examples in the dev.json layout
         (``resources/check_sample.json``; StereoSet's own data is fetched, not shipped)."""
-        from importlib import resources
 
         sample = resources.files("probe.tasks.stereoset").joinpath("resources", "check_sample.json")
         return CheckCase({"data_file": str(sample)}, None)
 
     def items(self, config: StereoSetConfig) -> list[StereoSetExample]:
-        from probe.tasks.stereoset.data import load_stereoset
-
         return load_stereoset(config.data_file, config.splits)
 
     def requests(self, config: StereoSetConfig, items: Sequence[StereoSetExample], tokenizer: Any,
@@ -233,10 +229,7 @@ class StereoSetTask(Task[StereoSetConfig, StereoSetExample]):
         return Aggregate({"n_examples": counts, "table1_protocol": main, "by_protocol": by_protocol}, tables)
 
     def data_files(self, config: StereoSetConfig) -> list[Path]:
-        from probe.tasks.stereoset.data import DEFAULT_FILE
-
         if config.data_file:
             return [Path(config.data_file)]
-        from probe.data.paths import dataset_dir
 
         return [dataset_dir("stereoset") / DEFAULT_FILE]
