@@ -4,7 +4,7 @@ One process, one model, the BBQ requests of ``vs_lm_eval.py`` (48 questions with
 ``--quick``): the same ``Scorer`` scores them with ``Engine.attention_kernel =
 "sdpa"`` (SDPA over each whole row, every masked pair computed) and ``"blocks"``
 (SDPA per subtree against its own keys and the stems above it:
-``probe.scoring.engine.packed.block_attention``), alternating, ``--repeats`` times each.
+``probe.scoring.engine.attention.block_attention``), alternating, ``--repeats`` times each.
 Prints CPU seconds per run, the pass's shape and blocks, and the largest
 difference between the two kernels' log-likelihoods.
 

@@ -48,7 +48,7 @@ def planned_passes(lm: Any, reqs: list) -> list[tuple]:
 
 def block_mask(pre: torch.Tensor, end: torch.Tensor) -> Any:
     """The tree mask as a FlexAttention ``BlockMask``: key j is seen by query i when j is not later in the
-    row and j's node is i's or an ancestor of it (as ``probe.scoring.engine.packed.tree_mask``)."""
+    row and j's node is i's or an ancestor of it (as ``probe.scoring.engine.attention.tree_mask``)."""
     from torch.nn.attention.flex_attention import create_block_mask
 
     def mask_mod(b, h, q, kv):  # noqa: ANN001, ANN202

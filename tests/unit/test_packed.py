@@ -8,8 +8,9 @@ import torch
 
 from probe.scoring.engine.batching import build_tree
 from probe.scoring.engine import Row
-from probe.scoring.engine.packed import (MAX_ROWS, Pass, arrays, flatten, layout, pack, read_plan, row_tokens,
-                                  subtree_tokens, tree_mask)
+from probe.scoring.engine.packed import MAX_ROWS, Pass, arrays, flatten, layout, pack, row_tokens, subtree_tokens
+from probe.scoring.engine.attention import tree_mask
+from probe.scoring.engine.read_plan import read_plan
 
 # two rows sharing (1, 2, 3): the root segment runs once, then each leaf's own tokens
 ROWS = [Row((1, 2, 3, 4, 5), 4, (7, 8)), Row((1, 2, 3, 6), 4)]
@@ -196,7 +197,7 @@ def test_sdpa_preference_is_applied_and_none_is_a_no_op():
 def test_tree_block_mask_sees_exactly_what_the_dense_tree_mask_sees():
     """The FlexAttention form of the tree mask: its mask function, at every (query, key) pair of a packed
     row with padding, agrees with the dense additive mask."""
-    from probe.scoring.engine.packed import tree_block_mask
+    from probe.scoring.engine.attention import tree_block_mask
 
     rows = [Row(tuple(np.random.default_rng(k).integers(0, 9, 5 + k % 4)), 3) for k in range(12)]
     [p] = pack([flatten(n) for n in build_tree(rows, min_shared=1)], 64, 1024, 8)
@@ -262,6 +263,7 @@ def test_attention_blocks_hold_every_key_a_query_sees(monkeypatch, split, block_
 def test_block_attention_equals_the_whole_row_and_is_the_cpu_default():
     """The packed pass attended block by block (the CPU default for SDPA models) gives the scores of the
     whole-row pass, through the block function, in one pass; the model's implementation is restored."""
+    import probe.scoring.engine.attention as attention
     import probe.scoring.engine.packed as packed
     from probe.scoring import Scorer
     from probe.scoring.requests import ContinuationRequest
@@ -277,10 +279,10 @@ def test_block_attention_equals_the_whole_row_and_is_the_cpu_default():
     scorer = Scorer(lm, batch_size=16)
     assert scorer.engine.attention_kernel == "blocks"
     calls = []
-    real = packed.block_attention
+    real = attention.block_attention
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(packed, "BLOCK_SPLIT", 8)  # small subtrees: stems and branches get blocks of their own
-        mp.setattr(packed, "block_attention", lambda *a, **k: calls.append(1) or real(*a, **k))
+        mp.setattr(attention, "block_attention", lambda *a, **k: calls.append(1) or real(*a, **k))
         got = scorer.score(reqs)
     assert scorer.engine.forward_passes == 1 and calls
     assert lm.model.config._attn_implementation == "sdpa"

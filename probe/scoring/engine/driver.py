@@ -11,6 +11,7 @@ pass itself.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import warnings
 from typing import Any, Callable
 
@@ -18,9 +19,11 @@ import numpy as np
 import torch
 
 from probe.scoring.engine.batching import Node, build_tree, plan_passes
-from probe.scoring.engine.capabilities import check_length
-from probe.scoring.engine.forward import HEAD_CHUNK, Engine, RowOutput
-from probe.scoring.engine.packed import Pass, ReadPlan, arrays, layout, pack, read_plan, row_tokens, upload
+from probe.errors import ProbeError
+from probe.scoring.engine.capabilities import KERNEL_SAFE_TOKENS, LONG_SDPA_BACKENDS
+from probe.scoring.engine.forward import HEAD_CHUNK, Engine, RowOutput, sdpa_preference
+from probe.scoring.engine.packed import Pass, arrays, layout, pack, row_tokens
+from probe.scoring.engine.read_plan import ReadPlan, read_plan, upload
 from probe.scoring.engine.rows import Row
 from probe.scoring.sampler.sampling import block_rows
 
@@ -52,6 +55,9 @@ class Driver:
         self._plain = False  # the call in progress runs each row alone (the model's capabilities say so)
         self._sampling: tuple = ()  # the sampling specs of the call in progress
         self._taps: Any = None  # the activation capture of the call in progress
+        #: rows longer than this run each alone, with SDPA's memory-efficient kernel excluded (it has returned
+        #: wrong values past 2^32 query x key pairs in one row); None: no such limit (not a CUDA device)
+        self.kernel_limit: int | None = KERNEL_SAFE_TOKENS if engine.device.type == "cuda" else None
 
     def run(self, tree: list[Node], *, sampling: tuple = (), taps: Any = None,
             tap_key: Callable[[Any], RowKey] | None = None, equal_widths: bool = False,
@@ -63,9 +69,11 @@ class Driver:
         call's sequences each on its own (the counter sharing is measured against)."""
         self.engine.counters.add(tokens_raw=raw_tokens)
         self._equal = equal_widths
+        caps = self.engine.capabilities
+        if taps is not None and caps.capture:
+            raise ProbeError(f"{caps.model_type}: {caps.capture}")
+        tree, long = self._split_long(tree)
         longest = max((len(n.row.ids) for n in _leaves(tree)), default=0)
-        if self.engine.device.type == "cuda":
-            check_length(self.engine.capabilities.model_type, longest)
         passes = None
         # a model no shared-prefix path computes exactly runs each row alone (capabilities.py)
         self._plain = self.engine.capabilities.scoring_path == "plain"
@@ -75,20 +83,49 @@ class Driver:
             passes = layout(tree, self._row_target(), self.budget_cap, self.row_cap)
             tree = [f.places[0][0] for p in passes for row in p.trees for f in row]  # the rows' own trees
         if taps is not None:
-            taps.plan(tree, tap_key)
+            taps.plan(tree + long, tap_key)
         outputs: dict[RowKey, RowOutput] = {}
-        bar = _bar(sum(n.leaves() for n in tree)) if progress else None
+        bar = _bar(sum(n.leaves() for n in tree + long)) if progress else None
         self._sampling, self._taps = tuple(sampling), taps
         try:
             if passes is not None:
                 self._run_packed(passes, outputs, bar)
-            else:
+            elif tree:
                 self._run_level(tree, None, None, [0] * len(tree), outputs, bar)
+            if long:
+                self._run_long(long, outputs, bar)
         finally:
             self._sampling, self._taps = (), None
         if bar:
             bar.close()
         return outputs
+
+    def _split_long(self, tree: list[Node]) -> tuple[list[Node], list[Node]]:
+        """``tree`` less the rows longer than :attr:`kernel_limit`, and those rows as lone leaves."""
+        if self.kernel_limit is None:
+            return tree, []
+        long = [n.row for n in _leaves(tree) if len(n.row.ids) > self.kernel_limit]
+        if not long:
+            return tree, []
+        return _without(tree, {id(r) for r in long}), build_tree(long, share=False)
+
+    def _run_long(self, long: list[Node], outputs: dict, bar) -> None:
+        """Rows past :attr:`kernel_limit`: each alone, unpadded (the plain path), with the SDPA backends that
+        have no query x key limit (flash attention takes one causal row of any length); refused in one line
+        where none of them takes the model's attention."""
+        plain, self._plain = self._plain, True
+        try:
+            with sdpa_preference(LONG_SDPA_BACKENDS):
+                self._run_level(long, None, None, [0] * len(long), outputs, bar)
+        except RuntimeError as exc:
+            if is_oom(exc) or "no available kernel" not in str(exc).lower():
+                raise
+            longest = max(len(n.ids) for n in long)
+            raise ProbeError(f"{self.engine.capabilities.model_type}: a sequence of {longest} tokens is longer than "
+                             f"{self.kernel_limit}, and no attention kernel exact at that length takes this model's "
+                             "attention (flash attention needs 16-bit weights)") from None
+        finally:
+            self._plain = plain
 
     def _row_target(self) -> int:
         return row_tokens(int(getattr(self.engine.config, "hidden_size", 0) or 0), self.budget_cap)
@@ -345,6 +382,23 @@ def _bar(total: int) -> Any:
     from tqdm.auto import tqdm  # here: tqdm only for a call with a progress bar
 
     return tqdm(total=total, unit="seq", desc="scoring", leave=False)
+
+
+def _without(nodes: list[Node], rows: set[int]) -> list[Node]:
+    """The tree ``nodes`` less the leaves of ``rows`` (ids of their rows); a segment left with one child is
+    folded into it (the child then starts where the segment did)."""
+    out = []
+    for n in nodes:
+        if n.is_leaf:
+            if id(n.row) not in rows:
+                out.append(n)
+            continue
+        kids = _without(n.children, rows)
+        if len(kids) > 1:
+            out.append(dataclasses.replace(n, children=kids))
+        elif kids:
+            out.append(dataclasses.replace(kids[0], start=n.start))
+    return out
 
 
 def _leaves(nodes: list[Node]):

@@ -8,6 +8,7 @@ pass without copying a cache (:meth:`Extending.extend_tree`), for models whose a
 
 from __future__ import annotations
 
+import weakref
 from dataclasses import dataclass
 from typing import Any
 
@@ -16,8 +17,9 @@ from transformers import DynamicCache
 
 from probe.errors import ProbeError
 from probe.scoring.engine.capabilities import NO_CACHE
+from probe.scoring.engine.head import logits_close
 from probe.hf_compat import cache_kwargs, output_cache
-from probe.scoring.engine.packed import attention_implementation
+from probe.scoring.engine.attention import attention_implementation
 from probe.scoring.engine.tree_cache import FRONTIER_ATTENTION, FrontierPass, NodeStore, frontier_on, tree_ok
 
 
@@ -30,10 +32,40 @@ class Extending:
         enter (capabilities' ``extend``) takes prompts of one length only (no padding)."""
         why = self.capabilities.extend
         if why and (len({len(p) for p in prompts}) > 1 or why == NO_CACHE):
-            raise ProbeError(f"{self.capabilities.model_type}: {why}; extend prompts of one length at a time "
-                             "(batch size 1)")
+            hint = "" if why == NO_CACHE else "; extend prompts of one length at a time (batch size 1)"
+            raise ProbeError(f"{self.capabilities.model_type}: {why}{hint}")
+        if why and not self.state_carried():
+            raise ProbeError(f"{self.capabilities.model_type}: {NOT_CARRIED}")
         cache, mask, hidden = self.run_prefixes(list(prompts), with_hidden=True)
         return Extension(cache, mask, [len(p) for p in prompts]), self.logits(hidden[:, -1])
+
+    def state_carried(self) -> bool:
+        """Whether a model with a state of its own (capabilities' ``extend``) carries it from pass to pass in the
+        cache the engine passes (a model whose layers keep it elsewhere, or refuse that cache, does not): one
+        prompt extended by a token against a plain forward, once per model; the engine's counters unchanged."""
+        known = _CARRIED.get(self.model)
+        if known is None:
+            counts = self.counters.as_dict()
+            try:
+                known = self._extends_exactly()
+            finally:
+                for name, value in counts.items():
+                    setattr(self.counters, name, value)
+            _CARRIED[self.model] = known
+        return known
+
+    def _extends_exactly(self) -> bool:
+        vocab = int(getattr(self.config, "vocab_size", 0) or 0) or 8
+        ids = [t % vocab for t in (1, 2, 3, 4)]
+        try:
+            with torch.inference_mode():
+                cache, mask = self.run_prefixes([tuple(ids[:-1])])
+                got = self.extend(Extension(cache, mask, [len(ids) - 1]), ids[-1:])
+                plain = self.decoder(input_ids=torch.tensor([ids], device=self.device)).last_hidden_state
+                want = self.logits(plain[:, -1])
+        except Exception:  # noqa: BLE001  (a cache the model refuses, or a state it cannot take back)
+            return False
+        return logits_close(got.float().cpu(), want.float().cpu(), self.compute_dtype != torch.float32)
 
     def extension(self, blocks: list[list[torch.Tensor]]) -> "Extension":
         """An :class:`Extension` from key/value blocks ``[2, layers, heads, tokens, head_dim]``: row ``b``'s
@@ -129,6 +161,13 @@ class Extending:
         with frontier_on(plan), attention_implementation(self._attention_owner, FRONTIER_ATTENTION):
             out = self._decoder(input_ids=ids, attention_mask=mask, position_ids=pos, use_cache=False)
         return self.logits(out.last_hidden_state[0]), list(range(first, first + n))  # no device sync
+
+
+#: why a model whose state the engine's cache does not carry is refused extension
+NOT_CARRIED = ("its state is not carried from one pass to the next by the cache the engine passes (an extended "
+               "prompt differs from a plain forward), so it cannot be extended")
+#: model -> whether it carries its state in the engine's cache (:meth:`Extending.state_carried`)
+_CARRIED: "weakref.WeakKeyDictionary[Any, bool]" = weakref.WeakKeyDictionary()
 
 
 @dataclass

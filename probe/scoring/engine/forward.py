@@ -30,7 +30,8 @@ from probe.scoring.engine.caches import (  # noqa: F401  (left_pad, pad_id_of: p
 from probe.scoring.engine.counters import Counters
 from probe.scoring.engine.extension import Extending, Extension  # noqa: F401  (Extension: public here too)
 from probe.scoring.engine.host_memory import keep_freed_memory
-from probe.scoring.engine.packed import attention_blocks, attention_implementation, tree_block_mask, tree_mask
+from probe.scoring.engine.head import verified_head
+from probe.scoring.engine.attention import attention_blocks, attention_implementation, tree_block_mask, tree_mask
 from probe.scoring.engine.reading import (  # noqa: F401  (RowOutput, finite_and_logsumexp: public here too)
     HEAD_CHUNK, RowOutput, finite_and_logsumexp, read_positions, read_rows)
 from probe.scoring.engine.rows import Row, common_prefix_length  # noqa: F401  (re-exported: the engine's input)
@@ -89,7 +90,7 @@ class Engine(Extending):
         #: the packed pass's attention: "sdpa" (the dense 4-D mask over whole rows), "blocks" (SDPA block by
         #: block, the default on a CPU: each subtree against its own keys and the stems above it, no work on
         #: the pairs the mask hides; one call per block and layer, too many small kernels for a GPU; SDPA
-        #: models only, :func:`probe.scoring.engine.packed.block_attention`) or "flex" (FlexAttention with the tree mask as a
+        #: models only, :func:`probe.scoring.engine.attention.block_attention`) or "flex" (FlexAttention with the tree mask as a
         #: BlockMask, which skips the tiles it hides whole; compiled on first use; models whose class supports
         #: it, full attention only, else "sdpa"). docs/scoring.md, "The attention kernel".
         self.attention_kernel = "blocks" if self.device.type == "cpu" else "sdpa"
@@ -100,6 +101,9 @@ class Engine(Extending):
         #: which paths are exact for this model (:mod:`probe.scoring.engine.capabilities`): the driver's choice
         #: of packed, level or plain, the tree store and batched extension follow it
         self.capabilities = engine_capabilities(self)
+        #: the output embedding, or the model's prediction head and it, as the model's own logits say (checked
+        #: once per model: :mod:`probe.scoring.engine.head`; a model whose head matches neither is refused)
+        self.head = verified_head(self)
 
     def counts(self) -> dict[str, int]:
         """Forward passes, tokens computed and raw tokens so far (``computed / raw`` is what sharing saves),
@@ -190,7 +194,7 @@ class Engine(Extending):
 
     def _blocks_ok(self) -> bool:
         """Whether this pass's attention runs block by block: asked for, and the model's attention is SDPA
-        (what :func:`probe.scoring.engine.packed.block_attention` runs per block; eager models keep their own)."""
+        (what :func:`probe.scoring.engine.attention.block_attention` runs per block; eager models keep their own)."""
         return (self.attention_kernel == "blocks"
                 and str(getattr(self.config, "_attn_implementation", None) or "") == "sdpa")
 
@@ -203,7 +207,7 @@ class Engine(Extending):
     # -- unembedding -------------------------------------------------------
     def logits(self, hidden: torch.Tensor) -> torch.Tensor:
         """float32 logits for a few hidden states ``[n, d_model]``, as the model's own head computes them."""
-        weight = getattr(self.head, "weight", None)
+        weight = next(self.head.parameters(), None)  # the output embedding's weight (a prediction head's first)
         if isinstance(weight, torch.Tensor) and weight.device != hidden.device and weight.device.type != "meta":
             hidden = hidden.to(weight.device)  # a head on another device than the last layer (device_map)
         out = self.head(hidden).float()

@@ -33,18 +33,13 @@ accept that form falls back on the level-by-level path (``docs/scoring.md``).
 from __future__ import annotations
 
 import bisect
-import contextlib
 import math
-from contextvars import ContextVar
 from dataclasses import dataclass, field
 from itertools import chain
-from typing import Any
 
 import numpy as np
-import torch
 
 from probe.scoring.engine.batching import Node
-from probe.scoring.engine.rows import Row
 
 #: rows per pass stay below 65,536: SDPA's launch grid fails above it, and past 65,536 query
 #: positions with a mask it has returned wrong values (pytorch #146704, #162588)
@@ -397,167 +392,6 @@ def arrays(p: Pass, pad_id: int) -> PassArrays:
     attended = int((pos + 1)[pre < (1 << 40)].sum()) + (n_rows * width - computed)
     return PassArrays(ids, pos, pre, end, places, computed, n_rows * width - computed, attended,
                       sum(len(row) for row in p.trees), [tree_blocks(row) for row in p.trees])
-
-
-def tree_mask(pre: torch.Tensor, end: torch.Tensor, pos: torch.Tensor, dtype: torch.dtype,
-              window: int | None = None) -> torch.Tensor:
-    """The additive ``[rows, 1, width, width]`` mask (0: attend, dtype min: not) from ``[rows, width]``
-    node numbers, subtree ends and positions; ``window``: a sliding-window layer's."""
-    col = torch.arange(pre.shape[1], device=pre.device)
-    q_pre = pre[:, :, None]  # [rows, query, 1]
-    seen = (col[None, None, :] <= col[None, :, None]) & (pre[:, None, :] <= q_pre) & (q_pre < end[:, None, :])
-    if window is not None:
-        seen &= (pos[:, :, None] - pos[:, None, :]) < window
-    out = torch.zeros(seen.shape, dtype=dtype, device=pre.device)
-    out.masked_fill_(~seen, torch.finfo(dtype).min)
-    return out[:, None]
-
-
-#: the name transformers knows :func:`block_attention` by (``AttentionInterface``)
-BLOCK_ATTENTION = "probe_tree_blocks"
-_BLOCKS: ContextVar[list[list[Block]] | None] = ContextVar("probe_tree_blocks", default=None)
-
-
-def block_attention(module: Any, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
-                    attention_mask: torch.Tensor | None, **kwargs: Any) -> tuple[torch.Tensor, None]:
-    """transformers' SDPA attention run block by block (:func:`tree_blocks`, set by :func:`attention_blocks`):
-    each block's queries against its context's and its own keys, under the same mask. The same attention
-    as over the whole row (every key a query may see is among them), without the work on pairs of different
-    branches or trees, which the mask hides anyway: a row of ``w`` tokens in branches of ``b`` costs about
-    ``w x (stem + b)`` instead of ``w x w``. Padding columns are in no block; their output is zero (nothing
-    attends to them or reads them)."""
-    from transformers.integrations.sdpa_attention import sdpa_attention_forward
-
-    blocks = _BLOCKS.get()
-    rows, _, width, _ = query.shape
-    if blocks is None or len(blocks) != rows:
-        raise RuntimeError("block attention needs the pass's blocks (probe.scoring.engine.packed.attention_blocks)")
-    out = query.new_zeros(rows, width, query.shape[1], value.shape[-1])  # sdpa's [rows, width, heads, dim]
-    for r, row in enumerate(blocks):
-        for s, e, ctx in row:
-            spans = (*ctx, (s, e))  # in row order: the context's columns come first in the row too
-            k = torch.cat([key[r : r + 1, :, a:b] for a, b in spans], dim=2) if ctx else key[r : r + 1, :, s:e]
-            v = torch.cat([value[r : r + 1, :, a:b] for a, b in spans], dim=2) if ctx else value[r : r + 1, :, s:e]
-            mask = None
-            if attention_mask is not None:
-                rows_of = attention_mask[r : r + 1, :, s:e]
-                mask = torch.cat([rows_of[..., a:b] for a, b in spans], dim=-1) if ctx else rows_of[..., s:e]
-            part, _ = sdpa_attention_forward(module, query[r : r + 1, :, s:e], k, v, mask, **kwargs)
-            out[r, s:e] = part[0]
-    return out, None
-
-
-@contextlib.contextmanager
-def attention_implementation(model: Any, name: str) -> Any:
-    """Run ``model``'s attention through transformers' implementation ``name``, then restore the one it had."""
-    before = getattr(model.config, "_attn_implementation", None) or "sdpa"
-    model.set_attn_implementation(name)
-    try:
-        yield
-    finally:
-        model.set_attn_implementation(before)
-
-
-@contextlib.contextmanager
-def attention_blocks(model: Any, blocks: list[list[Block]]) -> Any:
-    """Run ``model``'s attention as :func:`block_attention` over ``blocks`` (per row, its blocks), then
-    restore the implementation it had (SDPA: the one it computes per block)."""
-    from transformers import AttentionInterface
-
-    AttentionInterface.register(BLOCK_ATTENTION, block_attention)
-    token = _BLOCKS.set(blocks)
-    try:
-        with attention_implementation(model, BLOCK_ATTENTION):
-            yield
-    finally:
-        _BLOCKS.reset(token)
-
-
-def tree_block_mask(pre: torch.Tensor, end: torch.Tensor) -> Any:
-    """The tree mask of :func:`tree_mask` (no window) as a FlexAttention ``BlockMask``: key j is seen by
-    query i when j is not later in the row and j's node is i's or an ancestor of it. The block mask
-    records which 128 x 128 tiles hold any seen pair, so the kernel skips the rest."""
-    from torch.nn.attention.flex_attention import create_block_mask
-
-    def seen(b: torch.Tensor, h: torch.Tensor, q: torch.Tensor, kv: torch.Tensor) -> torch.Tensor:
-        return (kv <= q) & (pre[b, kv] <= pre[b, q]) & (pre[b, q] < end[b, kv])
-
-    rows, width = pre.shape
-    return create_block_mask(seen, rows, None, width, width, device=pre.device)
-
-
-@dataclass
-class ReadPlan:
-    """Where a pass reads: scored positions ``(row, col)``, the target pairs ``(position, token)``
-    (ascending positions), and per leaf ``(row, label targets?, positions, pairs)`` to hand the
-    numbers back on the host."""
-
-    rows: list[Row]
-    pos_row: np.ndarray
-    pos_col: np.ndarray
-    pair_pos: np.ndarray
-    pair_tok: np.ndarray
-    leaves: list[tuple[Row, bool, int, int]] = field(default_factory=list)
-
-    @property
-    def n_positions(self) -> int:
-        return len(self.pos_row)
-
-
-def read_plan(places: list[tuple[Node, int, int]]) -> ReadPlan:
-    """The scored positions of every leaf in ``places`` (label position first, then each scored token's),
-    built with whole-array operations: a Python step per leaf, none per position."""
-    leaves = [(node, r, col) for node, r, col in places if node.is_leaf]
-    rows = [node.row for node, _, _ in leaves]
-    i64 = np.int64
-    n_lab = np.fromiter((len(row.label_ids) for row in rows), i64, len(rows))
-    length = np.fromiter((len(row.ids) for row in rows), i64, len(rows))
-    start = np.fromiter((node.start for node, _, _ in leaves), i64, len(rows))
-    col = np.fromiter((c for _, _, c in leaves), i64, len(rows))
-    first = np.maximum(np.fromiter((row.score_from for row in rows), i64, len(rows)), start + 1)
-    n_tok = np.maximum(length - first, 0)
-    has = (n_lab > 0).astype(i64)
-    n_pos, n_pair = has + n_tok, n_lab + n_tok
-    at_pos, at_pair = _starts(n_pos), _starts(n_pair)
-    local = _local(n_tok)
-    tok_at = np.repeat(at_pos + has, n_tok) + local  # each scored token's position index
-    pos_col = np.empty(int(n_pos.sum()), i64)
-    pos_col[tok_at] = np.repeat(col + first - 1 - start, n_tok) + local
-    pos_col[at_pos[has > 0]] = (col + length - 1 - start)[has > 0]  # the label position: the last token's
-    pair_pos = np.empty(int(n_pair.sum()), i64)
-    pair_tok = np.empty_like(pair_pos)
-    lab_pairs = np.repeat(at_pair, n_lab) + _local(n_lab)
-    tok_pairs = np.repeat(at_pair + n_lab, n_tok) + local
-    pair_pos[lab_pairs] = np.repeat(at_pos, n_lab)
-    pair_pos[tok_pairs] = tok_at
-    pair_tok[lab_pairs] = np.fromiter(chain.from_iterable(row.label_ids for row in rows), i64, len(lab_pairs))
-    pair_tok[tok_pairs] = np.fromiter(chain.from_iterable(row.ids[f:] for row, f in zip(rows, first.tolist())), i64,
-                                      len(tok_pairs))
-    pos_row = np.repeat(np.fromiter((r for _, r, _ in leaves), i64, len(rows)), n_pos)
-    table = [(row, bool(row.label_ids), p, q) for row, p, q in zip(rows, n_pos.tolist(), n_pair.tolist())]
-    return ReadPlan(rows, pos_row, pos_col, pair_pos, pair_tok, table)
-
-
-def _starts(counts: np.ndarray) -> np.ndarray:
-    """Where each of consecutive blocks of ``counts`` items begins."""
-    return np.cumsum(counts) - counts
-
-
-def _local(counts: np.ndarray) -> np.ndarray:
-    """``0..n-1`` for each ``n`` in ``counts``, concatenated."""
-    total = int(counts.sum())
-    return np.arange(total, dtype=np.int64) - np.repeat(_starts(counts), counts)
-
-
-def upload(parts: list[np.ndarray], device: Any) -> list[torch.Tensor]:
-    """int64 arrays moved to ``device`` in one host-to-device copy, handed back as views."""
-    flat = np.concatenate([a.ravel() for a in parts]) if parts else np.zeros(0, np.int64)
-    moved = torch.from_numpy(flat).to(device)
-    out, at = [], 0
-    for a in parts:
-        out.append(moved[at : at + a.size].view(a.shape))
-        at += a.size
-    return out
 
 
 def subtree_tokens(node: Node) -> int:

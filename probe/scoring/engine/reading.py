@@ -92,7 +92,7 @@ def read_positions(logits_of: Logits, hidden: torch.Tensor, where: list[torch.Te
     """The log-probabilities a packed pass reads, on the device, as one float64 tensor: the target pairs'
     log-probabilities, then 1.0/0.0 per position (all logits finite), then per sampling spec the
     pairs' sampling log-probabilities. ``where``: positions' rows and columns, pairs' positions and
-    tokens (device tensors, :class:`probe.scoring.engine.packed.ReadPlan`); ``chunks``: ``(first position,
+    tokens (device tensors, :class:`probe.scoring.engine.read_plan.ReadPlan`); ``chunks``: ``(first position,
     end, first pair, end)`` of each head chunk."""
     pos_row, pos_col, pair_pos, pair_tok = where
     picked = hidden[pos_row, pos_col]  # [positions, d_model]: one gather of every scored position
