@@ -180,11 +180,12 @@ class ProbeLM(HFLM):
                              f"{procs.world_size} processes; use one process for device_map, or one GPU per process")
         if isinstance(pretrained, str):
             from probe.models import load_model
+            from probe.scoring.engine.capabilities import check_supported
 
             lm = load_model(pretrained, device=procs.device(device or "auto"), dtype=dtype or "auto",
                             load_in_8bit=_flag(load_in_8bit), load_in_4bit=_flag(load_in_4bit),
                             device_map=device_map, trust_remote_code=_flag(trust_remote_code),
-                            revision=revision, attn_implementation=attn_implementation)
+                            revision=revision, attn_implementation=attn_implementation, check_config=check_supported)
         elif hasattr(pretrained, "model") and hasattr(pretrained, "tokenizer"):
             lm = pretrained
         else:

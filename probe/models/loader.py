@@ -22,10 +22,11 @@ import shutil
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from probe.errors import ModelLoadError
 from probe.models.builtins import BUILTINS, builtin_gguf_path
+from probe.models.preflight import read_config
 from probe.paths import cache_dir
 
 DTYPES = ("float32", "bfloat16", "float16", "auto")
@@ -152,6 +153,7 @@ def load_model(
     revision: str | None = None,
     attn_implementation: str | None = None,
     allow_pickle_weights: bool = False,
+    check_config: Callable[[Any], None] | None = None,
 ) -> LoadedModel:
     """Load a causal LM and its tokenizer, in eval mode, gradients off.
 
@@ -159,7 +161,7 @@ def load_model(
     ``.gguf`` file, a local model directory, or a hub id (needs the hub or its
     local cache). ``trust_remote_code`` stays off unless asked. Weights are read as safetensors; pickle
     weights (``pytorch_model.bin``, ``*.pt``: loading a pickle can run code) only with
-    ``allow_pickle_weights=True``.
+    ``allow_pickle_weights=True``. ``check_config(config)`` runs before any weight is read (it raises to refuse).
 
     ``device="auto"`` (default) takes the GPU when one is visible, else the CPU;
     ``dtype="auto"`` (default) takes bfloat16 on a GPU that supports it, else
@@ -174,6 +176,8 @@ def load_model(
     model_dir, source, file_sha, weights_format = _weights_source(name_or_path, allow_pickle_weights)
     kwargs = _load_kwargs(trust_remote_code, revision, allow_pickle_weights, attn_implementation, quantization,
                           load_in_8bit, torch_dtype, device, device_map)
+    if check_config is not None and (config := read_config(model_dir, kwargs)) is not None:
+        check_config(config)  # e.g. probe.scoring.engine.capabilities.check_supported: before any weight loads
     model, tokenizer = _from_pretrained(model_dir, torch_dtype, kwargs, name_or_path)
     if "device_map" not in kwargs:
         model.to(device)
@@ -380,16 +384,20 @@ def converted_gguf_dir(gguf: Path) -> tuple[Path, str]:
                 return target, file_sha
         except ValueError:
             pass  # a damaged stamp: convert again
-    import sys
+    from probe.progress import stage
 
-    # a minute or two of silence otherwise (SmolLM2-135M ~35 s, Gemma-3-270M ~110 s on a CPU)
-    print(f"probe: converting {gguf.name} once (de-quantizing the GGUF weights; a minute or two); later loads "
-          f"read the cached copy in {target} in about a second", file=sys.stderr, flush=True)
-    _convert_gguf(gguf, target, file_sha)
+    # announced, then a line every few seconds naming the step (reading Gemma's tokenizer alone takes a minute)
+    with stage(f"probe: converting {gguf.name} once", plan=f"{CONVERSION_TIME}; later loads read the cached "
+               f"copy in {target} in about a second") as progress:
+        _convert_gguf(gguf, target, file_sha, progress.note)
     return target, file_sha
 
 
-def _convert_gguf(gguf: Path, target: Path, file_sha: str) -> None:
+#: what the one-time GGUF conversion takes, as every message and document says it (measured on a busy 2-core CPU)
+CONVERSION_TIME = "de-quantizing the GGUF weights: about 30 s for SmolLM2-135M, 2 min for Gemma-3-270M on a CPU"
+
+
+def _convert_gguf(gguf: Path, target: Path, file_sha: str, note: Any = lambda step: None) -> None:
     """De-quantize once; save as a plain (non-GGUF) model that reloads in ~1 s.
 
     ``save_pretrained`` refuses GGUF-loaded models, so the same architecture is
@@ -400,13 +408,16 @@ def _convert_gguf(gguf: Path, target: Path, file_sha: str) -> None:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     try:
+        note("reading the tokenizer from the GGUF file")
         tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
+        note("reading and de-quantizing the weights")
         gguf_model = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=torch.float32)
     except Exception as exc:  # gguf raises a zoo of types for truncated/corrupt files
         raise ModelLoadError(f"cannot read GGUF file {gguf}: {exc.__class__.__name__}: {exc}") from exc
     config = gguf_model.config
     if hasattr(config, "quantization_config"):
         del config.quantization_config
+    note("rebuilding the model without the GGUF quantization")
     plain = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
     missing, unexpected = plain.load_state_dict(gguf_model.state_dict(), strict=False)
     missing = [k for k in missing if "lm_head" not in k]  # tied embeddings
@@ -417,6 +428,7 @@ def _convert_gguf(gguf: Path, target: Path, file_sha: str) -> None:
     target.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(dir=target.parent, prefix=".convert-"))
     try:
+        note("saving the converted copy")
         plain.save_pretrained(tmp)
         tokenizer.save_pretrained(tmp)
         (tmp / "probe_conversion.json").write_text(

@@ -20,6 +20,7 @@ from probe.errors import ProbeError
 from probe.models import load_model
 from probe.models.tl_adapter import with_backend
 from probe.runs.shard import detect
+from probe.scoring.engine.capabilities import check_supported
 from probe.scoring.sampler.sampling import as_specs
 
 __all__ = ["RUN_KEYS", "RunOptions", "default_threads", "load", "options_from"]
@@ -129,7 +130,8 @@ def load(model: Any, options: RunOptions) -> Any:
         device = procs.device(device)
     lm = load_model(str(model), device=device, dtype=options.dtype, load_in_8bit=options.load_in_8bit,
                     load_in_4bit=options.load_in_4bit, device_map=options.device_map,
-                    trust_remote_code=options.trust_remote_code, allow_pickle_weights=options.allow_pickle_weights)
+                    trust_remote_code=options.trust_remote_code, allow_pickle_weights=options.allow_pickle_weights,
+                    check_config=check_supported)  # a model no scoring path computes exactly: before weights
     return with_backend(lm, options.backend, copy=False)
 
 

@@ -118,13 +118,10 @@ def _generate(lm: Any, prompts: Sequence[str], max_new_tokens: int, batch_size: 
     from then on, as ``generate`` does; the batch stops when every row has ended."""
     tok = lm.tokenizer
     engine, config, eos, pad = _decoding(lm)
-    order = sorted(range(len(prompts)), key=lambda i: -len(prompts[i]))
     results: list[str] = [""] * len(prompts)
-    batches = [order[i : i + batch_size] for i in range(0, len(order), batch_size)]
     bar = _GenerationBar(len(prompts), max_new_tokens) if progress else None
-    for idx in batches:
-        encs = [tuple(tok(prompts[i], add_special_tokens=wants_special_tokens(tok, prompts[i]))["input_ids"])
-                for i in idx]
+    # padding would enter a recurrent or state-space state: such a model's batches hold one prompt length each
+    for idx, encs in _batches(tok, prompts, batch_size, one_length=bool(engine.capabilities.extend)):
         new = _decode(engine, config, encs, max_new_tokens, eos, pad, sampler(idx) if sampler is not None else None,
                       on_step=bar.step if bar is not None else None)
         for j, i in enumerate(idx):
@@ -138,6 +135,23 @@ def _generate(lm: Any, prompts: Sequence[str], max_new_tokens: int, batch_size: 
     if bar is not None:
         bar.close()
     return results
+
+
+def _batches(tok: Any, prompts: Sequence[str], batch_size: int, one_length: bool = False
+             ) -> list[tuple[list[int], list[tuple[int, ...]]]]:
+    """Generation's batches: prompt indices, longest text first, ``batch_size`` at a time, with their token ids;
+    ``one_length``: each batch's prompts of one token length (no padding)."""
+    order = sorted(range(len(prompts)), key=lambda i: -len(prompts[i]))
+    ids = {i: tuple(tok(prompts[i], add_special_tokens=wants_special_tokens(tok, prompts[i]))["input_ids"])
+           for i in order}
+    groups = [order]
+    if one_length:
+        by_length: dict[int, list[int]] = {}
+        for i in order:
+            by_length.setdefault(len(ids[i]), []).append(i)
+        groups = list(by_length.values())
+    return [(g[k : k + batch_size], [ids[i] for i in g[k : k + batch_size]])
+            for g in groups for k in range(0, len(g), batch_size)]
 
 
 class _GenerationBar:

@@ -33,6 +33,8 @@ SHAPE: dict[str, Any] = dict(
 )
 
 _HYBRID = {"layer_types": ["linear_attention", "full_attention"]}
+_INKLING = {"swa_num_attention_heads": 4, "swa_num_key_value_heads": 2, "swa_head_dim": 16,
+            "sliding_window_size": WINDOW}
 #: per family: keys beyond SHAPE ("drop": SHAPE keys its config refuses)
 TINY: dict[str, dict[str, Any]] = {
     "codegen": {"rotary_dim": 8},
@@ -55,9 +57,12 @@ TINY: dict[str, dict[str, Any]] = {
     "minicpm3": {"num_key_value_heads": 4},
     "axk2": {"num_key_value_heads": 4},
     "zaya": {"num_experts_per_tok": 1},
+    # a looped model: input, recurrent (run n_recurrent_loops times) and output layers
+    "dory": {"num_hidden_layers": 3, "n_input_layers": 1, "n_output_layers": 1},
     # latent attention: head_dim is the rotary part, and keys have as many heads as queries (as released)
     **{t: {"head_dim": 8, "num_key_value_heads": 4} for t in ("deepseek_v3", "axk1", "youtu", "longcat_flash",
-                                                              "glm4_moe_lite", "glm_moe_dsa", "deepseek_v32")},
+                                                              "glm4_moe_lite", "glm_moe_dsa", "deepseek_v32",
+                                                              "sarvam_mla")},
     "deepseek_v2": {"num_key_value_heads": 4},
     "kimi_linear": {**_HYBRID, "q_lora_rank": None, "num_key_value_heads": 4},
     "bailing_hybrid": {**_HYBRID, "num_key_value_heads": 4},
@@ -66,8 +71,15 @@ TINY: dict[str, dict[str, Any]] = {
               "attention_head_dim": 32, "n_mamba_heads": 2},
     "zamba2": {"layers_block_type": ["linear_attention", "hybrid"], "hybrid_layer_ids": [1], "mamba_headdim": 16,
                "n_mamba_heads": 8, "attention_hidden_size": 128, "attention_head_dim": 32, "adapter_rank": 8},
-    "inkling2_text": {"swa_num_attention_heads": 4, "swa_num_key_value_heads": 2, "swa_head_dim": 16,
-                      "sliding_window_size": WINDOW},
+    "inkling2_text": _INKLING,
+    "inkling2_loop_text": {**_INKLING, "num_hidden_layers": 3, "n_layers_per_attn_res_block": 1,
+                           "loop_layer_index_start": 1, "loop_layer_index_end": 2, "loop_num_passes": 2,
+                           "loop_gate_rank": 8},
+    "ergo": {"first_dense_intermediate_size": 128, "shared_intermediate_size": 32,
+             "global_attention_every_n_layers": 2},
+    "kolibri1_1": {"layer_types": ["indexed_attention", "sliding_attention"], "index_layers": [0],
+                   "kv_source_layers": [0, 1], "index_num_heads": 2, "index_topk": 4, "index_pool_size": 8,
+                   "index_compression": 2, "index_num_local_tokens": 2, "index_num_sink_tokens": 1, "mlp_only_intermediate_size": 128},
     "gemma4_text": {"vocab_size_per_layer_input": 400, "hidden_size_per_layer_input": 8,
                     "per_layer_config": {"01": {"head_dim": 32}}},
     "dbrx": {"d_model": 64, "n_heads": 4, "n_layers": 2, "max_seq_len": 512,
@@ -127,7 +139,9 @@ def config_of(family: str, vocab: int, special: dict[str, int]) -> Any:
     model_type = VARIANTS.get(family, family)
     extra = dict(TINY.get(family, {}))
     drop = extra.pop("drop", ())
-    kw = {k: v for k, v in {**SHAPE, **special, "vocab_size": vocab, **extra}.items() if k not in drop}
+    # a family whose head has fewer outputs than the embedding has rows (Inkling's unpadded vocabulary) gets both
+    kw = {k: v for k, v in {**SHAPE, **special, "vocab_size": vocab, "unpadded_vocab_size": vocab, **extra}.items()
+          if k not in drop}
     cfg = transformers.AutoConfig.for_model(model_type, **kw)
     if cfg.is_encoder_decoder:
         raise ValueError(f"{family} is an encoder-decoder")
@@ -145,11 +159,16 @@ def _windows(cfg: Any) -> dict[str, Any]:
     if getattr(cfg, "sliding_window", None) or "sliding_attention" in kinds:
         out["sliding_window"] = WINDOW
         if types and kinds <= {"sliding_attention", "full_attention"}:
-            out["layer_types"] = ["sliding_attention", "full_attention"]
+            out["layer_types"] = _alternating("sliding_attention", len(types))
     if "chunked_attention" in kinds:
         out["attention_chunk_size"] = WINDOW
-        out["layer_types"] = ["chunked_attention", "full_attention"]
+        out["layer_types"] = _alternating("chunked_attention", len(types))
     return out
+
+
+def _alternating(kind: str, n: int) -> list[str]:
+    """``n`` layer kinds: ``kind``, full attention, ``kind``, ..."""
+    return [kind if i % 2 == 0 else "full_attention" for i in range(n)]
 
 
 def build(family: str, attn: str | None = None) -> Any:

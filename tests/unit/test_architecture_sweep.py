@@ -10,7 +10,8 @@ forward per sequence (``tests/reference.py``, ``log_softmax`` over the vocabular
   the packed pass, the level path or the plain per-sequence pass, whichever it picks for the model);
 - ``batch1``: the same at batch size 1;
 - ``capture``: the same requests with activation capture on (scores, and the captured layer-0 output);
-- ``extend``: incremental extension (generation's path): prompts of two lengths, two tokens each;
+- ``extend``: incremental extension (generation's path): prompts of two lengths, two tokens each (where that
+  is refused, prompts of one length, which must then be exact or refused too);
 - ``tree``: parse_exact's frontier (the tree store where the engine offers one, else its cached rows).
 
 A path may refuse with a :class:`probe.errors.ProbeError` (one line, naming the reason). ``tools/architectures.py``
@@ -157,16 +158,31 @@ def _plain_logits(lm, ids) -> torch.Tensor:
 
 
 PROMPTS = [(5, 9, 11, 3, 14, 6, 7, 20, 31, 8, 12, 40), (7, 2, 19)]
+#: prompts of one length: what a model whose state padding would enter still extends
+ONE_LENGTH = [(5, 9, 11, 3, 14, 6), (7, 2, 19, 4, 4, 8)]
 
 
 def _extend(lm) -> str:
+    """Two prompts of different lengths extended two tokens each; where that is refused, prompts of one length
+    (a refusal of those too stands; a wrong number there fails the family)."""
+    from probe.errors import ProbeError
+
+    try:
+        return _extension(lm, PROMPTS)
+    except ProbeError as exc:
+        refused = "refused: " + str(exc).splitlines()[0]
+    one = _attempt(_extension, lm, ONE_LENGTH)
+    return refused if one == "exact" else one  # a refusal of one length too says the stronger thing
+
+
+def _extension(lm, prompts) -> str:
     from probe.scoring.engine import Engine, pad_id_of
 
     eng = Engine(lm.model, pad_id=pad_id_of(lm.tokenizer))
     worst = 0.0
     with torch.inference_mode():
-        ext, logits = eng.begin(PROMPTS)
-        seqs = [list(p) for p in PROMPTS]
+        ext, logits = eng.begin(prompts)
+        seqs = [list(p) for p in prompts]
         for step in range(3):
             for b, s in enumerate(seqs):
                 worst = max(worst, float((logits[b].float() - _plain_logits(lm, s)).abs().max()))
@@ -238,8 +254,16 @@ def sweep(family: str) -> Outcome:
     except ProbeError as exc:
         out.paths = {p: "refused: " + str(exc).splitlines()[0] for p in PATHS}
         return out
+    except Exception as exc:  # noqa: BLE001  (a family that does not build tiny: said per path, the sweep goes on)
+        out.paths = {p: f"error: the tiny build: {type(exc).__name__}: {str(exc).splitlines()[0][:120]}"
+                     for p in PATHS}
+        return out
     reqs = _requests()
-    want = _want(lm, reqs)
+    try:
+        want = _want(lm, reqs)
+    except Exception as exc:  # noqa: BLE001  (the model's own forward fails at the tiny shape: say so per path)
+        out.paths = {p: f"error: the plain forward: {type(exc).__name__}: {str(exc)[:120]}" for p in PATHS}
+        return out
     out.paths["scores"] = _attempt(_scores, lm, reqs, want, 3, out)
     out.paths["batch1"] = _attempt(_scores, lm, reqs, want, 1)
     out.paths["capture"] = _attempt(_capture, lm, reqs, want)

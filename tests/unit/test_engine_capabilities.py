@@ -168,3 +168,53 @@ def test_a_refused_family_is_refused_from_its_config_before_weights_load(tmp_pat
     assert main(["score", "--model", str(model), "--input", str(inp), "--output", str(out), "--device", "cpu"]) == 1
     _one_line_error(capsys, "bart", "encoder-decoder")
     assert not out.exists()
+
+
+# -- generation for models whose state padding would enter ----------------------------------------------------
+def test_a_stateful_model_generates_in_batches_of_one_prompt_length():
+    from probe.scoring.generate import _batches, greedy_generate
+    from tests.unit import _architectures as zoo
+
+    lm = zoo.build("falcon_h1")  # attention and state-space layers: padding would enter the state
+    prompts = ["Tell me about cats", "Tell me about rats", "Why is the sky blue?", "Tell me about bats"]
+    lengths = [len(ids) for _, encs in _batches(lm.tokenizer, prompts, 8) for ids in encs]
+    batches = _batches(lm.tokenizer, prompts, 8, one_length=True)
+    assert len(set(lengths)) > 1 and all(len({len(i) for i in encs}) == 1 for _, encs in batches)
+    assert any(len(idx) > 1 for idx, _ in batches)  # some batch still holds several prompts
+    alone = [greedy_generate(lm, [p], max_new_tokens=3, batch_size=1)[0] for p in prompts]
+    assert greedy_generate(lm, prompts, max_new_tokens=3, batch_size=8) == alone
+
+
+def test_a_decoder_whose_state_no_cache_argument_carries_is_refused_extension():
+    from tests.unit import _architectures as zoo
+
+    lm = zoo.build("mamba")  # its state goes by its own argument (5.23: ``cache_params``; 5.25: ``cache``, which
+    eng = Engine(lm.model, pad_id=pad_id_of(lm.tokenizer))  # the key/value cache the engine passes does not fill)
+    with pytest.raises(ProbeError, match="^mamba: (no key/value cache|its state is not carried)"):
+        eng.begin([(5, 9, 11), (7, 2, 19)])
+
+
+# -- the memory plan on configs whose sizes vary by layer -----------------------------------------------------
+def test_the_widest_head_is_read_per_layer_where_the_whole_config_refuses_it():
+    from types import SimpleNamespace
+
+    from probe.scoring.engine.memory import widest_head
+
+    class PerLayer:  # transformers 5.25's Gemma 4: reading head_dim of the whole config raises
+        per_layer_config = [SimpleNamespace(head_dim=16), SimpleNamespace(head_dim=32)]
+        global_head_dim = None
+
+        @property
+        def head_dim(self):
+            raise RuntimeError("'head_dim' is a per-layer attribute")
+
+    assert widest_head(PerLayer(), 0) == 32
+
+
+def test_the_memory_plan_of_gemma4_text_holds_its_widest_layer():
+    from probe.scoring.engine.memory import ModelShape, plan
+    from tests.unit import _architectures as zoo
+
+    lm = zoo.build("gemma4_text")  # one layer's head_dim is 32 (per_layer_config), the others' 16
+    assert ModelShape.of(lm.model).head_dim == 32
+    assert plan(lm, "auto", "auto").batch_size >= 1

@@ -6,6 +6,8 @@ parse). Its modules:
 - :mod:`~probe.scoring.engine.driver`: the pass loop: staging, the out-of-memory back-off, capture taps
   and the counters (what :class:`probe.scoring.Scorer` hands a prefix tree to);
 - :mod:`~probe.scoring.engine.forward`: :class:`Engine`, one forward pass of each kind and the read;
+- :mod:`~probe.scoring.engine.capabilities`, :mod:`~probe.scoring.engine.head`: which paths are exact for a
+  model, and its unembedding checked against its own logits;
 - :mod:`~probe.scoring.engine.packed`: the packed pass's layout (whole prefix trees in a few rows);
 - :mod:`~probe.scoring.engine.batching`: the prefix tree and the level path's passes;
 - :mod:`~probe.scoring.engine.tree_cache`: the key/value store of parse's frontier and the hybrid's tail;

@@ -12,7 +12,11 @@ something about the model:
 - **tree** (parse_exact's node store, :mod:`probe.scoring.engine.tree_cache`): its own attention over stored
   keys. Needs SDPA dispatched through transformers' attention interface, one store per layer, plain keys.
 - **extend** (left-padded batched extension: generation, parse_exact's cached rows): padding enters the state of
-  a state-space or recurrent layer, so such models extend unpadded rows only.
+  a state-space or recurrent layer, so such models extend unpadded rows only, and only where the engine's cache
+  carries their state (a decoder without a key/value cache argument: never; else checked once,
+  :meth:`probe.scoring.engine.extension.Extending.state_carried`).
+- **capture** (activation hooks on the blocks): a block's output must be the stream the next block reads (not
+  so where the stream is rescaled between blocks at inference).
 
 What no path computes exactly is refused (:func:`check_supported`: one line naming the model type and why),
 before weights are loaded where the config decides it.
@@ -35,9 +39,11 @@ STATELESS = frozenset({"mlp", "moe", "dense", "sparse"})
 STATEFUL = frozenset({"linear_attention", "conv", "mamba", "recurrent", "hybrid", "hybrid_sliding", "ssm", "rwkv"})
 #: cache layer classes (transformers' ``DynamicCache(config=...)``) that hold keys and values only
 KV_LAYERS = frozenset({"DynamicLayer", "DynamicSlidingWindowLayer", "DummyLayer"})
-#: past this many query x key pairs SDPA's memory-efficient kernel has returned wrong values (2^32): a
-#: sequence this long runs where no kernel sees the whole square
+#: a sequence longer than this has more than 2^32 query x key pairs, past which SDPA's memory-efficient kernel
+#: has returned wrong values on CUDA: such a sequence runs alone, with that kernel excluded (the driver)
 KERNEL_SAFE_TOKENS = 65_536
+#: the SDPA backends such a sequence runs with (the memory-efficient kernel left out), in order
+LONG_SDPA_BACKENDS = ("FLASH_ATTENTION", "CUDNN_ATTENTION", "MATH")
 
 
 NO_CACHE = "no key/value cache (nothing to share a prefix through or to extend)"
@@ -52,6 +58,7 @@ class Capabilities:
     level: str | None = None
     tree: str | None = None
     extend: str | None = None
+    capture: str | None = None
     refused: str | None = None
 
     @property
@@ -207,11 +214,26 @@ def capabilities(config: Any, model: Any = None) -> Capabilities:
         packed = whole or _mask_reason(model)
     extend = (f"state-space or recurrent layers ({', '.join(state)}): extension pads rows of different lengths, "
               "and padding enters the state") if state else None
+    params = _forward_params(model) if model is not None else set()
+    if params and not params & {"past_key_values", "cache", "layer_past"}:
+        extend = NO_CACHE  # a state the decoder keeps under its own argument is not carried from pass to pass
     extend = extend or (whole if whole == NO_CACHE else None)
     tree = whole or extend
     if tree is None and model is not None:
         tree = _tree_reason(text, model)
-    return Capabilities(model_type, packed=packed, level=whole, tree=tree, extend=extend)
+    return Capabilities(model_type, packed=packed, level=whole, tree=tree, extend=extend,
+                        capture=_capture_reason(text))
+
+
+def _capture_reason(config: Any) -> str | None:
+    """Why a block's output (what capture hooks read) is not the residual stream the next block reads: the
+    stream rescaled between blocks at inference (RWKV's ``rescale_every``, within the model's depth)."""
+    every = getattr(config, "rescale_every", 0)
+    layers = getattr(config, "num_hidden_layers", 0)
+    if isinstance(every, int) and isinstance(layers, int) and 0 < every <= layers:
+        return (f"the residual stream is halved every {every} layers at inference (rescale_every), so a block's "
+                "output is not the stream the next block reads; capture is not exact")
+    return None
 
 
 def engine_capabilities(engine: Any) -> Capabilities:
@@ -225,9 +247,3 @@ def check_supported(config: Any) -> None:
     :class:`~probe.errors.ProbeError` with one line naming the model type and the reason."""
     capabilities(config).refuse()
 
-
-def check_length(model_type: str, longest: int) -> None:
-    """Refuse a sequence past :data:`KERNEL_SAFE_TOKENS` on a path that would run it as one attention call."""
-    if longest > KERNEL_SAFE_TOKENS:
-        raise ProbeError(f"{model_type}: a sequence of {longest} tokens is longer than {KERNEL_SAFE_TOKENS}, past "
-                         "which the attention kernel's query x key products are not computed exactly")

@@ -76,7 +76,7 @@ class ModelShape:
         d_model = int(getattr(cfg, "hidden_size", 0) or getattr(cfg, "n_embd", 0) or 0)
         n_heads = int(getattr(cfg, "num_attention_heads", 0) or getattr(cfg, "n_head", 0) or 1)
         n_kv = int(getattr(cfg, "num_key_value_heads", 0) or n_heads)
-        head_dim = widest_head(cfg, int(getattr(cfg, "head_dim", 0) or (d_model // n_heads if d_model else 0)))
+        head_dim = widest_head(cfg, int(_read(cfg, "head_dim") or (d_model // n_heads if d_model else 0)))
         d_ff = int(getattr(cfg, "intermediate_size", 0) or getattr(cfg, "n_inner", 0) or 4 * d_model)
         n_layers = int(getattr(cfg, "num_hidden_layers", 0) or getattr(cfg, "n_layer", 0) or 1)
         vocab = int(getattr(cfg, "vocab_size", 0) or 0)
@@ -119,11 +119,21 @@ def widest_head(cfg: Any, head_dim: int) -> int:
     >>> widest_head(SimpleNamespace(per_layer_config={"05": {"head_dim": 512}}, global_head_dim=None), 256)
     512
     """
-    dims = [head_dim, int(getattr(cfg, "global_head_dim", 0) or 0)]
-    per_layer = getattr(cfg, "per_layer_config", None)
-    if isinstance(per_layer, dict):
-        dims += [int(v.get("head_dim", 0) or 0) for v in per_layer.values() if isinstance(v, dict)]
+    dims = [head_dim, int(_read(cfg, "global_head_dim") or 0)]
+    per_layer = _read(cfg, "per_layer_config")  # {"05": {...}} as written, or one config per layer (5.25's view)
+    layers = per_layer.values() if isinstance(per_layer, dict) else per_layer if per_layer is not None else ()
+    for layer in layers:
+        dims.append(int((layer.get("head_dim") if isinstance(layer, dict) else _read(layer, "head_dim")) or 0))
     return max(dims)
+
+
+def _read(cfg: Any, name: str) -> Any:
+    """``cfg.name``, or None where it is missing or varies by layer (transformers 5.25 raises on reading such
+    an attribute of the whole config: Gemma 4's ``head_dim``; :func:`widest_head` reads each layer's)."""
+    try:
+        return getattr(cfg, name, None)
+    except Exception:  # noqa: BLE001  (AmbiguousGlobalPerLayerAttributeError, not an AttributeError)
+        return None
 
 
 def model_devices(model: Any) -> list[torch.device]:

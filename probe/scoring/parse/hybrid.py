@@ -18,10 +18,14 @@ residual. The CI (:meth:`HybridEstimate.ci`) is ``probs[a] + residual x`` the
 Wilson interval of ``k_a / m``, inside the certified interval
 ``[probs[a], probs[a] + residual]`` by construction.
 
-Budget (:func:`tail_budget`): a prompt gets at most the forward tokens of the
-K samples its paper draws (``K x max_new_tokens``), less what the exact head
-spent; each tail draw costs at most ``max_new_tokens``. A prompt whose
-residual is at or below its target (T = 0.1) draws nothing: it stays exact.
+Tail size (:func:`tail_budget`): a prompt whose residual ``r`` is above its
+target draws ``ceil(K x r)`` generations, K the samples its paper draws per
+prompt; at or below the target it draws nothing and stays exact. By the law of
+total variance one generation's answer indicator has variance at least ``r``
+times its variance within the tail, so with ``m >= K r`` draws the hybrid's
+variance ``r^2 pi (1 - pi) / m`` is at most the paper's K-sample share's, for
+every answer and the parse rate alike; and the tail spends at most ``K r``
+generations, never more than the K the paper draws.
 
 >>> est = hybrid_from_tail({"A": 0.5, "B": 0.2}, residual=0.2, tail=["A", "B", None, "A"])
 >>> round(est.estimate("A"), 3), [round(x, 3) for x in est.ci("A")]
@@ -106,18 +110,20 @@ def hybrid_from_tail(probs: dict, residual: float, tail: Sequence[Any]) -> Hybri
     return HybridEstimate(dict(probs), float(residual), counts, len(tail))
 
 
-def tail_budget(nodes: int, residual: float, target: float, k: int, max_new_tokens: int) -> int:
-    """Tail draws a prompt may make: none when its residual is at or below ``target`` (it is exact), else
-    what is left of ``k x max_new_tokens`` forward tokens after the head's ``nodes``, ``max_new_tokens`` a draw.
+def tail_budget(residual: float, target: float, k: int) -> int:
+    """Tail draws a prompt makes: none when its residual is at or below ``target`` (it is exact), else
+    ``ceil(k x residual)`` (at most ``k``): enough that the hybrid's variance of every answer's mass is at most
+    the paper's K-sample share's, at most the paper's K generations (see the module docstring).
 
-    >>> tail_budget(60, 0.001, 0.01, 20, 16), tail_budget(200, 0.3, 0.01, 25, 8), tail_budget(400, 0.3, 0.01, 25, 8)
-    (0, 0, 0)
-    >>> tail_budget(120, 0.3, 0.01, 25, 8)
-    10
+    >>> tail_budget(0.001, 0.01, 20), tail_budget(0.3, 0.01, 25), tail_budget(0.96, 0.01, 10), tail_budget(1.0, 0.0, 10)
+    (0, 8, 10, 10)
+    >>> tail_budget(0.02, 0.01, 25)
+    1
     """
     if residual <= target:
         return 0
-    return max(0, (int(k) * int(max_new_tokens) - int(nodes)) // max(1, int(max_new_tokens)))
+    # a hair under a whole draw (float rounding of k x r) is not one more draw
+    return max(1, min(int(k), math.ceil(int(k) * float(residual) - 1e-9)))
 
 
 def draw_tail(frontier: Sequence[tuple[float, Any]], complete: Callable[[Any, Any], Any], n: int,
@@ -153,8 +159,8 @@ def complete_tails(lm: Any, requests: Sequence[Any], dists: Sequence[Any], spec:
                    settings: Any = None) -> None:
     """Draw each hybrid request's tail and set its distribution's ``hybrid`` (in place; the frontier is dropped).
 
-    Per request (with a :class:`~probe.scoring.parse.schema.TailSpec`): as many draws as :func:`tail_budget`
-    allows (none when the enumeration closed), each a frontier entry in proportion to its mass completed with
+    Per request (with a :class:`~probe.scoring.parse.schema.TailSpec`): :func:`tail_budget` draws, ``ceil(K x
+    residual)`` (none when the enumeration closed), each a frontier entry in proportion to its mass completed with
     the sampler chain to the tail's budget and parsed. The draws of every request advance together
     (:func:`complete_rows`): over one key/value store where the model allows, as many rows a pass as
     :data:`TAIL_BATCH_TOKENS` holds; else up to ``settings.tail_batch`` rows (the enumeration's
@@ -184,7 +190,7 @@ def complete_tails(lm: Any, requests: Sequence[Any], dists: Sequence[Any], spec:
         out = hybrid_from_tail(d.probs, d.residual, draws).to_dict()
         d.hybrid = {**out, "rejected": d.rejected + (d.residual * out["tail"].get("none", 0) / len(draws)
                                                      if draws else 0.0),
-                    "tokens": spent[k] if draws else 0, "max_new_tokens": max_new}
+                    "tokens": spent[k] if draws else 0, "max_new_tokens": max_new, "samples": int(r.tail.samples)}
         d.frontier, d.prompt_cache = [], None
         # the plan's calibration reads it (never recorded): this request's share of the batched draws' time
         d.tail_seconds = seconds * sum(t for o, t in zip(owner, used) if o == k) / max(1, sum(used))
@@ -199,8 +205,7 @@ def _tail_rows(lm: Any, engine: Engine, requests: Sequence[Any], dists: Sequence
     spent = [0] * len(requests)
     for k, (r, d) in enumerate(zip(requests, dists)):
         max_new = int(r.tail.max_new_tokens or r.max_new_tokens)
-        n = tail_budget(d.nodes, d.residual, stop_target(r.residual, r.answer_residual, d.accepted()),
-                        r.tail.samples, max_new)
+        n = tail_budget(d.residual, stop_target(r.residual, r.answer_residual, d.accepted()), r.tail.samples)
         if n <= 0 or not d.frontier:
             continue
         rng = np.random.default_rng([int(r.tail.seed), zlib.crc32(r.id.encode())])

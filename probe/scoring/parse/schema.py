@@ -77,8 +77,9 @@ class ParseSettings:
 class TailSpec:
     """The hybrid estimator's sampled tail for one parse request (:mod:`probe.scoring.parse.hybrid`).
 
-    ``samples``: the K samples the paper draws per prompt; head and tail together spend at most their forward
-    tokens (``samples x max_new_tokens``). ``max_new_tokens``: the tail's generation budget when it is longer
+    ``samples``: the K samples the paper draws per prompt; a prompt whose residual ``r`` is above its target
+    draws ``ceil(K x r)`` tail generations (:func:`~probe.scoring.parse.hybrid.tail_budget`): its interval no
+    wider than the paper's K-sample share's, at most the paper's K generations. ``max_new_tokens``: the tail's generation budget when it is longer
     than the enumeration's (HBB: the authors' 2048): a branch the enumeration cut at its own budget is then
     not parsed but left to the tail (None: the enumeration's budget). ``seed``: the draws' seed (with the
     request id).
