@@ -49,6 +49,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import hmac
 import os
 import secrets
 import sqlite3
@@ -56,6 +57,8 @@ import struct
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator, Sequence
+
+from torch.nn.modules import module as mod
 
 from probe.errors import ProbeError
 from probe.scoring.engine import RowOutput
@@ -74,7 +77,6 @@ CacheKey = tuple[tuple[int, ...], int, tuple[int, ...]]  # (token ids, score_fro
 # -- hooks ---------------------------------------------------------------------
 def forward_hooked(model: Any) -> bool:
     """True when a forward (pre-)hook is registered on ``model``, on any submodule, or globally."""
-    from torch.nn.modules import module as mod
 
     if any(getattr(mod, g, None) for g in ("_global_forward_hooks", "_global_forward_pre_hooks")):
         return True
@@ -202,8 +204,6 @@ class ScoreCache:
         return body + self._mac(digest, body)
 
     def _decode(self, digest: bytes, blob: Any) -> RowOutput:
-        import hmac
-
         blob = bytes(blob) if isinstance(blob, (bytes, memoryview)) else b""
         body, check = blob[:-MAC_BYTES], blob[-MAC_BYTES:]
         try:

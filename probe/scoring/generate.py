@@ -10,14 +10,18 @@ batches and each output is cut at the first EOS or stop string.
 
 from __future__ import annotations
 
+import copy
 import math
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Sequence
 
 import torch
+from tqdm.auto import tqdm
 
 from probe.io import stable_hash
+from probe.scoring.engine import Engine, left_pad, pad_id_of
 from probe.scoring.requests import check_prompt_request
+from probe.scoring.sampler.sampling import SamplingSpec, sampling_distribution
 from probe.scoring.tokens import wants_special_tokens
 
 
@@ -53,7 +57,6 @@ def sample_generate(
     inverting its CDF (in token-id order) at one uniform number from the prompt's own CPU
     generator: the draw depends on nothing else in the batch and not on the device.
     """
-    from probe.scoring.sampler.sampling import SamplingSpec
 
     if len(seeds) != len(prompts):
         raise ValueError(f"sample_generate: {len(seeds)} seeds for {len(prompts)} prompts")
@@ -71,8 +74,6 @@ class _RowSampler:
         self.generators = [torch.Generator().manual_seed(int(s) % (1 << 63)) for s in seeds]
 
     def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
-        from probe.scoring.sampler.sampling import sampling_distribution
-
         dist = sampling_distribution(scores.float(), self.spec)  # float64, [batch, vocab]
         cum = torch.cumsum(dist, dim=-1)
         # every row draws once per step (finished rows too), so a row's stream never depends on the others
@@ -94,7 +95,6 @@ def sample_shared_prefix(lm: Any, prompts: Sequence[str], seeds: Sequence[Sequen
     text is cut at the first end-of-sequence token. :func:`run_generation` with
     ``share_prefix=True`` (``Runner.generate``) takes this path.
     """
-    from probe.scoring.sampler.sampling import SamplingSpec
 
     tok = lm.tokenizer
     engine, config, eos, pad = _decoding(lm)  # the prompt's pass and each step: the engine's extension
@@ -160,8 +160,6 @@ class _GenerationBar:
     ends early (every row reached its end-of-sequence token) moves the bar past the steps it did not need."""
 
     def __init__(self, n_prompts: int, max_new_tokens: int) -> None:
-        from tqdm.auto import tqdm  # here: tqdm only for a call with a progress bar
-
         self.n, self.max_new, self.done, self.in_batch = n_prompts, max_new_tokens, 0, 0
         self.bar = tqdm(total=n_prompts * max_new_tokens, desc="generating", unit="tok", leave=False)
         self.bar.set_postfix_str(f"0/{n_prompts} prompts", refresh=False)
@@ -183,7 +181,6 @@ class _GenerationBar:
 def _decoding(lm: Any) -> tuple[Any, Any, list[int], int]:
     """What decoding ``lm`` needs: an engine (padding with the tokenizer's pad token, else the first
     end-of-sequence id), the generation config (:func:`_greedy_config`) and the end-of-sequence ids."""
-    from probe.scoring.engine import Engine, pad_id_of
 
     config, eos = _greedy_config(lm.model, lm.tokenizer)
     pad = pad_id_of(lm.tokenizer, default=None)
@@ -194,7 +191,6 @@ def _decoding(lm: Any) -> tuple[Any, Any, list[int], int]:
 def _greedy_config(model: Any, tok: Any) -> tuple[Any, list[int]]:
     """``model``'s generation config as its greedy ``generate`` prepares it (None when it has none), and the
     end-of-sequence ids it stops at (else the tokenizer's)."""
-    import copy
 
     gc = getattr(model, "generation_config", None)
     eos: Any = None
@@ -217,7 +213,6 @@ def _decode(engine: Any, config: Any, prompts: list[tuple[int, ...]], max_new_to
     greedily after transformers' logits processors for ``config`` (:func:`_greedy_config`) and ``sampler``;
     ``repeat``: rows per prompt, the prompt's pass run once and its cache repeated (consecutive rows);
     ``on_step(rows)``: called after each step with the batch's row count (a progress bar)."""
-    from probe.scoring.engine import left_pad
 
     ids, _, _ = left_pad(list(prompts), pad)
     processors = None

@@ -13,6 +13,7 @@ from contextvars import ContextVar
 from typing import Any
 
 import torch
+from torch.nn.attention.flex_attention import create_block_mask
 from transformers import AttentionInterface
 from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
@@ -93,7 +94,6 @@ def tree_block_mask(pre: torch.Tensor, end: torch.Tensor) -> Any:
     """The tree mask of :func:`tree_mask` (no window) as a FlexAttention ``BlockMask``: key j is seen by
     query i when j is not later in the row and j's node is i's or an ancestor of it. The block mask
     records which 128 x 128 tiles hold any seen pair, so the kernel skips the rest."""
-    from torch.nn.attention.flex_attention import create_block_mask
 
     def seen(b: torch.Tensor, h: torch.Tensor, q: torch.Tensor, kv: torch.Tensor) -> torch.Tensor:
         return (kv <= q) & (pre[b, kv] <= pre[b, q]) & (pre[b, q] < end[b, kv])

@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from probe.errors import ProbeError
+from probe.scoring.engine.tree_cache import tree_ok
 
 #: layer kinds whose only state is keys and values, with masks the packed pass models
 ATTENTION = frozenset({"full_attention", "sliding_attention"})
@@ -165,7 +166,6 @@ def _mask_reason(model: Any) -> str | None:
 
 def _tree_reason(text: Any, model: Any) -> str | None:
     """Why parse_exact's node store would not be exact for ``model`` (beyond the path-wide reasons)."""
-    from probe.scoring.engine.tree_cache import tree_ok
 
     if getattr(text, "kv_lora_rank", None):
         return "latent attention (keys and values of other widths than the queries)"
@@ -246,4 +246,3 @@ def check_supported(config: Any) -> None:
     """Refuse, before any weight is loaded, a model no path of probe computes exactly: raises
     :class:`~probe.errors.ProbeError` with one line naming the model type and the reason."""
     capabilities(config).refuse()
-

@@ -17,6 +17,7 @@ from typing import Any, Callable
 
 import numpy as np
 import torch
+from tqdm.auto import tqdm
 
 from probe.scoring.engine.batching import Node, build_tree, plan_passes
 from probe.errors import ProbeError
@@ -379,8 +380,6 @@ class Driver:
 
 
 def _bar(total: int) -> Any:
-    from tqdm.auto import tqdm  # here: tqdm only for a call with a progress bar
-
     return tqdm(total=total, unit="seq", desc="scoring", leave=False)
 
 

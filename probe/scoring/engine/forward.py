@@ -21,6 +21,7 @@ import inspect
 from typing import Any
 
 import torch
+from torch.nn.attention import SDPBackend, sdpa_kernel
 from transformers import DynamicCache
 
 from probe.hf_compat import cache_kwargs, output_cache
@@ -51,7 +52,6 @@ def sdpa_preference(names: tuple[str, ...] | None) -> Any:
     that order; a no-op for None."""
     if not names:
         return contextlib.nullcontext()
-    from torch.nn.attention import SDPBackend, sdpa_kernel
 
     return sdpa_kernel([getattr(SDPBackend, n) for n in names], set_priority=True)
 
@@ -307,6 +307,7 @@ class Engine(Extending):
         """A packed pass's read, left on the device (:func:`~probe.scoring.engine.reading.read_positions`)."""
         return read_positions(self.logits, hidden, where, chunks, sampling)
 
+
 def layer_kinds(config: Any) -> set[str]:
     """The attention kinds of a (text) config's layers: its ``layer_types``, else all sliding-window
     when it has a window in use, else all full attention."""
@@ -335,5 +336,3 @@ def input_device(model: Any) -> torch.device:
     if isinstance(weight, torch.Tensor):
         return weight.device
     return next(model.parameters()).device
-
-

@@ -31,9 +31,11 @@ from __future__ import annotations
 import contextlib
 from contextvars import ContextVar
 from dataclasses import dataclass
+from types import SimpleNamespace
 from typing import Any
 
 import torch
+from transformers import AttentionInterface
 
 __all__ = ["FRONTIER_ATTENTION", "FrontierPass", "NodeStore", "frontier_attention", "frontier_on", "tree_ok"]
 
@@ -79,7 +81,6 @@ class NodeStore:
     def of_blocks(cls, blocks: list[torch.Tensor]) -> "NodeStore":
         """A store of prompts given as key/value blocks ``[2, layers, kv_heads, length, head_dim]`` (one per
         prompt, as :meth:`probe.scoring.engine.Extension.own` exports them), left-padded into one cache."""
-        from types import SimpleNamespace
 
         width = max(b.shape[-2] for b in blocks)
         first = blocks[0]
@@ -193,7 +194,6 @@ def frontier_attention(module: Any, query: torch.Tensor, key: torch.Tensor, valu
 @contextlib.contextmanager
 def frontier_on(plan: FrontierPass) -> Any:
     """Make :func:`frontier_attention` available under its name with ``plan`` as the pass's plan."""
-    from transformers import AttentionInterface
 
     AttentionInterface.register(FRONTIER_ATTENTION, frontier_attention)
     token = _PASS.set(plan)

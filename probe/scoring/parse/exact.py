@@ -46,6 +46,7 @@ residual, which the result then says (see ``docs/scoring.md``).
 
 from __future__ import annotations
 
+import time
 from typing import Any, Callable, Sequence
 
 import torch
@@ -117,7 +118,6 @@ class _Progress:
 
     def on_pass(self, nodes: int, finished: int) -> None:
         """After a forward pass of ``nodes`` nodes, with ``finished`` prompts of the current group done."""
-        import time
 
         self.nodes += nodes
         self.bar.set_postfix_str(f"{self.nodes:,} nodes", refresh=False)

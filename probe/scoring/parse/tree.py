@@ -14,6 +14,8 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Callable, Hashable, Sequence
 
+import torch
+
 from probe.scoring.engine import Engine, pad_id_of
 from probe.scoring.parse.schema import ParseDistribution, ParseSettings
 from probe.scoring.sampler.chain import SamplerChain, TokenHistory, step_distribution
@@ -220,7 +222,6 @@ class Enumerator:
     # -- the tree ---------------------------------------------------------------------------------------
     def _children(self, s: _State, node: int, path: tuple[int, ...], mass: float, logits: Any) -> None:
         """Resolve or queue the children of an expanded node with its next-token ``logits``."""
-        import torch
 
         dist = self._step(s, path, logits) * mass  # float64 path masses
         keep = (dist >= self.prune).nonzero()[:, 0]

@@ -60,6 +60,10 @@ import math
 from dataclasses import dataclass, fields
 from typing import Any, Iterable, Mapping, Sequence
 
+import torch
+from transformers import GenerationConfig
+
+from probe.scoring.sampler.sampling import SamplingSpec
 from probe.scoring.sampler.steps import Params, penalised, truncated
 
 ORDERS = ("transformers", "vllm")
@@ -170,7 +174,6 @@ class SamplerChain:
 
     def to_spec(self) -> Any:
         """The :class:`~probe.scoring.sampler.sampling.SamplingSpec` of a chain that only sets temperature and top-p."""
-        from probe.scoring.sampler.sampling import SamplingSpec
 
         extra = [s for s in self.steps() if s not in ("temperature", "top_p")]
         if extra:
@@ -187,7 +190,6 @@ class SamplerChain:
         min-p after top-p: a chain with either penalty, or in vLLM's order with min-p and
         another cut, is refused.
         """
-        from transformers import GenerationConfig
 
         if self.frequency_penalty != 0 or self.presence_penalty != 0:
             raise ValueError(f"SamplerChain: transformers' generate has no frequency / presence penalty "
@@ -266,7 +268,6 @@ class TokenHistory:
 
     def extend(self, tokens: Any) -> "TokenHistory":
         """The histories after each path generates ``tokens[i]`` (``[n]`` ids)."""
-        import torch
 
         col = torch.as_tensor(tokens, dtype=torch.long, device=self.device).reshape(-1, 1)
         if col.shape[0] != len(self):
@@ -276,7 +277,6 @@ class TokenHistory:
 
     def select(self, rows: Any) -> "TokenHistory":
         """The histories of ``rows`` (indices; repeat one to branch a path)."""
-        import torch
 
         idx = torch.as_tensor(rows, dtype=torch.long, device=self.device)
         return TokenHistory(self.seen[idx], self.generated[idx], self.counts[idx])
@@ -314,7 +314,6 @@ class StepDistribution:
         """Row ``row``'s kept tokens with probability ``>= min_prob`` and ``> 0`` (a kept token's
         probability can underflow at low temperatures): ids and probabilities, most probable first
         (ties: lower id first)."""
-        import torch
 
         p = self.probs[row]
         ids = (self.kept[row] & (p >= min_prob) & (p > 0)).nonzero()[:, 0]
@@ -333,7 +332,6 @@ def step_distribution(logits: Any, chain: SamplerChain | Sequence[SamplerChain],
     vocabulary or the rows. A row with a NaN or ``+inf`` logit, or no finite one,
     is refused.
     """
-    import torch
 
     z = logits.double()
     if z.dim() == 1:
@@ -372,7 +370,6 @@ def processed_logits(logits: Any, chain: SamplerChain | Sequence[SamplerChain],
                      history: TokenHistory | None = None) -> Any:
     """The final scores (``[n, vocab]`` float64; ``-inf`` outside the kept set): what transformers'
     processors return for the chain, up to a constant per row. Their softmax is the distribution."""
-    import torch
 
     d = step_distribution(logits, chain, history)
     return torch.where(d.kept, d.logprobs, torch.full_like(d.logprobs, -math.inf))
@@ -387,7 +384,6 @@ def sample_next(dist: StepDistribution | Any, generator: Any) -> Any:
     total, as :mod:`probe.scoring.generate` samples, so the same generator stream
     gives the same tokens; the pick never lands on a token of probability 0.
     """
-    import torch
 
     probs = dist.probs if isinstance(dist, StepDistribution) else dist
     if probs.dim() == 1:
@@ -424,8 +420,6 @@ def _per_row(chain: SamplerChain | Sequence[SamplerChain], n: int) -> list[Sampl
 
 
 def _padded(rows: Sequence[Sequence[int]], device: Any, fill: int = -1) -> Any:
-    import torch
-
     width = max((len(r) for r in rows), default=0)
     out = torch.full((len(rows), width), fill, dtype=torch.long)
     for i, r in enumerate(rows):

@@ -29,6 +29,9 @@ import math
 from dataclasses import dataclass
 from typing import Any, Iterable, Sequence
 
+# Imports inside functions below are on purpose: `import probe` and `probe --help` load this module, so
+# what needs torch, pandas or the engine loads when a function first runs, not at import.
+
 #: most float64 elements (rows x vocabulary) handled at once: bounds memory for large vocabularies
 _ELEMENTS = 1 << 21
 #: tokens ranked by a top-k before falling back to a full sort of the vocabulary (see _Ranked)

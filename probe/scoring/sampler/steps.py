@@ -12,6 +12,8 @@ import math
 from dataclasses import fields
 from typing import Any, Sequence
 
+import torch
+
 #: tokens ranked by a top-k before falling back to a full sort of the vocabulary (top-p's edge)
 TOP = 256
 
@@ -20,8 +22,6 @@ class Params:
     """The chains' numbers as ``[n, 1]`` float64 columns on the logits' device."""
 
     def __init__(self, chains: Sequence[Any] | None, device: Any, cols: dict | None = None) -> None:
-        import torch
-
         if cols is not None:
             self.__dict__.update(cols)
             return
@@ -37,7 +37,6 @@ class Params:
 
 def penalised(z: Any, par: Params, chains: Sequence[Any], history: Any) -> Any:
     """Step 1: repetition penalty (prompt + generated ids), then frequency and presence (generated only)."""
-    import torch
 
     rep = any(c.uses_prompt for c in chains)
     add = any(c.frequency_penalty != 0 or c.presence_penalty != 0 for c in chains)
@@ -64,7 +63,6 @@ def penalised(z: Any, par: Params, chains: Sequence[Any], history: Any) -> Any:
 
 def _ids(ids: Any, vocab: int) -> Any:
     """Padding (-1) and ids past the vocabulary go to the extra column ``vocab``, dropped after the scatter."""
-    import torch
 
     ids = ids.to(torch.long)
     return torch.where((ids < 0) | (ids >= vocab), torch.full_like(ids, vocab), ids)
@@ -82,8 +80,6 @@ def truncated(z: Any, par: Params, order: str) -> Any:
 
 
 def _top_k(z: Any, par: Params) -> Any:
-    import torch
-
     k = par.top_k.to(torch.long).clamp(max=z.shape[-1])  # 0: off; at least the vocabulary: keeps all
     on = k[:, 0] > 0
     if not bool(on.any()):
@@ -94,7 +90,6 @@ def _top_k(z: Any, par: Params) -> Any:
 
 def _top_p(z: Any, par: Params) -> Any:
     """Keep the tokens ranked (score desc, id asc) before the first at which the mass reaches top-p."""
-    import torch
 
     on = par.top_p[:, 0] < 1
     if not bool(on.any()):
@@ -116,7 +111,6 @@ def _top_p(z: Any, par: Params) -> Any:
 
 def _ranked_prefix(z: Any, k: int) -> tuple[Any, Any]:
     """The first ``k`` tokens of each row ranked by (score desc, id asc)."""
-    import torch
 
     vals, ids = torch.topk(z, k, dim=-1)  # ties in any order: put lower ids first
     by_id = torch.argsort(ids, dim=-1)
@@ -127,7 +121,6 @@ def _ranked_prefix(z: Any, k: int) -> tuple[Any, Any]:
 
 def _edge(vals: Any, ids: Any, probs: Any, top_p: Any) -> tuple[Any, Any, Any]:
     """Per row the score and id of the last kept token, and whether the ranked prefix settles it."""
-    import torch
 
     cum = torch.cumsum(probs.gather(-1, ids), dim=-1)
     before = torch.nn.functional.pad(cum[..., :-1], (1, 0))  # mass ranked strictly before each token
@@ -137,8 +130,6 @@ def _edge(vals: Any, ids: Any, probs: Any, top_p: Any) -> tuple[Any, Any, Any]:
 
 
 def _min_p(z: Any, par: Params) -> Any:
-    import torch
-
     on = par.min_p[:, 0] > 0
     if not bool(on.any()):
         return z
