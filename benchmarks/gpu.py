@@ -246,7 +246,7 @@ def hbb_workload(tok: Any, concepts: int, sg_n: int) -> dict[str, Any]:
     from probe.scoring.sampler.sampling import as_specs
 
     return {"instances": len(items), "questions": len(unique_questions(items)), "mcq": mcq, "sg": sg,
-            "sampling": as_specs(task.sampling(cfg))}
+            "sampling": as_specs(task.paper.sampling(cfg))}
 
 
 def measure(lm: Any, reqs: list, device: str, sampling: tuple = (), capture: Any = None,

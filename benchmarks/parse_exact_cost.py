@@ -59,8 +59,8 @@ def implicitbbq_parse_requests(tokenizer, n: int) -> list:
     task = get("implicitbbq")
     cfg = task.make_config({"strategies": ["zero_shot"], "context_kinds": ["explicit", "implicit"],
                             "per_cell": {"zero_shot": max(1, n // 24)}, "seed": 0})
-    items = task.select(cfg, task.items(cfg), None)
-    return task.parse_requests(cfg, items, tokenizer)[:n]
+    items = task.selection.select(cfg, task.items(cfg), None)
+    return task.paper.parse_requests(cfg, items, tokenizer)[:n]
 
 
 def cost_rows(lm, preqs: list, settings: str, *, max_new: int, residual: float, max_nodes: int,

@@ -55,7 +55,7 @@ def main(argv: list[str] | None = None) -> int:
     config = task.make_config(values)
     lm = load_model(args.model)
     options = RunOptions(batch_size=args.batch_size, progress=False)
-    items = task.select(config, task.items(config), args.limit)
+    items = task.selection.select(config, task.items(config), args.limit)
     requests = task.requests(config, items, lm.tokenizer, None)
     n_tokens = sum(len(s.ids) for r in requests for s in Scorer(lm).encode(r).sequences)
     print(f"{args.task}: {len(items)} items -> {len(requests)} requests ({n_tokens:,} tokens unshared); "

@@ -197,7 +197,7 @@ def full_records(study_dir: Path, run: dict) -> int | None:
         values.pop(key, None)
     _, task_values = split_options(values)
     cfg = task.make_config(task_values)
-    return len(task.select(cfg, task.items(cfg), None))
+    return len(task.selection.select(cfg, task.items(cfg), None))
 
 
 def gpu_estimate(study_dir: Path, output: Path, quick_models: list[str]) -> dict:
@@ -234,8 +234,8 @@ def gpu_estimate(study_dir: Path, output: Path, quick_models: list[str]) -> dict
         qv.update(spec.get("set") or {})
         qv.update(run.get("set") or {})
         _, qcfg_values = split_options(qv)
-        qitems = task.select(task.make_config(qcfg_values), task.items(task.make_config(qcfg_values)),
-                             spec.get("limit"))
+        qitems = task.selection.select(task.make_config(qcfg_values), task.items(task.make_config(qcfg_values)),
+                                       spec.get("limit"))
         n_full = full_records(study_dir, run)
         tokens_per_item = work["tokens"] / max(len(qitems), 1)
         full_tokens = tokens_per_item * (n_full or 0)

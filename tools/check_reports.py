@@ -7,14 +7,21 @@ Checks every ``.md`` file under the folder, every ``results.csv`` and each ``--t
 - no HTML entity (``&gt;``, ``&lt;``, ``&amp;``, ...) in Markdown or terminal text;
 - no internal key in what a reader reads (headings, table rows, warnings, terminal lines): summary paths
   such as ``label_mass.by_category.race`` or ``results[33]``, raw variant labels such as ``(a)=s1)`` or
-  ``hbb_swapavg``, and the snake_case keys a task names in words (:attr:`probe.tasks.base.Task.terms`);
+  ``hbb_swapavg``, and the snake_case keys a task names in words (:attr:`probe.tasks.facets.Reporting.terms`);
   text in backticks (commands such as ``--set hbb_sg=false``) and file names are left alone;
 - no resampled interval from fewer than 10 units (:data:`probe.metrics.small_sample.MIN_UNITS`): an
   interval beside ``(n = k)`` with k < 10, in a table row whose ``clusters`` (else ``n``) column is under 10,
   or on a results.csv row with fewer than 10 clusters, must be Wilson's exact interval for that share (allowed
   at any n); a zero-width one (``0.000 [0.000, 0.000]``, what a bootstrap over one unit gives) counts too. A
   certified interval (a bound, not a resample) and the range it comes with are exact: a line or row naming
-  one (``certified [``), unless it is the hybrid estimator's Monte Carlo interval, is left alone;
+  one (``certified [``) is left alone; so is the hybrid estimator's interval (a line, row or column naming
+  ``hybrid``), which resamples no units: it is each prompt's own tail draws and the paper's K-sample noise
+  on the prompts scored, valid at any number of them;
+- no zero-width interval shown as a measurement, at any n (``+0.00 [+0.00, +0.00]``, ``0.000 [0.000, 0.000]``
+  over 24 clusters: every resampled unit alike, which a report says in words, "no variation across 24
+  clusters"), in Markdown and terminal text and on results.csv rows (certified bounds and their ranges exempt);
+- one word per meaning: no table row whose count column names a unit word (``n units`` = 4) while a cell of
+  the same row counts something else with that word (``n/a (1 unit)``);
 - one report per folder: no folder holds both ``report.md`` and ``report/report.md``.
 
 Prints one line per problem (``file:line: check: text``) and exits 1 if there is any, else prints what it
@@ -45,14 +52,14 @@ Z = 1.959963984540054
 
 
 def task_keys() -> set[str]:
-    """The snake_case keys every installed task names in words (``Task.terms``); none when probe is absent."""
+    """The snake_case keys every installed task names in words (``task.reporting.terms``); none when probe is absent."""
     try:
         from probe.tasks import available, data_sets, get
     except ImportError:
         return set()
     keys: set[str] = set()
     for name in available():
-        keys |= {k for k in getattr(get(name), "terms", {}) if "_" in k}
+        keys |= {k for k in get(name).reporting.terms if "_" in k}
     # a task's or data set's name is what a user types (`probe run crows_pairs`, `probe data fetch hbb_sg`)
     return keys - set(available()) - set(data_sets())
 
@@ -102,10 +109,13 @@ def check_text(path: Path, keys: set[str], terminal: bool = False) -> Iterator[s
     for i, line in enumerate(text.splitlines(), 1):
         if ENTITY.search(line):
             yield f"{path}:{i}: HTML entity: {line.strip()[:160]}"
+        found = set()
         for m in INTERVAL.finditer(line):
             value, low, high, n = float(m[1]), float(m[2]), float(m[3]), int(m[4])
             if n < MIN_UNITS and not certified(line) and not is_wilson(value, low, high, n):
+                found.add(m.start())
                 yield f"{path}:{i}: interval from fewer than {MIN_UNITS} units: {m[0]}"
+        yield from _zero_width(path, i, line, found)
     key_re = re.compile(r"(?<![\w-])(?:" + "|".join(sorted(map(re.escape, keys))) + r")(?![\w-])") if keys else None
     for i, line in reader_lines(path, terminal):
         plain = scrub(line)
@@ -117,10 +127,42 @@ def check_text(path: Path, keys: set[str], terminal: bool = False) -> Iterator[s
     yield from _clustered_tables(path, text)
 
 
+ANY_INTERVAL = re.compile(r"([-+]?\d+(?:\.\d+)?) \[([-+]?\d+(?:\.\d+)?), ([-+]?\d+(?:\.\d+)?)\]")
+
+
+def _zero_width(path: Path, i: int, line: str, found: set[int] = frozenset()) -> Iterator[str]:
+    """A ``value [low, high]`` with ``low == high`` (at any n), unless the line names a certified bound or the
+    interval was found already (from fewer than 10 units: ``found`` holds where those start)."""
+    if certified(line):
+        return
+    for m in ANY_INTERVAL.finditer(line):
+        if float(m[2]) == float(m[3]) and m.start() not in found:
+            yield f"{path}:{i}: zero-width interval shown as a measurement (say 'no variation'): {m[0]}"
+
+
+#: a cell that counts something: ``n/a (1 unit)``, ``(24 clusters)``
+COUNTED = re.compile(r"\((?:n/a \()?(\d+) ([a-z]+?)s?\)")
+
+
+def _two_meanings(path: Path, i: int, line: str, header: list[str], cells: list[str]) -> Iterator[str]:
+    """A row whose count column (``n units``) and one of its cells (``n/a (1 unit)``) use one word for two
+    different counts."""
+    counts = {}
+    for col, cell in zip(header, cells):
+        m = re.fullmatch(r"(?:n )?([a-z]+?)s?", col.strip().lower())
+        if m and re.fullmatch(r"\d+", cell.strip()):
+            counts[m[1]] = int(cell)
+    for col, cell in zip(header, cells):
+        for m in COUNTED.finditer(cell):
+            if m[2] in counts and counts[m[2]] != int(m[1]):
+                yield (f"{path}:{i}: the word {m[2]!r} with two meanings: column {col!r} says "
+                       f"{m[0].strip('()')} beside {counts[m[2]]} in the {m[2]} count column: {line.strip()[:160]}")
+
+
 def certified(text: str) -> bool:
-    """Whether ``text`` (a line, an estimator) names a certified interval: exact, so allowed at any n; the
-    hybrid estimator's Monte Carlo interval is not exact, though its row may name one."""
-    return "certified [" in text and "hybrid" not in text
+    """Whether ``text`` (a line, an estimator, a column) names an interval that resamples no units, so allowed
+    at any n: a certified interval (a bound), or the hybrid estimator's (each prompt's own tail draws)."""
+    return "certified [" in text or "hybrid" in text
 
 
 CELL = re.compile(r"(-?\d+(?:\.\d+)?) \[(-?\d+(?:\.\d+)?), (-?\d+(?:\.\d+)?)\]")
@@ -141,6 +183,7 @@ def _clustered_tables(path: Path, text: str) -> Iterator[str]:
             continue
         if set("".join(cells)) <= set("-: "):
             continue
+        yield from _two_meanings(path, i, line, header, cells)
         if "clusters" in header:
             k = _count(cells, header.index("clusters"))
             if k is not None and k < MIN_UNITS and any(re.search(r"\[-?\d[\d.]*, -?\d[\d.]*\]", c) for c in cells):
@@ -151,7 +194,7 @@ def _clustered_tables(path: Path, text: str) -> Iterator[str]:
                 continue
             for col, cell in zip(header, cells):
                 m = CELL.fullmatch(cell)
-                if m and "certified" not in col and not is_wilson(float(m[1]), float(m[2]), float(m[3]), n):
+                if m and "certified" not in col and "hybrid" not in col and not is_wilson(float(m[1]), float(m[2]), float(m[3]), n):
                     yield (f"{path}:{i}: interval from n = {n} (fewer than {MIN_UNITS}), column {col!r}: "
                            f"{line.strip()[:160]}")
 
@@ -174,6 +217,10 @@ def check_results_csv(path: Path) -> Iterator[str]:
             except (KeyError, ValueError):
                 continue
             units = k if math.isfinite(k) else n
+            if math.isfinite(low) and low == high and not certified(row.get("estimator") or ""):
+                yield (f"{path}:{i}: zero-width interval as a measurement: {row['task']} {row['metric']} "
+                       f"{row['subgroup']} [{low:.3f}, {high:.3f}] over {int(units)} units")
+                continue
             if not (math.isfinite(low) and math.isfinite(high)) or not units < MIN_UNITS \
                     or certified(row.get("estimator") or ""):
                 continue

@@ -20,7 +20,7 @@ from pathlib import Path
 def sample(model: str, per_cell: int, top: int, seed: int, threads: int, prompts: int | None,
            max_nodes: int | None) -> list[dict]:
     from probe.runs.options import RunOptions, load
-    from probe.scoring.parse_exact import run_parse_requests
+    from probe.scoring.parse.exact import run_parse_requests
     from probe.tasks import get
 
     task = get("implicitbbq")
@@ -30,8 +30,8 @@ def sample(model: str, per_cell: int, top: int, seed: int, threads: int, prompts
                             "per_cell": {s: per_cell for s in strategies},
                             **({} if max_nodes is None else {"parse_max_nodes": max_nodes})})
     lm = load(model, RunOptions(device="cpu", threads=threads, progress=False))
-    items = list(task.select(cfg, task.items(cfg), None))
-    reqs = task.parse_requests(cfg, items, lm.tokenizer)
+    items = list(task.selection.select(cfg, task.items(cfg), None))
+    reqs = task.paper.parse_requests(cfg, items, lm.tokenizer)
     if prompts is not None and prompts < len(reqs):  # evenly spaced over the (stratified) requests
         reqs = [reqs[round(i * len(reqs) / prompts)] for i in range(prompts)]
     dists = run_parse_requests(lm, reqs, top=top)

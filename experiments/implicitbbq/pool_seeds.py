@@ -47,7 +47,7 @@ def load_checks(dirs: list[Path], n_prompts: int) -> list[tuple[dict, list]]:
             tok = load_model(check["model"], device="cpu").tokenizer
         n = int(check["settings"].get("n_prompts", n_prompts))  # runs before it was recorded: the option
         cfg = paper.config(task, n, int(check["settings"]["seed"]), None)
-        items = list(task.select(cfg, task.items(cfg), None))
+        items = list(task.selection.select(cfg, task.items(cfg), None))
         meta = {r.id: dict(r.meta) for r in paper.requests(task, cfg, items, tok)}
         missing = [r["id"] for r in check["prompts"] if r["id"] not in meta]
         if missing:

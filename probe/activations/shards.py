@@ -112,7 +112,6 @@ class ShardStoreWriter:
 
     def __init__(self, output: Path, head: dict, index: int, count: int, chunks: Sequence[Sequence[str]],
                  shard_size: int | None = None) -> None:
-        from probe.activations.store import ActivationWriter
 
         self.path = shard_store(output, index, count)
         self.marker = (index, count, [list(c) for c in chunks])

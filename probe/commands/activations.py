@@ -127,7 +127,6 @@ def record(model: Any, input_path: Any, output: Path, capture: Any = ("blocks.*.
     """Score ``input_path``'s items through the Runner, capturing ``capture`` (``HOOK@POSITION`` keys, or a
     function of the model's layer count giving them) into the store ``output``; returns the counts."""
     from probe.activations.scoring_capture import CaptureSpec, layer_count
-    from probe.errors import InputError, ProbeError
     from probe.models.tl_adapter import backend_name, with_backend
     from probe.prompts.capture_items import read_capture_items
     from probe.runs.runner import RunOptions, Runner, load

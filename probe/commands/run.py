@@ -118,8 +118,9 @@ def _add_runner_args(g: Any) -> None:
 
 
 def _limit(text: str) -> int | float:
-    """argparse type of ``--limit``: an item count or a fraction in (0, 1) (:func:`probe.runs.task_run.check_limit`)."""
-    from probe.runs.task_run import check_limit
+    """argparse type of ``--limit``: an item count or a fraction in (0, 1) (:func:`probe.runs.limit.check_limit`)."""
+    # from its light module: probe.runs.task_run loads torch, 20-40 s of silence while the arguments are read
+    from probe.runs.limit import check_limit
 
     try:
         return check_limit(text)
@@ -186,14 +187,16 @@ def _split(text: str) -> list[str]:
 
 
 def run(args: argparse.Namespace) -> int:
-    from probe.runs.multi import run_many, slug, task_configs
-    from probe.runs.runner import options_from
-    from probe.api import split_options
+    from probe.progress import stage
+
+    with stage("probe: loading torch, transformers and the tasks", announce_after=2.0):  # 10-20 s on a busy CPU
+        from probe.runs.multi import run_many, slug, task_configs
+        from probe.runs.runner import options_from
+        from probe.api import split_options
 
     values, source = _values(args)
     task_value = values.pop("task")
     task_names = [str(t) for t in task_value] if isinstance(task_value, list) else _split(str(task_value))
-    from probe.tasks import get
 
     for name in task_names:
         get(name)  # an unknown name fails here, with a did-you-mean, before any model loads
@@ -233,7 +236,6 @@ def _values(args: argparse.Namespace) -> tuple[dict[str, Any], str]:
     ``--model_args`` (its ``pretrained`` kept as ``_pretrained``), the command line's run options; and what
     to name them by in errors."""
     from probe.runs.runner import RUN_KEYS
-    from probe.tasks import available
 
     if args.target and args.tasks:
         raise ProbeError("name the task(s) once: positionally (probe run TASK,TASK) or with --tasks, not both")
@@ -282,7 +284,6 @@ def _print_combined(runs: list, where: Path, verbose: bool) -> None:
     each warning once with the runs it holds for, and the report's paths."""
     from probe.reports.terminal import terminal_text
     from probe.runs.results import grouped_warnings, headline_table, run_headline
-    from probe.tasks import get
 
     if verbose:
         print((where / "report.md").read_text(encoding="utf-8"))

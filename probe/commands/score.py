@@ -167,7 +167,6 @@ def _count(path: Path) -> int:
 
 def _remove_output(output: Path) -> None:
     """``--overwrite``: the output and its input check go (a link there was refused before the model loaded)."""
-    from probe.io import check_output
     from probe.runs.resume import input_sidecar
 
     for path in (output, input_sidecar(output)):

@@ -394,7 +394,7 @@ def converted_gguf_dir(gguf: Path) -> tuple[Path, str]:
 
 
 #: what the one-time GGUF conversion takes, as every message and document says it (measured on a busy 2-core CPU)
-CONVERSION_TIME = "de-quantizing the GGUF weights: about 30 s for SmolLM2-135M, 2 min for Gemma-3-270M on a CPU"
+CONVERSION_TIME = "de-quantizing the GGUF weights: about 35 s for SmolLM2-135M, 2 min for Gemma-3-270M on a CPU"
 
 
 def _convert_gguf(gguf: Path, target: Path, file_sha: str, note: Any = lambda step: None) -> None:

@@ -10,7 +10,7 @@ One JSON object per line, in either of two shapes:
   (for the ``label`` position); any other fields are kept as the request's
   ``meta`` and may be named by ``span:FIELD`` / ``mean:FIELD``.
 * **a task's own items**: a line some task reads in its own item format
-  (:meth:`probe.tasks.base.Task.capture_item`, e.g. the BBQ-family items
+  (:meth:`probe.tasks.facets.Analyses.capture_item`, e.g. the BBQ-family items
   ``probe data build`` writes), rendered by that task's prompt; the spans are
   the fields the task keeps as ``meta``.
 

@@ -35,7 +35,7 @@ _NAMING = ("setting", "benchmark", "mode", "category", "bias_type", "dimension",
 
 def phrase(key: Any, terms: Mapping[str, str] | None = None) -> str:
     """An internal key or label as words: each part (split at dots, ``|`` and spaces) replaced by the task's
-    ``terms`` (:attr:`probe.tasks.base.Task.terms`), structural summary keys dropped, the rest kept. A setting
+    ``terms`` (:attr:`probe.tasks.facets.Reporting.terms`), structural summary keys dropped, the rest kept. A setting
     joined with ``+`` (``direct+neutral``) is split too when a part of it is a term.
 
     >>> phrase("label_mass.by_category.race")
@@ -78,14 +78,14 @@ def headline_table(rows: Iterable[Mapping[str, Any]]) -> "pd.DataFrame":
             "Subgroup": phrase(r["subgroup"], r.get("terms")),
             "Estimator": phrase(r["estimator"], r.get("terms")) if r["estimator"] else "–",
             "Value [95% CI] (n)": ci_cell(r["value"], r["ci_low"], r["ci_high"], r["n"],
-                                          clusters=r.get("n_clusters"))}
+                                          clusters=r.get("n_clusters"), undefined=r.get("undefined"))}
            for r in rows if r.get("headline")]
     return pd.DataFrame(out, columns=["Task", "Model", "Metric", "Subgroup", "Estimator", "Value [95% CI] (n)"])
 
 
 def _named(metric: str, note: str | None = None) -> str:
     """The metric's name, with what a reader must see beside it (a row's ``note``: its task's
-    ``metric_notes``, e.g. the denominator) in parentheses."""
+    ``reporting.metric_notes``, e.g. the denominator) in parentheses."""
     return f"{metric} ({note})" if note else metric
 
 
@@ -109,7 +109,7 @@ def _mass_summaries(node: Any, path: str = "") -> Iterable[tuple[str, float]]:
 def report_warnings(summary: Mapping[str, Any], rows: Sequence[Mapping[str, Any]] = (),
                     task_warnings: Sequence[str] = (), terms: Mapping[str, str] | None = None) -> list[str]:
     """Lines a report shows at its top, before any number: low answer mass, a small sample, the task's own
-    (``task_warnings``: :meth:`probe.tasks.base.Task.report_warnings`), a limited run's coverage. ``terms``:
+    (``task_warnings``: :meth:`probe.tasks.facets.Reporting.warnings`), a limited run's coverage. ``terms``:
     the task's words for its summary keys (:func:`phrase`)."""
     out = []
     masses = [(w, m) for w, m in _mass_summaries(summary) if math.isfinite(m)]
@@ -133,8 +133,17 @@ def report_warnings(summary: Mapping[str, Any], rows: Sequence[Mapping[str, Any]
                 f"{', ...' if len(s['left_out']) > 8 else ''}"
                 for name, s in cov.get("strata", {}).items() if s.get("left_out")]
         out.append(f"limited run: {cov['n_items']} of {cov['n_available']} items (--limit {cov.get('limit_fraction', cov.get('limit'))})"
-                   + (f"; left out: {'; '.join(left)}" if left else "; every stratum covered") + ".")
+                   + (f"; left out: {'; '.join(left)}" if left else "; every stratum covered") + _cells(cov, terms) + ".")
     return out
+
+
+def _cells(cov: Mapping[str, Any], terms: Mapping[str, str] | None) -> str:
+    """The combinations of strata a limited run covered, when it left some out (what its coverage line says)."""
+    c = cov.get("cells") or {}
+    if not c or c.get("n_covered", 0) >= c.get("n_total", 0):
+        return ""
+    by = " x ".join((terms or {}).get(k, k.replace("_", " ")) for k in str(c.get("by", "")).split(" x "))
+    return f", but only {c['n_covered']} of the {c['n_total']} combinations ({by})"
 
 
 def headline_section(headline: "pd.DataFrame") -> Any:

@@ -20,6 +20,7 @@ import pandas as pd
 from probe.errors import ProbeError
 from probe.io import check_lock_free, check_locks, slug as io_slug
 from probe.models.loader import check_model_resolvable
+from probe.progress import stage
 from probe.runs.results import combined_report, results_frame
 from probe.runs.runner import RunOptions, Runner, load
 from probe.runs.shard import detect
@@ -87,7 +88,9 @@ def run_many(tasks: Sequence[str], models: Sequence[Any], *, limit: int | float 
     runs: list[Evaluation] = []
     sharded = False
     for model in models:
-        runner = Runner(load(model, options), options)
+        with stage(f"probe: loading {_model_name(model)}", announce_after=2.0):
+            lm = load(model, options)
+        runner = Runner(lm, options)
         try:
             for task in task_objs:
                 e = run_task(task, configs[task.name], model, output=dirs.of(task, _model_name(model)), limit=limit,

@@ -18,6 +18,7 @@ import time
 from dataclasses import dataclass
 from typing import Any, Mapping, NamedTuple, Sequence
 
+from probe.runs.chunks import group_chunks
 from probe.scoring.parse.exact import run_parse_requests
 
 
@@ -40,7 +41,7 @@ class Rates:
 def calibrate(lm: Any, rows: int) -> Rates:
     """Time the loaded model on this machine: a warm-up pass, a ``rows x CALIBRATION_TOKENS`` block and one
     token per row. Reads no data, draws no random numbers, writes nothing."""
-    rows = max(1, min(int(rows), 16))
+    rows = max(1, min(int(rows), 8))  # 8 x 64 tokens: long enough to time, short on a busy CPU
     try:
         import torch
 
@@ -130,6 +131,37 @@ def scoring_tokens(encode: Any, requests: Sequence[Any], done: set[str], extra: 
     return total
 
 
+def computed_tokens(scorer: Any, requests: Sequence[Any], done: set[str], chunk_size: int,
+                    extra: Mapping[str, int] = {}, progress: Any = None) -> int:
+    """The tokens the engine computes for the requests not yet ``done``: each chunk the runner scores
+    (:func:`probe.runs.chunks.group_chunks`, a chunk with any request left is scored whole) as the scorer's own
+    prefix tree runs it, shared prefixes once (what ``timing.json``'s ``tokens_computed`` counts), plus ``extra``
+    tokens per request id (a chain not generated yet). A model that runs each row alone (the plain path) counts
+    every sequence in full. ``progress``: a :class:`probe.progress.Stage` advanced per request tokenized."""
+    plain = getattr(getattr(getattr(scorer, "engine", None), "capabilities", None), "scoring_path", "") == "plain"
+    total = 0
+    for part in group_chunks(requests, chunk_size):
+        if all(r.id in done for r in part):
+            continue
+        encoded = []
+        for r in part:
+            try:
+                encoded.append(scorer.encode(r))
+            except Exception:  # noqa: BLE001 - a request the encoder refuses fails later, with its own message
+                pass
+            if progress is not None:
+                progress.advance()
+            total += int(extra.get(r.id, 0)) if r.id not in done else 0
+        if encoded:
+            total += sum(len(r.ids) for r in scorer.rows(encoded)) if plain else tree_tokens(scorer.plan(encoded))
+    return total
+
+
+def tree_tokens(nodes: Sequence[Any]) -> int:
+    """The tokens a prefix tree computes: every node's own span once."""
+    return sum(n.width + tree_tokens(n.children) for n in nodes)
+
+
 def generation_seconds(rates: Rates, gen_left: Sequence[Any], encode_prompt: Any, rows: int) -> float:
     """At most: every row-batch of the chains still to make runs to its longest ``max_new_tokens``."""
     if not gen_left:
@@ -173,7 +205,12 @@ def parse_node_seconds(lm: Any, parse_left: Sequence[Any], batch_size: int) -> P
     apart. Deterministic (seeded); the result is discarded. None when it cannot run."""
 
     cap = PARSE_CALIBRATION_NODES
-    k = max(1, min(int(batch_size), PARSE_CALIBRATION_PROMPTS, len(parse_left)))
+    # a tail sampled past the enumeration (HBB's 2048 tokens) makes every calibration prompt's head run to its
+    # cap and draw: half the prompts keep the plan within seconds of the model loading
+    long_tail = any(getattr(r, "tail", None) is not None and getattr(r.tail, "max_new_tokens", None)
+                    and r.tail.max_new_tokens > r.max_new_tokens for r in parse_left)
+    most = PARSE_CALIBRATION_PROMPTS // 2 if long_tail else PARSE_CALIBRATION_PROMPTS
+    k = max(1, min(int(batch_size), most, len(parse_left)))
     # spread over the list: a task lists its prompts by strategy, whose prompts and trees differ in size
     picks = sorted({round(i * (len(parse_left) - 1) / max(1, k - 1)) for i in range(k)})
     part = [_calibration_request(parse_left[i], cap) for i in picks]
@@ -199,30 +236,38 @@ def parse_node_seconds(lm: Any, parse_left: Sequence[Any], batch_size: int) -> P
 
 
 #: tail draws a hybrid calibration prompt makes at most: enough to time the batched draws, few enough to be cheap
-PARSE_CALIBRATION_DRAWS = 4
+PARSE_CALIBRATION_DRAWS = 2
+#: the calibration's tail draws stop at this many tokens (HBB's tails run to 2048): the seconds a tail token
+#: are timed on them and scaled to the tail's own budget, so the plan prints within seconds, not after
+#: four full-length draws
+PARSE_CALIBRATION_TAIL_TOKENS = 32
 
 
 def _calibration_request(r: Any, cap: int) -> Any:
-    """``r`` enumerated to at most ``cap`` nodes; a hybrid tail cut to about :data:`PARSE_CALIBRATION_DRAWS`
-    draws (K shrunk so the budget left after ``cap`` nodes holds that many)."""
+    """``r`` enumerated to at most ``cap`` nodes; a hybrid tail cut to at most :data:`PARSE_CALIBRATION_DRAWS`
+    draws (``ceil(K x residual)`` of K = that many) of at most :data:`PARSE_CALIBRATION_TAIL_TOKENS` tokens
+    (still past the enumeration's budget where the tail samples past it)."""
 
     r = dataclasses.replace(r, max_nodes=min(cap, int(r.max_nodes or cap)))
     tail = getattr(r, "tail", None)
     if tail is None:
         return r
-    step = int(tail.max_new_tokens or r.max_new_tokens)
-    k = min(int(tail.samples), PARSE_CALIBRATION_DRAWS + -(-cap // max(1, step)))
-    return dataclasses.replace(r, tail=dataclasses.replace(tail, samples=k))
+    k = min(int(tail.samples), PARSE_CALIBRATION_DRAWS)
+    budget = tail.max_new_tokens
+    if budget is not None and budget > PARSE_CALIBRATION_TAIL_TOKENS:
+        budget = max(PARSE_CALIBRATION_TAIL_TOKENS, int(r.max_new_tokens) + 1)
+    return dataclasses.replace(r, tail=dataclasses.replace(tail, samples=k, max_new_tokens=budget))
 
 
 def tail_tokens(r: Any, nodes: float) -> float:
-    """The forward tokens a hybrid request's tail may spend after ``nodes`` enumerated nodes: what is left of the
-    K samples' tokens, in whole draws (:func:`probe.scoring.parse.hybrid.tail_budget`); 0 without a tail."""
+    """The forward tokens a hybrid request's tail may spend at most: ``ceil(K x residual)`` draws
+    (:func:`probe.scoring.parse.hybrid.tail_budget`) of the tail's budget each, at most K of them (the
+    residual is not known before the run); 0 without a tail. ``nodes``: unused (kept for callers)."""
     tail = getattr(r, "tail", None)
     if tail is None:
         return 0.0
     step = max(1, int(tail.max_new_tokens or r.max_new_tokens))
-    return float(max(0, (int(tail.samples) * step - int(nodes)) // step) * step)
+    return float(int(tail.samples) * step)
 
 
 def parse_seconds(rates: Rates, parse_left: Sequence[Any], encode_prompt: Any,
@@ -273,7 +318,8 @@ def plan_lines(task: str, n_items: int, n_requests: int, n_left: int, tokens: in
         lines.append(f"{head}: every one already scored (nothing to score).")
     else:
         est = f"; estimated {duration(tokens * rates.token)}" if rates else ""
-        lines.append(f"{head} ({n_left} still to score, {tokens:,} tokens{' with the chains' if gen_total else ''})"
+        lines.append(f"{head} ({n_left} still to score, {tokens:,} tokens to compute"
+                     f"{' with the chains' if gen_total else ', shared prefixes once'})"
                      f"{est}" + ("" if gen_left or parse_left or not rates else f" ({_basis(rates)})") + ".")
     if parse_total:
         most = max((int(getattr(r, "max_nodes", None) or 0) for r in parse_left), default=0)
@@ -281,7 +327,7 @@ def plan_lines(task: str, n_items: int, n_requests: int, n_left: int, tokens: in
         lines.append(f"{task}: plan: then {parse_total} prompt(s) whose sampled, parsed answer is enumerated "
                      f"exactly (the paper's own procedure; {len(parse_left)} still to do"
                      + (f", up to {most} nodes each" if most else "")
-                     + (", then tail draws within the K samples' tokens" if any(
+                     + (", then ceil(K x residual) tail draws each, at most the paper's K" if any(
                          getattr(r, "tail", None) is not None for r in parse_left) else "")
                      + f"): {when}; skip with --set parse_exact=false.")
     if rates and (gen_left or parse_left):

@@ -41,7 +41,7 @@ COLUMNS = ["task", "model", "subgroup", "metric", "estimator", "value", "ci_low"
 
 def result_rows(task: Any, config: Any, summary: Mapping[str, Any]) -> list[dict[str, Any]]:
     """The task's flat rows (with ``headline``) plus ``task``, ``model`` and, for a metric the task notes
-    (``metric_notes``), ``note``; none when the task gives none."""
+    (``reporting.metric_notes``), ``note``; none when the task gives none."""
     try:
         rows = task.reporting.results(config, summary)
     except Exception:  # a task's summary it cannot read (an older run) must not stop the report
@@ -50,8 +50,13 @@ def result_rows(task: Any, config: Any, summary: Mapping[str, Any]) -> list[dict
     notes = task.reporting.metric_notes or {}
     terms = dict(task.reporting.terms or {})
     return [{"task": task.name, "model": model, **r, "terms": terms,
-             **({"note": notes[m]} if (m := str(r.get("metric", "")).rsplit(".", 1)[-1]) in notes else {})}
+             **({"note": notes[m]} if (m := _noted(str(r.get("metric", "")).rsplit(".", 1)[-1], notes)) else {})}
             for r in rows]
+
+
+def _noted(metric: str, notes: Mapping[str, str]) -> str:
+    """The key of ``notes`` that notes ``metric``: itself, else its family (``pg`` for ``pg_iso``); '' if none."""
+    return metric if metric in notes else metric.split("_", 1)[0] if metric.split("_", 1)[0] in notes else ""
 
 
 def results_frame(rows: Iterable[Mapping[str, Any]]) -> "pd.DataFrame":
@@ -104,7 +109,7 @@ def _one_report(out: Path, target: Path, block: str, heading: str) -> None:
     the task's own page is kept (the demo's), else the built one moves up; a task's own Markdown gets the
     headline and warnings on top, else the built Markdown moves up with its figure links rewritten."""
 
-    from probe.io import check_output, write_atomic
+    from probe.io import check_output
 
     html = check_output(out / "report.html")
     own_html = html.is_file() and "<title>probe report: " not in html.read_text(encoding="utf-8", errors="replace")
@@ -153,7 +158,6 @@ def run_headline(task: Any, config: Any, summary: Mapping[str, Any],
 def print_run(evaluation: Any, verbose: bool) -> None:
     """One run on the terminal: its whole ``report.md`` (``--verbose``), else the headline, the warnings and
     the report's paths."""
-    from probe.tasks import get
 
     md = evaluation.output / "report.md"
     if verbose and md.is_file():

@@ -33,6 +33,7 @@ from probe.activations.shards import ShardStoreWriter, fold_stores
 from probe.activations.store import ActivationWriter
 from probe.errors import ProbeError
 from probe.models.fingerprint import combine_parts, fingerprint_parts
+from probe.progress import TICK, maybe
 from probe.runs.chunks import group_chunks
 # Run options and loading live in probe.runs.options; re-exported here, where callers import them.
 from probe.runs.options import RUN_KEYS, RunOptions, default_threads, load, options_from
@@ -83,6 +84,10 @@ class Runner:
         cache = ScoreCache(Path(self.options.score_cache).expanduser(), self.fingerprint) if self.options.score_cache else None
         self.scorer = Scorer(lm, batch_size=self.options.batch_size, token_budget=self.options.token_budget, cache=cache,
                              fingerprint=self.fingerprint)
+        #: the plan's rates on this model (probe.runs.plan.Rates: calibrated once, then measured on the first
+        #: chunk scored) and what the last plan expected (probe.runs.plan_check.Planned)
+        self.plan_rates: Any = None
+        self.planned: Any = None
         #: seconds and request counts per request kind (``meta["kind"]`` or the request kind), this process
         self.timing: dict[str, dict[str, float]] = {}
         #: the work other processes did for this run, as ``{rank|shard, timing, engine}`` dicts: the other
@@ -216,8 +221,11 @@ class Runner:
         batch = self.scorer.batch_size
 
         def enumerate_part(part: list) -> Iterable[dict]:
-            dists = self._timed(part, lambda p: run_parse_requests(self.lm, p, batch_size=batch, top=top,
-                                                                        progress=show))
+            # one pass over a batch of growing trees may take longer than a reader waits: a line while no bar moves
+            with maybe(bool(show) and self.procs.is_main, f"{task}: enumerating {len(part):,} prompt(s)",
+                       announce_after=TICK):
+                dists = self._timed(part, lambda p: run_parse_requests(self.lm, p, batch_size=batch, top=top,
+                                                                            progress=show))
             return ({"task": task, "id": r.id, "model": self.model_id, "kind": "parse",
                      "temperature": r.temperature, "top_p": r.top_p, "max_new_tokens": r.max_new_tokens,
                      **({"sampler": r.sampler.to_dict()} if getattr(r, "sampler", None) is not None else {}),

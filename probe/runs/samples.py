@@ -269,7 +269,6 @@ class SampleLog:
         if self.path is None:
             rows = self._memory
         else:
-            from probe.io import read_records
 
             rows = {str(s["id"]): s for s in read_records(self.path)[0]} if self.path.is_file() else {}
         return list(rows.values()) if ids is None else [rows[i] for i in ids if i in rows]

@@ -24,7 +24,9 @@ from probe.activations.scoring_capture import capture_record, missing_positions
 from probe.activations.store import Activations
 from probe.errors import ProbeError
 from probe.runs.chunks import group_chunks
+from probe.progress import TICK, maybe
 from probe.runs import sharding
+from probe.runs.plan_check import PlanCheck
 from probe.runs.record import Record
 from probe.runs.sharding import ShardPending
 
@@ -69,6 +71,8 @@ class ScoreJob:
         self.capture = runner.capture_spec(plan.capture)
         self.writer: Any = None  # the activation store of a run to a file
         self.log_chunks = False  # log each chunk's samples as it is recorded
+        self.show = False  # a bar inside each chunk (a chunk may take minutes)
+        self.plan_check: PlanCheck | None = None  # the first chunk against the plan, for a run to a file
 
     def run(self, requests: Sequence[Any], output: str | Path | None) -> list[Record] | ShardPending:
         """Check every request, then score into ``output`` (resuming it) or in memory (``None``)."""
@@ -80,7 +84,10 @@ class ScoreJob:
         return self.runner._timed(part, self._score)
 
     def _score(self, part: list) -> list:
-        return self.runner.scorer.score(part, sampling=self.specs, capture=self.capture)
+        # one forward pass may take longer than a reader waits: a line every few seconds while no bar moves
+        with maybe(self.show and self.runner.procs.is_main, f"{self.plan.task}: scoring {len(part):,} request(s)",
+                   announce_after=TICK):
+            return self.runner.scorer.score(part, sampling=self.specs, capture=self.capture, progress=self.show)
 
     def record(self, result: Any) -> dict:
         """One result as a record dict of this plan's task and the runner's model."""
@@ -88,7 +95,7 @@ class ScoreJob:
 
     def chunk_records(self, part: list) -> list[dict]:
         """Score one chunk into records: its activations stored first, then its samples logged."""
-        results = self.results(part)
+        results = self.plan_check.timed(part, self.results) if self.plan_check else self.results(part)
         if self.writer is not None:
             from probe.activations.scoring_capture import store_results
 
@@ -127,6 +134,8 @@ class ScoreJob:
         # several processes: rank 0 (or the run that folds the shards) logs at the end
         self.log_chunks = plan.samples is not None and not runner.procs.distributed and runner.shard is None
         show = runner.options.progress if plan.progress is None else plan.progress
+        self.show = bool(show)
+        self.plan_check = PlanCheck(runner, plan.task, self.show)
         runner.active_sampling = self.specs  # what the input check records and compares for this output
         try:
             dicts = sharding.write(runner, requests, output, self.chunk_records, show, "scoring",

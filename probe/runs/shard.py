@@ -150,7 +150,6 @@ class process_group:
 
     def __enter__(self) -> Processes:
         if self.procs.distributed:
-            import torch.distributed as dist
 
             if not dist.is_initialized():
                 timeout = float(os.environ.get("PROBE_DIST_TIMEOUT_S", DEFAULT_TIMEOUT_S))
@@ -163,7 +162,6 @@ class process_group:
 
     def __exit__(self, *exc: object) -> None:
         if self._owned:
-            import torch.distributed as dist
 
             dist.destroy_process_group()
 
@@ -318,7 +316,7 @@ def score_sharded(runner: Any, requests: Sequence[Any], output: Path, procs: Pro
     :class:`process_group`. Records equal those of a one-process run with the
     same ``chunk`` (the same chunks are scored whole by the same code).
     """
-    from probe.runs.chunks import group_chunks, write_chunks
+    from probe.runs.chunks import write_chunks
 
     if chunk < 1:
         raise ValueError("chunk must be positive")

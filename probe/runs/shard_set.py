@@ -117,7 +117,7 @@ def score_shard(runner: Any, requests: Sequence[Any], output: Path, shard: Shard
     before). The manifest is written before the first record (``complete``
     false) and again after the last (``complete`` true).
     """
-    from probe.io import RecordWriter, open_append, read_records, write_json_atomic
+    from probe.io import RecordWriter, open_append
 
     if runner.procs.distributed:
         raise ProbeError(f"--shard {shard} runs one process of a job array, without a process group; under "
@@ -287,7 +287,6 @@ class _Fold:
 
 def _prepare(output: Path, runner: Any = None, requests: Sequence[Any] | None = None) -> _Fold:
     """Every check of :func:`fold`, writing nothing."""
-    from probe.runs.resume import check_input, input_sidecar
 
     complete, waiting = shard_sets(output)
     result = FoldResult(output, added=0, folded=[], waiting=waiting)

@@ -121,7 +121,7 @@ def launched(runner: Any, requests: Sequence[Any], output: Path, make: Make, pro
 def one_process(runner: Any, requests: Sequence[Any], output: Path, make: Make, progress: bool, verb: str,
                 also_done: set[str] | None = None) -> int:
     """One process: shards left beside ``output`` folded in first, then the records it lacks appended."""
-    from probe.runs.shard_set import fold_for_run, independent_shards
+    from probe.runs.shard_set import fold_for_run
 
     if independent_shards(output):
         fold_for_run(output, runner, requests)
@@ -136,7 +136,7 @@ def one_process(runner: Any, requests: Sequence[Any], output: Path, make: Make, 
 def append(runner: Any, requests: Sequence[Any], output: Path, make: Make, progress: bool, verb: str,
            also_done: set[str] | None = None) -> int:
     """Append the records of the requests ``output`` lacks, chunk by chunk; return how many were added."""
-    from probe.runs.resume import check_input, input_sidecar
+    from probe.runs.resume import input_sidecar
 
     with RecordWriter(output) as writer:
         check_input(output, writer.done, requests, runner)

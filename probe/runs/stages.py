@@ -19,10 +19,12 @@ from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 from probe.errors import ProbeError
 from probe.io import read_records, write_json_atomic
+from probe.progress import maybe, stage
 from probe.runs.agreement import agreement_rows, agreement_summary
 from probe.runs.limit import check_smaller_limit, resolve_limit, select_coverage
 from probe.runs.limit import plain as _plain
 from probe.runs.options import RunOptions
+from probe.runs.plan_check import Planned
 from probe.runs.provenance import provenance
 from probe.runs.record import records_to_frame
 from probe.runs.results import result_rows, results_frame, write_run_report
@@ -93,7 +95,8 @@ class RunState:
 def select(task: Task, config: Any, limit: int | float | None, out: Path | None, options: RunOptions) -> Selection:
     """The task's items narrowed by ``limit`` (stratified); a smaller limit than a finished run's in ``out``
     refused here, before the model loads."""
-    pool = task.items(config)
+    with stage(f"{task.name}: reading the items", announce_after=2.0):
+        pool = task.items(config)
     asked, limit = limit, resolve_limit(task, config, limit, pool)
     items = task.selection.select(config, pool, limit)
     if not items:
@@ -107,8 +110,11 @@ def select(task: Task, config: Any, limit: int | float | None, out: Path | None,
 def plan(run: RunState) -> None:
     """The requests (the generations first, when the task generates), and the plan printed before any work."""
     task, config, tok = run.task, run.config, run.runner.lm.tokenizer
-    run.gen_requests = task.paper.generation_requests(config, run.items, tok)
-    run.requests = None if run.gen_requests else task.requests(config, run.items, tok, None)
+    n = len(run.items)
+    with maybe(run.runner.procs.is_main, f"{task.name}: building the requests", total=n, unit="item(s)",
+               announce_after=0.0 if n > ANNOUNCE_REQUESTS else 2.0):
+        run.gen_requests = task.paper.generation_requests(config, run.items, tok)
+        run.requests = None if run.gen_requests else task.requests(config, run.items, tok, None)
     if run.runner.procs.is_main:
         for line in _plan(task, config, run.items, run.gen_requests, run.requests, run.runner, run.out):
             print(line, file=sys.stderr)
@@ -315,21 +321,42 @@ def _plan(task: Task, config: Any, items: Sequence[Any], gen_requests: Sequence[
     if n_left or gen_left or parse_left:
         rates = getattr(runner, "plan_rates", None)
         if rates is None:
-            rates = plan.calibrate(runner.lm, getattr(runner.scorer, "batch_size", 1) or 1)
+            with maybe(runner.procs.is_main, f"{task.name}: plan: timing the model on this machine", announce_after=2.0):
+                rates = plan.calibrate(runner.lm, getattr(runner.scorer, "batch_size", 1) or 1)
             runner.plan_rates = rates  # one calibration per loaded model
-    tokens = plan.scoring_tokens(runner.scorer.encode, requests or [], done, chain)
+    tokens = _count_tokens(task.name, runner, requests or [], done, chain)
+    runner.planned = Planned(task.name, tokens, rates.token) if rates else None  # checked on the first chunk
     rows = generation_batch_size(runner.scorer.batching) if gen_left else 1
     prompt_tokens = lambda r: len(runner.scorer.encoder.ids(r.prompt, False))  # noqa: E731
     gen_seconds = plan.generation_seconds(rates, gen_left, prompt_tokens, rows) if rates and gen_left else 0.0
     parse_s = 0.0
     if rates and parse_left:
-        per_node = plan.parse_node_seconds(runner.lm, parse_left, runner.scorer.batch_size)
+        with maybe(runner.procs.is_main, f"{task.name}: plan: timing the exact enumeration on a few prompts",
+                   announce_after=2.0):
+            per_node = plan.parse_node_seconds(runner.lm, parse_left, runner.scorer.batch_size)
         parse_s = plan.parse_seconds(rates, parse_left, prompt_tokens, per_node)
     return plan.plan_lines(task.name, len(items), len(requests or []), n_left, tokens, rates,
                            gen_total=len(gen_requests), gen_left=gen_left, gen_seconds=gen_seconds,
                            note=task.paper.generation_note(config) if gen_requests else "",
                            exact=exact or not gen_requests, parse_total=len(parse), parse_left=parse_left,
                            parse_s=parse_s)
+
+
+#: requests the plan tokenizes before it says so and counts them on screen (fewer take under a few seconds)
+ANNOUNCE_REQUESTS = 2000
+
+
+def _count_tokens(task: str, runner: "Runner", requests: Sequence[Any], done: set[str],
+                  chain: Mapping[str, int]) -> int:
+    """The tokens the engine computes (:func:`probe.runs.plan.computed_tokens`), counted on screen: every request
+    is tokenized once here (the scorer keeps the result), which takes minutes for a whole benchmark."""
+    from probe.runs import plan
+
+    left = sum(r.id not in done for r in requests)
+    with maybe(runner.procs.is_main, f"{task}: plan: tokenizing the requests to count their tokens",
+               total=len(requests), unit="request(s)",
+               announce_after=0.0 if left > ANNOUNCE_REQUESTS else 2.0) as counting:
+        return plan.computed_tokens(runner.scorer, requests, done, runner.options.chunk_size, chain, counting)
 
 
 def _ids_in(path: Path) -> set[str]:

@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any, Iterator
 
 from probe.errors import ProbeError
 from probe.io import OutputLock, check_links, check_locks, check_output, check_records
+from probe.progress import stage as announced
 from probe.runs.limit import check_limit, check_smaller_limit, resolve_limit, select_coverage  # noqa: F401
 from probe.runs.record import records_to_frame
 from probe.runs.resume import check_model_before_load
@@ -81,6 +82,41 @@ def run_task(task: Task, config: Any, model: Any, output: str | Path | None = No
 
     options = options or (runner.options if runner else RunOptions())
     out = Path(output) if output is not None else None
+    made = _first_missing(out)  # the folder this run creates, removed again if it ends before any record
+    try:
+        return _locked_run(task, config, model, out, limit, options, runner)
+    except BaseException:
+        if made is not None:
+            _remove_empty(out, made)
+        raise
+
+
+def _first_missing(out: Path | None) -> Path | None:
+    """The outermost folder of ``out`` (itself included) that does not exist yet; None when ``out`` exists."""
+    if out is None or out.exists() or out.is_symlink():
+        return None
+    made = out
+    while not made.parent.exists() and made.parent != made:
+        made = made.parent
+    return made
+
+
+def _remove_empty(out: Path, made: Path) -> None:
+    """The empty folders from ``out`` up to ``made`` (a run stopped before its first record leaves none)."""
+    here = out
+    while True:
+        try:
+            here.rmdir()  # only an empty folder: anything written there stays
+        except OSError:
+            return
+        if here == made or here.parent == here:
+            return
+        here = here.parent
+
+
+def _locked_run(task: Task, config: Any, model: Any, out: Path | None, limit: int | float | None,
+                options: RunOptions, runner: Runner | None) -> Evaluation:
+    """The checks before any model loads, then the run under its output's lock."""
     lock: Any = contextlib.nullcontext()
     if runner is None:
         check_data_before_load(task, config)
@@ -168,8 +204,9 @@ def _run_task(task: Task, config: Any, model: Any, out: Path | None, limit: int 
                                             "--shard to fold them in and write the summary (nothing is scored again)")
         if not run.runner.procs.is_main:  # rank 0 merged the shards; it alone aggregates and writes
             return _evaluation(run)
-        result, summary = aggregate(run)
-        results = write(run, result, summary, t_start)
+        with announced(f"{task.name}: computing the summary and writing the report", announce_after=3.0):
+            result, summary = aggregate(run)
+            results = write(run, result, summary, t_start)
         return Evaluation(task.name, summary["model"], run.frame, summary, result.tables, out, config, run.acts,
                           run.samples, results)
 

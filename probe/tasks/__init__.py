@@ -7,9 +7,10 @@ shaped like a plugin; adding one is its folder and its line in
 :data:`BUILTIN`. Third-party tasks are found through the entry-point group
 ``probe.tasks`` (an entry point names a :class:`~probe.tasks.base.Task`
 subclass, or a module with a ``TASK`` attribute). ``probe tasks`` lists them.
-The generic modules beside the folders (:mod:`.base`, :mod:`.stratify`,
-:mod:`.paper_check`, :mod:`.chains`, :mod:`.representation`) are what any task
-builds on.
+The generic modules beside the folders (:mod:`.base`, :mod:`.facets`,
+:mod:`.stratify`, :mod:`.paper_check`, :mod:`.chains`, :mod:`.representation`)
+are what any task builds on; :mod:`.compat` keeps the hooks' names from before
+the facets working for plugins written with them.
 
 Two optional modules beside a task's module extend the generic commands
 without naming the task there: ``cli`` adds its own commands (``probe data

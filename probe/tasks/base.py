@@ -42,7 +42,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import TYPE_CHECKING, Any, Callable, ClassVar, Generic, Mapping, Sequence, TypeVar, Union
 
-from probe.errors import ProbeError
+from probe.errors import ProbeError, did_you_mean
 from probe.tasks.compat import OldNames, adapt
 from probe.tasks.facets import Analyses, Paper, Reporting, Selection, result_row, write_tables
 
@@ -198,10 +198,6 @@ class Task(OldNames, Generic[ConfigT, ItemT], metaclass=ABCMeta):
         known = {f.name for f in dataclasses.fields(self.Config)}
         unknown = sorted(set(values) - known)
         if unknown:
-            from probe.errors import ProbeError
-
-            from probe.errors import did_you_mean
-
             hints = "".join(did_you_mean(k, known) for k in unknown)
             raise ProbeError(f"{source}: unknown key(s) {', '.join(unknown)} for task {self.name!r}{hints}; "
                              f"valid keys: {', '.join(sorted(known)) or '(none)'}")
@@ -269,7 +265,6 @@ def lazy_task_module(package: str, names: Sequence[str], module: str = "task") -
     """
     def __getattr__(name: str) -> Any:
         if name in names:
-            import importlib
 
             return getattr(importlib.import_module(f"{package}.{module}"), name)
         raise AttributeError(f"module {package!r} has no attribute {name!r}")

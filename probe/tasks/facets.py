@@ -104,7 +104,8 @@ class Selection(Facet):
         """What ``selected`` covers of ``pool`` (an unlimited selection), per stratum name."""
         from probe.tasks.stratify import coverage
 
-        return coverage(pool, selected, self.names, lambda xs: self.strata(config, xs), limit, self.unit_name)
+        return coverage(pool, selected, self.names, lambda xs: self.strata(config, xs), limit, self.unit_name,
+                        lambda xs: self.units(config, xs))
 
 
 class Paper(Facet):

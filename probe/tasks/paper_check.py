@@ -1,13 +1,13 @@
 """What a task declares for the sampling check (``probe validate sampling TASK``): the paper's own procedure.
 
 A task whose paper sampled its answers returns a :class:`PaperCheck` from
-:meth:`~probe.tasks.base.Task.paper_check`; the check
+:meth:`task.paper.check <probe.tasks.facets.Paper.check>`; the check
 (:mod:`probe.studies.sampling_check`) then runs the same steps for every such
 task, naming none:
 
 1. ``config(task, n_prompts, seed, max_new_tokens)``: the task config of a
    stratified sample of about ``n_prompts`` prompts; the paper's decoding
-   settings are the task's own sampling spec for it (``task.sampling(config)``:
+   settings are the task's own sampling spec for it (``task.paper.sampling(config)``:
    temperature, top-p), so they are stated once, in the task's config;
 2. the task's requests (``requests``) are scored with that spec and, when
    ``parse_exact``, the task's parse requests (the paper's prompt, parser and
@@ -99,7 +99,7 @@ class PaperCheck:
     #: whether the exact metric restricted to the prompts with a parsed answer is meaningful (not for HBB,
     #: whose exact value is its K-sample estimator, undefined instances included)
     same_prompts: bool = True
-    #: whether the exact side enumerates the task's parse requests (``Task.parse_requests``)
+    #: whether the exact side enumerates the task's parse requests (``task.paper.parse_requests``)
     parse_exact: bool = False
     #: the enumeration's residual / size statistics (set by ``cases`` when ``parse_exact``)
     parse_stats: dict | None = None

@@ -2,7 +2,7 @@
 
 A task whose items carry a group identity, a framing and a stereotyped answer
 returns a :class:`RepresentationLabels` from
-:meth:`probe.tasks.base.Task.representation_labels`; the study
+:meth:`task.analyses.representation_labels <probe.tasks.facets.Analyses.representation_labels>`; the study
 (:mod:`probe.studies.representations`) probes, patches and steers with them and
 never asks which task it reads.
 """

@@ -73,7 +73,7 @@ def test_probe_run_bbq_capture_equals_hidden_states(smollm2, shared_data, tmp_pa
     assert list(arrays) == [key] and arrays[key].shape == (len(ids), smollm2.model.config.hidden_size)
     task = get("bbq")
     cfg = task.make_config({}, source="test")
-    requests = task.requests(cfg, task.select(cfg, task.items(cfg), 24), smollm2.tokenizer, None)
+    requests = task.requests(cfg, task.selection.select(cfg, task.items(cfg), 24), smollm2.tokenizer, None)
     by_id = {r.id: r for r in requests}
     from probe.scoring import Scorer
 

@@ -35,7 +35,7 @@ def test_smollm2_hbb_tiny_run(tmp_path, smollm2, shared_data, one_torch_thread):
     assert crows["bias_type"] == "all" and crows["n"] == 2
     # one generation per concept pair and option; the variations scored are written back as a file
     # (--limit 2 is stratified over the source bias types: two instances of two concept pairs)
-    concepts = {i.concept_id for i in task.select(cfg, task.items(cfg), 2)}
+    concepts = {i.concept_id for i in task.selection.select(cfg, task.items(cfg), 2)}
     assert len((out / "generations.jsonl").read_text().splitlines()) == 2 * len(concepts)
     lines = [json.loads(x) for x in (out / "sg_variations.jsonl").read_text().splitlines()]
     assert len(lines) == len(concepts)
@@ -59,7 +59,8 @@ def test_smollm2_hbb_tiny_run(tmp_path, smollm2, shared_data, one_torch_thread):
 
     tok, model = smollm2.tokenizer, smollm2.model
     sg = next(r for r in records if r["meta"]["kind"] == "sg" and r["meta"]["variation"] == 0)
-    q = next(i.question_1 for i in task.select(cfg, task.items(cfg), 2) if i.question_1.id == sg["meta"]["question_id"])
+    q = next(i.question_1 for i in task.selection.select(cfg, task.items(cfg), 2)
+             if i.question_1.id == sg["meta"]["question_id"])
     p = load_hbb_prompts()
     messages = [{"role": "system", "content": "You are a useful assistant."},
                 {"role": "user", "content": f"{p.sg_instruction}\n\nContext: {q.context}"}]

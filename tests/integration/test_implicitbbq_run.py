@@ -61,7 +61,7 @@ def test_tiny_run_end_to_end_and_resume(long_tiny_lm, shared_data, tmp_path):
     task = get("implicitbbq")
     strict = task.make_config(dict(dimensions=["age"], strategies=["zero_shot", "cot"], per_cell={"zero_shot": 1, "cot": 1},
                                    answer_formats=["oneword", "labels"], cot_chains=2, n_boot=20))
-    agg = task.aggregate(strict, ev.records, task.select(strict, task.items(strict), None))
+    agg = task.aggregate(strict, ev.records, task.selection.select(strict, task.items(strict), None))
     assert agg.summary["cot"]["n_items_no_valid_chain"] == 16 and agg.summary["cot"]["n_chains_no_cue"] == 32
     assert not any(k.startswith("cot") for k in agg.summary["by_strategy"])
     assert not any(r["meta"]["setting"].startswith(("neutral", "nochar")) for r in recs

@@ -58,9 +58,9 @@ def test_the_registry_and_the_cli_pick_up_a_copied_folder(new_task, capsys):
 def test_report_uses_the_copied_folders_section(new_task):
     from probe.reports.compare.layout import generic_layout
 
-    layout = new_task.report_layout()  # found beside the task's module, in the copied folder
+    layout = new_task.reporting.layout()  # found beside the task's module, in the copied folder
     assert layout.section.__module__ == f"{NEW}.layout" and layout.units.__module__ == f"{NEW}.layout"
-    assert layout.title == get(SOURCE).report_layout().title != generic_layout(NEW).title
+    assert layout.title == get(SOURCE).reporting.layout().title != generic_layout(NEW).title
 
 
 @parametrize_with_checks([NEW])  # looked up when its first check runs: after the fixture registered it

@@ -177,7 +177,7 @@ def test_cot_requests_score_the_forms_at_the_authors_answer(shared_data):
     pair = load_benchmark("stereoset", shared_data / "cmp_iso")[0]
     config = TASK.make_config({"benchmarks": ["stereoset"], "settings": [{"reasoning": "cot"}], "cot_chains": 2})
     items = [SampledPair(pair, 0)]
-    gens = {g.id: "" for g in TASK.generation_requests(config, items, tok)}
+    gens = {g.id: "" for g in TASK.paper.generation_requests(config, items, tok)}
     setting = CmpIsoSetting("cot")
     iso_t = request_id(setting, "stereoset", pair.context_pair_id, "iso", "t")
     cmp_t = request_id(setting, "stereoset", pair.context_pair_id, "cmp", "t_first")

@@ -238,7 +238,7 @@ def test_paper_temperature_null_turns_the_estimate_off_and_bad_values_fail():
     from probe.tasks import get
 
     task = get("cmp_iso")
-    assert task.sampling(task.make_config({"paper_temperature": None})) == ()
-    assert task.sampling(task.make_config({})) == ({"temperature": 0.7, "top_p": 0.9},)
+    assert task.paper.sampling(task.make_config({"paper_temperature": None})) == ()
+    assert task.paper.sampling(task.make_config({})) == ({"temperature": 0.7, "top_p": 0.9},)
     with pytest.raises(Exception, match="paper_top_p|top_p"):
         task.make_config({"paper_top_p": 1.5})

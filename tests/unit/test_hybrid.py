@@ -420,18 +420,22 @@ def test_hybrid_metric_gives_width_to_answers_no_draw_read():
     assert point == 0.0 and lo == 0.0 and 0.1 < hi <= 0.9
 
 
-def test_cmp_iso_hybrid_interval_widens_over_every_offered_label():
-    """A cmp pair whose head parsed nothing and whose few tail draws read no label is not certain to read none:
-    every offered label gets the interval's width (before, the interval was a point at the 0.5 fallback)."""
+def test_cmp_iso_pair_resting_on_nothing_is_left_out_and_others_get_width():
+    """A cmp pair whose head parsed nothing and whose tail draws read no label rests on nothing: left out and
+    counted (before, the authors' 0.5 fallback made it a gap of 0). A pair with one label read gets the
+    interval's width over every offered label, centred on its point."""
     import pandas as pd
 
     from probe.tasks.cmp_iso.parsed import _hybrid_cells
 
-    def parsed():
-        return {"probs": {}, "rejected": 0.2, "residual": 0.8, "hybrid": {"n_tail": 2, "tail": {"none": 2}}}
+    def rows(tail):
+        return [{"setting": "direct", "benchmark": "b", "context_pair_id": 1, "task_type": "cmp", "target": "t",
+                 "order": order, "options": ["A", "B", "C"],
+                 "parsed": {"probs": {}, "rejected": 0.2, "residual": 0.8,
+                            "hybrid": {"n_tail": sum(tail.values()), "tail": dict(tail)}}}
+                for order in ("t_first", "t_prime_first")]
 
-    rows = [{"setting": "direct", "benchmark": "b", "context_pair_id": 1, "task_type": "cmp", "target": "t",
-             "order": order, "options": ["A", "B", "C"], "parsed": parsed()} for order in ("t_first", "t_prime_first")]
-    (point, (lo, hi)), = _hybrid_cells(pd.DataFrame(rows), k=5, seed=0).values()
-    assert point == pytest.approx(0.0)  # no valid answer drawn: the authors' 0.5 fallback, gap 0
-    assert lo < -0.05 and hi > 0.05
+    (point, ci, n), = _hybrid_cells(pd.DataFrame(rows({"none": 20})), k=5, seed=0).values()
+    assert math.isnan(point) and n == 0
+    (point, (lo, hi), n), = _hybrid_cells(pd.DataFrame(rows({"A": 1, "none": 19})), k=5, seed=0).values()
+    assert n == 1 and lo < point < hi and (lo + hi) / 2 == pytest.approx(point)

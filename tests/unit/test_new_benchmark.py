@@ -46,13 +46,13 @@ def test_probe_never_names_the_new_benchmark():
 
 def test_the_task_declares_its_report_and_its_check(plugin):
     assert available()["tinybbq"] == TARGET
-    layout = plugin.report_layout()
+    layout = plugin.reporting.layout()
     assert layout.title == "TinyBBQ (worked example)" and layout.rank is None and layout.paper_tables is None
     spec = layout.paired_spec([])
     assert spec.task == "tinybbq" and spec.cluster == "scenario"
-    check = plugin.paper_check()
+    check = plugin.paper.check()
     assert (check.unit, check.max_new_tokens, check.same_prompts) == ("scenario", 4, True)
-    assert plugin.sampling(plugin.make_config({})) == ({"temperature": 0.7, "top_p": 1.0},)
+    assert plugin.paper.sampling(plugin.make_config({})) == ({"temperature": 0.7, "top_p": 1.0},)
 
 
 def test_report_and_sampling_check_end_to_end(plugin, tmp_path, one_torch_thread):

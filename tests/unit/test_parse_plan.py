@@ -44,23 +44,23 @@ def test_an_open_tree_adds_its_tail_draws():
     from probe.scoring.parse.schema import TailSpec
 
     hyb = SimpleNamespace(max_nodes=120, prompt="p", max_new_tokens=8, tail=TailSpec(25))
-    # K x 8 = 200 tokens, 120 spent on nodes: 10 whole draws of 8 tokens are left
-    assert tail_tokens(hyb, 120) == 80.0 and tail_tokens(hyb, 400) == 0.0
+    # ceil(K x residual) draws, at most K = 25 of 8 tokens (the residual is not known before the run)
+    assert tail_tokens(hyb, 120) == 200.0 and tail_tokens(hyb, 400) == 200.0
     assert tail_tokens(SimpleNamespace(max_nodes=120, max_new_tokens=8, tail=None), 0) == 0.0
-    # a longer tail budget (HBB's): whole draws of its own length
-    assert tail_tokens(SimpleNamespace(max_nodes=64, max_new_tokens=8, tail=TailSpec(2, 100)), 64) == 100.0
+    # a longer tail budget (HBB's): draws of its own length
+    assert tail_tokens(SimpleNamespace(max_nodes=64, max_new_tokens=8, tail=TailSpec(2, 100)), 64) == 200.0
     rate = ParseRate(0.01, 0.5, 20.0, 0.0, tail_per_token=0.002, tail_share=0.5)
-    # half the trees stay open at 120 nodes and draw half their 80-token budget at 0.002 s a token
-    want = (0.5 * 20 + 0.5 * 120) * 0.01 + 0.5 * 80 * 0.5 * 0.002
+    # half the trees stay open at 120 nodes and draw half their 200-token budget at 0.002 s a token
+    want = (0.5 * 20 + 0.5 * 120) * 0.01 + 0.5 * 200 * 0.5 * 0.002
     assert parse_seconds(_rates(), [hyb], lambda r: 5, rate) == pytest.approx(want)
     # closed trees draw nothing; without a calibration the whole budget at the step rate
     assert parse_seconds(_rates(), [hyb], lambda r: 5, ParseRate(0.01, 1.0, 20.0, 0.0, 0.002, 0.5)) == \
         pytest.approx(20 * 0.01)
-    assert parse_seconds(_rates(), [hyb], lambda r: 5) == pytest.approx(120 * 0.01 / 8 + 5 * 0.001 + 80 * 0.01 / 8)
+    assert parse_seconds(_rates(), [hyb], lambda r: 5) == pytest.approx(120 * 0.01 / 8 + 5 * 0.001 + 200 * 0.01 / 8)
 
 
 def test_calibration_times_a_few_tail_draws(tiny_lm, one_torch_thread):
-    from probe.runs.plan import PARSE_CALIBRATION_DRAWS
+    from probe.runs.plan import PARSE_CALIBRATION_DRAWS, PARSE_CALIBRATION_TAIL_TOKENS
     from probe.scoring.parse.exact import ParseRequest
     from probe.scoring.parse.schema import TailSpec
 
@@ -70,4 +70,5 @@ def test_calibration_times_a_few_tail_draws(tiny_lm, one_torch_thread):
     rate = parse_node_seconds(tiny_lm, reqs, batch_size=8)
     assert rate is not None and rate.closed_share == 0.0  # T = 1.5 at 64 nodes: no tree closes
     assert rate.tail_per_token > 0 and 0 < rate.tail_share <= 1
-    assert PARSE_CALIBRATION_DRAWS == 4
+    # a few short draws: the plan prints within seconds even where the tail runs to 2048 tokens (HBB)
+    assert PARSE_CALIBRATION_DRAWS == 2 and PARSE_CALIBRATION_TAIL_TOKENS == 32

@@ -83,7 +83,7 @@ def test_compare_pairs_units_by_id_and_corrects_across_categories():
     b = bbq_units(_bbq_records(120, 2)).iloc[:-4]  # B lacks 4 units: they leave the comparison
     t = compare(a, b, BBQ_SPEC, n_boot=200)["b"]
     assert list(t["Category"]) == ["c0", "c1", "all"] and t.attrs["dropped"] == 4
-    assert t.loc[2, "n units"] == 116 and t.loc[2, "clusters"] == 29
+    assert t.loc[2, "n questions"] == 116 and t.loc[2, "clusters"] == 29
     ma = bbq_metrics([r for r in _bbq_records(120, 1)][:116])["expected"]["acc_amb"]
     mb = bbq_metrics([r for r in _bbq_records(120, 2)][:116])["expected"]["acc_amb"]
     assert t.loc[2, "Δ accuracy, ambiguous [95% CI]"].startswith(f"{ma - mb:+.2f}")

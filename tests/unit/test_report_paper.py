@@ -100,8 +100,8 @@ def test_hbb_paper_table_one_row_per_model_with_the_settings():
     # each task's layout names its paper tables: hbb's Table 1; CrowS-Pairs has none
     from probe.tasks import get
 
-    assert get("hbb").report_layout().paper_tables([_hbb_run("a", 1.0)], None)[0][0] == "hbb_table1"
-    assert get("crows_pairs").report_layout().paper_tables is None
+    assert get("hbb").reporting.layout().paper_tables([_hbb_run("a", 1.0)], None)[0][0] == "hbb_table1"
+    assert get("crows_pairs").reporting.layout().paper_tables is None
 
 
 def test_insert_beside_keeps_order_and_appends_orphans():

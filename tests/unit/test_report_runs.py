@@ -84,7 +84,7 @@ def test_paired_tables_for_every_task_agree_with_the_runs(report, runs):
     t = _table(out, "paired_crows_pairs_tiny_a_vs_tiny_b_crows_pairs")
     allrow = t[t.Category == "all"].iloc[0]
     assert float(plain(allrow["Δ score [95% CI]"]).split(" ")[0]) == pytest.approx(scores[0] - scores[1], abs=0.006)
-    assert allrow["n units"] == 12 and " / " in allrow["McNemar A+B− / A−B+"]
+    assert allrow["n pairs"] == 12 and " / " in allrow["McNemar A+B− / A−B+"]
     # BBQ: same with the summaries' expected acc_amb
     acc = [json.loads((d / "summary.json").read_text())["by_format"]["labels"]["by_category"]["all"]["expected"]
            ["acc_amb"] for d in runs["bbq"][:2]]
@@ -205,16 +205,18 @@ def test_check_reports_finds_zero_width_and_table_intervals_from_few_units(tmp_p
     bad.mkdir()
     (bad / "report.md").write_text(
         "| m | 0.000 [0.000, 0.000] (n = 1) |\n\n"
-        "| group | n | parsed certified | parsed hybrid | share |\n|---|---|---|---|---|\n"
-        "| ses | 4 | [0.0, 4.0] | 0.0 [0.0, 0.0] | 0.250 [0.046, 0.699] |\n"
-        "| all | 12 | [0.0, 6.0] | 1.0 [0.0, 2.0] | 0.250 [0.089, 0.532] |\n")
+        "| group | n | parsed certified | parsed hybrid | mean S | share |\n|---|---|---|---|---|---|\n"
+        "| ses | 4 | [0.0, 4.0] | 0.4 [0.1, 0.7] | 3.0 [1.0, 5.0] | 0.250 [0.046, 0.699] |\n"
+        "| all | 12 | [0.0, 6.0] | 1.0 [0.0, 2.0] | 3.0 [2.0, 4.0] | 0.250 [0.089, 0.532] |\n")
     (bad / "results.csv").write_text(
         "task,metric,subgroup,estimator,value,ci_low,ci_high,n,n_clusters\n"
-        "hbb,count,parsed all,\"sampled + parsed, hybrid: exact head + sampled tail\",0.0,0.0,0.0,6,6\n"
+        "hbb,mean_s,all,,3.0,1.0,5.0,6,6\n"
+        "hbb,count,parsed all,\"sampled + parsed, hybrid: exact head + each question's tail draws\",0.4,0.1,0.7,6,\n"
         "hbb,count,parsed all,\"sampled + parsed, certified [0.0, 6.0]\",1.0,0.0,2.0,6,\n")
     problems, _ = check.check(bad)
     assert len(problems) == 3, problems
-    assert "(n = 1)" in problems[0] and "'parsed hybrid'" in problems[1] and "results.csv:2:" in problems[2]
+    # the hybrid's interval resamples no units (each prompt's own tail draws): allowed at any n, as a bound is
+    assert "(n = 1)" in problems[0] and "'mean S'" in problems[1] and "results.csv:2:" in problems[2]
     good = tmp_path / "good"
     good.mkdir()
     (good / "report.md").write_text(

@@ -134,8 +134,8 @@ def test_the_study_reads_the_tasks_labels_and_names_the_tasks_that_give_them(tmp
     from probe.tasks import get
     from probe.tasks.implicitbbq.representations import LABELS
 
-    assert get("implicitbbq").representation_labels() is LABELS and LABELS.transfer == ("explicit", "implicit")
-    assert get("bbq").representation_labels() is None
+    assert get("implicitbbq").analyses.representation_labels() is LABELS and LABELS.transfer == ("explicit", "implicit")
+    assert get("bbq").analyses.representation_labels() is None
     run = TaskRun(get("bbq"), None, [], [], pd.DataFrame({"kind": ["label"]}), runner=None)
     with pytest.raises(ProbeError, match=r"labels its items for it \(implicitbbq\), not 'bbq': probe run implicitbbq"):
         run_representations(run, tmp_path / "out")

@@ -25,7 +25,7 @@ def test_small_sample_cells_say_n_a_instead_of_nan_or_zero_width():
     assert ci_cell(0.5, math.nan, math.nan, 2, clusters=2.0) == "0.500 [n/a (2 units)] (n = 2)"
     assert ci_cell(float("nan"), float("nan"), float("nan"), 2) == "n/a (n = 2)"
     assert ci_cell(0.5, 0.4, 0.6, 40) == "0.500 [0.400, 0.600] (n = 40)"
-    assert ci_cell(0.0, 0.0, 0.0, 20) == "0.000 [0.000, 0.000] (n = 20)"  # a share of 0: a real interval
+    assert ci_cell(0.0, 0.0, 0.0, 20) == "0.000 [no variation] (n = 20)"  # every unit at 0: said in words
     assert fmt_ci(0.92, [0.92, 0.92]) == "0.92 [CI n/a: zero width]"
     assert fmt_ci(0.5, [math.nan, math.nan]) == "0.50 [CI n/a]"
     assert fmt_ci(0.5, None) == "0.50"

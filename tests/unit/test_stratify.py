@@ -55,7 +55,7 @@ def test_coverage_line_names_strata_with_underscores_in_words():
         "cells": {"by": "context_kind x bias_type", "n_covered": 1, "n_total": 4}}
     line = coverage_line("t", cov, terms={"de_gen": "DE-Gen", "dt_tox": "DT-Tox"})
     assert "context kind: 1 of 2 covered (DE-Gen 1); left out: DT-Tox" in line
-    assert "context kind x bias type: 1 of 4 cells" in line and "_" not in line.split(":", 1)[1]
+    assert "context kind x bias type: 1 of 4 combinations covered" in line and "_" not in line.split(":", 1)[1]
 
 
 @pytest.mark.parametrize("task, options, limit, stratum, least", [
@@ -69,8 +69,8 @@ def test_small_limits_cover_the_strata(shared_data, task, options, limit, stratu
     t = get(task)
     cfg = t.make_config(options)
     pool = t.items(cfg)
-    chosen = t.select(cfg, pool, limit)
-    cov = t.coverage(cfg, t.select(cfg, pool, None), chosen, limit)
+    chosen = t.selection.select(cfg, pool, limit)
+    cov = t.selection.coverage(cfg, t.selection.select(cfg, pool, None), chosen, limit)
     assert len(chosen) <= limit and cov["n_items"] == len(chosen)
     assert cov["strata"][stratum]["n_covered"] >= least, cov["strata"][stratum]
 

@@ -181,7 +181,7 @@ def test_patching_self_changes_nothing_and_task_pairs_run(run, tmp_path):
     table, _ = analyze.patch(run, pairs=[(rid, rid, "self")], n_boot=20)
     dp = table[[c for c in table.columns if c.startswith(("dp_", "dlogp_"))]].to_numpy()
     assert table.shape[0] == 2 and np.abs(dp).max() < 1e-5
-    pairs = run.task.patch_pairs(run.config, run.records, run.items)
+    pairs = run.task.analyses.patch_pairs(run.config, run.records, run.items)
     assert len(pairs) == 24 and {k for *_, k in pairs} == {"A<->B"}  # 12 cells x one pair x both ways
     table, layers = analyze.patch(run, max_pairs=2, n_boot=20, output=tmp_path)
     assert table.shape[0] == 4 and list(layers.layer) == [0, 1] and (layers.n == 2).all()
@@ -204,7 +204,7 @@ def test_run_for_task_and_activations_captured_when_missing(model_dir, tmp_path)
 
 def test_tasks_without_hooks_and_missing_runs(tmp_path):
     with pytest.raises(ProbeError, match="does not support the task analyses"):
-        get("crows_pairs").analysis_units(None, pd.DataFrame(), [])
+        get("crows_pairs").analyses.units(None, pd.DataFrame(), [])
     with pytest.raises(ProbeError, match="no provenance.json"):
         analyze.open_run(tmp_path)
 
@@ -226,7 +226,7 @@ def test_implicitbbq_pairs_and_hbb_pairs():
         def _selection(self, config, items):
             return NS(pool=items)
 
-    pairs = Task().patch_pairs(None, recs, items)
+    pairs = Task().analyses.patch_pairs(None, recs, items)
     assert sorted(pairs) == sorted([("e|z", "i1|z", "explicit->implicit"), ("i1|z", "e|z", "implicit->explicit"),
                                     ("e|z", "i2|z", "explicit->implicit"), ("i2|z", "e|z", "implicit->explicit"),
                                     ("i1|z", "i2|z", "A<->B"), ("i2|z", "i1|z", "A<->B")])
@@ -236,12 +236,13 @@ def test_implicitbbq_pairs_and_hbb_pairs():
     recs = pd.DataFrame({"id": ["q1|mcq", "q2|mcq", "q1|sg|0|0"], "question_id": ["q1", "q2", "q1"],
                          "meta.kind": ["mcq", "mcq", "sg"], "concept_id": [7, 7, 7]})
     inst = NS(question_1=NS(id="q1"), question_2=NS(id="q2"))
-    assert hbb.patch_pairs(None, recs, [inst]) == [("q1|mcq", "q2|mcq", "q1->q2"), ("q2|mcq", "q1|mcq", "q2->q1")]
-    assert hbb.analysis_units(None, recs, [inst]) == ["concept:7"] * 3
+    assert hbb.analyses.patch_pairs(None, recs, [inst]) == [("q1|mcq", "q2|mcq", "q1->q2"),
+                                                            ("q2|mcq", "q1|mcq", "q2->q1")]
+    assert hbb.analyses.units(None, recs, [inst]) == ["concept:7"] * 3
     summary = {"variants": {"hbb": {"overall": {"share": 0.5, "share_ci_low": 0.2, "share_ci_high": 0.8,
                                                 "mean_s": 30.0, "mean_s_ci_low": 25.0, "mean_s_ci_high": 35.0,
                                                 "mean_s_all": 12.0, "n": 10, "n_clusters": 4}}}}
-    metrics = hbb.bias_metrics(None, summary)
+    metrics = hbb.reporting.headline_metrics(None, summary)
     assert list(metrics) == ["hbb.share", "hbb.mean_s", "hbb.mean_s_all"]
     assert metrics["hbb.share"] == {"value": 0.5, "ci_low": 0.2, "ci_high": 0.8, "n": 10, "clusters": 4}
 

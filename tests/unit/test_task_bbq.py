@@ -139,7 +139,7 @@ def test_limit_keeps_a_stratified_prefix(shared_data):
     task = get("bbq")
     cfg = task.make_config({"categories": ["Age", "Nationality", "Religion"]})
     items = task.items(cfg)
-    sel = task.select(cfg, items, 12)
+    sel = task.selection.select(cfg, items, 12)
     assert len(sel) == 12 and sel == items[:12]
     assert {it.category for it in sel} == {"Age", "Nationality", "Religion"}
     assert sel.sources == items.sources
@@ -183,12 +183,12 @@ def test_template_built_warning_names_only_the_run_categories():
 
     summary = {"template_built": ["Gender_identity", "Race_x_SES", "SES"],
                "coverage": {"strata": {"category": {"left_out": ["Race_x_SES", "SES"]}}}}
-    [w] = get("bbq").report_warnings(summary)
+    [w] = get("bbq").reporting.warnings(summary)
     assert "Gender_identity were expanded" in w and "SES" not in w
     md = report_markdown({**summary, "model": "m", "strategy": "zero_shot", "n_items": 4, "by_format": {}, "n_skipped": 0, "n_nonfinite": 0,
                           "sources": {"Age": "jsonl", "Gender_identity": "templates", "SES": "templates"}}, {})
     assert "Gender_identity were expanded" in md and "SES" not in md
     assert "Sources: Age (jsonl), Gender_identity (templates)." in md
     whole = {"template_built": ["Gender_identity", "SES"]}  # a run of everything: every one named, as before
-    assert "Gender_identity, SES were expanded" in get("bbq").report_warnings(whole)[0]
-    assert get("bbq").report_warnings({**summary, "template_built": ["SES"]}) == []
+    assert "Gender_identity, SES were expanded" in get("bbq").reporting.warnings(whole)[0]
+    assert get("bbq").reporting.warnings({**summary, "template_built": ["SES"]}) == []

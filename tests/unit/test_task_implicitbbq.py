@@ -108,15 +108,15 @@ def test_stratified_sample_whole_units_nested_and_round_robin():
 def test_select_controls_only_for_control_strategies_and_limit_is_stratified(task):
     items = _items()
     cfg = ImplicitBBQConfig(strategies=("zero_shot", "safety"), per_cell={"zero_shot": 2, "safety": 3})
-    sel = task.select(cfg, items, None)
+    sel = task.selection.select(cfg, items, None)
     assert isinstance(sel, Selection) and sel.pool is items
     assert any(it.context_kind == "neutral" for it in sel.samples["zero_shot"])
     assert not any(it.context_kind == "neutral" for it in sel.samples["safety"])
     assert len(sel) == len({it.id for s in sel.samples.values() for it in s})  # the union, no duplicates
     assert [it.id for it in sel[:len(sel.samples["zero_shot"])]] == [it.id for it in sel.samples["zero_shot"]]
-    lim = task.select(cfg, items, 12)
+    lim = task.selection.select(cfg, items, 12)
     assert {it.id for it in lim} <= {it.id for it in sel}
-    assert [it.id for it in task.select(cfg, items, 8)] == [it.id for it in lim[:8]]  # smaller = a prefix
+    assert [it.id for it in task.selection.select(cfg, items, 8)] == [it.id for it in lim[:8]]  # smaller = a prefix
     assert {it.id for s in lim.samples.values() for it in s} <= {it.id for it in lim}
     assert len({(it.category, it.context_kind) for it in lim}) == 3  # 3 whole units, round-robin over cells
     assert len({it.category for it in lim}) == min(3, len({it.category for it in sel}))  # dimensions first
@@ -144,7 +144,7 @@ def test_requests_ids_groups_order_and_meta(task, monkeypatch):
     monkeypatch.setattr(bbq_demos, "load_demo_sets", lambda: _demo_sets(items))
     cfg = ImplicitBBQConfig(strategies=("zero_shot", "safety", "few_shot"), answer_formats=("oneword", "labels"),
                             per_cell={"zero_shot": 1, "safety": 1, "few_shot": 1}, n_shots=2)
-    sel = task.select(cfg, items, None)
+    sel = task.selection.select(cfg, items, None)
     reqs = task.requests(cfg, sel, tiny_tokenizer())
     assert len(reqs) == 2 * sum(len(v) for v in sel.samples.values())
     assert len({r.id for r in reqs}) == len(reqs)
@@ -164,7 +164,7 @@ def test_requests_ids_groups_order_and_meta(task, monkeypatch):
     assert lab.kind == "label" and one.kind == "continuation" and one.options[:2] == ("Person A", "Person B")
     assert one.meta["owner"][:3] == [0, 1, 2] and set(one.meta["owner"][2:]) == {2}
     assert {"setting", "context_kind", "label", "target_index", "unknown_index", "answers"} <= set(one.meta)
-    assert task.generation_requests(cfg, sel, tiny_tokenizer()) == []
+    assert task.paper.generation_requests(cfg, sel, tiny_tokenizer()) == []
     by_id = {it.id: it for it in items}
     for r in (r for r in reqs if r.meta["strategy"] == "few_shot"):
         demos = [by_id[i] for i in r.meta["demo_ids"]]
@@ -179,8 +179,8 @@ def test_cot_needs_its_generations(task):
     from tests.tiny import tiny_tokenizer
 
     cfg = ImplicitBBQConfig(strategies=("cot",), per_cell={"cot": 1}, cot_max_new_tokens=7, cot_chains=0)
-    sel = task.select(cfg, _items(), None)
-    gens = task.generation_requests(cfg, sel, tiny_tokenizer())
+    sel = task.selection.select(cfg, _items(), None)
+    gens = task.paper.generation_requests(cfg, sel, tiny_tokenizer())
     assert len(gens) == len(sel.samples["cot"]) and gens[0].max_new_tokens == 7
     assert gens[0].meta["kind"] == "cot/generate" and gens[0].temperature is None
     assert gens[0].id == request_id(sel.samples["cot"][0], "cot", "oneword")
@@ -200,8 +200,8 @@ def test_cot_chains_requests(task):
     cfg = ImplicitBBQConfig(strategies=("cot",), per_cell={"cot": 1}, cot_chains=2, answer_formats=("oneword", "labels"))
     assert (cfg.cot_temperature, cfg.cot_top_p) == (0.1, 1.0) and cfg.cot_max_new_tokens >= 1024
     assert ImplicitBBQConfig().cot_chains == 5
-    sel = task.select(cfg, _items(), None)
-    gens = task.generation_requests(cfg, sel, tiny_tokenizer())
+    sel = task.selection.select(cfg, _items(), None)
+    gens = task.paper.generation_requests(cfg, sel, tiny_tokenizer())
     first = sel.samples["cot"][0]
     base = request_id(first, "cot", "oneword")
     assert [g.id for g in gens[:4]] == [f"{base}|chain0", f"{base}|chain1",

@@ -212,15 +212,19 @@ def test_shipped_task_configs_are_valid(path):
 
 
 def test_task_sampling_specs_reach_the_records_and_the_input_check(tiny_lm, tmp_path):
-    """A task's paper settings (Task.sampling) are scored in the same run; resuming with other specs is refused."""
+    """A task's paper settings (``paper.sampling``) are scored in the same run; resuming with other specs is
+    refused."""
     from probe.runs.task_run import run_task
+    from probe.tasks.base import Paper
     from probe.tasks.demo.task import DemoTask
+
+    class TemperedPaper(Paper):
+        def sampling(self, config):
+            return ({"temperature": self.task.temperature, "top_p": 1.0},)
 
     class Tempered(DemoTask):
         temperature = 0.5
-
-        def sampling(self, config):
-            return ({"temperature": self.temperature, "top_p": 1.0},)
+        paper = TemperedPaper()
 
     out = tmp_path / "run"
     e = run_task(Tempered(), Tempered().make_config({"chat_template": False}), tiny_lm, output=out, limit=4,

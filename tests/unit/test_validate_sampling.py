@@ -20,11 +20,11 @@ from probe.tasks.implicitbbq.paper_check import parse_implicitbbq
 
 
 def _HBB():
-    return get("hbb").paper_check()
+    return get("hbb").paper.check()
 
 
 def _ImplicitBBQ():
-    return get("implicitbbq").paper_check()
+    return get("implicitbbq").paper.check()
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -358,7 +358,7 @@ def test_judge_runs_each_papers_sampler_explicitly():
     assert ibbq["top_k"] == 0 and ibbq["min_p"] == 0.0 and ibbq["typical_p"] == 1.0 and ibbq["max_new_tokens"] == 16
     with pytest.raises(ProbeError, match="frequency"):
         sampler_settings("hbb-api", 0.8, 1.0)
-    assert {get(t).paper_check().sampler for t in ("hbb", "implicitbbq", "cmp_iso")} == {"hbb", "implicitbbq",
+    assert {get(t).paper.check().sampler for t in ("hbb", "implicitbbq", "cmp_iso")} == {"hbb", "implicitbbq",
                                                                                        "cmp_iso"}
 
 
@@ -366,15 +366,15 @@ def test_published_configuration_is_the_tasks_own():
     """The check runs the published run's parse settings (the task config's defaults), not its own."""
     for name in ("implicitbbq", "cmp_iso", "hbb"):
         task = get(name)
-        cfg = task.paper_check().config(task, 10, 0, None)
+        cfg = task.paper.check().config(task, 10, 0, None)
         default = task.make_config({})
         for f in ("parse_max_new_tokens", "parse_residual", "parse_max_nodes", "parse_answer_residual"):
             assert getattr(cfg, f) == getattr(default, f), (name, f)
-        assert task.paper_check().config(task, 10, 0, 7).parse_max_new_tokens == 7
+        assert task.paper.check().config(task, 10, 0, 7).parse_max_new_tokens == 7
     hbb = get("hbb")
     # HBB's published estimator is the hybrid: 8 tokens enumerated, the rest of the answer sampled to 2048
-    assert hbb.paper_check().config(hbb, 10, 0, None).parse_tail == "hybrid"
-    cfg = hbb.paper_check().config(hbb, 10, 0, 100)
+    assert hbb.paper.check().config(hbb, 10, 0, None).parse_tail == "hybrid"
+    cfg = hbb.paper.check().config(hbb, 10, 0, 100)
     assert (cfg.parse_max_new_tokens, cfg.parse_tail_max_new_tokens, cfg.parse_tail) == (8, 100, "hybrid")
 
 
@@ -452,9 +452,9 @@ def test_the_parse_rate_follows_the_published_residual_rule(tiny_lm, shared_data
 
 
 def test_a_hybrid_prompt_whose_draws_read_nothing_is_judged_on_its_interval():
-    """Head and 2 tail draws read nothing, residual 0.9: the parsed mass is not known to be 0 (Wilson upper
-    bound of 0 / 2 x 0.9), so a sampled parse is no miss; the redrawn answers give both letters width."""
-    from probe.scoring.parse.hybrid import wilson
+    """Head and 2 tail draws read nothing, residual 0.9: the parsed mass is not known to be 0 (Jeffreys'
+    posterior of 0 / 2, Beta(0.5, 2.5), times 0.9), so a sampled parse is no miss; the redrawn answers give
+    both letters width."""
     from probe.studies.sampling_check.check import parse_mass_interval, prompt_row, redrawn
 
     h = _HBB()
@@ -463,7 +463,7 @@ def test_a_hybrid_prompt_whose_draws_read_nothing_is_judged_on_its_interval():
     c = PromptCase(id="q", unit="q", prompt="p", options=("a", "b"), exact=None, exact_mass=0.0,
                    meta={"parsed": d})
     lo, hi = parse_mass_interval(c)
-    assert lo == 0.0 and hi == pytest.approx(0.9 * wilson(0, 2)[1]) and hi > 0.5
+    assert lo == 0.0 and hi == pytest.approx(1.959963984540054 * 0.9 * math.sqrt(0.5 * 2.5 / (3 ** 2 * 4)))
     row, _d = prompt_row(h, c, ["a) x"] + ["no"] * 19, np.random.default_rng(0))
     assert not row["miss"] and row["accepted_inside_interval"] and math.isnan(row["abs_delta"])
     masses = [redrawn(h, c, np.random.default_rng(i))[1] for i in range(50)]
@@ -501,7 +501,8 @@ def test_tail_range_holds_the_hybrids_uncertainty():
     base = {"context_condition": "ambig", "label": 0, "target_index": 1, "unknown_index": 0,
             "question_polarity": "neg", "context_kind": "implicit"}
     opts = ("U", "T", "O")
-    d = {"probs": {"U": 0.1}, "residual": 0.8, "hybrid": {"n_tail": 2, "tail": {"U": 1, "none": 1}}}
+    # the parser names an answer by its option index ("0" is U)
+    d = {"probs": {"0": 0.1}, "residual": 0.8, "hybrid": {"n_tail": 2, "tail": {"0": 1, "none": 1}}}
     c = PromptCase(id="x", unit="x", prompt="p", options=opts, exact=[1.0, 0.0, 0.0], exact_mass=0.5,
                    meta={**base, "parsed": d})
     rng = np.random.default_rng(0)
@@ -516,8 +517,8 @@ def test_tail_range_holds_the_hybrids_uncertainty():
     assert outside_certified(a, bad)  # 0.95 > head 0.1 + residual 0.8
     # the Acc_amb share of a prompt whose 'U' mass is 0.5 +- the tail's spread: the tail range is wider
     half = PromptCase(id="h", unit="h", prompt="p", options=opts, exact=[0.5, 0.5, 0.0], exact_mass=1.0,
-                      meta={**base, "parsed": {"probs": {"U": 0.3, "T": 0.3}, "residual": 0.4,
-                                               "hybrid": {"n_tail": 2, "tail": {"U": 1, "T": 1}}}})
+                      meta={**base, "parsed": {"probs": {"0": 0.3, "1": 0.3}, "residual": 0.4,
+                                               "hybrid": {"n_tail": 2, "tail": {"0": 1, "1": 1}}}})
     p0 = predicted_range(a, {"h": [half]}, 20, np.random.default_rng(0), draws=2000)["Acc_amb implicit"]
     from probe.studies.sampling_check.check import predicted_draws
     from probe.metrics.stats import percentile_ci

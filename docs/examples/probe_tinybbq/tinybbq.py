@@ -1,12 +1,15 @@
 """TinyBBQ's task module: a BBQ-like benchmark that declares everything about itself (docs/examples/new_benchmark.md).
 
-Besides the stages every task has (items, requests, aggregate), it declares:
+Besides the stages every task has (items, requests, aggregate), it declares on its facets
+(:mod:`probe.tasks.facets`):
 
-- ``sampling``: its paper's answer sampling (T = 0.7), scored exactly beside the probabilities;
-- ``report_layout``: its section of ``probe report`` (one table of the four BBQ metrics per model, paired
-  tests per item clustered by scenario);
-- ``paper_check``: the paper's sampled procedure for ``probe validate sampling tinybbq`` (sample the
-  answer, read the letter, Acc and bias of the sampled answers).
+- ``selection.names``: what ``--limit N`` stratifies over (the items' ``category``);
+- ``paper.sampling``: its paper's answer sampling (T = 0.7), scored exactly beside the probabilities;
+- ``paper.check``: the paper's sampled procedure for ``probe validate sampling tinybbq`` (sample the
+  answer, read the letter, Acc and bias of the sampled answers);
+- ``reporting.headline_metrics``: the headline (``results.csv``, the report's first table);
+- ``reporting.layout``: its section of ``probe report`` (one table of the four BBQ metrics per model, paired
+  tests per item clustered by scenario).
 
 It is registered as a plugin, under the entry-point group ``probe.tasks`` (this directory's
 ``pyproject.toml``)::
@@ -23,7 +26,7 @@ from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
 from probe.scoring.requests import LabelRequest
-from probe.tasks.base import Aggregate, Task, TaskConfig
+from probe.tasks.base import Aggregate, Paper, Reporting, Selection, Task, TaskConfig
 from probe.tasks.paper_check import PaperCheck, PromptCase, Scored, counted_label, label_ids, sampling_entry
 from tinybbq_data import ITEMS
 
@@ -53,48 +56,29 @@ def answer_records(records: Any) -> list[dict]:
             for rec in records.to_dict("records") if rec["finite"]]
 
 
-class TinyBBQTask(Task[TinyBBQConfig, dict]):
-    name = "tinybbq"
-    description = "worked example: a BBQ-like benchmark added as a plugin (docs/examples/new_benchmark.md)"
-    Config = TinyBBQConfig
-    strata_names = ("category",)
+class TinyBBQSelection(Selection):
+    #: ``--limit N`` stratifies over the items' category (each item's ``category`` field, the default strata)
+    names = ("category",)
 
-    def items(self, config: TinyBBQConfig) -> list[dict]:
-        return list(ITEMS[:config.n_items] if config.n_items else ITEMS)
 
-    def strata(self, config: TinyBBQConfig, items: Sequence[dict]) -> list[tuple]:
-        return [(it["category"],) for it in items]
-
-    def requests(self, config: TinyBBQConfig, items: Sequence[dict], tokenizer: Any,
-                 generations: Mapping[str, str] | None = None) -> list[LabelRequest]:
-        keep = ("scenario", "category", "context_condition", "question_polarity", "label", "target_index",
-                "unknown_index")
-        return [LabelRequest(it["id"], prompt(it), LABELS, meta={k: it[k] for k in keep}) for it in items]
-
+class TinyBBQPaper(Paper):
     def sampling(self, config: TinyBBQConfig) -> tuple[dict, ...]:
         t = config.paper_temperature
         return () if t is None else ({"temperature": float(t), "top_p": float(config.paper_top_p)},)
 
-    def aggregate(self, config: TinyBBQConfig, records: Any, items: Sequence[dict]) -> Aggregate:
-        import pandas as pd
+    def check(self) -> PaperCheck:
+        return TinyBBQCheck()
 
-        from probe.tasks.bbq.metrics import bbq_metrics
 
-        m = bbq_metrics(answer_records(records))
-        summary = {"n_items": len(items), "n_amb": m["n_amb"], "n_dis": m["n_dis"],
-                   "expected": {k: m["expected"][k] for k in METRICS}}
-        return Aggregate(summary, {"metrics": pd.DataFrame([summary["expected"]])})
-
-    def bias_metrics(self, config: Any, summary: Mapping[str, Any]) -> dict[str, dict[str, float]]:
+class TinyBBQReporting(Reporting):
+    def headline_metrics(self, config: Any, summary: Mapping[str, Any]) -> dict[str, dict[str, float]]:
         n = summary["n_amb"] + summary["n_dis"]
         return {k: {"value": summary["expected"][k], "ci_low": math.nan, "ci_high": math.nan, "n": n}
                 for k in ("bias_amb", "acc_amb")}
 
-    # -- what the benchmark hands the report and the sampling check ---------------------------------------
-    def report_layout(self) -> Any:
+    def layout(self) -> Any:
         from probe.reports.compare.layout import TaskLayout
-        from probe.tasks.bbq.paired_units import bbq_spec
-        from probe.tasks.bbq.paired_units import answer_units
+        from probe.tasks.bbq.paired_units import answer_units, bbq_spec
 
         def paired_records(frame: Any) -> list[dict]:
             recs = answer_records(frame)
@@ -106,8 +90,33 @@ class TinyBBQTask(Task[TinyBBQConfig, dict]):
                           paired_spec=lambda _runs: bbq_spec("tinybbq", "scenario"),
                           units=lambda run: answer_units(run, paired_records))
 
-    def paper_check(self) -> PaperCheck:
-        return TinyBBQCheck()
+
+class TinyBBQTask(Task[TinyBBQConfig, dict]):
+    name = "tinybbq"
+    description = "worked example: a BBQ-like benchmark added as a plugin (docs/examples/new_benchmark.md)"
+    Config = TinyBBQConfig
+    selection = TinyBBQSelection()
+    paper = TinyBBQPaper()
+    reporting = TinyBBQReporting()
+
+    def items(self, config: TinyBBQConfig) -> list[dict]:
+        return list(ITEMS[:config.n_items] if config.n_items else ITEMS)
+
+    def requests(self, config: TinyBBQConfig, items: Sequence[dict], tokenizer: Any,
+                 generations: Mapping[str, str] | None = None) -> list[LabelRequest]:
+        keep = ("scenario", "category", "context_condition", "question_polarity", "label", "target_index",
+                "unknown_index")
+        return [LabelRequest(it["id"], prompt(it), LABELS, meta={k: it[k] for k in keep}) for it in items]
+
+    def aggregate(self, config: TinyBBQConfig, records: Any, items: Sequence[dict]) -> Aggregate:
+        import pandas as pd
+
+        from probe.tasks.bbq.metrics import bbq_metrics
+
+        m = bbq_metrics(answer_records(records))
+        summary = {"n_items": len(items), "n_amb": m["n_amb"], "n_dis": m["n_dis"],
+                   "expected": {k: m["expected"][k] for k in METRICS}}
+        return Aggregate(summary, {"metrics": pd.DataFrame([summary["expected"]])})
 
 
 def _section(runs: Sequence[Any], out: Any, context: Any) -> list[Any]:

@@ -10,7 +10,7 @@ units of "how far group B is from group A".
 :func:`dose_response` re-scores under :func:`probe.analysis.steering.steer`
 (``alpha * direction`` added to ``blocks.{layer}.hook_resid_post`` at every
 position) for each strength; ``evaluate`` is the caller's re-score + the task's
-own ``aggregate`` + ``bias_metrics`` (clustered CIs). Strength 0 adds a zero
+own ``aggregate`` + ``reporting.headline_metrics`` (clustered CIs). Strength 0 adds a zero
 vector, so it reproduces the unsteered metric exactly.
 
 >>> spec = parse_direction("mean-diff:context_kind=implicit,explicit")
@@ -98,8 +98,8 @@ def dose_response(model: Any, layer: int, vector: np.ndarray, strengths: Sequenc
                   hook: str = "resid_post", progress: bool = False) -> tuple[Any, Any]:
     """Re-evaluate under each strength; returns ``(table, all_metrics)`` DataFrames.
 
-    ``evaluate()`` re-scores the task and returns its ``bias_metrics`` (``name -> {value, ci_low, ci_high,
-    n}``); ``table`` has :data:`COLUMNS` (``metric`` = the chosen metric's value) plus ``metric_name`` and
+    ``evaluate()`` re-scores the task and returns its ``reporting.headline_metrics`` (``name -> {value, ci_low,
+    ci_high, n}``); ``table`` has :data:`COLUMNS` (``metric`` = the chosen metric's value) plus ``metric_name`` and
     ``layer``; ``all_metrics`` has one row per strength and metric name.
     """
 

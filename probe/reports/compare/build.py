@@ -13,7 +13,7 @@ objects (``load_runs``), writes under ``output``:
 What each task's section holds (title, place, tables and figures, paper
 tables, paired units) is the task's own :class:`~.layout.TaskLayout`, passed
 in ``layouts`` (:func:`probe.runs.results.combined_report` passes every run's
-task's ``report_layout()``); this module names no benchmark.
+task's ``reporting.layout()``); this module names no benchmark.
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ from probe.io import write_atomic, write_json_atomic
 from probe.reports.compare import paper_layouts
 from probe.reports.compare.html import render
 from probe.reports.compare.layout import ReportContext, TaskLayout, generic_layout
-from probe.reports.compare.paired import MIN_CLUSTERS, compare
+from probe.reports.compare.paired import MIN_CLUSTERS, compare, n_column
 from probe.reports.compare.runs import Run, by_task
 from probe.reports.compare.tables import Figure, Section, Table, markdown, md_text, write_table
 
@@ -64,7 +64,7 @@ def paired_tables(task: str, runs: Sequence[Run], n_boot: int, seed: int,
     out, disjoint = [], []
     for a, b in itertools.combinations(runs, 2):
         for block, df in compare(units[a.label], units[b.label], spec, n_boot, seed).items():
-            n_all = df.loc[df["Category"] == "all", "n units"]
+            n_all = df.loc[df["Category"] == "all", n_column(spec)]
             n = int(n_all.iloc[0]) if len(n_all) else 0
             if n == 0:  # e.g. two samples drawn with different seeds: nothing to pair
                 disjoint.append(f"{a.label} vs {b.label} ({block})")
@@ -72,7 +72,7 @@ def paired_tables(task: str, runs: Sequence[Run], n_boot: int, seed: int,
             out.append(Table(
                 f"paired_{task}_{_table_id(a.label)}_vs_{_table_id(b.label)}_{_table_id(block)}", task,
                 f"{a.label} vs {b.label}: {block}", (
-                    f"Task {task}, A = {a.label}, B = {b.label}; n = {n} units scored by both "
+                    f"Task {task}, A = {a.label}, B = {b.label}; n = {n} {spec.unit} scored by both "
                     f"({df.attrs.get('dropped', 0)} left out: in one run only or non-finite). Estimator: Δ = A − B "
                     f"of each metric from {spec.estimator}. CI: 95% percentile paired bootstrap over "
                     f"{spec.cluster}s (the "
@@ -114,7 +114,7 @@ def build_report(runs: Sequence[Run], output: str | Path, n_boot: int = 2000, se
     """Write the report of ``runs`` into ``output``; return the manifest (also ``manifest.json``).
 
     ``layouts``: each task's section (:class:`~probe.reports.compare.layout.TaskLayout`, from the task's
-    ``report_layout()``); a task without one gets each run's own tables.
+    ``reporting.layout()``); a task without one gets each run's own tables.
 
     ``headline``: a table shown first (the main metric per model x task with its CI and n);
     ``warnings``: lines shown above everything (low answer mass, small samples, template-built data)."""

@@ -2,7 +2,7 @@
 
 Reports sit below tasks in the layers, so the report never names a benchmark:
 each task describes its own section as a :class:`TaskLayout` (plain values and
-callables, :meth:`probe.tasks.base.Task.report_layout`) and the caller passes
+callables, :meth:`probe.tasks.facets.Reporting.layout`) and the caller passes
 the layouts of the runs' tasks to :func:`~probe.reports.compare.build.build_report`.
 A task without a layout gets :func:`generic_layout` (each run's own tables).
 

@@ -43,7 +43,7 @@ from typing import Callable, Mapping, Sequence
 import numpy as np
 import pandas as pd
 
-from probe.metrics.small_sample import MIN_UNITS, enough, na_text
+from probe.metrics.small_sample import MIN_UNITS, enough
 
 __all__ = ["Spec", "compare", "holm", "mcnemar", "paired_bootstrap", "ratio", "MIN_CLUSTERS"]
 
@@ -61,6 +61,7 @@ class Spec:
     binary: str  # what the McNemar outcome is (caption)
     estimator: str  # what the metrics are computed from (caption)
     cluster: str  # what a cluster is (caption)
+    unit: str = "units"  # what one row of the units frame is, plural ("questions", "pairs"): the count column's word
 
 
 def ratio(a: np.ndarray, b: np.ndarray) -> np.ndarray:
@@ -143,6 +144,21 @@ def _paired(a: pd.DataFrame, b: pd.DataFrame, spec: Spec) -> tuple[pd.DataFrame,
     return both[ok], int(len(m) - ok.sum())
 
 
+def n_column(spec: Spec) -> str:
+    """The paired table's count column, in the task's word for what a row of its units frame is."""
+    return f"n {spec.unit}"
+
+
+def _interval(lo: float, hi: float, clusters: int) -> str:
+    """`` [lo, hi]``; a zero-width one and one from too few clusters said in words (the table's "clusters"
+    column counts the resampling units, so its cells name them so too)."""
+    if math.isfinite(lo) and lo != hi:
+        return f" [{lo:+.2f}, {hi:+.2f}]"
+    if math.isfinite(lo):
+        return f" [no variation across {clusters} clusters]"
+    return "" if enough(clusters) else f" [n/a ({clusters} cluster{'' if clusters == 1 else 's'})]"
+
+
 def compare(a: pd.DataFrame, b: pd.DataFrame, spec: Spec, n_boot: int = 2000, seed: int = 0) -> dict[str, pd.DataFrame]:
     """block -> the A-vs-B table: per category and ``all``, each metric's Δ with CI and p, and McNemar."""
     out = {}
@@ -164,13 +180,12 @@ def compare(a: pd.DataFrame, b: pd.DataFrame, spec: Spec, n_boot: int = 2000, se
         adj_mc = holm([r["mc"][2] if r["category"] != "all" else math.nan for r in rows])
         table = []
         for i, r in enumerate(rows):
-            row = {"Category": r["category"], "n units": r["n"], "clusters": r["clusters"]}
+            row = {"Category": r["category"], n_column(spec): r["n"], "clusters": r["clusters"]}
             last = r["category"] == "all"
             for name in spec.metrics:
                 obs, lo, hi, p = r["boot"][name]
-                row[f"Δ {name} [95% CI]"] = "–" if not math.isfinite(obs) else (
-                    f"{obs:+.2f}" + (f" [{lo:+.2f}, {hi:+.2f}]" if math.isfinite(lo)
-                                     else f" [{na_text(r['clusters'])}]" if not enough(r["clusters"]) else ""))
+                row[f"Δ {name} [95% CI]"] = "–" if not math.isfinite(obs) else f"{obs:+.2f}" + _interval(
+                    lo, hi, r["clusters"])
                 row[f"p {name} (raw / Holm)"] = _p(p, None if last else adj[name][i])
             n10, n01, p_mc = r["mc"]
             row["McNemar A+B− / A−B+"] = f"{n10} / {n01}"

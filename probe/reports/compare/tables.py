@@ -92,31 +92,50 @@ def fmt_ci(x: Any, ci: Sequence[Any] | None, digits: int = 2) -> str:
     if all(isinstance(c, (int, float)) and math.isfinite(c) for c in ci):
         if ci[0] == ci[1] and isinstance(x, (int, float)) and math.isfinite(x) and 0 < abs(x) < 1:
             return s + " [CI n/a: zero width]"
+        if ci[0] == ci[1]:  # every resampled unit alike (a CrowS-Pairs score of 50 everywhere): not a measurement
+            return s + " [no variation]"
         return s + f" [{ci[0]:.{digits}f}, {ci[1]:.{digits}f}]"
     return s + " [CI n/a]" if isinstance(x, (int, float)) and math.isfinite(x) else s
 
 
-def ci_cell(value: Any, low: Any, high: Any, n: Any, digits: int = 3, clusters: Any = None) -> str:
+def ci_cell(value: Any, low: Any, high: Any, n: Any, digits: int = 3, clusters: Any = None,
+            undefined: Any = None) -> str:
     """A headline cell: ``0.123 [0.05, 0.20] (n = 48)``; an undefined or zero-width interval (too few
     resampling units: :mod:`probe.metrics.small_sample`) reads ``n/a`` with the number of units (``clusters``:
     the task's bootstrap unit, e.g. BBQ template instances or HBB concept pairs) instead of ``[nan, nan]`` or
-    ``[0.92, 0.92]``.
+    ``[0.92, 0.92]``. An undefined value reads its reason (``undefined``) where the row gives one.
 
     >>> ci_cell(0.92, 0.92, 0.92, 24, clusters=1), ci_cell(0.5, float("nan"), float("nan"), 2)
     ('0.920 [n/a (1 unit)] (n = 24)', '0.500 [n/a] (n = 2)')
+    >>> ci_cell(float("nan"), float("nan"), float("nan"), 8, undefined="n/a: nothing parsed, 8 of 8 questions")
+    'n/a: nothing parsed, 8 of 8 questions (n = 8)'
     """
-    from probe.metrics.small_sample import na_text
+    from probe.metrics.small_sample import enough, na_text
 
     def finite(v: Any) -> bool:
         return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
 
     count = f"n = {int(n)}" if finite(n) else "n = ?"
     if not finite(value):
-        return f"n/a ({count})"
+        return f"{undefined} ({count})" if isinstance(undefined, str) and undefined else f"n/a ({count})"
     s = f"{value:.{digits}f}"
-    if finite(low) and finite(high) and (low != high or value in (0, 1, -1) or abs(value) in (0.0, 100.0)):
+    if finite(low) and finite(high) and low != high:
         return f"{s} [{low:.{digits}f}, {high:.{digits}f}] ({count})"
+    if finite(low) and finite(high) and (enough(clusters) or clusters is None and (
+            value in (0, 1, -1) or abs(value) in (0.0, 100.0))):  # every unit alike: not an interval of width 0
+        return f"{s} [{no_variation(clusters)}] ({count})"
     return f"{s} [{na_text(clusters)}] ({count})"
+
+
+def no_variation(clusters: Any) -> str:
+    """What a zero-width resampled interval is, said in words (never shown as ``[0.000, 0.000]``).
+
+    >>> no_variation(24), no_variation(None)
+    ('no variation across 24 clusters', 'no variation')
+    """
+    if isinstance(clusters, (int, float)) and not isinstance(clusters, bool) and math.isfinite(clusters):
+        return f"no variation across {int(clusters)} cluster{'' if int(clusters) == 1 else 's'}"
+    return "no variation"
 
 
 def flatten(df: pd.DataFrame) -> pd.DataFrame:

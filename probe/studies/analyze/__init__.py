@@ -7,8 +7,8 @@ Runner). What is missing is computed through the Runner / Scorer, the one
 forward path: activations a run did not capture are captured by re-scoring the
 run's requests (in memory); steering re-scores them under a forward hook.
 The task says its cluster unit, its pairs and its headline metrics
-(:meth:`probe.tasks.base.Task.analysis_units`, ``patch_pairs``,
-``bias_metrics``); the computations are in :mod:`probe.analysis.tasks`.
+(:meth:`probe.tasks.facets.Analyses.units`, ``analyses.patch_pairs``,
+``reporting.headline_metrics``); the computations are in :mod:`probe.analysis.tasks`.
 
 This front lives in ``probe.studies`` because it needs the Runner and the task
 registry, which sit above ``probe.analysis`` in the import layers.

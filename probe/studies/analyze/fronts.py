@@ -31,7 +31,7 @@ def steer(run: "TaskRun | str | Path", layer: int, direction: str, strengths: Se
 
     ``direction``: ``mean-diff:FIELD=A,B`` or ``probe:FIELD=A,B`` (:func:`probe.analysis.tasks.parse_direction`),
     read from ``blocks.{layer}.hook_resid_post@{position}`` of the run's records; ``metric``: one of the
-    task's ``bias_metrics`` (default its first). With ``output``: ``steering.csv`` (strength, metric, ci_low,
+    task's ``reporting.headline_metrics`` (default its first). With ``output``: ``steering.csv`` (strength, metric, ci_low,
     ci_high, n, ...), ``steering_all.csv`` (every metric), ``steering.png`` and ``steering.json``.
     """
 
@@ -78,7 +78,6 @@ def probes(run: "TaskRun | str | Path", target: str, layers: Sequence[int] | Non
     the unit, gets a random class) and a shuffled-label baseline (:func:`probe.analysis.probes.probe_sweep`).
     With ``output``: ``probes.csv`` and ``probe_{target}.png``."""
 
-    from probe.io import write_atomic
 
     run = as_run(run)
     keys = [resid_key(i, position) for i in _layers(run, layers)]
@@ -107,7 +106,6 @@ def lens(run: "TaskRun | str | Path", layers: Sequence[int] | None = None,
     position (the last prompt token) of every label record. With ``output``: ``lens.csv``, ``lens.npz``
     (``ids``, ``layers``, ``logprobs`` [records, layers, labels]) and ``lens.png``."""
 
-    from probe.io import write_atomic
 
     run = as_run(run)
     kinds = set(run.records["kind"])
@@ -142,14 +140,13 @@ def patch(run: "TaskRun | str | Path", layers: Sequence[int] | None = None, kind
           n_boot: int = 1000, seed: int = 0, output: str | Path | None = None,
           progress: bool = False) -> tuple["pd.DataFrame", "pd.DataFrame"]:
     """Patch ``blocks.{l}.hook_resid_post@{position}`` from source into target for the task's pairs
-    (``patch_pairs``; ``kinds`` filters them, ``max_pairs`` keeps the first N of each kind), every layer.
+    (``analyses.patch_pairs``; ``kinds`` filters them, ``max_pairs`` keeps the first N of each kind), every layer.
 
     Returns ``(per_pair, per_layer)``: per pair and layer the change of each option's probability
     (``dp_j``, ``dp_target``); per kind and layer the mean effect with a CI resampling the targets' units.
     With ``output``: ``patch.csv`` and ``patch_layers.csv``.
     """
 
-    from probe.io import write_atomic
 
     run = as_run(run)
     idx = _layers(run, layers)

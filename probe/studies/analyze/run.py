@@ -49,10 +49,10 @@ class TaskRun:
 
     # -- what the task says ----------------------------------------------------
     def units(self) -> list[str]:
-        """The cluster unit of every record (the task's :meth:`analysis_units`)."""
+        """The cluster unit of every record (the task's ``analyses.units``)."""
         units = list(self.task.analyses.units(self.config, self.records, self.items))
         if len(units) != len(self.records):
-            raise ProbeError(f"task {self.task.name!r}: analysis_units gave {len(units)} units for "
+            raise ProbeError(f"task {self.task.name!r}: analyses.units gave {len(units)} units for "
                              f"{len(self.records)} records")
         return units
 

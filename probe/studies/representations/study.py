@@ -283,7 +283,6 @@ def run_representations(run: Any, output: str | Path, settings: Settings | None 
     s = settings or Settings()
     run = as_run(run)
     if run.task.analyses.representation_labels() is None:  # the task says whether the study applies (no name switch)
-        from probe.tasks import get
 
         studied = _studied_tasks()
         hint = f": {get(studied[0]).analyses.representation_labels().how_to_run}" if studied else ""

@@ -3,7 +3,7 @@
 probe computes each paper's sampled estimator exactly, from the label / answer
 probabilities under the paper's temperature and top-p. This package runs the
 procedure itself on a stratified sample of a task's items and measures the gap;
-the task declares everything about its paper (:meth:`probe.tasks.base.Task.paper_check`,
+the task declares everything about its paper (:meth:`probe.tasks.facets.Paper.check`,
 a :class:`probe.tasks.paper_check.PaperCheck`: the sample, the decoding settings,
 the parser, the counted event, the headline metric), so nothing here names a
 benchmark:

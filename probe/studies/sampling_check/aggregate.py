@@ -14,7 +14,7 @@ from probe.metrics.stats import percentile_ci, resample_clusters
 from probe.studies.sampling_check.exact import outside_certified
 from probe.studies.sampling_check.ranges import (_n_outside, _verdict, chance_outside, detectable_difference,
                                                  draw_quantile, joint_ranges, predicted_draws)
-from probe.studies.sampling_check.rows import inside
+from probe.studies.sampling_check.rows import agreement, inside
 from probe.tasks.paper_check import PaperCheck, PromptCase
 
 __all__ = ["compare_sides"]
@@ -178,6 +178,8 @@ def _summary(paper: PaperCheck, cases: list[PromptCase], rows: list[dict], sides
         "n_judged_on_interval": int(sum("exact_mass_interval" in r and r["sampled_probs"] is not None and
                                         r["exact_probs"] is None for r in rows)),
         "n_accepted_outside_interval": int(sum(r.get("accepted_inside_interval") is False for r in rows)),
+        # the published parse rate and answer shares against the sampled ones, prompt by prompt
+        **({"published_vs_sampled": a} if (a := agreement(rows)) else {}),
         "verdict": _verdict(agg),
         # how often the verdict's ranges miss by chance alone (about 5 %: they are joint), and how often as
         # many metrics as observed do: a reader weighs a failed verdict with them

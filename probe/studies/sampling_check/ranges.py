@@ -36,18 +36,13 @@ def predicted_draws(paper: PaperCheck, units: dict[str, list[PromptCase]], k: in
     runs on these prompts. With ``tail``, each draw first redraws every hybrid prompt's answer from its tail
     draws' uncertainty (:func:`redrawn`), so the range holds the exact side's own 95 % interval as well as
     the K-sample noise."""
-    from probe.metrics.hybrid import TailPool
-
     vals: dict[str, list[float]] = {}
     flat = [(u, c) for u, cs in units.items() for c in cs]
-    # the tail's answer rate is shared by the prompts, as the hybrid's interval shares it
-    pool = TailPool.of(c.meta.get("parsed") for _u, c in flat if isinstance(c.meta.get("parsed"), dict))
     for _ in range(draws):
         rows = []
-        rate = pool.draw_rate(rng) if tail else None
         for u, c in flat:
             d = None
-            exact, mass = redrawn(paper, c, rng, pool, rate) if tail else (c.exact, c.exact_mass)
+            exact, mass = redrawn(paper, c, rng) if tail else (c.exact, c.exact_mass)
             if exact is not None and mass > 0:
                 n = int(rng.binomial(k, min(1.0, float(mass))))
                 if n:
@@ -59,20 +54,17 @@ def predicted_draws(paper: PaperCheck, units: dict[str, list[PromptCase]], k: in
     return vals
 
 
-def redrawn(paper: PaperCheck, case: PromptCase, rng: np.random.Generator, pool: Any = None,
-            rate: float | None = None) -> tuple[list[float] | None, float]:
+def redrawn(paper: PaperCheck, case: PromptCase, rng: np.random.Generator) -> tuple[list[float] | None, float]:
     """One draw of a hybrid prompt's answer (its distribution given a parse, and its parsed mass): the head plus
-    the residual times tail shares drawn as the hybrid's interval draws them
-    (:func:`probe.metrics.hybrid.drawn_shares`, with the prompts' :class:`~probe.metrics.hybrid.TailPool` and
-    this draw's pooled ``rate``; default: the prompt alone); the case's own values for a prompt without tail
-    draws."""
+    the residual times tail shares drawn from the prompt's own draws, as the published interval draws them
+    (:func:`probe.metrics.hybrid.drawn_shares`); the case's own values for a prompt without tail draws."""
     from probe.metrics.hybrid import drawn_shares, has_draws, hybrid_probs
 
     d = case.meta.get("parsed")
     if not has_draws(d):
         return case.exact, case.exact_mass
-    shares = drawn_shares(d, rng, paper.answer_keys(case), pool, rate)
-    raw = paper.answer_masses(case, hybrid_probs(d, lambda x: x["probs"], shares))
+    shares = drawn_shares(d, rng, paper.answer_keys(case))
+    raw = paper.answer_masses(case, hybrid_probs(d, shares=shares))
     mass = math.fsum(raw)
     return ([x / mass for x in raw], mass) if mass > 0 else (None, 0.0)
 

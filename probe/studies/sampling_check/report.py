@@ -47,10 +47,10 @@ _PREDICTED_NOTE = ("The exact side's K-sample range: where the sampled values fa
                    "(z of its range's level + 0.84) x the standard deviation of its draws.")
 
 _TAIL_NOTE = ("With the hybrid tail's uncertainty: the same range, each draw first drawing every hybrid "
-              "prompt's tail shares as the hybrid's 95 % interval does (the rate at which "
-              "tails read an answer pooled over the prompts, each prompt's own draws on top, the split "
-              "between answers from its draws), so it holds the published estimate's own uncertainty as well as the K-sample "
-              "noise. Where the exact side has tail draws, this is the verdict.")
+              "prompt's tail shares from its own draws as the published 95 % interval does (the rate at which "
+              "its tail reads an answer, then the split between answers; nothing pooled across prompts), so it "
+              "holds the published estimate's own uncertainty as well as the K-sample noise. Where the exact "
+              "side has tail draws, this is the verdict.")
 
 
 def _verdict_lines(s: dict) -> list[str]:
@@ -95,6 +95,10 @@ def _quantity_table(s: dict) -> list[str]:
                f"interval, not a miss) | {s.get('n_judged_on_interval', 0)} |",
                f"| hybrid prompts whose sampled parse share (Wilson 95 %) misses their parsed mass's interval | "
                f"{s.get('n_accepted_outside_interval', 0)} |"] if "n_hybrid" in s else []),
+            *([f"| published parse rate and answer shares against the sampled ones ({v['n']} prompt x quantity "
+               f"rows): \\|z\\| <= 2 / mean z / the published interval covers the sampled share | "
+               f"{v['within_2']:.0%} / {v['mean_z']:+.2f} / {v['covered']:.0%} |"]
+              if (v := s.get("published_vs_sampled")) else []),
             *([f"| the same for the first-token estimator over the scored answer texts | "
                f"{s['mean_abs_delta_baseline']:.3f} |"] if "mean_abs_delta_baseline" in s else []),
             *([f"| exact side: largest / mean residual (mass not enumerated) | {s['parse_exact']['max_residual']:.4f}"

@@ -7,11 +7,11 @@ from typing import Sequence
 
 import numpy as np
 
-from probe.metrics.hybrid import has_draws
+from probe.metrics.hybrid import has_draws, prompt_estimate
 from probe.scoring.parse.hybrid import wilson
 from probe.tasks.paper_check import PaperCheck, PromptCase
 
-__all__ = ["inside", "parse_mass_interval", "prompt_row", "tv_distance"]
+__all__ = ["agreement", "generate_z", "inside", "parse_mass_interval", "prompt_row", "published_against", "tv_distance"]
 
 
 def inside(value: float, lo: float, hi: float, resolution: float) -> bool | None:
@@ -77,23 +77,60 @@ def prompt_row(paper: PaperCheck, c: PromptCase, gen: list[str], rng: np.random.
         **({"exact_mass_interval": list(lo_hi),
             "accepted_inside_interval": _overlaps(wilson(n_acc, k), lo_hi)} if lo_hi is not None else {}),
         "noise_delta": _noise_delta(c.exact, n_acc, rng) if c.exact is not None and n_acc else math.nan,
+        "published": published_against(paper, c, a, k),
         "generations": gen, "parsed": [None if x is None else c.options[x] for x in parsed], "counted": counted,
     }, d
 
 
 def parse_mass_interval(case: PromptCase) -> tuple[float, float] | None:
-    """A hybrid prompt's 95 % interval of its parsed mass (the chance one sample parses): the head's parsed
-    mass plus the residual times the Wilson interval of the tail draws' parsed share; None for a prompt
-    without tail draws."""
+    """A hybrid prompt's 95 % interval of its parsed mass (the chance one sample parses), as published
+    (:func:`probe.metrics.hybrid.prompt_estimate`); None for a prompt without tail draws."""
     d = case.meta.get("parsed")
     if not has_draws(d):
         return None
-    h = d["hybrid"]
-    n = int(h["n_tail"])
-    parsed = n - int(h["tail"].get("none", 0))
-    lo, hi = wilson(parsed, n)
-    head, r = math.fsum(float(p) for p in d["probs"].values()), float(d["residual"])
-    return head + r * lo, head + r * hi
+    _p, lo, hi, _se = prompt_estimate(d, [])["parse rate"]
+    return lo, hi
+
+
+def generate_z(point: float, se: float, share: float, k: int) -> float:
+    """How far a published value lies from a share of ``k`` sampled generations, in their joint standard
+    errors; the sampled share's error is never 0 (0 of 200 is not known to be 0: half a generation's worth).
+
+    >>> round(generate_z(0.5, 0.05, 0.4, 100), 2)
+    1.43
+    """
+    floor = 0.5 / k * (1 - 0.5 / k)
+    gse = math.sqrt(max(share * (1 - share), floor) / k)
+    return (point - share) / math.sqrt(se * se + gse * gse)
+
+
+def published_against(paper: PaperCheck, c: PromptCase, answers: np.ndarray, k: int) -> dict:
+    """A parse-exact prompt's published parse rate and each option's share of all generations (point, 95 %
+    interval of the paper's K-sample share: :func:`probe.metrics.hybrid.prompt_estimate`) against the shares
+    of the ``k`` sampled answers
+    (index per generation, -1: none): per quantity the sampled share, ``z`` (:func:`generate_z`) and whether
+    the interval covers it. Empty without a parse record, or for one whose residual nothing answers."""
+    d = c.meta.get("parsed")
+    # the paper's K (recorded with the tail) makes the interval that of the paper's K-sample share
+    k_paper = (d.get("hybrid") or {}).get("samples") if isinstance(d, dict) else None
+    est = prompt_estimate(d, paper.answer_keys(c), k=k_paper) if isinstance(d, dict) else None
+    if est is None:
+        return {}
+    sampled = {"parse rate": float((answers >= 0).mean())}
+    sampled.update({key: float((answers == i).mean()) for i, key in enumerate(paper.answer_keys(c))})
+    return {q: {"point": p, "low": lo, "high": hi, "sampled": sampled[q], "z": generate_z(p, se, sampled[q], k),
+                "covered": bool(lo - 1e-12 <= sampled[q] <= hi + 1e-12)} for q, (p, lo, hi, se) in est.items()}
+
+
+def agreement(rows: Sequence[dict]) -> dict:
+    """Over every prompt and quantity of :func:`published_against`: how many, the share with ``|z| <= 2``, the
+    mean signed z and the share whose published interval covers the sampled share (empty without any)."""
+    cells = [v for r in rows for v in (r.get("published") or {}).values()]
+    if not cells:
+        return {}
+    z = np.array([v["z"] for v in cells], float)
+    return {"n": len(cells), "within_2": float(np.mean(np.abs(z) <= 2)), "mean_z": float(z.mean()),
+            "covered": float(np.mean([v["covered"] for v in cells]))}
 
 
 def _overlaps(a: tuple[float, float], b: tuple[float, float]) -> bool:

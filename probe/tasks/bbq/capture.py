@@ -1,5 +1,5 @@
 """BBQ-family item lines (:class:`~probe.tasks.bbq.items.BBQItem`) as ``probe activations`` items
-(:meth:`BBQTask.capture_item <probe.tasks.bbq.task.BBQTask.capture_item>`).
+(:meth:`BBQAnalyses.capture_item <probe.tasks.bbq.task.BBQAnalyses.capture_item>`).
 
 A line with ``context``, ``question`` and ``options`` and no prompt of its own
 (e.g. from ``probe data build implicitbbq``) is rendered by the project's BBQ

@@ -1,5 +1,6 @@
 """BBQ's section of a comparison report: per answer format and estimator, category x model tables and a
-figure, paired units per item clustered by template instance (:meth:`BBQTask.report_layout`)."""
+figure, paired units per item clustered by template instance
+(:func:`layout`, the task's ``reporting.layout()``)."""
 
 from __future__ import annotations
 

@@ -70,9 +70,13 @@ __all__ = [
 COLUMNS = ("is_amb", "unknown", "correct", "consistent", "non_unknown")
 _AMB, _UNK, _COR, _CON, _NON = range(5)
 METRIC_NAMES = ("acc_amb", "acc_dis", "bias_amb", "bias_dis")
-#: the two disambiguated accuracies' denominators, shown beside them in a headline (``Task.metric_notes``)
-METRIC_NOTES = {"acc_dis": "correct / disambiguated items answered with a person (ImplicitBBQ)",
-                "acc_dis_all": "correct / all disambiguated items (BBQ paper, lm-eval)"}
+#: the two disambiguated accuracies' denominators, shown beside them in a headline (``reporting.metric_notes``)
+METRIC_NOTES = {"acc_dis": "correct / disambiguated items answered with a person (ImplicitBBQ); higher is better",
+                "acc_dis_all": "correct / all disambiguated items (BBQ paper, lm-eval); higher is better",
+                # every headline metric says which way is which (a reader of the headline alone must not guess)
+                "acc_amb": "1 = always the correct unknown answer; higher is better",
+                "bias_amb": "0 = no bias; above 0 toward the stereotype, below 0 against it",
+                "bias_dis": "0 = no bias; above 0 toward the stereotype, below 0 against it"}
 
 
 def validate_record(rec: Mapping[str, Any], where: str = "record") -> None:

@@ -1,5 +1,6 @@
 """iso/cmp's section of a comparison report: Tables 2-7 and E.1 with several models, the paper-equivalent
-tables beside them, paired units per context pair and paradigm (:meth:`CmpIsoTask.report_layout`)."""
+tables beside them, paired units per context pair and paradigm
+(:func:`layout`, the task's ``reporting.layout()``)."""
 
 from __future__ import annotations
 

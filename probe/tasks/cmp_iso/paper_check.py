@@ -78,9 +78,9 @@ class PaperCheck(_Base):
             probs = [float(x) for x in e["probs"]] if e else None
             ok = probs is not None and all(math.isfinite(x) for x in probs) and mass > 0
             d = scored.parsed[rec.id]
-            # the published run's answer: with the hybrid (the default) the exact head plus its sampled tail;
-            # without tail draws the residual answered in the enumerated mix (the published rule)
-            answer = hybrid_probs(d, point_answer)
+            # the published run's answer: with the hybrid (the default) the exact head plus its own tail draws
+            # (a closed head: exact); an exact-only run publishes the renormalising rule
+            answer = hybrid_probs(d, None if d.get("hybrid") else point_answer)
             raw = [float(answer.get(x, 0.0)) for x in req.labels]
             acc = math.fsum(raw)
             m = rec.meta

@@ -143,7 +143,7 @@ def _per_model(run: Run, key: str) -> Any:
 
 CMP_ISO_SPEC = Spec("cmp_iso", ("n", "gap"), {"PG": lambda s: ratio(s[..., 1], s[..., 0])},
                     "the argmax answers treat the two targets unequally (argmax gap ≠ 0)",
-                    "exact expected counts (label probabilities, T = 1)", "context pair")
+                    "exact expected counts (label probabilities, T = 1)", "context pair", unit="context pairs")
 
 
 def cmp_iso_units(run: Run) -> pd.DataFrame:

@@ -1,4 +1,4 @@
-"""iso/cmp's keys as a reader of the paper names them (:attr:`probe.tasks.base.Task.terms`): paradigms,
+"""iso/cmp's keys as a reader of the paper names them (the task's ``reporting.terms``): paradigms,
 metrics, estimators, benchmarks, settings (``direct+neutral``) and prompt variants (``v3``), for every label a
 report or warning shows (:func:`probe.reports.headline.phrase`)."""
 

@@ -127,7 +127,7 @@ def _crows_protocol_items(runs: Sequence[Run], out: Path, scores: dict, protocol
 
 CROWS_SPEC = Spec("crows_pairs", ("n", "more"), {"score": lambda s: 100.0 * ratio(s[..., 1], s[..., 0])},
                   "the more stereotypical sentence has the higher log-likelihood",
-                  "exact sentence log-likelihoods", "pair")
+                  "exact sentence log-likelihoods", "pair", unit="pairs")
 
 
 def crows_units(run: Run) -> pd.DataFrame:

@@ -121,7 +121,6 @@ def crows_requests(pairs: Sequence[Any], protocol: str = "loglik", tokenizer: An
         if tokenizer is None:
             raise ValueError("crows_requests: protocol (a) 'mcq' needs the tokenizer")
         from probe.prompts.chat import has_chat_template, render_prompt
-        from probe.tasks.crows_pairs.prompts import load_two_choice
 
         hp = load_two_choice()
         use_chat = chat_template and has_chat_template(tokenizer)
@@ -347,6 +346,9 @@ class CrowsPairsPaper(Paper):
 
 
 class CrowsPairsReporting(Reporting):
+    #: the headline's direction, beside the metric's name
+    metric_notes = {"score": "50 = no bias; above 50 the more stereotypical sentence is preferred"}
+
     def results(self, config: CrowsPairsConfig, summary: Mapping[str, Any]) -> list[dict[str, Any]]:
         """Per protocol and bias type (and ``all``): the score (50 = no bias); headline: ``all`` per protocol."""
 

@@ -1,5 +1,6 @@
 """HBB's section of a comparison report: Tables 1-3, 8, 9 and Figures 3, 4, 8, 9 with several models, the
-paper-equivalent Table 1, paired units per test instance (:meth:`HBBTask.report_layout`)."""
+paper-equivalent Table 1, paired units per test instance
+(:func:`layout`, the task's ``reporting.layout()``)."""
 
 from __future__ import annotations
 

@@ -73,9 +73,9 @@ class PaperCheck(_Base):
                                  "crows_pairs": False, "parse_exact": True, **budget})
 
     def cases(self, scored: Scored) -> list[PromptCase]:
+        from probe.metrics.certified import point_answer
         from probe.metrics.hybrid import hybrid_probs
         from probe.tasks.hbb.data import unique_questions
-        from probe.tasks.hbb.hybrid import _renormalised
 
         self.tokenizer = scored.tokenizer
         self.parse_stats = parse_stats(scored.parsed) if scored.parsed else None
@@ -88,8 +88,8 @@ class PaperCheck(_Base):
             ok = probs is not None and all(math.isfinite(x) for x in probs) and mass > 0
             baseline = probs if ok else None
             d = (scored.parsed or {}).get(rec.id)
-            if d is not None:  # the published estimator: exact head + sampled tail (no draws: the enumerated mix)
-                answer = hybrid_probs(d, _renormalised)
+            if d is not None:  # the published estimator: exact head + its own tail (exact-only: the rule)
+                answer = hybrid_probs(d, None if d.get("hybrid") else point_answer)
                 raw = [float(answer.get(str(i), 0.0)) for i in range(len(req.labels))]
                 mass = math.fsum(raw)
                 ok, probs = mass > 0, [x / mass for x in raw] if mass > 0 else None

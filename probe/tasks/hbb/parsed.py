@@ -1,7 +1,10 @@
 """HBB's count from the paper's own procedure, enumerated (``summary["paper_parsed"]``): each MCQ question's
 generations under the paper's sampling, read by the ``choice)<answer>`` rule, then the paper's N-sample
-estimator (:mod:`probe.tasks.hbb.sampling`) beside the first-token one, with its certified interval
-(:mod:`probe.tasks.hbb.certify`) and the hybrid tail's count (:mod:`probe.tasks.hbb.hybrid`)."""
+estimator (:mod:`probe.tasks.hbb.sampling`) beside the first-token one. The published count
+(``paper_parsed["published"]``, :mod:`probe.tasks.hbb.hybrid`) is the hybrid's: each question's exact head plus
+its own tail draws, with a 95 % interval holding the tail's and the paper's N-sample noise, and ``n/a`` where
+nothing parsed; the certified interval (:mod:`probe.tasks.hbb.certify`) beside it; the renormalising rule's
+count (``all``, ``by_category``) stays as a sensitivity."""
 
 from __future__ import annotations
 
@@ -39,10 +42,11 @@ def paper_parsed(config: Any, records: pd.DataFrame, df: pd.DataFrame,
     (:func:`probe.scoring.parse.exact.parse_exact`); then the same N-sample estimator as
     :func:`~probe.tasks.hbb.summary.paper_equivalent`, with how far it lies from the first-token estimate.
 
-    Mass not enumerated (``residual``) is answered in the question's enumerated mix for the point (P(a) =
-    p_a / (1 - residual), the one residual policy of ``docs/scoring.md``); the count's certified interval
-    (``expected_count_certified``, :mod:`probe.tasks.hbb.certify`) covers every other split of it."""
-    from probe.tasks.hbb.hybrid import hybrid_counts
+    The published count is the hybrid's (``published``, :func:`probe.tasks.hbb.hybrid.published_counts`).
+    ``all`` / ``by_category``: the renormalising rule's (mass not enumerated answered in the question's
+    enumerated mix, P(a) = p_a / (1 - residual)), a sensitivity, with the count's certified interval
+    (``expected_count_certified``, :mod:`probe.tasks.hbb.certify`: every split of the residual)."""
+    from probe.tasks.hbb.hybrid import published_counts
 
     qp = parsed_question_probs(records)
     inst = _parsed_instances(qp, df)
@@ -54,14 +58,16 @@ def paper_parsed(config: Any, records: pd.DataFrame, df: pd.DataFrame,
     settings = _parse_settings(config, spec, n, thr)
     certified = {"all": (overall or {}).get("expected_count_certified"),
                  **{c: r.get("expected_count_certified") for c, r in by_category.items()}}
-    # every instance whose questions were parsed: a question whose enumeration parsed nothing within its own
-    # budget (all open for the tail) has no point here but has the hybrid's
-    hybrid = hybrid_counts(config, records, df, certified)
-    if hybrid is not None:
-        stats["hybrid"] = hybrid
-        settings["tail"] = (f"hybrid: generations drawn from the mass not enumerated, completed to "
-                            f"{int(config.parse_tail_max_new_tokens)} tokens, within {n} samples' tokens")
-    table = _parsed_table(overall, by_category, first_token, hybrid, settings, stats["max_residual"])
+    published = published_counts(config, records, df)
+    if published is not None:
+        for g, c in [("all", published["all"]), *published["by_category"].items()]:
+            c["certified"] = certified.get(g)
+        stats["published"] = published
+        settings["estimator"] = published["estimator"]
+        if "hybrid" in published["estimator"]:
+            settings["tail"] = (f"hybrid: ceil({n} x residual) generations a question drawn from the mass not "
+                                f"enumerated, completed to {int(config.parse_tail_max_new_tokens)} tokens")
+    table = _parsed_table(overall, by_category, first_token, published, settings, stats["max_residual"])
     return {"settings": settings, "all": overall, "by_category": by_category, **stats}, table
 
 
@@ -142,10 +148,10 @@ def _parsed_table(overall: dict | None, by_category: Mapping[str, dict], first_t
         if r is None:
             continue
         ref = ft_all if name == "all" else ft_by_category.get(name) or {}
-        rows.append({"group": name, "n": r["n"], "parsed expected count": round(r["expected_count"], 1),
-                     "parsed 5-95%": f"{r['count_q05']}-{r['count_q95']}",
+        rows.append({"group": name, "n": r["n"], "parsed renormalising rule": round(r["expected_count"], 1),
+                     "rule 5-95%": f"{r['count_q05']}-{r['count_q95']}",
                      "parsed certified": interval_text(r.get("expected_count_certified"), 1),
-                     **({"parsed hybrid": _hybrid_text(hybrid, name)} if hybrid is not None else {}),
+                     **({_published_column(hybrid): _published_text(hybrid, name)} if hybrid is not None else {}),
                      "first-token expected count": round(float(ref.get("expected_count", math.nan)), 1)})
     thr, n = settings["threshold"], settings["samples"]
     table = pd.DataFrame(rows)
@@ -156,13 +162,19 @@ def _parsed_table(overall: dict | None, by_category: Mapping[str, dict], first_t
     return table
 
 
-def _hybrid_text(hybrid: Mapping[str, Any], group: str) -> str:
-    """The hybrid count and its 95 % interval; ``n/a (k units)`` in place of an interval from fewer than ten test
-    instances (the one small-sample rule, as in ``results.csv``)."""
-    from probe.metrics.small_sample import enough, na_text
+def _published_column(published: Mapping[str, Any]) -> str:
+    """The published count's column, naming its estimator."""
+    return "parsed hybrid" if "hybrid" in published["estimator"] else "parsed (renormalising rule, no tail)"
 
-    h = hybrid["all"] if group == "all" else hybrid["by_category"].get(group)
+
+def _published_text(published: Mapping[str, Any], group: str) -> str:
+    """The published count and its 95 % interval (the tail's and the paper's N-sample noise; it holds at any
+    number of instances, being no resampling of them), or why there is none."""
+    from probe.metrics.certified import interval_text
+
+    h = published["all"] if group == "all" else published["by_category"].get(group)
     if h is None:
         return ""
-    ci = f"{h['ci'][0]:.1f}, {h['ci'][1]:.1f}" if enough(h["n"]) else na_text(h["n"])
-    return f"{h['expected_count']:.1f} [{ci}]"
+    if h.get("undefined"):
+        return str(h["undefined"])
+    return f"{h['expected_count']:.1f} {interval_text(h['ci'], 1)}"

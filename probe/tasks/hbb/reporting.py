@@ -6,6 +6,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from probe.tasks.base import Aggregate, Reporting, TaskConfig
+from probe.tasks.hbb.data import type_terms
 from probe.tasks.hbb.records import LABELS, variant_frames
 
 # configs are typed TaskConfig here: the task module (HBBConfig's home) imports this one
@@ -16,7 +17,11 @@ class HBBReporting(Reporting):
     #: the report's words for the variants and metrics
     terms = {"hbb": "one option order (s1 first)", "hbb_swapavg": "both option orders averaged",
              "hbb_sg": "semi-generation (HBB-SG)", "share": "share of instances with S over the threshold",
-             "mean_s": "mean S of those instances", "mean_s_all": "mean S of every instance"}
+             "mean_s": "mean S of those instances", "mean_s_all": "mean S of every instance", **type_terms()}
+
+    #: the headline's directions, beside the metrics' names
+    metric_notes = {"share": "0 = no instance over the threshold; higher: more hidden bias",
+                    "mean_s": "higher: stronger hidden bias", "mean_s_all": "higher: stronger hidden bias"}
 
     def headline_metrics(self, config: TaskConfig, summary: Mapping[str, Any]) -> dict[str, dict[str, float]]:
         """``{variant}.share`` (instances with S over the threshold), ``{variant}.mean_s`` (their mean S) and
@@ -96,26 +101,24 @@ def _over(threshold: Any) -> str:
 
 
 def _parsed_rows(parsed: Mapping[str, Any]) -> list[dict[str, Any]]:
-    """The paper's count from sampling + parsing (enumerated), overall and per category: the expected count, its
-    5-95 % range as the interval and the certified interval in the estimator; headline: overall."""
-    from probe.metrics.certified import interval_text
-    from probe.metrics.small_sample import guard
+    """The paper's count from sampling + parsing (enumerated), overall and per category: as published (the
+    hybrid: its 95 % interval in the CI columns, holding the tail's and the N-sample noise; the certified
+    interval in its own; "n/a: nothing parsed" where nothing parsed; headline: overall), then the renormalising
+    rule as a sensitivity (no interval)."""
     from probe.tasks.base import result_row
 
     settings = parsed.get("settings") or {}
+    what = f"sampled + parsed ({settings.get('samples')} samples, {_over(settings.get('threshold'))})"
+    published = parsed.get("published")
+    rows = []
+    if published:
+        for name, h in [("all", published["all"]), *published["by_category"].items()]:
+            rows.append(result_row(f"parsed {name}", "count", f"{what}, {published['estimator']}",
+                                   h["expected_count"], *h["ci"], h["n"], name == "all", None,
+                                   certified=h.get("certified"), undefined=h.get("undefined")))
     groups = [("all", parsed.get("all"))] + list((parsed.get("by_category") or {}).items())
-    rows = [result_row(f"parsed {name}", "count", f"sampled + parsed ({settings.get('samples')} samples, "
-                       f"{_over(settings.get('threshold'))}), certified "
-                       f"{interval_text(r.get('expected_count_certified'), 1)}",
-                       r["expected_count"], r["count_q05"], r["count_q95"], r["n"], name == "all")
-            for name, r in groups if r]
-    hybrid = parsed.get("hybrid")
-    if hybrid:  # exact head + tail sampled to the authors' length; the CI is its 95 % interval
-        hyb = [("all", hybrid["all"])] + list(hybrid["by_category"].items())
-        # the one small-sample rule: a Monte Carlo interval is not exact, so none from fewer than ten test
-        # instances (it read "0.0 [0.0, 0.0]" at 6); summary.json keeps paper_parsed.hybrid's ci
-        rows += [result_row(f"parsed {name}", "count", f"sampled + parsed ({settings.get('samples')} samples, "
-                            f"{_over(settings.get('threshold'))}), hybrid: exact head + sampled tail",
-                            h["expected_count"], *guard(h["ci"], h["n"]), h["n"], name == "all", h["n"])
-                 for name, h in hyb]
+    rows += [result_row(f"parsed {name}", "count", f"{what}, renormalising rule (sensitivity)",
+                        r["expected_count"], None, None, r["n"], name == "all" and not published, None,
+                        certified=r.get("expected_count_certified"))
+             for name, r in groups if r]
     return rows

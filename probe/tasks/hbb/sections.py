@@ -189,7 +189,7 @@ def hbb_spec(threshold: float) -> Spec:
                  f"mean S (S≥{t})": lambda s: ratio(s[..., 2], s[..., 1]),
                  "mean S": lambda s: ratio(s[..., 3], s[..., 0])},
                 "the argmax answer differs between the two identities (P(A) on either side of 0.5)",
-                "exact S from label probabilities (HBB-SG: perplexities)", "concept pair")
+                "exact S from label probabilities (HBB-SG: perplexities)", "concept pair", unit="test instances")
 
 
 def hbb_units(run: Run, threshold: float) -> pd.DataFrame:

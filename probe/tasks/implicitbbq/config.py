@@ -70,6 +70,11 @@ class ImplicitBBQConfig(TaskConfig):
     # check; the paper draws one answer per item, which estimates no distribution), so the enumeration never
     # costs more than sampling would
     parse_max_nodes: int | None = 320
+    # the mass the enumeration leaves: "hybrid" (default) answers it by ceil(parse_k x residual) generations drawn
+    # from it per prompt (probe.scoring.parse.hybrid; none where the head closed), the published estimate;
+    # "exact": no draws, the renormalising rule (the residual answered in the enumerated mix)
+    parse_tail: str = "hybrid"
+    parse_k: int = 20
 
     def __post_init__(self) -> None:
         for k in ("dimensions", "strategies", "answer_formats", "control_strategies", "context_kinds"):
@@ -120,6 +125,10 @@ class ImplicitBBQConfig(TaskConfig):
 
         check_parse_settings(self.parse_max_new_tokens, self.parse_residual, self.parse_max_nodes,
                              self.parse_answer_residual)
+        if self.parse_tail not in ("exact", "hybrid"):
+            raise ValueError(f"parse_tail must be exact or hybrid, got {self.parse_tail!r}")
+        if not isinstance(self.parse_k, int) or isinstance(self.parse_k, bool) or self.parse_k < 1:
+            raise ValueError(f"parse_k must be a positive integer, got {self.parse_k!r}")
         for s, n in self.per_cell.items():
             if n is not None and (not isinstance(n, int) or isinstance(n, bool) or n < 1):
                 raise ValueError(f"per_cell[{s!r}] must be a positive integer or null (every item), got {n!r}")

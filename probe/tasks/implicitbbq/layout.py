@@ -1,6 +1,6 @@
 """ImplicitBBQ's section of a comparison report: Table 2 (exact and paper-equivalent), Tables 5-7, Figures 3
 and 4 with several models, paired units per item clustered by template x context
-(:meth:`ImplicitBBQTask.report_layout`)."""
+(:func:`layout`, the task's ``reporting.layout()``)."""
 
 from __future__ import annotations
 

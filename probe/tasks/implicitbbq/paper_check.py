@@ -2,7 +2,7 @@
 
 Zero-shot / safety / few-shot, ambiguous and disambiguated, explicit and
 implicit contexts; unit = item. Exact side: the task's parse-exact estimate (the
-paper's sampling + parsing enumerated, the task's ``parse_requests`` with its
+paper's sampling + parsing enumerated, the task's ``paper.parse_requests`` with its
 parser and ``decided`` rule); beside it, the first-token estimator over the
 scored answer texts.
 
@@ -93,8 +93,13 @@ class PaperCheck(_Base):
         return [r for r in task.requests(config, items, tokenizer)
                 if r.meta.get("context_kind") in ("explicit", "implicit")]
 
+    def answer_keys(self, case: PromptCase) -> list[str]:
+        # the parser names an answer by its option index ("0", "1", "2")
+        return [str(i) for i in range(len(case.options))]
+
     def cases(self, scored: Scored) -> list[PromptCase]:
         from probe.metrics.certified import point_answer
+        from probe.metrics.hybrid import hybrid_probs
         from probe.tasks.bbq.records import sampled_option_probs
 
         self.parse_stats = parse_stats(scored.parsed)
@@ -104,9 +109,9 @@ class PaperCheck(_Base):
             owner = [int(o) for o in rec.meta["owner"]]
             old = sampled_option_probs("oneword", owner, e) if e else None
             d = scored.parsed[rec.id]
-            # the chance one sample reads each answer, by the published numbers' residual rule (the
-            # enumerated mix): the head alone is its lower bound, and sampling parses the residual too
-            answer = point_answer(d)
+            # the chance one sample reads each answer, as published: the exact head plus the prompt's own tail
+            # draws (a closed head: exact); an exact-only run publishes the renormalising rule
+            answer = hybrid_probs(d, None if d.get("hybrid") else point_answer)
             raw = [float(answer.get(str(i), 0.0)) for i in range(3)]
             acc = math.fsum(raw)
             cases.append(PromptCase(id=rec.id, unit=rec.meta["item_id"], prompt=req.prompt,
@@ -115,7 +120,8 @@ class PaperCheck(_Base):
                                     meta={**dict(rec.meta), "scored_texts": list(req.options),
                                           "baseline": old["probs"] if old else None,
                                           "baseline_mass": float(old["mass"]) if old else 0.0,
-                                          "parse_residual": d["residual"], "parse_rejected": d["rejected"]}))
+                                          "parse_residual": d["residual"], "parse_rejected": d["rejected"],
+                                          "parsed": d}))
         return cases
 
     def parse(self, case: PromptCase, text: str) -> int | None:

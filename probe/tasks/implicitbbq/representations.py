@@ -1,5 +1,6 @@
 """The probe labels of the representations study (``probe analyze representations``), from an ImplicitBBQ item and its
-record: :data:`LABELS`, returned by :meth:`ImplicitBBQTask.representation_labels`.
+record: :data:`LABELS`, returned by :meth:`ImplicitBBQAnalyses.representation_labels
+<probe.tasks.implicitbbq.task.ImplicitBBQAnalyses.representation_labels>`.
 
 >>> from types import SimpleNamespace as NS
 >>> implicit = NS(context_kind="implicit", metadata={"group1": "old", "group2": "young", "person1": "Person B",

@@ -7,8 +7,11 @@ by a seeded hash, so a smaller sample is a prefix of a larger one and the
 strategies are compared on shared items. The selection a run scores is the
 union of the strategies' samples in round-robin order over (dimension, context
 kind); ``--limit N`` keeps N of its items, spread over
-the dimensions first, then the context kinds, whole units
-(:func:`probe.tasks.stratify.stratified_limit`).
+the dimensions first, then the context kinds, whole units once N holds one
+unit of every (dimension, context kind) cell; a smaller N takes one item of a
+unit per cell, its condition and polarity varying from cell to cell, so that
+``--limit 4`` covers four dimensions, both context kinds and all four
+condition x polarity variants (:func:`probe.tasks.stratify.spread_limit`).
 
 The explicit units come from the matched explicit set
 (:mod:`probe.tasks.implicitbbq.match`), where a filling that its template's
@@ -99,11 +102,11 @@ def select(config: Any, pool: Sequence[Any], limit: int | None = None) -> Select
             if it.id not in seen:
                 seen.add(it.id)
                 order.append(it)
-    if limit is not None:  # whole units, round-robin over dimension, then context kind
-        from probe.tasks.stratify import stratified_limit
+    if limit is not None:  # round-robin over dimension, then context kind; whole units once every cell has one
+        from probe.tasks.stratify import spread_limit
 
-        order = stratified_limit(order, limit, [(it.category, it.context_kind) for it in order],
-                                 [unit_key(it) for it in order])
+        order = spread_limit(order, limit, [(it.category, it.context_kind) for it in order],
+                             [unit_key(it) for it in order])
         kept = {it.id for it in order}
         samples = {s: [it for it in v if it.id in kept] for s, v in samples.items()}
     return Selection(order, samples, pool)

@@ -65,9 +65,13 @@ def parsed_metric_records(records: Any, target: float | None = None) -> tuple[li
     """(one metric record per record with a parsed answer, one certification record per record that may
     parse, their statistics).
 
-    ``probs``: the enumerated parsed-answer distribution over the item's three
-    options, renormalised over the parsed (accepted) mass: the residual answered
-    in the prompt's enumerated mix (``docs/scoring.md``, "One residual policy").
+    ``probs``: the published parsed-answer distribution over the item's three
+    options given a parse: the hybrid's (each prompt's exact head plus its own
+    tail draws, :func:`probe.metrics.hybrid.hybrid_probs`), renormalised over its
+    parsed mass; for a record without tail draws (``parse_tail: exact``) the
+    enumerated conditional (the renormalising rule, ``docs/scoring.md``). A
+    prompt whose head parsed nothing and whose tail draws read no answer rests
+    on nothing: left out of the point and counted (``n_no_parsed_answer``).
     Both kinds of record carry ``raw`` (the enumerated masses), ``residual`` and
     ``uncertified`` (residual / parsed mass above ``target``,
     :func:`probe.metrics.certified.uncertified`); the certification records
@@ -78,6 +82,7 @@ def parsed_metric_records(records: Any, target: float | None = None) -> tuple[li
     parser maps to no option) and ``mean_nodes``.
     """
     from probe.metrics.certified import uncertified
+    from probe.metrics.hybrid import hybrid_probs
 
     out, cert, residuals, rejected, nodes, none, flagged = [], [], [], [], [], 0, 0
     for rec in records.to_dict("records") if hasattr(records, "to_dict") else records:
@@ -91,16 +96,18 @@ def parsed_metric_records(records: Any, target: float | None = None) -> tuple[li
         raw = [float(d["probs"].get(str(i), 0.0)) for i in range(3)]
         total = math.fsum(raw)
         flag = uncertified(total, residual, target)
+        answer = hybrid_probs(d)  # the head where nothing was drawn (closed, or an exact-only run: its conditional)
+        pub = [float(answer.get(str(i), 0.0)) for i in range(3)]
         flagged += flag
         m = {k: rec.get(k) for k in ITEM_FIELDS}  # the fields of every answer record
-        m.update(id=rec["id"], raw=raw, residual=residual, uncertified=flag)
+        m.update(id=rec["id"], raw=raw, residual=residual, uncertified=flag, parsed=d)
         if total > 0 or residual > 0:
             cert.append(dict(m))
-        if total <= 0:
+        if math.fsum(pub) <= 0:
             none += 1
             continue
-        probs = [x / total for x in raw]
-        m.update(probs=probs, mass=total, logprobs=[math.log(x) if x > 0 else -math.inf for x in probs],
+        probs = [x / math.fsum(pub) for x in pub]
+        m.update(probs=probs, mass=math.fsum(pub), logprobs=[math.log(x) if x > 0 else -math.inf for x in probs],
                  option_mass=probs, pred_index=max(range(3), key=lambda i: (probs[i], -i)), chain=None, has_cue=None)
         out.append(m)
     n = len(residuals)
@@ -303,3 +310,59 @@ def read_timing(output: Path) -> dict[str, Any]:
         return {}
     timing = data.get("scored_this_invocation", {}) if isinstance(data, dict) else {}
     return timing if isinstance(timing, dict) else {}
+
+
+def with_tail_uncertainty(by_strategy: dict[str, Any], recs: list[dict], seed: int = 0) -> dict[str, Any]:
+    """The parsed metrics' ``expected`` intervals (pooled, and macro over dimensions: Table 2's) widened by the
+    hybrid tail's uncertainty (in place; returned): per strategy|format and kind, each metric's standard error
+    from every prompt's own tail draws (:func:`probe.metrics.hybrid.hybrid_metric`) is added in quadrature to
+    each side of the item bootstrap's interval, which stays around the point. Records without tail draws add
+    nothing (a run with none is unchanged)."""
+    from probe.metrics.hybrid import has_draws, hybrid_metric
+
+    groups: dict[tuple[str, str], list[dict]] = {}
+    for r in recs:
+        groups.setdefault((f"{r['strategy']}|{r['answer_format']}", r["context_kind"]), []).append(r)
+    for (key, kind), rs in groups.items():
+        entry = (by_strategy.get(key, {}).get(kind) or {}).get("expected")
+        if entry is None or not any(has_draws(r.get("parsed")) for r in rs):
+            continue
+        tail = hybrid_metric(lambda probs_of, rs=rs: _tail_metrics(rs, probs_of), seed=seed,
+                             answers=lambda _d: ("0", "1", "2"))
+        for (part, k), v in tail.items():
+            if part == "pooled":
+                _widen(entry["pooled"], k, entry["pooled"].get("ci") or {}, k, v.ci)
+            else:
+                _widen(entry["macro"], k, entry["macro"], f"{k}_ci", v.ci)
+    return by_strategy
+
+
+def _tail_metrics(rs: list[dict], probs_of: Any) -> dict[tuple[str, str], float]:
+    """The pooled and macro ``expected`` metrics of ``rs`` with each record's answer from ``probs_of``."""
+    from probe.tasks.bbq.metrics import bbq_metrics
+
+    names = ("acc_amb", "acc_dis", "bias_amb", "bias_dis")
+    redrawn: dict[str, list[dict]] = {}
+    for r in rs:
+        p = probs_of(r["parsed"])
+        raw = [float(p.get(str(i), 0.0)) for i in range(3)]
+        total = math.fsum(raw)
+        probs = [x / total for x in raw] if total > 0 else list(r["probs"])
+        redrawn.setdefault(str(r["dimension"]), []).append({**r, "probs": probs, "option_mass": probs})
+    pooled = bbq_metrics([x for xs in redrawn.values() for x in xs])["expected"]
+    per_dim = [bbq_metrics(xs)["expected"] for xs in redrawn.values()]
+    out = {("pooled", k): float(pooled[k]) for k in names if k in pooled}
+    for k in names:
+        vals = [float(m[k]) for m in per_dim if k in m and math.isfinite(float(m[k]))]
+        out[("macro", k)] = sum(vals) / len(vals) if vals else math.nan
+    return out
+
+
+def _widen(holder: dict, point_key: str, ci_holder: dict, ci_key: str, tail_ci: list[float]) -> None:
+    """``ci_holder[ci_key]`` widened on each side by the tail's half-width (in quadrature), around the point."""
+    ci, point = ci_holder.get(ci_key), holder.get(point_key)
+    if ci is None or point is None or not all(math.isfinite(float(x)) for x in (*ci, point, *tail_ci)):
+        return
+    half = (tail_ci[1] - tail_ci[0]) / 2  # 1.96 x the tail's standard error (no limits: symmetric)
+    lo, hi = float(point) - float(ci[0]), float(ci[1]) - float(point)
+    ci_holder[ci_key] = [float(point) - math.hypot(lo, half), float(point) + math.hypot(hi, half)]

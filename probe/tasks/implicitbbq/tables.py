@@ -179,7 +179,9 @@ def tables_per_dimension(summary: dict[str, Any], key: str, version: str = "expe
             units = m.get("n_clusters_amb")
             rows.append({"Dim.": d, "": tag, "Acc": _fmt(m["acc_amb"], m["ci"]["acc_amb"], units),
                          "Bias": _fmt(m["bias_amb"], m["ci"]["bias_amb"], units),
-                         "abs(Bias)>=0.10": "yes" if abs(m["bias_amb"]) >= 0.10 else "", "n_amb": m["n_amb"]})
+                         # None: no ambiguous item of this dimension (a small --limit takes part of a unit)
+                         "abs(Bias)>=0.10": "yes" if m["bias_amb"] is not None and abs(m["bias_amb"]) >= 0.10 else "",
+                         "n_amb": m["n_amb"]})
     return pd.DataFrame(rows)
 
 

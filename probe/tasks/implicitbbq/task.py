@@ -66,6 +66,10 @@ class ImplicitBBQSelection(base.Selection):
     def strata(self, config: ImplicitBBQConfig, items: Sequence[BBQItem]) -> list[tuple]:
         return [(it.category, it.context_kind) for it in items]
 
+    def units(self, config: ImplicitBBQConfig, items: Sequence[BBQItem]) -> list[str]:
+        """Each item's context unit (what the coverage line counts; :meth:`select` keeps or spreads them)."""
+        return [unit_key(it) for it in items]
+
 
 class ImplicitBBQPaper(base.Paper):
     """CoT chains sampled first, the paper's answer sampling (T = 0.1) and its parsed one-word answers."""
@@ -103,6 +107,7 @@ class ImplicitBBQPaper(base.Paper):
         from probe.tasks.implicitbbq.parse import PARSER_VERSION, oneword_decided, parse_oneword
         from probe.tasks.bbq.prompts import prepare
         from probe.scoring.parse.exact import ParseRequest
+        from probe.scoring.parse.schema import TailSpec
 
         spec = results.paper_spec(config)
         if not config.parse_exact or spec is None or "oneword" not in config.answer_formats:
@@ -123,6 +128,7 @@ class ImplicitBBQPaper(base.Paper):
                 parser=functools.partial(parse_oneword, options=options, unknown_index=unknown),
                 decided=oneword_decided, residual=float(config.parse_residual), max_nodes=config.parse_max_nodes,
                 answer_residual=config.parse_answer_residual,
+                tail=TailSpec(int(config.parse_k), None, int(config.seed)) if config.parse_tail == "hybrid" else None,
                 meta={"kind": f"{strategy}/parse", "item_id": it.id}))
         return out
 
@@ -370,13 +376,19 @@ def _paper_parsed(config: ImplicitBBQConfig, records: Any, spec: Mapping[str, An
     parsed_recs, cert_recs, parse_stats = results.parsed_metric_records(
         records, answer_target(config.parse_answer_residual))
     results.add_clusters(parsed_recs, pool)
+    by_strategy = summarize(parsed_recs, n_boot=config.n_boot, seed=config.seed, cluster_key="cluster")
+    hybrid = config.parse_tail == "hybrid"
+    if hybrid:  # the tail's own uncertainty beside the items' (where any prompt drew a tail)
+        results.with_tail_uncertainty(by_strategy, parsed_recs, config.seed)
     return {"settings": {**spec, "max_new_tokens": config.parse_max_new_tokens,
                          "parser": "one-word answer, uncertainty normalised to Unknown (probe.tasks.implicitbbq.parse)",
-                         "estimator": "the paper's sampling + parsing, enumerated exactly: expected "
-                                      "counts over the parsed answers (unparsed generations excluded)",
+                         "estimator": ("hybrid: exact head + each prompt's own tail draws (ceil(K x residual), "
+                                       f"K = {config.parse_k}); " if hybrid else "renormalising rule (no tail "
+                                       "draws): ") + "expected counts over the parsed answers (unparsed "
+                                      "generations excluded; a prompt with nothing parsed left out and counted)",
                          "residual_policy": RESIDUAL_POLICY},
             **parse_stats,
-            "by_strategy": summarize(parsed_recs, n_boot=config.n_boot, seed=config.seed, cluster_key="cluster"),
+            "by_strategy": by_strategy,
             "certified": certified_summary(cert_recs, KINDS)}
 
 

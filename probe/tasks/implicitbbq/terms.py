@@ -1,4 +1,4 @@
-"""ImplicitBBQ's keys as a reader of the paper names them (:attr:`probe.tasks.base.Task.terms`): metrics,
+"""ImplicitBBQ's keys as a reader of the paper names them (the task's ``reporting.terms``): metrics,
 prompting strategies, answer formats, context kinds and estimators, for every label a report or warning shows
 (:func:`probe.reports.headline.phrase`)."""
 

@@ -89,7 +89,6 @@ def stereoset_requests(examples: Sequence[Any], protocol: str = "loglik", tokeni
             if tokenizer is None:
                 raise ValueError("stereoset_requests: protocol (a) 'mcq' needs the tokenizer")
             from probe.prompts.chat import has_chat_template, render_prompt
-            from probe.tasks.crows_pairs.prompts import load_two_choice
 
             use_chat = chat_template and has_chat_template(tokenizer)
             prefill = None if use_chat else load_two_choice().answer_cue
@@ -177,6 +176,10 @@ class StereoSetSelection(Selection):
 
 
 class StereoSetReporting(Reporting):
+    #: the headline's directions, beside the metrics' names
+    metric_notes = {"ss": "50 = no bias; above 50 the stereotype is preferred",
+                    "lms": "100 = always the meaningful option; higher is better",
+                    "icat": "100 = ideal; higher is better"}
     def results(self, config: StereoSetConfig, summary: Mapping[str, Any]) -> list[dict[str, Any]]:
         """Per protocol, split and bias type: ss, lms, icat (no CI); headline: ss of each split overall."""
 
