@@ -101,6 +101,22 @@ class _TokenScorer(Scorer):
         return self.prepared[request.id]
 
 
+def _check_arguments(kwargs: dict[str, Any], device_map: str | None) -> str | None:
+    """Refuse model arguments ProbeLM does not take (a ValueError naming them); the device map to load with
+    (HFLM's ``parallelize=True`` is a ``device_map="auto"`` load)."""
+    unknown = set(kwargs) - _HFLM_ARGS - _IGNORED_ARGS
+    if unknown:
+        raise ValueError(f"ProbeLM: unknown model argument(s) {sorted(unknown)}; probe's model arguments: "
+                         "pretrained, device, dtype, batch_size, score_batch_size, token_budget, score_cache, "
+                         "share_prefixes, load_in_8bit, load_in_4bit, device_map, trust_remote_code, revision, "
+                         f"attn_implementation, and HFLM's {sorted(_HFLM_ARGS)}")
+    if str(kwargs.get("backend", "default")) not in ("default", "causal"):
+        raise ValueError(f"ProbeLM scores causal language models only, not backend={kwargs['backend']!r}")
+    if _flag(kwargs.get("parallelize", False)) and device_map is None:
+        return "auto"
+    return device_map
+
+
 @contextmanager
 def _quiet(name: str) -> Iterator[None]:
     """Silence one logger's warnings (HFLM warns about being given a model object, which is what we do)."""
@@ -163,16 +179,7 @@ class ProbeLM(HFLM):
         attn_implementation: str | None = None,
         **kwargs: Any,
     ) -> None:
-        unknown = set(kwargs) - _HFLM_ARGS - _IGNORED_ARGS
-        if unknown:
-            raise ValueError(f"ProbeLM: unknown model argument(s) {sorted(unknown)}; probe's model arguments: "
-                             "pretrained, device, dtype, batch_size, score_batch_size, token_budget, score_cache, "
-                             "share_prefixes, load_in_8bit, load_in_4bit, device_map, trust_remote_code, revision, "
-                             f"attn_implementation, and HFLM's {sorted(_HFLM_ARGS)}")
-        if str(kwargs.get("backend", "default")) not in ("default", "causal"):
-            raise ValueError(f"ProbeLM scores causal language models only, not backend={kwargs['backend']!r}")
-        if _flag(kwargs.get("parallelize", False)) and device_map is None:
-            device_map = "auto"  # HFLM's parallelize=True is a device_map="auto" load
+        device_map = _check_arguments(kwargs, device_map)
 
         procs = detect()  # under accelerate launch / torchrun: one model copy per process, lm-eval splits the docs
         if procs.distributed and device_map is not None:

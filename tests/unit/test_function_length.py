@@ -8,27 +8,12 @@ with :mod:`ast`, so the check needs no import of the package; a file's is its li
 from __future__ import annotations
 
 import ast
-from fnmatch import fnmatch
 from pathlib import Path
 
-import pytest
 
 PROBE = Path(__file__).resolve().parents[2] / "probe"
 LIMIT = 60
 FILE_LIMIT = 450
-
-#: Files still being split while the whole-package check went in, as paths under probe/ (``*`` spans folders).
-#: Each entry is work in progress elsewhere: delete it when its file lands within the limits; the list is
-#: meant to end empty.
-STILL_BEING_SPLIT = (
-    "scoring/scorer.py",
-    "scoring/engine/*",
-    "scoring/parse/*",
-    "tasks/*",
-    "commands/run.py",
-    "runs/shard.py",
-    "integrations/lm_eval.py",
-)
 
 
 def long_functions(package: str, limit: int = LIMIT) -> list[str]:
@@ -54,11 +39,6 @@ def long_files(package: str = "", limit: int = FILE_LIMIT) -> list[str]:
     return found
 
 
-def _not_allowed(found: list[str]) -> list[str]:
-    """The entries of ``found`` whose file is not in :data:`STILL_BEING_SPLIT`."""
-    return [f for f in found if not any(fnmatch(f.split(":")[0].split(" ")[0], p) for p in STILL_BEING_SPLIT)]
-
-
 def test_the_check_sees_a_long_function(tmp_path, monkeypatch):
     body = "\n".join(f"        x{i} = {i}" for i in range(LIMIT))
     (tmp_path / "pkg").mkdir()
@@ -75,13 +55,6 @@ def test_the_check_sees_a_long_file(tmp_path, monkeypatch):
     assert long_files("pkg") == [f"pkg/long.py ({FILE_LIMIT + 1} lines)"]
 
 
-def test_the_allowance_spans_folders_and_names_files_only():
-    assert _not_allowed(["tasks/hbb/data.py (472 lines)", "scoring/engine/packed.py:3 f (61 lines)",
-                         "scoring/sampler/chain.py:3 f (61 lines)", "runs/shard.py (451 lines)",
-                         "runs/shard_plan.py (451 lines)"]) == ["scoring/sampler/chain.py:3 f (61 lines)",
-                                                                "runs/shard_plan.py (451 lines)"]
-
-
 def test_no_function_in_runs_is_over_60_lines():
     assert long_functions("runs") == []
 
@@ -91,9 +64,8 @@ def test_no_function_in_scoring_is_over_60_lines():
 
 
 def test_no_function_in_probe_is_over_60_lines():
-    # files in STILL_BEING_SPLIT are left out until they land
-    assert _not_allowed(long_functions("")) == []
+    assert long_functions("") == []
 
 
 def test_no_file_in_probe_is_over_450_lines():
-    assert _not_allowed(long_files()) == []
+    assert long_files() == []

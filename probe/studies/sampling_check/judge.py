@@ -20,6 +20,8 @@ from __future__ import annotations
 import zlib
 from typing import Any, Mapping, Sequence
 
+from probe.hf_compat import cache_kwargs
+
 __all__ = ["JUDGE", "generate_kwargs", "judge_texts", "prompt_cache", "sampler_settings"]
 
 #: what the report says about the sampled side
@@ -106,7 +108,7 @@ def judge_texts(lm: Any, prompts: Sequence[str], k: int, seed: int, settings: Ma
             xs, ms = x.repeat_interleave(k, dim=0), mask.repeat_interleave(k, dim=0)
             torch.manual_seed(zlib.crc32(f"{seed}:{chr(0).join(keys[at:at + step])}".encode()))
             seqs = model.generate(xs, attention_mask=ms, pad_token_id=pad,
-                                  **({"past_key_values": cache} if cache is not None else {}), **kw)
+                                  **(cache_kwargs(model, cache) if cache is not None else {}), **kw)
             rows = seqs[:, width:].tolist()
             for i in range(len(ids)):
                 texts = []
@@ -129,6 +131,6 @@ def prompt_cache(model: Any, x: Any, k: int) -> Any:
     if x.shape[1] < 2:
         return None
     cache = DynamicCache()
-    model(input_ids=x[:, :-1], past_key_values=cache, use_cache=True)
+    model(input_ids=x[:, :-1], use_cache=True, **cache_kwargs(model, cache))  # the name this release takes
     cache.batch_repeat_interleave(int(k))
     return cache
