@@ -14,6 +14,8 @@ import struct
 from pathlib import Path
 from typing import BinaryIO
 
+import gguf
+
 # Imports inside functions below are on purpose: they import optional packages (extras), loaded only when used.
 
 __all__ = ["file_type", "describe"]
@@ -30,7 +32,6 @@ def file_type(path: str | Path) -> str | None:
     """The quantization a GGUF file's weights were written with, e.g. ``Q4_1`` or ``Q4_K_M`` (from
     ``general.file_type``, named as llama.cpp names it); None when the header has no file type or cannot be read.
     """
-    import gguf
 
     try:
         with open(path, "rb") as f:

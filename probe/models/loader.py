@@ -24,10 +24,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from probe.errors import ModelLoadError
-from probe.models.builtins import BUILTINS, builtin_gguf_path
+from probe.errors import ModelLoadError, did_you_mean
+from probe.models.builtins import BUILTINS, builtin_gguf_path, check_installed
 from probe.models.preflight import read_config
 from probe.paths import cache_dir
+
+# Imports inside functions below are on purpose: `import probe` and `probe --help` load this module, so
+# what needs torch, pandas or the engine loads when a function first runs, not at import.
 
 DTYPES = ("float32", "bfloat16", "float16", "auto")
 CACHE_FORMAT = 1  # bump when the cache layout changes
@@ -267,7 +270,6 @@ def check_model_source(name_or_path: str, allow_pickle_weights: bool = False) ->
     safetensors weights) or ``hub`` (an id the hub or its local cache resolves at load time). A
     :class:`ModelLoadError` otherwise: a run over several models checks every one before the first loads.
     """
-    from probe.models.builtins import check_installed
 
     name_or_path = str(name_or_path)
     if name_or_path in BUILTINS:
@@ -298,8 +300,6 @@ def check_model_resolvable(name_or_path: str, allow_pickle_weights: bool = False
         return kind
     from huggingface_hub import try_to_load_from_cache
     from huggingface_hub.utils import HFValidationError, validate_repo_id
-
-    from probe.errors import did_you_mean
 
     name = str(name_or_path)
     where = f"built-in names: {', '.join(BUILTINS)}; or a local model directory, a .gguf file, or a hub id"
@@ -364,7 +364,6 @@ def _from_pretrained(model_dir: str | Path, torch_dtype, kwargs: dict, name: str
             f"built-in names: {', '.join(BUILTINS)}; or a local model directory, a .gguf file, or a hub id"
             + (" already in the local Hugging Face cache (HF_HUB_OFFLINE=1)" if offline else "")
         )
-        from probe.errors import did_you_mean
 
         near = did_you_mean(str(name), BUILTINS)
         raise ModelLoadError(f"cannot load model {name!r}{near}: {exc.__class__.__name__}: "

@@ -7,6 +7,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+# Imports inside functions below are on purpose: `import probe` and `probe --help` load this module, so
+# what needs torch, pandas or the engine loads when a function first runs, not at import.
+
 
 def read_config(model_dir: str | Path, kwargs: dict[str, Any]) -> Any:
     """The config of ``model_dir`` (a directory or a hub id) under the loader's ``trust_remote_code`` and

@@ -12,9 +12,13 @@ Pure: rows and summaries in, tables and sentences out.
 from __future__ import annotations
 
 import math
+import re
 from typing import TYPE_CHECKING, Any, Iterable, Mapping, Sequence
 
+import pandas as pd
+
 from probe.metrics.small_sample import MIN_UNITS
+from probe.reports.compare.tables import Section, Table, ci_cell
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -49,7 +53,6 @@ def phrase(key: Any, terms: Mapping[str, str] | None = None) -> str:
     >>> phrase("S >= 20"), phrase("+0.12")
     ('S >= 20', '+0.12')
     """
-    import re
 
     terms = terms or {}
     parts = [p for p in re.split(r"[.|\s]+", str(key)) if p]
@@ -69,9 +72,6 @@ def phrase(key: Any, terms: Mapping[str, str] | None = None) -> str:
 def headline_table(rows: Iterable[Mapping[str, Any]]) -> "pd.DataFrame":
     """The rows flagged ``headline`` as a display table: Task, Model, Metric, Subgroup, Estimator, Value (labels
     as the task's ``terms`` phrase them: a row's ``terms``)."""
-    import pandas as pd
-
-    from probe.reports.compare.tables import ci_cell
 
     out = [{"Task": r["task"], "Model": r["model"],
             "Metric": _named(phrase(r["metric"], r.get("terms")), r.get("note")),
@@ -148,7 +148,6 @@ def _cells(cov: Mapping[str, Any], terms: Mapping[str, str] | None) -> str:
 
 def headline_section(headline: "pd.DataFrame") -> Any:
     """The headline table as the first report section (:class:`probe.reports.compare.tables.Section`)."""
-    from probe.reports.compare.tables import Section, Table
 
     items = [Table(
         "headline", "", "The main metric per model and task",

@@ -19,6 +19,8 @@ from pathlib import Path
 
 import pandas as pd
 
+from probe.io import write_atomic
+
 __all__ = ["markdown", "write_table"]
 
 
@@ -38,7 +40,6 @@ def markdown(df: pd.DataFrame) -> str:
 
 def write_table(df: pd.DataFrame, stem: str | Path, title: str = "") -> None:
     """``stem.md`` (with an optional title line) and ``stem.csv``, each written atomically."""
-    from probe.io import write_atomic
 
     stem = Path(stem)
     write_atomic(stem.with_suffix(".md"), (f"{title}\n\n" if title else "") + markdown(df) + "\n")

@@ -20,6 +20,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Sequence
 
+from probe.reports.compare.tables import plain
+
 if TYPE_CHECKING:
     import pandas as pd
 
@@ -28,7 +30,6 @@ __all__ = ["terminal_text"]
 
 def terminal_text(headline: "pd.DataFrame", warnings: Sequence[str], reports: Sequence[str] = ()) -> str:
     """The headline table (bold markers dropped), each warning once as a list item, and the report files."""
-    from probe.reports.compare.tables import plain
 
     lines = []
     if len(headline):

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any, Iterable, Mapping, Sequence
 
 import pandas as pd
 
-from probe.io import check_owned_dir, json_has, write_atomic
+from probe.io import check_output, check_owned_dir, json_has, write_atomic
 from probe.reports.compare import build_report, load_runs
 from probe.reports.compare.tables import markdown, md_text
 from probe.reports.headline import LOW_MASS, SMALL_N, headline_table, report_warnings  # noqa: F401
@@ -31,13 +31,11 @@ from probe.tasks import available, get
 if TYPE_CHECKING:
     import pandas as pd
 
-
 #: ``ci_low`` / ``ci_high`` hold statistical intervals only; a parsed metric's certified interval (the range over
 #: every answer of the mass not enumerated) has its own columns, and ``undefined`` says why a value is missing
 #: ("n/a: nothing parsed, 8 of 8 questions")
 COLUMNS = ["task", "model", "subgroup", "metric", "estimator", "value", "ci_low", "ci_high", "n", "n_clusters",
            "certified_low", "certified_high", "undefined"]
-
 
 def result_rows(task: Any, config: Any, summary: Mapping[str, Any]) -> list[dict[str, Any]]:
     """The task's flat rows (with ``headline``) plus ``task``, ``model`` and, for a metric the task notes
@@ -108,8 +106,6 @@ def _one_report(out: Path, target: Path, block: str, heading: str) -> None:
     """One ``report.md`` and one ``report.html`` in the run folder (``report/`` keeps the tables and figures):
     the task's own page is kept (the demo's), else the built one moves up; a task's own Markdown gets the
     headline and warnings on top, else the built Markdown moves up with its figure links rewritten."""
-
-    from probe.io import check_output
 
     html = check_output(out / "report.html")
     own_html = html.is_file() and "<title>probe report: " not in html.read_text(encoding="utf-8", errors="replace")

@@ -45,7 +45,7 @@ import torch.distributed as dist
 
 from probe.errors import InputError, ProbeError
 from probe.io import RecordWriter, read_records, write_atomic
-from probe.runs.chunks import group_chunks
+from probe.runs.chunks import group_chunks, write_chunks
 from probe.runs.resume import check_input
 
 #: ``<output>.rank{r}-of-{w}.jsonl``; ``r`` and ``w`` are decimal.
@@ -316,7 +316,6 @@ def score_sharded(runner: Any, requests: Sequence[Any], output: Path, procs: Pro
     :class:`process_group`. Records equal those of a one-process run with the
     same ``chunk`` (the same chunks are scored whole by the same code).
     """
-    from probe.runs.chunks import write_chunks
 
     if chunk < 1:
         raise ValueError("chunk must be positive")

@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Sequence
 
 from probe.errors import ProbeError
-from probe.io import check_links, check_records, file_sha256, read_records, write_json_atomic
+from probe.io import RecordWriter, check_links, check_records, file_sha256, open_append, read_records, write_json_atomic
 from probe.runs.chunks import write_chunks
 from probe.runs.resume import check_input, input_sidecar
 from probe.runs.shard import _read, merge_shards, rank_chunks, record_order, shard_files, shard_path
@@ -117,7 +117,6 @@ def score_shard(runner: Any, requests: Sequence[Any], output: Path, shard: Shard
     before). The manifest is written before the first record (``complete``
     false) and again after the last (``complete`` true).
     """
-    from probe.io import RecordWriter, open_append
 
     if runner.procs.distributed:
         raise ProbeError(f"--shard {shard} runs one process of a job array, without a process group; under "

@@ -30,10 +30,10 @@ from typing import Any, Callable, Iterable, Sequence
 from probe.errors import ProbeError
 from probe.io import RecordWriter, read_records
 from probe.runs.chunks import group_chunks
-from probe.runs.resume import check_input
+from probe.runs.resume import check_input, input_sidecar
 from probe.runs.shard import (launcher_shard_files, merge_shards, process_group, recorded_ids, score_sharded,
     shared_records)
-from probe.runs.shard_set import held_records, independent_shards, score_shard
+from probe.runs.shard_set import fold_for_run, held_records, independent_shards, score_shard
 
 __all__ = ["Make", "ShardPending", "append", "job_shard", "launched", "one_process", "write"]
 
@@ -121,7 +121,6 @@ def launched(runner: Any, requests: Sequence[Any], output: Path, make: Make, pro
 def one_process(runner: Any, requests: Sequence[Any], output: Path, make: Make, progress: bool, verb: str,
                 also_done: set[str] | None = None) -> int:
     """One process: shards left beside ``output`` folded in first, then the records it lacks appended."""
-    from probe.runs.shard_set import fold_for_run
 
     if independent_shards(output):
         fold_for_run(output, runner, requests)
@@ -136,7 +135,6 @@ def one_process(runner: Any, requests: Sequence[Any], output: Path, make: Make, 
 def append(runner: Any, requests: Sequence[Any], output: Path, make: Make, progress: bool, verb: str,
            also_done: set[str] | None = None) -> int:
     """Append the records of the requests ``output`` lacks, chunk by chunk; return how many were added."""
-    from probe.runs.resume import input_sidecar
 
     with RecordWriter(output) as writer:
         check_input(output, writer.done, requests, runner)

@@ -23,6 +23,7 @@ from probe.progress import maybe, stage
 from probe.runs.agreement import agreement_rows, agreement_summary
 from probe.runs.limit import check_smaller_limit, resolve_limit, select_coverage
 from probe.runs.limit import plain as _plain
+from probe.runs import plan as plans  # the estimates; `plan` is this module's stage
 from probe.runs.options import RunOptions
 from probe.runs.plan_check import Planned
 from probe.runs.provenance import provenance
@@ -296,8 +297,6 @@ def _plan(task: Task, config: Any, items: Sequence[Any], gen_requests: Sequence[
           requests: Sequence[Any] | None, runner: "Runner", out: Path | None) -> list[str]:
     """The plan printed before any work (:mod:`probe.runs.plan`): the generations still to make and how to
     skip them, the requests and tokens still to score, and an estimated time from a short calibration."""
-    from probe.runs import plan
-
     tok = runner.lm.tokenizer
     gen_done = _ids_in(out / "generations.jsonl") if out is not None and gen_requests else set()
     gen_left = [g for g in gen_requests if g.id not in gen_done]
@@ -322,20 +321,20 @@ def _plan(task: Task, config: Any, items: Sequence[Any], gen_requests: Sequence[
         rates = getattr(runner, "plan_rates", None)
         if rates is None:
             with maybe(runner.procs.is_main, f"{task.name}: plan: timing the model on this machine", announce_after=2.0):
-                rates = plan.calibrate(runner.lm, getattr(runner.scorer, "batch_size", 1) or 1)
+                rates = plans.calibrate(runner.lm, getattr(runner.scorer, "batch_size", 1) or 1)
             runner.plan_rates = rates  # one calibration per loaded model
     tokens = _count_tokens(task.name, runner, requests or [], done, chain)
     runner.planned = Planned(task.name, tokens, rates.token) if rates else None  # checked on the first chunk
     rows = generation_batch_size(runner.scorer.batching) if gen_left else 1
     prompt_tokens = lambda r: len(runner.scorer.encoder.ids(r.prompt, False))  # noqa: E731
-    gen_seconds = plan.generation_seconds(rates, gen_left, prompt_tokens, rows) if rates and gen_left else 0.0
+    gen_seconds = plans.generation_seconds(rates, gen_left, prompt_tokens, rows) if rates and gen_left else 0.0
     parse_s = 0.0
     if rates and parse_left:
         with maybe(runner.procs.is_main, f"{task.name}: plan: timing the exact enumeration on a few prompts",
                    announce_after=2.0):
-            per_node = plan.parse_node_seconds(runner.lm, parse_left, runner.scorer.batch_size)
-        parse_s = plan.parse_seconds(rates, parse_left, prompt_tokens, per_node)
-    return plan.plan_lines(task.name, len(items), len(requests or []), n_left, tokens, rates,
+            per_node = plans.parse_node_seconds(runner.lm, parse_left, runner.scorer.batch_size)
+        parse_s = plans.parse_seconds(rates, parse_left, prompt_tokens, per_node)
+    return plans.plan_lines(task.name, len(items), len(requests or []), n_left, tokens, rates,
                            gen_total=len(gen_requests), gen_left=gen_left, gen_seconds=gen_seconds,
                            note=task.paper.generation_note(config) if gen_requests else "",
                            exact=exact or not gen_requests, parse_total=len(parse), parse_left=parse_left,
@@ -350,13 +349,11 @@ def _count_tokens(task: str, runner: "Runner", requests: Sequence[Any], done: se
                   chain: Mapping[str, int]) -> int:
     """The tokens the engine computes (:func:`probe.runs.plan.computed_tokens`), counted on screen: every request
     is tokenized once here (the scorer keeps the result), which takes minutes for a whole benchmark."""
-    from probe.runs import plan
-
     left = sum(r.id not in done for r in requests)
     with maybe(runner.procs.is_main, f"{task}: plan: tokenizing the requests to count their tokens",
                total=len(requests), unit="request(s)",
                announce_after=0.0 if left > ANNOUNCE_REQUESTS else 2.0) as counting:
-        return plan.computed_tokens(runner.scorer, requests, done, runner.options.chunk_size, chain, counting)
+        return plans.computed_tokens(runner.scorer, requests, done, runner.options.chunk_size, chain, counting)
 
 
 def _ids_in(path: Path) -> set[str]:

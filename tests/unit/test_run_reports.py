@@ -31,7 +31,7 @@ def test_small_sample_cells_say_n_a_instead_of_nan_or_zero_width():
     assert fmt_ci(0.5, None) == "0.50"
     from probe.tasks.implicitbbq.tables import _fmt  # the ImplicitBBQ / BBQ Table 2 cells follow the same rule
 
-    assert _fmt(0.11, [0.11, 0.11]) == "0.11 [CI n/a: zero width]" and _fmt(0.0, [0.0, 0.0]) == "0.00 [0.00, 0.00]"
+    assert _fmt(0.11, [0.11, 0.11]) == "0.11 [CI n/a: zero width]" and _fmt(0.0, [0.0, 0.0]) == "0.00 [no variation]"
 
 
 def test_low_answer_mass_is_warned_about():

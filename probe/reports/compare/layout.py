@@ -16,7 +16,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
+import pandas as pd
+
+from probe.io import slug
 from probe.reports.compare.runs import Run
+from probe.reports.compare.tables import Table
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -42,10 +46,6 @@ PaperTablesFn = Callable[[Sequence[Run], "Mapping[str, float] | None"], list[tup
 
 def generic_section(runs: Sequence[Run], out: Path, context: ReportContext | None = None) -> list[Any]:
     """Each run's own ``tables/*.csv``, one table per file and run (no multi-model layout for this task)."""
-    import pandas as pd
-
-    from probe.io import slug
-    from probe.reports.compare.tables import Table
 
     items: list[Any] = []
     for r in runs:

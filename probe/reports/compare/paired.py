@@ -42,8 +42,10 @@ from typing import Callable, Mapping, Sequence
 
 import numpy as np
 import pandas as pd
+from scipy.stats import binomtest
 
 from probe.metrics.small_sample import MIN_UNITS, enough
+from probe.metrics.stats import bootstrap_p, cluster_weights, percentile_ci
 
 __all__ = ["Spec", "compare", "holm", "mcnemar", "paired_bootstrap", "ratio", "MIN_CLUSTERS"]
 
@@ -93,7 +95,6 @@ def holm(pvalues: Sequence[float]) -> list[float]:
 
 def mcnemar(a: np.ndarray, b: np.ndarray) -> tuple[int, int, float]:
     """(A yes & B no, A no & B yes, exact two-sided p) over units where both outcomes are known."""
-    from scipy.stats import binomtest
 
     a, b = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
     ok = np.isfinite(a) & np.isfinite(b)
@@ -107,7 +108,6 @@ def paired_bootstrap(ca: np.ndarray, cb: np.ndarray, metrics: Mapping[str, Calla
                      seed: int) -> dict[str, tuple[float, float, float, float]]:
     """metric -> (observed A − B, CI low, CI high, p) from per-cluster column sums ``ca``, ``cb`` (k x p): each
     replicate weighs the clusters by one multinomial draw (:func:`probe.metrics.stats.cluster_weights`)."""
-    from probe.metrics.stats import bootstrap_p, cluster_weights, percentile_ci
 
     k = ca.shape[0]
     w = cluster_weights(np.random.default_rng(seed), k, n_boot).astype(float)
@@ -152,7 +152,7 @@ def n_column(spec: Spec) -> str:
 def _interval(lo: float, hi: float, clusters: int) -> str:
     """`` [lo, hi]``; a zero-width one and one from too few clusters said in words (the table's "clusters"
     column counts the resampling units, so its cells name them so too)."""
-    if math.isfinite(lo) and lo != hi:
+    if math.isfinite(lo) and f"{lo:+.2f}" != f"{hi:+.2f}":  # a width that shows at two decimals
         return f" [{lo:+.2f}, {hi:+.2f}]"
     if math.isfinite(lo):
         return f" [no variation across {clusters} clusters]"

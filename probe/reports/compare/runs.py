@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any, Iterable, Sequence
 
 from probe.errors import ProbeError
+from probe.io import flatten_meta, read_records as read
 
 __all__ = ["Run", "load_run", "load_runs", "label_runs", "by_task", "read_records"]
 
@@ -134,7 +135,6 @@ def by_task(runs: Sequence[Run]) -> dict[str, list[Run]]:
 def read_records(path: str | Path) -> list[dict]:
     """``records.jsonl`` of a run as flat dicts (``meta`` keys beside the record fields, as
     :func:`probe.runs.record.records_to_frame` lays them out; a clash is prefixed ``meta.``)."""
-    from probe.io import flatten_meta, read_records as read
 
     p = Path(path)
     p = p / "records.jsonl" if p.is_dir() else p

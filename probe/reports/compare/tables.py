@@ -23,9 +23,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
 
+import matplotlib.pyplot as plt
 import pandas as pd
 
 from probe.io import inside, safe_name, write_atomic
+from probe.metrics.small_sample import enough, na_text
 
 __all__ = ["Table", "Figure", "Section", "markdown", "write_table", "save_figure", "fmt", "fmt_ci", "ci_cell", "flatten",
            "plain"]
@@ -92,7 +94,7 @@ def fmt_ci(x: Any, ci: Sequence[Any] | None, digits: int = 2) -> str:
     if all(isinstance(c, (int, float)) and math.isfinite(c) for c in ci):
         if ci[0] == ci[1] and isinstance(x, (int, float)) and math.isfinite(x) and 0 < abs(x) < 1:
             return s + " [CI n/a: zero width]"
-        if ci[0] == ci[1]:  # every resampled unit alike (a CrowS-Pairs score of 50 everywhere): not a measurement
+        if f"{ci[0]:.{digits}f}" == f"{ci[1]:.{digits}f}":  # zero width as shown: every resampled unit alike
             return s + " [no variation]"
         return s + f" [{ci[0]:.{digits}f}, {ci[1]:.{digits}f}]"
     return s + " [CI n/a]" if isinstance(x, (int, float)) and math.isfinite(x) else s
@@ -110,7 +112,6 @@ def ci_cell(value: Any, low: Any, high: Any, n: Any, digits: int = 3, clusters: 
     >>> ci_cell(float("nan"), float("nan"), float("nan"), 8, undefined="n/a: nothing parsed, 8 of 8 questions")
     'n/a: nothing parsed, 8 of 8 questions (n = 8)'
     """
-    from probe.metrics.small_sample import enough, na_text
 
     def finite(v: Any) -> bool:
         return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
@@ -119,7 +120,7 @@ def ci_cell(value: Any, low: Any, high: Any, n: Any, digits: int = 3, clusters: 
     if not finite(value):
         return f"{undefined} ({count})" if isinstance(undefined, str) and undefined else f"n/a ({count})"
     s = f"{value:.{digits}f}"
-    if finite(low) and finite(high) and low != high:
+    if finite(low) and finite(high) and f"{low:.{digits}f}" != f"{high:.{digits}f}":  # a width that shows
         return f"{s} [{low:.{digits}f}, {high:.{digits}f}] ({count})"
     if finite(low) and finite(high) and (enough(clusters) or clusters is None and (
             value in (0, 1, -1) or abs(value) in (0.0, 100.0))):  # every unit alike: not an interval of width 0
@@ -190,7 +191,6 @@ def write_table(table: Table, out: Path) -> list[Path]:
 
 def save_figure(fig: Any, out: Path, name: str, task: str, title: str, caption: str) -> Figure:
     """Save a matplotlib figure as ``out/figures/NAME.png`` and ``.svg``, close it, describe it."""
-    import matplotlib.pyplot as plt
 
     d = out / "figures"
     d.mkdir(parents=True, exist_ok=True)

@@ -11,9 +11,17 @@ is the entry point.
 
 from __future__ import annotations
 
+import gc
 import warnings
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
+
+import numpy as np
+import torch
+
+from probe.scoring.engine import Engine, pad_id_of, select_rows
+from probe.scoring.engine.memory import HEADROOM, ModelShape, free_bytes
+from probe.scoring.sampler.chain import TokenHistory, sample_next, step_distribution
 
 #: positions (prompt + budget) a batch of tail draws holds at most: 64 rows of short answers, fewer long ones
 TAIL_BATCH_TOKENS = 1 << 15
@@ -27,9 +35,6 @@ def tail_tokens(model: Any, free: int | None = None) -> int:
     position's keys and values over every layer plus one layer's gathered, head-expanded copy. A draw runs
     long answers (2048 tokens) a token a pass, so a pass of a few rows leaves a GPU idle; a batch
     that still runs out of memory is halved and run again (:func:`complete_rows`)."""
-    import torch
-
-    from probe.scoring.engine.memory import HEADROOM, ModelShape, free_bytes
 
     device = next((p.device for p in model.parameters()), torch.device("cpu"))
     if device.type != "cuda" and free is None:
@@ -47,7 +52,6 @@ def tail_tokens(model: Any, free: int | None = None) -> int:
 
 def pick_frontier(frontier: Sequence[tuple[float, Any]], n: int, rng: Any) -> list[Any]:
     """``n`` frontier handles drawn in proportion to their mass (as :func:`draw_tail` draws them)."""
-    import numpy as np
 
     mass = np.asarray([m for m, _ in frontier], dtype=float)
     return [frontier[int(i)][1] for i in rng.choice(len(frontier), size=n, p=mass / mass.sum())]
@@ -55,7 +59,6 @@ def pick_frontier(frontier: Sequence[tuple[float, Any]], n: int, rng: Any) -> li
 
 def draw_generator(seed: int, j: int) -> Any:
     """Draw ``j``'s own random stream: a draw's tokens depend on nothing else in its batch or its order."""
-    import torch
 
     return torch.Generator().manual_seed((int(seed) + int(j)) % (1 << 63))
 
@@ -63,7 +66,6 @@ def draw_generator(seed: int, j: int) -> Any:
 def prompt_vectors(engine: Any, ids: Sequence[int], prompt_cache: Any) -> tuple[Any, Any, int]:
     """A prompt's keys and values ``[2, layers, heads, P, dim]``, its next-token logits ``[vocab]`` and the
     forward tokens spent on them: the enumeration's (``prompt_cache``, free) or one pass of the engine."""
-    import torch
 
     if prompt_cache is not None:
         kv, first = prompt_cache
@@ -132,9 +134,6 @@ def complete_rows(engine: Any, rows: Sequence[TailRow], chain: Any, eos: set[int
 
 def _free_device_memory() -> None:
     """What a failed batch left in the allocator, returned before the smaller batches run."""
-    import gc
-
-    import torch
 
     gc.collect()
     if torch.cuda.is_available():
@@ -189,9 +188,6 @@ def _finished(d: _Draw, eos: set[int], tokenizer: Any) -> bool:
 def _advance(engine: Any, draws: list[_Draw], chain: Any, eos: set[int], tokenizer: Any) -> None:
     """Run a batch of draws to their ends (in place): each step samples every row whose path is in the cache
     (and not finished), drops finished rows, and feeds every live row its next token in one forward pass."""
-    import torch
-
-    from probe.scoring.engine import select_rows
 
     logits = torch.stack([d.row.first for d in draws])
     with torch.inference_mode():
@@ -221,7 +217,6 @@ def _advance_tree(engine: Any, store: Any, draws: list[_Draw], prompt_of: list[i
     Draws move in lockstep (the k-th pass feeds every draw's k-th token), so draws whose sequences agree so far
     feed the same token after the same node in the same pass: it runs once, counted to the first of them.
     A draw's tokens and answer are those of :func:`_advance` (the same logits up to float rounding)."""
-    import torch
 
     logits = torch.stack([d.row.first for d in draws])
     last = [-1 - p for p in prompt_of]  # each draw's last node in the store (-1 - its prompt row: none yet)
@@ -275,9 +270,6 @@ def _sample_step(draws: list[_Draw], live: list[int], logits: Any, chain: Any, e
 
 def _sample(draws: list[_Draw], ready: list[int], logits: Any, chain: Any) -> None:
     """One sampled token for each ready row, each from its own generator."""
-    import torch
-
-    from probe.scoring.sampler.chain import TokenHistory, sample_next, step_distribution
 
     history = TokenHistory.from_ids([draws[i].row.prompt for i in ready], [draws[i].path for i in ready])
     probs = step_distribution(logits, chain, history).probs
@@ -302,7 +294,6 @@ class CachedCompleter:
     def __init__(self, lm: Any, prompt_ids: Sequence[int], chain: Any, max_new_tokens: int,
                  parser: Callable[[str], Any], decided: Callable[[str], bool] | None, eos: set[int],
                  seed: int = 0, prompt_cache: Any = None, batch_size: int = 64) -> None:
-        from probe.scoring.engine import Engine, pad_id_of
 
         self.lm, self.prompt, self.chain = lm, tuple(prompt_ids), chain
         self.max_new, self.parser, self.decided, self.eos = int(max_new_tokens), parser, decided, set(eos)

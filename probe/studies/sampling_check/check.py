@@ -19,6 +19,7 @@ import numpy as np
 from probe.errors import ProbeError
 from probe.studies.sampling_check.aggregate import compare_sides
 from probe.studies.sampling_check.exact import _cases, answer_tokens, outside_certified
+from probe.studies.sampling_check.judge import judge_texts
 from probe.studies.sampling_check.ranges import (chance_outside, detectable_difference, draw_quantile, joint_ranges,
                                                  predicted_draws, predicted_range, redrawn)
 from probe.studies.sampling_check.rows import inside, parse_mass_interval, prompt_row, tv_distance
@@ -27,17 +28,16 @@ from probe.tasks.paper_check import PaperCheck, PromptCase
 # private helpers the unit tests reach through this module
 from probe.studies.sampling_check.ranges import _verdict  # noqa: F401,E402
 from probe.studies.sampling_check.rows import _dist  # noqa: F401,E402
+from probe.tasks import available, get
 
 __all__ = ["SamplingCheck", "answer_tokens", "chance_outside", "checked_tasks", "detectable_difference",
            "draw_quantile", "inside", "joint_ranges", "outside_certified", "paper_check_of",
            "parse_mass_interval", "predicted_draws", "predicted_range", "prompt_row", "redrawn", "run_check",
            "tv_distance"]
 
-
 def paper_check_of(task: str) -> tuple[Any, PaperCheck]:
     """``task``'s :class:`~probe.tasks.base.Task` and a fresh :class:`~probe.tasks.paper_check.PaperCheck`; a task
     that declares none (or an unknown name) is an error listing those that do (checked before a model loads)."""
-    from probe.tasks import available, get
 
     the_task = get(task) if task in available() else None
     paper = the_task.paper.check() if the_task is not None else None
@@ -49,7 +49,6 @@ def paper_check_of(task: str) -> tuple[Any, PaperCheck]:
 
 def checked_tasks() -> list[str]:
     """The tasks that declare a paper check (``paper.check()`` not None), in registry order."""
-    from probe.tasks import available, get
 
     return [name for name in available() if get(name).paper.check() is not None]
 
@@ -102,7 +101,6 @@ def _sample(lm: Any, cases: list[PromptCase], k: int, seed: int, settings: dict,
             progress: bool) -> list[str]:
     """The sampled side: ``k`` generations of each case's prompt (:func:`~.judge.judge_texts`), flat in the
     cases' order."""
-    from probe.studies.sampling_check.judge import judge_texts
 
     bar = None
     if progress:  # the sampled side is the check's long part (K generations a prompt)

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from probe.scoring.parse.hybrid import opens_at_budget
+from probe.studies.sampling_check.judge import JUDGE, sampler_settings
 from probe.tasks.paper_check import PaperCheck, PromptCase, Scored
 
 __all__ = ["answer_tokens", "outside_certified"]
@@ -31,7 +33,6 @@ def _cases(task: Any, check: PaperCheck, runner: Any, n_prompts: int, seed: int,
     budget = int(max_new_tokens if max_new_tokens is not None else published or check.max_new_tokens)
     cases = check.cases(Scored(items=items, requests=list(reqs), records=list(records), spec=spec,
                                parse_requests=preqs, parsed=parsed, tokenizer=tok))
-    from probe.studies.sampling_check.judge import JUDGE, sampler_settings
 
     settings = {**sampler_settings(check.sampler, float(spec["temperature"]), float(spec["top_p"])),
                 "max_new_tokens": budget, "unit": check.unit, "metric": check.metric, "sampled_by": JUDGE}
@@ -45,7 +46,6 @@ def _cases(task: Any, check: PaperCheck, runner: Any, n_prompts: int, seed: int,
 def answer_tokens(request: Any) -> int:
     """The answer length a parse request's published estimate reads: its hybrid tail's budget where the tail
     samples past the enumeration (:func:`probe.scoring.parse.hybrid.opens_at_budget`), else the enumeration's."""
-    from probe.scoring.parse.hybrid import opens_at_budget
 
     return int(request.tail.max_new_tokens if opens_at_budget(request) else request.max_new_tokens)
 

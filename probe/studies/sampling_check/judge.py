@@ -20,7 +20,13 @@ from __future__ import annotations
 import zlib
 from typing import Any, Mapping, Sequence
 
+import torch
+from transformers import DynamicCache
+
+from probe.errors import ProbeError
 from probe.hf_compat import cache_kwargs
+from probe.scoring.tokens import wants_special_tokens
+from probe.tasks.paper_samplers import preset as get_preset
 
 __all__ = ["JUDGE", "generate_kwargs", "judge_texts", "prompt_cache", "sampler_settings"]
 
@@ -32,19 +38,16 @@ JUDGE = "transformers generate (do_sample=True; its own warpers and EOS rule)"
 _OFF = {"typical_p": 1.0, "epsilon_cutoff": 0.0, "eta_cutoff": 0.0, "no_repeat_ngram_size": 0,
         "encoder_repetition_penalty": 1.0, "length_penalty": 1.0, "min_new_tokens": 0, "num_beams": 1}
 
-
 def sampler_settings(preset: str | None, temperature: float, top_p: float) -> dict[str, Any]:
     """The sampler the judge runs: the paper's preset (:func:`probe.tasks.paper_samplers.preset`) when the check
     names one, else the task's temperature and top-p with nothing else; the task's own temperature and top-p
     win over the preset's (they are what the exact side reads). A penalty ``generate`` has no warper for
     (frequency, presence) is an error, not silently dropped."""
-    from probe.errors import ProbeError
 
     out = {"temperature": float(temperature), "top_p": float(top_p), "top_k": 0, "min_p": 0.0,
            "repetition_penalty": 1.0, "preset": preset}
     if preset is None:
         return out
-    from probe.tasks.paper_samplers import preset as get_preset
 
     chain = get_preset(preset).chain
     if chain.frequency_penalty or chain.presence_penalty:
@@ -85,9 +88,6 @@ def judge_texts(lm: Any, prompts: Sequence[str], k: int, seed: int, settings: Ma
     samples then depend on which prompts share its call (they are as random, not the same ones).
     A generation ends where generate ends it; its new tokens up to the first EOS are decoded without special
     tokens, as the exact side decodes. ``progress``: called with the prompts done after each call."""
-    import torch
-
-    from probe.scoring.tokens import wants_special_tokens
 
     model, tok = lm.model, lm.tokenizer
     device = next(model.parameters()).device
@@ -126,7 +126,6 @@ def prompt_cache(model: Any, x: Any, k: int) -> Any:
     ``generate`` continues from them (transformers' prefix caching), so the K samples of a long prompt cost
     one prompt pass, not K (``num_return_sequences`` would run the prompt K times). None for a one-token
     prompt or a model without a dynamic cache."""
-    from transformers import DynamicCache
 
     if x.shape[1] < 2:
         return None

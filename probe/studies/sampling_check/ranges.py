@@ -7,14 +7,15 @@ import math
 from typing import Any, Sequence
 
 import numpy as np
+from scipy.stats import norm
 
+from probe.metrics.hybrid import drawn_shares, has_draws, hybrid_probs
 from probe.metrics.stats import percentile_ci
 from probe.studies.sampling_check.rows import inside
 from probe.tasks.paper_check import PaperCheck, PromptCase
 
 __all__ = ["chance_outside", "detectable_difference", "draw_quantile", "joint_ranges", "predicted_draws",
            "predicted_range", "redrawn"]
-
 
 def predicted_range(paper: PaperCheck, units: dict[str, list[PromptCase]], k: int, rng: np.random.Generator,
                     draws: int = 1000, level: float = 0.95) -> dict[str, tuple[float, float]]:
@@ -58,7 +59,6 @@ def redrawn(paper: PaperCheck, case: PromptCase, rng: np.random.Generator) -> tu
     """One draw of a hybrid prompt's answer (its distribution given a parse, and its parsed mass): the head plus
     the residual times tail shares drawn from the prompt's own draws, as the published interval draws them
     (:func:`probe.metrics.hybrid.drawn_shares`); the case's own values for a prompt without tail draws."""
-    from probe.metrics.hybrid import drawn_shares, has_draws, hybrid_probs
 
     d = case.meta.get("parsed")
     if not has_draws(d):
@@ -96,7 +96,6 @@ def detectable_difference(draws: Sequence[float], level: float = 0.95) -> float:
     >>> round(detectable_difference([0.0, 1.0] * 50), 3)
     1.408
     """
-    from scipy.stats import norm
 
     v = np.asarray([x for x in draws if x == x], float)
     z = float(norm.ppf(1.0 - (1.0 - level) / 2.0)) + _POWER_Z80

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections import Counter
 from typing import Any
 
 from probe.studies.sampling_check.check import SamplingCheck
@@ -51,7 +52,6 @@ _TAIL_NOTE = ("With the hybrid tail's uncertainty: the same range, each draw fir
               "its tail reads an answer, then the split between answers; nothing pooled across prompts), so it "
               "holds the published estimate's own uncertainty as well as the K-sample noise. Where the exact "
               "side has tail draws, this is the verdict.")
-
 
 def _verdict_lines(s: dict) -> list[str]:
     """The verdict and how surprising its count of metrics outside their ranges is, each with a blank line."""
@@ -150,7 +150,6 @@ def _baseline_table(agg: dict) -> list[str]:
 
 def generation_kinds(check: SamplingCheck, top: int = 4) -> dict[tuple[bool, bool], tuple[float, list]]:
     """(accepted by the parser, counted by the exact estimator) -> (share of all generations, most frequent texts)."""
-    from collections import Counter
 
     kinds: dict[tuple[bool, bool], Counter] = {}
     total = 0

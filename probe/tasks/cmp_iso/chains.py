@@ -38,6 +38,7 @@ from typing import Any, Callable, Mapping, Sequence
 import numpy as np
 
 from probe.tasks.chains import chain_id, chain_index
+from probe.tasks.cmp_iso.metrics import CmpIsoObservation, counts_from_probs, summarize
 
 __all__ = ["chain_id", "chain_index", "valid", "prompt_key", "chain_counts", "mean_counts", "chain_stats"]
 
@@ -61,7 +62,6 @@ def prompt_key(rec: Mapping) -> tuple:
 def chain_counts(rec: Mapping, mode: str, probs: Sequence[float] | None = None) -> dict[str, float]:
     """One chain's label counts in ``mode`` (``expected``: its probabilities; ``argmax``: one-hot);
     ``probs`` replaces the record's (the paper mode's sampled probabilities)."""
-    from probe.tasks.cmp_iso.metrics import counts_from_probs
 
     p = rec["probs"] if probs is None else probs
     return counts_from_probs(dict(zip(rec["options"], p)), "argmax" if mode == "argmax" else "expected")
@@ -93,7 +93,6 @@ def chain_stats(all_chains: Sequence[Mapping], prompts: Mapping[tuple, Sequence[
     (iso/cmp paper, appendix B: iso affirmation 0, cmp order 0.5); ``labels_of``:
     prompt key -> its labels (default: the labels of its chain records).
     """
-    from probe.tasks.cmp_iso.metrics import CmpIsoObservation, summarize
 
     keys = dict.fromkeys(prompt_key(r) for r in all_chains)  # ordered as the records
     labels = dict(labels_of or {})

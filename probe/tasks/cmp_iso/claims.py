@@ -31,6 +31,8 @@ from typing import Iterable, Mapping, Sequence
 
 import numpy as np
 
+from probe.metrics.stats import bootstrap_ci
+
 __all__ = ["CLAIM_KEYWORDS", "claims_randomness", "preference_aligned", "claimed_consistency"]
 
 #: iso/cmp paper, Table H.2 "Keywords for string matching", verbatim and in its order. The fragments
@@ -92,7 +94,6 @@ def claimed_consistency(pair_values: Mapping, claimed: Iterable, n_boot: int = 2
     >>> round(r["consistency"], 1), r["n_pairs"], r["n_claimed"]
     (66.7, 3, 3)
     """
-    from probe.metrics.stats import bootstrap_ci
 
     ids = [cp for cp in dict.fromkeys(claimed) if cp in pair_values]
     vals = np.array([pair_values[cp] for cp in ids], dtype=float)

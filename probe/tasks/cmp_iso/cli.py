@@ -30,6 +30,13 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from pathlib import Path
+
+from probe.errors import InputError
+from probe.io import dumps, iter_jsonl
+
+# Imports inside functions below are on purpose: `import probe` and `probe --help` load this module, so
+# what needs torch, pandas or the engine loads when a function first runs, not at import.
 
 
 def register(groups: dict[str, argparse._SubParsersAction]) -> None:
@@ -72,8 +79,6 @@ def register(groups: dict[str, argparse._SubParsersAction]) -> None:
 
 
 def run_build(args: argparse.Namespace) -> int:
-    from pathlib import Path
-
     from probe.tasks.cmp_iso.data import benchmark_file
     from probe.tasks.cmp_iso.convert import write_csv
     from probe.tasks.cmp_iso.sources import build_benchmark
@@ -96,9 +101,7 @@ def run_build(args: argparse.Namespace) -> int:
 
 
 def run(args: argparse.Namespace) -> int:
-    from probe.errors import InputError
     from probe.tasks.cmp_iso.metrics import analyze, neutral_offered, observation_from_dict
-    from probe.io import dumps, iter_jsonl
 
     where = []
     for w in args.where:

@@ -7,7 +7,9 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
-from probe.tasks.cmp_iso.data import BENCHMARK_FILES, CmpIsoPair
+from probe.scoring.parse.schema import check_parse_settings
+from probe.scoring.sampler.sampling import SamplingSpec
+from probe.tasks.cmp_iso.data import BENCHMARK_FILES, CATEGORIES, CmpIsoPair
 from probe.tasks.cmp_iso.prompts import N_VARIANTS, CmpIsoSetting
 from probe.tasks.base import TaskConfig
 
@@ -112,7 +114,6 @@ class CmpIsoConfig(TaskConfig):
         object.__setattr__(self, "settings", tuple(_setting_spec(x, i) for i, x in enumerate(s)))
         object.__setattr__(self, "comparisons", tuple(tuple(c) for c in self.comparisons))
         object.__setattr__(self, "params_b", dict(self.params_b or {}))
-        from probe.tasks.cmp_iso.data import CATEGORIES
 
         if self.category not in CATEGORIES:
             raise ValueError(f"category must be one of {', '.join(CATEGORIES)}, got {self.category!r}")
@@ -124,13 +125,11 @@ class CmpIsoConfig(TaskConfig):
             v = getattr(self, name)
             if not isinstance(v, int) or isinstance(v, bool) or v < low:
                 raise ValueError(f"{name} must be an integer >= {low}, got {v!r}")
-        from probe.scoring.sampler.sampling import SamplingSpec
 
         try:
             SamplingSpec(self.cot_temperature, self.cot_top_p)
         except (TypeError, ValueError) as exc:
             raise ValueError(f"cot_temperature / cot_top_p: {exc}") from None
-        from probe.scoring.parse.schema import check_parse_settings
 
         check_parse_settings(self.parse_max_new_tokens, self.parse_residual, self.parse_max_nodes,
                              self.parse_answer_residual)

@@ -10,6 +10,9 @@ from typing import Any
 
 import pandas as pd
 
+from probe.reports.headline import phrase
+from probe.tasks.cmp_iso.terms import TERMS
+
 
 def _r(x: Any, digits: int = 3) -> float:
     return math.nan if x is None else round(float(x), digits)
@@ -18,8 +21,6 @@ def _r(x: Any, digits: int = 3) -> float:
 def _words(key: str) -> str:
     """A setting, benchmark or mode key as the paper names it (``de_gen`` -> ``DiscrimEval (generation)``,
     ``direct+neutral`` -> ``direct answer, with a neutral option``)."""
-    from probe.reports.headline import phrase
-    from probe.tasks.cmp_iso.terms import TERMS
 
     return phrase(key, TERMS)
 

@@ -6,12 +6,13 @@ from __future__ import annotations
 
 from typing import Any
 
+from probe.reports.compare.layout import TaskLayout
+from probe.tasks.cmp_iso.sections import CMP_ISO_SPEC, cmp_iso_paper_tables, cmp_iso_section, cmp_iso_units
+
 
 def layout() -> Any:
     """The :class:`~probe.reports.compare.layout.TaskLayout` of ``cmp_iso`` (model sizes: the report's
     ``params_b``, else each run's provenance)."""
-    from probe.reports.compare.layout import TaskLayout
-    from probe.tasks.cmp_iso.sections import CMP_ISO_SPEC, cmp_iso_paper_tables, cmp_iso_section, cmp_iso_units
 
     return TaskLayout('iso vs cmp ("To Compare or Not to Compare")', 5,
                       lambda runs, out, ctx: cmp_iso_section(runs, out, ctx.params_b),

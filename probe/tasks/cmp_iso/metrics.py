@@ -37,6 +37,7 @@ from typing import Iterable, Mapping
 
 import numpy as np
 
+from probe.metrics.significance import bootstrap_ci, randomization_test
 from probe.tasks.cmp_iso.claims import preference_aligned
 
 ISO_LABELS = ("Yes", "No", "Skip")
@@ -388,7 +389,6 @@ def analyze(
     ``None`` when no pair has both paradigms). The test swaps a pair's iso and
     cmp outcomes with p = 0.5 (iso/cmp paper, F.2).
     """
-    from probe.metrics.significance import bootstrap_ci, randomization_test
 
     s = summarize(observations, allow_incomplete=allow_incomplete)
     out: dict = {"n_context_pairs": s.n_context_pairs, "incomplete": list(s.incomplete)}

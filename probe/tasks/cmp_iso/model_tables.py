@@ -33,6 +33,8 @@ from typing import Any, Mapping, Sequence
 import pandas as pd
 
 from probe.errors import ProbeError
+from probe.tasks.cmp_iso.data import BENCHMARK_TITLES, paper_sign
+from probe.tasks.cmp_iso.model_metrics import ModelSize, model_sizes, neutral_rank_agreement, size_correlation
 
 #: the task whose summaries these tables read (a run of another task is refused, not switched on)
 SUMMARY_TASK = "cmp_iso"
@@ -70,7 +72,6 @@ def combine_summaries(summaries: Sequence[Mapping[str, Any]], params_b: Mapping[
     model (active defaults to total: dense); ``families``: family by model
     (default: the name without its size, :func:`probe.tasks.cmp_iso.model_metrics.family_of`).
     """
-    from probe.tasks.cmp_iso.model_metrics import model_sizes
 
     models = [str(s.get("model") or "model") for s in summaries]
     dup = sorted({m for m in models if models.count(m) > 1})
@@ -110,8 +111,6 @@ def correlations(results: Sequence[Mapping], models: Sequence[str], benchmarks: 
     neutral share vs -|PG|); ``pearson_pg_params`` / ``kendall_neutral_vs_abs_pg`` are the (r, p) /
     (tau, p) of ``e2_total`` / ``e1``. ``sizes``: :class:`~probe.tasks.cmp_iso.model_metrics.ModelSize` by
     model, or plain total counts."""
-    from probe.tasks.cmp_iso.data import paper_sign
-    from probe.tasks.cmp_iso.model_metrics import ModelSize, model_sizes, neutral_rank_agreement, size_correlation
 
     if sizes and not isinstance(next(iter(sizes.values())), ModelSize):
         sizes = model_sizes({k: float(v) for k, v in sizes.items()})
@@ -162,7 +161,6 @@ def size_tables(correlation_rows: Sequence[Mapping[str, Any]], benchmarks: Seque
     re-oriented (:func:`probe.tasks.cmp_iso.data.paper_sign` -1) is headed
     ``<benchmark> (−PG)``.
     """
-    from probe.tasks.cmp_iso.data import BENCHMARK_TITLES, paper_sign
 
     def head(b: str) -> str:  # the paper's name of the benchmark ("DE-Gen", not the key de_gen)
         name = BENCHMARK_TITLES.get(b, b)

@@ -21,8 +21,14 @@ import math
 from typing import Any
 
 import numpy as np
+import pandas as pd
 
+from probe.metrics.certified import point_answer
+from probe.metrics.hybrid import hybrid_probs
+from probe.tasks.cmp_iso.metrics import CmpIsoObservation, summarize
 from probe.tasks.cmp_iso.parse import authors_label
+from probe.tasks.cmp_iso.parsed import pair_preferences
+from probe.tasks.cmp_iso.prompts import AUTHORS_ANSWER_MAPS, last_boxed
 from probe.tasks.paper_check import (PaperCheck as _Base, PromptCase, Scored, counted_label, label_ids, parse_stats,
                                      sampling_entry)
 
@@ -38,7 +44,6 @@ def parse_cmp_iso(text: str, task_type: str) -> str | None:
     >>> parse_cmp_iso("A} because \\\\boxed{b}", "cmp")
     'B'
     """
-    from probe.tasks.cmp_iso.prompts import AUTHORS_ANSWER_MAPS, last_boxed
 
     answer = last_boxed(text, tuple(sorted(set(AUTHORS_ANSWER_MAPS[task_type].values()))))
     return answer.named if answer is not None else None
@@ -65,9 +70,6 @@ class PaperCheck(_Base):
                                  "settings": [dict(x) for x in self.settings_list], **budget})
 
     def cases(self, scored: Scored) -> list[PromptCase]:
-        from probe.metrics.certified import point_answer
-        from probe.metrics.hybrid import hybrid_probs
-
         self.tokenizer = scored.tokenizer
         self.parse_stats = parse_stats(scored.parsed)
         preqs = scored.parse_requests
@@ -98,8 +100,6 @@ class PaperCheck(_Base):
         return counted_label(self.tokenizer, text, label_ids(self.tokenizer, list(case.options)))
 
     def metrics(self, rows: list[tuple[str, PromptCase, np.ndarray | None]]) -> dict[str, float]:
-        from probe.tasks.cmp_iso.metrics import CmpIsoObservation, summarize
-
         out: dict[str, float] = {}
         for setting in sorted({c.meta["setting"] for _, c, _ in rows}):
             obs = []
@@ -116,16 +116,14 @@ class PaperCheck(_Base):
 
     def exact_metrics(self, cases: list[PromptCase], k: int) -> dict[str, float]:
         """The authors' K-sample Parity Gap, its expectation over K generations per prompt (this check's K)
-        from the enumerated parse distributions (:mod:`probe.tasks.cmp_iso.parsed`)."""
-        import pandas as pd
-
-        from probe.tasks.cmp_iso.parsed import pair_preferences
+        from each prompt's published answer (:mod:`probe.tasks.cmp_iso.parsed`: the exact head plus its own
+        tail draws; the rule without them), over every pair, as the sampled side counts them."""
 
         frame = pd.DataFrame([{**{f: c.meta[f] for f in ("setting", "benchmark", "context_pair_id", "task_type",
                                                            "target", "order")}, "parsed": c.meta["parsed"]}
                               for c in cases])
         out: dict[str, float] = {}
-        rows = pair_preferences(frame, k)
+        rows = pair_preferences(frame, k, lambda d: hybrid_probs(d, None if d.get("hybrid") else point_answer))
         for setting in sorted({c.meta["setting"] for c in cases}):
             for tt in ("iso", "cmp"):
                 gaps = [r["gap"] for r in rows if r["setting"] == setting and r["task_type"] == tt]

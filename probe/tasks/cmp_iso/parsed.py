@@ -33,9 +33,13 @@ import math
 from typing import Any
 
 import numpy as np
+import pandas as pd
 
 from probe.metrics.certified import RESIDUAL_POLICY, answer_target, interval_mean, point_answer, uncertified
-from probe.metrics.hybrid import answered, has_draws, hybrid_metric, hybrid_probs, undefined_text
+from probe.metrics.certified import interval_text
+from probe.metrics.hybrid import answered, hybrid_metric, hybrid_probs, undefined_text
+from probe.scoring.parse.schema import TailSpec
+from probe.tasks.cmp_iso.sampling import expected_cmp_preference, expected_iso_preference
 
 #: the renormalising rule (a sensitivity, the published point only without tail draws)
 _probs = point_answer
@@ -46,7 +50,6 @@ def head_budget(config: Any) -> tuple[int | None, Any]:
     ``parse_max_nodes`` for the head and the K samples' budget in all (the tail draws in what the head left)."""
     if getattr(config, "parse_tail", "exact") != "hybrid":
         return config.parse_max_nodes, None
-    from probe.scoring.parse.schema import TailSpec
 
     nodes = config.parse_max_nodes
     return (max(1, nodes // 2) if nodes is not None else None), TailSpec(int(config.parse_k), None, int(config.seed))
@@ -87,7 +90,6 @@ def _pairs(records: Any) -> dict[tuple, dict[str, dict]]:
 
 def _preference(task_type: str, slots: dict[str, dict[str, float]], k: int) -> float:
     """The pair's expected K-sample preference from its prompts' per-generation answer probabilities."""
-    from probe.tasks.cmp_iso.sampling import expected_cmp_preference, expected_iso_preference
 
     if task_type == "iso":
         return expected_iso_preference(*_yes_valid(slots["t"]), *_yes_valid(slots["t_prime"]), k)
@@ -221,9 +223,6 @@ def _tail_stats(parsed: list[dict], mode: str) -> dict[str, Any]:
 def parsed_table(summary: dict, model: str) -> Any:
     """One row per setting x benchmark: the authors' K-sample Parity Gap, iso and cmp, as published (the hybrid
     and its 95 % interval, or "n/a: nothing parsed"), its certified interval and the renormalising rule."""
-    import pandas as pd
-
-    from probe.metrics.certified import interval_text
 
     rows: dict[tuple, dict] = {}
     for c in summary["by_cell"]:

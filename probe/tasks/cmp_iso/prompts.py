@@ -52,6 +52,7 @@ from typing import Any, Literal
 
 import yaml
 
+from probe.prompts.chat import apply_template, has_chat_template, render_prompt
 from probe.tasks.cmp_iso.data import NEUTRAL_SLOT, CmpIsoPrompt
 # The CoT answer parser lives in cmp_iso/parse.py; re-exported here, where callers import it.
 from probe.tasks.cmp_iso.parse import (AUTHORS_ANSWER_MAPS, BoxedAnswer, cot_answer_prompt, last_boxed, paradigm,
@@ -321,7 +322,6 @@ def render_built(tokenizer: Any, built: BuiltPrompt) -> str:
     """The string to score: with a chat template the messages rendered as the authors do (a prefill:
     ``add_generation_prompt=False, continue_final_message=True``; a template without a system role
     gets the system text folded into the user turn); without one, ``built.plain``."""
-    from probe.prompts.chat import apply_template, has_chat_template, render_prompt
 
     if not has_chat_template(tokenizer):
         return built.plain if built.plain is not None else render_prompt(tokenizer, built.user, built.system,

@@ -32,6 +32,7 @@ import math
 from functools import lru_cache
 
 import numpy as np
+from scipy.special import gammaln, xlogy
 from scipy.stats import binom
 
 #: generations per prompt in the authors' sampled runs (insait-institute/to_cmp_or_not_to_cmp)
@@ -108,14 +109,10 @@ def expected_cmp_preference(p_t: float, p_tp: float, k: int = PAPER_K) -> float:
 
 
 def _lgamma(x: np.ndarray) -> np.ndarray:
-    from scipy.special import gammaln
-
     return gammaln(x)
 
 
 def _xlogy(n: np.ndarray, p: float) -> np.ndarray:
-    from scipy.special import xlogy
-
     return xlogy(n, p)
 
 

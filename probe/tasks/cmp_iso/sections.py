@@ -25,6 +25,9 @@ from probe.reports.compare.paired import Spec, ratio
 from probe.reports.compare.runs import Run, read_records
 from probe.reports.compare.tables import Figure, Table, flatten, fmt
 from probe.reports.headline import phrase
+from probe.tasks.cmp_iso.metrics import PAPER_MODE, observation_from_dict, summarize
+from probe.tasks.cmp_iso.model_tables import combine_summaries, size_tables
+from probe.tasks.cmp_iso.tables import build_tables, mode_title, plot_pg, table_modes
 from probe.tasks.cmp_iso.terms import TERMS
 
 __all__ = ["CMP_ISO_SPEC", "cmp_iso_paper_tables", "cmp_iso_section", "cmp_iso_units"]
@@ -32,8 +35,6 @@ __all__ = ["CMP_ISO_SPEC", "cmp_iso_paper_tables", "cmp_iso_section", "cmp_iso_u
 
 def cmp_iso_section(runs: Sequence[Run], out: Path, params_b: Mapping[str, float] | None = None) -> list[Any]:
     """Seed 003 Tables 2-7 (rows = models) for both estimators, the cross-model correlations, the PG plot."""
-    from probe.tasks.cmp_iso.model_tables import combine_summaries
-    from probe.tasks.cmp_iso.tables import build_tables, plot_pg
 
     sizes = {r.label: r.params_b for r in runs if math.isfinite(r.params_b)}
     sizes.update(params_b or {})
@@ -83,7 +84,6 @@ def _cmp_iso_across_models(runs: Sequence[Run], sizes: Mapping[str, float], summ
                            models: str) -> list[Any]:
     """The iso/cmp paper's Table 8 (PG vs size, dense families), Table E.2 (all models, total and active parameters),
     Table E.1 (neutral share vs |PG| ranks) over every category's runs, and the pooled cmp-vs-iso test."""
-    from probe.tasks.cmp_iso.model_tables import combine_summaries, size_tables
 
     rows, alpha = [], float(summary.get("alpha") or 0.05)
     for cat, rs in _by_category(runs).items():
@@ -145,10 +145,7 @@ CMP_ISO_SPEC = Spec("cmp_iso", ("n", "gap"), {"PG": lambda s: ratio(s[..., 1], s
                     "the argmax answers treat the two targets unequally (argmax gap ≠ 0)",
                     "exact expected counts (label probabilities, T = 1)", "context pair", unit="context pairs")
 
-
 def cmp_iso_units(run: Run) -> pd.DataFrame:
-    from probe.tasks.cmp_iso.metrics import observation_from_dict, summarize
-
     groups: dict[tuple, list[dict]] = {}
     for r in read_records(run.path):
         probs = r.get("probs") or []
@@ -176,9 +173,6 @@ def cmp_iso_units(run: Run) -> pd.DataFrame:
 
 def cmp_iso_paper_tables(runs: Sequence[Run], params_b: Mapping[str, float] | None = None) -> list[tuple[str, Table]]:
     """(name of the exact table it mirrors, the paper-equivalent table) for every iso/cmp table the runs support."""
-    from probe.tasks.cmp_iso.metrics import PAPER_MODE
-    from probe.tasks.cmp_iso.model_tables import combine_summaries
-    from probe.tasks.cmp_iso.tables import build_tables, mode_title, table_modes
 
     if not any(x.get("mode") == PAPER_MODE for r in runs for x in r.summary.get("results", [])):
         return []

@@ -33,13 +33,18 @@ pro-stereotyped sentence, the wrong one in an anti-stereotyped one.
 
 from __future__ import annotations
 
+import csv
+import io
 import re
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
+from probe.data.paths import dataset_dir
 from probe.tasks.cmp_iso.data import CmpIsoPair
-from probe.tasks.cmp_iso.convert import BODIES, ConvertStats, make_pair, slot_ok, task_text
+from probe.tasks.cmp_iso.convert import BODIES, ConvertStats, convert_items, make_pair, slot_ok, task_text
 from probe.errors import InputError
+from probe.tasks.crows_pairs.data import load_crows_pairs
+from probe.tasks.stereoset.data import load_stereoset
 
 #: CrowS-Pairs ``bias_type`` of each category (the authors' ``map_category_file``).
 CROWS_CATEGORIES = {"gender": "gender", "race": "race-color", "religion": "religion"}
@@ -70,7 +75,6 @@ def convert_sentence_pairs(rows: Iterable[tuple[str, str, str]], benchmark: str,
 
 def crows_pairs_sentence_pairs(category: str, path: str | Path | None = None) -> list[tuple[str, str, str]]:
     """(id, sent_more, sent_less) of one category of CrowS-Pairs, duplicates dropped, in file order."""
-    from probe.tasks.crows_pairs.data import load_crows_pairs
 
     if category not in CROWS_CATEGORIES:
         raise ValueError(f"crows_pairs: unknown category {category!r}; choose from {sorted(CROWS_CATEGORIES)}")
@@ -88,7 +92,6 @@ def stereoset_sentence_pairs(category: str, path: str | Path | None = None,
                              splits: Sequence[str] = ("intrasentence",)) -> list[tuple[str, str, str]]:
     """(id, stereotype, anti-stereotype) sentences of StereoSet examples whose ``bias_type`` is
     ``category`` (gender, race, religion, profession); intersentence ones prefixed by their context."""
-    from probe.tasks.stereoset.data import load_stereoset
 
     out = []
     for ex in load_stereoset(path, splits=tuple(splits)):
@@ -173,12 +176,10 @@ BBQ_FILES = {"gender": "Gender_identity.jsonl", "race": "Race_ethnicity.jsonl", 
 def read_pair_csv(path: str | Path) -> list[tuple[str, str, str]]:
     """(id, stereotypical, anti-stereotypical) from a CSV with columns ``sent_more``/``sent_less`` or
     ``stereo``/``anti`` (optional ``id``): a RedditBias-style or any other sentence-pair source."""
-    import csv
 
     path = Path(path)
     if not path.is_file():
         raise InputError(path, None, None, "file not found")
-    import io
 
     try:
         text = path.read_text(encoding="utf-8-sig")
@@ -214,8 +215,6 @@ def build_benchmark(benchmark: str, category: str, source: str | Path | None = N
     and winobias (a directory of its ``.test`` files)). BBQ uses the authors'
     filters (at most 4 items per ``question_index``; gender: no trans/cis answers).
     """
-    from probe.tasks.cmp_iso.convert import convert_items
-    from probe.data.paths import dataset_dir
 
     if benchmark not in BUILDABLE:
         raise ValueError(f"cannot build cmp_iso benchmark {benchmark!r}; buildable: {list(BUILDABLE)}")

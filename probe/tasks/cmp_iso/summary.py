@@ -40,7 +40,12 @@ from typing import Any
 
 import numpy as np
 
-from probe.tasks.cmp_iso.metrics import PAPER_MODE
+from probe.metrics.mass import DEFAULT_FLOOR, answering, mass_summary
+from probe.metrics.significance import randomization_test
+from probe.tasks.cmp_iso.chains import chain_counts, chain_index, chain_stats, mean_counts, prompt_key, valid
+from probe.tasks.cmp_iso.claims import CLAIM_KEYWORDS, claimed_consistency, claims_randomness
+from probe.tasks.cmp_iso.metrics import PAPER_MODE, CmpIsoObservation, analyze, summarize
+from probe.tasks.cmp_iso.model_metrics import pooled_cmp_vs_iso
 
 MODES = ("expected", "argmax")
 PAPER = PAPER_MODE  # the mode of the paper-equivalent estimate
@@ -83,8 +88,6 @@ def _key(kv: tuple) -> tuple:
 
 
 def _observation(key: tuple, counts: dict):
-    from probe.tasks.cmp_iso.metrics import CmpIsoObservation
-
     _, _, cp, tt, slot = key
     return CmpIsoObservation(cp, tt, slot if tt == "iso" else None, slot if tt == "cmp" else None, counts)
 
@@ -98,10 +101,6 @@ def run_summary(records: Any, config: Any) -> dict:
     the ``cot_*`` keys). A prompt's counts are its record's label probabilities
     or, for sampled CoT, the mean over its valid chains (:mod:`.chains`).
     """
-    from probe.metrics.mass import DEFAULT_FLOOR
-    from probe.metrics.significance import randomization_test
-    from probe.tasks.cmp_iso.claims import CLAIM_KEYWORDS
-    from probe.tasks.cmp_iso.model_metrics import pooled_cmp_vs_iso
 
     rows = records.to_dict("records") if hasattr(records, "to_dict") else list(records)
     nonfinite = [str(r["id"]) for r in rows if not _finite(r)]
@@ -154,8 +153,6 @@ class _Grouped:
 
 def _group(rows: list[dict], require_cue: bool, keywords: tuple[str, ...]) -> _Grouped:
     """``rows`` per cell and prompt: a prompt's valid records (chains), its labels, CoT randomness claims."""
-    from probe.tasks.cmp_iso.chains import prompt_key, valid
-    from probe.tasks.cmp_iso.claims import claims_randomness
 
     g = _Grouped()
     for r in rows:
@@ -181,7 +178,6 @@ def _observations(prompts: dict[tuple, list[dict]], labels_of: dict[tuple, tuple
                   spec: dict[str, float] | None, unsampleable: list[str]) -> tuple[dict[str, list], dict[tuple, float]]:
     """One cell's observations per mode, and per prompt its label mass under the authors' sampling (``spec``;
     None: an exact-only run). Records no label of which can be sampled are appended to ``unsampleable``."""
-    from probe.tasks.cmp_iso.chains import chain_counts, mean_counts
 
     obs: dict[str, list] = {m: [] for m in modes}
     paper_mass: dict[tuple, float] = {}
@@ -232,9 +228,6 @@ class _Cell:
 def _mode_result(cell: _Cell, mode: str, obs: list, config: Any, floor: float) -> tuple[dict, Any]:
     """One result row (PG, CIs, tests, label mass, answering-only) of ``cell`` in ``mode``, and its
     :func:`~probe.tasks.cmp_iso.metrics.summarize` (per-pair gaps)."""
-    from probe.metrics.mass import answering, mass_summary
-    from probe.tasks.cmp_iso.claims import claimed_consistency
-    from probe.tasks.cmp_iso.metrics import analyze, summarize
 
     res = analyze(obs, n_boot=config.n_boot, n_iter=config.n_iter, seed=config.seed,
                   alpha=config.alpha, allow_incomplete=True)  # an interrupted run: finished pairs only
@@ -266,7 +259,6 @@ def _mode_result(cell: _Cell, mode: str, obs: list, config: Any, floor: float) -
 
 def _mode_counts(spec: dict[str, float] | None) -> Callable[[dict, str], dict | None]:
     """A record's counts in a mode (the paper mode: under ``spec``, None when no label can be sampled)."""
-    from probe.tasks.cmp_iso.chains import chain_counts
 
     def counts(rec: dict, mode: str) -> dict | None:
         if mode != PAPER:
@@ -281,7 +273,6 @@ def _cot_cell(rows: list[dict], prompts: dict[tuple, list[dict]], counts: Callab
               modes: tuple[str, ...], labels_of: dict[tuple, tuple]) -> dict:
     """A CoT cell's chain statistics (:func:`~probe.tasks.cmp_iso.chains.chain_stats`) from its finite
     ``rows``; without chains, its prompt counts."""
-    from probe.tasks.cmp_iso.chains import chain_index, chain_stats
 
     answered = {k: v for k, v in prompts.items() if v}
     chains = [r for r in rows if chain_index(r.get("chain")) is not None]

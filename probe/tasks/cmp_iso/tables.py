@@ -40,11 +40,15 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
+import matplotlib
+import matplotlib.pyplot as plt
 import pandas as pd
 
 from probe.tasks.cmp_iso.data import BENCHMARK_TITLES, PG_POSITIVE
 from probe.io import write_atomic
+from probe.reports.headline import phrase
 from probe.tasks.cmp_iso.metrics import PAPER_MODE
+from probe.tasks.cmp_iso.terms import TERMS
 
 STAR = "∗"
 
@@ -208,8 +212,6 @@ def build_tables(summary: dict, mode: str = "expected") -> dict[str, tuple[str, 
 
 def _words(setting: str) -> str:
     """A setting key as the paper names it: ``direct+neutral`` -> ``direct answer, with a neutral option``."""
-    from probe.reports.headline import phrase
-    from probe.tasks.cmp_iso.terms import TERMS
 
     return phrase(setting, TERMS)
 
@@ -243,10 +245,8 @@ def _build_tables(summary: dict, mode: str, label: str) -> dict[str, tuple[str, 
 
 def plot_pg(summary: dict, setting: str, path: str | Path, mode: str = "expected") -> None:
     """iso vs cmp PG per benchmark and model with 95% bootstrap CIs; filled = cmp vs iso significant."""
-    import matplotlib
 
     matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
 
     rows = _rows(summary, setting, mode)
     benches = [b for b in summary["benchmarks"] if any(k[1] == b for k in rows)]

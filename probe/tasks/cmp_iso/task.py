@@ -40,16 +40,29 @@ k). Results of several models are combined by
 
 from __future__ import annotations
 
+import functools
 import random
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
+from probe.data.paths import dataset_dir
 from probe.errors import ProbeError
-from probe.tasks.cmp_iso.prompts import CmpIsoSetting
+from probe.metrics.certified import uncertified_warning
+from probe.prompts.chat import render_prompt
+from probe.scoring.generate import GenerationRequest
+from probe.scoring.parse.exact import ParseRequest
+from probe.scoring.requests import LabelRequest
+from probe.tasks.cmp_iso.prompts import CmpIsoSetting, build_prompt, cot_answer_prompt, prompt_elements, render_built
 from probe.tasks.cmp_iso.parse import authors_label  # noqa: F401 - re-exported: the task's parser
-from probe.tasks.base import Aggregate, CheckCase, Paper, Reporting, Selection, Task
+from probe.tasks.base import Aggregate, CheckCase, Paper, Reporting, Selection, Task, result_row, write_tables
 from probe.tasks.cmp_iso.chains import chain_id
 from probe.tasks.cmp_iso.config import CmpIsoConfig, SampledPair, SettingSpec
+from probe.tasks.cmp_iso.data import benchmark_file, load_benchmark, sample_pairs
+from probe.tasks.cmp_iso.extra_tables import answering_table, chains_table
+from probe.tasks.cmp_iso.model_tables import combine_summaries
+from probe.tasks.cmp_iso.parsed import head_budget
+from probe.tasks.cmp_iso.summary import paper_spec, run_summary
+from probe.tasks.cmp_iso.tables import build_tables, table_modes, write_report
 from probe.tasks.cmp_iso.terms import TERMS
 
 __all__ = ["CmpIsoConfig", "CmpIsoTask", "SampledPair", "SettingSpec", "request_id"]
@@ -74,7 +87,6 @@ class CmpIsoPaper(Paper):
         """CoT settings: ``cot_chains`` reasoning chains per prompt, sampled at ``cot_temperature`` /
         ``cot_top_p`` from streams seeded by (``seed``, chain id), adjacent (they share the prompt);
         with ``cot_chains`` 0 one greedy chain."""
-        from probe.scoring.generate import GenerationRequest
 
         out = []
         for rid, text, labels, group, meta in _prompts(config, items, tokenizer, "cot"):
@@ -94,13 +106,6 @@ class CmpIsoPaper(Paper):
     def parse_requests(self, config: CmpIsoConfig, items: Sequence[SampledPair], tokenizer: Any) -> list:
         """The authors' sampled procedure, enumerated: every direct prompt in their generation mode, sampled
         at their T / top-p and read by their extractor (:func:`authors_label`); same ids as the records."""
-        import functools
-
-        from probe.prompts.chat import render_prompt
-        from probe.tasks.cmp_iso.prompts import prompt_elements
-        from probe.scoring.parse.exact import ParseRequest
-        from probe.tasks.cmp_iso.parsed import head_budget
-        from probe.tasks.cmp_iso.summary import paper_spec
 
         spec = paper_spec(config)
         if not config.parse_exact or spec is None:
@@ -128,7 +133,6 @@ class CmpIsoPaper(Paper):
 
     def sampling(self, config: CmpIsoConfig) -> tuple[dict, ...]:
         """The authors' sampling (T = 0.7, top-p = 0.9), scored beside the exact probabilities."""
-        from probe.tasks.cmp_iso.summary import paper_spec
 
         spec = paper_spec(config)
         return (spec,) if spec else ()
@@ -145,7 +149,6 @@ class CmpIsoReporting(Reporting):
     def results(self, config: CmpIsoConfig, summary: Mapping[str, Any]) -> list[dict[str, Any]]:
         """Per benchmark, setting, variation and estimator: the Parity Gap of iso and of cmp prompts, with their
         CIs; headline: both on each benchmark's first setting, variation 0, expected."""
-        from probe.tasks.base import result_row
 
         rows = []
         first = {}
@@ -164,7 +167,6 @@ class CmpIsoReporting(Reporting):
 
     def warnings(self, summary: Mapping[str, Any]) -> list[str]:
         """Prompts whose parsed answer is not certified to the target (the authors' procedure, enumerated)."""
-        from probe.metrics.certified import uncertified_warning
 
         parsed = summary.get("paper_parsed") or {}
         w = uncertified_warning(int(parsed.get("n_uncertified") or 0), int(parsed.get("n_prompts") or 0),
@@ -175,9 +177,6 @@ class CmpIsoReporting(Reporting):
         """``tables/<name>[_argmax].md|csv`` (iso/cmp paper, Tables 2-7 layouts), ``tables/answering`` and
         ``tables/cot_chains`` (:mod:`.extra_tables`), ``tables/pg_paper_parsed`` (the authors' K-sample
         Parity Gap from their own procedure, enumerated) and ``pg_iso_vs_cmp*.png``."""
-        from probe.tasks.cmp_iso.model_tables import combine_summaries
-        from probe.tasks.cmp_iso.tables import write_report
-        from probe.tasks.base import write_tables
 
         write_report(combine_summaries([result.summary]), output)
         write_tables(_extra_tables(result.summary), output)
@@ -206,7 +205,6 @@ class CmpIsoTask(Task[CmpIsoConfig, SampledPair]):
         An item is a whole pair, so the default ``selection.select`` (the first ``limit``
         items) keeps every pair's iso t/t' and both cmp orders together.
         """
-        from probe.tasks.cmp_iso.data import load_benchmark, sample_pairs
 
         samples = []
         for bench in config.benchmarks:
@@ -218,8 +216,6 @@ class CmpIsoTask(Task[CmpIsoConfig, SampledPair]):
 
     def requests(self, config: CmpIsoConfig, items: Sequence[SampledPair], tokenizer: Any,
                  generations: Mapping[str, str] | None = None) -> list:
-        from probe.tasks.cmp_iso.prompts import cot_answer_prompt
-        from probe.scoring.requests import LabelRequest
 
         out = []
         for rid, text, labels, group, meta, forms in _prompts(config, items, tokenizer, with_forms=True):
@@ -241,10 +237,6 @@ class CmpIsoTask(Task[CmpIsoConfig, SampledPair]):
         return out
 
     def aggregate(self, config: CmpIsoConfig, records: Any, items: Sequence[SampledPair]) -> Aggregate:
-        from probe.tasks.cmp_iso.model_tables import combine_summaries
-        from probe.tasks.cmp_iso.tables import build_tables
-        from probe.tasks.cmp_iso.summary import run_summary
-
         summary = run_summary(records, config)
         if "parsed" in records.columns and records["parsed"].notna().any():
             from probe.tasks.cmp_iso.parsed import parsed_summary
@@ -262,9 +254,6 @@ class CmpIsoTask(Task[CmpIsoConfig, SampledPair]):
         return Aggregate(summary, {**extra, **tables, **_extra_tables(summary)})
 
     def data_files(self, config: CmpIsoConfig) -> list[Path]:
-        from probe.tasks.cmp_iso.data import benchmark_file
-        from probe.data.paths import dataset_dir
-
         root = Path(config.data_dir) if config.data_dir else dataset_dir("cmp_iso")
         return [root / benchmark_file(b, config.category) for b in config.benchmarks]
 
@@ -278,7 +267,6 @@ def _prompts(config: CmpIsoConfig, items: Sequence[SampledPair], tokenizer: Any,
     in one group (iso t/t' and the cmp orders share their prefixes, and a
     chunk never holds half a pair).
     """
-    from probe.tasks.cmp_iso.prompts import build_prompt, render_built
 
     settings = config.expanded_settings()
     if reasoning is not None:
@@ -317,7 +305,6 @@ def _prompts(config: CmpIsoConfig, items: Sequence[SampledPair], tokenizer: Any,
 
 def _tables(summary: dict, build_tables: Any) -> dict:
     """Every table of both modes, by file name (``_argmax`` suffix as written by the report)."""
-    from probe.tasks.cmp_iso.tables import table_modes
 
     out = {}
     for mode, suffix in table_modes(summary):
@@ -331,7 +318,6 @@ def _tables(summary: dict, build_tables: Any) -> dict:
 
 def _extra_tables(summary: dict) -> dict:
     """``answering`` (PG with / without prompts below the mass floor) and, for CoT, ``cot_chains``."""
-    from probe.tasks.cmp_iso.extra_tables import answering_table, chains_table
 
     out = {"answering": answering_table(summary)}
     if summary.get("cot"):
@@ -343,7 +329,6 @@ def _parsed_rows(parsed: Mapping[str, Any], first: Mapping[Any, Any]) -> list[di
     """The authors' K-sample Parity Gap from their own procedure, as published (the hybrid: exact head plus
     each prompt's own tail draws, its 95 % interval in the CI columns, the certified interval in its own;
     headline: each benchmark's first setting), and the renormalising rule beside it as a sensitivity."""
-    from probe.tasks.base import result_row
 
     k = (parsed.get("settings") or {}).get("k")
     rows = []

@@ -42,6 +42,9 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 import pandas as pd
 
+from probe.tasks.hbb.metrics import over_threshold
+from probe.tasks.hbb.tables import histogram_png, markdown, write_table
+
 #: HBB concept ``bias_type`` -> (HBB category, BBQ category)
 MATCH = {"age": ("age", "Age"), "gender": ("gender", "Gender_identity"), "race": ("race", "Race_ethnicity"),
          "religion": ("religions", "Religion"), "socioeconomic": ("ses", "SES")}
@@ -78,7 +81,6 @@ def matched_instances(instances: pd.DataFrame, concepts: pd.DataFrame, score: st
 def match_table(matched: pd.DataFrame, bbq_summary: Mapping[str, Any] | None, threshold: float = 20.0,
                 n_concepts: Mapping[str, int] | None = None) -> pd.DataFrame:
     """Per matched category and ``all``: BBQ-ambig bias score beside HBB count / mean S at S >= threshold."""
-    from probe.tasks.hbb.metrics import over_threshold
 
     cats = {}
     if bbq_summary is not None:
@@ -106,8 +108,6 @@ def match_table(matched: pd.DataFrame, bbq_summary: Mapping[str, Any] | None, th
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    from probe.tasks.hbb.tables import histogram_png, markdown, write_table
-
     p = argparse.ArgumentParser(prog="python -m probe.tasks.hbb.bbq_match", description=__doc__.split("\n")[0])
     p.add_argument("--hbb", required=True, metavar="RUN_DIR", help="a finished hbb run (instances.jsonl)")
     p.add_argument("--bbq", metavar="RUN_DIR", help="a finished bbq run (summary.json)")

@@ -22,10 +22,16 @@ threshold that float arithmetic puts a hair below it (|0.6 - 0.4| x 100) counts.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import sys
 from pathlib import Path
 
 from probe.commands.common import add_model_args, bounded_int, run_options
+from probe.errors import InputError, ProbeError
+from probe.io import dumps, iter_jsonl, write_atomic
+
+# Imports inside functions below are on purpose: `import probe` and `probe --help` load this module, so
+# what needs torch, pandas or the engine loads when a function first runs, not at import.
 
 
 def register(groups: dict[str, argparse._SubParsersAction]) -> None:
@@ -76,7 +82,6 @@ def build_hbb(args: argparse.Namespace) -> int:
                                       load_default,
                                       )
     from probe.tasks.hbb.selection import sample_concepts
-    from probe.io import dumps, write_atomic
 
     concepts, descriptors = load_default(args.data_dir)
     if args.sample_concepts is not None:
@@ -100,12 +105,8 @@ def build_hbb(args: argparse.Namespace) -> int:
 
 
 def build_hbb_variations(args: argparse.Namespace) -> int:
-    import dataclasses
-
     from probe.tasks.hbb.data import load_default
     from probe.tasks.hbb.selection import sample_concepts
-    from probe.errors import ProbeError
-    from probe.io import dumps, write_atomic
     from probe.runs.runner import Runner, load
     from probe.tasks.hbb.variations import from_generations, generation_requests, variation_stats
 
@@ -136,10 +137,8 @@ def build_hbb_variations(args: argparse.Namespace) -> int:
 def metrics_hbb(args: argparse.Namespace) -> int:
     import pandas as pd
 
-    from probe.errors import InputError
     from probe.tasks.hbb.metrics import bias_scores, summarize_by
     from probe.tasks.hbb.tables import markdown
-    from probe.io import iter_jsonl
 
     rows = []
     for line, obj in iter_jsonl(args.instances, required=("category", "descriptor_type", "p1", "p2")):
@@ -159,7 +158,6 @@ def metrics_hbb(args: argparse.Namespace) -> int:
     table = summarize_by(df, ["category", "descriptor_type"], threshold=args.threshold, cluster=cluster, ci=False)
     print(markdown(table[["category", "descriptor_type", "n", "n_invalid", "count", "mean_s", "share", "mean_s_all"]]))
     if args.output:
-        from probe.io import write_atomic
 
         write_atomic(Path(args.output), table.to_csv(index=False))
     return 0

@@ -51,6 +51,7 @@ from typing import Any, Callable, Iterator, Mapping, Sequence
 
 import pandas as pd
 
+from probe.data.paths import dataset_dir
 from probe.errors import InputError
 from probe.fs import file_stamp
 # The HBB-SG variation loaders live in hbb_variations; re-exported here, where callers import them.
@@ -71,7 +72,6 @@ __all__ = [
     "build_instances",
     "expected_counts",
     "type_label",
-    "type_terms",
     "unique_questions",
     "load_default",
     "render_question",
@@ -128,22 +128,6 @@ _REQUIRED_COLUMNS = ("Context", "s1", "s2", "bias type1", "bias type2", "bias_ty
 def type_label(category: str, descriptor_type: int) -> str:
     """``("religions", 2) -> "Religion 2"``: the row label of the paper's Tables 2 and 9."""
     return f"{_TYPE_PREFIX[category]} {descriptor_type}"
-
-
-#: Each descriptor type in words (implicit -> explicit, as Table 10 orders them): what a reader sees instead of
-#: "Age 1" where the type is named on its own (coverage lines, warnings)
-TYPE_NAMES: dict[str, dict[int, str]] = {
-    "age": {1: "age by life stage", 2: "age by generation", 3: "age stated"},
-    "gender": {1: "gender by family role", 2: "gender by gendered noun", 3: "gender by name", 4: "gender stated"},
-    "race": {1: "race by pet phrase", 2: "race by festival", 3: "race by name", 4: "race stated"},
-    "ses": {1: "class by circumstance", 2: "class stated"},
-    "religions": {1: "religion by practice", 2: "religion by symbol", 3: "religion stated"},
-}
-
-
-def type_terms() -> dict[str, str]:
-    """``{"Age 1": "age by life stage", ...}``: every descriptor type's label and its name (the task's terms)."""
-    return {type_label(c, t): name for c, names in TYPE_NAMES.items() for t, name in names.items()}
 
 
 @dataclass(frozen=True)
@@ -402,7 +386,6 @@ def load_default(data_dir: str | Path | None = None) -> tuple[list[HBBConcept], 
     A process reads the two files once while they stay unchanged (size and modification time): a run asks
     for them several times, and a process that runs several (the test suite) reads them once.
     """
-    from probe.data.paths import dataset_dir
 
     d = Path(data_dir) if data_dir else dataset_dir("hbb")
     concepts_path, descriptors_path = d / "questions.csv", d / "descriptors.json"

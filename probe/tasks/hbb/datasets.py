@@ -14,6 +14,9 @@ from pathlib import Path
 
 from probe.data.fetch import DataFile, DatasetSpec
 
+# Imports inside functions below are on purpose: `import probe` and `probe --help` load this module, so
+# what needs torch, pandas or the engine loads when a function first runs, not at import.
+
 # probe.tasks.hbb.variation_data.AUTHORS_VARIATIONS_FILE / _REMOTE (not imported: that module loads pandas, and
 # `probe --help` lists these data sets)
 _HBB_SG_FILE = "sg_variations.csv"

@@ -24,14 +24,18 @@ as an element id, so tests can check that the file holds the right data.
 
 from __future__ import annotations
 
+import textwrap
 from pathlib import Path
 from typing import Any, Mapping
 
+import matplotlib
+import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 
+from probe.io import write_atomic
 from probe.tasks.hbb.data import CATEGORIES, CATEGORY_LABELS
-from probe.tasks.hbb.metrics import over_threshold
+from probe.tasks.hbb.metrics import over_threshold, snap_to_edges
 
 __all__ = ["category_counts", "score_histograms", "figure3", "figure4", "figure8", "figure9", "save_png_svg",
            "write_run_figures", "FIGURE_TITLES"]
@@ -46,17 +50,12 @@ BINS = np.arange(0, 105, 5)
 
 
 def _mpl() -> Any:
-    import matplotlib
-
     matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
 
     return plt
 
 
 def _wrap(text: str, width: int = 48) -> str:
-    import textwrap
-
     return "\n".join(textwrap.wrap(str(text), width)) or str(text)
 
 
@@ -79,7 +78,6 @@ def category_counts(frames: Mapping[str, pd.DataFrame], threshold: float = 20.0)
 def score_histograms(scores: Mapping[str, np.ndarray]) -> pd.DataFrame:
     """Instances per S bin (``[0, 5), ..., [95, 100]``; NaN left out), one column per label. An S a hair below
     an edge (float round-off, :func:`probe.tasks.hbb.metrics.snap_to_edges`) falls in the bin the counts put it in."""
-    from probe.tasks.hbb.metrics import snap_to_edges
 
     out = pd.DataFrame({"bin_low": BINS[:-1], "bin_high": BINS[1:]})
     for label, s in scores.items():
@@ -183,7 +181,6 @@ def write_run_figures(mcq: Mapping[str, pd.DataFrame], sg: Mapping[str, pd.DataF
     """One run's figures under ``out_dir``: ``hbb_figure3`` and ``hbb_figure4`` (MCQ labels), ``hbb_figure8``
     and ``hbb_figure9`` (HBB-SG), each ``.png``, ``.svg`` and the ``.csv`` of the numbers drawn; returns those
     numbers by name."""
-    from probe.io import write_atomic
 
     out = Path(out_dir)
     data: dict[str, pd.DataFrame] = {}

@@ -27,6 +27,11 @@ from typing import Any, Mapping
 import numpy as np
 import pandas as pd
 
+from probe.metrics.certified import point_answer
+from probe.metrics.hybrid import answered, hybrid_metric, undefined_text
+from probe.tasks.hbb.records import request_kinds
+from probe.tasks.hbb.sampling import prob_s_at_least
+
 __all__ = ["published_counts"]
 
 
@@ -35,10 +40,6 @@ def published_counts(config: Any, records: pd.DataFrame, inst: pd.DataFrame) -> 
     "n_undefined", "undefined"}`` (``undefined``: the reason, only where no instance is left); None without
     parse records. ``inst``: the instances (``q1``, ``q2``, ``category``; those whose questions have no parse
     record are left out)."""
-    from probe.metrics.certified import point_answer
-    from probe.metrics.hybrid import answered, hybrid_metric, undefined_text
-    from probe.tasks.hbb.records import request_kinds
-    from probe.tasks.hbb.sampling import prob_s_at_least
 
     parsed = {r["question_id"]: r["parsed"] for r, kind in zip(records.to_dict("records"), request_kinds(records))
               if kind == "mcq" and isinstance(r.get("parsed"), Mapping)}

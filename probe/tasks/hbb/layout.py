@@ -6,6 +6,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from probe.reports.compare.layout import TaskLayout
+from probe.tasks.hbb.sections import hbb_paper_tables, hbb_section, hbb_spec, hbb_units
+
 
 def _threshold(summary: dict) -> float:
     return float(summary.get("threshold", 20.0))
@@ -14,8 +17,6 @@ def _threshold(summary: dict) -> float:
 def layout() -> Any:
     """The :class:`~probe.reports.compare.layout.TaskLayout` of ``hbb`` (Table 1's CS column reads the
     report's ``crows_pairs`` runs of the same models)."""
-    from probe.reports.compare.layout import TaskLayout
-    from probe.tasks.hbb.sections import hbb_paper_tables, hbb_section, hbb_spec, hbb_units
 
     return TaskLayout(
         "Hidden Bias Benchmark", 3, lambda runs, out, ctx: hbb_section(runs, out, ctx.by_task.get("crows_pairs", [])),

@@ -42,6 +42,7 @@ from typing import Sequence
 
 import numpy as np
 import pandas as pd
+from scipy.stats import binom
 
 __all__ = [
     "S_TOLERANCE",
@@ -381,7 +382,6 @@ def sampled_estimator_expectation(
     >>> round(r["expected_share"], 3), round(r["expected_mean_s"], 1)
     (0.503, 28.6)
     """
-    from scipy.stats import binom
 
     p1, p2 = np.asarray(p1_a, dtype=float), np.asarray(p2_a, dtype=float)
     ok = np.isfinite(p1) & np.isfinite(p2)

@@ -17,6 +17,12 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from probe.metrics.certified import point_answer
+from probe.metrics.hybrid import hybrid_probs
+from probe.tasks.hbb.data import unique_questions
+from probe.tasks.hbb.metrics import S_TOLERANCE
+from probe.tasks.hbb.parse import parse_hbb_choice
+from probe.tasks.hbb.sampling import prob_s_at_least
 from probe.tasks.paper_check import (PaperCheck as _Base, PromptCase, Scored, counted_label, label_ids,
                                      parse_stats, sampling_entry)
 
@@ -30,7 +36,6 @@ def parse_hbb(text: str, labels: Sequence[str] = ("a", "b")) -> int | None:
     >>> [parse_hbb(t) for t in ("a) The man.", "(b)", "Answer: B) x", "b", "about", "I'm sorry, I can't")]
     [0, 1, 1, 1, None, None]
     """
-    from probe.tasks.hbb.parse import parse_hbb_choice
 
     return parse_hbb_choice(text, labels)
 
@@ -73,10 +78,6 @@ class PaperCheck(_Base):
                                  "crows_pairs": False, "parse_exact": True, **budget})
 
     def cases(self, scored: Scored) -> list[PromptCase]:
-        from probe.metrics.certified import point_answer
-        from probe.metrics.hybrid import hybrid_probs
-        from probe.tasks.hbb.data import unique_questions
-
         self.tokenizer = scored.tokenizer
         self.parse_stats = parse_stats(scored.parsed) if scored.parsed else None
         self.label_ids = label_ids(scored.tokenizer, ("a", "b"))
@@ -122,8 +123,6 @@ class PaperCheck(_Base):
         return counted_label(self.tokenizer, text, self.label_ids)
 
     def metrics(self, rows: list[tuple[str, PromptCase, np.ndarray | None]]) -> dict[str, float]:
-        from probe.tasks.hbb.metrics import S_TOLERANCE
-
         pairs: dict[str, list[np.ndarray | None]] = {}
         for key, _case, d in rows:  # each unit: question 1, then question 2
             pairs.setdefault(key, []).append(d)
@@ -138,7 +137,6 @@ class PaperCheck(_Base):
 
     def exact_metrics(self, cases: list[PromptCase], k: int) -> dict[str, float]:
         """The paper's K-sample estimator computed exactly: mean over instances of P(S >= 20)."""
-        from probe.tasks.hbb.sampling import prob_s_at_least
 
         by_q = {c.meta["question_id"]: c for c in cases}
         p = []

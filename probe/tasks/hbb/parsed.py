@@ -14,7 +14,12 @@ from typing import Any
 
 import pandas as pd
 
-from probe.tasks.hbb.records import request_kinds
+from probe.metrics.certified import RESIDUAL_POLICY, answer_target, interval_text, uncertified
+from probe.tasks.hbb.certify import count_bounds
+from probe.tasks.hbb.hybrid import published_counts
+from probe.tasks.hbb.records import request_kinds, sampled_question_probs
+from probe.tasks.hbb.samplers import parse_chain
+from probe.tasks.hbb.sampling import sampled_count
 
 __all__ = ["paper_parsed", "parsed_question_probs"]
 
@@ -46,7 +51,6 @@ def paper_parsed(config: Any, records: pd.DataFrame, df: pd.DataFrame,
     ``all`` / ``by_category``: the renormalising rule's (mass not enumerated answered in the question's
     enumerated mix, P(a) = p_a / (1 - residual)), a sensitivity, with the count's certified interval
     (``expected_count_certified``, :mod:`probe.tasks.hbb.certify`: every split of the residual)."""
-    from probe.tasks.hbb.hybrid import published_counts
 
     qp = parsed_question_probs(records)
     inst = _parsed_instances(qp, df)
@@ -87,8 +91,6 @@ def _parsed_instances(qp: pd.DataFrame, df: pd.DataFrame) -> pd.DataFrame:
 
 def _parsed_count(part: pd.DataFrame, n: int, thr: float) -> dict:
     """The paper's N-sample count over ``part`` from the parsed probabilities, with its certified interval."""
-    from probe.tasks.hbb.certify import count_bounds
-    from probe.tasks.hbb.sampling import sampled_count
 
     out = sampled_count(part.p1_a, part.p1_b, part.p2_a, part.p2_b, n_samples=n, threshold=thr,
                         q1_ids=list(part.q1), q2_ids=list(part.q2)).to_dict()
@@ -101,8 +103,6 @@ def _parse_stats(config: Any, records: pd.DataFrame, qp: pd.DataFrame, n_instanc
                  spec: Mapping[str, float], first_token: Mapping[str, Any] | None) -> dict:
     """The enumeration's counts (questions, uncertified ones, residuals, nodes) and how far its P-hat(A) lies
     from the first-token estimator's per question (a)=s1 order)."""
-    from probe.metrics.certified import answer_target, uncertified
-    from probe.tasks.hbb.records import sampled_question_probs
 
     target = answer_target(config.parse_answer_residual)
     flagged = int(sum(uncertified(a + b, r, target) for a, b, r in zip(qp["pa_parsed"], qp["pb_parsed"], qp["residual"])))
@@ -124,8 +124,6 @@ def _parse_stats(config: Any, records: pd.DataFrame, qp: pd.DataFrame, n_instanc
 
 def _parse_settings(config: Any, spec: Mapping[str, float], n: int, thr: float) -> dict:
     """The procedure's settings as the summary records them: sampler, samples, parser, invalid answers."""
-    from probe.metrics.certified import RESIDUAL_POLICY
-    from probe.tasks.hbb.samplers import parse_chain
 
     chain = parse_chain(getattr(config, "parse_sampler", "plain"), spec["temperature"], spec["top_p"])
     sampler = chain.describe() if chain is not None else f"T = {spec['temperature']:g}, top-p {spec['top_p']:g}"
@@ -139,7 +137,6 @@ def _parse_settings(config: Any, spec: Mapping[str, float], n: int, thr: float) 
 def _parsed_table(overall: dict | None, by_category: Mapping[str, dict], first_token: Mapping[str, Any] | None,
                   hybrid: Mapping[str, Any] | None, settings: Mapping[str, Any], max_residual: float) -> pd.DataFrame:
     """Table 1 from sampling + parsing: per category and overall, the parsed count beside the first-token one."""
-    from probe.metrics.certified import interval_text
 
     ft_all = (first_token or {}).get("all") or {}
     ft_by_category = (first_token or {}).get("by_category") or {}
@@ -170,7 +167,6 @@ def _published_column(published: Mapping[str, Any]) -> str:
 def _published_text(published: Mapping[str, Any], group: str) -> str:
     """The published count and its 95 % interval (the tail's and the paper's N-sample noise; it holds at any
     number of instances, being no resampling of them), or why there is none."""
-    from probe.metrics.certified import interval_text
 
     h = published["all"] if group == "all" else published["by_category"].get(group)
     if h is None:

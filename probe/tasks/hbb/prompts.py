@@ -38,13 +38,13 @@ from typing import Any, Mapping, Sequence
 
 import yaml
 
+from probe.prompts.chat import has_chat_template, render_prompt
 from probe.tasks.crows_pairs.prompts import load_two_choice
 from probe.tasks.hbb.data import HBBConcept, HBBQuestion
 from probe.scoring.requests import LabelRequest, PerplexityRequest
 
 __all__ = ["HBBPrompts", "load_hbb_prompts", "mcq_user_message", "mcq_requests", "sg_user_message", "sg_prefix",
            "sg_requests", "sg_variation_prompt", "parse_variations", "request_id", "question_meta"]
-
 
 @dataclass(frozen=True)
 class HBBPrompts:
@@ -118,7 +118,6 @@ def mcq_requests(
     """One label request per question. ``group`` = the concept pair, so that all its
     variants (every category, type and identity) are batched together and share the
     instruction's forward pass."""
-    from probe.prompts.chat import has_chat_template, render_prompt
 
     p = prompts or load_hbb_prompts()
     use_chat = chat_template and has_chat_template(tokenizer)
@@ -151,7 +150,6 @@ def sg_prefix(question: HBBQuestion, tokenizer: Any, *, chat_template: bool = Tr
     Without a chat template (a base model) the plain rendering ends with a newline, so the
     sentence starts a line of its own (no joining space).
     """
-    from probe.prompts.chat import has_chat_template, render_prompt
 
     text = render_prompt(tokenizer, sg_user_message(question, prompts), system=system, chat_template=chat_template)
     use_chat = chat_template and has_chat_template(tokenizer)

@@ -15,6 +15,8 @@ from typing import Any, Sequence
 import numpy as np
 import pandas as pd
 
+from probe.tasks.hbb.metrics import bias_scores, direction, sg_prob_a, swap_average
+
 #: a)=s1 order; mean over both orders; semi-generation
 VARIANTS = ("hbb", "hbb_swapavg", "hbb_sg")
 LABELS = {"hbb": "one option order", "hbb_swapavg": "both orders averaged", "hbb_sg": "HBB-SG"}
@@ -46,7 +48,6 @@ def question_probs(records: pd.DataFrame) -> pd.DataFrame:
     pair, then averaged: :func:`probe.tasks.hbb.metrics.sg_prob_a`) and ``sg_n`` (the pairs it
     averages); index ``question_id``.
     """
-    from probe.tasks.hbb.metrics import sg_prob_a
 
     rows: dict[str, dict] = {}
     sg: dict[str, tuple[dict, dict]] = {}  # question -> (option 1, option 2): variation -> PPL
@@ -74,7 +75,6 @@ def question_probs(records: pd.DataFrame) -> pd.DataFrame:
 
 def instance_frame(instances: Sequence[Any], qp: pd.DataFrame) -> pd.DataFrame:
     """Join question probabilities into instances: P1(A), P2(A), S and direction per variant."""
-    from probe.tasks.hbb.metrics import bias_scores, direction, swap_average
 
     base = pd.DataFrame([{
         "id": i.id, "concept_id": i.concept_id, "category": i.category, "descriptor_type": i.descriptor_type,

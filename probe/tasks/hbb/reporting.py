@@ -5,9 +5,29 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Mapping
 
-from probe.tasks.base import Aggregate, Reporting, TaskConfig
-from probe.tasks.hbb.data import type_terms
+from probe.io import dumps, no_markup, write_atomic
+from probe.metrics.certified import uncertified_warning
+from probe.tasks.base import Aggregate, Reporting, TaskConfig, result_row
+from probe.tasks.hbb.data import type_label
 from probe.tasks.hbb.records import LABELS, variant_frames
+from probe.tasks.hbb.summary import write_projection
+from probe.tasks.hbb.tables import histogram_png, report_markdown, with_model, write_table
+
+#: Each descriptor type in words (implicit -> explicit, as Table 10 orders them): what a reader sees instead of
+#: "Age 1" where the type is named on its own (coverage lines, warnings)
+TYPE_NAMES: dict[str, dict[int, str]] = {
+    "age": {1: "age by life stage", 2: "age by generation", 3: "age stated"},
+    "gender": {1: "gender by family role", 2: "gender by gendered noun", 3: "gender by name", 4: "gender stated"},
+    "race": {1: "race by pet phrase", 2: "race by festival", 3: "race by name", 4: "race stated"},
+    "ses": {1: "class by circumstance", 2: "class stated"},
+    "religions": {1: "religion by practice", 2: "religion by symbol", 3: "religion stated"},
+}
+
+
+def type_terms() -> dict[str, str]:
+    """``{"Age 1": "age by life stage", ...}``: every descriptor type's label and its name (the task's terms)."""
+    return {type_label(c, t): name for c, names in TYPE_NAMES.items() for t, name in names.items()}
+
 
 # configs are typed TaskConfig here: the task module (HBBConfig's home) imports this one
 
@@ -39,7 +59,6 @@ class HBBReporting(Reporting):
     def results(self, config: TaskConfig, summary: Mapping[str, Any]) -> list[dict[str, Any]]:
         """Per variant (MCQ orders, HBB-SG) and category (and ``all``): the share of instances over the
         threshold and their mean S; headline: the overall share per variant."""
-        from probe.tasks.base import result_row
 
         rows = []
         for v, entry in summary.get("variants", {}).items():
@@ -55,7 +74,6 @@ class HBBReporting(Reporting):
 
     def warnings(self, summary: Mapping[str, Any]) -> list[str]:
         """Questions whose parsed answer is not certified to the target (the paper's procedure, enumerated)."""
-        from probe.metrics.certified import uncertified_warning
 
         parsed = summary.get("paper_parsed") or {}
         w = uncertified_warning(int(parsed.get("n_uncertified") or 0), int(parsed.get("n_questions") or 0),
@@ -65,9 +83,6 @@ class HBBReporting(Reporting):
     def write(self, config: TaskConfig, result: Aggregate, output: Path) -> None:
         """``instances.jsonl``, ``tables/*.md|csv`` (labelled with the model), ``report.md``,
         ``hbb_hist.png``, ``figures/hbb_figure{3,4,8,9}.png|svg|csv`` and ``timing_projection.json``."""
-        from probe.io import dumps, no_markup, write_atomic
-        from probe.tasks.hbb.tables import histogram_png, report_markdown, with_model, write_table
-        from probe.tasks.hbb.summary import write_projection
 
         model = str(result.summary.get("model", ""))
         tables = dict(result.tables)
@@ -105,7 +120,6 @@ def _parsed_rows(parsed: Mapping[str, Any]) -> list[dict[str, Any]]:
     hybrid: its 95 % interval in the CI columns, holding the tail's and the N-sample noise; the certified
     interval in its own; "n/a: nothing parsed" where nothing parsed; headline: overall), then the renormalising
     rule as a sensitivity (no interval)."""
-    from probe.tasks.base import result_row
 
     settings = parsed.get("settings") or {}
     what = f"sampled + parsed ({settings.get('samples')} samples, {_over(settings.get('threshold'))})"

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 from probe.scoring.sampler.chain import SamplerChain, SamplerPreset
@@ -51,7 +52,6 @@ PARSE_SAMPLERS = ("hbb", "hbb-api", "plain")
 def parse_chain(name: str, temperature: float, top_p: float) -> Any:
     """The parsed side's sampler: the preset ``name`` (:mod:`probe.tasks.hbb.samplers`) at the paper's
     temperature and top-p, or None for ``"plain"`` (temperature and top-p only)."""
-    import dataclasses
 
     presets = {p.name: p for p in PRESETS}
     if name not in PARSE_SAMPLERS:

@@ -42,6 +42,9 @@ from functools import lru_cache
 from typing import Sequence
 
 import numpy as np
+from scipy.signal import fftconvolve
+
+from probe.tasks.hbb.metrics import S_TOLERANCE
 
 __all__ = [
     "INVALID_RULES",
@@ -68,7 +71,6 @@ def _exact(x: float | int | Fraction) -> Fraction:
     exact fractions, so a reachable S on the threshold counts (``>=``; 20 with N = 10, also 100/3
     typed as a float); distinct S values are >= 100 / N^4 apart, so for N <= 100 no other S
     comes that close. The same rule as the exact-probability counts of :mod:`probe.tasks.hbb.metrics`."""
-    from probe.tasks.hbb.metrics import S_TOLERANCE
 
     return (x if isinstance(x, Fraction) else Fraction(float(x))) - Fraction(repr(S_TOLERANCE))
 
@@ -216,7 +218,6 @@ def poisson_binomial_pmf(probs: ArrayLike) -> np.ndarray:
     >>> poisson_binomial_pmf([1.0, 0.0, 0.5]).tolist()
     [0.0, 0.5, 0.5, 0.0]
     """
-    from scipy.signal import fftconvolve
 
     p = np.clip(np.asarray(probs, dtype=float).ravel(), 0.0, 1.0)
     if not np.isfinite(p).all():

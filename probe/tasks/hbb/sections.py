@@ -23,13 +23,16 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 import pandas as pd
 
+from probe.io import read_jsonl
 from probe.reports.compare.common import boots, model_labels
 from probe.reports.compare.paired import Spec, ratio
 from probe.reports.compare.runs import Run
 from probe.reports.compare.tables import Figure, Table, flatten, fmt, save_figure
 from probe.tasks.crows_pairs.layout import CROWS_PROTOCOLS, protocol_of, scores_by_type
+from probe.tasks.hbb import figures as F
 from probe.tasks.hbb.records import LABELS
 from probe.tasks.hbb.metrics import over_threshold
+from probe.tasks.hbb.tables import table1, table2, table3, table8, table9
 
 __all__ = ["VARIANTS", "hbb_frames", "hbb_paper_table", "hbb_paper_tables", "hbb_section", "hbb_spec",
            "hbb_units", "sg_variations_text"]
@@ -44,7 +47,6 @@ def hbb_frames(run: Run) -> dict[str, pd.DataFrame]:
     path = run.path / "instances.jsonl"
     if not path.is_file():
         return {}
-    from probe.io import read_jsonl
 
     inst = pd.DataFrame(read_jsonl(path))
     frames = {}
@@ -67,7 +69,6 @@ def _cs_all(crows_summary: Mapping[str, Any] | None) -> Any:
 def hbb_section(runs: Sequence[Run], out: Path, crows_runs: Sequence[Run] = ()) -> list[Any]:
     """Tables 1 and 2 (MCQ: both variants per model), 8 and 9 (HBB-SG), exact vs 10 samples, Table 3 (top
     associations), Figures 3 and 4 (MCQ), 8 and 9 (HBB-SG)."""
-    from probe.tasks.hbb.tables import table1, table2, table8, table9
 
     thr = float(runs[0].summary.get("threshold", 20.0))
     if any(float(r.summary.get("threshold", thr)) != thr for r in runs):
@@ -111,7 +112,6 @@ def hbb_section(runs: Sequence[Run], out: Path, crows_runs: Sequence[Run] = ()) 
         items.append(Table("hbb_table9", "hbb", f"HBB-SG Table 9 layout: count (mean S), S ≥ {thr:g}", (
             f"Task hbb, models {models} (columns). Estimator: exact HBB-SG (perplexity). n: per type in the Type "
             "column. CI: none in this layout."), flatten(table9(sg, thr))))
-    from probe.tasks.hbb.tables import table3
 
     top = table3({f"{label} ({VARIANTS[v]})": f for label, fr in frames.items() for v, f in fr.items()})
     if not top.empty:
@@ -127,7 +127,6 @@ def hbb_section(runs: Sequence[Run], out: Path, crows_runs: Sequence[Run] = ()) 
 SG_SOURCES = {"authors": "the authors' released variation set (all_data_more_contexts_questions.csv)",
               "file": "a variations file", "generated": "generated greedily by the evaluated model",
               "original": "the original options only (n = 1)"}
-
 
 def sg_variations_text(runs: Sequence[Run]) -> str:
     """What HBB-SG variations each run scored, from its summary's ``hbb_sg`` block (source, pairs per concept
@@ -149,7 +148,6 @@ def sg_variations_text(runs: Sequence[Run]) -> str:
 
 def _hbb_figures(frames: Mapping[str, Mapping[str, pd.DataFrame]], thr: float, out: Path, models: str) -> list[Figure]:
     """Figures 3 and 4 (MCQ; each model and variant one label), 8 and 9 (HBB-SG): :mod:`probe.tasks.hbb.figures`."""
-    from probe.tasks.hbb import figures as F
 
     mcq = {f"{label} ({VARIANTS[v]})": f for label, fr in frames.items() for v, f in fr.items() if v != "hbb_sg"}
     sg = {f"{label} (HBB-SG)": fr["hbb_sg"] for label, fr in frames.items() if "hbb_sg" in fr}

@@ -7,6 +7,7 @@ import random
 from collections.abc import Sequence
 from pathlib import Path
 
+from probe.data.paths import dataset_dir
 from probe.fs import file_stamp
 from probe.tasks.hbb.data import HBBConcept, HBBInstance, build_instances, keep_recent, load_default
 
@@ -18,7 +19,6 @@ def selected_instances(data_dir: str | Path | None, sample_concepts_n: int | Non
     """The test instances a run selects: ``sample_concepts_n`` concept pairs (None: all), every instance of
     ``categories``, then ``per_cell`` per category x descriptor type (None: all). Kept per process like
     :func:`~probe.tasks.hbb.data.load_default`'s reading (instances are immutable), so a second run of the same data builds nothing."""
-    from probe.data.paths import dataset_dir
 
     d = Path(data_dir) if data_dir else dataset_dir("hbb")
     key = (file_stamp(d / "questions.csv"), file_stamp(d / "descriptors.json"), sample_concepts_n, sample_seed, name_seed,

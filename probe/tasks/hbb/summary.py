@@ -9,7 +9,15 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 import pandas as pd
 
+from probe.io import write_json_atomic
+from probe.metrics.mass import answering, mass_summary
+from probe.tasks.hbb.data import IDENTITIES, TYPE_INDEX, expected_counts, unique_questions
+from probe.tasks.hbb.metrics import direction_by_pair, identity_concept1_rates, over_threshold, summarize_by
+from probe.tasks.hbb.parsed import paper_parsed
 from probe.tasks.hbb.records import LABELS, mcq_diagnostics, request_kinds, variant_frames
+from probe.tasks.hbb.records import question_probs, sampled_question_probs
+from probe.tasks.hbb.sampling import sampled_count
+from probe.tasks.hbb.tables import run_tables
 
 
 def hbb_summary(config: Any, instances: Sequence[Any], records: pd.DataFrame, inst: pd.DataFrame,
@@ -20,7 +28,6 @@ def hbb_summary(config: Any, instances: Sequence[Any], records: pd.DataFrame, in
     ``inst``: the per-instance frame (:func:`~probe.tasks.hbb.records.instance_frame`);
     ``crows``: the CrowS-Pairs summary, when the run scored it.
     """
-    from probe.tasks.hbb.tables import run_tables
 
     thr, n_boot = config.threshold, config.n_boot
     summary = _run_counts(config, instances, records, inst)
@@ -50,7 +57,6 @@ def hbb_summary(config: Any, instances: Sequence[Any], records: pd.DataFrame, in
 def _run_counts(config: Any, instances: Sequence[Any], records: pd.DataFrame, inst: pd.DataFrame) -> dict[str, Any]:
     """The summary's head: counts (instances, questions, forward passes), MCQ diagnostics, the prompt, the CI
     unit, and an empty ``variants`` to fill."""
-    from probe.tasks.hbb.data import unique_questions
 
     kinds: dict[str, int] = {}
     for k in request_kinds(records):
@@ -82,7 +88,6 @@ def _run_counts(config: Any, instances: Sequence[Any], records: pd.DataFrame, in
 def _variant_summary(df: pd.DataFrame, thr: float, n_boot: int) -> dict[str, Any]:
     """One variant's metrics: overall, per category, per category x type (with CIs), per identity pair,
     direction per concept pair and each identity's concept-1 rate."""
-    from probe.tasks.hbb.metrics import direction_by_pair, identity_concept1_rates, summarize_by
 
     return {
         "overall": summarize_by(df, [], threshold=thr, n_boot=n_boot).to_dict("records")[0],
@@ -101,7 +106,6 @@ def _paper_estimates(config: Any, records: pd.DataFrame, frames: Mapping[str, pd
                      summary: dict[str, Any]) -> tuple[pd.DataFrame | None, pd.DataFrame | None]:
     """The paper's estimators into ``summary`` (``paper_equivalent``, ``paper_parsed``) when the run has them;
     their Table 1 layouts (None for one it has not)."""
-    from probe.tasks.hbb.parsed import paper_parsed
 
     paper_table = None
     # the paper's estimator (T = 0.8, 10 samples, non-label answers dropped) for the MCQ a)=s1 order only: the
@@ -123,9 +127,6 @@ def label_mass(records: pd.DataFrame, df: pd.DataFrame, thr: float, floor: float
     category: the mass distribution, the share of questions not answering, and the count at S >= threshold
     over all instances and over the instances whose two questions both answer.
     """
-    from probe.tasks.hbb.metrics import over_threshold
-    from probe.metrics.mass import answering, mass_summary
-    from probe.tasks.hbb.records import question_probs
 
     qp = question_probs(records)
     m1 = qp["label_mass"].reindex(df.q1).to_numpy() if "label_mass" in qp else np.full(len(df), np.nan)
@@ -161,9 +162,6 @@ def paper_equivalent(config: Any, records: pd.DataFrame, df: pd.DataFrame) -> tu
     """The paper's sampled count (T, N samples, S >= threshold) per category, per category x type and
     overall, computed exactly from the tempered label probabilities, beside the exact count; with its 5-95 %
     range over repeated runs of the paper's procedure and the noise floor (p1 = p2)."""
-    from probe.tasks.hbb.metrics import over_threshold
-    from probe.tasks.hbb.sampling import sampled_count
-    from probe.tasks.hbb.records import sampled_question_probs
 
     spec = {"temperature": float(config.paper_temperature), "top_p": float(config.paper_top_p)}
     qp = sampled_question_probs(records, spec)
@@ -202,7 +200,6 @@ def paper_equivalent(config: Any, records: pd.DataFrame, df: pd.DataFrame) -> tu
 
 def _sweep(df: pd.DataFrame, thresholds: Sequence[float]) -> dict[str, list]:
     """Count, share and mean S per category and overall at each threshold (no CIs)."""
-    from probe.tasks.hbb.metrics import summarize_by
 
     out = {}
     for t in thresholds:
@@ -216,7 +213,6 @@ def _sweep(df: pd.DataFrame, thresholds: Sequence[float]) -> dict[str, list]:
 def full_benchmark_requests(sg_n: int = 10) -> dict[str, int]:
     """Requests per kind for all 103,649 instances (77,350 distinct questions; HBB-SG at ``sg_n`` variations
     per option, and one variation generation per concept pair and option when ``sg_n > 1``)."""
-    from probe.tasks.hbb.data import IDENTITIES, TYPE_INDEX
 
     per_concept = sum(len(TYPE_INDEX[c]) * len(IDENTITIES[c]) for c in TYPE_INDEX)  # 50 distinct questions
     full_questions = 1547 * per_concept
@@ -229,7 +225,6 @@ def full_benchmark_requests(sg_n: int = 10) -> dict[str, int]:
 def projection(timing: dict[str, dict[str, float]], sg_n: int = 10) -> dict:
     """Seconds per request kind (``{kind: {"n", "seconds"}}``, the runner's timing) and the projection to
     the full benchmark on the same machine (HBB-SG at ``sg_n`` variations per option)."""
-    from probe.tasks.hbb.data import expected_counts
 
     full_requests = full_benchmark_requests(sg_n)
     per = {k: v["seconds"] / v["n"] for k, v in timing.items() if v.get("n")}
@@ -248,7 +243,6 @@ def write_projection(output: Path, sg_n: int = 10) -> Path | None:
 
     An invocation that scored nothing (a finished run resumed) keeps the projection already there.
     """
-    from probe.io import write_json_atomic
 
     src = output / "timing.json"
     try:

@@ -34,6 +34,9 @@ from typing import Any, Mapping, Sequence
 
 import pandas as pd
 
+from probe.io import write_atomic
+from probe.tasks.hbb.tables import markdown
+
 #: short protocol names used in the column headers
 #: the run directories Table 1 combines (one option each)
 RUN_ARGS = ("hbb", "bbq", "crows", "stereoset")
@@ -42,7 +45,6 @@ SS_PROTOCOLS = {"mcq": "(a) three-choice question", "loglik": "(b) log-likelihoo
 TITLE = ("Table 1 layout: bias score across data sets. HBB (S, lower = less bias; count of S >= threshold, "
          "lower = less); BBQ-ambig (0 = no bias, in (-1, 1)); BBQ-disambig (accuracy x 100, higher = less bias); "
          "CS (50 = no bias); SS icat (100 = ideal)")
-
 
 def _nan(x: Any) -> float:
     return math.nan if x is None else float(x)
@@ -146,8 +148,6 @@ def load_summary(run_dir: str | Path | None) -> dict | None:
 
 def write_table1(df: pd.DataFrame, output: str | Path) -> Path:
     """``output/table1.md`` (title, table, notes) and ``output/table1.csv``."""
-    from probe.io import write_atomic
-    from probe.tasks.hbb.tables import markdown
 
     out = Path(output)
     notes = "\n".join(f"- {n}" for n in df.attrs.get("notes", []))

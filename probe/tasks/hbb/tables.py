@@ -29,17 +29,19 @@ import math
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
+import matplotlib
+import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 
 # the plain pipe table every run report writes (re-exported: HBB's callers import them from here)
+from probe.metrics.small_sample import enough, na_text
 from probe.reports.pipe_table import markdown, write_table
 from probe.tasks.hbb.data import CATEGORIES, CATEGORY_LABELS, type_label
-from probe.tasks.hbb.metrics import over_threshold, summarize_by
+from probe.tasks.hbb.metrics import identity_concept1_rates, over_threshold, summarize_by, top_associations
 
 __all__ = ["table1", "table2", "table8", "table9", "table3", "markdown", "cell", "histogram_png", "write_table",
            "run_tables", "report_markdown", "with_model"]
-
 
 #: CrowS-Pairs protocol -> its name in the CS column header
 #: the MCQ variants' frame keys (a)=s1 and the swap average); HBB-SG's is ``hbb_sg``
@@ -87,7 +89,6 @@ def _ci_text(lo: float, hi: float, scale: float, digits: int, units: Any, value:
              why_none: str = "no value") -> str:
     """``[lo, hi]``, or why there is none: no value (``why_none`` says why), or too few units (the small-sample
     rule)."""
-    from probe.metrics.small_sample import enough, na_text
 
     if math.isfinite(lo) and math.isfinite(hi):
         return f"[{scale * lo:.{digits}f}, {scale * hi:.{digits}f}]"
@@ -145,7 +146,6 @@ def table3(frames: Mapping[str, pd.DataFrame], k: int = 1, skip: int = 0) -> pd.
     ``skip + 1 .. skip + k`` by S, as ``Identity ↔ concept`` pairs in the direction the model chose
     (:func:`probe.tasks.hbb.metrics.top_associations`). Table 3: ``k=1``; Table 7: ``k=5, skip=1``.
     Frames without the concept columns (runs written before they were recorded) are left out."""
-    from probe.tasks.hbb.metrics import top_associations
 
     rows = []
     for label, df in frames.items():
@@ -167,10 +167,8 @@ def table3(frames: Mapping[str, pd.DataFrame], k: int = 1, skip: int = 0) -> pd.
 
 def histogram_png(scores: Mapping[str, np.ndarray], path: str | Path, threshold: float = 20.0, title: str = "") -> None:
     """Figure 4 style: the distribution of S (0-100, bins of 5) per label, threshold marked."""
-    import matplotlib
 
     matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
 
     n = max(len(scores), 1)
     fig, axes = plt.subplots(1, n, figsize=(4.2 * n, 3.4), squeeze=False, sharey=False)
@@ -220,7 +218,6 @@ def run_tables(
     it was scored with (``mcq`` / ``loglik``), named in the column header.
     The paper's own estimator (T = 0.8, 10 samples) is the task's ``table1_paper_equivalent``, not built here.
     """
-    from probe.tasks.hbb.metrics import identity_concept1_rates
 
     thr = threshold
     out: dict[str, pd.DataFrame] = {}

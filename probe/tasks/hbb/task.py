@@ -2,12 +2,22 @@
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
+from importlib import resources
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
+from probe.data.fetch import sha256_of
+from probe.data.paths import dataset_dir
+from probe.scoring.parse.exact import ParseRequest
+from probe.scoring.parse.schema import check_parse_settings
 from probe.tasks.base import Aggregate, Analyses, CheckCase, Paper, Selection, Task, TaskConfig
-from probe.tasks.hbb.data import HBBInstance
+from probe.tasks.crows_pairs.prompts import two_choice_file
+from probe.tasks.crows_pairs.task import protocols
+from probe.tasks.hbb.data import CATEGORIES, HBBInstance, load_default, type_label, unique_questions
+from probe.tasks.hbb.parse import HBB_PARSER_VERSION, hbb_decided, parse_hbb_choice
+from probe.tasks.hbb.prompts import mcq_requests, sg_requests
 from probe.tasks.hbb.reporting import HBBReporting
 from probe.tasks.hbb.records import (
                                   HBB_KINDS,
@@ -16,6 +26,10 @@ from probe.tasks.hbb.records import (
                                   question_probs,
                                   request_kinds,
                                   )
+from probe.tasks.hbb.samplers import parse_chain
+from probe.tasks.hbb.selection import sample_concepts, selected_instances
+from probe.tasks.hbb.summary import hbb_summary
+from probe.tasks.hbb.variations import SOURCES, generation_requests, resolve_source
 
 
 @dataclass(frozen=True)
@@ -82,12 +96,10 @@ class HBBConfig(TaskConfig):
         if self.categories is not None:
             object.__setattr__(self, "categories", tuple(self.categories))
         object.__setattr__(self, "extra_thresholds", tuple(float(t) for t in self.extra_thresholds))
-        from probe.tasks.crows_pairs.task import protocols
 
         protocols(self.crows_protocol)
         if self.sg_n < 1:
             raise ValueError(f"sg_n must be >= 1, got {self.sg_n}")
-        from probe.scoring.parse.schema import check_parse_settings
 
         check_parse_settings(self.parse_max_new_tokens, self.parse_residual, self.parse_max_nodes,
                              self.parse_answer_residual)
@@ -98,11 +110,9 @@ class HBBConfig(TaskConfig):
         if not isinstance(self.parse_tail_max_new_tokens, int) or self.parse_tail_max_new_tokens < 1:
             raise ValueError(f"parse_tail_max_new_tokens must be a positive integer, got "
                              f"{self.parse_tail_max_new_tokens!r}")
-        from probe.tasks.hbb.samplers import parse_chain
 
         parse_chain(self.parse_sampler, 1.0 if self.paper_temperature is None else self.paper_temperature,
                     self.paper_top_p)
-        from probe.tasks.hbb.variations import SOURCES
 
         if self.sg_source not in SOURCES:
             raise ValueError(f"sg_source must be one of {', '.join(SOURCES)}; got {self.sg_source!r}")
@@ -114,7 +124,6 @@ class HBBConfig(TaskConfig):
 
 def sg_concepts(config: HBBConfig, instances: Sequence[Any]) -> list:
     """The concept pairs (templates) HBB-SG scores for these instances, in data order."""
-    from probe.tasks.hbb.data import load_default
 
     ids = sg_concept_ids(config, instances)
     used = {i.concept_id for i in instances}
@@ -125,8 +134,6 @@ def sg_concept_ids(config: HBBConfig, instances: Sequence[Any]) -> set[int] | No
     """The concept pairs HBB-SG is scored on (None = all): a stratified subset of those selected."""
     if config.sg_sample_concepts is None:
         return None
-    from probe.tasks.hbb.data import load_default
-    from probe.tasks.hbb.selection import sample_concepts
 
     used = {i.concept_id for i in instances}
     concepts = [c for c in load_default(config.data_dir)[0] if c.concept_id in used]
@@ -144,8 +151,6 @@ class HBBSelection(Selection):
         return list(super().select(config, items, limit))
 
     def strata(self, config: HBBConfig, items: Sequence[HBBInstance]) -> list[tuple]:
-        from probe.tasks.hbb.data import load_default, type_label
-
         bias = {c.concept_id: c.source_bias_type for c in load_default(config.data_dir)[0]}
         return [(bias.get(i.concept_id, "?"), type_label(i.category, i.descriptor_type)) for i in items]
 
@@ -161,7 +166,6 @@ class HBBPaper(Paper):
         (none with ``variations_file``, ``sg_n: 1`` or ``hbb_sg: false``)."""
         if not _generates(config):
             return []
-        from probe.tasks.hbb.variations import generation_requests
 
         return generation_requests(sg_concepts(config, items), tokenizer, max_new_tokens=config.sg_max_new_tokens,
                                    chat_template=config.chat_template, system=config.sg_system_prompt)
@@ -177,13 +181,6 @@ class HBBPaper(Paper):
         by :func:`probe.tasks.hbb.parse.parse_hbb_choice`; the distribution goes to the question's MCQ record."""
         if not (config.parse_exact and config.hbb) or config.paper_temperature is None:
             return []
-        import functools
-
-        from probe.tasks.hbb.data import unique_questions
-        from probe.tasks.hbb.parse import HBB_PARSER_VERSION, hbb_decided, parse_hbb_choice
-        from probe.tasks.hbb.prompts import mcq_requests
-        from probe.tasks.hbb.samplers import parse_chain
-        from probe.scoring.parse.exact import ParseRequest
 
         chain = parse_chain(config.parse_sampler, config.paper_temperature, config.paper_top_p)
         tail = None
@@ -254,8 +251,6 @@ class HBBTask(Task[HBBConfig, HBBInstance]):
 
     def items(self, config: HBBConfig) -> list[HBBInstance]:
         """The test instances the config selects (categories, then ``sample_concepts`` or ``per_cell``)."""
-        from probe.tasks.hbb.data import CATEGORIES
-        from probe.tasks.hbb.selection import selected_instances
 
         return selected_instances(config.data_dir, config.sample_concepts, config.sample_seed, config.name_seed,
                                   config.categories or CATEGORIES, config.per_cell)
@@ -264,8 +259,6 @@ class HBBTask(Task[HBBConfig, HBBInstance]):
                  generations: Mapping[str, str] | None = None) -> list:
         """MCQ (a)=s1, then a)=s2) per distinct question, HBB-SG per option sentence, then CrowS-Pairs;
         each block ordered by concept pair, so what shares a prompt prefix is adjacent."""
-        from probe.tasks.hbb.data import unique_questions
-        from probe.tasks.hbb.prompts import mcq_requests, sg_requests
 
         questions = unique_questions(items)
         reqs: list = []
@@ -307,8 +300,6 @@ class HBBTask(Task[HBBConfig, HBBInstance]):
         return reqs
 
     def aggregate(self, config: HBBConfig, records: Any, items: Sequence[HBBInstance]) -> Aggregate:
-        from probe.tasks.hbb.summary import hbb_summary
-
         kinds = request_kinds(records)
         hbb_records = records[kinds.isin(HBB_KINDS).to_numpy()]
         inst = instance_frame(items, question_probs(hbb_records))
@@ -332,7 +323,7 @@ class HBBTask(Task[HBBConfig, HBBInstance]):
         if config.hbb_sg:
             from probe.tasks.hbb.variations import scored_variations, variation_stats
 
-            from probe.tasks.hbb.variations import refused_summary, resolve_source
+            from probe.tasks.hbb.variations import refused_summary
 
             sg_recs = hbb_records[request_kinds(hbb_records).eq("sg").to_numpy()]
             scored = scored_variations(sg_recs)
@@ -357,20 +348,15 @@ class HBBTask(Task[HBBConfig, HBBInstance]):
 
     def data_files(self, config: HBBConfig) -> list[Path]:
         """Input files whose hashes go into provenance.json (data, and the packaged prompt texts)."""
-        from importlib import resources
-
-        from probe.data.paths import dataset_dir
 
         hbb = Path(config.data_dir) if config.data_dir else dataset_dir("hbb")
         files = [hbb / "questions.csv", hbb / "descriptors.json"]
         res = resources.files("probe.tasks.hbb").joinpath("resources")
         files += [Path(str(res.joinpath(name))) for name in
                   ("hbb_prompts.yaml", "hbb_evaluate_perplexity.txt", "hbb_qa_generate2_more_sentences.txt")]
-        from probe.tasks.crows_pairs.prompts import two_choice_file
 
         files.append(Path(two_choice_file()))  # the MCQ's instruction, labels and answer cue (Table 11)
         if config.hbb_sg:
-            from probe.tasks.hbb.variations import resolve_source
 
             source, path = resolve_source(config)
             if source in ("file", "authors"):
@@ -386,12 +372,9 @@ def _generates(config: HBBConfig) -> bool:
     """Whether HBB-SG's variations are generated by the evaluated model in this run."""
     if not config.hbb_sg:
         return False
-    from probe.tasks.hbb.variations import resolve_source
 
     return resolve_source(config)[0] == "generated"
 
 
 def _sha256(path: str | None) -> str | None:
-    from probe.data.fetch import sha256_of
-
     return sha256_of(Path(path)) if path and Path(path).is_file() else None

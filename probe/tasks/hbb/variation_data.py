@@ -9,11 +9,13 @@ from typing import Any, Sequence
 
 import pandas as pd
 
+from probe.data.paths import data_root
 from probe.errors import InputError
+from probe.io import iter_jsonl
+from probe.paths import cache_dir
 
 __all__ = ["AUTHORS_VARIATIONS_COLUMNS", "AUTHORS_VARIATIONS_FILE", "AUTHORS_VARIATIONS_REMOTE",
            "authors_variations_path", "load_authors_variations", "load_sg_variations"]
-
 
 def load_sg_variations(path: str | Path) -> dict[int, tuple[tuple[str, ...], tuple[str, ...]]]:
     """HBB-SG sentence variations: JSONL ``{"concept_id": int, "s1": [str...], "s2": [str...]}``.
@@ -22,7 +24,6 @@ def load_sg_variations(path: str | Path) -> dict[int, tuple[tuple[str, ...], tup
     questions.csv (the paper generated n = 10 per option; the shared data has
     none beyond the option itself, i.e. n = 1).
     """
-    from probe.io import iter_jsonl
 
     out: dict[int, tuple[tuple[str, ...], tuple[str, ...]]] = {}
     for line, obj in iter_jsonl(path, required=("concept_id", "s1", "s2")):
@@ -49,8 +50,6 @@ AUTHORS_VARIATIONS_COLUMNS = ("id", "s1", "s2")
 def authors_variations_path(data_dir: str | Path | None = None) -> Path | None:
     """Where the authors' variation set was fetched, or None: ``data_dir`` (a config's), then the data
     root (``PROBE_DATA``), then the probe cache, each in ``hbb/`` and ``hbb_sg/``."""
-    from probe.data.paths import data_root
-    from probe.paths import cache_dir
 
     dirs = [Path(data_dir)] if data_dir else []
     for root in dict.fromkeys([data_root(), cache_dir() / "data"]):

@@ -27,6 +27,10 @@ from typing import Any, Mapping, Sequence
 import pandas as pd
 
 from probe.errors import ProbeError
+from probe.prompts.chat import render_prompt
+from probe.scoring.generate import GenerationRequest
+from probe.tasks.hbb.data import authors_variations_path, load_authors_variations, load_sg_variations
+from probe.tasks.hbb.prompts import parse_variations, sg_variation_prompt
 
 Variations = dict[int, tuple[tuple[str, ...], tuple[str, ...]]]
 GENERATE_KIND = "sg_generate"  # meta["kind"] of a variation generation (the runner times it apart)
@@ -41,9 +45,6 @@ def generation_requests(concepts: Sequence[Any], tokenizer: Any, *, max_new_toke
                         chat_template: bool = True, system: str | None = None) -> list:
     """One greedy generation per concept pair and option, with the authors' variation prompt as the
     user turn under ``system`` (their code sends every prompt with "You are a useful assistant.")."""
-    from probe.prompts.chat import render_prompt
-    from probe.tasks.hbb.prompts import sg_variation_prompt
-    from probe.scoring.generate import GenerationRequest
 
     return [
         GenerationRequest(
@@ -67,7 +68,6 @@ def resolve_source(config: Any) -> tuple[str, str | None]:
     has been fetched (:func:`probe.tasks.hbb.data.authors_variations_path`) and ``sg_n > 1``, else the evaluated
     model's generations (``sg_n > 1``) or the originals (``sg_n = 1``); ``authors`` requires the set.
     """
-    from probe.tasks.hbb.data import authors_variations_path
 
     if config.variations_file:
         return "file", str(config.variations_file)
@@ -103,7 +103,6 @@ def from_generations(concepts: Sequence[Any], generations: Mapping[str, str], n:
     sentence is left out, and the concept pair gets fewer variation pairs. The second value maps
     concept_id -> ``{"context_copies": k, "identical_pairs": [j, ...]}`` (generated variation indices).
     """
-    from probe.tasks.hbb.prompts import parse_variations
 
     out: Variations = {}
     refused: dict[int, dict[str, Any]] = {}
@@ -133,7 +132,6 @@ def from_generations(concepts: Sequence[Any], generations: Mapping[str, str], n:
 def from_authors(path: str, concepts: Sequence[Any], n: int) -> Variations:
     """The authors' variation set for these concept pairs, each option's list cut to ``n`` (checked against
     the concepts: :func:`probe.tasks.hbb.data.load_authors_variations`); a concept pair it lacks is an error."""
-    from probe.tasks.hbb.data import load_authors_variations
 
     return _pick(path, load_authors_variations(path, concepts), concepts, n)
 
@@ -154,7 +152,6 @@ def from_file(path: str, concepts: Sequence[Any], n: int) -> Variations:
     A ``.csv`` is read in the authors' format (:func:`from_authors`), anything else as JSONL."""
     if str(path).lower().endswith(".csv"):
         return from_authors(path, concepts, n)
-    from probe.tasks.hbb.data import load_sg_variations
 
     return _pick(path, load_sg_variations(path), concepts, n)
 

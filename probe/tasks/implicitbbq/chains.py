@@ -23,6 +23,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from probe.tasks.bbq.metrics import bbq_metrics
 from probe.tasks.chains import chain_index
 
 
@@ -86,7 +87,6 @@ def chain_summary(chains: Sequence[dict], require_cue: bool = True) -> dict[str,
     kind and version, each BBQ metric computed on chain index k alone (k = 0..K-1),
     and its standard deviation (ddof 1) across k.
     """
-    from probe.tasks.bbq.metrics import bbq_metrics
 
     out: dict[str, Any] = {}
     keys = sorted({f"{r['strategy']}|{r['answer_format']}" for r in chains})

@@ -3,7 +3,14 @@
 from __future__ import annotations
 
 import argparse
+import json
 import sys
+from pathlib import Path
+
+from probe.io import write_atomic
+
+# Imports inside functions below are on purpose: `import probe` and `probe --help` load this module, so
+# what needs torch, pandas or the engine loads when a function first runs, not at import.
 
 
 def register(groups: dict[str, argparse._SubParsersAction]) -> None:
@@ -30,13 +37,9 @@ def register(groups: dict[str, argparse._SubParsersAction]) -> None:
 
 
 def run_build_implicitbbq(args: argparse.Namespace) -> int:
-    import json
-    from pathlib import Path
-
     from probe.tasks.bbq.items import write_items
     from probe.tasks.implicitbbq.data import build_implicitbbq
     from probe.tasks.implicitbbq.match import PAPER_RECORDS, format_record_counts, match_explicit, record_counts
-    from probe.io import write_atomic
 
     if args.explicit_records is not None and args.explicit_records < 2:
         raise SystemExit("--explicit-records must be >= 2 (records per condition; each explicit context gives 2)")

@@ -6,7 +6,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Mapping
 
-from probe.tasks.implicitbbq.data import DIMENSIONS
+from probe.scoring.parse.schema import check_parse_settings
+from probe.tasks.implicitbbq.data import DIMENSIONS, EXPLICIT_SETS
 from probe.tasks.base import TaskConfig
 
 __all__ = ["CONTEXT_KINDS", "FORMATS", "ImplicitBBQConfig", "STRATEGIES"]
@@ -115,13 +116,11 @@ class ImplicitBBQConfig(TaskConfig):
             raise ValueError(f"cot_temperature must be > 0, got {self.cot_temperature!r}")
         if not 0 < self.cot_top_p <= 1:
             raise ValueError(f"cot_top_p must be in (0, 1], got {self.cot_top_p!r}")
-        from probe.tasks.implicitbbq.data import EXPLICIT_SETS
 
         if self.explicit_set not in EXPLICIT_SETS:
             raise ValueError(f"explicit_set must be one of {', '.join(EXPLICIT_SETS)}, got {self.explicit_set!r}")
         if not isinstance(self.n_shots, int) or isinstance(self.n_shots, bool) or not 0 <= self.n_shots <= 5:
             raise ValueError(f"n_shots must be an integer in 0..5 (the shipped sets hold five), got {self.n_shots!r}")
-        from probe.scoring.parse.schema import check_parse_settings
 
         check_parse_settings(self.parse_max_new_tokens, self.parse_residual, self.parse_max_nodes,
                              self.parse_answer_residual)

@@ -42,6 +42,8 @@ from collections import Counter, defaultdict
 from pathlib import Path
 from typing import Iterable, Literal, Sequence
 
+from probe.data.paths import data_root
+from probe.fs import file_stamp
 from probe.tasks.bbq.data import find_target_index
 from probe.io import stable_hash
 from probe.tasks.bbq.templates import (SlotFill, TemplateRow, answer_slot, fill_to_items, fills_for_row,
@@ -270,8 +272,6 @@ _BUILT_MAX = 8
 
 def _source_stamps(bbq_dir: str | Path | None, bharatbbq_dir: str | Path | None) -> tuple:
     """The stamps of the files a build may read: BBQ's template folder and BharatBBQ's templates."""
-    from probe.data.paths import data_root  # not dataset_dir: a missing data set is the build's error to raise
-    from probe.fs import file_stamp
 
     tdir = Path(bbq_dir if bbq_dir is not None else data_root() / "bbq") / "templates"
     bharat = Path(bharatbbq_dir if bharatbbq_dir is not None else data_root() / "bharatbbq") / "Caste_templates.csv"

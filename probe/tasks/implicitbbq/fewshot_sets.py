@@ -30,7 +30,10 @@ import random
 from collections import Counter
 from typing import Any, Iterable, Sequence
 
+import yaml
+
 from probe.io import stable_hash
+from probe.tasks.implicitbbq.data import DIMENSIONS, build_implicitbbq
 
 __all__ = ["SLOT_ROLES", "KINDS", "AUDIT_SKIP", "answer_role", "demo_role", "make_demo_sets", "set_balance", "main"]
 
@@ -138,9 +141,6 @@ def set_balance(sets: dict[str, Any]) -> dict[str, Any]:
 
 def main(argv: Sequence[str] | None = None) -> None:
     """Write the demonstration sets as YAML (and print them rendered, for the audit)."""
-    import yaml
-
-    from probe.tasks.implicitbbq.data import DIMENSIONS, build_implicitbbq
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--output", required=True)

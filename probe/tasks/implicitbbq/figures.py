@@ -15,6 +15,9 @@ import math
 from pathlib import Path
 from typing import Any, Sequence
 
+import matplotlib
+import matplotlib.pyplot as plt
+
 from probe.reports.compare.common import bars, boots, ci_unit, model_labels
 from probe.reports.compare.runs import Run
 from probe.reports.compare.tables import Figure, save_figure
@@ -67,10 +70,8 @@ def _n_text(runs: Sequence[Run], strats: Sequence[str], answer_format: str) -> s
 
 def figure4(runs: Sequence[Run], answer_format: str, out: Path, version: str = "expected") -> Figure:
     """The paper's Figure 4 layout for ``answer_format`` (``figures/implicitbbq_figure4_<format>.png/.svg``)."""
-    import matplotlib
 
     matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
 
     strats = strategies(runs, answer_format)
     labels = [r.label for r in runs]

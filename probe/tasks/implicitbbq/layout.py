@@ -6,6 +6,13 @@ from __future__ import annotations
 
 from typing import Any
 
+from probe.reports.compare.layout import TaskLayout
+from probe.reports.headline import phrase
+from probe.tasks.bbq.paired_units import answer_units, bbq_spec
+from probe.tasks.implicitbbq.sections import implicitbbq_section
+from probe.tasks.implicitbbq.summary import metric_records
+from probe.tasks.implicitbbq.terms import TERMS
+
 #: the resampling unit of the paired tests
 CLUSTER = "template × context (a context's 4 condition × polarity variants)"
 
@@ -13,9 +20,6 @@ CLUSTER = "template × context (a context's 4 condition × polarity variants)"
 def paired_records(frame: Any) -> list[dict]:
     """Answer records of an ImplicitBBQ run for paired tests: block = strategy and format, category =
     dimension x context kind, cluster = one context (its 4 condition x polarity variants) of one template."""
-    from probe.reports.headline import phrase
-    from probe.tasks.implicitbbq.summary import metric_records
-    from probe.tasks.implicitbbq.terms import TERMS
 
     recs, _ = metric_records(frame)
     for r in recs:  # labels in the paper's words: "zero-shot, one-word answer", "age, implicit cues"
@@ -27,9 +31,6 @@ def paired_records(frame: Any) -> list[dict]:
 
 def layout() -> Any:
     """The :class:`~probe.reports.compare.layout.TaskLayout` of ``implicitbbq``."""
-    from probe.reports.compare.layout import TaskLayout
-    from probe.tasks.bbq.paired_units import answer_units, bbq_spec
-    from probe.tasks.implicitbbq.sections import implicitbbq_section
 
     return TaskLayout("ImplicitBBQ", 0, lambda runs, out, _ctx: implicitbbq_section(runs, out),
                       paired_spec=lambda _runs: bbq_spec("implicitbbq", CLUSTER),

@@ -24,6 +24,11 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from probe.metrics.certified import point_answer
+from probe.metrics.hybrid import hybrid_probs
+from probe.tasks.bbq.metrics import bbq_metrics, weighted_bbq_metrics
+from probe.tasks.bbq.records import sampled_option_probs
+from probe.tasks.implicitbbq.parse import parse_oneword
 from probe.tasks.paper_check import (ANSWER_CUE, PaperCheck as _Base, PromptCase, Scored, counted_forms, parse_stats,
                                      sampling_entry)
 
@@ -98,10 +103,6 @@ class PaperCheck(_Base):
         return [str(i) for i in range(len(case.options))]
 
     def cases(self, scored: Scored) -> list[PromptCase]:
-        from probe.metrics.certified import point_answer
-        from probe.metrics.hybrid import hybrid_probs
-        from probe.tasks.bbq.records import sampled_option_probs
-
         self.parse_stats = parse_stats(scored.parsed)
         cases = []
         for req, rec in zip(scored.requests, scored.records):
@@ -125,8 +126,6 @@ class PaperCheck(_Base):
         return cases
 
     def parse(self, case: PromptCase, text: str) -> int | None:
-        from probe.tasks.implicitbbq.parse import parse_oneword
-
         return parse_oneword(text, case.options, int(case.meta["unknown_index"]))
 
     def counted(self, case: PromptCase, text: str) -> bool:
@@ -138,7 +137,6 @@ class PaperCheck(_Base):
         parsed (chance ``1 - (1 - a)^K``, ``a`` the accepted mass) and then with its parsed answers'
         distribution, so each prompt is weighted by that chance (a prompt the parser almost never accepts
         counts as rarely as it does when sampled)."""
-        from probe.tasks.bbq.metrics import weighted_bbq_metrics
 
         out: dict[str, float] = {}
         for kind in ("explicit", "implicit"):
@@ -159,8 +157,6 @@ class PaperCheck(_Base):
                                           "unknown_index")} | {"probs": [float(x) for x in probs]}
 
     def metrics(self, rows: list[tuple[str, PromptCase, np.ndarray | None]]) -> dict[str, float]:
-        from probe.tasks.bbq.metrics import bbq_metrics
-
         out: dict[str, float] = {}
         for kind in ("explicit", "implicit"):
             recs = [self._record(c, d) for _, c, d in rows if d is not None and c.meta["context_kind"] == kind]

@@ -50,6 +50,7 @@ import re
 from typing import Sequence
 
 from probe.prompts.answer_parse import strip_answer_cue
+from probe.tasks.bbq.data import UNKNOWN_OPTIONS
 
 #: the paper's own examples of answers it normalises to Unknown (section 4), lower case, no punctuation
 PAPER_UNKNOWN: tuple[str, ...] = ("unknown", "not enough information", "neither", "none")
@@ -79,7 +80,6 @@ PARSER_VERSION = "oneword/3"
 
 def _unknown_phrases() -> tuple[str, ...]:
     """The paper's examples and BBQ's own Unknown options (its generator's list), normalised."""
-    from probe.tasks.bbq.data import UNKNOWN_OPTIONS
 
     return tuple(dict.fromkeys(PAPER_UNKNOWN + tuple(_norm(u) for u in UNKNOWN_OPTIONS)))
 

@@ -6,14 +6,16 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Mapping
 
 from probe.io import write_json_atomic
-from probe.tasks.base import Aggregate, Reporting, write_tables
+from probe.metrics.certified import uncertified_warning
+from probe.reports.headline import phrase
+from probe.tasks.base import Aggregate, Reporting, result_row, write_tables
 from probe.tasks.bbq.metrics import METRIC_NOTES
+from probe.tasks.bbq.task import bbq_headline
 from probe.tasks.implicitbbq import summary as results
 from probe.tasks.implicitbbq.terms import TERMS
 
 if TYPE_CHECKING:
     from probe.tasks.implicitbbq.config import ImplicitBBQConfig
-
 
 class ImplicitBBQReporting(Reporting):
     """Per strategy|format and context kind: the pooled expected BBQ metrics; the paper's tables and figure."""
@@ -24,7 +26,6 @@ class ImplicitBBQReporting(Reporting):
 
     def headline_metrics(self, config: ImplicitBBQConfig, summary: Mapping[str, Any]) -> dict[str, dict[str, float]]:
         """``{strategy}|{format}.{explicit|implicit}.{bias_amb|...}``: the pooled expected metrics."""
-        from probe.tasks.bbq.task import bbq_headline
 
         return {f"{key}.{kind}.{m}": v for key, kinds in summary["by_strategy"].items() for kind, e in kinds.items()
                 if not kind.startswith("_") for m, v in bbq_headline(e["expected"]["pooled"]).items()}
@@ -32,7 +33,6 @@ class ImplicitBBQReporting(Reporting):
     def results(self, config: ImplicitBBQConfig, summary: Mapping[str, Any]) -> list[dict[str, Any]]:
         """Per strategy|format and context kind, the pooled expected metrics; headline: the ambiguous bias
         of the explicit and implicit contexts."""
-        from probe.tasks.base import result_row
 
         rows = []
         for name, m in self.headline_metrics(config, summary).items():
@@ -43,7 +43,6 @@ class ImplicitBBQReporting(Reporting):
 
     def warnings(self, summary: Mapping[str, Any]) -> list[str]:
         """Prompts whose parsed answer is not certified to the target (the paper's sampling + parsing)."""
-        from probe.metrics.certified import uncertified_warning
 
         parsed = summary.get("paper_parsed") or {}
         w = uncertified_warning(int(parsed.get("n_uncertified") or 0), int(parsed.get("n") or 0),
@@ -71,7 +70,6 @@ class ImplicitBBQReporting(Reporting):
 def _in_words(df: Any) -> Any:
     """A table as written for a reader: strategy, format and context kind in the paper's words
     ("zero-shot, one-word answer", "implicit cues"), not ``zero_shot/oneword``; attrs kept."""
-    from probe.reports.headline import phrase
 
     out = df.copy()
     for col in ("Strategy/format", "strategy|format"):
@@ -87,8 +85,6 @@ def _parsed_rows(parsed: Mapping[str, Any]) -> list[dict[str, Any]]:
     """The paper's sampling + parsing (enumerated): per strategy|format and kind, the pooled expected metrics as
     published (the hybrid, its interval: the items' bootstrap and the tail's own uncertainty), the certified
     interval in its own columns; headline: the ambiguous bias of the explicit and implicit contexts."""
-    from probe.tasks.base import result_row
-    from probe.tasks.bbq.task import bbq_headline
 
     estimator = str((parsed.get("settings") or {}).get("estimator") or "")
     name = ("sampled + parsed, hybrid: exact head + each prompt's tail draws" if estimator.startswith("hybrid")

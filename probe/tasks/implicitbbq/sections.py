@@ -12,13 +12,17 @@ import math
 from pathlib import Path
 from typing import Any, Sequence
 
+import matplotlib
+import matplotlib.pyplot as plt
 import pandas as pd
 
 from probe.reports.compare.common import bars, boots, ci_unit, model_labels
 from probe.reports.compare.runs import Run
 from probe.reports.compare.tables import Figure, Table, fmt, save_figure
+from probe.reports.headline import phrase
 from probe.tasks.bbq.sections import ESTIMATOR
 from probe.tasks.implicitbbq.figures import figure4
+from probe.tasks.implicitbbq.tables import table2, tables_per_dimension
 from probe.tasks.implicitbbq.terms import TERMS
 
 __all__ = ["implicitbbq_section", "table2_paper"]
@@ -26,7 +30,6 @@ __all__ = ["implicitbbq_section", "table2_paper"]
 
 def _words(key: str) -> str:
     """A strategy|format key as the paper names it: ``zero_shot|oneword`` -> ``zero-shot, one-word answer``."""
-    from probe.reports.headline import phrase
 
     return phrase(key, TERMS)
 
@@ -126,7 +129,6 @@ def _table2_tables(runs: Sequence[Run], summaries: list[tuple[str, dict]], paper
 
 def _table2_ci_tables(runs: Sequence[Run], summaries: list[tuple[str, dict]]) -> list[Table]:
     """Table 2's values with their CIs, per estimator: every strategy and answer format, models stacked."""
-    from probe.tasks.implicitbbq.tables import table2
 
     ci_text = (f"CI: 95% percentile cluster bootstrap: whole clusters ({ci_unit(runs)}) resampled, within each "
                f"dimension for the macro mean; n_boot = {boots(runs)}")
@@ -146,7 +148,6 @@ def _table2_ci_tables(runs: Sequence[Run], summaries: list[tuple[str, dict]]) ->
 def _per_dimension_table(runs: Sequence[Run], summaries: list[tuple[str, dict]], key: str) -> Table | None:
     """Tables 5-7's layout for one strategy|format: per dimension, ambiguous contexts, one column group per
     model (None when no run has it)."""
-    from probe.tasks.implicitbbq.tables import tables_per_dimension
 
     merged = None
     for label, s in summaries:
@@ -172,10 +173,8 @@ def _per_dimension_table(runs: Sequence[Run], summaries: list[tuple[str, dict]],
                  merged)
 
 
-
 T2_RULES = ("Δ: explicit → implicit change, ↑ up, ↓ down, blank unchanged at two decimals. Bold: accuracy drop > "
             "0.30; bias > 0.15.")
-
 
 def _paper_settings(runs: Sequence[Run]) -> str:
     """The runs' paper-equivalent sampling settings, e.g. ``T = 0.1, top-p = 1`` (per run when they differ)."""
@@ -196,10 +195,7 @@ def _abs_ge(cell: Any, thr: float) -> bool:
 
 
 def _implicit_figure(runs: Sequence[Run], key: str, out: Path) -> Figure:
-    import matplotlib
-
     matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
 
     dims = sorted({d for r in runs for k in ("explicit", "implicit")
                    for d in r.summary.get("by_strategy", {}).get(key, {}).get(k, {}).get("expected", {})

@@ -26,6 +26,8 @@ from __future__ import annotations
 from collections import defaultdict
 from typing import Any, Iterable, Mapping, Sequence
 
+from probe.io import stable_hash
+
 __all__ = ["Selection", "select", "strategy_samples", "stratified_sample", "unit_key"]
 
 
@@ -43,7 +45,6 @@ def stratified_sample(items: Iterable[Any], per_cell: int | None, seed: int,
     ones) and returned round-robin over (dimension, kind): any prefix of the
     list stays stratified. ``per_cell`` None takes every unit.
     """
-    from probe.io import stable_hash
 
     units: dict[tuple[str, str], dict[str, list]] = defaultdict(lambda: defaultdict(list))
     for it in items:

@@ -12,7 +12,15 @@ import math
 from pathlib import Path
 from typing import Any, Mapping
 
-from probe.tasks.bbq.records import ITEM_FIELDS
+import pandas as pd
+
+from probe.metrics.certified import interval_text, uncertified
+from probe.metrics.hybrid import has_draws, hybrid_metric, hybrid_probs
+from probe.tasks.bbq.metrics import bbq_metrics
+from probe.tasks.bbq.records import ITEM_FIELDS, answer_records
+from probe.tasks.implicitbbq.chains import average_chains
+from probe.tasks.implicitbbq.selection import unit_key
+from probe.tasks.implicitbbq.tables import KINDS, VERSIONS, figure3, table2, tables_per_dimension
 
 
 #: The bootstrap resampling unit of every ImplicitBBQ CI (:func:`cluster_of`), as summaries and captions state it.
@@ -23,7 +31,6 @@ CI_UNIT_SHORT = "template x context"
 def cluster_of(item: Any) -> str:
     """The bootstrap cluster of an item: its template x context (a Person context crossed with its cue
     pairs is one cluster; an explicit context is its fill with its condition x polarity variants)."""
-    from probe.tasks.implicitbbq.selection import unit_key
 
     context = item.metadata.get("context_id") or unit_key(item)
     return f"{item.template_id}|{context}"
@@ -54,8 +61,6 @@ def metric_records(records: Any, sampling: Mapping[str, float] | None = None, re
     instead); with ``require_cue`` a reasoning that never reached an answer cue
     is left out (counted in the task summary's ``cot``, not here).
     """
-    from probe.tasks.bbq.records import answer_records
-    from probe.tasks.implicitbbq.chains import average_chains
 
     out, skipped = answer_records(records, sampling)
     return (out if per_chain else average_chains(out, require_cue)), skipped
@@ -81,8 +86,6 @@ def parsed_metric_records(records: Any, target: float | None = None) -> tuple[li
     largest mass not enumerated), ``mean_rejected`` (share of generations the
     parser maps to no option) and ``mean_nodes``.
     """
-    from probe.metrics.certified import uncertified
-    from probe.metrics.hybrid import hybrid_probs
 
     out, cert, residuals, rejected, nodes, none, flagged = [], [], [], [], [], 0, 0
     for rec in records.to_dict("records") if hasattr(records, "to_dict") else records:
@@ -123,7 +126,6 @@ def parsed_tables(summary: Mapping[str, Any], model: str, spec: Mapping[str, flo
                   certified: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """The paper's Table 2 from its own procedure (sampling + parsing, enumerated exactly): the headline; with
     ``certified`` (:func:`.certify.certified_summary`) each metric's certified interval beside its CI."""
-    from probe.tasks.implicitbbq.tables import table2
 
     name = f"table2_paper_parsed_T{spec['temperature']:g}" + (f"_topp{spec['top_p']:g}" if spec["top_p"] < 1 else "")
     table = table2(dict(summary), "expected", model)
@@ -140,12 +142,9 @@ _T2_CELLS = {"Acc Amb Exp": ("explicit", "acc_amb"), "Acc Amb Imp": ("implicit",
              "Neutral Amb": ("neutral", "acc_amb"), "Neutral Dis": ("neutral", "acc_dis"),
              "NoChar Amb": ("nochar", "acc_amb"), "NoChar Dis": ("nochar", "acc_dis")}
 
-
 def _with_certified(table: Any, certified: Mapping[str, Any]) -> Any:
     """Each metric cell followed by its certified interval (macro over dimensions), ``cert. [lo, hi]``, and a
     column counting the prompts not certified to the target."""
-    from probe.metrics.certified import interval_text
-    from probe.tasks.implicitbbq.tables import KINDS
 
     table = table.assign(**{"not certified (prompts)": ""})
     for i, row in table.iterrows():
@@ -210,7 +209,6 @@ def demo_summary(records: Any) -> dict[str, Any]:
 
 def option_mass_table(summary: Mapping[str, Any]) -> Any:
     """``summary["option_mass"]`` as one row per strategy|format x context kind."""
-    import pandas as pd
 
     return pd.DataFrame([{"strategy|format": key, "context": kind, **v} for key, kinds in summary.items()
                          for kind, v in kinds.items()])
@@ -218,7 +216,6 @@ def option_mass_table(summary: Mapping[str, Any]) -> Any:
 
 def tables(summary: Mapping[str, Any], model: str) -> dict[str, Any]:
     """The paper's Table 2 (per version) and Tables 5-7 (per strategy|format and version) layouts."""
-    from probe.tasks.implicitbbq.tables import VERSIONS, table2, tables_per_dimension
 
     out = {}
     for version in VERSIONS:
@@ -230,7 +227,6 @@ def tables(summary: Mapping[str, Any], model: str) -> dict[str, Any]:
 
 def chains_table(cot: Mapping[str, Any]) -> Any:
     """One row per CoT strategy|format: the chains' settings, counts and spread (``summary["cot"]``)."""
-    import pandas as pd
 
     st = cot["settings"]
     setting = (f"{st['chains']} sampled, T {st['temperature']:g}, top-p {st['top_p']:g}" if st["chains"]
@@ -249,7 +245,6 @@ def chains_table(cot: Mapping[str, Any]) -> Any:
 
 def paper_tables(summary: Mapping[str, Any], model: str, spec: Mapping[str, float]) -> dict[str, Any]:
     """The paper's Table 2 under its own sampling (the headline), named by its settings."""
-    from probe.tasks.implicitbbq.tables import table2
 
     name = f"table2_paper_T{spec['temperature']:g}" + (f"_topp{spec['top_p']:g}" if spec["top_p"] < 1 else "")
     return {name: table2(dict(summary), "expected", model)}
@@ -257,7 +252,6 @@ def paper_tables(summary: Mapping[str, Any], model: str, spec: Mapping[str, floa
 
 def write_figures(summary: Mapping[str, Any], output: Path, model: str) -> list[Path]:
     """``figure3_<strategy>_<format>.png`` (the paper's Figure 3 layout) for each zero-shot format."""
-    from probe.tasks.implicitbbq.tables import figure3
 
     paths = []
     for key in summary:
@@ -318,7 +312,6 @@ def with_tail_uncertainty(by_strategy: dict[str, Any], recs: list[dict], seed: i
     from every prompt's own tail draws (:func:`probe.metrics.hybrid.hybrid_metric`) is added in quadrature to
     each side of the item bootstrap's interval, which stays around the point. Records without tail draws add
     nothing (a run with none is unchanged)."""
-    from probe.metrics.hybrid import has_draws, hybrid_metric
 
     groups: dict[tuple[str, str], list[dict]] = {}
     for r in recs:
@@ -339,7 +332,6 @@ def with_tail_uncertainty(by_strategy: dict[str, Any], recs: list[dict], seed: i
 
 def _tail_metrics(rs: list[dict], probs_of: Any) -> dict[tuple[str, str], float]:
     """The pooled and macro ``expected`` metrics of ``rs`` with each record's answer from ``probs_of``."""
-    from probe.tasks.bbq.metrics import bbq_metrics
 
     names = ("acc_amb", "acc_dis", "bias_amb", "bias_dis")
     redrawn: dict[str, list[dict]] = {}

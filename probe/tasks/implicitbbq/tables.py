@@ -20,9 +20,12 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any, Sequence
 
+import matplotlib
+import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 
+from probe.io import write_atomic, write_json_atomic
 from probe.tasks.bbq.metrics import (METRIC_NAMES, _amb_stats, _dis_stats, bbq_metrics, bbq_metrics_ci, cluster_counts,
                                      item_matrix)
 from probe.metrics.small_sample import enough, na_text
@@ -188,10 +191,8 @@ def tables_per_dimension(summary: dict[str, Any], key: str, version: str = "expe
 def figure3(summary: dict[str, Any], key: str, path: str | Path, version: str = "expected", model: str = "",
             ci_unit: str | None = None) -> None:
     """Bias score per dimension for explicit/implicit x ambiguous/disambiguated (like the paper's Figure 3)."""
-    import matplotlib
 
     matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
 
     kinds = summary.get(key, {})
     series = [("explicit", "bias_amb", "Exp. amb"), ("implicit", "bias_amb", "Imp. amb"),
@@ -234,7 +235,6 @@ def to_markdown(df: pd.DataFrame) -> str:
 def write_reports(records: Sequence[dict], out: str | Path, n_boot: int = 1000, seed: int = 0,
                   model: str = "model") -> dict[str, Any]:
     """summary.json, tables/*.md|csv and figure3.png under ``out``."""
-    from probe.io import write_atomic, write_json_atomic
 
     out = Path(out)
     summary = summarize(records, n_boot=n_boot, seed=seed)

@@ -32,19 +32,36 @@ rates).
 
 from __future__ import annotations
 
+import functools
+import json
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
+from probe.data.paths import dataset_dir
 from probe.errors import ProbeError
+from probe.metrics.certified import RESIDUAL_POLICY, answer_target
+from probe.metrics.mass import answering, mass_summary
+from probe.scoring.generate import GenerationRequest
+from probe.scoring.parse.exact import ParseRequest
+from probe.scoring.parse.schema import TailSpec
+from probe.scoring.requests import ContinuationRequest, LabelRequest
 from probe.tasks import base
 from probe.tasks.base import Aggregate, CheckCase, Task
 from probe.tasks.bbq.items import BBQItem
+from probe.tasks.bbq.prompts import cot_final_prompt, prepare
 from probe.tasks.implicitbbq import summary as results  # `summary` is the dict below
 from probe.tasks.chains import chain_id
+from probe.tasks.implicitbbq.certify import certified_summary
 from probe.tasks.implicitbbq.chains import chain_summary
 from probe.tasks.implicitbbq.config import CONTEXT_KINDS, FORMATS, STRATEGIES, ImplicitBBQConfig
+from probe.tasks.implicitbbq.data import build_implicitbbq, count_table
+from probe.tasks.implicitbbq.fewshot import DemoSets, demo_ids
+from probe.tasks.implicitbbq.implicit_text import load_cue_table
+from probe.tasks.implicitbbq.parse import PARSER_VERSION, oneword_decided, parse_oneword
 from probe.tasks.implicitbbq.selection import Selection, select, stratified_sample, unit_key
 from probe.tasks.implicitbbq.reporting import ImplicitBBQReporting
+from probe.tasks.implicitbbq.representations import LABELS
+from probe.tasks.implicitbbq.tables import KINDS, summarize
 
 __all__ = ["ImplicitBBQConfig", "ImplicitBBQTask", "STRATEGIES", "FORMATS", "CONTEXT_KINDS", "request_id",
            "stratified_sample", "unit_key"]
@@ -77,8 +94,6 @@ class ImplicitBBQPaper(base.Paper):
     def generation_requests(self, config: ImplicitBBQConfig, items: Sequence[BBQItem], tokenizer: Any) -> list:
         """CoT: ``cot_chains`` sampled reasoning chains per (item, format), adjacent (they share the
         prompt), seeded by (``seed``, chain id); with ``cot_chains`` 0 one greedy chain."""
-        from probe.tasks.bbq.prompts import prepare
-        from probe.scoring.generate import GenerationRequest
 
         out = []
         for strategy, it, fmt in self.task._jobs(config, items, only="cot"):
@@ -101,13 +116,6 @@ class ImplicitBBQPaper(base.Paper):
         """The paper's sampling + parsing, enumerated exactly: each zero-shot / safety / few-shot one-word
         prompt, sampled at the paper's temperature and read by :func:`probe.tasks.implicitbbq.parse.parse_oneword`
         (uncertainty answers normalised to Unknown). Same ids as the scored records."""
-        import functools
-        import json
-
-        from probe.tasks.implicitbbq.parse import PARSER_VERSION, oneword_decided, parse_oneword
-        from probe.tasks.bbq.prompts import prepare
-        from probe.scoring.parse.exact import ParseRequest
-        from probe.scoring.parse.schema import TailSpec
 
         spec = results.paper_spec(config)
         if not config.parse_exact or spec is None or "oneword" not in config.answer_formats:
@@ -180,7 +188,6 @@ class ImplicitBBQAnalyses(base.Analyses):
 
     def representation_labels(self) -> Any:
         """The representations study's labels of ImplicitBBQ items (:mod:`probe.tasks.implicitbbq.representations`)."""
-        from probe.tasks.implicitbbq.representations import LABELS
 
         return LABELS
 
@@ -199,16 +206,12 @@ class ImplicitBBQTask(Task[ImplicitBBQConfig, BBQItem]):
         return CheckCase({"dimensions": ["age"], "strategies": ["zero_shot"], "per_cell": {"zero_shot": 1}, "n_boot": 10}, 2)
 
     def items(self, config: ImplicitBBQConfig) -> list[BBQItem]:
-        from probe.tasks.implicitbbq.data import build_implicitbbq
-
         return build_implicitbbq(config.dimensions, config.bbq_dir, config.bharatbbq_dir, lexical=config.lexical,
                                  explicit_set=config.explicit_set, seed=config.seed,
                                  exclusion_unit=config.exclusion_unit)
 
     def requests(self, config: ImplicitBBQConfig, items: Sequence[BBQItem], tokenizer: Any,
                  generations: Mapping[str, str] | None = None) -> list:
-        from probe.tasks.bbq.prompts import cot_final_prompt, prepare
-        from probe.scoring.requests import ContinuationRequest, LabelRequest
 
         sel = self._selection(config, items)
         demos = self._demo_sets(config, sel.pool) if "few_shot" in config.strategies else None
@@ -242,10 +245,6 @@ class ImplicitBBQTask(Task[ImplicitBBQConfig, BBQItem]):
         return out
 
     def aggregate(self, config: ImplicitBBQConfig, records: Any, items: Sequence[BBQItem]) -> Aggregate:
-        from probe.metrics.mass import answering, mass_summary
-        from probe.tasks.implicitbbq.data import count_table
-        from probe.tasks.implicitbbq.tables import summarize
-
         sel = self._selection(config, items)
         recs, skipped = results.metric_records(records, require_cue=config.cot_require_cue)
         results.add_clusters(recs, sel.pool)
@@ -281,9 +280,6 @@ class ImplicitBBQTask(Task[ImplicitBBQConfig, BBQItem]):
         return Aggregate(summary, _tables(summary, model, spec))
 
     def data_files(self, config: ImplicitBBQConfig) -> list[Path]:
-        from probe.tasks.implicitbbq.implicit_text import load_cue_table
-        from probe.data.paths import dataset_dir
-
         files = []
         sources = load_cue_table().sources
         for dim in config.dimensions:
@@ -316,12 +312,10 @@ class ImplicitBBQTask(Task[ImplicitBBQConfig, BBQItem]):
     def _demo_sets(self, config: ImplicitBBQConfig, pool: Sequence[Any]) -> Any:
         """The shipped few-shot demonstrations (:mod:`probe.tasks.implicitbbq.fewshot`), resolved on the pool; the
         explicit ones that the matched explicit set left out are taken from the full build (same ids)."""
-        from probe.tasks.implicitbbq.fewshot import DemoSets, demo_ids
 
         dims = sorted({it.category for it in pool})
         missing = demo_ids(dims) - {it.id for it in pool}
         if missing:
-            from probe.tasks.implicitbbq.data import build_implicitbbq
 
             full = build_implicitbbq(dims, config.bbq_dir, config.bharatbbq_dir, lexical=config.lexical,
                                      controls=False, explicit_set="full")
@@ -341,6 +335,7 @@ class ImplicitBBQTask(Task[ImplicitBBQConfig, BBQItem]):
         return [(strategy, it, fmt) for strategy in config.strategies if only in (None, strategy)
                 for it in sel.samples[strategy] for fmt in config.answer_formats]
 
+
 def _meta(item: Any, strategy: str, answer_format: str, owner: Sequence[int]) -> dict:
     """The item fields a record carries (``answers``: the item's options; ``owner``: option of each scored text)."""
     return {
@@ -356,7 +351,6 @@ def _meta(item: Any, strategy: str, answer_format: str, owner: Sequence[int]) ->
 
 def _paper_equivalent(config: ImplicitBBQConfig, records: Any, spec: Mapping[str, Any], pool: Sequence[Any]) -> dict:
     """The metrics as expected counts under the paper's answer sampling (``spec``), from the records' specs."""
-    from probe.tasks.implicitbbq.tables import summarize
 
     paper_recs, paper_skipped = results.metric_records(records, sampling=spec, require_cue=config.cot_require_cue)
     results.add_clusters(paper_recs, pool)
@@ -369,9 +363,6 @@ def _paper_equivalent(config: ImplicitBBQConfig, records: Any, spec: Mapping[str
 def _paper_parsed(config: ImplicitBBQConfig, records: Any, spec: Mapping[str, Any], pool: Sequence[Any]) -> dict:
     """The metrics over the paper's sampling + parsing, enumerated (the records' ``parsed``), with the
     certified intervals."""
-    from probe.metrics.certified import RESIDUAL_POLICY, answer_target
-    from probe.tasks.implicitbbq.certify import certified_summary
-    from probe.tasks.implicitbbq.tables import KINDS, summarize
 
     parsed_recs, cert_recs, parse_stats = results.parsed_metric_records(
         records, answer_target(config.parse_answer_residual))
