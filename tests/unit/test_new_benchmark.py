@@ -74,7 +74,7 @@ def test_report_and_sampling_check_end_to_end(plugin, tmp_path, one_torch_thread
     md = (tmp_path / "report" / "report.md").read_text(encoding="utf-8")
     assert "## TinyBBQ (worked example)" in md
     caption = (tmp_path / "report" / "tables" / f"{paired[0]}.md").read_text(encoding="utf-8")
-    assert "n = 12 units" in caption and "bootstrap over scenarios" in caption
+    assert "n = 12 questions" in caption and "bootstrap over scenarios" in caption
 
     opts = RunOptions(progress=False)
     runner = Runner(load(tiny_named("tiny-a", 0), opts), opts)

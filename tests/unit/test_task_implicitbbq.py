@@ -44,10 +44,11 @@ def test_config_validates_strategies(task):
 
 
 def test_items_pass_the_explicit_set_to_the_builder(task, monkeypatch):
-    import probe.tasks.implicitbbq.data as builder
+    import probe.tasks.implicitbbq.task as task_module
 
     seen = {}
-    monkeypatch.setattr(builder, "build_implicitbbq", lambda *a, **kw: seen.update(kw) or [])
+    # patched where the task looks it up
+    monkeypatch.setattr(task_module, "build_implicitbbq", lambda *a, **kw: seen.update(kw) or [])
     task.items(task.make_config({"explicit_set": "full", "seed": 3}))
     assert seen["explicit_set"] == "full" and seen["seed"] == 3
 
@@ -118,9 +119,11 @@ def test_select_controls_only_for_control_strategies_and_limit_is_stratified(tas
     assert {it.id for it in lim} <= {it.id for it in sel}
     assert [it.id for it in task.selection.select(cfg, items, 8)] == [it.id for it in lim[:8]]  # smaller = a prefix
     assert {it.id for s in lim.samples.values() for it in s} <= {it.id for it in lim}
-    assert len({(it.category, it.context_kind) for it in lim}) == 3  # 3 whole units, round-robin over cells
-    assert len({it.category for it in lim}) == min(3, len({it.category for it in sel}))  # dimensions first
-    assert len(select(cfg, items, 5)) == 4  # whole units only
+    # below a whole unit per (dimension, context kind): one item per cell first, so every cell is covered
+    assert len({(it.category, it.context_kind) for it in lim}) == len({(it.category, it.context_kind) for it in sel})
+    assert len({it.category for it in lim}) == len({it.category for it in sel})  # every dimension
+    five = select(cfg, items, 5)
+    assert len(five) == 5 and len({(it.category, it.context_kind) for it in five}) == 5  # five cells, one each
 
 
 def _demo_sets(items):

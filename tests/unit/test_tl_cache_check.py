@@ -7,7 +7,7 @@ import pytest
 
 pytest.importorskip("transformer_lens")
 
-from probe import hf_compat  # noqa: E402
+from probe.models import tl_adapter  # noqa: E402
 from probe.errors import ModelLoadError  # noqa: E402
 from probe.models.tl_adapter import to_transformer_lens  # noqa: E402
 from tests.unit.test_capture_sharing import _model  # noqa: E402
@@ -16,7 +16,7 @@ from tests.unit.test_capture_sharing import _model  # noqa: E402
 def test_a_dropped_cache_is_refused_with_the_versions(monkeypatch):
     # the cache never reaches the model: the cached pass sees its last token alone, as TransformerLens 4.3 did
     # on transformers 5.24 before the adapter followed the argument's rename
-    monkeypatch.setattr(hf_compat, "cache_kwargs", lambda module, cache: {})
+    monkeypatch.setattr(tl_adapter, "cache_kwargs", lambda module, cache: {})  # where the adapter looks it up
     with pytest.raises(ModelLoadError) as err:
         to_transformer_lens(_model("llama"))
     message = str(err.value)
