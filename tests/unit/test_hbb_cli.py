@@ -74,7 +74,9 @@ def test_build_hbb_variations_with_a_generator_model(tiny_hbb, tmp_path, model_d
         calls.append(text)
         return [f"[[X]] v{len(calls) % 2}."] * (limit or 9)
 
-    monkeypatch.setattr(prompts, "parse_variations", parse)
+    import probe.tasks.hbb.variations as variations
+
+    monkeypatch.setattr(variations, "parse_variations", parse)  # where the builder looks it up
     out = tmp_path / "var"
     args = ["data", "build", "hbb-variations", "--data-dir", str(tiny_hbb), "--output", str(out), "--model",
             str(model_dir), "--n", "3", "--max-new-tokens", "4", "--threads", "1"]

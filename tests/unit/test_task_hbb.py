@@ -329,7 +329,9 @@ def test_sg_generated_variations_recorded_resumed_and_paired(tmp_path, tiny_lm, 
         calls.append(text)
         return answers[(len(calls) - 1) % 2][:limit]
 
-    monkeypatch.setattr(prompts, "parse_variations", parse)
+    import probe.tasks.hbb.variations as variations
+
+    monkeypatch.setattr(variations, "parse_variations", parse)  # where the builder looks it up
     task, out = get("hbb"), tmp_path / "run"
     cfg = task.make_config(dict(data_dir=str(data), categories=("ses",), n_boot=20, swap_order=False, sg_n=3,
                                 sg_max_new_tokens=4, sg_source="generated"))
