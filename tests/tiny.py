@@ -33,3 +33,21 @@ def write_items(path, items: list[dict]):
 
     path.write_text("".join(json.dumps(x) + "\n" for x in items))
     return path
+
+
+def spread_lm(config, tokenizer, name: str):
+    """A random model of ``config`` (seed 0, eval, no gradients) with its 2-D weights scaled by 4: random init
+    is near-uniform, and spread logits make a wrong position show. Wrapped as a ``LoadedModel``."""
+    import torch
+    import transformers
+
+    from probe.models import LoadedModel
+
+    torch.manual_seed(0)
+    model = transformers.AutoModelForCausalLM.from_config(config).eval()
+    model.requires_grad_(False)
+    with torch.no_grad():
+        for p in model.parameters():
+            if p.ndim == 2:
+                p.mul_(4.0)
+    return LoadedModel(model=model, tokenizer=tokenizer, name=name, source="tests")

@@ -176,8 +176,7 @@ def build(family: str, attn: str | None = None) -> Any:
     position shows), refusing one that is not tiny (:data:`MAX_PARAMETERS`)."""
     import transformers
 
-    from probe.models import LoadedModel
-    from tests.tiny import tiny_tokenizer
+    from tests.tiny import spread_lm, tiny_tokenizer
 
     tok = tiny_tokenizer()
     special = dict(bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id)
@@ -188,11 +187,4 @@ def build(family: str, attn: str | None = None) -> Any:
         size = sum(p.numel() for p in transformers.AutoModelForCausalLM.from_config(cfg).parameters())
     if size > MAX_PARAMETERS:
         raise ValueError(f"{family}: {size / 1e6:.1f}M parameters at the tiny shape")
-    torch.manual_seed(0)
-    model = transformers.AutoModelForCausalLM.from_config(cfg).eval()
-    model.requires_grad_(False)
-    with torch.no_grad():  # random init is near-uniform: spread the logits so a wrong position shows
-        for p in model.parameters():
-            if p.ndim == 2:
-                p.mul_(4.0)
-    return LoadedModel(model=model, tokenizer=tok, name=f"tiny-{family}", source="tests")
+    return spread_lm(cfg, tok, f"tiny-{family}")

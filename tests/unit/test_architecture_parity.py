@@ -8,12 +8,11 @@ it against the newest releases before the lock moves (docs/reliability.md)."""
 from __future__ import annotations
 
 import pytest
-import torch
 
 from probe.models import LoadedModel
 from probe.scoring import ContinuationRequest, LabelRequest, PerplexityRequest, Scorer
 from tests import reference
-from tests.tiny import tiny_tokenizer
+from tests.tiny import spread_lm, tiny_tokenizer
 
 TOL = 1e-4
 SYSTEM = "Background: Person A wears a tilak. Person B attends Sunday service. Context: they met at the market. "
@@ -51,14 +50,7 @@ def _model(arch: str, attn: str = "eager", **extra) -> LoadedModel:
         kw.pop(key)
     cfg = transformers.AutoConfig.for_model(arch, **kw)
     cfg._attn_implementation = attn
-    torch.manual_seed(0)
-    model = transformers.AutoModelForCausalLM.from_config(cfg).eval()
-    model.requires_grad_(False)
-    with torch.no_grad():  # random init is near-uniform: spread the logits so a wrong position shows
-        for p in model.parameters():
-            if p.ndim == 2:
-                p.mul_(4.0)
-    return LoadedModel(model=model, tokenizer=tok, name=f"tiny-{arch}", source="tests")
+    return spread_lm(cfg, tok, f"tiny-{arch}")
 
 
 def _requests() -> list:
